@@ -1,0 +1,726 @@
+//! Finding plugins: the search path and what is in it.
+//!
+//! Discovery only reads directories and manifests; it never loads a library, so listing plugins
+//! is cheap and cannot run plugin code. Whatever is wrong with one plugin (a garbage manifest, a
+//! missing library, a world-writable folder) is reported as a [`DiscoveryProblem`] and the other
+//! plugins are still found.
+//!
+//! Security: only absolute, configured paths are scanned (relative `EPX_PLUGIN_PATH` entries are
+//! skipped), and a world-writable search folder, plugin folder or library file is refused,
+//! because anyone on the machine could replace the code the host is about to run.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::manifest::{ManifestError, PluginManifest, read_manifest};
+
+/// Name of the manifest file in a plugin folder.
+pub const MANIFEST_FILE: &str = "plugin.toml";
+
+/// Environment variable with extra plugin folders (a path list, like `PATH`).
+pub const PLUGIN_PATH_ENV: &str = "EPX_PLUGIN_PATH";
+
+/// Where a search folder came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SearchOrigin {
+    /// Given in code or on the command line.
+    Explicit,
+    /// From `EPX_PLUGIN_PATH`.
+    EnvVar,
+    /// The default install location next to the running executable.
+    Default,
+}
+
+/// One folder of the plugin search path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchDir {
+    pub path: PathBuf,
+    pub origin: SearchOrigin,
+}
+
+/// A plugin found on the search path (not loaded).
+#[derive(Debug, Clone)]
+pub struct PluginCandidate {
+    /// The manifest's `name`, or for a bare library the part of the file name after
+    /// `libepx_`/`epx_` (`libepx_foo.so` → `foo`).
+    pub name: String,
+    /// The plugin folder (for a bare library: the folder it is in).
+    pub dir: PathBuf,
+    /// Absolute path of the library file (it existed when discovered).
+    pub library: PathBuf,
+    /// `None` for a bare library.
+    pub manifest: Option<PluginManifest>,
+    pub origin: SearchOrigin,
+}
+
+/// Why a plugin (or search folder) was not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(
+        "plugin manifest {} names library \"{library}\", which is not in {}",
+        manifest.display(),
+        dir.display()
+    )]
+    LibraryMissing {
+        manifest: PathBuf,
+        library: String,
+        dir: PathBuf,
+    },
+    #[error(
+        "refused: {} is writable by every user; anyone could replace the plugin. Fix with chmod o-w {}",
+        path.display(),
+        path.display()
+    )]
+    WorldWritable { path: PathBuf },
+    #[error("cannot read plugin folder {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("plugin search path entry {} is not a folder", path.display())]
+    NotADirectory { path: PathBuf },
+}
+
+/// A problem found while discovering; it concerns `path` only.
+#[derive(Debug)]
+pub struct DiscoveryProblem {
+    pub path: PathBuf,
+    pub error: DiscoveryError,
+}
+
+/// Everything found on the search path: usable plugins and problems, both in search order.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub plugins: Vec<PluginCandidate>,
+    pub problems: Vec<DiscoveryProblem>,
+}
+
+impl Discovery {
+    /// The first plugin with this name (earlier search folders shadow later ones).
+    pub fn find(&self, name: &str) -> Option<&PluginCandidate> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+}
+
+/// The plugin search path, in order: `explicit` folders (relative ones are made absolute against
+/// the current folder, since they were given on purpose), then each absolute entry of
+/// `EPX_PLUGIN_PATH` (relative entries are skipped with a warning), then the defaults next to the
+/// running executable, `<exe dir>/../lib/epx/plugins` and `<exe dir>/plugins`, when they exist.
+/// A folder listed twice is kept at its first place.
+pub fn plugin_search_path(explicit: &[PathBuf]) -> Vec<SearchDir> {
+    let env_value = std::env::var_os(PLUGIN_PATH_ENV);
+    let cwd = std::env::current_dir().ok();
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    search_path_from(
+        explicit,
+        env_value.as_deref(),
+        cwd.as_deref(),
+        exe_dir.as_deref(),
+    )
+}
+
+/// [`plugin_search_path`] with its inputs given, so it can be tested without touching the
+/// process environment.
+fn search_path_from(
+    explicit: &[PathBuf],
+    env_value: Option<&OsStr>,
+    cwd: Option<&Path>,
+    exe_dir: Option<&Path>,
+) -> Vec<SearchDir> {
+    let mut dirs: Vec<SearchDir> = Vec::new();
+    let mut push = |path: PathBuf, origin: SearchOrigin| {
+        if !dirs.iter().any(|d| d.path == path) {
+            dirs.push(SearchDir { path, origin });
+        }
+    };
+
+    for path in explicit {
+        if path.is_absolute() {
+            push(path.clone(), SearchOrigin::Explicit);
+        } else if let Some(cwd) = cwd {
+            push(cwd.join(path), SearchOrigin::Explicit);
+        } else {
+            tracing::warn!(
+                path = %path.display(),
+                "plugin folder skipped: it is relative and the current folder is unknown"
+            );
+        }
+    }
+
+    if let Some(value) = env_value {
+        for path in std::env::split_paths(value) {
+            if path.as_os_str().is_empty() {
+                continue;
+            }
+            if path.is_absolute() {
+                push(path, SearchOrigin::EnvVar);
+            } else {
+                tracing::warn!(
+                    path = %path.display(),
+                    "{PLUGIN_PATH_ENV} entry skipped: it is relative, and only absolute paths are scanned for plugins"
+                );
+            }
+        }
+    }
+
+    if let Some(exe_dir) = exe_dir {
+        for candidate in [exe_dir.join("../lib/epx/plugins"), exe_dir.join("plugins")] {
+            // Canonical so that `bin/../lib/epx/plugins` and `lib/epx/plugins` given explicitly
+            // are recognised as the same folder.
+            if let Ok(path) = candidate.canonicalize()
+                && path.is_dir()
+            {
+                push(path, SearchOrigin::Default);
+            }
+        }
+    }
+    dirs
+}
+
+/// If `file_name` is a bare plugin library for this OS (`libepx_<name>.so` on Linux,
+/// `libepx_<name>.dylib` on macOS, `epx_<name>.dll` on Windows), the plugin name.
+pub fn plugin_name_from_library_file(file_name: &str) -> Option<&str> {
+    let (prefix, suffix) = if cfg!(target_os = "windows") {
+        ("epx_", ".dll")
+    } else if cfg!(target_os = "macos") {
+        ("libepx_", ".dylib")
+    } else {
+        ("libepx_", ".so")
+    };
+    let name = file_name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    (!name.is_empty()).then_some(name)
+}
+
+/// Finds the plugins in `dirs` (see the module docs). Never stops at a problem.
+pub fn discover(dirs: &[SearchDir]) -> Discovery {
+    let mut found = Discovery::default();
+    for dir in dirs {
+        scan_search_dir(dir, &mut found);
+    }
+    found
+}
+
+fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
+    let path = &search.path;
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::debug!(dir = %path.display(), "plugin search folder does not exist; skipped");
+            return;
+        }
+        Err(source) => {
+            found.problem(
+                path,
+                DiscoveryError::Unreadable {
+                    path: path.clone(),
+                    source,
+                },
+            );
+            return;
+        }
+    };
+    if !meta.is_dir() {
+        found.problem(path, DiscoveryError::NotADirectory { path: path.clone() });
+        return;
+    }
+    // Anyone could drop a plugin into a world-writable search folder.
+    if world_writable(&meta) {
+        found.problem(path, DiscoveryError::WorldWritable { path: path.clone() });
+        return;
+    }
+
+    if path.join(MANIFEST_FILE).is_file() {
+        scan_plugin_folder(path, search.origin, found);
+        return;
+    }
+
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(source) => {
+            found.problem(
+                path,
+                DiscoveryError::Unreadable {
+                    path: path.clone(),
+                    source,
+                },
+            );
+            return;
+        }
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => names.push(entry.file_name()),
+            Err(source) => {
+                found.problem(
+                    path,
+                    DiscoveryError::Unreadable {
+                        path: path.clone(),
+                        source,
+                    },
+                );
+            }
+        }
+    }
+    names.sort();
+
+    for name in names {
+        let entry_path = path.join(&name);
+        // Follows symlinks: a linked plugin folder or library is fine, and the checks below
+        // apply to what the link points at.
+        let Ok(meta) = std::fs::metadata(&entry_path) else {
+            tracing::debug!(path = %entry_path.display(), "dangling entry in plugin folder; skipped");
+            continue;
+        };
+        if meta.is_dir() {
+            if entry_path.join(MANIFEST_FILE).is_file() {
+                scan_plugin_folder(&entry_path, search.origin, found);
+            } else {
+                tracing::debug!(dir = %entry_path.display(), "folder without {MANIFEST_FILE}; not a plugin");
+            }
+        } else if meta.is_file() {
+            let Some(plugin) = name.to_str().and_then(plugin_name_from_library_file) else {
+                continue;
+            };
+            if world_writable(&meta) {
+                found.problem(
+                    &entry_path,
+                    DiscoveryError::WorldWritable {
+                        path: entry_path.clone(),
+                    },
+                );
+                continue;
+            }
+            found.add(PluginCandidate {
+                name: plugin.to_owned(),
+                dir: path.clone(),
+                library: entry_path,
+                manifest: None,
+                origin: search.origin,
+            });
+        }
+    }
+}
+
+/// A folder with a `plugin.toml`.
+fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
+    match std::fs::metadata(dir) {
+        Ok(meta) if world_writable(&meta) => {
+            found.problem(
+                dir,
+                DiscoveryError::WorldWritable {
+                    path: dir.to_path_buf(),
+                },
+            );
+            return;
+        }
+        Ok(_) => {}
+        Err(source) => {
+            found.problem(
+                dir,
+                DiscoveryError::Unreadable {
+                    path: dir.to_path_buf(),
+                    source,
+                },
+            );
+            return;
+        }
+    }
+
+    let manifest_path = dir.join(MANIFEST_FILE);
+    if let Ok(meta) = std::fs::metadata(&manifest_path)
+        && world_writable(&meta)
+    {
+        found.problem(
+            &manifest_path,
+            DiscoveryError::WorldWritable {
+                path: manifest_path.clone(),
+            },
+        );
+        return;
+    }
+    let manifest = match read_manifest(&manifest_path) {
+        Ok(manifest) => manifest,
+        Err(e) => {
+            found.problem(&manifest_path, e.into());
+            return;
+        }
+    };
+    // read_manifest guarantees a library for this OS; the `else` only guards against that
+    // changing.
+    let Some(library_name) = manifest.library_for_current_os().map(str::to_owned) else {
+        found.problem(
+            &manifest_path,
+            DiscoveryError::LibraryMissing {
+                manifest: manifest_path.clone(),
+                library: String::new(),
+                dir: dir.to_path_buf(),
+            },
+        );
+        return;
+    };
+    let library = dir.join(&library_name);
+    match std::fs::metadata(&library) {
+        Ok(meta) if meta.is_file() => {
+            if world_writable(&meta) {
+                found.problem(
+                    &library,
+                    DiscoveryError::WorldWritable {
+                        path: library.clone(),
+                    },
+                );
+                return;
+            }
+        }
+        _ => {
+            found.problem(
+                &manifest_path,
+                DiscoveryError::LibraryMissing {
+                    manifest: manifest_path.clone(),
+                    library: library_name,
+                    dir: library.parent().unwrap_or(dir).to_path_buf(),
+                },
+            );
+            return;
+        }
+    }
+    found.add(PluginCandidate {
+        name: manifest.name.clone(),
+        dir: dir.to_path_buf(),
+        library,
+        manifest: Some(manifest),
+        origin,
+    });
+}
+
+impl Discovery {
+    fn problem(&mut self, path: &Path, error: DiscoveryError) {
+        tracing::warn!(path = %path.display(), "{error}");
+        self.problems.push(DiscoveryProblem {
+            path: path.to_path_buf(),
+            error,
+        });
+    }
+
+    fn add(&mut self, candidate: PluginCandidate) {
+        if let Some(first) = self.find(&candidate.name) {
+            tracing::debug!(
+                plugin = %candidate.name,
+                shadowed = %candidate.library.display(),
+                by = %first.library.display(),
+                "plugin found twice; the first one on the search path wins"
+            );
+        } else {
+            tracing::debug!(plugin = %candidate.name, library = %candidate.library.display(), "plugin found");
+        }
+        self.plugins.push(candidate);
+    }
+}
+
+#[cfg(unix)]
+fn world_writable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o002 != 0
+}
+
+/// Windows has no "other" permission bits; ACL checks are left to the OS.
+#[cfg(not(unix))]
+fn world_writable(_meta: &std::fs::Metadata) -> bool {
+    false
+}
+
+/// A fresh folder under the system temp folder, removed on drop (tests only; std only).
+#[cfg(test)]
+pub(crate) struct TestDir(PathBuf);
+
+#[cfg(test)]
+impl TestDir {
+    pub(crate) fn new(tag: &str) -> TestDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("epx-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create test dir");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod test dir");
+        }
+        // Canonical, so comparisons with canonicalized paths hold even if /tmp is a symlink.
+        TestDir(path.canonicalize().expect("canonicalize test dir"))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lib_file(name: &str) -> String {
+        if cfg!(target_os = "windows") {
+            format!("epx_{name}.dll")
+        } else if cfg!(target_os = "macos") {
+            format!("libepx_{name}.dylib")
+        } else {
+            format!("libepx_{name}.so")
+        }
+    }
+
+    fn manifest_text(name: &str, library: &str) -> String {
+        format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\nabi = \"1.0\"\nproviders = [\"{name}\"]\n\
+             [library]\nlinux = \"{library}\"\nmacos = \"{library}\"\nwindows = \"{library}\"\n"
+        )
+    }
+
+    /// Folders with a fixed mode, whatever the umask.
+    fn mkdir(dir: &Path) {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+    }
+
+    fn plugin_folder(root: &Path, folder: &str, name: &str, with_library: bool) -> PathBuf {
+        let dir = root.join(folder);
+        mkdir(&dir);
+        let lib = lib_file(name);
+        std::fs::write(dir.join(MANIFEST_FILE), manifest_text(name, &lib)).expect("write");
+        if with_library {
+            std::fs::write(dir.join(&lib), b"not really a library").expect("write");
+        }
+        dir
+    }
+
+    fn sd(path: &Path, origin: SearchOrigin) -> SearchDir {
+        SearchDir {
+            path: path.to_path_buf(),
+            origin,
+        }
+    }
+
+    #[test]
+    fn bare_library_names() {
+        let (good, noext) = if cfg!(target_os = "windows") {
+            ("epx_foo.dll", "epx_foo")
+        } else if cfg!(target_os = "macos") {
+            ("libepx_foo.dylib", "libepx_foo")
+        } else {
+            ("libepx_foo.so", "libepx_foo")
+        };
+        assert_eq!(plugin_name_from_library_file(good), Some("foo"));
+        assert_eq!(plugin_name_from_library_file(noext), None);
+        assert_eq!(plugin_name_from_library_file(&lib_file("")), None);
+        assert_eq!(plugin_name_from_library_file("libfoo.so"), None);
+        #[cfg(target_os = "linux")]
+        assert_eq!(plugin_name_from_library_file("libepx_foo.so.1"), None);
+    }
+
+    #[test]
+    fn discovers_a_mix_and_reports_problems() {
+        let root = TestDir::new("discover-mix");
+        let a = root.path().join("a");
+        let b = root.path().join("b");
+        mkdir(&a);
+        mkdir(&b);
+
+        // In a: folders and bare libraries, in an order different from their names.
+        let good = plugin_folder(&a, "m_good", "good", true);
+        std::fs::write(a.join(lib_file("bare")), b"x").expect("write");
+        let garbage = a.join("c_garbage");
+        mkdir(&garbage);
+        std::fs::write(garbage.join(MANIFEST_FILE), "this is = = not toml").expect("write");
+        let nolib = plugin_folder(&a, "d_nolib", "nolib", false);
+        std::fs::create_dir_all(a.join("e_not_a_plugin")).expect("mkdir");
+        std::fs::write(a.join("README.txt"), b"hello").expect("write");
+        let good2 = plugin_folder(&a, "z_good2", "good2", true);
+
+        // b is itself a plugin folder.
+        let own = plugin_folder(&b, ".", "own", true);
+
+        let missing = root.path().join("does-not-exist");
+        let dirs = [
+            sd(&missing, SearchOrigin::Explicit),
+            sd(&a, SearchOrigin::Explicit),
+            sd(&b, SearchOrigin::EnvVar),
+        ];
+        let found = discover(&dirs);
+
+        let names: Vec<&str> = found.plugins.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["bare", "good", "good2", "own"], "{found:#?}");
+        let bare = &found.plugins[0];
+        assert!(bare.manifest.is_none());
+        assert_eq!(bare.library, a.join(lib_file("bare")));
+        assert_eq!(bare.dir, a);
+        let g = &found.plugins[1];
+        assert_eq!(g.dir, good);
+        assert_eq!(g.library, good.join(lib_file("good")));
+        assert_eq!(g.manifest.as_ref().map(|m| m.name.as_str()), Some("good"));
+        assert_eq!(g.origin, SearchOrigin::Explicit);
+        assert_eq!(found.plugins[2].dir, good2);
+        assert_eq!(found.plugins[3].origin, SearchOrigin::EnvVar);
+        assert_eq!(found.plugins[3].library, own.join(lib_file("own")));
+        assert_eq!(found.find("good").map(|p| p.dir.clone()), Some(good));
+
+        assert_eq!(found.problems.len(), 2, "{:#?}", found.problems);
+        let p0 = &found.problems[0];
+        assert_eq!(p0.path, garbage.join(MANIFEST_FILE));
+        assert!(matches!(
+            p0.error,
+            DiscoveryError::Manifest(ManifestError::Syntax { .. })
+        ));
+        let p1 = &found.problems[1];
+        assert_eq!(p1.path, nolib.join(MANIFEST_FILE));
+        let text = p1.error.to_string();
+        assert!(matches!(p1.error, DiscoveryError::LibraryMissing { .. }));
+        assert!(text.contains(&lib_file("nolib")), "{text}");
+        assert!(
+            text.contains(&nolib.join(MANIFEST_FILE).display().to_string()),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("not in {}", nolib.display())),
+            "{text}"
+        );
+
+        // deterministic
+        let again = discover(&dirs);
+        let names2: Vec<&str> = again.plugins.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, names2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn world_writable_folders_and_files_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = TestDir::new("discover-ww");
+        let open = plugin_folder(root.path(), "a_open", "open", true);
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let openlib = plugin_folder(root.path(), "b_openlib", "openlib", true);
+        let lib = openlib.join(lib_file("openlib"));
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let bare = root.path().join(lib_file("openbare"));
+        std::fs::write(&bare, b"x").expect("write");
+        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o646)).expect("chmod");
+        plugin_folder(root.path(), "c_fine", "fine", true);
+
+        let found = discover(&[sd(root.path(), SearchOrigin::Explicit)]);
+        let names: Vec<&str> = found.plugins.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["fine"]);
+        let paths: Vec<&Path> = found.problems.iter().map(|p| p.path.as_path()).collect();
+        assert_eq!(paths, [open.as_path(), lib.as_path(), bare.as_path()]);
+        let text = found.problems[0].error.to_string();
+        assert_eq!(
+            text,
+            format!(
+                "refused: {0} is writable by every user; anyone could replace the plugin. Fix with chmod o-w {0}",
+                open.display()
+            )
+        );
+
+        // A world-writable search folder is refused as a whole.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        let found = discover(&[sd(root.path(), SearchOrigin::Explicit)]);
+        assert!(found.plugins.is_empty());
+        assert!(matches!(
+            found.problems[..],
+            [DiscoveryProblem {
+                error: DiscoveryError::WorldWritable { .. },
+                ..
+            }]
+        ));
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
+
+    #[test]
+    fn a_file_as_search_dir_is_a_problem() {
+        let root = TestDir::new("discover-file");
+        let file = root.path().join("file");
+        std::fs::write(&file, b"x").expect("write");
+        let found = discover(&[sd(&file, SearchOrigin::Explicit)]);
+        assert!(found.plugins.is_empty());
+        assert!(matches!(
+            found.problems[..],
+            [DiscoveryProblem {
+                error: DiscoveryError::NotADirectory { .. },
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn search_path_order_and_relative_env_entries() {
+        let root = TestDir::new("search-path");
+        let exe_dir = root.path().join("bin");
+        let lib_plugins = root.path().join("lib/epx/plugins");
+        std::fs::create_dir_all(&exe_dir).expect("mkdir");
+        std::fs::create_dir_all(&lib_plugins).expect("mkdir");
+        // <exe dir>/plugins does not exist: not listed.
+
+        let cwd = root.path().join("work");
+        let env1 = root.path().join("env1");
+        let env2 = root.path().join("env2");
+        let env = std::env::join_paths([
+            env1.clone(),
+            PathBuf::from("relative/plugins"),
+            PathBuf::new(),
+            env2.clone(),
+            env1.clone(),
+            lib_plugins.clone(),
+        ])
+        .expect("join");
+
+        let explicit = [PathBuf::from("mine"), env2.clone(), PathBuf::from("mine")];
+        let dirs = search_path_from(&explicit, Some(&env), Some(&cwd), Some(&exe_dir));
+        let got: Vec<(PathBuf, SearchOrigin)> =
+            dirs.into_iter().map(|d| (d.path, d.origin)).collect();
+        assert_eq!(
+            got,
+            [
+                (cwd.join("mine"), SearchOrigin::Explicit),
+                (env2.clone(), SearchOrigin::Explicit),
+                (env1.clone(), SearchOrigin::EnvVar),
+                (lib_plugins.clone(), SearchOrigin::EnvVar),
+            ]
+        );
+
+        // Without the env var the default comes last with its own origin.
+        let dirs = search_path_from(&[], None, Some(&cwd), Some(&exe_dir));
+        assert_eq!(
+            dirs,
+            [SearchDir {
+                path: lib_plugins,
+                origin: SearchOrigin::Default
+            }]
+        );
+
+        std::fs::create_dir_all(exe_dir.join("plugins")).expect("mkdir");
+        let dirs = search_path_from(&[], None, None, Some(&exe_dir));
+        assert_eq!(dirs.len(), 2);
+        assert_eq!(dirs[1].path, exe_dir.join("plugins"));
+
+        // The public fn runs against the real environment without panicking.
+        let _ = plugin_search_path(&[PathBuf::from("x")]);
+    }
+}

@@ -1,0 +1,74 @@
+//! The host's error type: what failed, where, and what to do about it.
+
+use std::path::PathBuf;
+
+use epx_plugin_api::abi::EpxStatusCode;
+
+/// Everything the host library can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A model file could not be read or decoded.
+    #[error("{source_name}: {message}")]
+    Model { source_name: String, message: String },
+
+    /// A model is well-formed protobuf but not a graph the host can run.
+    #[error("{source_name}: invalid graph: {message}")]
+    InvalidGraph { source_name: String, message: String },
+
+    /// I/O on a named file failed.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+
+    /// A plugin library could not be loaded or does not honour the ABI.
+    #[error("plugin {}: {message}", path.display())]
+    PluginLoad { path: PathBuf, kind: PluginLoadErrorKind, message: String },
+
+    /// A plugin or EP returned an error status (or panicked) during a call.
+    #[error("{provider}: {call} failed: {message}")]
+    Provider { provider: String, call: &'static str, code: EpxStatusCode, message: String },
+
+    /// A requested EP is not known, not available, or rejected its options.
+    #[error("execution provider `{name}`: {message}")]
+    ProviderSetup { name: String, message: String },
+
+    /// No EP claimed a node.
+    #[error("{0}")]
+    Unsupported(String),
+
+    /// Inputs given to `run` do not match the model.
+    #[error("{0}")]
+    InvalidInput(String),
+
+    /// Running the session failed.
+    #[error("{0}")]
+    Run(String),
+
+    /// Discovery or dependency preflight problems.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+}
+
+/// What went wrong loading a plugin library, as a kind tests and tools can match on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginLoadErrorKind {
+    /// `dlopen` failed.
+    Open,
+    /// A library the plugin needs was not found (see the message for every place searched).
+    MissingDependency,
+    /// The library does not export `epx_plugin_entry`.
+    MissingEntry,
+    /// The plugin was built for an incompatible ABI version.
+    AbiMismatch,
+    /// The entry function returned an error (the plugin's reason is in the message).
+    EntryFailed,
+    /// The entry function panicked (caught by the plugin's SDK boundary).
+    EntryPanicked,
+    /// The descriptor the plugin returned is malformed.
+    BadDescriptor,
+    /// Discovery refused the plugin (manifest, permissions, checksum).
+    Refused,
+}
+
+/// The host library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

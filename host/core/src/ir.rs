@@ -1,0 +1,161 @@
+//! The graph IR: what a loaded ONNX model is to the rest of the host.
+//!
+//! Nodes are stored in topological order and refer to values by index; every value knows its
+//! producer and consumers. Nested graphs (the bodies of `If`, `Loop`, `Scan`) are kept as
+//! attributes and may read values of the enclosing graphs by name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use crate::tensor::{ElementType, Tensor};
+
+/// Index of a node in [`Graph::nodes`].
+pub type NodeId = usize;
+/// Index of a value in [`Graph::values`].
+pub type ValueId = usize;
+
+/// A loaded model.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Where the model came from (a file path, or a name given with the bytes), for messages.
+    pub source: String,
+    /// The folder external data is read from.
+    pub base_dir: Option<PathBuf>,
+    pub ir_version: i64,
+    /// Imported opsets: domain (`""` for the default ONNX domain) → version.
+    pub opsets: BTreeMap<String, i64>,
+    pub producer: String,
+    pub graph: Graph,
+}
+
+impl Model {
+    /// The opset version imported for `domain` (`""` and `ai.onnx` are the same domain).
+    pub fn opset(&self, domain: &str) -> Option<i64> {
+        self.opsets.get(normalize_domain(domain)).copied()
+    }
+}
+
+/// `ai.onnx` is the default domain, also spelled as the empty string.
+pub fn normalize_domain(domain: &str) -> &str {
+    if domain == "ai.onnx" { "" } else { domain }
+}
+
+/// A static extent of a value's shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    Known(u64),
+    Symbolic(String),
+    Unknown,
+}
+
+/// What kind of thing flows along an edge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueType {
+    /// A dense tensor; element type and shape where known.
+    Tensor { elem_type: Option<ElementType>, shape: Option<Vec<Dim>> },
+    /// A sequence, map, optional or sparse tensor (kept for later; not run yet).
+    Other(String),
+    /// Nothing declared.
+    Unknown,
+}
+
+/// A value (edge) of the graph.
+#[derive(Clone, Debug)]
+pub struct Value {
+    pub name: String,
+    pub ty: ValueType,
+    pub producer: Option<NodeId>,
+    pub consumers: Vec<NodeId>,
+    /// Constant data, for initializers.
+    pub initializer: Option<Tensor>,
+    pub is_graph_input: bool,
+    pub is_graph_output: bool,
+}
+
+impl Value {
+    pub fn elem_type(&self) -> Option<ElementType> {
+        match &self.ty {
+            ValueType::Tensor { elem_type, .. } => *elem_type,
+            _ => None,
+        }
+    }
+
+    pub fn shape(&self) -> Option<&[Dim]> {
+        match &self.ty {
+            ValueType::Tensor { shape: Some(s), .. } => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// An attribute value.
+#[derive(Clone, Debug)]
+pub enum AttributeValue {
+    Float(f32),
+    Int(i64),
+    String(Vec<u8>),
+    Tensor(Tensor),
+    Graph(Box<Graph>),
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+    Strings(Vec<Vec<u8>>),
+    Tensors(Vec<Tensor>),
+    Graphs(Vec<Graph>),
+    /// A kind kept by name only (sparse tensors, type protos).
+    Other(&'static str),
+}
+
+#[derive(Clone, Debug)]
+pub struct Attribute {
+    pub name: String,
+    pub value: AttributeValue,
+}
+
+/// A node: one operator call.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub op_type: String,
+    /// `""` for the default ONNX domain.
+    pub domain: String,
+    /// `None` for an absent optional input (empty name in ONNX).
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<Option<ValueId>>,
+    pub attributes: Vec<Attribute>,
+}
+
+impl Node {
+    pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
+        self.attributes.iter().find(|a| a.name == name).map(|a| &a.value)
+    }
+
+    /// `name` if the node has one, else `op_type` with its index, for messages.
+    pub fn display_name(&self, id: NodeId) -> String {
+        if self.name.is_empty() { format!("{}#{id}", self.op_type) } else { self.name.clone() }
+    }
+}
+
+/// A graph: nodes in topological order over values.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    pub values: Vec<Value>,
+    /// Graph inputs the caller provides (initializers excluded).
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Names of values read from enclosing graphs (nested graphs only).
+    pub outer_refs: Vec<String>,
+    pub(crate) by_name: HashMap<String, ValueId>,
+}
+
+impl Graph {
+    pub fn value_id(&self, name: &str) -> Option<ValueId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Values that are initializers.
+    pub fn initializers(&self) -> impl Iterator<Item = (ValueId, &Tensor)> {
+        self.values.iter().enumerate().filter_map(|(i, v)| v.initializer.as_ref().map(|t| (i, t)))
+    }
+}

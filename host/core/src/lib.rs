@@ -1,0 +1,35 @@
+//! The epx host: loads ONNX models, discovers execution-provider plugins, partitions the graph
+//! across them and runs it, with the CPU EP always there to run what is left.
+//!
+//! The modules follow the data's path: [`onnx`] loads a model into the [`ir`]; [`manifest`],
+//! [`discover`] and [`resolve`] find plugins and their dependencies; [`plugin`] loads them and
+//! speaks the ABI; [`partition`] assigns nodes to EPs; [`session`] compiles and runs.
+//!
+//! ```no_run
+//! use epx::{ExecutionProvider, Session, Tensor};
+//! let session = Session::builder()?
+//!     .with_execution_providers([ExecutionProvider::new("cuda").with_option("device_id", "0")])?
+//!     .commit_from_file("model.onnx")?;
+//! let x = Tensor::from_array(ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[1, 4])));
+//! let outputs = session.run([("x", x)])?;
+//! println!("{:?}", outputs["y"]);
+//! # Ok::<(), epx::Error>(())
+//! ```
+
+pub mod discover;
+pub mod environment;
+pub mod error;
+pub mod ir;
+pub mod manifest;
+pub mod npy;
+pub mod onnx;
+pub mod partition;
+pub mod plugin;
+pub mod resolve;
+pub mod session;
+pub mod tensor;
+
+pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};
+pub use error::{Error, PluginLoadErrorKind, Result};
+pub use session::{ExecutionProvider, Session, SessionBuilder, SessionOutputs, ValueSpec};
+pub use tensor::{ElementType, Tensor, TensorElement};

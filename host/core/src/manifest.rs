@@ -1,0 +1,587 @@
+//! `plugin.toml`: what a plugin is, read without loading its library.
+//!
+//! Listing and filtering plugins must be cheap and must not run plugin code, so everything the
+//! host needs to decide whether (and how) to load a plugin is in this small TOML file next to
+//! the library:
+//!
+//! ```toml
+//! name = "cpu"
+//! version = "0.1.0"
+//! abi = "1.0"
+//! providers = ["cpu"]
+//!
+//! [library]
+//! linux = "libepx_cpu.so"
+//!
+//! [[dependencies]]
+//! name = "libonnxruntime.so.1"
+//! hints = ["lib", "$ORT_HOME/lib"]
+//! python_packages = ["onnxruntime/capi"]
+//!
+//! [default_options.cpu]
+//! threads = "4"
+//! ```
+//!
+//! Unknown keys are errors (a typo such as `provider = [...]` must not be silently ignored), and
+//! every error names the manifest file.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Manifests are a few hundred bytes; anything far larger is not a manifest and is not read
+/// into memory whole.
+const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+/// A parsed and validated `plugin.toml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginManifest {
+    /// Plugin name (non-empty).
+    pub name: String,
+    /// Version of the plugin itself.
+    pub version: semver::Version,
+    /// Plugin ABI version the library was built against. `"1.0"` in the file reads as `1.0.0`.
+    pub abi: semver::Version,
+    /// Free text for listings.
+    pub description: Option<String>,
+    /// Execution-provider names the library provides (non-empty, no empty names, no duplicates).
+    pub providers: Vec<String>,
+    /// SHA-256 of the library file, lowercase hex (64 characters), when the manifest pins it.
+    pub sha256: Option<String>,
+    /// Library file name per OS, relative to the manifest's folder.
+    pub library: LibraryFiles,
+    /// Libraries the plugin library needs, with hints on where to find them.
+    pub dependencies: Vec<DependencySpec>,
+    /// Default options per EP name (`[default_options.<ep>]`); every EP named is in `providers`.
+    pub default_options: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The `[library]` table: one file name per OS.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibraryFiles {
+    pub linux: Option<String>,
+    pub macos: Option<String>,
+    pub windows: Option<String>,
+}
+
+/// One `[[dependencies]]` entry: a library the plugin needs and where to look for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DependencySpec {
+    /// File name as the loader asks for it, e.g. `libonnxruntime.so.1`.
+    pub name: String,
+    /// Folders to search. Relative ones are relative to the plugin folder; `$VAR` and `${VAR}`
+    /// are expanded from the environment when searching (a hint naming an unset variable is
+    /// skipped).
+    #[serde(default)]
+    pub hints: Vec<String>,
+    /// Subfolders of Python `site-packages` to search, e.g. `onnxruntime/capi`.
+    #[serde(default)]
+    pub python_packages: Vec<String>,
+    /// An optional dependency that is missing does not stop the plugin from loading.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// What can go wrong reading a manifest. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read plugin manifest {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("plugin manifest {} is not valid TOML for a plugin manifest: {message}", path.display())]
+    Syntax { path: PathBuf, message: String },
+    #[error("plugin manifest {}: field `{field}`: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+impl ManifestError {
+    /// The manifest file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ManifestError::Io { path, .. }
+            | ManifestError::Syntax { path, .. }
+            | ManifestError::Invalid { path, .. } => path,
+        }
+    }
+}
+
+/// The file as written; turned into a [`PluginManifest`] by [`RawManifest::validate`] so that
+/// semver and other checks can report the field that is wrong.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: String,
+    version: String,
+    abi: String,
+    #[serde(default)]
+    description: Option<String>,
+    providers: Vec<String>,
+    #[serde(default)]
+    sha256: Option<String>,
+    library: LibraryFiles,
+    #[serde(default)]
+    dependencies: Vec<DependencySpec>,
+    #[serde(default)]
+    default_options: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Reads and validates the manifest at `path` (the `plugin.toml` file itself).
+pub fn read_manifest(path: &Path) -> Result<PluginManifest, ManifestError> {
+    let io_err = |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::Syntax {
+            path: path.to_path_buf(),
+            message: format!(
+                "file is larger than {MAX_MANIFEST_BYTES} bytes; this is not a plugin manifest"
+            ),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ManifestError::Syntax {
+        path: path.to_path_buf(),
+        message: format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ),
+    })?;
+    parse_manifest(&text, path)
+}
+
+/// Parses and validates manifest text; `path` is only used in error messages.
+pub fn parse_manifest(text: &str, path: &Path) -> Result<PluginManifest, ManifestError> {
+    let raw: RawManifest = toml::from_str(text).map_err(|e| ManifestError::Syntax {
+        path: path.to_path_buf(),
+        message: e.to_string().trim_end().to_owned(),
+    })?;
+    raw.validate(path)
+}
+
+impl PluginManifest {
+    /// The library file name for the OS this host was built for, if the manifest names one.
+    /// Manifests returned by [`read_manifest`] always have one.
+    pub fn library_for_current_os(&self) -> Option<&str> {
+        self.library.for_current_os()
+    }
+
+    /// Default options for one EP, if the manifest has any.
+    pub fn default_options_for(&self, provider: &str) -> Option<&BTreeMap<String, String>> {
+        self.default_options.get(provider)
+    }
+}
+
+impl LibraryFiles {
+    /// The entry for the OS this host was built for (`None` on OSes other than Linux, macOS
+    /// and Windows).
+    pub fn for_current_os(&self) -> Option<&str> {
+        let entry = if cfg!(target_os = "linux") {
+            &self.linux
+        } else if cfg!(target_os = "macos") {
+            &self.macos
+        } else if cfg!(target_os = "windows") {
+            &self.windows
+        } else {
+            return None;
+        };
+        entry.as_deref()
+    }
+}
+
+/// The key of the current OS in `[library]`, for messages.
+fn current_os_key() -> &'static str {
+    if cfg!(target_os = "linux") {
+        "linux"
+    } else if cfg!(target_os = "macos") {
+        "macos"
+    } else if cfg!(target_os = "windows") {
+        "windows"
+    } else {
+        std::env::consts::OS
+    }
+}
+
+/// `"1.0"` is accepted for the ABI (major.minor is how ABI versions are usually written).
+fn parse_abi_version(text: &str) -> Result<semver::Version, semver::Error> {
+    let trimmed = text.trim();
+    if trimmed.bytes().filter(|&b| b == b'.').count() == 1
+        && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    {
+        semver::Version::parse(&format!("{trimmed}.0"))
+    } else {
+        semver::Version::parse(trimmed)
+    }
+}
+
+/// A library path from `[library]` must stay inside the plugin folder.
+fn check_relative_file(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("is empty".to_owned());
+    }
+    let path = Path::new(name);
+    for component in path.components() {
+        match component {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!(
+                    "\"{name}\" leaves the plugin folder (`..`); name a file inside it"
+                ));
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "\"{name}\" is an absolute path; name a file relative to the plugin folder"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl RawManifest {
+    fn validate(self, path: &Path) -> Result<PluginManifest, ManifestError> {
+        let invalid = |field: &str, message: String| ManifestError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_owned(),
+            message,
+        };
+
+        if self.name.trim().is_empty() {
+            return Err(invalid(
+                "name",
+                "is empty; give the plugin a name".to_owned(),
+            ));
+        }
+        let version = semver::Version::parse(self.version.trim()).map_err(|e| {
+            invalid(
+                "version",
+                format!(
+                    "\"{}\" is not a semantic version such as 0.1.0: {e}",
+                    self.version
+                ),
+            )
+        })?;
+        let abi = parse_abi_version(&self.abi).map_err(|e| {
+            invalid(
+                "abi",
+                format!("\"{}\" is not an ABI version such as 1.0: {e}", self.abi),
+            )
+        })?;
+
+        if self.providers.is_empty() {
+            return Err(invalid(
+                "providers",
+                "is empty; list the execution providers the library provides".to_owned(),
+            ));
+        }
+        for (i, provider) in self.providers.iter().enumerate() {
+            if provider.trim().is_empty() {
+                return Err(invalid("providers", format!("entry {} is empty", i + 1)));
+            }
+            if self.providers[..i].contains(provider) {
+                return Err(invalid(
+                    "providers",
+                    format!("\"{provider}\" is listed twice"),
+                ));
+            }
+        }
+
+        let sha256 = match self.sha256 {
+            None => None,
+            Some(hex) => {
+                let hex = hex.trim().to_ascii_lowercase();
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(invalid(
+                        "sha256",
+                        format!(
+                            "must be 64 hexadecimal characters (the SHA-256 of the library file), got {} characters",
+                            hex.chars().count()
+                        ),
+                    ));
+                }
+                Some(hex)
+            }
+        };
+
+        for (key, value) in [
+            ("library.linux", &self.library.linux),
+            ("library.macos", &self.library.macos),
+            ("library.windows", &self.library.windows),
+        ] {
+            if let Some(name) = value {
+                check_relative_file(name).map_err(|message| invalid(key, message))?;
+            }
+        }
+        if self.library.for_current_os().is_none() {
+            let os = current_os_key();
+            return Err(invalid(
+                &format!("library.{os}"),
+                format!("no library file for this OS; add `{os} = \"<file>\"` under [library]"),
+            ));
+        }
+
+        for (i, dep) in self.dependencies.iter().enumerate() {
+            let field = format!("dependencies[{i}].name");
+            if dep.name.trim().is_empty() {
+                return Err(invalid(&field, "is empty".to_owned()));
+            }
+            if dep.name.contains('/') || dep.name.contains('\\') {
+                return Err(invalid(
+                    &field,
+                    format!(
+                        "\"{}\" must be a file name only; put folders in `hints`",
+                        dep.name
+                    ),
+                ));
+            }
+        }
+
+        for provider in self.default_options.keys() {
+            if !self.providers.contains(provider) {
+                return Err(invalid(
+                    &format!("default_options.{provider}"),
+                    format!(
+                        "\"{provider}\" is not one of the providers [{}]",
+                        self.providers.join(", ")
+                    ),
+                ));
+            }
+        }
+
+        Ok(PluginManifest {
+            name: self.name,
+            version,
+            abi,
+            description: self.description,
+            providers: self.providers,
+            sha256,
+            library: self.library,
+            dependencies: self.dependencies,
+            default_options: self.default_options,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+name = "cpu"
+version = "0.1.0"
+abi = "1.0"
+description = "reference kernels"
+providers = ["cpu", "cuda"]
+sha256 = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+
+[library]
+linux = "libepx_cpu.so"
+macos = "libepx_cpu.dylib"
+windows = "epx_cpu.dll"
+
+[[dependencies]]
+name = "libonnxruntime.so.1"
+hints = ["lib", "/opt/onnxruntime/lib"]
+python_packages = ["onnxruntime/capi"]
+optional = false
+
+[[dependencies]]
+name = "libcudnn.so.9"
+optional = true
+
+[default_options.cuda]
+device_id = "0"
+"#;
+
+    fn parse(text: &str) -> Result<PluginManifest, ManifestError> {
+        parse_manifest(text, Path::new("/plugins/cpu/plugin.toml"))
+    }
+
+    fn replace(from: &str, to: &str) -> String {
+        assert!(FULL.contains(from), "{from}");
+        FULL.replacen(from, to, 1)
+    }
+
+    fn invalid_field(result: Result<PluginManifest, ManifestError>) -> String {
+        match result {
+            Err(ManifestError::Invalid { field, path, .. }) => {
+                assert_eq!(path, Path::new("/plugins/cpu/plugin.toml"));
+                field
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_manifest_parses() {
+        let m = parse(FULL).expect("valid");
+        assert_eq!(m.name, "cpu");
+        assert_eq!(m.version, semver::Version::new(0, 1, 0));
+        assert_eq!(m.abi, semver::Version::new(1, 0, 0));
+        assert_eq!(m.description.as_deref(), Some("reference kernels"));
+        assert_eq!(m.providers, ["cpu", "cuda"]);
+        assert_eq!(
+            m.sha256.as_deref(),
+            Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+        );
+        assert_eq!(m.dependencies.len(), 2);
+        assert_eq!(m.dependencies[0].hints, ["lib", "/opt/onnxruntime/lib"]);
+        assert_eq!(m.dependencies[0].python_packages, ["onnxruntime/capi"]);
+        assert!(!m.dependencies[0].optional);
+        assert!(m.dependencies[1].optional && m.dependencies[1].hints.is_empty());
+        assert_eq!(
+            m.default_options_for("cuda")
+                .and_then(|o| o.get("device_id"))
+                .map(String::as_str),
+            Some("0")
+        );
+        #[cfg(target_os = "linux")]
+        assert_eq!(m.library_for_current_os(), Some("libepx_cpu.so"));
+    }
+
+    #[test]
+    fn minimal_manifest_parses() {
+        let m = parse(
+            "name = \"x\"\nversion = \"1.2.3-beta.1\"\nabi = \"1.0.2\"\nproviders = [\"x\"]\n\
+             [library]\nlinux = \"a.so\"\nmacos = \"a.dylib\"\nwindows = \"a.dll\"\n",
+        )
+        .expect("valid");
+        assert_eq!(m.abi, semver::Version::new(1, 0, 2));
+        assert!(m.dependencies.is_empty() && m.default_options.is_empty() && m.sha256.is_none());
+    }
+
+    #[test]
+    fn garbage_is_a_syntax_error_naming_file_and_line() {
+        let err = parse("name = \"cpu\"\nthis is not toml\n").expect_err("garbage");
+        let text = err.to_string();
+        assert!(matches!(err, ManifestError::Syntax { .. }), "{err:?}");
+        assert!(text.contains("/plugins/cpu/plugin.toml"), "{text}");
+        assert!(text.contains("line 2"), "{text}");
+
+        // binary noise never panics
+        let noise: String = (0u8..=255).map(char::from).cycle().take(3000).collect();
+        assert!(parse(&noise).is_err());
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let err = parse(&replace("providers =", "provider =")).expect_err("typo");
+        assert!(matches!(err, ManifestError::Syntax { .. }), "{err:?}");
+        assert!(err.to_string().contains("provider"), "{err}");
+
+        let err = parse(&replace("optional = false", "optionall = false")).expect_err("typo");
+        assert!(err.to_string().contains("optionall"), "{err}");
+
+        let err = parse(&replace("linux =", "linx =")).expect_err("typo");
+        assert!(err.to_string().contains("linx"), "{err}");
+    }
+
+    #[test]
+    fn bad_semver_is_invalid() {
+        assert_eq!(
+            invalid_field(parse(&replace("\"0.1.0\"", "\"0.1\""))),
+            "version"
+        );
+        assert_eq!(invalid_field(parse(&replace("\"1.0\"", "\"one\""))), "abi");
+        let err = parse(&replace("\"0.1.0\"", "\"banana\"")).expect_err("bad");
+        let text = err.to_string();
+        assert!(
+            text.contains("banana") && text.contains("plugin.toml"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn other_invalid_fields() {
+        assert_eq!(
+            invalid_field(parse(&replace("name = \"cpu\"", "name = \"\""))),
+            "name"
+        );
+        assert_eq!(
+            invalid_field(parse(&replace("[\"cpu\", \"cuda\"]", "[]"))),
+            "providers"
+        );
+        assert_eq!(
+            invalid_field(parse(&replace("[\"cpu\", \"cuda\"]", "[\"cpu\", \"cpu\"]"))),
+            "providers"
+        );
+        assert_eq!(invalid_field(parse(&replace("ABCDEF", "ABCDEX"))), "sha256");
+        assert_eq!(invalid_field(parse(&replace("ABCDEF", "ABCD"))), "sha256");
+        assert_eq!(
+            invalid_field(parse(&replace("\"libepx_cpu.so\"", "\"../libepx_cpu.so\""))),
+            "library.linux"
+        );
+        assert_eq!(
+            invalid_field(parse(&replace("\"epx_cpu.dll\"", "\"/abs/epx_cpu.dll\""))),
+            "library.windows"
+        );
+        assert_eq!(
+            invalid_field(parse(&replace(
+                "[default_options.cuda]",
+                "[default_options.cudaa]"
+            ))),
+            "default_options.cudaa"
+        );
+        assert_eq!(
+            invalid_field(parse(&replace(
+                "name = \"libcudnn.so.9\"",
+                "name = \"/usr/lib/libcudnn.so.9\""
+            ))),
+            "dependencies[1].name"
+        );
+    }
+
+    #[test]
+    fn missing_library_for_this_os_is_invalid() {
+        let text = FULL
+            .replace("linux = \"libepx_cpu.so\"\n", "")
+            .replace("macos = \"libepx_cpu.dylib\"\n", "")
+            .replace("windows = \"epx_cpu.dll\"\n", "");
+        let err = parse(&text).expect_err("no library");
+        let field = invalid_field(Err(err));
+        assert_eq!(field, format!("library.{}", current_os_key()));
+    }
+
+    #[test]
+    fn wrong_types_are_syntax_errors() {
+        let err = parse(&replace("device_id = \"0\"", "device_id = 0")).expect_err("int");
+        assert!(matches!(err, ManifestError::Syntax { .. }), "{err:?}");
+        assert!(parse(&replace("[\"cpu\", \"cuda\"]", "\"cpu\"")).is_err());
+    }
+
+    #[test]
+    fn read_manifest_reports_io_and_non_utf8() {
+        let dir = std::env::temp_dir().join(format!("epx-manifest-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let missing = dir.join("nope.toml");
+        let err = read_manifest(&missing).expect_err("missing");
+        assert!(matches!(err, ManifestError::Io { .. }));
+        assert!(err.to_string().contains("nope.toml"), "{err}");
+
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, [0xffu8, 0xfe, 0x00, b'a']).expect("write");
+        let err = read_manifest(&bad).expect_err("not utf8");
+        assert!(matches!(err, ManifestError::Syntax { .. }), "{err:?}");
+        assert_eq!(err.path(), bad.as_path());
+
+        let good = dir.join("plugin.toml");
+        std::fs::write(&good, FULL).expect("write");
+        assert_eq!(read_manifest(&good).expect("ok").name, "cpu");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

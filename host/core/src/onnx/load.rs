@@ -1,0 +1,522 @@
+//! ONNX bytes → [`Model`]: decode, check, resolve names to ids, sort topologically.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path};
+
+use prost::Message;
+
+use super::proto;
+use crate::error::{Error, Result};
+use crate::ir::*;
+use crate::tensor::{ElementType, Tensor};
+
+/// Oldest IR version accepted (the first with opset imports).
+pub const MIN_IR_VERSION: i64 = 3;
+/// Newest IR version accepted (ONNX 1.22).
+pub const MAX_IR_VERSION: i64 = 13;
+
+/// Loads a model file; external data is read relative to its folder.
+pub fn load_model_file(path: &Path) -> Result<Model> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    load_model_bytes(&bytes, &path.display().to_string(), path.parent())
+}
+
+/// Loads a model from bytes. `source` names it in messages; external data, if any, is read
+/// from `base_dir` (and refused without one).
+pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> Result<Model> {
+    let model_err = |message: String| Error::Model { source_name: source.to_string(), message };
+    if bytes.is_empty() {
+        return Err(model_err("the file is empty, not an ONNX model".into()));
+    }
+    let proto = proto::ModelProto::decode(bytes).map_err(|e| {
+        model_err(format!(
+            "not a valid ONNX model (protobuf decoding failed: {e}); the file may be truncated or of another format"
+        ))
+    })?;
+    let Some(ir_version) = proto.ir_version else {
+        return Err(model_err("not an ONNX model: no ir_version field".into()));
+    };
+    let Some(graph) = proto.graph.as_ref() else {
+        return Err(model_err("not an ONNX model: it has no graph".into()));
+    };
+    if !(MIN_IR_VERSION..=MAX_IR_VERSION).contains(&ir_version) {
+        return Err(model_err(format!(
+            "unsupported ONNX IR version {ir_version}; this build reads IR versions {MIN_IR_VERSION} to {MAX_IR_VERSION}"
+        )));
+    }
+    let mut opsets = BTreeMap::new();
+    for o in &proto.opset_import {
+        let domain = normalize_domain(o.domain.as_deref().unwrap_or("")).to_string();
+        opsets.insert(domain, o.version.unwrap_or(0));
+    }
+    if !opsets.contains_key("") {
+        // IR ≥ 3 requires an import of the default domain when default ops are used; a model
+        // without one cannot say which semantics its ops have.
+        if graph.node.iter().any(|n| normalize_domain(n.domain.as_deref().unwrap_or("")).is_empty()) {
+            return Err(model_err("the model uses ONNX operators but imports no default-domain opset".into()));
+        }
+    }
+    let ctx = Ctx { source, base_dir };
+    let graph = ctx.graph(graph, &HashSet::new())?;
+    Ok(Model {
+        source: source.to_string(),
+        base_dir: base_dir.map(Path::to_path_buf),
+        ir_version,
+        opsets,
+        producer: proto.producer_name.clone().unwrap_or_default(),
+        graph,
+    })
+}
+
+/// Decodes a serialized `TensorProto` (as the ONNX test data `.pb` files hold).
+pub fn load_tensor_bytes(bytes: &[u8], source: &str) -> Result<(String, Tensor)> {
+    let t = proto::TensorProto::decode(bytes).map_err(|e| Error::Model {
+        source_name: source.to_string(),
+        message: format!("not a TensorProto: {e}"),
+    })?;
+    let ctx = Ctx { source, base_dir: None };
+    let tensor = ctx.tensor(&t)?;
+    Ok((t.name.clone().unwrap_or_default(), tensor))
+}
+
+struct Ctx<'a> {
+    source: &'a str,
+    base_dir: Option<&'a Path>,
+}
+
+impl Ctx<'_> {
+    fn err(&self, message: impl Into<String>) -> Error {
+        Error::Model { source_name: self.source.to_string(), message: message.into() }
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> Error {
+        Error::InvalidGraph { source_name: self.source.to_string(), message: message.into() }
+    }
+
+    /// Builds a graph. `outer` holds names visible from enclosing graphs.
+    fn graph(&self, g: &proto::GraphProto, outer: &HashSet<String>) -> Result<Graph> {
+        let mut graph = Graph { name: g.name.clone().unwrap_or_default(), ..Graph::default() };
+        let add_value = |graph: &mut Graph, name: &str, ty: ValueType| -> ValueId {
+            if let Some(&id) = graph.by_name.get(name) {
+                if graph.values[id].ty == ValueType::Unknown {
+                    graph.values[id].ty = ty;
+                }
+                return id;
+            }
+            let id = graph.values.len();
+            graph.values.push(Value {
+                name: name.to_string(),
+                ty,
+                producer: None,
+                consumers: Vec::new(),
+                initializer: None,
+                is_graph_input: false,
+                is_graph_output: false,
+            });
+            graph.by_name.insert(name.to_string(), id);
+            id
+        };
+
+        for init in &g.initializer {
+            let name = init.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                return Err(self.invalid("an initializer has no name"));
+            }
+            if graph.by_name.contains_key(&name) {
+                return Err(self.invalid(format!("initializer `{name}` is defined twice")));
+            }
+            let tensor = self.tensor(init).map_err(|e| self.invalid(format!("initializer `{name}`: {e}")))?;
+            let ty = ValueType::Tensor {
+                elem_type: Some(tensor.elem_type()),
+                shape: Some(tensor.shape().iter().map(|&d| Dim::Known(d as u64)).collect()),
+            };
+            let id = add_value(&mut graph, &name, ty);
+            graph.values[id].initializer = Some(tensor);
+        }
+        if !g.sparse_initializer.is_empty() {
+            return Err(self.err("sparse initializers are not supported"));
+        }
+        for vi in &g.input {
+            let name = vi.name.clone().unwrap_or_default();
+            let ty = self.value_type(vi.r#type.as_ref());
+            let id = add_value(&mut graph, &name, ty);
+            // An input with an initializer is a constant with a default (IR < 4 lists every
+            // initializer as an input too): it is not something the caller must provide.
+            if graph.values[id].initializer.is_none() {
+                if graph.values[id].is_graph_input {
+                    return Err(self.invalid(format!("graph input `{name}` is listed twice")));
+                }
+                graph.values[id].is_graph_input = true;
+                graph.inputs.push(id);
+            }
+        }
+        for vi in &g.value_info {
+            let name = vi.name.clone().unwrap_or_default();
+            add_value(&mut graph, &name, self.value_type(vi.r#type.as_ref()));
+        }
+
+        // Nodes in file order first; sorted below.
+        let mut produced_by: HashMap<String, usize> = HashMap::new();
+        for (i, n) in g.node.iter().enumerate() {
+            for out in n.output.iter().filter(|o| !o.is_empty()) {
+                if produced_by.insert(out.clone(), i).is_some() {
+                    return Err(self.invalid(format!("value `{out}` is produced by two nodes")));
+                }
+                if let Some(&id) = graph.by_name.get(out.as_str()) {
+                    if graph.values[id].initializer.is_some() || graph.values[id].is_graph_input {
+                        return Err(self.invalid(format!(
+                            "node {} writes `{out}`, which is a graph input or initializer",
+                            node_label(n, i)
+                        )));
+                    }
+                }
+            }
+        }
+        // Names visible to nested graphs: everything of this graph plus what the outer ones see.
+        let mut visible: HashSet<String> = outer.clone();
+        visible.extend(graph.by_name.keys().cloned());
+        visible.extend(produced_by.keys().cloned());
+
+        let order = self.topological_order(g, &produced_by, &graph.by_name, outer)?;
+        for &i in &order {
+            let n = &g.node[i];
+            let mut inputs = Vec::with_capacity(n.input.len());
+            for name in &n.input {
+                if name.is_empty() {
+                    inputs.push(None);
+                    continue;
+                }
+                let known = graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
+                if !known {
+                    // Read from an enclosing graph (nested graphs only).
+                    if !graph.outer_refs.contains(name) {
+                        graph.outer_refs.push(name.clone());
+                    }
+                }
+                inputs.push(Some(add_value(&mut graph, name, ValueType::Unknown)));
+            }
+            let mut outputs = Vec::with_capacity(n.output.len());
+            for name in &n.output {
+                outputs.push(if name.is_empty() { None } else { Some(add_value(&mut graph, name, ValueType::Unknown)) });
+            }
+            let mut attributes = Vec::with_capacity(n.attribute.len());
+            for a in &n.attribute {
+                attributes.push(self.attribute(a, &visible).map_err(|e| match e {
+                    Error::Model { message, .. } | Error::InvalidGraph { message, .. } => {
+                        self.invalid(format!("node {}: attribute `{}`: {message}", node_label(n, i), a.name()))
+                    }
+                    other => other,
+                })?);
+            }
+            let id = graph.nodes.len();
+            for v in outputs.iter().flatten() {
+                graph.values[*v].producer = Some(id);
+            }
+            for v in inputs.iter().flatten() {
+                if !graph.values[*v].consumers.contains(&id) {
+                    graph.values[*v].consumers.push(id);
+                }
+            }
+            graph.nodes.push(Node {
+                name: n.name.clone().unwrap_or_default(),
+                op_type: n.op_type.clone().unwrap_or_default(),
+                domain: normalize_domain(n.domain.as_deref().unwrap_or("")).to_string(),
+                inputs,
+                outputs,
+                attributes,
+            });
+        }
+        for vi in &g.output {
+            let name = vi.name.clone().unwrap_or_default();
+            let Some(&id) = graph.by_name.get(name.as_str()) else {
+                return Err(self.invalid(format!("graph output `{name}` is produced by no node and is no input")));
+            };
+            let declared = self.value_type(vi.r#type.as_ref());
+            if declared != ValueType::Unknown && graph.values[id].initializer.is_none() {
+                graph.values[id].ty = declared;
+            }
+            graph.values[id].is_graph_output = true;
+            graph.outputs.push(id);
+        }
+        Ok(graph)
+    }
+
+    /// Kahn's algorithm, keeping file order among ready nodes. Reports dangling inputs and
+    /// cycles by name.
+    fn topological_order(
+        &self,
+        g: &proto::GraphProto,
+        produced_by: &HashMap<String, usize>,
+        defined: &HashMap<String, ValueId>,
+        outer: &HashSet<String>,
+    ) -> Result<Vec<usize>> {
+        let n = g.node.len();
+        let mut indegree = vec![0usize; n];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, node) in g.node.iter().enumerate() {
+            let mut seen = HashSet::new();
+            for name in node.input.iter().filter(|s| !s.is_empty()) {
+                if let Some(&p) = produced_by.get(name) {
+                    if seen.insert(p) {
+                        indegree[i] += 1;
+                        users[p].push(i);
+                    }
+                } else if !defined.contains_key(name.as_str()) && !outer.contains(name) {
+                    return Err(self.invalid(format!(
+                        "node {} reads `{name}`, which no node produces and is no graph input or initializer (dangling input)",
+                        node_label(node, i)
+                    )));
+                }
+            }
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> =
+            (0..n).filter(|&i| indegree[i] == 0).map(std::cmp::Reverse).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(std::cmp::Reverse(i)) = ready.pop() {
+            order.push(i);
+            for &u in &users[i] {
+                indegree[u] -= 1;
+                if indegree[u] == 0 {
+                    ready.push(std::cmp::Reverse(u));
+                }
+            }
+        }
+        if order.len() != n {
+            let stuck: Vec<String> =
+                (0..n).filter(|&i| indegree[i] > 0).take(8).map(|i| node_label(&g.node[i], i)).collect();
+            return Err(self.invalid(format!("the graph has a cycle through nodes {}", stuck.join(", "))));
+        }
+        Ok(order)
+    }
+
+    fn value_type(&self, t: Option<&proto::TypeProto>) -> ValueType {
+        use proto::type_proto::Value as V;
+        match t.and_then(|t| t.value.as_ref()) {
+            Some(V::TensorType(tt)) => ValueType::Tensor {
+                elem_type: tt.elem_type.and_then(ElementType::from_onnx).filter(|e| *e != ElementType::Undefined),
+                shape: tt.shape.as_ref().map(|s| {
+                    s.dim
+                        .iter()
+                        .map(|d| match &d.value {
+                            Some(proto::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
+                                Dim::Known(*v as u64)
+                            }
+                            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                                Dim::Symbolic(p.clone())
+                            }
+                            _ => Dim::Unknown,
+                        })
+                        .collect()
+                }),
+            },
+            Some(V::SequenceType(_)) => ValueType::Other("sequence".into()),
+            Some(V::MapType(_)) => ValueType::Other("map".into()),
+            Some(V::OptionalType(_)) => ValueType::Other("optional".into()),
+            Some(V::SparseTensorType(_)) => ValueType::Other("sparse tensor".into()),
+            None => ValueType::Unknown,
+        }
+    }
+
+    fn attribute(&self, a: &proto::AttributeProto, visible: &HashSet<String>) -> Result<Attribute> {
+        use proto::attribute_proto::AttributeType as T;
+        let name = a.name.clone().unwrap_or_default();
+        if a.ref_attr_name.as_deref().is_some_and(|r| !r.is_empty()) {
+            return Err(self.err("attribute references are only valid inside functions"));
+        }
+        // Older writers leave `type` unset; infer it from the field that is set.
+        let kind = match a.r#type.and_then(|t| T::try_from(t).ok()) {
+            Some(k) if k != T::Undefined => k,
+            _ => {
+                if a.f.is_some() {
+                    T::Float
+                } else if a.i.is_some() {
+                    T::Int
+                } else if a.s.is_some() {
+                    T::String
+                } else if a.t.is_some() {
+                    T::Tensor
+                } else if a.g.is_some() {
+                    T::Graph
+                } else if !a.floats.is_empty() {
+                    T::Floats
+                } else if !a.ints.is_empty() {
+                    T::Ints
+                } else if !a.strings.is_empty() {
+                    T::Strings
+                } else if !a.tensors.is_empty() {
+                    T::Tensors
+                } else if !a.graphs.is_empty() {
+                    T::Graphs
+                } else {
+                    return Err(self.err("attribute has no type and no value"));
+                }
+            }
+        };
+        let value = match kind {
+            T::Float => AttributeValue::Float(a.f.unwrap_or(0.0)),
+            T::Int => AttributeValue::Int(a.i.unwrap_or(0)),
+            T::String => AttributeValue::String(a.s.clone().unwrap_or_default()),
+            T::Tensor => AttributeValue::Tensor(self.tensor(a.t.as_ref().ok_or_else(|| self.err("tensor missing"))?)?),
+            T::Graph => {
+                let g = a.g.as_ref().ok_or_else(|| self.err("graph missing"))?;
+                AttributeValue::Graph(Box::new(self.graph(g, visible)?))
+            }
+            T::Floats => AttributeValue::Floats(a.floats.clone()),
+            T::Ints => AttributeValue::Ints(a.ints.clone()),
+            T::Strings => AttributeValue::Strings(a.strings.clone()),
+            T::Tensors => AttributeValue::Tensors(a.tensors.iter().map(|t| self.tensor(t)).collect::<Result<_>>()?),
+            T::Graphs => AttributeValue::Graphs(a.graphs.iter().map(|g| self.graph(g, visible)).collect::<Result<_>>()?),
+            T::SparseTensor | T::SparseTensors => AttributeValue::Other("sparse tensor"),
+            T::TypeProto | T::TypeProtos => AttributeValue::Other("type proto"),
+            T::Undefined => AttributeValue::Other("undefined"),
+        };
+        Ok(Attribute { name, value })
+    }
+
+    /// Decodes a `TensorProto`'s data, from raw bytes, typed fields or external data.
+    fn tensor(&self, t: &proto::TensorProto) -> Result<Tensor> {
+        let code = t.data_type.unwrap_or(0);
+        let ty = ElementType::from_onnx(code)
+            .filter(|e| *e != ElementType::Undefined)
+            .ok_or_else(|| self.err(format!("tensor has unknown data type {code}")))?;
+        let mut shape = Vec::with_capacity(t.dims.len());
+        for &d in &t.dims {
+            shape.push(usize::try_from(d).map_err(|_| self.err(format!("tensor has negative dimension {d}")))?);
+        }
+        let count = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| self.err(format!("tensor shape {shape:?} is too large")))?;
+        if t.segment.is_some() {
+            return Err(self.err("segmented tensors are not supported"));
+        }
+        if ty == ElementType::String {
+            if t.string_data.len() != count {
+                return Err(self.err(format!("string tensor of shape {shape:?} has {} strings", t.string_data.len())));
+            }
+            return Tensor::from_strings(&shape, t.string_data.clone());
+        }
+        let size = ty.byte_size().ok_or_else(|| self.err(format!("{ty} tensors are not supported")))?;
+        let nbytes = count.checked_mul(size).ok_or_else(|| self.err("tensor too large"))?;
+        let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
+        let bytes: Vec<u8> = if external {
+            self.external_data(t, nbytes)?
+        } else if let Some(raw) = &t.raw_data {
+            raw.clone()
+        } else {
+            typed_field_bytes(t, ty, count).map_err(|m| self.err(m))?
+        };
+        if bytes.len() != nbytes {
+            return Err(self.err(format!(
+                "{ty} tensor of shape {shape:?} needs {nbytes} bytes of data, has {}",
+                bytes.len()
+            )));
+        }
+        Tensor::from_bytes(ty, &shape, &bytes).map_err(|e| self.err(e.to_string()))
+    }
+
+    fn external_data(&self, t: &proto::TensorProto, nbytes: usize) -> Result<Vec<u8>> {
+        let mut location = None;
+        let mut offset = 0u64;
+        let mut length = None;
+        for kv in &t.external_data {
+            let value = kv.value.clone().unwrap_or_default();
+            match kv.key.as_deref().unwrap_or("") {
+                "location" => location = Some(value),
+                "offset" => offset = value.parse().map_err(|_| self.err(format!("bad external data offset `{value}`")))?,
+                "length" => {
+                    length = Some(value.parse::<u64>().map_err(|_| self.err(format!("bad external data length `{value}`")))?)
+                }
+                _ => {}
+            }
+        }
+        let location = location.ok_or_else(|| self.err("external tensor has no location"))?;
+        let rel = Path::new(&location);
+        if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir | Component::Prefix(_))) {
+            return Err(self.err(format!("external data location `{location}` must stay inside the model's folder")));
+        }
+        let base = self
+            .base_dir
+            .ok_or_else(|| self.err(format!("tensor data is in external file `{location}`, but the model was loaded from bytes without a folder")))?;
+        let path = base.join(rel);
+        let io = |source| Error::Io { path: path.clone(), source };
+        let mut f = std::fs::File::open(&path).map_err(io)?;
+        let file_len = f.metadata().map_err(io)?.len();
+        let want = length.unwrap_or(nbytes as u64);
+        if offset.checked_add(want).is_none_or(|end| end > file_len) {
+            return Err(self.err(format!(
+                "external data `{location}`: range {offset}+{want} is past the end of the file ({file_len} bytes)"
+            )));
+        }
+        f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        let mut buf = vec![0u8; usize::try_from(want).map_err(|_| self.err("external data too large"))?];
+        f.read_exact(&mut buf).map_err(io)?;
+        Ok(buf)
+    }
+}
+
+fn node_label(n: &proto::NodeProto, i: usize) -> String {
+    match n.name.as_deref() {
+        Some(name) if !name.is_empty() => format!("`{name}` ({})", n.op_type()),
+        _ => format!("#{i} ({})", n.op_type()),
+    }
+}
+
+/// The little-endian bytes of a tensor stored in the typed repeated fields.
+fn typed_field_bytes(t: &proto::TensorProto, ty: ElementType, count: usize) -> std::result::Result<Vec<u8>, std::string::String> {
+    fn check<T>(v: &[T], n: usize, field: &str) -> std::result::Result<(), std::string::String> {
+        if v.len() == n { Ok(()) } else { Err(format!("{field} holds {} values, the shape needs {n}", v.len())) }
+    }
+    use ElementType::*;
+    let mut out = Vec::new();
+    match ty {
+        Float => {
+            check(&t.float_data, count, "float_data")?;
+            t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Complex64 => {
+            check(&t.float_data, count * 2, "float_data")?;
+            t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Double => {
+            check(&t.double_data, count, "double_data")?;
+            t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Complex128 => {
+            check(&t.double_data, count * 2, "double_data")?;
+            t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Int64 => {
+            check(&t.int64_data, count, "int64_data")?;
+            t.int64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Uint32 | Uint64 => {
+            check(&t.uint64_data, count, "uint64_data")?;
+            for v in &t.uint64_data {
+                if ty == Uint32 {
+                    out.extend_from_slice(&(*v as u32).to_le_bytes());
+                } else {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Int32 => {
+            check(&t.int32_data, count, "int32_data")?;
+            t.int32_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        Int16 | Uint16 | Float16 | Bfloat16 => {
+            check(&t.int32_data, count, "int32_data")?;
+            t.int32_data.iter().for_each(|v| out.extend_from_slice(&(*v as u16).to_le_bytes()));
+        }
+        Int8 | Uint8 | Bool | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ => {
+            check(&t.int32_data, count, "int32_data")?;
+            t.int32_data.iter().for_each(|v| out.push(*v as u8));
+        }
+        other => return Err(format!("{other} tensors are not supported")),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

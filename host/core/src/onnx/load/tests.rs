@@ -1,0 +1,178 @@
+use super::*;
+use proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto};
+
+fn vi(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            denotation: None,
+            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
+                elem_type: Some(1),
+                shape: None,
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{}", outputs.join("_"))),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> ModelProto {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            input: inputs.iter().map(|s| vi(s)).collect(),
+            output: outputs.iter().map(|s| vi(s)).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn load(m: &ModelProto) -> Result<Model> {
+    load_model_bytes(&m.encode_to_vec(), "test.onnx", None)
+}
+
+#[test]
+fn nodes_come_out_in_topological_order() {
+    // File order is reversed on purpose.
+    let m = model(
+        vec![node("Relu", &["t"], &["y"]), node("Neg", &["x"], &["t"])],
+        &["x"],
+        &["y"],
+    );
+    let g = load(&m).unwrap().graph;
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(ops, ["Neg", "Relu"]);
+    let t = g.value_id("t").unwrap();
+    assert_eq!(g.values[t].producer, Some(0));
+    assert_eq!(g.values[t].consumers, vec![1]);
+    assert_eq!(g.inputs, vec![g.value_id("x").unwrap()]);
+}
+
+#[test]
+fn cycle_is_an_error_naming_the_nodes() {
+    let m = model(
+        vec![node("Add", &["x", "b"], &["a"]), node("Relu", &["a"], &["b"])],
+        &["x"],
+        &["a"],
+    );
+    let err = load(&m).unwrap_err().to_string();
+    assert!(err.starts_with("test.onnx: invalid graph: the graph has a cycle"), "{err}");
+    assert!(err.contains("Add_a") && err.contains("Relu_b"), "{err}");
+}
+
+#[test]
+fn dangling_input_is_an_error() {
+    let m = model(vec![node("Relu", &["nowhere"], &["y"])], &["x"], &["y"]);
+    let err = load(&m).unwrap_err().to_string();
+    assert!(err.contains("reads `nowhere`"), "{err}");
+    assert!(err.contains("dangling input"), "{err}");
+}
+
+#[test]
+fn truncated_and_foreign_files_are_errors() {
+    let bytes = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]).encode_to_vec();
+    let err = load_model_bytes(&bytes[..bytes.len() - 3], "cut.onnx", None).unwrap_err();
+    assert!(matches!(err, Error::Model { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("cut.onnx: not a valid ONNX model"), "{err}");
+
+    let err = load_model_bytes(b"#!/bin/sh\necho hello\n", "script.sh", None).unwrap_err();
+    assert!(err.to_string().starts_with("script.sh: "), "{err}");
+    assert!(err.to_string().contains("ONNX"), "{err}");
+
+    let err = load_model_bytes(&[], "empty.onnx", None).unwrap_err();
+    assert_eq!(err.to_string(), "empty.onnx: the file is empty, not an ONNX model");
+}
+
+#[test]
+fn unsupported_ir_version_names_the_range() {
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+    m.ir_version = Some(99);
+    let err = load(&m).unwrap_err().to_string();
+    assert_eq!(err, "test.onnx: unsupported ONNX IR version 99; this build reads IR versions 3 to 13");
+}
+
+#[test]
+fn initializers_from_raw_typed_and_external_data() {
+    let dir = std::env::temp_dir().join(format!("epx-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut file = vec![0u8; 16];
+    file.extend_from_slice(&data);
+    std::fs::write(dir.join("weights.bin"), &file).unwrap();
+
+    let kv = |k: &str, v: &str| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let mut m = model(
+        vec![node("Add", &["x", "w"], &["s"]), node("Add", &["s", "v"], &["y"])],
+        &["x"],
+        &["y"],
+    );
+    let g = m.graph.as_mut().unwrap();
+    g.initializer.push(TensorProto {
+        name: Some("w".into()),
+        data_type: Some(1),
+        dims: vec![4],
+        data_location: Some(proto::tensor_proto::DataLocation::External as i32),
+        external_data: vec![kv("location", "weights.bin"), kv("offset", "16"), kv("length", "16")],
+        ..Default::default()
+    });
+    g.initializer.push(TensorProto {
+        name: Some("v".into()),
+        data_type: Some(7),
+        dims: vec![2],
+        int64_data: vec![5, -6],
+        ..Default::default()
+    });
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let model = load_model_file(&path).unwrap();
+    let w = model.graph.values[model.graph.value_id("w").unwrap()].initializer.clone().unwrap();
+    assert_eq!(w.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+    let v = model.graph.values[model.graph.value_id("v").unwrap()].initializer.clone().unwrap();
+    assert_eq!(v.as_slice::<i64>().unwrap(), &[5, -6]);
+
+    // Loaded from bytes, there is no folder to read the external file from.
+    let err = load_model_bytes(&m.encode_to_vec(), "mem", None).unwrap_err().to_string();
+    assert!(err.contains("external file `weights.bin`"), "{err}");
+
+    // A location escaping the folder is refused.
+    let g = m.graph.as_mut().unwrap();
+    g.initializer[0].external_data[0] = kv("location", "../etc/passwd");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let err = load_model_file(&path).unwrap_err().to_string();
+    assert!(err.contains("must stay inside the model's folder"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn nested_graphs_may_read_outer_values() {
+    let then_branch = GraphProto {
+        name: Some("then".into()),
+        node: vec![node("Identity", &["x"], &["t_out"])],
+        output: vec![vi("t_out")],
+        ..Default::default()
+    };
+    let mut if_node = node("If", &["cond"], &["y"]);
+    if_node.attribute.push(proto::AttributeProto {
+        name: Some("then_branch".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+        g: Some(then_branch),
+        ..Default::default()
+    });
+    let m = model(vec![if_node], &["cond", "x"], &["y"]);
+    let g = load(&m).unwrap().graph;
+    let AttributeValue::Graph(body) = g.nodes[0].attribute("then_branch").unwrap() else { panic!() };
+    assert_eq!(body.outer_refs, vec!["x".to_string()]);
+}

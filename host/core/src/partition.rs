@@ -1,0 +1,169 @@
+//! Partitioning: EPs in priority order claim groups of the nodes still unclaimed; the CPU EP,
+//! always last, takes what is left. Every answer is validated, and a group that is not convex
+//! (a path leaves it and comes back) is split so the fused graph stays acyclic.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, NodeId, ValueId};
+use crate::plugin::ProviderInstance;
+use crate::plugin::host_api::AbiGraph;
+
+/// A fused group: nodes one EP runs as one kernel, with the values crossing its border.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// Index into the session's provider list.
+    pub provider: usize,
+    /// Node ids, in topological order.
+    pub nodes: Vec<NodeId>,
+    /// Values read from outside the group (initializers excluded), in first-use order.
+    pub inputs: Vec<ValueId>,
+    /// Values produced inside and read outside the group, or graph outputs.
+    pub outputs: Vec<ValueId>,
+}
+
+/// Assigns every node to a provider; groups come back in an order they can run in.
+pub(crate) fn partition(graph: &AbiGraph<'_>, providers: &[Arc<ProviderInstance>]) -> Result<Vec<Group>> {
+    let g = &graph.model.graph;
+    let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
+    let mut raw_groups: Vec<(usize, Vec<NodeId>)> = Vec::new();
+    for (pi, p) in providers.iter().enumerate() {
+        let unclaimed: Vec<u32> = (0..g.nodes.len()).filter(|&n| owner[n].is_none()).map(|n| n as u32).collect();
+        if unclaimed.is_empty() {
+            break;
+        }
+        let _span = tracing::debug_span!("capability", provider = p.name()).entered();
+        for mut group in p.capability(graph, &unclaimed)? {
+            group.sort_unstable();
+            for &n in &group {
+                owner[n] = Some(pi);
+            }
+            for piece in convex_pieces(g, &group) {
+                raw_groups.push((pi, piece));
+            }
+        }
+        tracing::debug!(provider = p.name(), claimed = owner.iter().filter(|o| **o == Some(pi)).count(), "capability answered");
+    }
+    if let Some(n) = owner.iter().position(Option::is_none) {
+        let node = &g.nodes[n];
+        let asked: Vec<&str> = providers.iter().map(|p| p.name()).collect();
+        let domain = if node.domain.is_empty() { "ai.onnx" } else { node.domain.as_str() };
+        let opset = graph.model.opset(&node.domain).map_or_else(|| "none".to_string(), |v| v.to_string());
+        return Err(Error::Unsupported(format!(
+            "no execution provider supports node `{}`: op `{}` (domain {domain}, opset {opset}); EPs asked: {}",
+            node.display_name(n),
+            node.op_type,
+            asked.join(", ")
+        )));
+    }
+    let groups: Vec<Group> = raw_groups
+        .into_iter()
+        .map(|(provider, nodes)| {
+            let (inputs, outputs) = borders(g, &nodes);
+            Group { provider, nodes, inputs, outputs }
+        })
+        .collect();
+    order_groups(g, groups)
+}
+
+/// Splits a group into pieces that are each convex. A group is convex when no path leaves it
+/// and re-enters it; non-convex groups are split into single nodes, which always are.
+fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
+    if group.len() <= 1 || is_convex(g, group) {
+        return vec![group.to_vec()];
+    }
+    tracing::debug!(nodes = group.len(), "group is not convex; split into single nodes");
+    group.iter().map(|&n| vec![n]).collect()
+}
+
+fn successors(g: &Graph, n: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+    g.nodes[n].outputs.iter().flatten().flat_map(move |v| g.values[*v].consumers.iter().copied())
+}
+
+fn is_convex(g: &Graph, group: &[NodeId]) -> bool {
+    let inside: HashSet<NodeId> = group.iter().copied().collect();
+    let last = group.iter().copied().max().unwrap_or(0);
+    // Walk forward from every edge that leaves the group; nodes are topologically numbered,
+    // so nothing past the group's last node can lead back into it.
+    let mut stack: Vec<NodeId> = group.iter().flat_map(|&n| successors(g, n)).filter(|s| !inside.contains(s)).collect();
+    let mut seen = HashSet::new();
+    while let Some(n) = stack.pop() {
+        if n > last || !seen.insert(n) {
+            continue;
+        }
+        for s in successors(g, n) {
+            if inside.contains(&s) {
+                return false;
+            }
+            stack.push(s);
+        }
+    }
+    true
+}
+
+fn borders(g: &Graph, nodes: &[NodeId]) -> (Vec<ValueId>, Vec<ValueId>) {
+    let inside: HashSet<NodeId> = nodes.iter().copied().collect();
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for &n in nodes {
+        for &v in g.nodes[n].inputs.iter().flatten() {
+            let val = &g.values[v];
+            let produced_inside = val.producer.is_some_and(|p| inside.contains(&p));
+            if !produced_inside && val.initializer.is_none() && !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+        for &v in g.nodes[n].outputs.iter().flatten() {
+            let val = &g.values[v];
+            if val.is_graph_output || val.consumers.iter().any(|c| !inside.contains(c)) {
+                outputs.push(v);
+            }
+        }
+    }
+    (inputs, outputs)
+}
+
+/// Orders groups so each runs after the groups producing its inputs.
+fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
+    let mut group_of = vec![usize::MAX; g.nodes.len()];
+    for (gi, grp) in groups.iter().enumerate() {
+        for &n in &grp.nodes {
+            group_of[n] = gi;
+        }
+    }
+    let mut indegree = vec![0usize; groups.len()];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
+    for (gi, grp) in groups.iter().enumerate() {
+        let mut deps = HashSet::new();
+        for &v in &grp.inputs {
+            if let Some(p) = g.values[v].producer {
+                if group_of[p] != gi && deps.insert(group_of[p]) {
+                    users[group_of[p]].push(gi);
+                    indegree[gi] += 1;
+                }
+            }
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(NodeId, usize)>> = groups
+        .iter()
+        .enumerate()
+        .filter(|(gi, _)| indegree[*gi] == 0)
+        .map(|(gi, grp)| std::cmp::Reverse((grp.nodes[0], gi)))
+        .collect();
+    let mut order = Vec::with_capacity(groups.len());
+    while let Some(std::cmp::Reverse((_, gi))) = ready.pop() {
+        order.push(gi);
+        for &u in &users[gi] {
+            indegree[u] -= 1;
+            if indegree[u] == 0 {
+                ready.push(std::cmp::Reverse((groups[u].nodes[0], u)));
+            }
+        }
+    }
+    if order.len() != groups.len() {
+        return Err(Error::Run("internal: fused groups form a cycle".into()));
+    }
+    let mut slots: Vec<Option<Group>> = groups.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|gi| slots[gi].take()).collect())
+}

@@ -1,0 +1,316 @@
+//! Loading a plugin library: dependency preflight, `dlopen`, the entry call, and checking what
+//! the plugin hands back before anything else trusts it.
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use epx_plugin_api::abi::*;
+use epx_plugin_api::dlpack::DLDeviceType;
+use epx_plugin_api::sdk::take_status;
+
+use super::host_api::host_api;
+use crate::error::{Error, PluginLoadErrorKind as Kind, Result};
+use crate::manifest::PluginManifest;
+use crate::resolve;
+
+/// What one EP of a loaded library says about itself.
+#[derive(Clone, Debug)]
+pub struct ProviderDescription {
+    pub name: String,
+    pub vendor: String,
+    pub version: String,
+    /// The memory space of its tensors.
+    pub device_type: i32,
+    pub concurrent_kernels: bool,
+    /// `Err(reason)` when it cannot run on this machine.
+    pub availability: std::result::Result<(), String>,
+}
+
+impl ProviderDescription {
+    pub fn uses_host_memory(&self) -> bool {
+        self.device_type == DLDeviceType::Cpu as i32
+    }
+}
+
+/// A loaded plugin library and the descriptor its entry function returned.
+pub struct PluginLibrary {
+    pub name: String,
+    pub version: String,
+    /// `None` for providers linked into the host.
+    pub path: Option<PathBuf>,
+    pub abi_version: EpxVersion,
+    pub providers: Vec<ProviderDescription>,
+    descriptor: *mut EpxPluginDescriptor,
+    factories: Vec<*const EpxProviderFactory>,
+    // Dropped after the descriptor is released (see Drop), dependencies last.
+    library: Option<libloading::Library>,
+    _preloaded: Vec<libloading::Library>,
+}
+
+// SAFETY: the descriptor and factories are immutable after the entry call, and the ABI requires
+// every plugin function to be callable from any thread.
+unsafe impl Send for PluginLibrary {}
+// SAFETY: as above.
+unsafe impl Sync for PluginLibrary {}
+
+impl std::fmt::Debug for PluginLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginLibrary")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("path", &self.path)
+            .field("providers", &self.providers)
+            .finish()
+    }
+}
+
+impl Drop for PluginLibrary {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor came from this library's entry function and is released once,
+        // before the library is unloaded (fields drop after this body).
+        unsafe { release_descriptor(self.descriptor) };
+    }
+}
+
+/// # Safety
+/// `d` is NULL or a descriptor returned by an entry function and not yet released.
+unsafe fn release_descriptor(d: *mut EpxPluginDescriptor) {
+    if d.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract; `release` is read only if the struct is large enough.
+    unsafe {
+        if (*d).struct_size >= std::mem::size_of::<EpxPluginDescriptor>() {
+            if let Some(release) = (*d).release {
+                release(d);
+            }
+        }
+    }
+}
+
+fn load_error(path: &Path, kind: Kind, message: impl Into<String>) -> Error {
+    Error::PluginLoad { path: path.to_path_buf(), kind, message: message.into() }
+}
+
+/// Reads a C string from the plugin, refusing NULL and invalid UTF-8.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that lives as long as the descriptor.
+unsafe fn plugin_str(p: *const std::ffi::c_char, what: &str) -> std::result::Result<String, String> {
+    if p.is_null() {
+        return Err(format!("{what} is NULL"));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map(str::to_string).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+impl PluginLibrary {
+    /// Loads a plugin library from disk: preflight its dependencies, preload them, `dlopen` it,
+    /// call its entry function and validate the descriptor.
+    pub fn load(path: &Path, manifest: Option<&PluginManifest>) -> Result<Arc<PluginLibrary>> {
+        let _span = tracing::debug_span!("load", plugin = %path.display()).entered();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let deps = manifest.map(|m| m.dependencies.as_slice()).unwrap_or(&[]);
+        let report = resolve::resolve_dependencies(path, dir, deps)
+            .map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
+        if !report.is_complete() {
+            return Err(load_error(path, Kind::MissingDependency, report.to_string()));
+        }
+        let mut preloaded = Vec::new();
+        for dep in report.preload_order() {
+            tracing::debug!(dependency = %dep.display(), "preloading");
+            // SAFETY: loading a library runs its initializers; the operator configured this
+            // plugin folder and the preflight found this file among the plugin's dependencies.
+            let lib = unsafe { libloading::Library::new(&dep) }
+                .map_err(|e| load_error(path, Kind::Open, format!("preloading dependency {}: {e}", dep.display())))?;
+            preloaded.push(lib);
+        }
+        // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
+        let library = unsafe { open_now(path) }.map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
+        // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
+        let entry: EpxPluginEntryFn = unsafe {
+            *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
+                load_error(
+                    path,
+                    Kind::MissingEntry,
+                    format!("does not export `{EPX_PLUGIN_ENTRY_SYMBOL}`; it is not an epx plugin, or was built without the export"),
+                )
+            })?
+        };
+        // SAFETY: `entry` has the ABI's signature; the library stays loaded while we use it.
+        let mut lib = unsafe { Self::from_entry(entry, Some(path)) }?;
+        let lib_mut = Arc::get_mut(&mut lib).ok_or_else(|| load_error(path, Kind::BadDescriptor, "internal: shared too early"))?;
+        lib_mut.library = Some(library);
+        lib_mut._preloaded = preloaded;
+        Ok(lib)
+    }
+
+    /// Calls an entry function (of a loaded library, or of a provider linked into the host)
+    /// and validates the descriptor.
+    ///
+    /// # Safety
+    /// `entry` is a plugin entry function whose code stays loaded while the result lives.
+    pub unsafe fn from_entry(entry: EpxPluginEntryFn, path: Option<&Path>) -> Result<Arc<PluginLibrary>> {
+        let shown = path.map_or_else(|| PathBuf::from("<built-in>"), Path::to_path_buf);
+        let mut descriptor: *mut EpxPluginDescriptor = std::ptr::null_mut();
+        // SAFETY: the ABI's entry contract: our table lives for the process; `descriptor` is a
+        // valid out-pointer.
+        let status = unsafe { entry(host_api(), &mut descriptor) };
+        // SAFETY: the status comes from the plugin and is released through its own function.
+        if let Err(e) = unsafe { take_status(status) } {
+            // SAFETY: a failing entry should leave it NULL; release anything it left anyway.
+            unsafe { release_descriptor(descriptor) };
+            let kind = match e.code {
+                EpxStatusCode::Panic => Kind::EntryPanicked,
+                EpxStatusCode::AbiMismatch => Kind::AbiMismatch,
+                _ => Kind::EntryFailed,
+            };
+            return Err(load_error(&shown, kind, format!("the plugin refused to load: {}", e.message)));
+        }
+        if descriptor.is_null() {
+            return Err(load_error(&shown, Kind::BadDescriptor, "entry function returned success but no descriptor"));
+        }
+        // SAFETY: non-null descriptor from the entry function; validated before use, released
+        // on every failure path.
+        match unsafe { Self::read_descriptor(descriptor, &shown) } {
+            Ok(mut lib) => {
+                lib.path = path.map(Path::to_path_buf);
+                Ok(Arc::new(lib))
+            }
+            Err(e) => {
+                // SAFETY: not yet released.
+                unsafe { release_descriptor(descriptor) };
+                Err(e)
+            }
+        }
+    }
+
+    /// # Safety
+    /// `d` is a non-null descriptor from an entry function.
+    unsafe fn read_descriptor(d: *mut EpxPluginDescriptor, path: &Path) -> Result<PluginLibrary> {
+        let bad = |m: String| load_error(path, Kind::BadDescriptor, m);
+        // SAFETY: the caller's contract; `struct_size` is the first field of every version.
+        let size = unsafe { (*d).struct_size };
+        let v1_size = std::mem::size_of::<EpxPluginDescriptor>();
+        if size < std::mem::offset_of!(EpxPluginDescriptor, abi_version) + std::mem::size_of::<EpxVersion>() {
+            return Err(bad(format!("descriptor struct_size {size} is too small to hold an ABI version")));
+        }
+        // SAFETY: the size covers `abi_version`.
+        let abi = unsafe { (*d).abi_version };
+        if abi.major != EPX_ABI_VERSION_MAJOR {
+            return Err(load_error(
+                path,
+                Kind::AbiMismatch,
+                format!(
+                    "built for epx plugin ABI {}.{}, but this host speaks ABI {}.{}; rebuild the plugin against ABI {}.x",
+                    abi.major, abi.minor, EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR, EPX_ABI_VERSION_MAJOR
+                ),
+            ));
+        }
+        if abi.minor > EPX_ABI_VERSION_MINOR {
+            return Err(load_error(
+                path,
+                Kind::AbiMismatch,
+                format!(
+                    "built for epx plugin ABI {}.{}, newer than this host's {}.{}; upgrade the host",
+                    abi.major, abi.minor, EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR
+                ),
+            ));
+        }
+        if size < v1_size {
+            return Err(bad(format!("descriptor struct_size {size} is smaller than ABI 1.0's {v1_size}")));
+        }
+        // SAFETY: the size covers every field read below; strings live as long as the descriptor.
+        let (name, version, n, list) = unsafe {
+            let r = &*d;
+            (
+                plugin_str(r.name, "plugin name").map_err(&bad)?,
+                plugin_str(r.version, "plugin version").map_err(&bad)?,
+                r.num_providers,
+                r.providers,
+            )
+        };
+        if n > 0 && list.is_null() {
+            return Err(bad(format!("descriptor lists {n} providers but the array is NULL")));
+        }
+        if n > 4096 {
+            return Err(bad(format!("descriptor claims {n} providers")));
+        }
+        let mut factories = Vec::with_capacity(n);
+        let mut providers = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: `list` holds `n` pointers (checked non-null above).
+            let f = unsafe { *list.add(i) };
+            // SAFETY: checked for NULL and size before reading fields.
+            let desc = unsafe {
+                if f.is_null() {
+                    return Err(bad(format!("provider {i} is NULL")));
+                }
+                let r = &*f;
+                if r.struct_size < std::mem::size_of::<EpxProviderFactory>() {
+                    return Err(bad(format!("provider {i}: struct_size {} is too small", r.struct_size)));
+                }
+                if r.create.is_none() {
+                    return Err(bad(format!("provider {i}: `create` is NULL")));
+                }
+                let name = plugin_str(r.name, "provider name").map_err(&bad)?;
+                if name.is_empty() || name.contains(['/', ' ']) {
+                    return Err(bad(format!("provider name `{name}` must be non-empty, without spaces or '/'")));
+                }
+                let availability = match r.is_available {
+                    None => Ok(()),
+                    Some(f) => take_status(f(r.state)).map_err(|e| e.message),
+                };
+                ProviderDescription {
+                    name,
+                    vendor: plugin_str(r.vendor, "vendor").unwrap_or_default(),
+                    version: plugin_str(r.version, "provider version").unwrap_or_default(),
+                    device_type: r.device_type,
+                    concurrent_kernels: r.flags & EPX_PROVIDER_CONCURRENT_KERNELS != 0,
+                    availability,
+                }
+            };
+            factories.push(f);
+            providers.push(desc);
+        }
+        Ok(PluginLibrary {
+            name,
+            version,
+            path: None,
+            abi_version: abi,
+            providers,
+            descriptor: d,
+            factories,
+            library: None,
+            _preloaded: Vec::new(),
+        })
+    }
+
+    pub(crate) fn factory(&self, index: usize) -> Option<*const EpxProviderFactory> {
+        self.factories.get(index).copied()
+    }
+
+    /// Where the plugin came from, for messages.
+    pub fn origin(&self) -> String {
+        self.path.as_ref().map_or_else(|| "built-in".to_string(), |p| p.display().to_string())
+    }
+}
+
+/// `dlopen` with `RTLD_NOW | RTLD_LOCAL` where the platform has them.
+///
+/// # Safety
+/// Runs the library's initializers.
+unsafe fn open_now(path: &Path) -> std::result::Result<libloading::Library, libloading::Error> {
+    #[cfg(unix)]
+    {
+        use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+        // SAFETY: the caller's contract.
+        unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Into::into)
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: the caller's contract.
+        unsafe { libloading::Library::new(path) }
+    }
+}

@@ -1,0 +1,245 @@
+//! Tensors as the host and its users hold them: an element type, a shape and host memory.
+
+use std::fmt;
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+
+pub use epx_plugin_api::ElementType;
+
+use crate::error::{Error, Result};
+
+/// A dense tensor in host memory, C order.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    elem_type: ElementType,
+    shape: Vec<usize>,
+    data: Storage,
+}
+
+#[derive(Clone, PartialEq)]
+enum Storage {
+    /// Numeric and bool data; `u64` words keep every element type aligned.
+    Bytes { words: Vec<u64>, len: usize },
+    Strings(Vec<Vec<u8>>),
+}
+
+/// Element types a tensor can be viewed as in Rust. Sealed: only plain-old-data types whose
+/// every bit pattern is valid (bool is checked on the way in).
+pub trait TensorElement: Copy + Send + Sync + 'static + sealed::Sealed {
+    const TYPE: ElementType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! elements {
+    ($($t:ty => $e:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl TensorElement for $t { const TYPE: ElementType = ElementType::$e; }
+    )*};
+}
+elements!(f32 => Float, f64 => Double, f16 => Float16, bf16 => Bfloat16, i8 => Int8, i16 => Int16,
+    i32 => Int32, i64 => Int64, u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64, bool => Bool);
+
+fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    /// A zero-filled tensor.
+    pub fn zeros(elem_type: ElementType, shape: &[usize]) -> Result<Self> {
+        let count = element_count(shape)
+            .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
+        if elem_type == ElementType::String {
+            return Ok(Tensor { elem_type, shape: shape.to_vec(), data: Storage::Strings(vec![Vec::new(); count]) });
+        }
+        let size = elem_type
+            .byte_size()
+            .ok_or_else(|| Error::InvalidInput(format!("{elem_type} tensors are not supported")))?;
+        let len = count
+            .checked_mul(size)
+            .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
+        Ok(Tensor { elem_type, shape: shape.to_vec(), data: Storage::Bytes { words: vec![0; len.div_ceil(8)], len } })
+    }
+
+    /// A tensor from little-endian, C-order bytes. Checks the length, and that bools are 0 or 1.
+    pub fn from_bytes(elem_type: ElementType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
+        let mut t = Self::zeros(elem_type, shape)?;
+        let dst = t.bytes_mut().ok_or_else(|| Error::InvalidInput("string tensors have no bytes".into()))?;
+        if dst.len() != bytes.len() {
+            return Err(Error::InvalidInput(format!(
+                "{elem_type} tensor of shape {shape:?} needs {} bytes, got {}",
+                dst.len(),
+                bytes.len()
+            )));
+        }
+        if elem_type == ElementType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(Error::InvalidInput("bool tensor holds a byte other than 0 or 1".into()));
+        }
+        dst.copy_from_slice(bytes);
+        Ok(t)
+    }
+
+    /// A string tensor.
+    pub fn from_strings(shape: &[usize], strings: Vec<Vec<u8>>) -> Result<Self> {
+        if element_count(shape) != Some(strings.len()) {
+            return Err(Error::InvalidInput(format!(
+                "string tensor of shape {shape:?} given {} strings",
+                strings.len()
+            )));
+        }
+        Ok(Tensor { elem_type: ElementType::String, shape: shape.to_vec(), data: Storage::Strings(strings) })
+    }
+
+    /// A tensor owning a copy of an ndarray array (any layout).
+    pub fn from_array<T: TensorElement, D: ndarray::Dimension>(array: ndarray::Array<T, D>) -> Self {
+        let shape = array.shape().to_vec();
+        let mut t = Self::zeros(T::TYPE, &shape).unwrap_or_else(|_| unreachable_shape());
+        if let Some(dst) = t.as_mut_slice::<T>() {
+            for (d, s) in dst.iter_mut().zip(array.iter()) {
+                *d = *s;
+            }
+        }
+        t
+    }
+
+    pub fn elem_type(&self) -> ElementType {
+        self.elem_type
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn len(&self) -> usize {
+        element_count(&self.shape).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The raw bytes (None for string tensors).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.data {
+            Storage::Bytes { words, len } => Some(&words_as_bytes(words)[..*len]),
+            Storage::Strings(_) => None,
+        }
+    }
+
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match &mut self.data {
+            Storage::Bytes { words, len } => Some(&mut words_as_bytes_mut(words)[..*len]),
+            Storage::Strings(_) => None,
+        }
+    }
+
+    /// The strings of a string tensor.
+    pub fn strings(&self) -> Option<&[Vec<u8>]> {
+        match &self.data {
+            Storage::Strings(s) => Some(s),
+            Storage::Bytes { .. } => None,
+        }
+    }
+
+    /// The elements as a slice of `T`, if the element type is `T`.
+    pub fn as_slice<T: TensorElement>(&self) -> Option<&[T]> {
+        if self.elem_type != T::TYPE {
+            return None;
+        }
+        let Storage::Bytes { words, .. } = &self.data else { return None };
+        let n = self.len();
+        // SAFETY: `words` is 8-byte aligned, which covers every TensorElement's alignment; it
+        // holds at least n * size_of::<T>() initialized bytes (allocated for this type and
+        // shape); every bit pattern is a valid T except for bool, whose bytes are checked to be
+        // 0 or 1 wherever bytes enter from outside.
+        Some(unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<T>(), n) })
+    }
+
+    pub fn as_mut_slice<T: TensorElement>(&mut self) -> Option<&mut [T]> {
+        if self.elem_type != T::TYPE {
+            return None;
+        }
+        let n = self.len();
+        let Storage::Bytes { words, .. } = &mut self.data else { return None };
+        // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes the slice unique. Bool
+        // writes through `&mut [bool]` can only store 0 or 1.
+        Some(unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), n) })
+    }
+
+    /// A view as an ndarray array of `T`.
+    pub fn view<T: TensorElement>(&self) -> Result<ArrayViewD<'_, T>> {
+        let data = self.as_slice::<T>().ok_or_else(|| self.type_mismatch(T::TYPE))?;
+        ArrayViewD::from_shape(IxDyn(&self.shape), data).map_err(|e| Error::InvalidInput(e.to_string()))
+    }
+
+    /// A copy as an owned ndarray array of `T`.
+    pub fn to_array<T: TensorElement>(&self) -> Result<ArrayD<T>> {
+        Ok(self.view::<T>()?.to_owned())
+    }
+
+    fn type_mismatch(&self, wanted: ElementType) -> Error {
+        Error::InvalidInput(format!("tensor holds {}, not {wanted}", self.elem_type))
+    }
+
+    /// Raw pointer to the first byte (host memory), for DLPack views.
+    pub(crate) fn data_ptr(&self) -> *const u8 {
+        match &self.data {
+            Storage::Bytes { words, .. } => words.as_ptr().cast::<u8>(),
+            Storage::Strings(s) => s.as_ptr().cast::<u8>(),
+        }
+    }
+}
+
+#[cold]
+fn unreachable_shape() -> Tensor {
+    // An ndarray array's shape never overflows usize element counts (ndarray checks), so
+    // `zeros` cannot fail for one; an empty tensor is the harmless answer if it ever did.
+    Tensor { elem_type: ElementType::Float, shape: vec![0], data: Storage::Bytes { words: Vec::new(), len: 0 } }
+}
+
+fn words_as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: u8 has no alignment or validity requirement; the length covers the same memory.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+}
+
+fn words_as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: as above; every byte pattern is a valid u64 afterwards.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>{:?}", self.elem_type, self.shape)
+    }
+}
+
+impl<T: TensorElement, D: ndarray::Dimension> From<ndarray::Array<T, D>> for Tensor {
+    fn from(a: ndarray::Array<T, D>) -> Self {
+        Tensor::from_array(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_round_trip() {
+        let a = ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
+        let t = Tensor::from_array(a.clone().reversed_axes());
+        assert_eq!(t.shape(), &[2, 2]);
+        assert_eq!(t.as_slice::<f32>().unwrap(), &[1.0, 3.0, 2.0, 4.0]);
+        assert!(t.view::<i64>().is_err());
+    }
+
+    #[test]
+    fn bytes_are_checked() {
+        assert!(Tensor::from_bytes(ElementType::Bool, &[2], &[0, 2]).is_err());
+        assert!(Tensor::from_bytes(ElementType::Float, &[2], &[0; 7]).is_err());
+        let t = Tensor::from_bytes(ElementType::Int16, &[2], &[1, 0, 2, 0]).unwrap();
+        assert_eq!(t.as_slice::<i16>().unwrap(), &[1, 2]);
+    }
+}

@@ -1,0 +1,528 @@
+//! The C ABI between the epx host and a plugin library, version 1.
+//!
+//! Rules every type here follows (docs/ABI.md says the same for C authors):
+//!
+//! - Every struct exchanged starts with `struct_size` (the `sizeof` the writer was built with).
+//!   Fields are only ever appended; a reader checks `struct_size` before reading a field, and
+//!   treats a field past the end as absent (NULL / zero).
+//! - Every fallible call returns `*mut EpxStatus`: NULL means success; otherwise the status
+//!   carries a code and a message and is freed by calling its own `release`.
+//! - Whoever allocates, frees. Borrowed pointers say how long they live.
+//! - No unwinding crosses the boundary: both sides catch panics at every exported function and
+//!   every callback.
+
+use std::ffi::{c_char, c_void};
+
+use crate::dlpack::{DLDataType, DLTensor};
+
+/// Major version of this ABI. A plugin built for another major version is refused.
+pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
+/// Minor version of this ABI. A plugin built for an older minor version is accepted.
+pub const EPX_ABI_VERSION_MINOR: u32 = 0;
+/// Patch version of this ABI (documentation fixes only).
+pub const EPX_ABI_VERSION_PATCH: u32 = 0;
+
+/// The name of the one symbol a plugin library exports, of type [`EpxPluginEntryFn`].
+pub const EPX_PLUGIN_ENTRY_SYMBOL: &str = "epx_plugin_entry";
+
+/// A value id meaning "no value" (an absent optional input or output of a node).
+pub const EPX_VALUE_NONE: u32 = u32::MAX;
+
+/// Flag of [`EpxValueInfo::flags`]: the value is an input of the graph.
+pub const EPX_VALUE_GRAPH_INPUT: u32 = 1;
+/// Flag of [`EpxValueInfo::flags`]: the value is an output of the graph.
+pub const EPX_VALUE_GRAPH_OUTPUT: u32 = 2;
+/// Flag of [`EpxValueInfo::flags`]: the value is an initializer (a constant with data).
+pub const EPX_VALUE_INITIALIZER: u32 = 4;
+
+/// Flag of [`EpxProviderFactory::flags`]: a kernel of this EP may be executed from several
+/// threads at once. Without it the host serializes calls to each kernel's `execute`.
+pub const EPX_PROVIDER_CONCURRENT_KERNELS: u32 = 1;
+
+/// Log levels of [`EpxHostApi::log`]; they map onto `tracing` levels.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpxLogLevel {
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+    Trace = 5,
+}
+
+/// Status codes. Values are fixed and never renumbered; new codes are only appended.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EpxStatusCode {
+    /// Unspecified failure.
+    Fail = 1,
+    /// An argument or option was wrong (unknown key, bad value, NULL where not allowed).
+    InvalidArgument = 2,
+    /// The operation, op or data type is not supported.
+    NotImplemented = 3,
+    /// The EP cannot run here (missing driver, wrong OS, no device).
+    Unavailable = 4,
+    /// An allocation failed.
+    OutOfMemory = 5,
+    /// Code on the other side of the boundary panicked; the panic was caught there.
+    Panic = 6,
+    /// The graph or subgraph handed over is malformed.
+    InvalidGraph = 7,
+    /// Running a kernel failed.
+    RuntimeError = 8,
+    /// The ABI versions of host and plugin are incompatible.
+    AbiMismatch = 9,
+}
+
+impl EpxStatusCode {
+    /// The code for a raw value read from the other side; unknown values become `Fail`.
+    pub fn from_raw(code: u32) -> Self {
+        use EpxStatusCode::*;
+        match code {
+            2 => InvalidArgument,
+            3 => NotImplemented,
+            4 => Unavailable,
+            5 => OutOfMemory,
+            6 => Panic,
+            7 => InvalidGraph,
+            8 => RuntimeError,
+            9 => AbiMismatch,
+            _ => Fail,
+        }
+    }
+}
+
+/// A version triple.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpxVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl EpxVersion {
+    /// The ABI version this crate describes.
+    pub const CURRENT: EpxVersion = EpxVersion {
+        major: EPX_ABI_VERSION_MAJOR,
+        minor: EPX_ABI_VERSION_MINOR,
+        patch: EPX_ABI_VERSION_PATCH,
+    };
+}
+
+/// A borrowed UTF-8 string: pointer and length, not NUL-terminated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EpxStr {
+    pub data: *const u8,
+    pub len: usize,
+}
+
+impl EpxStr {
+    /// The empty string.
+    pub const EMPTY: EpxStr = EpxStr { data: std::ptr::null(), len: 0 };
+
+    /// Borrows `s`; the result is valid while `s` is.
+    pub fn from_str(s: &str) -> Self {
+        EpxStr { data: s.as_ptr(), len: s.len() }
+    }
+
+    /// Borrows raw bytes; the result is valid while `b` is.
+    pub fn from_bytes(b: &[u8]) -> Self {
+        EpxStr { data: b.as_ptr(), len: b.len() }
+    }
+
+    /// The bytes.
+    ///
+    /// # Safety
+    /// `data` must point at `len` readable bytes (or be NULL with `len` 0) for `'a`.
+    pub unsafe fn as_bytes<'a>(self) -> &'a [u8] {
+        if self.data.is_null() || self.len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller guarantees `data` points at `len` readable bytes for 'a.
+            unsafe { std::slice::from_raw_parts(self.data, self.len) }
+        }
+    }
+}
+
+/// An error: a code and a message, made and freed by the same side.
+///
+/// Returned as `*mut EpxStatus` by every fallible call, NULL meaning success. The receiver reads
+/// `code` and `message`, then calls `release(status)` exactly once.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxStatus {
+    pub struct_size: usize,
+    /// An [`EpxStatusCode`] value.
+    pub code: u32,
+    /// NUL-terminated UTF-8, owned by the status.
+    pub message: *const c_char,
+    /// Frees the status and its message. Set by its maker; never NULL.
+    pub release: Option<unsafe extern "C" fn(status: *mut EpxStatus)>,
+}
+
+/// Bytes made by one side and handed to the other, freed through `release`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxBuffer {
+    pub struct_size: usize,
+    pub data: *mut u8,
+    pub len: usize,
+    /// Frees `data`; the receiver calls it exactly once. NULL when nothing was handed over.
+    pub release: Option<unsafe extern "C" fn(buffer: *mut EpxBuffer)>,
+    /// The maker's bookkeeping; the receiver never reads it.
+    pub private_data: *mut c_void,
+}
+
+/// A model graph, read-only, owned by the host. Opaque: read it through [`EpxHostApi`].
+#[repr(C)]
+pub struct EpxGraph {
+    _private: [u8; 0],
+}
+
+/// The host's side of one kernel call. Opaque: read inputs and allocate outputs through
+/// [`EpxHostApi`]. Valid only during the `execute` call it was passed to.
+#[repr(C)]
+pub struct EpxKernelContext {
+    _private: [u8; 0],
+}
+
+/// One node of a graph, as [`EpxHostApi::graph_node`] describes it. All pointers borrow from the
+/// graph and live as long as the graph handle they came from.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxNodeInfo {
+    pub struct_size: usize,
+    pub name: EpxStr,
+    pub op_type: EpxStr,
+    /// The operator domain; empty for the default ONNX domain (`ai.onnx`).
+    pub domain: EpxStr,
+    /// The opset version the model imports for `domain`.
+    pub opset: i64,
+    pub num_inputs: usize,
+    /// Value ids; [`EPX_VALUE_NONE`] for an absent optional input.
+    pub inputs: *const u32,
+    pub num_outputs: usize,
+    /// Value ids; [`EPX_VALUE_NONE`] for an absent optional output.
+    pub outputs: *const u32,
+    pub num_attributes: usize,
+}
+
+/// One value (edge) of a graph. Pointers borrow from the graph.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxValueInfo {
+    pub struct_size: usize,
+    pub name: EpxStr,
+    /// ONNX `TensorProto.DataType` code; 0 when not known.
+    pub elem_type: i32,
+    /// Number of dimensions; -1 when not known.
+    pub rank: i64,
+    /// `rank` extents; -1 for an extent not known statically.
+    pub dims: *const i64,
+    /// `EPX_VALUE_*` flags.
+    pub flags: u32,
+    /// The node producing this value, or [`EPX_VALUE_NONE`] for graph inputs and initializers.
+    pub producer: u32,
+}
+
+/// Attribute kinds, numbered as ONNX numbers `AttributeProto.AttributeType`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpxAttributeKind {
+    Undefined = 0,
+    Float = 1,
+    Int = 2,
+    String = 3,
+    Tensor = 4,
+    Graph = 5,
+    Floats = 6,
+    Ints = 7,
+    Strings = 8,
+    Tensors = 9,
+    Graphs = 10,
+    SparseTensor = 11,
+    SparseTensors = 12,
+    TypeProto = 13,
+    TypeProtos = 14,
+}
+
+/// One attribute of a node. Which fields carry the value depends on `kind`; pointers borrow
+/// from the graph. Kinds this version cannot describe (graphs, sparse tensors, type protos) are
+/// reported with their `kind` and no value.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxAttribute {
+    pub struct_size: usize,
+    pub name: EpxStr,
+    /// An [`EpxAttributeKind`] value.
+    pub kind: u32,
+    pub f: f32,
+    pub i: i64,
+    /// Bytes of a `String` attribute (not necessarily UTF-8).
+    pub s: EpxStr,
+    /// Element count of `floats`, `ints` or `strings`.
+    pub num_values: usize,
+    pub floats: *const f32,
+    pub ints: *const i64,
+    pub strings: *const EpxStr,
+    /// A `Tensor` attribute, in host memory; NULL otherwise. String tensors are not
+    /// representable in DLPack and come as NULL with `kind` Tensor.
+    pub tensor: *const DLTensor,
+}
+
+/// A group of nodes handed to `compile`. Ids borrow from the host for the call.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxSubgraph {
+    pub struct_size: usize,
+    pub num_nodes: usize,
+    /// Node ids, in topological order.
+    pub nodes: *const u32,
+    pub num_inputs: usize,
+    /// Values the group reads that are produced outside it and are not initializers, in the
+    /// order `execute` receives them.
+    pub inputs: *const u32,
+    pub num_outputs: usize,
+    /// Values produced in the group that are read outside it (or are graph outputs), in the
+    /// order `execute` must produce them.
+    pub outputs: *const u32,
+}
+
+/// A capability answer: groups of node ids, each to be fused and compiled as one kernel.
+/// Filled by the plugin; the host calls `release` once it has read it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxCapability {
+    pub struct_size: usize,
+    pub num_groups: usize,
+    /// `num_groups` sizes; the groups' ids follow each other in `nodes`.
+    pub group_sizes: *const usize,
+    pub nodes: *const u32,
+    /// Frees the arrays; NULL when the plugin returned no groups.
+    pub release: Option<unsafe extern "C" fn(capability: *mut EpxCapability)>,
+    pub private_data: *mut c_void,
+}
+
+impl EpxCapability {
+    /// An empty answer, for the host to pass as the out-parameter.
+    pub fn empty() -> Self {
+        EpxCapability {
+            struct_size: std::mem::size_of::<EpxCapability>(),
+            num_groups: 0,
+            group_sizes: std::ptr::null(),
+            nodes: std::ptr::null(),
+            release: None,
+            private_data: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// Functions the host gives every plugin. Valid from the entry call until the library is
+/// unloaded; every function may be called from any thread.
+#[repr(C)]
+pub struct EpxHostApi {
+    pub struct_size: usize,
+    /// The ABI version the host implements.
+    pub abi_version: EpxVersion,
+    /// NUL-terminated version of the host library, for messages.
+    pub host_version: *const c_char,
+
+    /// Writes a message into the host's log (`tracing`), under `target` (NUL-terminated,
+    /// usually the plugin's name; NULL means "plugin").
+    pub log: Option<unsafe extern "C" fn(level: u32, target: *const c_char, message: EpxStr)>,
+    /// Makes a status the host owns (its `release` frees it), for plugins that do not make
+    /// their own. Returns NULL only when `code` is 0.
+    pub status_create: Option<unsafe extern "C" fn(code: u32, message: EpxStr) -> *mut EpxStatus>,
+
+    /// Number of nodes; ids run from 0 to this minus one, in topological order.
+    pub graph_node_count: Option<unsafe extern "C" fn(graph: *const EpxGraph) -> usize>,
+    /// Number of values; ids run from 0 to this minus one.
+    pub graph_value_count: Option<unsafe extern "C" fn(graph: *const EpxGraph) -> usize>,
+    /// Describes node `node` into `*out` (whose `struct_size` the caller sets).
+    pub graph_node: Option<
+        unsafe extern "C" fn(graph: *const EpxGraph, node: u32, out: *mut EpxNodeInfo) -> *mut EpxStatus,
+    >,
+    /// Describes attribute `index` (0..num_attributes) of node `node` into `*out`.
+    pub graph_node_attribute: Option<
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            node: u32,
+            index: usize,
+            out: *mut EpxAttribute,
+        ) -> *mut EpxStatus,
+    >,
+    /// Describes value `value` into `*out`.
+    pub graph_value: Option<
+        unsafe extern "C" fn(graph: *const EpxGraph, value: u32, out: *mut EpxValueInfo) -> *mut EpxStatus,
+    >,
+    /// Fills `*out` with the data of initializer `value`, in host memory, borrowed from the graph.
+    /// Fails with `InvalidArgument` when the value is not an initializer.
+    pub graph_initializer: Option<
+        unsafe extern "C" fn(graph: *const EpxGraph, value: u32, out: *mut DLTensor) -> *mut EpxStatus,
+    >,
+    /// Serializes `subgraph` as a standalone ONNX model (its inputs as graph inputs, its
+    /// outputs as graph outputs, the initializers it reads included) into `*out`, which the
+    /// caller frees through `out.release`.
+    pub graph_serialize_subgraph: Option<
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            subgraph: *const EpxSubgraph,
+            out: *mut EpxBuffer,
+        ) -> *mut EpxStatus,
+    >,
+
+    /// Number of inputs of this kernel call (the subgraph's `num_inputs`).
+    pub kernel_input_count: Option<unsafe extern "C" fn(ctx: *const EpxKernelContext) -> usize>,
+    /// Input `index`, in the EP's memory space, borrowed for the call.
+    pub kernel_input: Option<
+        unsafe extern "C" fn(
+            ctx: *const EpxKernelContext,
+            index: usize,
+            out: *mut *const DLTensor,
+        ) -> *mut EpxStatus,
+    >,
+    /// Number of outputs of this kernel call (the subgraph's `num_outputs`).
+    pub kernel_output_count: Option<unsafe extern "C" fn(ctx: *const EpxKernelContext) -> usize>,
+    /// Allocates output `index` with the given type and shape in the EP's memory space and
+    /// returns it, owned by the host, writable until `execute` returns. Each output is
+    /// allocated exactly once per call.
+    pub kernel_output: Option<
+        unsafe extern "C" fn(
+            ctx: *mut EpxKernelContext,
+            index: usize,
+            dtype: DLDataType,
+            ndim: i32,
+            shape: *const i64,
+            out: *mut *mut DLTensor,
+        ) -> *mut EpxStatus,
+    >,
+}
+
+/// A compiled kernel: one fused group, ready to run. Made by `EpxProvider::compile`.
+#[repr(C)]
+pub struct EpxKernel {
+    pub struct_size: usize,
+    /// The plugin's state, passed back to every function below.
+    pub state: *mut c_void,
+    /// Runs the kernel: read inputs and allocate outputs through the host API with `ctx`.
+    /// Thread safety: see [`EPX_PROVIDER_CONCURRENT_KERNELS`].
+    pub execute:
+        Option<unsafe extern "C" fn(state: *mut c_void, ctx: *mut EpxKernelContext) -> *mut EpxStatus>,
+    /// Frees the kernel (and this struct). Called once, after the last `execute` returned.
+    pub release: Option<unsafe extern "C" fn(kernel: *mut EpxKernel)>,
+}
+
+/// An EP instance, made by `EpxProviderFactory::create` with the user's options.
+#[repr(C)]
+pub struct EpxProvider {
+    pub struct_size: usize,
+    pub state: *mut c_void,
+    /// Which nodes of `graph` this EP runs, as groups (see [`EpxCapability`]). Only ids among
+    /// the `unclaimed` ones may be returned; the host validates every id. `graph` and
+    /// `unclaimed` are borrowed for the call.
+    pub get_capability: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            graph: *const EpxGraph,
+            unclaimed: *const u32,
+            num_unclaimed: usize,
+            out: *mut EpxCapability,
+        ) -> *mut EpxStatus,
+    >,
+    /// Compiles one group into a kernel. `graph` and `subgraph` are borrowed for the call: copy
+    /// whatever the kernel needs later (initializers included).
+    pub compile: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            graph: *const EpxGraph,
+            subgraph: *const EpxSubgraph,
+            out: *mut *mut EpxKernel,
+        ) -> *mut EpxStatus,
+    >,
+    /// Data transfer, for EPs whose memory is not host memory (NULL for host-memory EPs).
+    /// Allocates `bytes` bytes aligned to `alignment` on the EP's device.
+    pub allocate: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            bytes: usize,
+            alignment: usize,
+            out: *mut *mut c_void,
+        ) -> *mut EpxStatus,
+    >,
+    /// Frees memory from `allocate`.
+    pub free: Option<unsafe extern "C" fn(state: *mut c_void, ptr: *mut c_void)>,
+    /// Copies a host tensor into a device tensor of the same type and shape.
+    pub copy_to_device: Option<
+        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+    >,
+    /// Copies a device tensor into a host tensor of the same type and shape.
+    pub copy_to_host: Option<
+        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+    >,
+    /// Copies between two tensors on the EP's device (optional).
+    pub copy_on_device: Option<
+        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+    >,
+    /// Frees the provider (and this struct). Called once, after every kernel it made was released.
+    pub release: Option<unsafe extern "C" fn(provider: *mut EpxProvider)>,
+}
+
+/// One EP a library offers: what it is, whether it can run here, and how to make one.
+/// Lives as long as the plugin descriptor it belongs to.
+#[repr(C)]
+pub struct EpxProviderFactory {
+    pub struct_size: usize,
+    pub state: *mut c_void,
+    /// NUL-terminated EP name, unique among loaded plugins (e.g. `cpu`, `cuda`).
+    pub name: *const c_char,
+    /// NUL-terminated vendor name.
+    pub vendor: *const c_char,
+    /// NUL-terminated EP version (semver).
+    pub version: *const c_char,
+    /// The memory space of the EP's tensors: a `DLDeviceType` value (`1` = host memory).
+    pub device_type: i32,
+    /// `EPX_PROVIDER_*` flags.
+    pub flags: u32,
+    /// Whether the EP can run on this machine: NULL when it can, else a status whose message
+    /// says why not (missing driver, wrong OS, ...).
+    pub is_available: Option<unsafe extern "C" fn(state: *mut c_void) -> *mut EpxStatus>,
+    /// Makes an EP instance from string options. An unknown key or a bad value is an error whose
+    /// message names the valid keys.
+    pub create: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            num_options: usize,
+            keys: *const EpxStr,
+            values: *const EpxStr,
+            out: *mut *mut EpxProvider,
+        ) -> *mut EpxStatus,
+    >,
+}
+
+/// What a plugin library provides. Returned by the entry function; freed through `release`.
+#[repr(C)]
+pub struct EpxPluginDescriptor {
+    pub struct_size: usize,
+    /// The ABI version the plugin was built against.
+    pub abi_version: EpxVersion,
+    /// NUL-terminated plugin name.
+    pub name: *const c_char,
+    /// NUL-terminated plugin version (semver).
+    pub version: *const c_char,
+    pub num_providers: usize,
+    pub providers: *const *const EpxProviderFactory,
+    /// Frees the descriptor and its factories. Called once, after every provider made from it
+    /// was released.
+    pub release: Option<unsafe extern "C" fn(descriptor: *mut EpxPluginDescriptor)>,
+}
+
+/// The entry function every plugin library exports as `epx_plugin_entry`.
+///
+/// The host passes its API table (valid until the library is unloaded). On success the plugin
+/// writes its descriptor to `*out` and returns NULL; on failure it returns a status saying why
+/// and leaves `*out` NULL. The plugin must not call back into the host before returning except
+/// through `host.log`.
+pub type EpxPluginEntryFn =
+    unsafe extern "C" fn(host: *const EpxHostApi, out: *mut *mut EpxPluginDescriptor) -> *mut EpxStatus;

@@ -1,0 +1,427 @@
+//! Safe, borrowed views over the host's graph and kernel-call handles.
+
+use std::marker::PhantomData;
+
+use crate::abi::*;
+use crate::dlpack::{DLDevice, DLDeviceType, DLTensor};
+use crate::dtype::ElementType;
+use crate::sdk::status::{Error, Result, take_status};
+
+fn missing(name: &str) -> Error {
+    Error::new(EpxStatusCode::AbiMismatch, format!("host API has no `{name}` function"))
+}
+
+/// Calls a host function that fills an out-struct, checking the status.
+macro_rules! host_call {
+    ($api:expr, $f:ident ( $($arg:expr),* )) => {{
+        let f = $api.$f.ok_or_else(|| missing(stringify!($f)))?;
+        // SAFETY: the host API contract: handles passed are the ones the host gave us for
+        // this call, and out-pointers point at initialized structs with `struct_size` set.
+        unsafe { take_status(f($($arg),*)) }
+    }};
+}
+
+/// A tensor in host memory, borrowed from the host for `'a`.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub elem_type: ElementType,
+    pub shape: &'a [i64],
+    pub data: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// Views a compact DLTensor in host memory.
+    ///
+    /// # Safety
+    /// The memory `t` points at (shape, strides, data) stays valid and unmodified for `'a`;
+    /// `t` itself may be a short-lived copy.
+    pub unsafe fn from_dl(t: &DLTensor) -> Result<Self> {
+        let elem_type = ElementType::from_dlpack(t.dtype).ok_or_else(|| {
+            Error::not_implemented(format!(
+                "DLPack type (code {}, bits {}, lanes {}) has no ONNX equivalent",
+                t.dtype.code, t.dtype.bits, t.dtype.lanes
+            ))
+        })?;
+        if t.device.device_type != DLDeviceType::Cpu as i32 {
+            return Err(Error::invalid_argument(format!(
+                "tensor lives on device type {}, not in host memory",
+                t.device.device_type
+            )));
+        }
+        let ndim = usize::try_from(t.ndim)
+            .map_err(|_| Error::invalid_argument(format!("negative ndim {}", t.ndim)))?;
+        let shape: &[i64] = if ndim == 0 {
+            &[]
+        } else if t.shape.is_null() {
+            return Err(Error::invalid_argument("tensor shape is NULL"));
+        } else {
+            // SAFETY: DLTensor contract: `shape` points at `ndim` extents living as long as `t`.
+            unsafe { std::slice::from_raw_parts(t.shape, ndim) }
+        };
+        let mut count: usize = 1;
+        for &d in shape {
+            let d = usize::try_from(d).map_err(|_| Error::invalid_argument(format!("negative extent {d}")))?;
+            count = count
+                .checked_mul(d)
+                .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
+        }
+        if !t.strides.is_null() {
+            // SAFETY: as for shape.
+            let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+            let mut expect: i64 = 1;
+            for (s, d) in strides.iter().zip(shape).rev() {
+                if *d != 1 && *s != expect {
+                    return Err(Error::not_implemented("strided (non-compact) tensors are not supported"));
+                }
+                expect = expect.saturating_mul(*d);
+            }
+        }
+        let size = elem_type
+            .byte_size()
+            .ok_or_else(|| Error::not_implemented(format!("{elem_type} tensors")))?;
+        let bytes = count
+            .checked_mul(size)
+            .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
+        let data: &[u8] = if bytes == 0 {
+            &[]
+        } else if t.data.is_null() {
+            return Err(Error::invalid_argument("tensor data is NULL"));
+        } else {
+            let offset = usize::try_from(t.byte_offset)
+                .map_err(|_| Error::invalid_argument("byte_offset too large"))?;
+            // SAFETY: DLTensor contract: data + byte_offset points at `count` elements that
+            // live for 'a (the caller's contract).
+            unsafe { std::slice::from_raw_parts(t.data.cast::<u8>().add(offset), bytes) }
+        };
+        Ok(TensorView { elem_type, shape, data })
+    }
+
+    /// The extents as `usize`.
+    pub fn dims(&self) -> Vec<usize> {
+        self.shape.iter().map(|&d| d as usize).collect()
+    }
+}
+
+/// An attribute value, borrowed from the graph.
+#[derive(Clone, Debug)]
+pub enum Attribute<'a> {
+    Float(f32),
+    Int(i64),
+    String(&'a [u8]),
+    Tensor(TensorView<'a>),
+    Floats(&'a [f32]),
+    Ints(&'a [i64]),
+    Strings(Vec<&'a [u8]>),
+    /// A kind this ABI version does not describe (graph, sparse tensor, string tensor, ...).
+    Unsupported(u32),
+}
+
+/// The host's graph, borrowed for one call (`get_capability` or `compile`).
+#[derive(Clone, Copy)]
+pub struct GraphView<'a> {
+    api: &'a EpxHostApi,
+    raw: *const EpxGraph,
+    _life: PhantomData<&'a EpxGraph>,
+}
+
+/// One node, borrowed from the graph.
+#[derive(Clone, Debug)]
+pub struct NodeView<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    pub op_type: &'a str,
+    /// Empty for the default ONNX domain.
+    pub domain: &'a str,
+    pub opset: i64,
+    /// Value ids, `None` for absent optional inputs.
+    pub inputs: Vec<Option<u32>>,
+    pub outputs: Vec<Option<u32>>,
+    pub num_attributes: usize,
+}
+
+/// One value, borrowed from the graph.
+#[derive(Clone, Debug)]
+pub struct ValueView<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    pub elem_type: Option<ElementType>,
+    /// `None` when the rank is unknown; `-1` marks an unknown extent.
+    pub shape: Option<&'a [i64]>,
+    pub flags: u32,
+    pub producer: Option<u32>,
+}
+
+impl ValueView<'_> {
+    pub fn is_initializer(&self) -> bool {
+        self.flags & EPX_VALUE_INITIALIZER != 0
+    }
+}
+
+fn ids(ptr: *const u32, n: usize) -> Vec<Option<u32>> {
+    if n == 0 || ptr.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: host contract: `ptr` points at `n` ids living as long as the graph.
+    unsafe { std::slice::from_raw_parts(ptr, n) }
+        .iter()
+        .map(|&v| (v != EPX_VALUE_NONE).then_some(v))
+        .collect()
+}
+
+fn text<'a>(s: EpxStr) -> Result<&'a str> {
+    // SAFETY: host contract: strings borrow from the graph for the call.
+    std::str::from_utf8(unsafe { s.as_bytes() })
+        .map_err(|_| Error::invalid_graph("graph string is not UTF-8"))
+}
+
+impl<'a> GraphView<'a> {
+    /// Wraps a graph handle.
+    ///
+    /// # Safety
+    /// `raw` is a graph handle the host passed for the current call; `'a` does not outlive it.
+    pub unsafe fn from_raw(api: &'a EpxHostApi, raw: *const EpxGraph) -> Self {
+        GraphView { api, raw, _life: PhantomData }
+    }
+
+    pub fn raw(&self) -> *const EpxGraph {
+        self.raw
+    }
+
+    pub fn node_count(&self) -> usize {
+        // SAFETY: valid handle (constructor contract).
+        self.api.graph_node_count.map_or(0, |f| unsafe { f(self.raw) })
+    }
+
+    pub fn value_count(&self) -> usize {
+        // SAFETY: valid handle (constructor contract).
+        self.api.graph_value_count.map_or(0, |f| unsafe { f(self.raw) })
+    }
+
+    pub fn node(&self, id: u32) -> Result<NodeView<'a>> {
+        // SAFETY: all-zero is a valid EpxNodeInfo (null pointers, zero counts).
+        let mut info: EpxNodeInfo = unsafe { std::mem::zeroed() };
+        info.struct_size = std::mem::size_of::<EpxNodeInfo>();
+        host_call!(self.api, graph_node(self.raw, id, &mut info))?;
+        Ok(NodeView {
+            id,
+            name: text(info.name)?,
+            op_type: text(info.op_type)?,
+            domain: text(info.domain)?,
+            opset: info.opset,
+            inputs: ids(info.inputs, info.num_inputs),
+            outputs: ids(info.outputs, info.num_outputs),
+            num_attributes: info.num_attributes,
+        })
+    }
+
+    pub fn value(&self, id: u32) -> Result<ValueView<'a>> {
+        // SAFETY: all-zero is a valid EpxValueInfo.
+        let mut info: EpxValueInfo = unsafe { std::mem::zeroed() };
+        info.struct_size = std::mem::size_of::<EpxValueInfo>();
+        host_call!(self.api, graph_value(self.raw, id, &mut info))?;
+        let shape = match usize::try_from(info.rank) {
+            Ok(0) => Some(&[][..]),
+            // SAFETY: host contract: `dims` points at `rank` extents living as long as the graph.
+            Ok(r) if !info.dims.is_null() => Some(unsafe { std::slice::from_raw_parts(info.dims, r) }),
+            _ => None,
+        };
+        Ok(ValueView {
+            id,
+            name: text(info.name)?,
+            elem_type: ElementType::from_onnx(info.elem_type).filter(|t| *t != ElementType::Undefined),
+            shape,
+            flags: info.flags,
+            producer: (info.producer != EPX_VALUE_NONE).then_some(info.producer),
+        })
+    }
+
+    /// The attributes of a node, by name.
+    pub fn attributes(&self, node: &NodeView<'a>) -> Result<Vec<(&'a str, Attribute<'a>)>> {
+        let mut out = Vec::with_capacity(node.num_attributes);
+        for index in 0..node.num_attributes {
+            // SAFETY: all-zero is a valid EpxAttribute.
+            let mut a: EpxAttribute = unsafe { std::mem::zeroed() };
+            a.struct_size = std::mem::size_of::<EpxAttribute>();
+            host_call!(self.api, graph_node_attribute(self.raw, node.id, index, &mut a))?;
+            let n = a.num_values;
+            // SAFETY (all slices below): host contract: arrays of `num_values` elements that
+            // borrow from the graph for the call.
+            let value = match a.kind {
+                k if k == EpxAttributeKind::Float as u32 => Attribute::Float(a.f),
+                k if k == EpxAttributeKind::Int as u32 => Attribute::Int(a.i),
+                // SAFETY: see above.
+                k if k == EpxAttributeKind::String as u32 => Attribute::String(unsafe { a.s.as_bytes() }),
+                k if k == EpxAttributeKind::Floats as u32 => Attribute::Floats(slice(a.floats, n)),
+                k if k == EpxAttributeKind::Ints as u32 => Attribute::Ints(slice(a.ints, n)),
+                k if k == EpxAttributeKind::Strings as u32 => Attribute::Strings(
+                    // SAFETY: see above.
+                    slice(a.strings, n).iter().map(|s| unsafe { s.as_bytes() }).collect(),
+                ),
+                k if k == EpxAttributeKind::Tensor as u32 && !a.tensor.is_null() => {
+                    // SAFETY: the tensor borrows from the graph for the call.
+                    Attribute::Tensor(unsafe { TensorView::from_dl(&*a.tensor) }?)
+                }
+                k => Attribute::Unsupported(k),
+            };
+            out.push((text(a.name)?, value));
+        }
+        Ok(out)
+    }
+
+    /// The data of an initializer.
+    pub fn initializer(&self, value: u32) -> Result<TensorView<'a>> {
+        let f = self.api.graph_initializer.ok_or_else(|| missing("graph_initializer"))?;
+        let mut t = DLTensor {
+            data: std::ptr::null_mut(),
+            device: DLDevice::CPU,
+            ndim: 0,
+            dtype: crate::dlpack::DLDataType { code: 0, bits: 0, lanes: 0 },
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        // SAFETY: valid handle; `t` is a valid out-struct.
+        unsafe { take_status(f(self.raw, value, &mut t)) }?;
+        // SAFETY: the pointers in `t` borrow from the graph, which lives for 'a.
+        unsafe { TensorView::from_dl(&t) }
+    }
+
+    /// The subgraph serialized as a standalone ONNX model.
+    pub fn serialize_subgraph(&self, sub: &SubgraphView<'_>) -> Result<Vec<u8>> {
+        let raw = EpxSubgraph {
+            struct_size: std::mem::size_of::<EpxSubgraph>(),
+            num_nodes: sub.nodes.len(),
+            nodes: sub.nodes.as_ptr(),
+            num_inputs: sub.inputs.len(),
+            inputs: sub.inputs.as_ptr(),
+            num_outputs: sub.outputs.len(),
+            outputs: sub.outputs.as_ptr(),
+        };
+        let mut buf = EpxBuffer {
+            struct_size: std::mem::size_of::<EpxBuffer>(),
+            data: std::ptr::null_mut(),
+            len: 0,
+            release: None,
+            private_data: std::ptr::null_mut(),
+        };
+        host_call!(self.api, graph_serialize_subgraph(self.raw, &raw, &mut buf))?;
+        let bytes = if buf.data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the host filled `len` bytes at `data`.
+            unsafe { std::slice::from_raw_parts(buf.data, buf.len) }.to_vec()
+        };
+        if let Some(release) = buf.release {
+            // SAFETY: released once, as the contract says.
+            unsafe { release(&mut buf) };
+        }
+        Ok(bytes)
+    }
+}
+
+fn slice<'a, T>(ptr: *const T, n: usize) -> &'a [T] {
+    if ptr.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: callers pass host arrays of `n` elements borrowed for 'a.
+        unsafe { std::slice::from_raw_parts(ptr, n) }
+    }
+}
+
+/// The group of nodes handed to `compile`.
+#[derive(Clone, Copy, Debug)]
+pub struct SubgraphView<'a> {
+    pub nodes: &'a [u32],
+    pub inputs: &'a [u32],
+    pub outputs: &'a [u32],
+}
+
+impl<'a> SubgraphView<'a> {
+    /// # Safety
+    /// `raw` points at a subgraph the host passed for the current call.
+    pub unsafe fn from_raw(raw: &'a EpxSubgraph) -> Self {
+        SubgraphView {
+            nodes: slice(raw.nodes, raw.num_nodes),
+            inputs: slice(raw.inputs, raw.num_inputs),
+            outputs: slice(raw.outputs, raw.num_outputs),
+        }
+    }
+}
+
+/// The host's side of one `execute` call.
+pub struct KernelContext<'a> {
+    api: &'a EpxHostApi,
+    raw: *mut EpxKernelContext,
+}
+
+impl<'a> KernelContext<'a> {
+    /// # Safety
+    /// `raw` is the context the host passed to the current `execute` call.
+    pub unsafe fn from_raw(api: &'a EpxHostApi, raw: *mut EpxKernelContext) -> Self {
+        KernelContext { api, raw }
+    }
+
+    pub fn input_count(&self) -> usize {
+        // SAFETY: valid context (constructor contract).
+        self.api.kernel_input_count.map_or(0, |f| unsafe { f(self.raw) })
+    }
+
+    pub fn output_count(&self) -> usize {
+        // SAFETY: valid context (constructor contract).
+        self.api.kernel_output_count.map_or(0, |f| unsafe { f(self.raw) })
+    }
+
+    /// Input `index` as a raw DLTensor (any memory space); `None` for an absent optional input.
+    pub fn input_raw(&self, index: usize) -> Result<Option<&'a DLTensor>> {
+        let mut t: *const DLTensor = std::ptr::null();
+        host_call!(self.api, kernel_input(self.raw, index, &mut t))?;
+        // SAFETY: the host keeps inputs alive for the whole call.
+        Ok(unsafe { t.as_ref() })
+    }
+
+    /// Input `index` in host memory.
+    pub fn input(&self, index: usize) -> Result<Option<TensorView<'a>>> {
+        match self.input_raw(index)? {
+            // SAFETY: inputs live for the call.
+            Some(t) => Ok(Some(unsafe { TensorView::from_dl(t) }?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Allocates output `index` and returns it as a raw DLTensor in the EP's memory space.
+    pub fn output_raw(&mut self, index: usize, elem_type: ElementType, shape: &[i64]) -> Result<&'a mut DLTensor> {
+        let dtype = elem_type
+            .to_dlpack()
+            .ok_or_else(|| Error::not_implemented(format!("{elem_type} outputs cannot cross the ABI")))?;
+        let ndim = i32::try_from(shape.len()).map_err(|_| Error::invalid_argument("rank too large"))?;
+        let mut t: *mut DLTensor = std::ptr::null_mut();
+        host_call!(self.api, kernel_output(self.raw, index, dtype, ndim, shape.as_ptr(), &mut t))?;
+        // SAFETY: the host owns the output and keeps it writable until execute returns.
+        unsafe { t.as_mut() }.ok_or_else(|| Error::runtime("host returned no output tensor"))
+    }
+
+    /// Allocates output `index` in host memory and returns its bytes for writing.
+    pub fn output(&mut self, index: usize, elem_type: ElementType, shape: &[i64]) -> Result<&'a mut [u8]> {
+        let t = self.output_raw(index, elem_type, shape)?;
+        if t.device.device_type != DLDeviceType::Cpu as i32 {
+            return Err(Error::runtime("output is not in host memory"));
+        }
+        let count = shape.iter().try_fold(1usize, |acc, &d| {
+            usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+        });
+        let bytes = count
+            .and_then(|c| elem_type.byte_size().and_then(|s| c.checked_mul(s)))
+            .ok_or_else(|| Error::invalid_argument("bad output shape"))?;
+        if bytes == 0 {
+            return Ok(&mut []);
+        }
+        if t.data.is_null() {
+            return Err(Error::runtime("host returned a NULL output buffer"));
+        }
+        // SAFETY: the host allocated `bytes` writable bytes at data + byte_offset, exclusive to
+        // this output, alive until execute returns.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(t.data.cast::<u8>().add(t.byte_offset as usize), bytes)
+        })
+    }
+}

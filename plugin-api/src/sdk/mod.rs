@@ -1,0 +1,504 @@
+//! The Rust SDK for plugin authors: implement [`ProviderFactory`], [`Provider`] and [`Kernel`],
+//! invoke [`export_plugin!`](crate::export_plugin) once, and the library is a plugin.
+//!
+//! The SDK owns every C struct it hands to the host and frees it in the matching `release`;
+//! every function it exports runs inside [`guard`], so a panic in plugin code becomes a `Panic`
+//! status naming the call, never an unwind across the boundary.
+
+mod graph;
+mod options;
+mod status;
+
+use std::ffi::{CString, c_char, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+pub use graph::{Attribute, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView};
+pub use options::ProviderOptions;
+pub use status::{Error, Result, cstr_or_empty, guard, guard_value, into_raw_status, panic_message, take_status};
+
+use crate::abi::*;
+use crate::dlpack::{DLDeviceType, DLTensor};
+
+/// What an EP says about itself.
+#[derive(Clone, Debug)]
+pub struct ProviderInfo {
+    /// Unique EP name, e.g. `cpu`, `cuda`.
+    pub name: String,
+    pub vendor: String,
+    /// Semver.
+    pub version: String,
+    /// Memory space of the EP's tensors.
+    pub device_type: DLDeviceType,
+    /// Whether one kernel may run on several threads at once.
+    pub concurrent_kernels: bool,
+}
+
+/// One EP a plugin library offers.
+pub trait ProviderFactory: Send + Sync + 'static {
+    fn info(&self) -> ProviderInfo;
+    /// `Err(reason)` when the EP cannot run on this machine; the reason is shown to the user.
+    fn availability(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Makes an EP instance. Call [`ProviderOptions::finish`] after taking the keys you know, so
+    /// unknown keys are an error naming the valid ones.
+    fn create(&self, options: ProviderOptions) -> Result<Box<dyn Provider>>;
+}
+
+/// An EP instance.
+pub trait Provider: Send + Sync + 'static {
+    /// Groups of node ids to claim, each fused into one kernel. Only ids in `unclaimed` may be
+    /// returned.
+    fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> Result<Vec<Vec<u32>>>;
+    /// Compiles one group into a kernel. Copy what the kernel needs: `graph` is borrowed.
+    fn compile(&self, graph: &GraphView<'_>, subgraph: &SubgraphView<'_>) -> Result<Box<dyn Kernel>>;
+    /// Device memory management, for EPs whose memory is not host memory.
+    fn data_transfer(&self) -> Option<&dyn DataTransfer> {
+        None
+    }
+}
+
+/// A compiled group of nodes.
+pub trait Kernel: Send + Sync + 'static {
+    fn execute(&self, ctx: &mut KernelContext<'_>) -> Result<()>;
+}
+
+/// Allocation and copies for EPs with their own memory space.
+pub trait DataTransfer: Send + Sync {
+    fn allocate(&self, bytes: usize, alignment: usize) -> Result<*mut c_void>;
+    /// # Safety
+    /// `ptr` came from `allocate` of this EP and is not used afterwards.
+    unsafe fn free(&self, ptr: *mut c_void);
+    fn copy_to_device(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()>;
+    fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()>;
+    fn copy_on_device(&self, _src: &DLTensor, _dst: &mut DLTensor) -> Result<()> {
+        Err(Error::not_implemented("device-to-device copy"))
+    }
+}
+
+/// The host API this library was given at entry. Valid until the library is unloaded.
+static HOST_API: AtomicPtr<EpxHostApi> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The host API table, once the entry function ran.
+pub fn host_api() -> Option<&'static EpxHostApi> {
+    // SAFETY: set once from the entry call; the host keeps the table alive while we are loaded.
+    unsafe { HOST_API.load(Ordering::Acquire).as_ref() }
+}
+
+/// Logs through the host's `tracing`, under the plugin's name.
+pub fn log(level: EpxLogLevel, message: &str) {
+    if let Some(f) = host_api().and_then(|api| api.log) {
+        // SAFETY: host contract; the message is borrowed for the call.
+        unsafe { f(level as u32, std::ptr::null(), EpxStr::from_str(message)) };
+    }
+}
+
+fn api() -> Result<&'static EpxHostApi> {
+    host_api().ok_or_else(|| Error::runtime("plugin used before its entry function ran"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry and descriptor
+
+struct FactoryState {
+    raw: EpxProviderFactory,
+    factory: Box<dyn ProviderFactory>,
+    _strings: [CString; 3],
+}
+
+/// `raw` comes first (repr(C)) so the descriptor pointer the host holds is the state pointer.
+#[repr(C)]
+struct PluginState {
+    raw: EpxPluginDescriptor,
+    factories: Vec<Box<FactoryState>>,
+    factory_ptrs: Vec<*const EpxProviderFactory>,
+    _strings: [CString; 2],
+}
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+/// The body of every SDK plugin's entry function: checks the host's ABI, then builds the
+/// descriptor. Use [`export_plugin!`](crate::export_plugin) rather than calling this.
+///
+/// # Safety
+/// `host` and `out` are the arguments the host passed to the entry function.
+pub unsafe fn plugin_entry(
+    host: *const EpxHostApi,
+    out: *mut *mut EpxPluginDescriptor,
+    name: &str,
+    version: &str,
+    factories: impl FnOnce() -> Vec<Box<dyn ProviderFactory>>,
+) -> *mut EpxStatus {
+    guard("plugin entry", || {
+        if out.is_null() || host.is_null() {
+            return Err(Error::invalid_argument("entry called with a NULL argument"));
+        }
+        // SAFETY: `out` is a valid out-pointer (checked non-null; host contract).
+        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: `host` is non-null and points at the host's table (host contract); fields are
+        // read only after checking the size covers them.
+        let api = unsafe { &*host };
+        // An older host of the same major may have a shorter table; every call through it
+        // checks its function pointer, so only the major version needs checking here.
+        if api.abi_version.major != EPX_ABI_VERSION_MAJOR {
+            return Err(Error::new(
+                EpxStatusCode::AbiMismatch,
+                format!(
+                    "plugin `{name}` was built for epx ABI {}.{}, the host speaks {}.{}",
+                    EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR, api.abi_version.major, api.abi_version.minor
+                ),
+            ));
+        }
+        HOST_API.store(host.cast_mut(), Ordering::Release);
+        let mut state = Box::new(PluginState {
+            raw: EpxPluginDescriptor {
+                struct_size: std::mem::size_of::<EpxPluginDescriptor>(),
+                abi_version: EpxVersion::CURRENT,
+                name: std::ptr::null(),
+                version: std::ptr::null(),
+                num_providers: 0,
+                providers: std::ptr::null(),
+                release: Some(release_descriptor),
+            },
+            factories: factories().into_iter().map(factory_state).collect(),
+            factory_ptrs: Vec::new(),
+            _strings: [c_string(name), c_string(version)],
+        });
+        state.factory_ptrs = state.factories.iter().map(|f| &f.raw as *const EpxProviderFactory).collect();
+        state.raw.name = state._strings[0].as_ptr();
+        state.raw.version = state._strings[1].as_ptr();
+        state.raw.num_providers = state.factory_ptrs.len();
+        state.raw.providers = state.factory_ptrs.as_ptr();
+        // SAFETY: `out` checked non-null; the state is leaked until `release_descriptor`.
+        unsafe { *out = Box::into_raw(state).cast::<EpxPluginDescriptor>() };
+        Ok(())
+    })
+}
+
+fn factory_state(factory: Box<dyn ProviderFactory>) -> Box<FactoryState> {
+    let info = factory.info();
+    let strings = [c_string(&info.name), c_string(&info.vendor), c_string(&info.version)];
+    let mut st = Box::new(FactoryState {
+        raw: EpxProviderFactory {
+            struct_size: std::mem::size_of::<EpxProviderFactory>(),
+            state: std::ptr::null_mut(),
+            name: strings[0].as_ptr(),
+            vendor: strings[1].as_ptr(),
+            version: strings[2].as_ptr(),
+            device_type: info.device_type as i32,
+            flags: if info.concurrent_kernels { EPX_PROVIDER_CONCURRENT_KERNELS } else { 0 },
+            is_available: Some(factory_is_available),
+            create: Some(factory_create),
+        },
+        factory,
+        _strings: strings,
+    });
+    st.raw.state = (&*st as *const FactoryState).cast_mut().cast::<c_void>();
+    st
+}
+
+unsafe extern "C" fn release_descriptor(descriptor: *mut EpxPluginDescriptor) {
+    guard_value((), || {
+        if !descriptor.is_null() {
+            // SAFETY: descriptors we hand out are leaked `PluginState` boxes whose first field
+            // is the descriptor (repr(C)); the host releases each exactly once.
+            drop(unsafe { Box::from_raw(descriptor.cast::<PluginState>()) });
+        }
+    })
+}
+
+unsafe extern "C" fn factory_is_available(state: *mut c_void) -> *mut EpxStatus {
+    guard("is_available", || {
+        // SAFETY: `state` is the FactoryState pointer we put in the factory struct.
+        let st = unsafe { &*state.cast::<FactoryState>() };
+        st.factory.availability()
+    })
+}
+
+unsafe extern "C" fn factory_create(
+    state: *mut c_void,
+    num_options: usize,
+    keys: *const EpxStr,
+    values: *const EpxStr,
+    out: *mut *mut EpxProvider,
+) -> *mut EpxStatus {
+    guard("create", || {
+        if out.is_null() {
+            return Err(Error::invalid_argument("create: NULL out-pointer"));
+        }
+        // SAFETY: `state` is our FactoryState; option arrays hold `num_options` strings borrowed
+        // for the call (host contract).
+        let (st, options) = unsafe {
+            let st = &*state.cast::<FactoryState>();
+            let mut pairs = Vec::with_capacity(num_options);
+            if num_options > 0 {
+                if keys.is_null() || values.is_null() {
+                    return Err(Error::invalid_argument("create: NULL option arrays"));
+                }
+                for i in 0..num_options {
+                    let k = String::from_utf8_lossy((*keys.add(i)).as_bytes()).into_owned();
+                    let v = String::from_utf8_lossy((*values.add(i)).as_bytes()).into_owned();
+                    pairs.push((k, v));
+                }
+            }
+            (st, pairs)
+        };
+        let name = st.factory.info().name;
+        let provider = st.factory.create(ProviderOptions::new(&name, options))?;
+        let has_transfer = provider.data_transfer().is_some();
+        let boxed = Box::new(EpxProvider {
+            struct_size: std::mem::size_of::<EpxProvider>(),
+            state: Box::into_raw(Box::new(provider)).cast::<c_void>(),
+            get_capability: Some(provider_get_capability),
+            compile: Some(provider_compile),
+            allocate: has_transfer.then_some(provider_allocate as _),
+            free: has_transfer.then_some(provider_free as _),
+            copy_to_device: has_transfer.then_some(provider_copy_to_device as _),
+            copy_to_host: has_transfer.then_some(provider_copy_to_host as _),
+            copy_on_device: has_transfer.then_some(provider_copy_on_device as _),
+            release: Some(provider_release),
+        });
+        // SAFETY: `out` checked non-null.
+        unsafe { *out = Box::into_raw(boxed) };
+        Ok(())
+    })
+}
+
+type DynProvider = Box<dyn Provider>;
+
+/// # Safety
+/// `state` is the provider state made by `factory_create`.
+unsafe fn provider<'a>(state: *mut c_void) -> &'a dyn Provider {
+    // SAFETY: the caller's contract.
+    unsafe { &**state.cast::<DynProvider>() }
+}
+
+struct CapabilityArrays {
+    sizes: Vec<usize>,
+    nodes: Vec<u32>,
+}
+
+unsafe extern "C" fn release_capability(cap: *mut EpxCapability) {
+    guard_value((), || {
+        // SAFETY: `cap` is the struct we filled; `private_data` is our leaked arrays box.
+        unsafe {
+            if !cap.is_null() && !(*cap).private_data.is_null() {
+                drop(Box::from_raw((*cap).private_data.cast::<CapabilityArrays>()));
+                (*cap).private_data = std::ptr::null_mut();
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn provider_get_capability(
+    state: *mut c_void,
+    graph: *const EpxGraph,
+    unclaimed: *const u32,
+    num_unclaimed: usize,
+    out: *mut EpxCapability,
+) -> *mut EpxStatus {
+    guard("get_capability", || {
+        let api = api()?;
+        if out.is_null() {
+            return Err(Error::invalid_argument("get_capability: NULL out-pointer"));
+        }
+        // SAFETY: host contract: graph and the unclaimed list are borrowed for this call.
+        let (p, view, unclaimed) = unsafe {
+            let unclaimed = if num_unclaimed == 0 || unclaimed.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(unclaimed, num_unclaimed)
+            };
+            (provider(state), GraphView::from_raw(api, graph), unclaimed)
+        };
+        let groups = p.capability(&view, unclaimed)?;
+        let arrays = Box::new(CapabilityArrays {
+            sizes: groups.iter().map(Vec::len).collect(),
+            nodes: groups.into_iter().flatten().collect(),
+        });
+        // SAFETY: `out` checked non-null; the arrays live until `release_capability`.
+        unsafe {
+            (*out).num_groups = arrays.sizes.len();
+            (*out).group_sizes = arrays.sizes.as_ptr();
+            (*out).nodes = arrays.nodes.as_ptr();
+            (*out).release = Some(release_capability);
+            (*out).private_data = Box::into_raw(arrays).cast::<c_void>();
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn provider_compile(
+    state: *mut c_void,
+    graph: *const EpxGraph,
+    subgraph: *const EpxSubgraph,
+    out: *mut *mut EpxKernel,
+) -> *mut EpxStatus {
+    guard("compile", || {
+        let api = api()?;
+        if out.is_null() || subgraph.is_null() {
+            return Err(Error::invalid_argument("compile: NULL argument"));
+        }
+        // SAFETY: host contract: graph and subgraph are borrowed for this call.
+        let (p, view, sub) = unsafe {
+            (provider(state), GraphView::from_raw(api, graph), SubgraphView::from_raw(&*subgraph))
+        };
+        let kernel = p.compile(&view, &sub)?;
+        let raw = Box::new(EpxKernel {
+            struct_size: std::mem::size_of::<EpxKernel>(),
+            state: Box::into_raw(Box::new(kernel)).cast::<c_void>(),
+            execute: Some(kernel_execute),
+            release: Some(kernel_release),
+        });
+        // SAFETY: `out` checked non-null.
+        unsafe { *out = Box::into_raw(raw) };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn kernel_execute(state: *mut c_void, ctx: *mut EpxKernelContext) -> *mut EpxStatus {
+    guard("execute", || {
+        let api = api()?;
+        // SAFETY: `state` is the boxed kernel made by `provider_compile`; `ctx` is the host's
+        // context for this call.
+        let (kernel, mut ctx) = unsafe { (&**state.cast::<Box<dyn Kernel>>(), KernelContext::from_raw(api, ctx)) };
+        kernel.execute(&mut ctx)
+    })
+}
+
+unsafe extern "C" fn kernel_release(kernel: *mut EpxKernel) {
+    guard_value((), || {
+        if kernel.is_null() {
+            return;
+        }
+        // SAFETY: both boxes were leaked by `provider_compile`; released exactly once.
+        unsafe {
+            let raw = Box::from_raw(kernel);
+            drop(Box::from_raw(raw.state.cast::<Box<dyn Kernel>>()));
+        }
+    })
+}
+
+unsafe extern "C" fn provider_release(p: *mut EpxProvider) {
+    guard_value((), || {
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: both boxes were leaked by `factory_create`; released exactly once.
+        unsafe {
+            let raw = Box::from_raw(p);
+            drop(Box::from_raw(raw.state.cast::<DynProvider>()));
+        }
+    })
+}
+
+fn transfer<'a>(state: *mut c_void) -> Result<&'a dyn DataTransfer> {
+    // SAFETY: `state` is a provider state (these functions are only installed on providers).
+    unsafe { provider(state) }
+        .data_transfer()
+        .ok_or_else(|| Error::not_implemented("provider has no data transfer"))
+}
+
+unsafe extern "C" fn provider_allocate(
+    state: *mut c_void,
+    bytes: usize,
+    alignment: usize,
+    out: *mut *mut c_void,
+) -> *mut EpxStatus {
+    guard("allocate", || {
+        if out.is_null() {
+            return Err(Error::invalid_argument("allocate: NULL out-pointer"));
+        }
+        let ptr = transfer(state)?.allocate(bytes, alignment)?;
+        // SAFETY: checked non-null.
+        unsafe { *out = ptr };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn provider_free(state: *mut c_void, ptr: *mut c_void) {
+    guard_value((), || {
+        if let Ok(t) = transfer(state) {
+            // SAFETY: host contract: `ptr` came from `allocate` and is not used again.
+            unsafe { t.free(ptr) }
+        }
+    })
+}
+
+macro_rules! copy_fn {
+    ($name:ident, $method:ident) => {
+        unsafe extern "C" fn $name(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus {
+            guard(stringify!($method), || {
+                // SAFETY: host contract: both tensors are valid for the call.
+                let (src, dst) = unsafe { (src.as_ref(), dst.as_mut()) };
+                match (src, dst) {
+                    (Some(s), Some(d)) => transfer(state)?.$method(s, d),
+                    _ => Err(Error::invalid_argument(concat!(stringify!($method), ": NULL tensor"))),
+                }
+            })
+        }
+    };
+}
+copy_fn!(provider_copy_to_device, copy_to_device);
+copy_fn!(provider_copy_to_host, copy_to_host);
+copy_fn!(provider_copy_on_device, copy_on_device);
+
+/// Defines an `extern "C"` plugin entry function with the given name. Plugins normally use
+/// [`export_plugin!`](crate::export_plugin); this form lets a crate that is also linked into a
+/// host (like the CPU EP) define its entry without exporting a global symbol.
+#[macro_export]
+macro_rules! plugin_entry {
+    ($vis:vis fn $fn_name:ident; name: $name:expr, version: $version:expr, providers: [$($factory:expr),* $(,)?] $(,)?) => {
+        /// The plugin's entry function (see `EpxPluginEntryFn`).
+        ///
+        /// # Safety
+        /// Called by the host as the ABI says: a valid host table and out-pointer.
+        $vis unsafe extern "C" fn $fn_name(
+            host: *const $crate::abi::EpxHostApi,
+            out: *mut *mut $crate::abi::EpxPluginDescriptor,
+        ) -> *mut $crate::abi::EpxStatus {
+            // SAFETY: forwarded unchanged from the host.
+            unsafe {
+                $crate::sdk::plugin_entry(host, out, $name, $version, || {
+                    vec![$(Box::new($factory) as Box<dyn $crate::sdk::ProviderFactory>),*]
+                })
+            }
+        }
+    };
+}
+
+/// Exports `epx_plugin_entry` from this library, offering the given provider factories.
+///
+/// ```ignore
+/// epx_plugin_api::export_plugin!(name: "myplugin", version: env!("CARGO_PKG_VERSION"), providers: [MyFactory]);
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    (name: $name:expr, version: $version:expr, providers: [$($factory:expr),* $(,)?] $(,)?) => {
+        $crate::plugin_entry!(fn __epx_plugin_entry_impl; name: $name, version: $version, providers: [$($factory),*]);
+
+        /// The one symbol an epx plugin library exports.
+        ///
+        /// # Safety
+        /// Called by the host as the ABI says.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn epx_plugin_entry(
+            host: *const $crate::abi::EpxHostApi,
+            out: *mut *mut $crate::abi::EpxPluginDescriptor,
+        ) -> *mut $crate::abi::EpxStatus {
+            // SAFETY: forwarded unchanged from the host.
+            unsafe { __epx_plugin_entry_impl(host, out) }
+        }
+    };
+}
+
+/// Reads a C string the host or plugin handed over (for diagnostics).
+///
+/// # Safety
+/// As [`cstr_or_empty`].
+pub unsafe fn c_text(p: *const c_char) -> String {
+    // SAFETY: the caller's contract.
+    unsafe { cstr_or_empty(p) }.into_owned()
+}

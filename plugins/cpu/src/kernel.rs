@@ -1,0 +1,359 @@
+//! The kernel interface of the CPU EP: errors, node definitions with typed attribute getters,
+//! the [`OpKernel`] trait every operator implements, and the [`Registry`] that maps
+//! `(domain, op_type, opset)` to a kernel builder.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use epx_plugin_api::ElementType;
+
+use crate::tensor::{Tensor, TensorRef};
+
+/// An operator error: a message naming the operator and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpError(pub String);
+
+impl OpError {
+    /// An error with the given message.
+    pub fn new(msg: impl Into<String>) -> Self {
+        OpError(msg.into())
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+/// The result of every operator function.
+pub type OpResult<T> = Result<T, OpError>;
+
+/// `bail!("fmt", args..)` returns `Err(OpError(format!(..)))` from the enclosing function.
+#[macro_export]
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err($crate::kernel::OpError(format!($($arg)*)))
+    };
+}
+
+/// The value of one node attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    Float(f32),
+    Int(i64),
+    String(Vec<u8>),
+    Tensor(Tensor),
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+    Strings(Vec<Vec<u8>>),
+    /// An attribute kind the CPU EP does not understand (graphs, sparse tensors, ...).
+    Unsupported(&'static str),
+}
+
+impl AttrValue {
+    fn kind(&self) -> &'static str {
+        match self {
+            AttrValue::Float(_) => "float",
+            AttrValue::Int(_) => "int",
+            AttrValue::String(_) => "string",
+            AttrValue::Tensor(_) => "tensor",
+            AttrValue::Floats(_) => "floats",
+            AttrValue::Ints(_) => "ints",
+            AttrValue::Strings(_) => "strings",
+            AttrValue::Unsupported(k) => k,
+        }
+    }
+}
+
+/// Everything a kernel builder knows about a node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeDef {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    /// opset version the model imports for the node's domain
+    pub opset: i64,
+    pub attributes: HashMap<String, AttrValue>,
+    pub num_inputs: usize,
+    pub num_outputs: usize,
+    /// static element types of inputs where known (None = unknown / absent)
+    pub input_types: Vec<Option<ElementType>>,
+}
+
+impl NodeDef {
+    /// A node with the given op type and opset and no attributes (handy in tests).
+    pub fn new(op_type: &str, opset: i64) -> Self {
+        NodeDef {
+            name: String::new(),
+            op_type: op_type.to_string(),
+            domain: String::new(),
+            opset,
+            attributes: HashMap::new(),
+            num_inputs: 0,
+            num_outputs: 1,
+            input_types: Vec::new(),
+        }
+    }
+
+    /// Builder-style attribute setter (handy in tests).
+    pub fn with_attr(mut self, name: &str, value: AttrValue) -> Self {
+        self.attributes.insert(name.to_string(), value);
+        self
+    }
+
+    /// Builder-style setter of the input/output counts (handy in tests).
+    pub fn with_io(mut self, num_inputs: usize, num_outputs: usize) -> Self {
+        self.num_inputs = num_inputs;
+        self.num_outputs = num_outputs;
+        self
+    }
+
+    fn type_error(&self, name: &str, want: &str, got: &AttrValue) -> OpError {
+        OpError(format!(
+            "{} node '{}': attribute '{}' must be {}, got {}",
+            self.op_type,
+            self.name,
+            name,
+            want,
+            got.kind()
+        ))
+    }
+
+    /// An error naming this node.
+    pub fn error(&self, msg: impl fmt::Display) -> OpError {
+        OpError(format!("{} node '{}': {}", self.op_type, self.name, msg))
+    }
+
+    /// Whether the attribute is present.
+    pub fn has_attr(&self, name: &str) -> bool {
+        self.attributes.contains_key(name)
+    }
+
+    pub fn attr_int(&self, name: &str) -> OpResult<Option<i64>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Int(v)) => Ok(Some(*v)),
+            Some(other) => Err(self.type_error(name, "an int", other)),
+        }
+    }
+
+    pub fn attr_int_or(&self, name: &str, default: i64) -> OpResult<i64> {
+        Ok(self.attr_int(name)?.unwrap_or(default))
+    }
+
+    pub fn attr_ints(&self, name: &str) -> OpResult<Option<Vec<i64>>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Ints(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(self.type_error(name, "a list of ints", other)),
+        }
+    }
+
+    pub fn attr_float(&self, name: &str) -> OpResult<Option<f32>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Float(v)) => Ok(Some(*v)),
+            Some(other) => Err(self.type_error(name, "a float", other)),
+        }
+    }
+
+    pub fn attr_float_or(&self, name: &str, default: f32) -> OpResult<f32> {
+        Ok(self.attr_float(name)?.unwrap_or(default))
+    }
+
+    pub fn attr_floats(&self, name: &str) -> OpResult<Option<Vec<f32>>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Floats(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(self.type_error(name, "a list of floats", other)),
+        }
+    }
+
+    pub fn attr_string(&self, name: &str) -> OpResult<Option<String>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::String(v)) => String::from_utf8(v.clone())
+                .map(Some)
+                .map_err(|_| self.error(format_args!("attribute '{name}' is not valid UTF-8"))),
+            Some(other) => Err(self.type_error(name, "a string", other)),
+        }
+    }
+
+    pub fn attr_string_or(&self, name: &str, default: &str) -> OpResult<String> {
+        Ok(self.attr_string(name)?.unwrap_or_else(|| default.to_string()))
+    }
+
+    pub fn attr_tensor(&self, name: &str) -> OpResult<Option<&Tensor>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Tensor(t)) => Ok(Some(t)),
+            Some(other) => Err(self.type_error(name, "a tensor", other)),
+        }
+    }
+
+    /// A required int attribute.
+    pub fn req_int(&self, name: &str) -> OpResult<i64> {
+        self.attr_int(name)?
+            .ok_or_else(|| self.error(format_args!("missing required attribute '{name}'")))
+    }
+
+    /// A required ints attribute.
+    pub fn req_ints(&self, name: &str) -> OpResult<Vec<i64>> {
+        self.attr_ints(name)?
+            .ok_or_else(|| self.error(format_args!("missing required attribute '{name}'")))
+    }
+}
+
+/// A built kernel: runs one node.
+pub trait OpKernel: Send + Sync {
+    /// inputs: one entry per node input, None for an absent optional input. Returns one tensor
+    /// per node output, in order (length num_outputs; optional trailing outputs may be computed
+    /// anyway).
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>>;
+}
+
+/// A kernel made from a closure.
+pub struct FnKernel<F>(pub F);
+
+impl<F> OpKernel for FnKernel<F>
+where
+    F: Fn(&[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> + Send + Sync,
+{
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        (self.0)(inputs)
+    }
+}
+
+/// Boxes a closure as a kernel.
+pub fn kernel<F>(f: F) -> Box<dyn OpKernel>
+where
+    F: Fn(&[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> + Send + Sync + 'static,
+{
+    Box::new(FnKernel(f))
+}
+
+/// Builds a kernel for a node, reading its attributes.
+pub type BuildFn = fn(&NodeDef) -> OpResult<Box<dyn OpKernel>>;
+
+/// One operator version range and its builder.
+#[derive(Clone, Copy)]
+pub struct OpSchema {
+    pub op_type: &'static str,
+    /// "" for ai.onnx
+    pub domain: &'static str,
+    pub since_version: i64,
+    /// inclusive; i64::MAX if current
+    pub until_version: i64,
+    pub build: BuildFn,
+}
+
+impl fmt::Debug for OpSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpSchema")
+            .field("op_type", &self.op_type)
+            .field("domain", &self.domain)
+            .field("since_version", &self.since_version)
+            .field("until_version", &self.until_version)
+            .finish()
+    }
+}
+
+fn canonical_domain(domain: &str) -> &str {
+    if domain == "ai.onnx" { "" } else { domain }
+}
+
+/// All known operators.
+#[derive(Debug, Default)]
+pub struct Registry {
+    by_op: HashMap<(String, String), Vec<OpSchema>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    pub fn add(&mut self, s: OpSchema) {
+        let key = (canonical_domain(s.domain).to_string(), s.op_type.to_string());
+        self.by_op.entry(key).or_default().push(s);
+    }
+
+    /// A registry with every operator of this crate.
+    pub fn with_all_ops() -> Self {
+        let mut r = Registry::new();
+        crate::ops::register_all(&mut r);
+        r
+    }
+
+    /// The schema for an operator at an opset; domain "" and "ai.onnx" are the same domain.
+    pub fn lookup(&self, domain: &str, op_type: &str, opset: i64) -> Option<&OpSchema> {
+        let key = (canonical_domain(domain).to_string(), op_type.to_string());
+        self.by_op
+            .get(&key)?
+            .iter()
+            .filter(|s| s.since_version <= opset && opset <= s.until_version)
+            .max_by_key(|s| s.since_version)
+    }
+
+    pub fn schemas(&self) -> impl Iterator<Item = &OpSchema> {
+        self.by_op.values().flatten()
+    }
+
+    /// Looks up and builds the kernel for a node.
+    pub fn build(&self, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+        match self.lookup(&node.domain, &node.op_type, node.opset) {
+            Some(s) => (s.build)(node),
+            None => Err(OpError(format!(
+                "no CPU kernel for {}:{} at opset {}",
+                if node.domain.is_empty() { "ai.onnx" } else { &node.domain },
+                node.op_type,
+                node.opset
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dummy(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+        Ok(kernel(|_| Ok(vec![])))
+    }
+
+    #[test]
+    fn lookup_picks_version_range_and_domain_alias() {
+        let mut r = Registry::new();
+        r.add(OpSchema { op_type: "X", domain: "", since_version: 1, until_version: 12, build: dummy });
+        r.add(OpSchema {
+            op_type: "X",
+            domain: "ai.onnx",
+            since_version: 13,
+            until_version: i64::MAX,
+            build: dummy,
+        });
+        assert_eq!(r.lookup("ai.onnx", "X", 5).map(|s| s.since_version), Some(1));
+        assert_eq!(r.lookup("", "X", 20).map(|s| s.since_version), Some(13));
+        assert!(r.lookup("", "X", 0).is_none());
+        assert!(r.lookup("com.microsoft", "X", 5).is_none());
+        assert_eq!(r.schemas().count(), 2);
+    }
+
+    #[test]
+    fn attr_getters_check_types() {
+        let n = NodeDef::new("Foo", 13)
+            .with_attr("a", AttrValue::Int(3))
+            .with_attr("s", AttrValue::String(b"abc".to_vec()))
+            .with_attr("bad", AttrValue::String(vec![0xff]));
+        assert_eq!(n.attr_int("a"), Ok(Some(3)));
+        assert_eq!(n.attr_int_or("b", 7), Ok(7));
+        assert_eq!(n.attr_string("s"), Ok(Some("abc".into())));
+        let e = n.attr_float("a").unwrap_err();
+        assert!(e.0.contains("attribute 'a' must be a float, got int"), "{e}");
+        assert!(n.attr_string("bad").unwrap_err().0.contains("UTF-8"));
+        assert!(n.req_ints("axes").unwrap_err().0.contains("missing required attribute 'axes'"));
+    }
+}

@@ -1,0 +1,10 @@
+//! The CPU execution provider: pure Rust on `ndarray`. It is the reference for correctness and the
+//! fallback that runs whatever no other EP claims; the host links it in, and `cdylib/` builds the
+//! same code as a plugin library that loads through the ABI.
+
+pub mod kernel;
+pub mod ops;
+pub mod tensor;
+pub mod provider;
+
+pub use provider::{CPU_PROVIDER_NAME, CpuFactory, builtin_plugin_entry};

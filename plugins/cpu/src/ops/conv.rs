@@ -1,0 +1,236 @@
+//! Convolution: N-d Conv (1-D, 2-D, 3-D, ...) with group, strides, dilations, pads, auto_pad and
+//! an optional bias, computed as im2col + a matrix product per (batch, group).
+
+use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
+
+use super::matmul::MatElem;
+use super::util::{SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32};
+use super::{add, one};
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::Tensor;
+use crate::{bail, with_types};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "Conv", 1, build_conv);
+}
+
+struct Conv {
+    op: String,
+    attrs: SpatialAttrs,
+    group: usize,
+}
+
+impl Conv {
+    fn run_typed<T: MatElem>(
+        &self,
+        x: &ArrayViewD<'_, T>,
+        w: &ArrayViewD<'_, T>,
+        b: Option<ArrayViewD<'_, T>>,
+    ) -> OpResult<Tensor> {
+        let op = &self.op;
+        let (xs, ws) = (x.shape(), w.shape());
+        if xs.len() < 3 {
+            bail!("{op}: X must have rank >= 3 (N, C, spatial...), got shape {xs:?}");
+        }
+        if ws.len() != xs.len() {
+            bail!("{op}: W has shape {ws:?}, expected rank {} like X {xs:?}", xs.len());
+        }
+        let (nb, c) = (xs[0], xs[1]);
+        let (m, cg) = (ws[0], ws[1]);
+        let g = self.group;
+        if g == 0 || c != cg * g || m % g != 0 {
+            bail!("{op}: X has {c} channels and W has shape {ws:?}, incompatible with group {g}");
+        }
+        let kernel: Vec<usize> = match &self.attrs.kernel_shape {
+            Some(k) => {
+                let k = kernel_dims(op, k)?;
+                if k != ws[2..] {
+                    bail!("{op}: kernel_shape {k:?} does not match W shape {ws:?}");
+                }
+                k
+            }
+            None => ws[2..].to_vec(),
+        };
+        if let Some(b) = &b {
+            if b.shape() != [m] {
+                bail!("{op}: B must have shape [{m}], got {:?}", b.shape());
+            }
+        }
+        let in_sp = &xs[2..];
+        let geo = self.attrs.resolve(op, in_sp, &kernel)?;
+        let kn: usize = kernel.iter().product();
+        let ln: usize = geo.out.iter().product();
+        let mg = m / g;
+        let rows = cg * kn;
+
+        // For each spatial dim, kernel tap and output position: the input coordinate, if inside.
+        let nd = in_sp.len();
+        let coord: Vec<Vec<Option<usize>>> = (0..nd)
+            .map(|d| {
+                let mut v = Vec::with_capacity(kernel[d] * geo.out[d]);
+                for k in 0..kernel[d] {
+                    for o in 0..geo.out[d] {
+                        let i = (o * geo.strides[d] + k * geo.dilations[d]) as i64 - geo.pad_begin[d] as i64;
+                        v.push(usize::try_from(i).ok().filter(|&i| i < in_sp[d]));
+                    }
+                }
+                v
+            })
+            .collect();
+        let in_strides = c_strides(in_sp);
+        let plane: usize = in_sp.iter().product();
+
+        let xc = x.as_standard_layout();
+        let xs_flat = xc.as_slice().ok_or_else(|| OpError(format!("{op}: X is not contiguous")))?;
+        let wc = w.as_standard_layout();
+        let w2 = wc
+            .view()
+            .into_shape_with_order((m, rows))
+            .map_err(|e| OpError(format!("{op}: {e}")))?;
+        let mut out = Array3::from_elem((nb, m, ln), T::zero());
+        let mut cols = ndarray::Array2::from_elem((rows, ln), T::zero());
+        for n in 0..nb {
+            for gi in 0..g {
+                for ci in 0..cg {
+                    let base = (n * c + gi * cg + ci) * plane;
+                    let mut r = ci * kn;
+                    for_each_index(&kernel, |kk| {
+                        let mut row = cols.row_mut(r);
+                        let mut l = 0;
+                        for_each_index(&geo.out, |oo| {
+                            let mut off = Some(base);
+                            for d in 0..nd {
+                                off = match (off, coord[d][kk[d] * geo.out[d] + oo[d]]) {
+                                    (Some(o), Some(i)) => Some(o + i * in_strides[d]),
+                                    _ => None,
+                                };
+                            }
+                            if let Some(slot) = row.get_mut(l) {
+                                *slot = off.and_then(|o| xs_flat.get(o).copied()).unwrap_or(T::zero());
+                            }
+                            l += 1;
+                        });
+                        r += 1;
+                    });
+                }
+                let wg: ArrayView2<'_, T> = w2.slice(s![gi * mg..(gi + 1) * mg, ..]);
+                let mut og = out.slice_mut(s![n, gi * mg..(gi + 1) * mg, ..]);
+                T::gemm(T::one(), &wg, &cols.view(), T::zero(), &mut og);
+            }
+        }
+        if let Some(b) = b {
+            for (mut o, &bv) in out.axis_iter_mut(Axis(1)).zip(b.iter()) {
+                o.mapv_inplace(|v| v.add(bv));
+            }
+        }
+        let mut shape = vec![nb, m];
+        shape.extend_from_slice(&geo.out);
+        let out: ArrayD<T> = out.into_shape_with_order(IxDyn(&shape)).map_err(|e| OpError(format!("{op}: {e}")))?;
+        Ok(out.into())
+    }
+}
+
+fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let group = n.attr_int_or("group", 1)?;
+    let conv = Conv {
+        op: n.op_type.clone(),
+        attrs: SpatialAttrs::parse(n)?,
+        group: usize::try_from(group).map_err(|_| n.error(format_args!("invalid group {group}")))?,
+    };
+    Ok(kernel(move |inputs| {
+        via_f32(inputs, |inputs| {
+            let op = &conv.op;
+            let x = input(op, inputs, 0)?;
+            let w = input(op, inputs, 1)?;
+            let b = opt_input(inputs, 2);
+            one(with_types!(
+                x.clone(),
+                |xv| conv.run_typed(&xv, &typed_like(op, w)?, b.map(|b| typed_like(op, b)).transpose()?),
+                [F32, F64],
+                op
+            ))
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use crate::tensor::TensorRef;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
+        k.run(&refs)
+    }
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape, (0..n).map(|x| x as f32).collect()).unwrap()
+    }
+
+    #[test]
+    fn conv2d_pads_strides_bias() {
+        // ONNX test_basic_conv_with_padding: 5x5 iota, 3x3 ones, pads 1.
+        let x = iota(&[1, 1, 5, 5]);
+        let w = Tensor::F32(ArrayD::from_elem(IxDyn(&[1, 1, 3, 3]), 1.0));
+        let n = NodeDef::new("Conv", 11).with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+        let out = run(n, vec![x.clone(), w.clone()]).unwrap();
+        let o = out[0].as_array::<f32>().unwrap();
+        assert_eq!(o.shape(), &[1, 1, 5, 5]);
+        assert_eq!(o[[0, 0, 0, 0]], 12.0);
+        assert_eq!(o[[0, 0, 2, 2]], 108.0);
+        assert_eq!(o[[0, 0, 4, 4]], 84.0);
+        assert_eq!(o[[0, 0, 4, 0]], 72.0);
+        let n = NodeDef::new("Conv", 11)
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]))
+            .with_attr("auto_pad", AttrValue::String(b"VALID".to_vec()));
+        let out = run(n, vec![x, w, Tensor::F32(array![1.0].into_dyn())]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[[55.0, 73.0], [145.0, 163.0]]]].into_dyn()));
+    }
+
+    #[test]
+    fn conv1d_group_dilation_and_3d() {
+        // 2 channels, group 2, dilation 2: each channel convolved with its own [1, 1] kernel.
+        let x = iota(&[1, 2, 5]);
+        let w = Tensor::F32(array![[[1.0, 1.0]], [[1.0, -1.0]]].into_dyn());
+        let n = NodeDef::new("Conv", 11)
+            .with_attr("group", AttrValue::Int(2))
+            .with_attr("dilations", AttrValue::Ints(vec![2]));
+        let out = run(n, vec![x, w]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[2.0, 4.0, 6.0], [-2.0, -2.0, -2.0]]].into_dyn()));
+        let x3 = iota(&[1, 1, 2, 2, 2]);
+        let w3 = Tensor::F32(ArrayD::from_elem(IxDyn(&[2, 1, 2, 2, 2]), 1.0));
+        let out = run(NodeDef::new("Conv", 11), vec![x3, w3]).unwrap();
+        assert_eq!(out[0], Tensor::F32(ArrayD::from_elem(IxDyn(&[1, 2, 1, 1, 1]), 28.0)));
+    }
+
+    #[test]
+    fn conv_same_upper_f64() {
+        let x = Tensor::F64(ArrayD::from_elem(IxDyn(&[1, 1, 4]), 1.0));
+        let w = Tensor::F64(ArrayD::from_elem(IxDyn(&[1, 1, 3]), 1.0));
+        let n = NodeDef::new("Conv", 11)
+            .with_attr("auto_pad", AttrValue::String(b"SAME_UPPER".to_vec()))
+            .with_attr("strides", AttrValue::Ints(vec![2]));
+        let out = run(n, vec![x, w]).unwrap();
+        // out = ceil(4/2) = 2; total pad 1 -> end. Windows [0,1,2], [2,3,pad].
+        assert_eq!(out[0], Tensor::F64(array![[[3.0, 2.0]]].into_dyn()));
+    }
+
+    #[test]
+    fn conv_errors() {
+        let x = iota(&[1, 3, 4, 4]);
+        let w = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 2, 3, 3])));
+        let e = run(NodeDef::new("Conv", 11), vec![x.clone(), w]).unwrap_err();
+        assert!(e.0.contains("Conv: X has 3 channels and W has shape [2, 2, 3, 3]"), "{e}");
+        let e = run(NodeDef::new("Conv", 11), vec![iota(&[4, 4]), iota(&[1, 1])]).unwrap_err();
+        assert!(e.0.contains("X must have rank >= 3"), "{e}");
+        let w = Tensor::F32(ArrayD::zeros(IxDyn(&[1, 3, 5, 5])));
+        let e = run(NodeDef::new("Conv", 11), vec![iota(&[1, 3, 4, 4]), w]).unwrap_err();
+        assert!(e.0.contains("larger than the padded input"), "{e}");
+        let e = run(NodeDef::new("Conv", 11), vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1]))), Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1])))]).unwrap_err();
+        assert_eq!(e.0, "Conv: unsupported element type int32");
+    }
+}

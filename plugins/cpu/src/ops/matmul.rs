@@ -1,0 +1,297 @@
+//! Matrix products: MatMul (numpy `matmul`: batch broadcasting, 1-D promotion) and Gemm.
+//! f32/f64 use ndarray's `general_mat_mul`; integer types use a wrapping loop; f16/bf16 compute
+//! in f32.
+
+use ndarray::{Array2, Array3, ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, Axis, IxDyn, Zip};
+
+use super::util::{Num, broadcast_shapes, input, opt_input, same_type, typed_like, via_f32};
+use super::{add, one};
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::Tensor;
+use crate::{bail, with_types};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "MatMul", 1, build_matmul);
+    add(reg, "Gemm", 1, build_gemm);
+}
+
+/// Element types with a matrix product `c = alpha * a @ b + beta * c`.
+pub trait MatElem: Num {
+    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>);
+}
+
+impl MatElem for f32 {
+    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>) {
+        ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
+    }
+}
+
+impl MatElem for f64 {
+    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>) {
+        ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
+    }
+}
+
+macro_rules! impl_mat_int {
+    ($($t:ty),*) => {$(
+        impl MatElem for $t {
+            fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>) {
+                c.mapv_inplace(|x| x.mul(beta));
+                for (a_row, mut c_row) in a.outer_iter().zip(c.outer_iter_mut()) {
+                    for (&aip, b_row) in a_row.iter().zip(b.outer_iter()) {
+                        let s = aip.mul(alpha);
+                        Zip::from(&mut c_row).and(&b_row).for_each(|o, &bv| *o = o.add(s.mul(bv)));
+                    }
+                }
+            }
+        }
+    )*};
+}
+
+impl_mat_int!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// numpy `matmul` of two arrays.
+pub fn matmul<T: MatElem>(op: &str, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>) -> OpResult<ArrayD<T>> {
+    let (ra, rb) = (a.ndim(), b.ndim());
+    if ra == 0 || rb == 0 {
+        bail!("{op}: inputs must have rank >= 1, got shapes {:?} and {:?}", a.shape(), b.shape());
+    }
+    let a = if ra == 1 { a.clone().insert_axis(Axis(0)) } else { a.clone() };
+    let b = if rb == 1 { b.clone().insert_axis(Axis(1)) } else { b.clone() };
+    let (sa, sb) = (a.shape(), b.shape());
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != k2 {
+        bail!("{op}: inner dimensions differ: A has shape {sa:?}, B has shape {sb:?}");
+    }
+    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+    let batch = broadcast_shapes(ba, bb)
+        .ok_or_else(|| OpError(format!("{op}: batch dims of {sa:?} and {sb:?} cannot be broadcast")))?;
+    let nbatch = super::util::checked_numel(&batch)?;
+    let a_c = a.as_standard_layout();
+    let b_c = b.as_standard_layout();
+    let a3 = a_c
+        .view()
+        .into_shape_with_order((ba.iter().product(), m, k))
+        .map_err(|e| OpError(format!("{op}: {e}")))?;
+    let b3 = b_c
+        .view()
+        .into_shape_with_order((bb.iter().product(), k, n))
+        .map_err(|e| OpError(format!("{op}: {e}")))?;
+    let mut out = Array3::<T>::zeros_like(nbatch, m, n);
+    let ia = batch_map(&batch, ba);
+    let ib = batch_map(&batch, bb);
+    for ((mut o, &i), &j) in out.outer_iter_mut().zip(&ia).zip(&ib) {
+        T::gemm(T::one(), &a3.index_axis(Axis(0), i), &b3.index_axis(Axis(0), j), T::zero(), &mut o);
+    }
+    let mut shape = batch;
+    if ra > 1 {
+        shape.push(m);
+    }
+    if rb > 1 {
+        shape.push(n);
+    }
+    out.into_shape_with_order(IxDyn(&shape)).map_err(|e| OpError(format!("{op}: {e}")))
+}
+
+trait ZerosLike<T> {
+    fn zeros_like(a: usize, b: usize, c: usize) -> Self;
+}
+
+impl<T: Num> ZerosLike<T> for Array3<T> {
+    fn zeros_like(a: usize, b: usize, c: usize) -> Self {
+        Array3::from_elem((a, b, c), T::zero())
+    }
+}
+
+/// For each flat index of the broadcast `batch` shape, the flat index into `src` (a shape that
+/// broadcasts to `batch`, right-aligned).
+fn batch_map(batch: &[usize], src: &[usize]) -> Vec<usize> {
+    let off = batch.len() - src.len();
+    let mut out = Vec::new();
+    super::util::for_each_index(batch, |idx| {
+        let mut flat = 0;
+        for (d, &s) in src.iter().enumerate() {
+            flat = flat * s + if s == 1 { 0 } else { idx[off + d] };
+        }
+        out.push(flat);
+    });
+    if batch.is_empty() {
+        out = vec![0];
+    }
+    out
+}
+
+fn build_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        via_f32(inputs, |inputs| {
+            let a = input(&op, inputs, 0)?;
+            let b = input(&op, inputs, 1)?;
+            same_type(&op, a, b)?;
+            one(with_types!(
+                a.clone(),
+                |x| Ok(matmul(&op, &x, &typed_like(&op, b)?)?.into()),
+                [F32, F64, I8, I16, I32, I64, U8, U16, U32, U64],
+                &op
+            ))
+        })
+    }))
+}
+
+fn as_2d<'x, T>(op: &str, x: &'x ArrayViewD<'_, T>, what: &str, t: bool) -> OpResult<ArrayView2<'x, T>> {
+    let v = x
+        .view()
+        .into_dimensionality::<ndarray::Ix2>()
+        .map_err(|_| OpError(format!("{op}: {what} must be 2-D, got shape {:?}", x.shape())))?;
+    Ok(if t { v.reversed_axes() } else { v })
+}
+
+struct Gemm {
+    op: String,
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+impl Gemm {
+    fn run_typed<T: MatElem>(
+        &self,
+        a: &ArrayViewD<'_, T>,
+        b: &ArrayViewD<'_, T>,
+        c: Option<ArrayViewD<'_, T>>,
+    ) -> OpResult<Tensor> {
+        let op = &self.op;
+        let a2 = as_2d(op, a, "A", self.trans_a)?;
+        let b2 = as_2d(op, b, "B", self.trans_b)?;
+        let (m, k) = a2.dim();
+        let (k2, n) = b2.dim();
+        if k != k2 {
+            bail!(
+                "{op}: inner dimensions differ: op(A) is {:?}, op(B) is {:?}",
+                [m, k],
+                [k2, n]
+            );
+        }
+        let (mut out, beta) = match c {
+            Some(c) if self.beta != 0.0 => {
+                if broadcast_shapes(c.shape(), &[m, n]).as_deref() != Some(&[m, n][..]) {
+                    bail!("{op}: C of shape {:?} cannot be broadcast to {:?}", c.shape(), [m, n]);
+                }
+                let cb = c
+                    .broadcast(IxDyn(&[m, n]))
+                    .ok_or_else(|| OpError(format!("{op}: C cannot be broadcast")))?;
+                let cb = cb.into_dimensionality::<ndarray::Ix2>().map_err(|e| OpError(format!("{op}: {e}")))?;
+                (cb.to_owned(), T::from_f64(self.beta.into()))
+            }
+            _ => (Array2::from_elem((m, n), T::zero()), T::zero()),
+        };
+        T::gemm(T::from_f64(self.alpha.into()), &a2, &b2, beta, &mut out.view_mut());
+        Ok(out.into_dyn().into())
+    }
+}
+
+fn build_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let g = Gemm {
+        op: n.op_type.clone(),
+        alpha: n.attr_float_or("alpha", 1.0)?,
+        beta: n.attr_float_or("beta", 1.0)?,
+        trans_a: n.attr_int_or("transA", 0)? != 0,
+        trans_b: n.attr_int_or("transB", 0)? != 0,
+    };
+    Ok(kernel(move |inputs| {
+        via_f32(inputs, |inputs| {
+            let op = &g.op;
+            let a = input(op, inputs, 0)?;
+            let b = input(op, inputs, 1)?;
+            same_type(op, a, b)?;
+            let c = opt_input(inputs, 2);
+            if let Some(c) = c {
+                same_type(op, a, c)?;
+            }
+            one(with_types!(
+                a.clone(),
+                |x| g.run_typed(&x, &typed_like(op, b)?, c.map(|c| typed_like(op, c)).transpose()?),
+                [F32, F64, I32, I64, U32, U64],
+                op
+            ))
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use crate::tensor::TensorRef;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
+        let k = crate::kernel::Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
+        k.run(&refs)
+    }
+
+    #[test]
+    fn matmul_2d_batched_and_1d() {
+        let a = Tensor::F32(array![[1.0, 2.0], [3.0, 4.0]].into_dyn());
+        let b = Tensor::F32(array![[5.0, 6.0], [7.0, 8.0]].into_dyn());
+        let out = run(NodeDef::new("MatMul", 13), vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[19.0, 22.0], [43.0, 50.0]].into_dyn()));
+        // Batch broadcast: [2,1,2,2] x [3,2,2] -> [2,3,2,2].
+        let a4 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[2, 1, 2, 2]), |i| (i[0] * 4 + i[2] * 2 + i[3]) as f32));
+        let b3 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[3, 2, 2]), |i| if i[1] == i[2] { (i[0] + 1) as f32 } else { 0.0 }));
+        let out = run(NodeDef::new("MatMul", 13), vec![a4, b3]).unwrap();
+        let o = out[0].as_array::<f32>().unwrap();
+        assert_eq!(o.shape(), &[2, 3, 2, 2]);
+        assert_eq!(o[[1, 2, 1, 0]], 6.0 * 3.0);
+        // 1-D promotion.
+        let v = Tensor::F64(array![1.0, 1.0].into_dyn());
+        let m = Tensor::F64(array![[1.0, 2.0], [3.0, 4.0]].into_dyn());
+        let out = run(NodeDef::new("MatMul", 13), vec![v.clone(), m.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F64(array![4.0, 6.0].into_dyn()));
+        let out = run(NodeDef::new("MatMul", 13), vec![m, v.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F64(array![3.0, 7.0].into_dyn()));
+        let out = run(NodeDef::new("MatMul", 13), vec![v.clone(), v]).unwrap();
+        assert_eq!(out[0].shape(), &[] as &[usize]);
+        let ai = Tensor::I32(array![[1, 2]].into_dyn());
+        let bi = Tensor::I32(array![[3], [4]].into_dyn());
+        assert_eq!(run(NodeDef::new("MatMul", 13), vec![ai, bi]).unwrap()[0], Tensor::I32(array![[11]].into_dyn()));
+        let h = Tensor::F16(array![[half::f16::from_f32(2.0)]].into_dyn());
+        assert_eq!(run(NodeDef::new("MatMul", 13), vec![h.clone(), h]).unwrap()[0], Tensor::F16(array![[half::f16::from_f32(4.0)]].into_dyn()));
+    }
+
+    #[test]
+    fn matmul_errors() {
+        let a = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 3])));
+        let e = run(NodeDef::new("MatMul", 13), vec![a.clone(), a.clone()]).unwrap_err();
+        assert!(e.0.contains("MatMul: inner dimensions differ"), "{e}");
+        let e = run(NodeDef::new("MatMul", 13), vec![a.clone(), Tensor::scalar(1.0f32)]).unwrap_err();
+        assert!(e.0.contains("rank >= 1"), "{e}");
+        let b = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 3, 2])));
+        let c = Tensor::F32(ArrayD::zeros(IxDyn(&[3, 2, 3])));
+        let e = run(NodeDef::new("MatMul", 13), vec![b, c]).unwrap_err();
+        assert!(e.0.contains("cannot be broadcast"), "{e}");
+    }
+
+    #[test]
+    fn gemm_all_attrs() {
+        let a = Tensor::F32(array![[1.0, 3.0], [2.0, 4.0]].into_dyn()); // A^T = [[1,2],[3,4]]
+        let b = Tensor::F32(array![[1.0, 0.0], [0.0, 1.0]].into_dyn());
+        let c = Tensor::F32(array![1.0, 2.0].into_dyn());
+        let n = NodeDef::new("Gemm", 13)
+            .with_attr("transA", AttrValue::Int(1))
+            .with_attr("alpha", AttrValue::Float(2.0))
+            .with_attr("beta", AttrValue::Float(0.5));
+        let out = run(n.clone(), vec![a.clone(), b.clone(), c]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[2.5, 5.0], [6.5, 9.0]].into_dyn()));
+        let out = run(n.clone(), vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[2.0, 4.0], [6.0, 8.0]].into_dyn()));
+        let bad_c = Tensor::F32(array![1.0, 2.0, 3.0].into_dyn());
+        let e = run(n, vec![a.clone(), b, bad_c]).unwrap_err();
+        assert!(e.0.contains("Gemm: C of shape [3] cannot be broadcast to [2, 2]"), "{e}");
+        let e = run(NodeDef::new("Gemm", 13), vec![Tensor::F32(array![1.0].into_dyn()), a]).unwrap_err();
+        assert!(e.0.contains("Gemm: A must be 2-D"), "{e}");
+    }
+}

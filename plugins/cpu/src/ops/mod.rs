@@ -1,0 +1,32 @@
+//! The operator library: one file per operator family, each with a `register` function that adds
+//! its schemas. Adding an operator is one entry in a family file (or one new file registered here).
+
+pub mod conv;
+pub mod elementwise;
+pub mod matmul;
+pub mod pool;
+pub mod shape;
+pub mod util;
+
+use crate::kernel::{BuildFn, OpResult, OpSchema, Registry};
+use crate::tensor::Tensor;
+
+/// Registers every operator of the CPU EP.
+pub fn register_all(reg: &mut Registry) {
+    elementwise::register(reg);
+    matmul::register(reg);
+    shape::register(reg);
+    conv::register(reg);
+    pool::register(reg);
+}
+
+/// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's
+/// opset for older semantics).
+pub(crate) fn add(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
+    reg.add(OpSchema { op_type, domain: "", since_version: since, until_version: i64::MAX, build });
+}
+
+/// Wraps a single output.
+pub(crate) fn one(t: OpResult<Tensor>) -> OpResult<Vec<Tensor>> {
+    t.map(|t| vec![t])
+}

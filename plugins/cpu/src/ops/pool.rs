@@ -1,0 +1,317 @@
+//! Pooling: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool and
+//! GlobalMaxPool, over any number of spatial dimensions.
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+
+use super::util::{FloatElem, Num, Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, via_f32};
+use super::{add, one};
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::Tensor;
+use crate::{bail, dispatch_float, with_types};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "MaxPool", 1, |n| build_pool(n, PoolKind::Max));
+    add(reg, "AveragePool", 1, |n| build_pool(n, PoolKind::Avg));
+    add(reg, "GlobalAveragePool", 1, |n| build_global(n, false));
+    add(reg, "GlobalMaxPool", 1, |n| build_global(n, true));
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoolKind {
+    Max,
+    Avg,
+}
+
+/// The windows of a pool over one (n, c) plane: for each output position, the in-plane offsets
+/// of the taps inside the input and the number of taps inside the padded input.
+struct Windows {
+    /// `ranges[o]..ranges[o + 1]` indexes `taps` for output position `o`.
+    ranges: Vec<usize>,
+    taps: Vec<(usize, usize)>,
+    padded_counts: Vec<usize>,
+}
+
+fn windows(input: &[usize], geo: &Spatial) -> Windows {
+    let nd = input.len();
+    let c_str = c_strides(input);
+    // Column-major strides, for storage_order = 1.
+    let mut f_str = vec![1usize; nd];
+    for d in 1..nd {
+        f_str[d] = f_str[d - 1] * input[d - 1];
+    }
+    let mut w = Windows { ranges: vec![0], taps: Vec::new(), padded_counts: Vec::new() };
+    for_each_index(&geo.out, |o| {
+        let mut padded = 0;
+        for_each_index(&geo.kernel, |k| {
+            let mut inside = true;
+            let mut in_padded = true;
+            let (mut off, mut foff) = (0, 0);
+            for d in 0..nd {
+                let i = (o[d] * geo.strides[d] + k[d] * geo.dilations[d]) as i64 - geo.pad_begin[d] as i64;
+                if i < 0 || i >= input[d] as i64 {
+                    inside = false;
+                    if i >= (input[d] + geo.pad_end[d]) as i64 {
+                        in_padded = false;
+                    }
+                } else {
+                    off += i as usize * c_str[d];
+                    foff += i as usize * f_str[d];
+                }
+            }
+            if in_padded {
+                padded += 1;
+            }
+            if inside {
+                w.taps.push((off, foff));
+            }
+        });
+        w.ranges.push(w.taps.len());
+        w.padded_counts.push(padded);
+    });
+    w
+}
+
+struct Pool {
+    op: String,
+    kind: PoolKind,
+    attrs: SpatialAttrs,
+    kernel: Vec<usize>,
+    count_include_pad: bool,
+    storage_order: bool,
+    want_indices: bool,
+}
+
+impl Pool {
+    fn geometry(&self, shape: &[usize]) -> OpResult<(Spatial, usize, usize)> {
+        let op = &self.op;
+        if shape.len() != self.kernel.len() + 2 {
+            bail!(
+                "{op}: input of shape {shape:?} does not match kernel_shape {:?} (expected rank {})",
+                self.kernel,
+                self.kernel.len() + 2
+            );
+        }
+        let geo = self.attrs.resolve(op, &shape[2..], &self.kernel)?;
+        Ok((geo, shape[0] * shape[1], shape[2..].iter().product()))
+    }
+
+    fn out_shape(shape: &[usize], geo: &Spatial) -> Vec<usize> {
+        let mut s = shape[..2].to_vec();
+        s.extend_from_slice(&geo.out);
+        s
+    }
+
+    fn max<T: Num>(&self, x: &ArrayViewD<'_, T>) -> OpResult<Vec<Tensor>> {
+        let (geo, planes, plane) = self.geometry(x.shape())?;
+        let w = windows(&x.shape()[2..], &geo);
+        let xc = x.as_standard_layout();
+        let xs = xc.as_slice().ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+        let nout = w.padded_counts.len();
+        let mut y = Vec::with_capacity(planes * nout);
+        let mut idx = Vec::with_capacity(if self.want_indices { planes * nout } else { 0 });
+        for (p, xp) in xs.chunks(plane.max(1)).enumerate().take(planes) {
+            for o in 0..nout {
+                let mut best = T::lowest();
+                let mut best_i = 0usize;
+                let mut first = true;
+                for &(off, foff) in w.taps.get(w.ranges[o]..w.ranges[o + 1]).unwrap_or(&[]) {
+                    let v = xp.get(off).copied().unwrap_or(best);
+                    if first || v > best {
+                        best = v;
+                        best_i = if self.storage_order { foff } else { off };
+                        first = false;
+                    }
+                }
+                y.push(best);
+                if self.want_indices {
+                    idx.push((p * plane + best_i) as i64);
+                }
+            }
+        }
+        let shape = Self::out_shape(x.shape(), &geo);
+        let mut out = vec![Tensor::from_vec(&shape, y)?];
+        if self.want_indices {
+            out.push(Tensor::from_vec(&shape, idx)?);
+        }
+        Ok(out)
+    }
+
+    fn avg<T: FloatElem>(&self, x: &ArrayViewD<'_, T>) -> OpResult<Vec<Tensor>> {
+        let (geo, planes, plane) = self.geometry(x.shape())?;
+        let w = windows(&x.shape()[2..], &geo);
+        let xc = x.as_standard_layout();
+        let xs = xc.as_slice().ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+        let nout = w.padded_counts.len();
+        let mut y = Vec::with_capacity(planes * nout);
+        for xp in xs.chunks(plane.max(1)).take(planes) {
+            for o in 0..nout {
+                let taps = w.taps.get(w.ranges[o]..w.ranges[o + 1]).unwrap_or(&[]);
+                let sum: T::Acc = taps.iter().map(|&(off, _)| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc())).sum();
+                let count = if self.count_include_pad { w.padded_counts[o] } else { taps.len() };
+                y.push(T::from_acc(sum / T::lit(count.max(1) as f64)));
+            }
+        }
+        Ok(vec![Tensor::from_vec(&Self::out_shape(x.shape(), &geo), y)?])
+    }
+}
+
+fn build_pool(n: &NodeDef, kind: PoolKind) -> OpResult<Box<dyn OpKernel>> {
+    let kernel_shape = kernel_dims(&n.op_type, &n.req_ints("kernel_shape")?)?;
+    let storage_order = n.attr_int_or("storage_order", 0)? != 0;
+    let pool = Pool {
+        op: n.op_type.clone(),
+        kind,
+        attrs: SpatialAttrs::parse(n)?,
+        kernel: kernel_shape,
+        count_include_pad: n.attr_int_or("count_include_pad", 0)? != 0,
+        storage_order,
+        want_indices: n.num_outputs > 1,
+    };
+    Ok(kernel(move |inputs| {
+        let op = &pool.op;
+        let x = input(op, inputs, 0)?;
+        match pool.kind {
+            PoolKind::Max => with_types!(x.clone(), |a| pool.max(&a), [F32, F64, F16, BF16, I8, U8], op),
+            PoolKind::Avg => dispatch_float!(x.clone(), |a| pool.avg(&a), op),
+        }
+    }))
+}
+
+fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<Tensor> {
+    let shape = x.shape();
+    if shape.len() < 3 {
+        bail!("{op}: input must have rank >= 3 (N, C, spatial...), got shape {shape:?}");
+    }
+    let planes = shape[0] * shape[1];
+    let plane: usize = shape[2..].iter().product();
+    if plane == 0 {
+        bail!("{op}: input has an empty spatial extent {shape:?}");
+    }
+    let xc = x.as_standard_layout();
+    let xs = xc.as_slice().ok_or_else(|| OpError(format!("{op}: input not contiguous")))?;
+    let y: Vec<T> = xs
+        .chunks(plane)
+        .take(planes)
+        .map(|c| {
+            if max {
+                c.iter().map(|v| v.to_acc()).fold(T::lit(f64::NEG_INFINITY), |a, b| if b > a || num_traits::Float::is_nan(b) { b } else { a })
+            } else {
+                c.iter().map(|v| v.to_acc()).sum::<T::Acc>() / T::lit(plane as f64)
+            }
+        })
+        .map(T::from_acc)
+        .collect();
+    let mut out_shape = shape[..2].to_vec();
+    out_shape.extend(std::iter::repeat_n(1, shape.len() - 2));
+    let a = ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| OpError(format!("{op}: {e}")))?;
+    Ok(a.into())
+}
+
+fn build_global(n: &NodeDef, max: bool) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        via_f32(inputs, |inputs| {
+            let x = input(&op, inputs, 0)?;
+            one(dispatch_float!(x.clone(), |a| global(&op, &a, max), &op))
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use crate::tensor::TensorRef;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
+        k.run(&refs)
+    }
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape, (0..n).map(|x| x as f32).collect()).unwrap()
+    }
+
+    fn ks(v: &[i64]) -> AttrValue {
+        AttrValue::Ints(v.to_vec())
+    }
+
+    #[test]
+    fn maxpool_2d_with_indices_and_ceil() {
+        let x = iota(&[1, 1, 4, 4]);
+        let n = NodeDef::new("MaxPool", 12)
+            .with_attr("kernel_shape", ks(&[2, 2]))
+            .with_attr("strides", ks(&[2, 2]))
+            .with_io(1, 2);
+        let out = run(n, vec![x.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[[5.0, 7.0], [13.0, 15.0]]]].into_dyn()));
+        assert_eq!(out[1], Tensor::I64(array![[[[5, 7], [13, 15]]]].into_dyn()));
+        let n = NodeDef::new("MaxPool", 12)
+            .with_attr("kernel_shape", ks(&[3, 3]))
+            .with_attr("strides", ks(&[2, 2]))
+            .with_attr("ceil_mode", AttrValue::Int(1));
+        let out = run(n, vec![x.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[[10.0, 11.0], [14.0, 15.0]]]].into_dyn()));
+        // Column-major indices.
+        let n = NodeDef::new("MaxPool", 12)
+            .with_attr("kernel_shape", ks(&[2, 2]))
+            .with_attr("storage_order", AttrValue::Int(1))
+            .with_io(1, 2);
+        let out = run(n, vec![iota(&[1, 1, 2, 3])]).unwrap();
+        assert_eq!(out[1], Tensor::I64(array![[[[3, 5]]]].into_dyn()));
+        // 1-D with pads and dilation on int8.
+        let n = NodeDef::new("MaxPool", 12)
+            .with_attr("kernel_shape", ks(&[2]))
+            .with_attr("dilations", ks(&[2]))
+            .with_attr("pads", ks(&[1, 1]));
+        let out = run(n, vec![Tensor::I8(array![[[3, -1, 2, 5]]].into_dyn())]).unwrap();
+        assert_eq!(out[0], Tensor::I8(array![[[-1, 3, 5, 2]]].into_dyn()));
+    }
+
+    #[test]
+    fn avgpool_pads_and_count_include_pad() {
+        let x = iota(&[1, 1, 3, 3]);
+        let base = NodeDef::new("AveragePool", 19)
+            .with_attr("kernel_shape", ks(&[2, 2]))
+            .with_attr("pads", ks(&[1, 1, 0, 0]));
+        let out = run(base.clone(), vec![x.clone()]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[[0.0, 0.5, 1.5], [1.5, 2.0, 3.0], [4.5, 5.0, 6.0]]]].into_dyn()));
+        let inc = base.with_attr("count_include_pad", AttrValue::Int(1));
+        let out = run(inc, vec![x]).unwrap();
+        assert_eq!(out[0].as_array::<f32>().unwrap()[[0, 0, 0, 0]], 0.0);
+        assert_eq!(out[0].as_array::<f32>().unwrap()[[0, 0, 0, 1]], 0.25);
+        let same = NodeDef::new("AveragePool", 19)
+            .with_attr("kernel_shape", ks(&[3]))
+            .with_attr("auto_pad", AttrValue::String(b"SAME_UPPER".to_vec()));
+        let out = run(same, vec![Tensor::F64(array![[[1.0, 2.0, 3.0]]].into_dyn())]).unwrap();
+        assert_eq!(out[0], Tensor::F64(array![[[1.5, 2.0, 2.5]]].into_dyn()));
+    }
+
+    #[test]
+    fn global_pools() {
+        let x = iota(&[1, 2, 2, 2]);
+        let a = run(NodeDef::new("GlobalAveragePool", 1), vec![x.clone()]).unwrap();
+        assert_eq!(a[0], Tensor::F32(array![[[[1.5]], [[5.5]]]].into_dyn()));
+        let m = run(NodeDef::new("GlobalMaxPool", 1), vec![x]).unwrap();
+        assert_eq!(m[0], Tensor::F32(array![[[[3.0]], [[7.0]]]].into_dyn()));
+        let e = run(NodeDef::new("GlobalMaxPool", 1), vec![iota(&[2, 2])]).unwrap_err();
+        assert!(e.0.contains("GlobalMaxPool: input must have rank >= 3"), "{e}");
+    }
+
+    #[test]
+    fn pool_errors() {
+        let e = Registry::with_all_ops().build(&NodeDef::new("MaxPool", 12)).err().unwrap();
+        assert!(e.0.contains("missing required attribute 'kernel_shape'"), "{e}");
+        let n = NodeDef::new("MaxPool", 12).with_attr("kernel_shape", ks(&[2, 2]));
+        let e = run(n.clone(), vec![iota(&[1, 4, 4])]).unwrap_err();
+        assert!(e.0.contains("does not match kernel_shape"), "{e}");
+        let e = run(n.with_attr("strides", ks(&[0, 1])), vec![iota(&[1, 1, 4, 4])]).unwrap_err();
+        assert!(e.0.contains("strides must be positive"), "{e}");
+        let n = NodeDef::new("AveragePool", 12).with_attr("kernel_shape", ks(&[2]));
+        let e = run(n, vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 4])))]).unwrap_err();
+        assert_eq!(e.0, "AveragePool: unsupported element type int32");
+    }
+}

@@ -1,0 +1,713 @@
+//! Shape and data-movement operators: Reshape, Flatten, Transpose, Concat, Squeeze, Unsqueeze,
+//! Shape, Size, Gather, Identity, Dropout (inference), Constant, ConstantOfShape, Cast, CastLike,
+//! Expand, Tile, Slice and Range. All work on every element type unless ONNX says otherwise.
+
+use epx_plugin_api::ElementType;
+use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn, Slice};
+
+use super::util::{
+    Num, broadcast_shapes, checked_numel, input, normalize_axes, normalize_axis, opt_input,
+    same_type, typed_like,
+};
+use super::{add, one};
+use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::{Elem, Tensor, TensorRef};
+use crate::{bail, dispatch_all, with_types};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "Reshape", 1, build_reshape);
+    add(reg, "Flatten", 1, build_flatten);
+    add(reg, "Transpose", 1, build_transpose);
+    add(reg, "Concat", 1, build_concat);
+    add(reg, "Squeeze", 1, build_squeeze);
+    add(reg, "Unsqueeze", 1, build_unsqueeze);
+    add(reg, "Shape", 1, build_shape);
+    add(reg, "Size", 1, build_size);
+    add(reg, "Gather", 1, build_gather);
+    add(reg, "Identity", 1, build_identity);
+    add(reg, "Dropout", 1, build_dropout);
+    add(reg, "Constant", 1, build_constant);
+    add(reg, "ConstantOfShape", 9, build_constant_of_shape);
+    add(reg, "Cast", 1, build_cast);
+    add(reg, "CastLike", 15, build_cast_like);
+    add(reg, "Expand", 8, build_expand);
+    add(reg, "Tile", 6, build_tile);
+    add(reg, "Slice", 1, build_slice);
+    add(reg, "Range", 11, build_range);
+}
+
+/// Reshapes to `shape` in C order (copying only when the input is not contiguous).
+pub fn reshape_ref(op: &str, t: &TensorRef<'_>, shape: &[usize]) -> OpResult<Tensor> {
+    fn go<T: Elem>(op: &str, a: &ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<Tensor> {
+        let r = a
+            .to_shape(IxDyn(shape))
+            .map_err(|_| OpError(format!("{op}: cannot reshape {:?} to {shape:?}", a.shape())))?;
+        Ok(r.into_owned().into())
+    }
+    dispatch_all!(t.clone(), |a| go(op, &a, shape), op)
+}
+
+/// Resolves a Reshape target (0 copies the input dim unless `allowzero`, one -1 is inferred).
+pub fn reshape_dims(op: &str, input: &[usize], spec: &[i64], allowzero: bool) -> OpResult<Vec<usize>> {
+    let numel = checked_numel(input)?;
+    let mut out = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        out.push(match d {
+            -1 => {
+                if infer.replace(i).is_some() {
+                    bail!("{op}: more than one -1 in shape {spec:?}");
+                }
+                1
+            }
+            0 if !allowzero => *input.get(i).ok_or_else(|| {
+                OpError(format!("{op}: shape {spec:?} copies dim {i} but the input {input:?} has rank {}", input.len()))
+            })?,
+            d if d < 0 => bail!("{op}: invalid dim {d} in shape {spec:?}"),
+            d => usize::try_from(d).map_err(|_| OpError(format!("{op}: dim {d} too large")))?,
+        });
+    }
+    let known = checked_numel(&out)?;
+    if let Some(i) = infer {
+        if known == 0 || numel % known != 0 {
+            bail!("{op}: cannot infer -1 in shape {spec:?} for input shape {input:?}");
+        }
+        out[i] = numel / known;
+    } else if known != numel {
+        bail!("{op}: cannot reshape input of shape {input:?} ({numel} elements) to {spec:?}");
+    }
+    Ok(out)
+}
+
+fn build_reshape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let allowzero = n.opset >= 14 && n.attr_int_or("allowzero", 0)? != 0;
+    let attr_shape = if n.opset < 5 { Some(n.req_ints("shape")?) } else { None };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let spec = match &attr_shape {
+            Some(s) => s.clone(),
+            None => input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: shape"))?,
+        };
+        let dims = reshape_dims(&op, x.shape(), &spec, allowzero)?;
+        one(reshape_ref(&op, x, &dims))
+    }))
+}
+
+fn build_flatten(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", 1)?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let r = x.ndim() as i64;
+        if axis < -r || axis > r {
+            bail!("{op}: axis {axis} is out of range for rank {r}");
+        }
+        let a = if axis < 0 { axis + r } else { axis } as usize;
+        let outer: usize = x.shape()[..a].iter().product();
+        let inner: usize = x.shape()[a..].iter().product();
+        one(reshape_ref(&op, x, &[outer, inner]))
+    }))
+}
+
+fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Tensor> {
+    Ok(a.permuted_axes(IxDyn(perm)).as_standard_layout().into_owned().into())
+}
+
+fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let perm_attr = n.attr_ints("perm")?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let r = x.ndim();
+        let perm: Vec<usize> = match &perm_attr {
+            None => (0..r).rev().collect(),
+            Some(p) => {
+                let mut seen = vec![false; r];
+                let mut out = Vec::with_capacity(r);
+                for &v in p {
+                    let u = usize::try_from(v).ok().filter(|&u| u < r && !seen[u]);
+                    let Some(u) = u else {
+                        bail!("{op}: perm {p:?} is not a permutation of 0..{r}");
+                    };
+                    seen[u] = true;
+                    out.push(u);
+                }
+                if out.len() != r {
+                    bail!("{op}: perm {p:?} is not a permutation of 0..{r}");
+                }
+                out
+            }
+        };
+        one(dispatch_all!(x.clone(), |a| transpose_typed(a, &perm), &op))
+    }))
+}
+
+fn concat_typed<T: Elem>(op: &str, axis: usize, first: ArrayViewD<'_, T>, all: &[&TensorRef<'_>]) -> OpResult<Tensor> {
+    let views: Vec<ArrayViewD<'_, T>> = all.iter().map(|t| typed_like::<T>(op, t)).collect::<OpResult<_>>()?;
+    for (i, v) in views.iter().enumerate() {
+        let ok = v.ndim() == first.ndim()
+            && v.shape().iter().zip(first.shape()).enumerate().all(|(d, (a, b))| d == axis || a == b);
+        if !ok {
+            bail!(
+                "{op}: input {i} has shape {:?}, incompatible with input 0 of shape {:?} on axis {axis}",
+                v.shape(),
+                first.shape()
+            );
+        }
+    }
+    ndarray::concatenate(Axis(axis), &views)
+        .map(Tensor::from)
+        .map_err(|e| OpError(format!("{op}: {e}")))
+}
+
+fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = if n.opset < 4 { n.attr_int_or("axis", 1)? } else { n.req_int("axis")? };
+    Ok(kernel(move |inputs| {
+        let all: Vec<&TensorRef<'_>> = inputs.iter().flatten().collect();
+        let Some(first) = all.first() else { bail!("{op}: needs at least one input") };
+        let ax = normalize_axis(&op, axis, first.ndim())?;
+        one(dispatch_all!((*first).clone(), |a| concat_typed(&op, ax, a, &all), &op))
+    }))
+}
+
+/// Axes from the attribute (before `input_from`) or from optional input 1.
+fn axes_of(op: &str, attr: &Option<Vec<i64>>, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Option<Vec<i64>>> {
+    match attr {
+        Some(a) => Ok(Some(a.clone())),
+        None => opt_input(inputs, 1).map(|t| t.to_i64_vec(&format!("{op}: axes"))).transpose(),
+    }
+}
+
+fn build_squeeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let attr = if n.opset < 13 { n.attr_ints("axes")? } else { None };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let shape = x.shape();
+        let axes = match axes_of(&op, &attr, inputs)? {
+            Some(a) => {
+                let ax = normalize_axes(&op, &a, shape.len())?;
+                for &d in &ax {
+                    if shape[d] != 1 {
+                        bail!("{op}: cannot squeeze axis {d} of size {}", shape[d]);
+                    }
+                }
+                ax
+            }
+            None => (0..shape.len()).filter(|&d| shape[d] == 1).collect(),
+        };
+        let out: Vec<usize> = shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect();
+        one(reshape_ref(&op, x, &out))
+    }))
+}
+
+fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let attr = if n.opset < 13 { Some(n.req_ints("axes")?) } else { None };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let Some(axes) = axes_of(&op, &attr, inputs)? else {
+            bail!("{op}: missing required input 1 (axes)");
+        };
+        let rank = x.ndim() + axes.len();
+        let ax = normalize_axes(&op, &axes, rank)?;
+        let mut src = x.shape().iter();
+        let out: Vec<usize> = (0..rank)
+            .map(|d| if ax.contains(&d) { 1 } else { src.next().copied().unwrap_or(1) })
+            .collect();
+        one(reshape_ref(&op, x, &out))
+    }))
+}
+
+fn build_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let start = n.attr_int_or("start", 0)?;
+    let end = n.attr_int("end")?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let r = x.ndim() as i64;
+        let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
+        let dims: Vec<i64> = x.shape().iter().skip(s).take(e.saturating_sub(s)).map(|&d| d as i64).collect();
+        let len = dims.len();
+        one(Tensor::from_vec(&[len], dims))
+    }))
+}
+
+fn build_size(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| one(Ok(Tensor::scalar(input(&op, inputs, 0)?.len() as i64)))))
+}
+
+fn gather_typed<T: Elem>(op: &str, data: ArrayViewD<'_, T>, axis: usize, idx: &[usize], idx_shape: &[usize]) -> OpResult<Tensor> {
+    let sel = data.select(Axis(axis), idx);
+    let mut shape = data.shape()[..axis].to_vec();
+    shape.extend_from_slice(idx_shape);
+    shape.extend_from_slice(&data.shape()[axis + 1..]);
+    reshape_ref(op, &T::wrap_ref(sel.view()), &shape)
+}
+
+fn build_gather(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", 0)?;
+    Ok(kernel(move |inputs| {
+        let data = input(&op, inputs, 0)?;
+        let indices = input(&op, inputs, 1)?;
+        if !matches!(indices.elem_type(), ElementType::Int32 | ElementType::Int64) {
+            bail!("{op}: indices must be int32 or int64, got {}", indices.elem_type());
+        }
+        let ax = normalize_axis(&op, axis, data.ndim())?;
+        let dim = data.shape()[ax];
+        let raw = indices.to_i64_vec(&format!("{op}: indices"))?;
+        let idx: Vec<usize> = raw
+            .iter()
+            .map(|&i| {
+                let j = if i < 0 { i + dim as i64 } else { i };
+                usize::try_from(j).ok().filter(|&j| j < dim).ok_or_else(|| {
+                    OpError(format!("{op}: index {i} out of range for axis {ax} of size {dim}"))
+                })
+            })
+            .collect::<OpResult<_>>()?;
+        one(dispatch_all!(data.clone(), |a| gather_typed(&op, a, ax, &idx, indices.shape()), &op))
+    }))
+}
+
+fn build_identity(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| one(Ok(input(&op, inputs, 0)?.to_owned()))))
+}
+
+fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let outputs = n.num_outputs;
+    if n.opset < 7 && n.attr_int_or("is_test", 0)? == 0 && outputs > 1 {
+        return Err(n.error("training mode (is_test=0) is not supported"));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        if let Some(t) = opt_input(inputs, 2) {
+            let train = t.expect_type::<bool>(&format!("{op}: training_mode"))?;
+            if train.iter().any(|&b| b) {
+                bail!("{op}: training_mode=true is not supported");
+            }
+        }
+        let mut out = vec![x.to_owned()];
+        if outputs > 1 {
+            out.push(Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true)));
+        }
+        Ok(out)
+    }))
+}
+
+fn constant_value(n: &NodeDef) -> OpResult<Tensor> {
+    let mut found = n.attributes.iter().filter(|(k, _)| k.starts_with("value") || k.as_str() == "sparse_value");
+    let (Some((name, value)), None) = (found.next(), found.next()) else {
+        return Err(n.error("exactly one value attribute is required"));
+    };
+    Ok(match value {
+        AttrValue::Tensor(t) if name == "value" => t.clone(),
+        AttrValue::Float(f) if name == "value_float" => Tensor::scalar(*f),
+        AttrValue::Int(i) if name == "value_int" => Tensor::scalar(*i),
+        AttrValue::Floats(v) if name == "value_floats" => Tensor::from_vec(&[v.len()], v.clone())?,
+        AttrValue::Ints(v) if name == "value_ints" => Tensor::from_vec(&[v.len()], v.clone())?,
+        _ if name.starts_with("value_string") => return Err(n.error("string tensors are not supported")),
+        other => return Err(n.error(format_args!("unsupported value attribute '{name}' ({other:?})"))),
+    })
+}
+
+fn build_constant(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let t = constant_value(n)?;
+    Ok(kernel(move |_| Ok(vec![t.clone()])))
+}
+
+fn fill<T: Elem>(v: ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<Tensor> {
+    let x = v.iter().next().copied().unwrap_or_default();
+    Ok(ArrayD::from_elem(IxDyn(shape), x).into())
+}
+
+fn shape_input(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<usize>> {
+    let dims = t
+        .to_i64_vec(&format!("{op}: shape"))?
+        .into_iter()
+        .map(|d| usize::try_from(d).map_err(|_| OpError(format!("{op}: negative dim {d} in shape"))))
+        .collect::<OpResult<Vec<_>>>()?;
+    checked_numel(&dims)?;
+    Ok(dims)
+}
+
+fn build_constant_of_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let value = match n.attr_tensor("value")? {
+        Some(t) if t.len() == 1 => t.clone(),
+        Some(t) => return Err(n.error(format_args!("value must have one element, got shape {:?}", t.shape()))),
+        None => Tensor::scalar(0.0f32),
+    };
+    Ok(kernel(move |inputs| {
+        let shape = shape_input(&op, input(&op, inputs, 0)?)?;
+        one(dispatch_all!(value.view(), |v| fill(v, &shape), &op))
+    }))
+}
+
+fn cast_target(n: &NodeDef) -> OpResult<ElementType> {
+    let to = n.req_int("to").or_else(|e| match n.attr_string("to") {
+        // Opset 1 spelled the type as a string.
+        Ok(Some(s)) => match s.to_ascii_uppercase().as_str() {
+            "FLOAT" => Ok(1),
+            "UINT8" => Ok(2),
+            "INT8" => Ok(3),
+            "UINT16" => Ok(4),
+            "INT16" => Ok(5),
+            "INT32" => Ok(6),
+            "INT64" => Ok(7),
+            "BOOL" => Ok(9),
+            "FLOAT16" => Ok(10),
+            "DOUBLE" => Ok(11),
+            "UINT32" => Ok(12),
+            "UINT64" => Ok(13),
+            _ => Err(n.error(format_args!("unknown type name '{s}'"))),
+        },
+        _ => Err(e),
+    })?;
+    let ty = i32::try_from(to)
+        .ok()
+        .and_then(ElementType::from_onnx)
+        .ok_or_else(|| n.error(format_args!("unknown element type code {to}")))?;
+    check_castable(&n.op_type, ty)?;
+    Ok(ty)
+}
+
+fn check_castable(op: &str, ty: ElementType) -> OpResult<()> {
+    use ElementType::*;
+    match ty {
+        Float | Double | Float16 | Bfloat16 | Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16
+        | Uint32 | Uint64 | Bool => Ok(()),
+        other => Err(OpError(format!("{op}: casting to {other} is not supported"))),
+    }
+}
+
+fn build_cast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let to = cast_target(n)?;
+    Ok(kernel(move |inputs| one(input(&op, inputs, 0)?.cast(to))))
+}
+
+fn build_cast_like(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let to = input(&op, inputs, 1)?.elem_type();
+        one(input(&op, inputs, 0)?.cast(to))
+    }))
+}
+
+fn expand_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<Tensor> {
+    let out = broadcast_shapes(a.shape(), shape)
+        .ok_or_else(|| OpError(format!("{op}: input shape {:?} cannot expand to {shape:?}", a.shape())))?;
+    checked_numel(&out)?;
+    let v = super::util::broadcast_to(op, &a, &out)?;
+    Ok(v.as_standard_layout().into_owned().into())
+}
+
+fn build_expand(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let shape = shape_input(&op, input(&op, inputs, 1)?)?;
+        one(dispatch_all!(x.clone(), |a| expand_typed(&op, a, &shape), &op))
+    }))
+}
+
+fn tile_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, reps: &[usize]) -> OpResult<Tensor> {
+    let out_shape: Vec<usize> = a.shape().iter().zip(reps).map(|(&d, &r)| d.saturating_mul(r)).collect();
+    checked_numel(&out_shape)?;
+    let mut cur = a.to_owned();
+    for (ax, &r) in reps.iter().enumerate() {
+        if r == 1 {
+            continue;
+        }
+        if r == 0 {
+            let mut s = cur.shape().to_vec();
+            s[ax] = 0;
+            cur = ArrayD::from_elem(IxDyn(&s), T::default());
+            continue;
+        }
+        let v = cur.view();
+        let parts = vec![v; r];
+        cur = ndarray::concatenate(Axis(ax), &parts).map_err(|e| OpError(format!("{op}: {e}")))?;
+    }
+    Ok(cur.into())
+}
+
+fn build_tile(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let reps = input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: repeats"))?;
+        if reps.len() != x.ndim() {
+            bail!("{op}: repeats has {} values, input has rank {}", reps.len(), x.ndim());
+        }
+        let reps = reps
+            .iter()
+            .map(|&r| usize::try_from(r).map_err(|_| OpError(format!("{op}: negative repeat {r}"))))
+            .collect::<OpResult<Vec<_>>>()?;
+        one(dispatch_all!(x.clone(), |a| tile_typed(&op, a, &reps), &op))
+    }))
+}
+
+/// One resolved slice along an axis, in ndarray terms.
+fn slice_axis_params(op: &str, start: i64, end: i64, step: i64, dim: usize) -> OpResult<Slice> {
+    if step == 0 {
+        bail!("{op}: step must not be 0");
+    }
+    let d = dim as i64;
+    let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+    let (s, e) = (norm(start), norm(end));
+    let max_step = d.max(1);
+    if step > 0 {
+        let s = s.clamp(0, d);
+        let e = e.clamp(0, d).max(s);
+        Ok(Slice::new(s as isize, Some(e as isize), step.min(max_step) as isize))
+    } else {
+        // ONNX walks down from `s` while > `e`: ndarray's reversed range (e, s].
+        let s = s.clamp(-1, d - 1);
+        let e = e.clamp(-1, d - 1).min(s);
+        Ok(Slice::new((e + 1) as isize, Some((s + 1) as isize), -(step.max(-max_step) .abs()) as isize))
+    }
+}
+
+fn slice_typed<T: Elem>(a: ArrayViewD<'_, T>, slices: &[(usize, Slice)]) -> OpResult<Tensor> {
+    let mut v = a;
+    for &(ax, s) in slices {
+        v.slice_axis_inplace(Axis(ax), s);
+    }
+    Ok(v.as_standard_layout().into_owned().into())
+}
+
+struct SliceAttrs {
+    starts: Vec<i64>,
+    ends: Vec<i64>,
+    axes: Option<Vec<i64>>,
+}
+
+fn build_slice(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let attrs = if n.opset < 10 {
+        Some(SliceAttrs { starts: n.req_ints("starts")?, ends: n.req_ints("ends")?, axes: n.attr_ints("axes")? })
+    } else {
+        None
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let list = |i: usize, what: &str| -> OpResult<Option<Vec<i64>>> {
+            opt_input(inputs, i).map(|t| t.to_i64_vec(&format!("{op}: {what}"))).transpose()
+        };
+        let (starts, ends, axes, steps) = match &attrs {
+            Some(a) => (a.starts.clone(), a.ends.clone(), a.axes.clone(), None),
+            None => (
+                input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: starts"))?,
+                input(&op, inputs, 2)?.to_i64_vec(&format!("{op}: ends"))?,
+                list(3, "axes")?,
+                list(4, "steps")?,
+            ),
+        };
+        let k = starts.len();
+        let axes = axes.unwrap_or_else(|| (0..k as i64).collect());
+        let steps = steps.unwrap_or_else(|| vec![1; k]);
+        if ends.len() != k || axes.len() != k || steps.len() != k {
+            bail!(
+                "{op}: starts, ends, axes and steps must have the same length, got {}, {}, {}, {}",
+                k,
+                ends.len(),
+                axes.len(),
+                steps.len()
+            );
+        }
+        let ax = normalize_axes(&op, &axes, x.ndim())?;
+        let slices = (0..k)
+            .map(|i| Ok((ax[i], slice_axis_params(&op, starts[i], ends[i], steps[i], x.shape()[ax[i]])?)))
+            .collect::<OpResult<Vec<_>>>()?;
+        one(dispatch_all!(x.clone(), |a| slice_typed(a, &slices), &op))
+    }))
+}
+
+fn range_typed<T: Num>(op: &str, start: ArrayViewD<'_, T>, limit: &TensorRef<'_>, delta: &TensorRef<'_>) -> OpResult<Tensor> {
+    let scalar = |v: ArrayViewD<'_, T>, what: &str| -> OpResult<T> {
+        match (v.len(), v.iter().next()) {
+            (1, Some(&x)) => Ok(x),
+            _ => Err(OpError(format!("{op}: {what} must be a scalar, got shape {:?}", v.shape()))),
+        }
+    };
+    let s = scalar(start, "start")?;
+    let l = scalar(typed_like::<T>(op, limit)?, "limit")?;
+    let d = scalar(typed_like::<T>(op, delta)?, "delta")?;
+    if d == T::zero() {
+        bail!("{op}: delta must not be zero");
+    }
+    let count = ((l.to_f64() - s.to_f64()) / d.to_f64()).ceil();
+    if count.is_nan() || count > (1u64 << 32) as f64 {
+        bail!("{op}: range of {count} elements is too large");
+    }
+    let n = count.max(0.0) as usize;
+    let v: Vec<T> = if T::IS_FLOAT {
+        (0..n).map(|i| T::from_f64(s.to_f64() + i as f64 * d.to_f64())).collect()
+    } else {
+        let mut x = s;
+        (0..n)
+            .map(|_| {
+                let cur = x;
+                x = x.add(d);
+                cur
+            })
+            .collect()
+    };
+    Tensor::from_vec(&[n], v)
+}
+
+fn build_range(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let s = input(&op, inputs, 0)?;
+        let l = input(&op, inputs, 1)?;
+        let d = input(&op, inputs, 2)?;
+        same_type(&op, s, l)?;
+        same_type(&op, s, d)?;
+        one(with_types!(s.clone(), |a| range_typed(&op, a, l, d), [F32, F64, I16, I32, I64], &op))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+        k.run(&refs)
+    }
+
+    fn i64s(v: &[i64]) -> Option<Tensor> {
+        Some(Tensor::from_vec(&[v.len()], v.to_vec()).unwrap())
+    }
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape, (0..n).map(|x| x as f32).collect()).unwrap()
+    }
+
+    #[test]
+    fn reshape_zero_and_minus_one() {
+        let x = iota(&[2, 3, 4]);
+        let out = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[0, -1])]).unwrap();
+        assert_eq!(out[0].shape(), &[2, 12]);
+        let n = NodeDef::new("Reshape", 14).with_attr("allowzero", AttrValue::Int(1));
+        let e = run(n, vec![Some(x.clone()), i64s(&[0, -1])]).unwrap_err();
+        assert!(e.0.contains("cannot infer -1"), "{e}");
+        let e = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[5, -1])]).unwrap_err();
+        assert!(e.0.contains("Reshape: cannot infer -1 in shape [5, -1]"), "{e}");
+        let e = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[-1, -1])]).unwrap_err();
+        assert!(e.0.contains("more than one -1"), "{e}");
+        let old = NodeDef::new("Reshape", 1).with_attr("shape", AttrValue::Ints(vec![4, 6]));
+        assert_eq!(run(old, vec![Some(x)]).unwrap()[0].shape(), &[4, 6]);
+    }
+
+    #[test]
+    fn flatten_transpose_concat() {
+        let x = iota(&[2, 3, 4]);
+        let f = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(-1));
+        assert_eq!(run(f, vec![Some(x.clone())]).unwrap()[0].shape(), &[6, 4]);
+        let f0 = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(0));
+        assert_eq!(run(f0, vec![Some(x.clone())]).unwrap()[0].shape(), &[1, 24]);
+        let bad = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(4));
+        assert!(run(bad, vec![Some(x.clone())]).unwrap_err().0.contains("Flatten: axis 4 is out of range"));
+        let t = run(NodeDef::new("Transpose", 13), vec![Some(iota(&[2, 3]))]).unwrap();
+        assert_eq!(t[0], Tensor::F32(array![[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]].into_dyn()));
+        let tp = NodeDef::new("Transpose", 13).with_attr("perm", AttrValue::Ints(vec![0, 0]));
+        assert!(run(tp, vec![Some(iota(&[2, 3]))]).unwrap_err().0.contains("not a permutation"));
+        let c = NodeDef::new("Concat", 13).with_attr("axis", AttrValue::Int(-1));
+        let out = run(c.clone(), vec![Some(iota(&[2, 1])), Some(iota(&[2, 2]))]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[0.0, 0.0, 1.0], [1.0, 2.0, 3.0]].into_dyn()));
+        let e = run(c, vec![Some(iota(&[2, 1])), Some(iota(&[3, 2]))]).unwrap_err();
+        assert!(e.0.contains("Concat: input 1 has shape [3, 2]"), "{e}");
+    }
+
+    #[test]
+    fn squeeze_unsqueeze_versions() {
+        let x = iota(&[1, 3, 1]);
+        assert_eq!(run(NodeDef::new("Squeeze", 13), vec![Some(x.clone())]).unwrap()[0].shape(), &[3]);
+        assert_eq!(run(NodeDef::new("Squeeze", 13), vec![Some(x.clone()), i64s(&[-1])]).unwrap()[0].shape(), &[1, 3]);
+        let s11 = NodeDef::new("Squeeze", 11).with_attr("axes", AttrValue::Ints(vec![0]));
+        assert_eq!(run(s11, vec![Some(x.clone())]).unwrap()[0].shape(), &[3, 1]);
+        let e = run(NodeDef::new("Squeeze", 13), vec![Some(x.clone()), i64s(&[1])]).unwrap_err();
+        assert_eq!(e.0, "Squeeze: cannot squeeze axis 1 of size 3");
+        let u = run(NodeDef::new("Unsqueeze", 13), vec![Some(iota(&[3])), i64s(&[0, -1])]).unwrap();
+        assert_eq!(u[0].shape(), &[1, 3, 1]);
+        let u1 = NodeDef::new("Unsqueeze", 1).with_attr("axes", AttrValue::Ints(vec![1]));
+        assert_eq!(run(u1, vec![Some(iota(&[3]))]).unwrap()[0].shape(), &[3, 1]);
+        let e = run(NodeDef::new("Unsqueeze", 13), vec![Some(iota(&[3])), i64s(&[3])]).unwrap_err();
+        assert!(e.0.contains("axis 3 is out of range for rank 2"), "{e}");
+    }
+
+    #[test]
+    fn shape_gather_identity() {
+        let x = iota(&[2, 3, 4]);
+        let s = run(NodeDef::new("Shape", 15).with_attr("start", AttrValue::Int(-2)), vec![Some(x.clone())]).unwrap();
+        assert_eq!(s[0], Tensor::I64(array![3, 4].into_dyn()));
+        let g = NodeDef::new("Gather", 13).with_attr("axis", AttrValue::Int(1));
+        let idx = Tensor::I32(array![[-1, 0]].into_dyn());
+        let out = run(g.clone(), vec![Some(iota(&[2, 3])), Some(idx)]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![[[2.0, 0.0]], [[5.0, 3.0]]].into_dyn()));
+        let e = run(NodeDef::new("Gather", 13), vec![Some(iota(&[3])), i64s(&[7])]).unwrap_err();
+        assert_eq!(e.0, "Gather: index 7 out of range for axis 0 of size 3");
+        let sc = run(NodeDef::new("Gather", 13), vec![Some(iota(&[3])), Some(Tensor::scalar(1i64))]).unwrap();
+        assert_eq!(sc[0], Tensor::scalar(1.0f32));
+        assert_eq!(run(NodeDef::new("Identity", 16), vec![Some(x.clone())]).unwrap()[0], x);
+        let e = run(NodeDef::new("Identity", 16), vec![None]).unwrap_err();
+        assert_eq!(e.0, "Identity: missing required input 0");
+    }
+
+    #[test]
+    fn constant_and_cast() {
+        let c = NodeDef::new("Constant", 13).with_attr("value_ints", AttrValue::Ints(vec![1, 2]));
+        assert_eq!(run(c, vec![]).unwrap()[0], Tensor::I64(array![1, 2].into_dyn()));
+        let c = NodeDef::new("Constant", 13).with_attr("value_float", AttrValue::Float(2.5));
+        assert_eq!(run(c, vec![]).unwrap()[0], Tensor::scalar(2.5f32));
+        let c = NodeDef::new("Constant", 13).with_attr("value", AttrValue::Tensor(iota(&[2])));
+        assert_eq!(run(c, vec![]).unwrap()[0], iota(&[2]));
+        let c = NodeDef::new("Constant", 13).with_attr("value_string", AttrValue::String(b"x".to_vec()));
+        assert!(run(c, vec![]).unwrap_err().0.contains("string tensors are not supported"));
+        let cast = NodeDef::new("Cast", 13).with_attr("to", AttrValue::Int(7));
+        let out = run(cast, vec![Some(Tensor::F32(array![1.9, -1.9].into_dyn()))]).unwrap();
+        assert_eq!(out[0], Tensor::I64(array![1, -1].into_dyn()));
+        let cast = NodeDef::new("Cast", 13).with_attr("to", AttrValue::Int(8));
+        assert!(run(cast, vec![Some(iota(&[1]))]).unwrap_err().0.contains("casting to string is not supported"));
+    }
+
+    #[test]
+    fn expand_tile_slice_range() {
+        let e = run(NodeDef::new("Expand", 13), vec![Some(iota(&[3, 1])), i64s(&[2, 1, 2])]).unwrap();
+        assert_eq!(e[0].shape(), &[2, 3, 2]);
+        let bad = run(NodeDef::new("Expand", 13), vec![Some(iota(&[3])), i64s(&[2])]).unwrap_err();
+        assert!(bad.0.contains("cannot expand"), "{bad}");
+        let t = run(NodeDef::new("Tile", 13), vec![Some(iota(&[2])), i64s(&[2])]).unwrap();
+        assert_eq!(t[0], Tensor::F32(array![0.0, 1.0, 0.0, 1.0].into_dyn()));
+        let x = iota(&[10]);
+        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[-1]), i64s(&[i64::MIN]), None, i64s(&[-3])]).unwrap();
+        assert_eq!(s[0], Tensor::F32(array![9.0, 6.0, 3.0, 0.0].into_dyn()));
+        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[2]), i64s(&[i64::MAX]), i64s(&[0]), i64s(&[3])]).unwrap();
+        assert_eq!(s[0], Tensor::F32(array![2.0, 5.0, 8.0].into_dyn()));
+        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[5]), i64s(&[2])]).unwrap();
+        assert_eq!(s[0].shape(), &[0]);
+        let e = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[0]), i64s(&[1]), None, i64s(&[0])]).unwrap_err();
+        assert_eq!(e.0, "Slice: step must not be 0");
+        let s1 = NodeDef::new("Slice", 1)
+            .with_attr("starts", AttrValue::Ints(vec![1]))
+            .with_attr("ends", AttrValue::Ints(vec![3]));
+        assert_eq!(run(s1, vec![Some(x)]).unwrap()[0], Tensor::F32(array![1.0, 2.0].into_dyn()));
+        let r = run(NodeDef::new("Range", 11), vec![Some(Tensor::scalar(10i32)), Some(Tensor::scalar(4i32)), Some(Tensor::scalar(-3i32))]).unwrap();
+        assert_eq!(r[0], Tensor::I32(array![10, 7].into_dyn()));
+        let e = run(NodeDef::new("Range", 11), vec![Some(Tensor::scalar(1.0f32)), Some(Tensor::scalar(4.0f32)), Some(Tensor::scalar(0.0f32))]).unwrap_err();
+        assert_eq!(e.0, "Range: delta must not be zero");
+    }
+}

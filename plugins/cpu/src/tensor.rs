@@ -1,0 +1,695 @@
+//! Tensors of the CPU EP: an owned [`Tensor`] and a borrowed [`TensorRef`] over `ndarray`, one
+//! variant per supported element type, the [`Elem`] trait tying Rust types to variants, raw byte
+//! conversion, casting, and the `dispatch_*!` macros that call one generic function per dtype.
+
+use epx_plugin_api::ElementType;
+use half::{bf16, f16};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+
+use crate::kernel::{OpError, OpResult};
+
+/// An owned tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tensor {
+    F32(ArrayD<f32>),
+    F64(ArrayD<f64>),
+    F16(ArrayD<f16>),
+    BF16(ArrayD<bf16>),
+    I8(ArrayD<i8>),
+    I16(ArrayD<i16>),
+    I32(ArrayD<i32>),
+    I64(ArrayD<i64>),
+    U8(ArrayD<u8>),
+    U16(ArrayD<u16>),
+    U32(ArrayD<u32>),
+    U64(ArrayD<u64>),
+    Bool(ArrayD<bool>),
+}
+
+/// A borrowed tensor.
+#[derive(Debug, Clone)]
+pub enum TensorRef<'a> {
+    F32(ArrayViewD<'a, f32>),
+    F64(ArrayViewD<'a, f64>),
+    F16(ArrayViewD<'a, f16>),
+    BF16(ArrayViewD<'a, bf16>),
+    I8(ArrayViewD<'a, i8>),
+    I16(ArrayViewD<'a, i16>),
+    I32(ArrayViewD<'a, i32>),
+    I64(ArrayViewD<'a, i64>),
+    U8(ArrayViewD<'a, u8>),
+    U16(ArrayViewD<'a, u16>),
+    U32(ArrayViewD<'a, u32>),
+    U64(ArrayViewD<'a, u64>),
+    Bool(ArrayViewD<'a, bool>),
+}
+
+/// A scalar in a wide form, the pivot of [`Elem`] casts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    F(f64),
+    I(i64),
+    U(u64),
+    B(bool),
+}
+
+/// A Rust element type that has a [`Tensor`] variant.
+pub trait Elem:
+    Copy + Default + std::fmt::Debug + PartialEq + PartialOrd + Send + Sync + 'static
+{
+    const TYPE: ElementType;
+    const SIZE: usize;
+    fn wrap(a: ArrayD<Self>) -> Tensor;
+    fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_>;
+    fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>>;
+    fn to_scalar(self) -> Scalar;
+    /// Converts like a C cast / numpy `astype` (floats to ints truncate, ints wrap).
+    fn from_scalar(s: Scalar) -> Self;
+    /// Reads from exactly `SIZE` little-endian bytes.
+    fn read_le(b: &[u8]) -> Self;
+    /// Writes into exactly `SIZE` bytes, little-endian.
+    fn write_le(self, out: &mut [u8]);
+}
+
+macro_rules! impl_elem_num {
+    ($t:ty, $var:ident, $ety:ident, $kind:ident, $n:expr) => {
+        impl Elem for $t {
+            const TYPE: ElementType = ElementType::$ety;
+            const SIZE: usize = $n;
+            fn wrap(a: ArrayD<Self>) -> Tensor {
+                Tensor::$var(a)
+            }
+            fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_> {
+                TensorRef::$var(a)
+            }
+            fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>> {
+                match t {
+                    TensorRef::$var(a) => Some(a.clone()),
+                    _ => None,
+                }
+            }
+            fn to_scalar(self) -> Scalar {
+                impl_elem_num!(@to $kind, self)
+            }
+            fn from_scalar(s: Scalar) -> Self {
+                match s {
+                    Scalar::F(v) => v as $t,
+                    Scalar::I(v) => v as $t,
+                    Scalar::U(v) => v as $t,
+                    Scalar::B(v) => u8::from(v) as $t,
+                }
+            }
+            fn read_le(b: &[u8]) -> Self {
+                let mut a = [0u8; $n];
+                a.copy_from_slice(b);
+                <$t>::from_le_bytes(a)
+            }
+            fn write_le(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
+        }
+    };
+    (@to F, $x:expr) => { Scalar::F($x as f64) };
+    (@to I, $x:expr) => { Scalar::I($x as i64) };
+    (@to U, $x:expr) => { Scalar::U($x as u64) };
+}
+
+impl_elem_num!(f32, F32, Float, F, 4);
+impl_elem_num!(f64, F64, Double, F, 8);
+impl_elem_num!(i8, I8, Int8, I, 1);
+impl_elem_num!(i16, I16, Int16, I, 2);
+impl_elem_num!(i32, I32, Int32, I, 4);
+impl_elem_num!(i64, I64, Int64, I, 8);
+impl_elem_num!(u8, U8, Uint8, U, 1);
+impl_elem_num!(u16, U16, Uint16, U, 2);
+impl_elem_num!(u32, U32, Uint32, U, 4);
+impl_elem_num!(u64, U64, Uint64, U, 8);
+
+macro_rules! impl_elem_half {
+    ($t:ty, $var:ident, $ety:ident) => {
+        impl Elem for $t {
+            const TYPE: ElementType = ElementType::$ety;
+            const SIZE: usize = 2;
+            fn wrap(a: ArrayD<Self>) -> Tensor {
+                Tensor::$var(a)
+            }
+            fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_> {
+                TensorRef::$var(a)
+            }
+            fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>> {
+                match t {
+                    TensorRef::$var(a) => Some(a.clone()),
+                    _ => None,
+                }
+            }
+            fn to_scalar(self) -> Scalar {
+                Scalar::F(self.to_f64())
+            }
+            fn from_scalar(s: Scalar) -> Self {
+                match s {
+                    Scalar::F(v) => <$t>::from_f64(v),
+                    Scalar::I(v) => <$t>::from_f64(v as f64),
+                    Scalar::U(v) => <$t>::from_f64(v as f64),
+                    Scalar::B(v) => <$t>::from_f64(if v { 1.0 } else { 0.0 }),
+                }
+            }
+            fn read_le(b: &[u8]) -> Self {
+                <$t>::from_bits(u16::read_le(b))
+            }
+            fn write_le(self, out: &mut [u8]) {
+                self.to_bits().write_le(out)
+            }
+        }
+    };
+}
+
+impl_elem_half!(f16, F16, Float16);
+impl_elem_half!(bf16, BF16, Bfloat16);
+
+impl Elem for bool {
+    const TYPE: ElementType = ElementType::Bool;
+    const SIZE: usize = 1;
+    fn wrap(a: ArrayD<Self>) -> Tensor {
+        Tensor::Bool(a)
+    }
+    fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_> {
+        TensorRef::Bool(a)
+    }
+    fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>> {
+        match t {
+            TensorRef::Bool(a) => Some(a.clone()),
+            _ => None,
+        }
+    }
+    fn to_scalar(self) -> Scalar {
+        Scalar::B(self)
+    }
+    fn from_scalar(s: Scalar) -> Self {
+        match s {
+            Scalar::F(v) => v != 0.0,
+            Scalar::I(v) => v != 0,
+            Scalar::U(v) => v != 0,
+            Scalar::B(v) => v,
+        }
+    }
+    fn read_le(b: &[u8]) -> Self {
+        b.first().is_some_and(|&x| x != 0)
+    }
+    fn write_le(self, out: &mut [u8]) {
+        if let Some(o) = out.first_mut() {
+            *o = u8::from(self);
+        }
+    }
+}
+
+impl<T: Elem> From<ArrayD<T>> for Tensor {
+    fn from(a: ArrayD<T>) -> Tensor {
+        T::wrap(a)
+    }
+}
+
+/// `with_types!(tensor_ref, |v| body, [F32, I64, ..], "Op")`: matches the variants listed, binds
+/// the typed view to `v` and evaluates `body` (an `OpResult<_>`); other variants give an
+/// "unsupported element type" error naming the op.
+#[macro_export]
+macro_rules! with_types {
+    ($t:expr, |$v:ident| $body:expr, [$($var:ident),+ $(,)?], $op:expr) => {{
+        let __t: $crate::tensor::TensorRef<'_> = $t;
+        #[allow(unreachable_patterns)]
+        let __r = match __t {
+            $( $crate::tensor::TensorRef::$var($v) => $body, )+
+            __other => Err($crate::kernel::OpError(format!(
+                "{}: unsupported element type {}",
+                $op,
+                __other.elem_type()
+            ))),
+        };
+        __r
+    }};
+}
+
+/// Dispatch over every element type (see [`with_types!`]).
+#[macro_export]
+macro_rules! dispatch_all {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!($t, |$v| $body,
+            [F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool], $op)
+    };
+}
+
+/// Dispatch over every numeric (non-bool) element type.
+#[macro_export]
+macro_rules! dispatch_numeric {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!($t, |$v| $body,
+            [F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64], $op)
+    };
+}
+
+/// Dispatch over signed numeric types (floats and signed ints).
+#[macro_export]
+macro_rules! dispatch_signed {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!($t, |$v| $body, [F32, F64, F16, BF16, I8, I16, I32, I64], $op)
+    };
+}
+
+/// Dispatch over the float types (f32, f64, f16, bf16).
+#[macro_export]
+macro_rules! dispatch_float {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!($t, |$v| $body, [F32, F64, F16, BF16], $op)
+    };
+}
+
+/// Dispatch over the integer types.
+#[macro_export]
+macro_rules! dispatch_int {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!($t, |$v| $body, [I8, I16, I32, I64, U8, U16, U32, U64], $op)
+    };
+}
+
+/// Dispatch over an owned tensor's variants (every type), binding `&ArrayD<T>`.
+macro_rules! owned_all {
+    ($t:expr, |$v:ident| $body:expr) => {
+        match $t {
+            Tensor::F32($v) => $body,
+            Tensor::F64($v) => $body,
+            Tensor::F16($v) => $body,
+            Tensor::BF16($v) => $body,
+            Tensor::I8($v) => $body,
+            Tensor::I16($v) => $body,
+            Tensor::I32($v) => $body,
+            Tensor::I64($v) => $body,
+            Tensor::U8($v) => $body,
+            Tensor::U16($v) => $body,
+            Tensor::U32($v) => $body,
+            Tensor::U64($v) => $body,
+            Tensor::Bool($v) => $body,
+        }
+    };
+}
+
+macro_rules! ref_all {
+    ($t:expr, |$v:ident| $body:expr) => {
+        match $t {
+            TensorRef::F32($v) => $body,
+            TensorRef::F64($v) => $body,
+            TensorRef::F16($v) => $body,
+            TensorRef::BF16($v) => $body,
+            TensorRef::I8($v) => $body,
+            TensorRef::I16($v) => $body,
+            TensorRef::I32($v) => $body,
+            TensorRef::I64($v) => $body,
+            TensorRef::U8($v) => $body,
+            TensorRef::U16($v) => $body,
+            TensorRef::U32($v) => $body,
+            TensorRef::U64($v) => $body,
+            TensorRef::Bool($v) => $body,
+        }
+    };
+}
+
+/// Calls `$f::<T>($args..)` with `T` the Rust type of element type `$ty`.
+macro_rules! by_type {
+    ($ty:expr, $f:ident, ($($args:expr),*)) => {
+        match $ty {
+            ElementType::Float => $f::<f32>($($args),*),
+            ElementType::Double => $f::<f64>($($args),*),
+            ElementType::Float16 => $f::<f16>($($args),*),
+            ElementType::Bfloat16 => $f::<bf16>($($args),*),
+            ElementType::Int8 => $f::<i8>($($args),*),
+            ElementType::Int16 => $f::<i16>($($args),*),
+            ElementType::Int32 => $f::<i32>($($args),*),
+            ElementType::Int64 => $f::<i64>($($args),*),
+            ElementType::Uint8 => $f::<u8>($($args),*),
+            ElementType::Uint16 => $f::<u16>($($args),*),
+            ElementType::Uint32 => $f::<u32>($($args),*),
+            ElementType::Uint64 => $f::<u64>($($args),*),
+            ElementType::Bool => $f::<bool>($($args),*),
+            other => Err(OpError(format!("unsupported element type {other}"))),
+        }
+    };
+}
+
+/// Number of elements of a shape, failing on overflow.
+pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| OpError(format!("shape {shape:?} has too many elements")))
+}
+
+fn expected_len(ty: ElementType, shape: &[usize], got: usize) -> OpResult<usize> {
+    let size = ty
+        .byte_size()
+        .ok_or_else(|| OpError(format!("unsupported element type {ty}")))?;
+    let want = checked_numel(shape)?
+        .checked_mul(size)
+        .ok_or_else(|| OpError(format!("shape {shape:?} has too many bytes")))?;
+    if want != got {
+        return Err(OpError(format!(
+            "{ty} tensor of shape {shape:?} needs {want} bytes, got {got}"
+        )));
+    }
+    Ok(want)
+}
+
+fn check_bools(bytes: &[u8]) -> OpResult<()> {
+    match bytes.iter().position(|&b| b > 1) {
+        Some(i) => Err(OpError(format!(
+            "bool tensor byte {i} is {}, not 0 or 1",
+            bytes.get(i).copied().unwrap_or_default()
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn copy_from_bytes<T: Elem>(shape: &[usize], bytes: &[u8]) -> OpResult<Tensor> {
+    let v: Vec<T> = bytes.chunks_exact(T::SIZE).map(T::read_le).collect();
+    ArrayD::from_shape_vec(IxDyn(shape), v)
+        .map(T::wrap)
+        .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
+}
+
+fn view_from_bytes<'a, T: Elem>(shape: &[usize], bytes: &'a [u8]) -> OpResult<TensorRef<'a>> {
+    if cfg!(target_endian = "big") {
+        return Err(OpError("zero-copy tensor views need a little-endian host".into()));
+    }
+    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 {
+        return Err(OpError(format!(
+            "{} tensor data is not aligned to {} bytes",
+            T::TYPE,
+            std::mem::align_of::<T>()
+        )));
+    }
+    let n = bytes.len() / T::SIZE;
+    // SAFETY: the pointer is non-null and aligned for `T` (checked above), the slice covers
+    // `n * size_of::<T>() <= bytes.len()` bytes borrowed for `'a`, and every `T` here is a plain
+    // number type for which any bit pattern is valid, except `bool`, whose bytes the caller has
+    // checked to be 0 or 1. `u8` and the other types are never written through this view.
+    let data: &'a [T] = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n) };
+    ArrayViewD::from_shape(IxDyn(shape), data)
+        .map(T::wrap_ref)
+        .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
+}
+
+fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
+    for (x, o) in a.iter().zip(out.chunks_exact_mut(T::SIZE)) {
+        x.write_le(o);
+    }
+}
+
+fn cast_view<S: Elem, D: Elem>(a: &ArrayViewD<'_, S>) -> ArrayD<D> {
+    a.mapv(|x| D::from_scalar(x.to_scalar()))
+}
+
+fn cast_to<D: Elem>(t: &TensorRef<'_>) -> OpResult<Tensor> {
+    Ok(ref_all!(t, |a| D::wrap(cast_view::<_, D>(a))))
+}
+
+impl Tensor {
+    pub fn elem_type(&self) -> ElementType {
+        self.view().elem_type()
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        owned_all!(self, |a| a.shape())
+    }
+
+    pub fn view(&self) -> TensorRef<'_> {
+        owned_all!(self, |a| Elem::wrap_ref(a.view()))
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        owned_all!(self, |a| a.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies raw little-endian C-order bytes into an owned tensor (works for unaligned input);
+    /// checks len == product(shape)*size; bool bytes must be 0 or 1 else error.
+    pub fn from_bytes(ty: ElementType, shape: &[usize], bytes: &[u8]) -> OpResult<Tensor> {
+        expected_len(ty, shape, bytes.len())?;
+        if ty == ElementType::Bool {
+            check_bools(bytes)?;
+        }
+        by_type!(ty, copy_from_bytes, (shape, bytes))
+    }
+
+    /// Writes the elements in logical C order into `out` (len must equal byte size, else error).
+    pub fn write_bytes(&self, out: &mut [u8]) -> OpResult<()> {
+        if out.len() != self.byte_len() {
+            return Err(OpError(format!(
+                "{} tensor of shape {:?} has {} bytes, output buffer has {}",
+                self.elem_type(),
+                self.shape(),
+                self.byte_len(),
+                out.len()
+            )));
+        }
+        owned_all!(self, |a| write_elems(a, out));
+        Ok(())
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.elem_type().byte_size().unwrap_or(0)
+    }
+
+    /// A scalar (0-d) tensor.
+    pub fn scalar<T: Elem>(v: T) -> Tensor {
+        T::wrap(ndarray::arr0(v).into_dyn())
+    }
+
+    /// A tensor from a shape and C-order data.
+    pub fn from_vec<T: Elem>(shape: &[usize], v: Vec<T>) -> OpResult<Tensor> {
+        ArrayD::from_shape_vec(IxDyn(shape), v)
+            .map(T::wrap)
+            .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
+    }
+
+    /// The typed array, if the tensor holds `T`.
+    pub fn as_array<T: Elem>(&self) -> Option<ArrayViewD<'_, T>> {
+        T::unwrap_ref(&self.view())
+    }
+}
+
+impl<'a> TensorRef<'a> {
+    pub fn elem_type(&self) -> ElementType {
+        match self {
+            TensorRef::F32(_) => ElementType::Float,
+            TensorRef::F64(_) => ElementType::Double,
+            TensorRef::F16(_) => ElementType::Float16,
+            TensorRef::BF16(_) => ElementType::Bfloat16,
+            TensorRef::I8(_) => ElementType::Int8,
+            TensorRef::I16(_) => ElementType::Int16,
+            TensorRef::I32(_) => ElementType::Int32,
+            TensorRef::I64(_) => ElementType::Int64,
+            TensorRef::U8(_) => ElementType::Uint8,
+            TensorRef::U16(_) => ElementType::Uint16,
+            TensorRef::U32(_) => ElementType::Uint32,
+            TensorRef::U64(_) => ElementType::Uint64,
+            TensorRef::Bool(_) => ElementType::Bool,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        ref_all!(self, |a| a.shape())
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        ref_all!(self, |a| a.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Zero-copy view over bytes when they are aligned for the type; error when misaligned,
+    /// wrong length, or (bool) a byte not 0/1.
+    pub fn from_bytes(ty: ElementType, shape: &[usize], bytes: &'a [u8]) -> OpResult<TensorRef<'a>> {
+        expected_len(ty, shape, bytes.len())?;
+        if ty == ElementType::Bool {
+            check_bools(bytes)?;
+        }
+        by_type!(ty, view_from_bytes, (shape, bytes))
+    }
+
+    pub fn to_owned(&self) -> Tensor {
+        ref_all!(self, |a| Elem::wrap(a.to_owned()))
+    }
+
+    /// A view with a shorter lifetime.
+    pub fn reborrow(&self) -> TensorRef<'_> {
+        ref_all!(self, |a| Elem::wrap_ref(a.view()))
+    }
+
+    /// The typed view, if the tensor holds `T`.
+    pub fn get<T: Elem>(&self) -> Option<ArrayViewD<'a, T>> {
+        T::unwrap_ref(self)
+    }
+
+    /// The typed view, or an error naming `what` and the actual type.
+    pub fn expect_type<T: Elem>(&self, what: &str) -> OpResult<ArrayViewD<'a, T>> {
+        self.get::<T>().ok_or_else(|| {
+            OpError(format!("{what} must be {}, got {}", T::TYPE, self.elem_type()))
+        })
+    }
+
+    pub fn as_f32(&self) -> OpResult<ArrayViewD<'a, f32>> {
+        self.expect_type("tensor")
+    }
+
+    pub fn as_i64(&self) -> OpResult<ArrayViewD<'a, i64>> {
+        self.expect_type("tensor")
+    }
+
+    pub fn as_bool(&self) -> OpResult<ArrayViewD<'a, bool>> {
+        self.expect_type("tensor")
+    }
+
+    /// Converts to `ty` like ONNX `Cast` (floats to ints truncate toward zero, ints wrap, nonzero
+    /// to bool is true).
+    pub fn cast(&self, ty: ElementType) -> OpResult<Tensor> {
+        if ty == self.elem_type() {
+            return Ok(self.to_owned());
+        }
+        by_type!(ty, cast_to, (self))
+    }
+
+    /// The elements of an integer tensor as `i64` (for shapes, axes, indices).
+    pub fn to_i64_vec(&self, what: &str) -> OpResult<Vec<i64>> {
+        match self {
+            TensorRef::I64(a) => Ok(a.iter().copied().collect()),
+            TensorRef::I32(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::I16(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::I8(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::U8(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::U16(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::U32(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            other => Err(OpError(format!(
+                "{what} must be an int32 or int64 tensor, got {}",
+                other.elem_type()
+            ))),
+        }
+    }
+
+    /// The elements as `f64` (any numeric type).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        ref_all!(self, |a| a
+            .iter()
+            .map(|x| match x.to_scalar() {
+                Scalar::F(v) => v,
+                Scalar::I(v) => v as f64,
+                Scalar::U(v) => v as f64,
+                Scalar::B(v) => f64::from(u8::from(v)),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn bytes_round_trip_all_types() {
+        for ty in [
+            ElementType::Float,
+            ElementType::Double,
+            ElementType::Float16,
+            ElementType::Bfloat16,
+            ElementType::Int8,
+            ElementType::Int16,
+            ElementType::Int32,
+            ElementType::Int64,
+            ElementType::Uint8,
+            ElementType::Uint16,
+            ElementType::Uint32,
+            ElementType::Uint64,
+        ] {
+            let size = ty.byte_size().unwrap();
+            let bytes: Vec<u8> = (0..6 * size).map(|i| (i % 7) as u8).collect();
+            let t = Tensor::from_bytes(ty, &[2, 3], &bytes).unwrap();
+            assert_eq!(t.elem_type(), ty);
+            assert_eq!(t.shape(), &[2, 3]);
+            assert_eq!(t.byte_len(), bytes.len());
+            let mut out = vec![0u8; bytes.len()];
+            t.write_bytes(&mut out).unwrap();
+            assert_eq!(out, bytes, "{ty}");
+        }
+    }
+
+    #[test]
+    fn from_bytes_values_and_errors() {
+        let bytes: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let t = Tensor::from_bytes(ElementType::Float, &[2], &bytes).unwrap();
+        assert_eq!(t, Tensor::F32(array![1.5f32, -2.0].into_dyn()));
+        let e = Tensor::from_bytes(ElementType::Float, &[3], &bytes).unwrap_err();
+        assert!(e.0.contains("needs 12 bytes, got 8"), "{e}");
+        let e = Tensor::from_bytes(ElementType::Bool, &[2], &[1, 2]).unwrap_err();
+        assert!(e.0.contains("not 0 or 1"), "{e}");
+        assert!(Tensor::from_bytes(ElementType::String, &[1], &[0]).is_err());
+        // Unaligned input is fine for the copying constructor.
+        let mut buf = vec![0u8; 9];
+        buf[1..].copy_from_slice(&bytes);
+        assert_eq!(Tensor::from_bytes(ElementType::Float, &[2], &buf[1..]).unwrap(), t);
+        // The zero-copy view rejects it.
+        let e = TensorRef::from_bytes(ElementType::Float, &[2], &buf[1..]).unwrap_err();
+        assert!(e.0.contains("not aligned"), "{e}");
+    }
+
+    #[test]
+    fn zero_copy_view() {
+        let data = vec![1i64, 2, 3, 4];
+        let bytes: &[u8] = unsafe_free_bytes(&data);
+        let v = TensorRef::from_bytes(ElementType::Int64, &[2, 2], bytes).unwrap();
+        assert_eq!(v.as_i64().unwrap(), array![[1i64, 2], [3, 4]].into_dyn());
+        let b = TensorRef::from_bytes(ElementType::Bool, &[3], &[1, 0, 1]).unwrap();
+        assert_eq!(b.as_bool().unwrap(), array![true, false, true].into_dyn());
+        assert!(TensorRef::from_bytes(ElementType::Bool, &[1], &[3]).is_err());
+        assert_eq!(v.to_owned().shape(), &[2, 2]);
+    }
+
+    /// Copies `i64`s into an 8-aligned byte buffer without unsafe code.
+    fn unsafe_free_bytes(data: &[i64]) -> &'static [u8] {
+        let words: Vec<u64> = data.iter().map(|&x| x as u64).collect();
+        let leaked: &'static [u64] = Box::leak(words.into_boxed_slice());
+        let bytes: Vec<u8> = leaked.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // Find an 8-aligned start inside a leaked buffer with slack.
+        let mut slack = bytes.clone();
+        slack.extend_from_slice(&[0; 8]);
+        let slack: &'static mut [u8] = Box::leak(slack.into_boxed_slice());
+        let off = slack.as_ptr().align_offset(8);
+        let n = bytes.len();
+        slack.copy_within(0..n, off);
+        &slack[off..off + n]
+    }
+
+    #[test]
+    fn cast_rules() {
+        let t = Tensor::F32(array![-1.7f32, 0.0, 2.9, 300.0].into_dyn());
+        let v = t.view();
+        assert_eq!(v.cast(ElementType::Int32).unwrap(), Tensor::I32(array![-1, 0, 2, 300].into_dyn()));
+        assert_eq!(
+            v.cast(ElementType::Bool).unwrap(),
+            Tensor::Bool(array![true, false, true, true].into_dyn())
+        );
+        let h = v.cast(ElementType::Float16).unwrap();
+        let back = h.view().cast(ElementType::Float).unwrap();
+        assert_eq!(back, Tensor::F32(array![-1.7001953f32, 0.0, 2.9003906, 300.0].into_dyn()));
+        let b = Tensor::Bool(array![true, false].into_dyn());
+        assert_eq!(b.view().cast(ElementType::Double).unwrap(), Tensor::F64(array![1.0, 0.0].into_dyn()));
+        assert_eq!(v.to_i64_vec("x").unwrap_err().0, "x must be an int32 or int64 tensor, got float32");
+    }
+}

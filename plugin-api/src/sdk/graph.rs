@@ -82,8 +82,12 @@ impl<'a> TensorView<'a> {
         let bytes = count
             .checked_mul(size)
             .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
-        let data: &[u8] = if bytes == 0 {
+        let data: &[u8] = if bytes == 0 && t.data.is_null() {
             &[]
+        } else if bytes == 0 {
+            // Keep the tensor's own (aligned) address even when empty: typed views check it.
+            // SAFETY: a non-null pointer with length 0 is a valid empty slice.
+            unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), 0) }
         } else if t.data.is_null() {
             return Err(Error::invalid_argument("tensor data is NULL"));
         } else {

@@ -183,7 +183,9 @@ impl NodeDef {
     }
 
     pub fn attr_string_or(&self, name: &str, default: &str) -> OpResult<String> {
-        Ok(self.attr_string(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .attr_string(name)?
+            .unwrap_or_else(|| default.to_string()))
     }
 
     pub fn attr_tensor(&self, name: &str) -> OpResult<Option<&Tensor>> {
@@ -277,7 +279,10 @@ impl Registry {
     }
 
     pub fn add(&mut self, s: OpSchema) {
-        let key = (canonical_domain(s.domain).to_string(), s.op_type.to_string());
+        let key = (
+            canonical_domain(s.domain).to_string(),
+            s.op_type.to_string(),
+        );
         self.by_op.entry(key).or_default().push(s);
     }
 
@@ -308,7 +313,11 @@ impl Registry {
             Some(s) => (s.build)(node),
             None => Err(OpError(format!(
                 "no CPU kernel for {}:{} at opset {}",
-                if node.domain.is_empty() { "ai.onnx" } else { &node.domain },
+                if node.domain.is_empty() {
+                    "ai.onnx"
+                } else {
+                    &node.domain
+                },
                 node.op_type,
                 node.opset
             ))),
@@ -327,7 +336,13 @@ mod tests {
     #[test]
     fn lookup_picks_version_range_and_domain_alias() {
         let mut r = Registry::new();
-        r.add(OpSchema { op_type: "X", domain: "", since_version: 1, until_version: 12, build: dummy });
+        r.add(OpSchema {
+            op_type: "X",
+            domain: "",
+            since_version: 1,
+            until_version: 12,
+            build: dummy,
+        });
         r.add(OpSchema {
             op_type: "X",
             domain: "ai.onnx",
@@ -335,7 +350,10 @@ mod tests {
             until_version: i64::MAX,
             build: dummy,
         });
-        assert_eq!(r.lookup("ai.onnx", "X", 5).map(|s| s.since_version), Some(1));
+        assert_eq!(
+            r.lookup("ai.onnx", "X", 5).map(|s| s.since_version),
+            Some(1)
+        );
         assert_eq!(r.lookup("", "X", 20).map(|s| s.since_version), Some(13));
         assert!(r.lookup("", "X", 0).is_none());
         assert!(r.lookup("com.microsoft", "X", 5).is_none());
@@ -352,8 +370,16 @@ mod tests {
         assert_eq!(n.attr_int_or("b", 7), Ok(7));
         assert_eq!(n.attr_string("s"), Ok(Some("abc".into())));
         let e = n.attr_float("a").unwrap_err();
-        assert!(e.0.contains("attribute 'a' must be a float, got int"), "{e}");
+        assert!(
+            e.0.contains("attribute 'a' must be a float, got int"),
+            "{e}"
+        );
         assert!(n.attr_string("bad").unwrap_err().0.contains("UTF-8"));
-        assert!(n.req_ints("axes").unwrap_err().0.contains("missing required attribute 'axes'"));
+        assert!(
+            n.req_ints("axes")
+                .unwrap_err()
+                .0
+                .contains("missing required attribute 'axes'")
+        );
     }
 }

@@ -232,8 +232,14 @@ macro_rules! with_types {
 #[macro_export]
 macro_rules! dispatch_all {
     ($t:expr, |$v:ident| $body:expr, $op:expr) => {
-        $crate::with_types!($t, |$v| $body,
-            [F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool], $op)
+        $crate::with_types!(
+            $t,
+            |$v| $body,
+            [
+                F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool
+            ],
+            $op
+        )
     };
 }
 
@@ -241,8 +247,12 @@ macro_rules! dispatch_all {
 #[macro_export]
 macro_rules! dispatch_numeric {
     ($t:expr, |$v:ident| $body:expr, $op:expr) => {
-        $crate::with_types!($t, |$v| $body,
-            [F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64], $op)
+        $crate::with_types!(
+            $t,
+            |$v| $body,
+            [F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64],
+            $op
+        )
     };
 }
 
@@ -250,7 +260,12 @@ macro_rules! dispatch_numeric {
 #[macro_export]
 macro_rules! dispatch_signed {
     ($t:expr, |$v:ident| $body:expr, $op:expr) => {
-        $crate::with_types!($t, |$v| $body, [F32, F64, F16, BF16, I8, I16, I32, I64], $op)
+        $crate::with_types!(
+            $t,
+            |$v| $body,
+            [F32, F64, F16, BF16, I8, I16, I32, I64],
+            $op
+        )
     };
 }
 
@@ -375,7 +390,9 @@ fn copy_from_bytes<T: Elem>(shape: &[usize], bytes: &[u8]) -> OpResult<Tensor> {
 
 fn view_from_bytes<'a, T: Elem>(shape: &[usize], bytes: &'a [u8]) -> OpResult<TensorRef<'a>> {
     if cfg!(target_endian = "big") {
-        return Err(OpError("zero-copy tensor views need a little-endian host".into()));
+        return Err(OpError(
+            "zero-copy tensor views need a little-endian host".into(),
+        ));
     }
     if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 {
         return Err(OpError(format!(
@@ -516,7 +533,11 @@ impl<'a> TensorRef<'a> {
 
     /// Zero-copy view over bytes when they are aligned for the type; error when misaligned,
     /// wrong length, or (bool) a byte not 0/1.
-    pub fn from_bytes(ty: ElementType, shape: &[usize], bytes: &'a [u8]) -> OpResult<TensorRef<'a>> {
+    pub fn from_bytes(
+        ty: ElementType,
+        shape: &[usize],
+        bytes: &'a [u8],
+    ) -> OpResult<TensorRef<'a>> {
         expected_len(ty, shape, bytes.len())?;
         if ty == ElementType::Bool {
             check_bools(bytes)?;
@@ -541,7 +562,11 @@ impl<'a> TensorRef<'a> {
     /// The typed view, or an error naming `what` and the actual type.
     pub fn expect_type<T: Elem>(&self, what: &str) -> OpResult<ArrayViewD<'a, T>> {
         self.get::<T>().ok_or_else(|| {
-            OpError(format!("{what} must be {}, got {}", T::TYPE, self.elem_type()))
+            OpError(format!(
+                "{what} must be {}, got {}",
+                T::TYPE,
+                self.elem_type()
+            ))
         })
     }
 
@@ -632,7 +657,10 @@ mod tests {
 
     #[test]
     fn from_bytes_values_and_errors() {
-        let bytes: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         let t = Tensor::from_bytes(ElementType::Float, &[2], &bytes).unwrap();
         assert_eq!(t, Tensor::F32(array![1.5f32, -2.0].into_dyn()));
         let e = Tensor::from_bytes(ElementType::Float, &[3], &bytes).unwrap_err();
@@ -641,9 +669,12 @@ mod tests {
         assert!(e.0.contains("not 0 or 1"), "{e}");
         assert!(Tensor::from_bytes(ElementType::String, &[1], &[0]).is_err());
         // Unaligned input is fine for the copying constructor.
-        let mut buf = vec![0u8; 9];
+        let mut buf = [0u8; 9];
         buf[1..].copy_from_slice(&bytes);
-        assert_eq!(Tensor::from_bytes(ElementType::Float, &[2], &buf[1..]).unwrap(), t);
+        assert_eq!(
+            Tensor::from_bytes(ElementType::Float, &[2], &buf[1..]).unwrap(),
+            t
+        );
         // The zero-copy view rejects it.
         let e = TensorRef::from_bytes(ElementType::Float, &[2], &buf[1..]).unwrap_err();
         assert!(e.0.contains("not aligned"), "{e}");
@@ -680,16 +711,28 @@ mod tests {
     fn cast_rules() {
         let t = Tensor::F32(array![-1.7f32, 0.0, 2.9, 300.0].into_dyn());
         let v = t.view();
-        assert_eq!(v.cast(ElementType::Int32).unwrap(), Tensor::I32(array![-1, 0, 2, 300].into_dyn()));
+        assert_eq!(
+            v.cast(ElementType::Int32).unwrap(),
+            Tensor::I32(array![-1, 0, 2, 300].into_dyn())
+        );
         assert_eq!(
             v.cast(ElementType::Bool).unwrap(),
             Tensor::Bool(array![true, false, true, true].into_dyn())
         );
         let h = v.cast(ElementType::Float16).unwrap();
         let back = h.view().cast(ElementType::Float).unwrap();
-        assert_eq!(back, Tensor::F32(array![-1.7001953f32, 0.0, 2.9003906, 300.0].into_dyn()));
+        assert_eq!(
+            back,
+            Tensor::F32(array![-1.7001953f32, 0.0, 2.9003906, 300.0].into_dyn())
+        );
         let b = Tensor::Bool(array![true, false].into_dyn());
-        assert_eq!(b.view().cast(ElementType::Double).unwrap(), Tensor::F64(array![1.0, 0.0].into_dyn()));
-        assert_eq!(v.to_i64_vec("x").unwrap_err().0, "x must be an int32 or int64 tensor, got float32");
+        assert_eq!(
+            b.view().cast(ElementType::Double).unwrap(),
+            Tensor::F64(array![1.0, 0.0].into_dyn())
+        );
+        assert_eq!(
+            v.to_i64_vec("x").unwrap_err().0,
+            "x must be an int32 or int64 tensor, got float32"
+        );
     }
 }

@@ -4,7 +4,9 @@
 use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
 
 use super::matmul::MatElem;
-use super::util::{SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32};
+use super::util::{
+    SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
+};
 use super::{add, one};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
 use crate::tensor::Tensor;
@@ -33,7 +35,10 @@ impl Conv {
             bail!("{op}: X must have rank >= 3 (N, C, spatial...), got shape {xs:?}");
         }
         if ws.len() != xs.len() {
-            bail!("{op}: W has shape {ws:?}, expected rank {} like X {xs:?}", xs.len());
+            bail!(
+                "{op}: W has shape {ws:?}, expected rank {} like X {xs:?}",
+                xs.len()
+            );
         }
         let (nb, c) = (xs[0], xs[1]);
         let (m, cg) = (ws[0], ws[1]);
@@ -70,7 +75,8 @@ impl Conv {
                 let mut v = Vec::with_capacity(kernel[d] * geo.out[d]);
                 for k in 0..kernel[d] {
                     for o in 0..geo.out[d] {
-                        let i = (o * geo.strides[d] + k * geo.dilations[d]) as i64 - geo.pad_begin[d] as i64;
+                        let i = (o * geo.strides[d] + k * geo.dilations[d]) as i64
+                            - geo.pad_begin[d] as i64;
                         v.push(usize::try_from(i).ok().filter(|&i| i < in_sp[d]));
                     }
                 }
@@ -81,7 +87,9 @@ impl Conv {
         let plane: usize = in_sp.iter().product();
 
         let xc = x.as_standard_layout();
-        let xs_flat = xc.as_slice().ok_or_else(|| OpError(format!("{op}: X is not contiguous")))?;
+        let xs_flat = xc
+            .as_slice()
+            .ok_or_else(|| OpError(format!("{op}: X is not contiguous")))?;
         let wc = w.as_standard_layout();
         let w2 = wc
             .view()
@@ -106,7 +114,9 @@ impl Conv {
                                 };
                             }
                             if let Some(slot) = row.get_mut(l) {
-                                *slot = off.and_then(|o| xs_flat.get(o).copied()).unwrap_or(T::zero());
+                                *slot = off
+                                    .and_then(|o| xs_flat.get(o).copied())
+                                    .unwrap_or(T::zero());
                             }
                             l += 1;
                         });
@@ -125,7 +135,9 @@ impl Conv {
         }
         let mut shape = vec![nb, m];
         shape.extend_from_slice(&geo.out);
-        let out: ArrayD<T> = out.into_shape_with_order(IxDyn(&shape)).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let out: ArrayD<T> = out
+            .into_shape_with_order(IxDyn(&shape))
+            .map_err(|e| OpError(format!("{op}: {e}")))?;
         Ok(out.into())
     }
 }
@@ -135,7 +147,8 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let conv = Conv {
         op: n.op_type.clone(),
         attrs: SpatialAttrs::parse(n)?,
-        group: usize::try_from(group).map_err(|_| n.error(format_args!("invalid group {group}")))?,
+        group: usize::try_from(group)
+            .map_err(|_| n.error(format_args!("invalid group {group}")))?,
     };
     Ok(kernel(move |inputs| {
         via_f32(inputs, |inputs| {
@@ -145,7 +158,11 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             let b = opt_input(inputs, 2);
             one(with_types!(
                 x.clone(),
-                |xv| conv.run_typed(&xv, &typed_like(op, w)?, b.map(|b| typed_like(op, b)).transpose()?),
+                |xv| conv.run_typed(
+                    &xv,
+                    &typed_like(op, w)?,
+                    b.map(|b| typed_like(op, b)).transpose()?
+                ),
                 [F32, F64],
                 op
             ))
@@ -188,7 +205,10 @@ mod tests {
             .with_attr("strides", AttrValue::Ints(vec![2, 2]))
             .with_attr("auto_pad", AttrValue::String(b"VALID".to_vec()));
         let out = run(n, vec![x, w, Tensor::F32(array![1.0].into_dyn())]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[[55.0, 73.0], [145.0, 163.0]]]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[[55.0, 73.0], [145.0, 163.0]]]].into_dyn())
+        );
     }
 
     #[test]
@@ -200,11 +220,17 @@ mod tests {
             .with_attr("group", AttrValue::Int(2))
             .with_attr("dilations", AttrValue::Ints(vec![2]));
         let out = run(n, vec![x, w]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[2.0, 4.0, 6.0], [-2.0, -2.0, -2.0]]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[2.0, 4.0, 6.0], [-2.0, -2.0, -2.0]]].into_dyn())
+        );
         let x3 = iota(&[1, 1, 2, 2, 2]);
         let w3 = Tensor::F32(ArrayD::from_elem(IxDyn(&[2, 1, 2, 2, 2]), 1.0));
         let out = run(NodeDef::new("Conv", 11), vec![x3, w3]).unwrap();
-        assert_eq!(out[0], Tensor::F32(ArrayD::from_elem(IxDyn(&[1, 2, 1, 1, 1]), 28.0)));
+        assert_eq!(
+            out[0],
+            Tensor::F32(ArrayD::from_elem(IxDyn(&[1, 2, 1, 1, 1]), 28.0))
+        );
     }
 
     #[test]
@@ -224,13 +250,23 @@ mod tests {
         let x = iota(&[1, 3, 4, 4]);
         let w = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 2, 3, 3])));
         let e = run(NodeDef::new("Conv", 11), vec![x.clone(), w]).unwrap_err();
-        assert!(e.0.contains("Conv: X has 3 channels and W has shape [2, 2, 3, 3]"), "{e}");
+        assert!(
+            e.0.contains("Conv: X has 3 channels and W has shape [2, 2, 3, 3]"),
+            "{e}"
+        );
         let e = run(NodeDef::new("Conv", 11), vec![iota(&[4, 4]), iota(&[1, 1])]).unwrap_err();
         assert!(e.0.contains("X must have rank >= 3"), "{e}");
         let w = Tensor::F32(ArrayD::zeros(IxDyn(&[1, 3, 5, 5])));
         let e = run(NodeDef::new("Conv", 11), vec![iota(&[1, 3, 4, 4]), w]).unwrap_err();
         assert!(e.0.contains("larger than the padded input"), "{e}");
-        let e = run(NodeDef::new("Conv", 11), vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1]))), Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1])))]).unwrap_err();
+        let e = run(
+            NodeDef::new("Conv", 11),
+            vec![
+                Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1]))),
+                Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 1]))),
+            ],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Conv: unsupported element type int32");
     }
 }

@@ -67,16 +67,22 @@ pub fn register(reg: &mut Registry) {
         let a = n.attr_float_or("alpha", 1.0)?;
         float_unary(n, U::ThresholdedRelu(a))
     });
-    add(reg, "Gelu", 20, |n| match n.attr_string_or("approximate", "none")?.as_str() {
-        "none" => float_unary(n, U::Gelu),
-        "tanh" => float_unary(n, U::GeluTanh),
-        other => Err(n.error(format_args!("unknown approximate '{other}'"))),
+    add(reg, "Gelu", 20, |n| {
+        match n.attr_string_or("approximate", "none")?.as_str() {
+            "none" => float_unary(n, U::Gelu),
+            "tanh" => float_unary(n, U::GeluTanh),
+            other => Err(n.error(format_args!("unknown approximate '{other}'"))),
+        }
     });
     add(reg, "IsNaN", 9, |n| {
         let op = n.op_type.clone();
         Ok(kernel(move |inputs| {
             let x = input(&op, inputs, 0)?;
-            one(dispatch_float!(x.clone(), |a| Ok(a.mapv(|v| v.is_nan()).into()), &op))
+            one(dispatch_float!(
+                x.clone(),
+                |a| Ok(a.mapv(|v| v.is_nan()).into()),
+                &op
+            ))
         }))
     });
     add(reg, "IsInf", 10, |n| {
@@ -122,10 +128,14 @@ pub fn register(reg: &mut Registry) {
         let fmod = n.attr_int_or("fmod", 0)? != 0;
         binary(n, Bin::Mod(fmod))
     });
-    add(reg, "BitShift", 11, |n| match n.attr_string("direction")?.as_deref() {
-        Some("LEFT") => binary(n, Bin::Shl),
-        Some("RIGHT") => binary(n, Bin::Shr),
-        other => Err(n.error(format_args!("direction must be LEFT or RIGHT, got {other:?}"))),
+    add(reg, "BitShift", 11, |n| {
+        match n.attr_string("direction")?.as_deref() {
+            Some("LEFT") => binary(n, Bin::Shl),
+            Some("RIGHT") => binary(n, Bin::Shr),
+            other => Err(n.error(format_args!(
+                "direction must be LEFT or RIGHT, got {other:?}"
+            ))),
+        }
     });
     add(reg, "Equal", 1, |n| binary(n, Bin::Cmp(Cmp::Eq)));
     add(reg, "Less", 1, |n| binary(n, Bin::Cmp(Cmp::Lt)));
@@ -234,7 +244,11 @@ pub fn erf(x: f64) -> f64 {
 
 fn round_half_even<A: num_traits::Float>(x: A, half: A, two: A) -> A {
     let r = x.round();
-    if (r - x).abs() == half { two * (x / two).round() } else { r }
+    if (r - x).abs() == half {
+        two * (x / two).round()
+    } else {
+        r
+    }
 }
 
 /// Applies a float unary operator elementwise, computing in `T::Acc`.
@@ -302,7 +316,11 @@ pub fn apply_unary<T: FloatElem>(u: Unary, a: &ArrayViewD<'_, T>) -> ArrayD<T> {
         }
         Unary::Selu(alpha, gamma) => {
             let (al, g) = (l(alpha.into()), l(gamma.into()));
-            m!(|x| if x > zero { g * x } else { g * al * (x.exp() - one_) })
+            m!(|x| if x > zero {
+                g * x
+            } else {
+                g * al * (x.exp() - one_)
+            })
         }
         Unary::HardSigmoid(alpha, beta) => {
             let (al, b) = (l(alpha.into()), l(beta.into()));
@@ -325,14 +343,22 @@ fn sigmoid<A: num_traits::Float>(x: A) -> A {
 }
 
 fn softplus<A: num_traits::Float>(x: A) -> A {
-    if x > A::zero() { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
+    if x > A::zero() {
+        x + (-x).exp().ln_1p()
+    } else {
+        x.exp().ln_1p()
+    }
 }
 
 fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        one(dispatch_float!(x.clone(), |a| Ok(apply_unary(u, &a).into()), &op))
+        one(dispatch_float!(
+            x.clone(),
+            |a| Ok(apply_unary(u, &a).into()),
+            &op
+        ))
     }))
 }
 
@@ -357,7 +383,11 @@ fn numeric_unary(n: &NodeDef, u: NumUnary) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        one(dispatch_numeric!(x.clone(), |a| Ok(apply_num_unary(u, &a).into()), &op))
+        one(dispatch_numeric!(
+            x.clone(),
+            |a| Ok(apply_num_unary(u, &a).into()),
+            &op
+        ))
     }))
 }
 
@@ -421,7 +451,12 @@ fn arith<T: Num>(
     Ok(out)
 }
 
-fn compare<T: Elem>(op: &str, c: Cmp, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>) -> OpResult<Tensor> {
+fn compare<T: Elem>(
+    op: &str,
+    c: Cmp,
+    a: &ArrayViewD<'_, T>,
+    b: &ArrayViewD<'_, T>,
+) -> OpResult<Tensor> {
     let out = match c {
         Cmp::Eq => binary_map(op, a, b, |x, y| x == y)?,
         Cmp::Lt => binary_map(op, a, b, |x, y| x < y)?,
@@ -460,7 +495,12 @@ fn pow<T: Num>(op: &str, a: &ArrayViewD<'_, T>, e: &TensorRef<'_>) -> OpResult<T
     Ok(out.into())
 }
 
-fn shift<T: Elem>(op: &str, left: bool, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>) -> OpResult<Tensor> {
+fn shift<T: Elem>(
+    op: &str,
+    left: bool,
+    a: &ArrayViewD<'_, T>,
+    b: &ArrayViewD<'_, T>,
+) -> OpResult<Tensor> {
     use crate::tensor::Scalar;
     let as_u64 = |x: T| match x.to_scalar() {
         Scalar::U(v) => v,
@@ -470,8 +510,16 @@ fn shift<T: Elem>(op: &str, left: bool, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_
     let out = binary_map(op, a, b, |x, s| {
         let (x, s) = (as_u64(x), as_u64(s));
         let s = u32::try_from(s).unwrap_or(u32::MAX);
-        let r = if left { x.checked_shl(s) } else { x.checked_shr(s) };
-        let r = if (s as usize) >= T::SIZE * 8 { 0 } else { r.unwrap_or(0) };
+        let r = if left {
+            x.checked_shl(s)
+        } else {
+            x.checked_shr(s)
+        };
+        let r = if (s as usize) >= T::SIZE * 8 {
+            0
+        } else {
+            r.unwrap_or(0)
+        };
         T::from_scalar(Scalar::U(r))
     })?;
     Ok(out.into())
@@ -486,9 +534,12 @@ fn legacy_broadcast<'a>(
 ) -> OpResult<TensorRef<'a>> {
     let Some(axis) = axis else { return Ok(b) };
     let axis = super::util::normalize_axis(op, axis, a_rank.max(1))?;
-    let trailing = a_rank
-        .checked_sub(axis + b.ndim())
-        .ok_or_else(|| OpError(format!("{op}: B of rank {} does not fit at axis {axis}", b.ndim())))?;
+    let trailing = a_rank.checked_sub(axis + b.ndim()).ok_or_else(|| {
+        OpError(format!(
+            "{op}: B of rank {} does not fit at axis {axis}",
+            b.ndim()
+        ))
+    })?;
     fn extend<T: Elem>(v: ArrayViewD<'_, T>, k: usize) -> TensorRef<'_> {
         let mut v = v;
         for _ in 0..k {
@@ -516,7 +567,11 @@ fn binary(n: &NodeDef, kind: Bin) -> OpResult<Box<dyn OpKernel>> {
         }
         let out = match kind {
             Bin::Add | Bin::Sub | Bin::Mul | Bin::Div | Bin::Mod(_) | Bin::PRelu => {
-                dispatch_numeric!(a.clone(), |x| arith(op, kind, &x, &typed_like(op, &b)?).map(Tensor::from), op)?
+                dispatch_numeric!(
+                    a.clone(),
+                    |x| arith(op, kind, &x, &typed_like(op, &b)?).map(Tensor::from),
+                    op
+                )?
             }
             Bin::Pow => dispatch_numeric!(a.clone(), |x| pow(op, &x, &b), op)?,
             Bin::Shl | Bin::Shr => with_types!(
@@ -525,7 +580,9 @@ fn binary(n: &NodeDef, kind: Bin) -> OpResult<Box<dyn OpKernel>> {
                 [U8, U16, U32, U64],
                 op
             )?,
-            Bin::Cmp(c) => dispatch_all!(a.clone(), |x| compare(op, c, &x, &typed_like(op, &b)?), op)?,
+            Bin::Cmp(c) => {
+                dispatch_all!(a.clone(), |x| compare(op, c, &x, &typed_like(op, &b)?), op)?
+            }
             Bin::Logic(l) => {
                 let x = a.expect_type::<bool>(&format!("{op}: input A"))?;
                 let y = b.expect_type::<bool>(&format!("{op}: input B"))?;
@@ -549,13 +606,32 @@ enum Variadic {
     Mean,
 }
 
-fn fold<T: Num>(op: &str, v: Variadic, first: ArrayViewD<'_, T>, rest: &[&TensorRef<'_>]) -> OpResult<Tensor> {
+fn fold<T: Num>(
+    op: &str,
+    v: Variadic,
+    first: ArrayViewD<'_, T>,
+    rest: &[&TensorRef<'_>],
+) -> OpResult<Tensor> {
     let mut acc = first.to_owned();
     for t in rest {
         let b = typed_like::<T>(op, t)?;
         acc = match v {
-            Variadic::Max => binary_map(op, &acc.view(), &b, |x, y| if y > x || y.is_nan() { y } else { x })?,
-            Variadic::Min => binary_map(op, &acc.view(), &b, |x, y| if y < x || y.is_nan() { y } else { x })?,
+            Variadic::Max => {
+                binary_map(
+                    op,
+                    &acc.view(),
+                    &b,
+                    |x, y| if y > x || y.is_nan() { y } else { x },
+                )?
+            }
+            Variadic::Min => {
+                binary_map(
+                    op,
+                    &acc.view(),
+                    &b,
+                    |x, y| if y < x || y.is_nan() { y } else { x },
+                )?
+            }
             Variadic::Sum | Variadic::Mean => binary_map(op, &acc.view(), &b, T::add)?,
         };
     }
@@ -573,7 +649,11 @@ fn variadic(n: &NodeDef, v: Variadic) -> OpResult<Box<dyn OpKernel>> {
         let Some((first, rest)) = present.split_first() else {
             bail!("{op}: needs at least one input");
         };
-        one(dispatch_numeric!((*first).clone(), |a| fold(&op, v, a, rest), &op))
+        one(dispatch_numeric!(
+            (*first).clone(),
+            |a| fold(&op, v, a, rest),
+            &op
+        ))
     }))
 }
 
@@ -585,8 +665,16 @@ fn where_typed<T: Elem>(
 ) -> OpResult<Tensor> {
     let y = typed_like::<T>(op, y)?;
     let shape = broadcast_all(op, &[c.shape(), x.shape(), y.shape()])?;
-    let (cv, xv, yv) = (broadcast_to(op, c, &shape)?, broadcast_to(op, x, &shape)?, broadcast_to(op, &y, &shape)?);
-    Ok(Zip::from(&cv).and(&xv).and(&yv).map_collect(|&c, &x, &y| if c { x } else { y }).into())
+    let (cv, xv, yv) = (
+        broadcast_to(op, c, &shape)?,
+        broadcast_to(op, x, &shape)?,
+        broadcast_to(op, &y, &shape)?,
+    );
+    Ok(Zip::from(&cv)
+        .and(&xv)
+        .and(&yv)
+        .map_collect(|&c, &x, &y| if c { x } else { y })
+        .into())
 }
 
 fn build_where(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -595,7 +683,11 @@ fn build_where(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let c = input(&op, inputs, 0)?.expect_type::<bool>(&format!("{op}: condition"))?;
         let x = input(&op, inputs, 1)?;
         let y = input(&op, inputs, 2)?;
-        one(dispatch_all!(x.clone(), |xv| where_typed(&op, &c, &xv, y), &op))
+        one(dispatch_all!(
+            x.clone(),
+            |xv| where_typed(&op, &c, &xv, y),
+            &op
+        ))
     }))
 }
 
@@ -637,15 +729,25 @@ fn build_clip(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let legacy = n.opset < 11;
     let attr = if legacy {
-        (n.attr_float_or("min", f32::NEG_INFINITY)?, n.attr_float_or("max", f32::INFINITY)?)
+        (
+            n.attr_float_or("min", f32::NEG_INFINITY)?,
+            n.attr_float_or("max", f32::INFINITY)?,
+        )
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        let (lo, hi) =
-            if legacy { (None, None) } else { (opt_input(inputs, 1), opt_input(inputs, 2)) };
-        one(dispatch_numeric!(x.clone(), |a| clip_typed(&op, &a, lo, hi, attr), &op))
+        let (lo, hi) = if legacy {
+            (None, None)
+        } else {
+            (opt_input(inputs, 1), opt_input(inputs, 2))
+        };
+        one(dispatch_numeric!(
+            x.clone(),
+            |a| clip_typed(&op, &a, lo, hi, attr),
+            &op
+        ))
     }))
 }
 
@@ -671,18 +773,33 @@ mod tests {
         let a = f32t(array![[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]].into_dyn());
         let b = f32t(array![10.0, 20.0, 30.0].into_dyn());
         let out = run(NodeDef::new("Add", 14), vec![a, b]).unwrap();
-        assert_eq!(out[0], f32t(array![[11.0, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn()));
+        assert_eq!(
+            out[0],
+            f32t(array![[11.0, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn())
+        );
     }
 
     #[test]
     fn sub_mul_ints_and_legacy_axis() {
         let a = Tensor::I32(array![[1, 2], [3, 4], [5, 6]].into_dyn());
         let b = Tensor::I32(array![10, 20, 30].into_dyn());
-        let n = NodeDef::new("Mul", 6).with_attr("broadcast", AttrValue::Int(1)).with_attr("axis", AttrValue::Int(0));
+        let n = NodeDef::new("Mul", 6)
+            .with_attr("broadcast", AttrValue::Int(1))
+            .with_attr("axis", AttrValue::Int(0));
         let out = run(n, vec![a.clone(), b]).unwrap();
-        assert_eq!(out[0], Tensor::I32(array![[10, 20], [60, 80], [150, 180]].into_dyn()));
-        let out = run(NodeDef::new("Sub", 14), vec![a.clone(), Tensor::scalar(1i32)]).unwrap();
-        assert_eq!(out[0], Tensor::I32(array![[0, 1], [2, 3], [4, 5]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::I32(array![[10, 20], [60, 80], [150, 180]].into_dyn())
+        );
+        let out = run(
+            NodeDef::new("Sub", 14),
+            vec![a.clone(), Tensor::scalar(1i32)],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            Tensor::I32(array![[0, 1], [2, 3], [4, 5]].into_dyn())
+        );
     }
 
     #[test]
@@ -691,7 +808,11 @@ mod tests {
         let b = Tensor::I64(array![2, 2, -4].into_dyn());
         let out = run(NodeDef::new("Div", 14), vec![a.clone(), b]).unwrap();
         assert_eq!(out[0], Tensor::I64(array![3, -3, -2].into_dyn()));
-        let e = run(NodeDef::new("Div", 14), vec![a, Tensor::I64(array![0, 1, 1].into_dyn())]).unwrap_err();
+        let e = run(
+            NodeDef::new("Div", 14),
+            vec![a, Tensor::I64(array![0, 1, 1].into_dyn())],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Div: integer division by zero");
     }
 
@@ -700,12 +821,26 @@ mod tests {
         let a = f32t(array![1.0, 2.0].into_dyn());
         let b = f32t(array![1.0, 2.0, 3.0].into_dyn());
         let e = run(NodeDef::new("Add", 14), vec![a.clone(), b]).unwrap_err();
-        assert!(e.0.contains("Add: shapes [[2], [3]] cannot be broadcast"), "{e}");
-        let e = run(NodeDef::new("Add", 14), vec![a.clone(), Tensor::scalar(1i32)]).unwrap_err();
-        assert!(e.0.contains("Add: inputs must have the same element type"), "{e}");
+        assert!(
+            e.0.contains("Add: shapes [[2], [3]] cannot be broadcast"),
+            "{e}"
+        );
+        let e = run(
+            NodeDef::new("Add", 14),
+            vec![a.clone(), Tensor::scalar(1i32)],
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("Add: inputs must have the same element type"),
+            "{e}"
+        );
         let e = run(NodeDef::new("Add", 14), vec![a]).unwrap_err();
         assert_eq!(e.0, "Add: missing required input 1");
-        let e = run(NodeDef::new("Add", 14), vec![Tensor::scalar(true), Tensor::scalar(true)]).unwrap_err();
+        let e = run(
+            NodeDef::new("Add", 14),
+            vec![Tensor::scalar(true), Tensor::scalar(true)],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Add: unsupported element type bool");
     }
 
@@ -723,7 +858,11 @@ mod tests {
         assert_eq!(e.0, "Sigmoid: unsupported element type int32");
         let e = run(NodeDef::new("Relu", 14), vec![]).unwrap_err();
         assert_eq!(e.0, "Relu: missing required input 0");
-        let h = run(NodeDef::new("Relu", 14), vec![Tensor::F16(array![half::f16::from_f32(-3.0)].into_dyn())]).unwrap();
+        let h = run(
+            NodeDef::new("Relu", 14),
+            vec![Tensor::F16(array![half::f16::from_f32(-3.0)].into_dyn())],
+        )
+        .unwrap();
         assert_eq!(h[0], Tensor::F16(array![half::f16::ZERO].into_dyn()));
     }
 
@@ -746,14 +885,26 @@ mod tests {
         let eq = run(NodeDef::new("Equal", 13), vec![a.clone(), b.clone()]).unwrap();
         let xor = run(NodeDef::new("Xor", 7), vec![lt[0].clone(), eq[0].clone()]).unwrap();
         assert_eq!(xor[0], Tensor::Bool(array![true, true, false].into_dyn()));
-        let w = run(NodeDef::new("Where", 16), vec![lt[0].clone(), a.clone(), b.clone()]).unwrap();
+        let w = run(
+            NodeDef::new("Where", 16),
+            vec![lt[0].clone(), a.clone(), b.clone()],
+        )
+        .unwrap();
         assert_eq!(w[0], Tensor::I32(array![1, 5, 1].into_dyn()));
-        let c = run(NodeDef::new("Clip", 13), vec![a.clone(), Tensor::scalar(2i32)]).unwrap();
+        let c = run(
+            NodeDef::new("Clip", 13),
+            vec![a.clone(), Tensor::scalar(2i32)],
+        )
+        .unwrap();
         assert_eq!(c[0], Tensor::I32(array![2, 5, 3].into_dyn()));
         let c6 = NodeDef::new("Clip", 6).with_attr("max", AttrValue::Float(0.5));
         let c = run(c6, vec![f32t(array![-1.0, 1.0].into_dyn())]).unwrap();
         assert_eq!(c[0], f32t(array![-1.0, 0.5].into_dyn()));
-        let e = run(NodeDef::new("Clip", 13), vec![a, Tensor::I32(array![1, 2].into_dyn())]).unwrap_err();
+        let e = run(
+            NodeDef::new("Clip", 13),
+            vec![a, Tensor::I32(array![1, 2].into_dyn())],
+        )
+        .unwrap_err();
         assert!(e.0.contains("Clip: min must be a scalar"), "{e}");
     }
 
@@ -761,23 +912,43 @@ mod tests {
     fn variadic_pow_mod_shift() {
         let a = f32t(array![1.0, 4.0].into_dyn());
         let b = f32t(array![3.0].into_dyn());
-        let m = run(NodeDef::new("Max", 13).with_io(3, 1), vec![a.clone(), b.clone(), Tensor::scalar(2.0f32)]).unwrap();
+        let m = run(
+            NodeDef::new("Max", 13).with_io(3, 1),
+            vec![a.clone(), b.clone(), Tensor::scalar(2.0f32)],
+        )
+        .unwrap();
         assert_eq!(m[0], f32t(array![3.0, 4.0].into_dyn()));
         let mean = run(NodeDef::new("Mean", 13), vec![a.clone(), b.clone()]).unwrap();
         assert_eq!(mean[0], f32t(array![2.0, 3.5].into_dyn()));
         let p = run(NodeDef::new("Pow", 15), vec![a, Tensor::scalar(2i64)]).unwrap();
         assert_eq!(p[0], f32t(array![1.0, 16.0].into_dyn()));
-        let md = run(NodeDef::new("Mod", 13), vec![Tensor::I32(array![-7, 7].into_dyn()), Tensor::scalar(3i32)]).unwrap();
+        let md = run(
+            NodeDef::new("Mod", 13),
+            vec![Tensor::I32(array![-7, 7].into_dyn()), Tensor::scalar(3i32)],
+        )
+        .unwrap();
         assert_eq!(md[0], Tensor::I32(array![2, 1].into_dyn()));
-        let sh = NodeDef::new("BitShift", 11).with_attr("direction", AttrValue::String(b"LEFT".to_vec()));
-        let s = run(sh, vec![Tensor::U8(array![1, 200].into_dyn()), Tensor::U8(array![3, 8].into_dyn())]).unwrap();
+        let sh = NodeDef::new("BitShift", 11)
+            .with_attr("direction", AttrValue::String(b"LEFT".to_vec()));
+        let s = run(
+            sh,
+            vec![
+                Tensor::U8(array![1, 200].into_dyn()),
+                Tensor::U8(array![3, 8].into_dyn()),
+            ],
+        )
+        .unwrap();
         assert_eq!(s[0], Tensor::U8(array![8, 0].into_dyn()));
     }
 
     #[test]
     fn arrays_with_zero_dims() {
         let a = f32t(ArrayD::zeros(ndarray::IxDyn(&[0, 3])));
-        let out = run(NodeDef::new("Add", 14), vec![a.clone(), f32t(array![1.0, 2.0, 3.0].into_dyn())]).unwrap();
+        let out = run(
+            NodeDef::new("Add", 14),
+            vec![a.clone(), f32t(array![1.0, 2.0, 3.0].into_dyn())],
+        )
+        .unwrap();
         assert_eq!(out[0].shape(), &[0, 3]);
     }
 }

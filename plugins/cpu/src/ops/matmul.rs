@@ -17,17 +17,35 @@ pub fn register(reg: &mut Registry) {
 
 /// Element types with a matrix product `c = alpha * a @ b + beta * c`.
 pub trait MatElem: Num {
-    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>);
+    fn gemm(
+        alpha: Self,
+        a: &ArrayView2<'_, Self>,
+        b: &ArrayView2<'_, Self>,
+        beta: Self,
+        c: &mut ArrayViewMut2<'_, Self>,
+    );
 }
 
 impl MatElem for f32 {
-    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>) {
+    fn gemm(
+        alpha: Self,
+        a: &ArrayView2<'_, Self>,
+        b: &ArrayView2<'_, Self>,
+        beta: Self,
+        c: &mut ArrayViewMut2<'_, Self>,
+    ) {
         ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
     }
 }
 
 impl MatElem for f64 {
-    fn gemm(alpha: Self, a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, beta: Self, c: &mut ArrayViewMut2<'_, Self>) {
+    fn gemm(
+        alpha: Self,
+        a: &ArrayView2<'_, Self>,
+        b: &ArrayView2<'_, Self>,
+        beta: Self,
+        c: &mut ArrayViewMut2<'_, Self>,
+    ) {
         ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
     }
 }
@@ -51,13 +69,29 @@ macro_rules! impl_mat_int {
 impl_mat_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// numpy `matmul` of two arrays.
-pub fn matmul<T: MatElem>(op: &str, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>) -> OpResult<ArrayD<T>> {
+pub fn matmul<T: MatElem>(
+    op: &str,
+    a: &ArrayViewD<'_, T>,
+    b: &ArrayViewD<'_, T>,
+) -> OpResult<ArrayD<T>> {
     let (ra, rb) = (a.ndim(), b.ndim());
     if ra == 0 || rb == 0 {
-        bail!("{op}: inputs must have rank >= 1, got shapes {:?} and {:?}", a.shape(), b.shape());
+        bail!(
+            "{op}: inputs must have rank >= 1, got shapes {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        );
     }
-    let a = if ra == 1 { a.clone().insert_axis(Axis(0)) } else { a.clone() };
-    let b = if rb == 1 { b.clone().insert_axis(Axis(1)) } else { b.clone() };
+    let a = if ra == 1 {
+        a.clone().insert_axis(Axis(0))
+    } else {
+        a.clone()
+    };
+    let b = if rb == 1 {
+        b.clone().insert_axis(Axis(1))
+    } else {
+        b.clone()
+    };
     let (sa, sb) = (a.shape(), b.shape());
     let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
@@ -65,8 +99,11 @@ pub fn matmul<T: MatElem>(op: &str, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>
         bail!("{op}: inner dimensions differ: A has shape {sa:?}, B has shape {sb:?}");
     }
     let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
-    let batch = broadcast_shapes(ba, bb)
-        .ok_or_else(|| OpError(format!("{op}: batch dims of {sa:?} and {sb:?} cannot be broadcast")))?;
+    let batch = broadcast_shapes(ba, bb).ok_or_else(|| {
+        OpError(format!(
+            "{op}: batch dims of {sa:?} and {sb:?} cannot be broadcast"
+        ))
+    })?;
     let nbatch = super::util::checked_numel(&batch)?;
     let a_c = a.as_standard_layout();
     let b_c = b.as_standard_layout();
@@ -82,7 +119,13 @@ pub fn matmul<T: MatElem>(op: &str, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>
     let ia = batch_map(&batch, ba);
     let ib = batch_map(&batch, bb);
     for ((mut o, &i), &j) in out.outer_iter_mut().zip(&ia).zip(&ib) {
-        T::gemm(T::one(), &a3.index_axis(Axis(0), i), &b3.index_axis(Axis(0), j), T::zero(), &mut o);
+        T::gemm(
+            T::one(),
+            &a3.index_axis(Axis(0), i),
+            &b3.index_axis(Axis(0), j),
+            T::zero(),
+            &mut o,
+        );
     }
     let mut shape = batch;
     if ra > 1 {
@@ -91,7 +134,8 @@ pub fn matmul<T: MatElem>(op: &str, a: &ArrayViewD<'_, T>, b: &ArrayViewD<'_, T>
     if rb > 1 {
         shape.push(n);
     }
-    out.into_shape_with_order(IxDyn(&shape)).map_err(|e| OpError(format!("{op}: {e}")))
+    out.into_shape_with_order(IxDyn(&shape))
+        .map_err(|e| OpError(format!("{op}: {e}")))
 }
 
 trait ZerosLike<T> {
@@ -139,11 +183,21 @@ fn build_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-fn as_2d<'x, T>(op: &str, x: &'x ArrayViewD<'_, T>, what: &str, t: bool) -> OpResult<ArrayView2<'x, T>> {
+fn as_2d<'x, T>(
+    op: &str,
+    x: &'x ArrayViewD<'_, T>,
+    what: &str,
+    t: bool,
+) -> OpResult<ArrayView2<'x, T>> {
     let v = x
         .view()
         .into_dimensionality::<ndarray::Ix2>()
-        .map_err(|_| OpError(format!("{op}: {what} must be 2-D, got shape {:?}", x.shape())))?;
+        .map_err(|_| {
+            OpError(format!(
+                "{op}: {what} must be 2-D, got shape {:?}",
+                x.shape()
+            ))
+        })?;
     Ok(if t { v.reversed_axes() } else { v })
 }
 
@@ -177,17 +231,29 @@ impl Gemm {
         let (mut out, beta) = match c {
             Some(c) if self.beta != 0.0 => {
                 if broadcast_shapes(c.shape(), &[m, n]).as_deref() != Some(&[m, n][..]) {
-                    bail!("{op}: C of shape {:?} cannot be broadcast to {:?}", c.shape(), [m, n]);
+                    bail!(
+                        "{op}: C of shape {:?} cannot be broadcast to {:?}",
+                        c.shape(),
+                        [m, n]
+                    );
                 }
                 let cb = c
                     .broadcast(IxDyn(&[m, n]))
                     .ok_or_else(|| OpError(format!("{op}: C cannot be broadcast")))?;
-                let cb = cb.into_dimensionality::<ndarray::Ix2>().map_err(|e| OpError(format!("{op}: {e}")))?;
+                let cb = cb
+                    .into_dimensionality::<ndarray::Ix2>()
+                    .map_err(|e| OpError(format!("{op}: {e}")))?;
                 (cb.to_owned(), T::from_f64(self.beta.into()))
             }
             _ => (Array2::from_elem((m, n), T::zero()), T::zero()),
         };
-        T::gemm(T::from_f64(self.alpha.into()), &a2, &b2, beta, &mut out.view_mut());
+        T::gemm(
+            T::from_f64(self.alpha.into()),
+            &a2,
+            &b2,
+            beta,
+            &mut out.view_mut(),
+        );
         Ok(out.into_dyn().into())
     }
 }
@@ -212,7 +278,11 @@ fn build_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             one(with_types!(
                 a.clone(),
-                |x| g.run_typed(&x, &typed_like(op, b)?, c.map(|c| typed_like(op, c)).transpose()?),
+                |x| g.run_typed(
+                    &x,
+                    &typed_like(op, b)?,
+                    c.map(|c| typed_like(op, c)).transpose()?
+                ),
                 [F32, F64, I32, I64, U32, U64],
                 op
             ))
@@ -238,10 +308,17 @@ mod tests {
         let a = Tensor::F32(array![[1.0, 2.0], [3.0, 4.0]].into_dyn());
         let b = Tensor::F32(array![[5.0, 6.0], [7.0, 8.0]].into_dyn());
         let out = run(NodeDef::new("MatMul", 13), vec![a.clone(), b.clone()]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[19.0, 22.0], [43.0, 50.0]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[19.0, 22.0], [43.0, 50.0]].into_dyn())
+        );
         // Batch broadcast: [2,1,2,2] x [3,2,2] -> [2,3,2,2].
-        let a4 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[2, 1, 2, 2]), |i| (i[0] * 4 + i[2] * 2 + i[3]) as f32));
-        let b3 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[3, 2, 2]), |i| if i[1] == i[2] { (i[0] + 1) as f32 } else { 0.0 }));
+        let a4 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[2, 1, 2, 2]), |i| {
+            (i[0] * 4 + i[2] * 2 + i[3]) as f32
+        }));
+        let b3 = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[3, 2, 2]), |i| {
+            if i[1] == i[2] { (i[0] + 1) as f32 } else { 0.0 }
+        }));
         let out = run(NodeDef::new("MatMul", 13), vec![a4, b3]).unwrap();
         let o = out[0].as_array::<f32>().unwrap();
         assert_eq!(o.shape(), &[2, 3, 2, 2]);
@@ -257,9 +334,15 @@ mod tests {
         assert_eq!(out[0].shape(), &[] as &[usize]);
         let ai = Tensor::I32(array![[1, 2]].into_dyn());
         let bi = Tensor::I32(array![[3], [4]].into_dyn());
-        assert_eq!(run(NodeDef::new("MatMul", 13), vec![ai, bi]).unwrap()[0], Tensor::I32(array![[11]].into_dyn()));
+        assert_eq!(
+            run(NodeDef::new("MatMul", 13), vec![ai, bi]).unwrap()[0],
+            Tensor::I32(array![[11]].into_dyn())
+        );
         let h = Tensor::F16(array![[half::f16::from_f32(2.0)]].into_dyn());
-        assert_eq!(run(NodeDef::new("MatMul", 13), vec![h.clone(), h]).unwrap()[0], Tensor::F16(array![[half::f16::from_f32(4.0)]].into_dyn()));
+        assert_eq!(
+            run(NodeDef::new("MatMul", 13), vec![h.clone(), h]).unwrap()[0],
+            Tensor::F16(array![[half::f16::from_f32(4.0)]].into_dyn())
+        );
     }
 
     #[test]
@@ -267,7 +350,11 @@ mod tests {
         let a = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 3])));
         let e = run(NodeDef::new("MatMul", 13), vec![a.clone(), a.clone()]).unwrap_err();
         assert!(e.0.contains("MatMul: inner dimensions differ"), "{e}");
-        let e = run(NodeDef::new("MatMul", 13), vec![a.clone(), Tensor::scalar(1.0f32)]).unwrap_err();
+        let e = run(
+            NodeDef::new("MatMul", 13),
+            vec![a.clone(), Tensor::scalar(1.0f32)],
+        )
+        .unwrap_err();
         assert!(e.0.contains("rank >= 1"), "{e}");
         let b = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 3, 2])));
         let c = Tensor::F32(ArrayD::zeros(IxDyn(&[3, 2, 3])));
@@ -285,13 +372,26 @@ mod tests {
             .with_attr("alpha", AttrValue::Float(2.0))
             .with_attr("beta", AttrValue::Float(0.5));
         let out = run(n.clone(), vec![a.clone(), b.clone(), c]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[2.5, 5.0], [6.5, 9.0]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[2.5, 5.0], [6.5, 9.0]].into_dyn())
+        );
         let out = run(n.clone(), vec![a.clone(), b.clone()]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[2.0, 4.0], [6.0, 8.0]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[2.0, 4.0], [6.0, 8.0]].into_dyn())
+        );
         let bad_c = Tensor::F32(array![1.0, 2.0, 3.0].into_dyn());
         let e = run(n, vec![a.clone(), b, bad_c]).unwrap_err();
-        assert!(e.0.contains("Gemm: C of shape [3] cannot be broadcast to [2, 2]"), "{e}");
-        let e = run(NodeDef::new("Gemm", 13), vec![Tensor::F32(array![1.0].into_dyn()), a]).unwrap_err();
+        assert!(
+            e.0.contains("Gemm: C of shape [3] cannot be broadcast to [2, 2]"),
+            "{e}"
+        );
+        let e = run(
+            NodeDef::new("Gemm", 13),
+            vec![Tensor::F32(array![1.0].into_dyn()), a],
+        )
+        .unwrap_err();
         assert!(e.0.contains("Gemm: A must be 2-D"), "{e}");
     }
 }

@@ -4,7 +4,9 @@
 pub mod conv;
 pub mod elementwise;
 pub mod matmul;
+pub mod norm;
 pub mod pool;
+pub mod reduce;
 pub mod shape;
 pub mod util;
 
@@ -18,12 +20,20 @@ pub fn register_all(reg: &mut Registry) {
     shape::register(reg);
     conv::register(reg);
     pool::register(reg);
+    norm::register(reg);
+    reduce::register(reg);
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's
 /// opset for older semantics).
 pub(crate) fn add(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
-    reg.add(OpSchema { op_type, domain: "", since_version: since, until_version: i64::MAX, build });
+    reg.add(OpSchema {
+        op_type,
+        domain: "",
+        since_version: since,
+        until_version: i64::MAX,
+        build,
+    });
 }
 
 /// Wraps a single output.

@@ -3,7 +3,9 @@
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
-use super::util::{FloatElem, Num, Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, via_f32};
+use super::util::{
+    FloatElem, Num, Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, via_f32,
+};
 use super::{add, one};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
 use crate::tensor::Tensor;
@@ -39,7 +41,11 @@ fn windows(input: &[usize], geo: &Spatial) -> Windows {
     for d in 1..nd {
         f_str[d] = f_str[d - 1] * input[d - 1];
     }
-    let mut w = Windows { ranges: vec![0], taps: Vec::new(), padded_counts: Vec::new() };
+    let mut w = Windows {
+        ranges: vec![0],
+        taps: Vec::new(),
+        padded_counts: Vec::new(),
+    };
     for_each_index(&geo.out, |o| {
         let mut padded = 0;
         for_each_index(&geo.kernel, |k| {
@@ -47,7 +53,8 @@ fn windows(input: &[usize], geo: &Spatial) -> Windows {
             let mut in_padded = true;
             let (mut off, mut foff) = (0, 0);
             for d in 0..nd {
-                let i = (o[d] * geo.strides[d] + k[d] * geo.dilations[d]) as i64 - geo.pad_begin[d] as i64;
+                let i = (o[d] * geo.strides[d] + k[d] * geo.dilations[d]) as i64
+                    - geo.pad_begin[d] as i64;
                 if i < 0 || i >= input[d] as i64 {
                     inside = false;
                     if i >= (input[d] + geo.pad_end[d]) as i64 {
@@ -105,7 +112,9 @@ impl Pool {
         let (geo, planes, plane) = self.geometry(x.shape())?;
         let w = windows(&x.shape()[2..], &geo);
         let xc = x.as_standard_layout();
-        let xs = xc.as_slice().ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+        let xs = xc
+            .as_slice()
+            .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
         let nout = w.padded_counts.len();
         let mut y = Vec::with_capacity(planes * nout);
         let mut idx = Vec::with_capacity(if self.want_indices { planes * nout } else { 0 });
@@ -140,18 +149,30 @@ impl Pool {
         let (geo, planes, plane) = self.geometry(x.shape())?;
         let w = windows(&x.shape()[2..], &geo);
         let xc = x.as_standard_layout();
-        let xs = xc.as_slice().ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+        let xs = xc
+            .as_slice()
+            .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
         let nout = w.padded_counts.len();
         let mut y = Vec::with_capacity(planes * nout);
         for xp in xs.chunks(plane.max(1)).take(planes) {
             for o in 0..nout {
                 let taps = w.taps.get(w.ranges[o]..w.ranges[o + 1]).unwrap_or(&[]);
-                let sum: T::Acc = taps.iter().map(|&(off, _)| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc())).sum();
-                let count = if self.count_include_pad { w.padded_counts[o] } else { taps.len() };
+                let sum: T::Acc = taps
+                    .iter()
+                    .map(|&(off, _)| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc()))
+                    .sum();
+                let count = if self.count_include_pad {
+                    w.padded_counts[o]
+                } else {
+                    taps.len()
+                };
                 y.push(T::from_acc(sum / T::lit(count.max(1) as f64)));
             }
         }
-        Ok(vec![Tensor::from_vec(&Self::out_shape(x.shape(), &geo), y)?])
+        Ok(vec![Tensor::from_vec(
+            &Self::out_shape(x.shape(), &geo),
+            y,
+        )?])
     }
 }
 
@@ -171,7 +192,12 @@ fn build_pool(n: &NodeDef, kind: PoolKind) -> OpResult<Box<dyn OpKernel>> {
         let op = &pool.op;
         let x = input(op, inputs, 0)?;
         match pool.kind {
-            PoolKind::Max => with_types!(x.clone(), |a| pool.max(&a), [F32, F64, F16, BF16, I8, U8], op),
+            PoolKind::Max => with_types!(
+                x.clone(),
+                |a| pool.max(&a),
+                [F32, F64, F16, BF16, I8, U8],
+                op
+            ),
             PoolKind::Avg => dispatch_float!(x.clone(), |a| pool.avg(&a), op),
         }
     }))
@@ -188,13 +214,23 @@ fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<
         bail!("{op}: input has an empty spatial extent {shape:?}");
     }
     let xc = x.as_standard_layout();
-    let xs = xc.as_slice().ok_or_else(|| OpError(format!("{op}: input not contiguous")))?;
+    let xs = xc
+        .as_slice()
+        .ok_or_else(|| OpError(format!("{op}: input not contiguous")))?;
     let y: Vec<T> = xs
         .chunks(plane)
         .take(planes)
         .map(|c| {
             if max {
-                c.iter().map(|v| v.to_acc()).fold(T::lit(f64::NEG_INFINITY), |a, b| if b > a || num_traits::Float::is_nan(b) { b } else { a })
+                c.iter()
+                    .map(|v| v.to_acc())
+                    .fold(T::lit(f64::NEG_INFINITY), |a, b| {
+                        if b > a || num_traits::Float::is_nan(b) {
+                            b
+                        } else {
+                            a
+                        }
+                    })
             } else {
                 c.iter().map(|v| v.to_acc()).sum::<T::Acc>() / T::lit(plane as f64)
             }
@@ -203,7 +239,8 @@ fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<
         .collect();
     let mut out_shape = shape[..2].to_vec();
     out_shape.extend(std::iter::repeat_n(1, shape.len() - 2));
-    let a = ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| OpError(format!("{op}: {e}")))?;
+    let a =
+        ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| OpError(format!("{op}: {e}")))?;
     Ok(a.into())
 }
 
@@ -247,14 +284,20 @@ mod tests {
             .with_attr("strides", ks(&[2, 2]))
             .with_io(1, 2);
         let out = run(n, vec![x.clone()]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[[5.0, 7.0], [13.0, 15.0]]]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[[5.0, 7.0], [13.0, 15.0]]]].into_dyn())
+        );
         assert_eq!(out[1], Tensor::I64(array![[[[5, 7], [13, 15]]]].into_dyn()));
         let n = NodeDef::new("MaxPool", 12)
             .with_attr("kernel_shape", ks(&[3, 3]))
             .with_attr("strides", ks(&[2, 2]))
             .with_attr("ceil_mode", AttrValue::Int(1));
         let out = run(n, vec![x.clone()]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[[10.0, 11.0], [14.0, 15.0]]]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[[10.0, 11.0], [14.0, 15.0]]]].into_dyn())
+        );
         // Column-major indices.
         let n = NodeDef::new("MaxPool", 12)
             .with_attr("kernel_shape", ks(&[2, 2]))
@@ -278,7 +321,10 @@ mod tests {
             .with_attr("kernel_shape", ks(&[2, 2]))
             .with_attr("pads", ks(&[1, 1, 0, 0]));
         let out = run(base.clone(), vec![x.clone()]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[[0.0, 0.5, 1.5], [1.5, 2.0, 3.0], [4.5, 5.0, 6.0]]]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[[0.0, 0.5, 1.5], [1.5, 2.0, 3.0], [4.5, 5.0, 6.0]]]].into_dyn())
+        );
         let inc = base.with_attr("count_include_pad", AttrValue::Int(1));
         let out = run(inc, vec![x]).unwrap();
         assert_eq!(out[0].as_array::<f32>().unwrap()[[0, 0, 0, 0]], 0.0);
@@ -286,7 +332,11 @@ mod tests {
         let same = NodeDef::new("AveragePool", 19)
             .with_attr("kernel_shape", ks(&[3]))
             .with_attr("auto_pad", AttrValue::String(b"SAME_UPPER".to_vec()));
-        let out = run(same, vec![Tensor::F64(array![[[1.0, 2.0, 3.0]]].into_dyn())]).unwrap();
+        let out = run(
+            same,
+            vec![Tensor::F64(array![[[1.0, 2.0, 3.0]]].into_dyn())],
+        )
+        .unwrap();
         assert_eq!(out[0], Tensor::F64(array![[[1.5, 2.0, 2.5]]].into_dyn()));
     }
 
@@ -298,17 +348,30 @@ mod tests {
         let m = run(NodeDef::new("GlobalMaxPool", 1), vec![x]).unwrap();
         assert_eq!(m[0], Tensor::F32(array![[[[3.0]], [[7.0]]]].into_dyn()));
         let e = run(NodeDef::new("GlobalMaxPool", 1), vec![iota(&[2, 2])]).unwrap_err();
-        assert!(e.0.contains("GlobalMaxPool: input must have rank >= 3"), "{e}");
+        assert!(
+            e.0.contains("GlobalMaxPool: input must have rank >= 3"),
+            "{e}"
+        );
     }
 
     #[test]
     fn pool_errors() {
-        let e = Registry::with_all_ops().build(&NodeDef::new("MaxPool", 12)).err().unwrap();
-        assert!(e.0.contains("missing required attribute 'kernel_shape'"), "{e}");
+        let e = Registry::with_all_ops()
+            .build(&NodeDef::new("MaxPool", 12))
+            .err()
+            .unwrap();
+        assert!(
+            e.0.contains("missing required attribute 'kernel_shape'"),
+            "{e}"
+        );
         let n = NodeDef::new("MaxPool", 12).with_attr("kernel_shape", ks(&[2, 2]));
         let e = run(n.clone(), vec![iota(&[1, 4, 4])]).unwrap_err();
         assert!(e.0.contains("does not match kernel_shape"), "{e}");
-        let e = run(n.with_attr("strides", ks(&[0, 1])), vec![iota(&[1, 1, 4, 4])]).unwrap_err();
+        let e = run(
+            n.with_attr("strides", ks(&[0, 1])),
+            vec![iota(&[1, 1, 4, 4])],
+        )
+        .unwrap_err();
         assert!(e.0.contains("strides must be positive"), "{e}");
         let n = NodeDef::new("AveragePool", 12).with_attr("kernel_shape", ks(&[2]));
         let e = run(n, vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 4])))]).unwrap_err();

@@ -48,7 +48,12 @@ pub fn reshape_ref(op: &str, t: &TensorRef<'_>, shape: &[usize]) -> OpResult<Ten
 }
 
 /// Resolves a Reshape target (0 copies the input dim unless `allowzero`, one -1 is inferred).
-pub fn reshape_dims(op: &str, input: &[usize], spec: &[i64], allowzero: bool) -> OpResult<Vec<usize>> {
+pub fn reshape_dims(
+    op: &str,
+    input: &[usize],
+    spec: &[i64],
+    allowzero: bool,
+) -> OpResult<Vec<usize>> {
     let numel = checked_numel(input)?;
     let mut out = Vec::with_capacity(spec.len());
     let mut infer = None;
@@ -61,7 +66,10 @@ pub fn reshape_dims(op: &str, input: &[usize], spec: &[i64], allowzero: bool) ->
                 1
             }
             0 if !allowzero => *input.get(i).ok_or_else(|| {
-                OpError(format!("{op}: shape {spec:?} copies dim {i} but the input {input:?} has rank {}", input.len()))
+                OpError(format!(
+                    "{op}: shape {spec:?} copies dim {i} but the input {input:?} has rank {}",
+                    input.len()
+                ))
             })?,
             d if d < 0 => bail!("{op}: invalid dim {d} in shape {spec:?}"),
             d => usize::try_from(d).map_err(|_| OpError(format!("{op}: dim {d} too large")))?,
@@ -82,7 +90,11 @@ pub fn reshape_dims(op: &str, input: &[usize], spec: &[i64], allowzero: bool) ->
 fn build_reshape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let allowzero = n.opset >= 14 && n.attr_int_or("allowzero", 0)? != 0;
-    let attr_shape = if n.opset < 5 { Some(n.req_ints("shape")?) } else { None };
+    let attr_shape = if n.opset < 5 {
+        Some(n.req_ints("shape")?)
+    } else {
+        None
+    };
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let spec = match &attr_shape {
@@ -111,7 +123,10 @@ fn build_flatten(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 }
 
 fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Tensor> {
-    Ok(a.permuted_axes(IxDyn(perm)).as_standard_layout().into_owned().into())
+    Ok(a.permuted_axes(IxDyn(perm))
+        .as_standard_layout()
+        .into_owned()
+        .into())
 }
 
 fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -143,11 +158,23 @@ fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-fn concat_typed<T: Elem>(op: &str, axis: usize, first: ArrayViewD<'_, T>, all: &[&TensorRef<'_>]) -> OpResult<Tensor> {
-    let views: Vec<ArrayViewD<'_, T>> = all.iter().map(|t| typed_like::<T>(op, t)).collect::<OpResult<_>>()?;
+fn concat_typed<T: Elem>(
+    op: &str,
+    axis: usize,
+    first: ArrayViewD<'_, T>,
+    all: &[&TensorRef<'_>],
+) -> OpResult<Tensor> {
+    let views: Vec<ArrayViewD<'_, T>> = all
+        .iter()
+        .map(|t| typed_like::<T>(op, t))
+        .collect::<OpResult<_>>()?;
     for (i, v) in views.iter().enumerate() {
         let ok = v.ndim() == first.ndim()
-            && v.shape().iter().zip(first.shape()).enumerate().all(|(d, (a, b))| d == axis || a == b);
+            && v.shape()
+                .iter()
+                .zip(first.shape())
+                .enumerate()
+                .all(|(d, (a, b))| d == axis || a == b);
         if !ok {
             bail!(
                 "{op}: input {i} has shape {:?}, incompatible with input 0 of shape {:?} on axis {axis}",
@@ -163,26 +190,46 @@ fn concat_typed<T: Elem>(op: &str, axis: usize, first: ArrayViewD<'_, T>, all: &
 
 fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let axis = if n.opset < 4 { n.attr_int_or("axis", 1)? } else { n.req_int("axis")? };
+    let axis = if n.opset < 4 {
+        n.attr_int_or("axis", 1)?
+    } else {
+        n.req_int("axis")?
+    };
     Ok(kernel(move |inputs| {
         let all: Vec<&TensorRef<'_>> = inputs.iter().flatten().collect();
-        let Some(first) = all.first() else { bail!("{op}: needs at least one input") };
+        let Some(first) = all.first() else {
+            bail!("{op}: needs at least one input")
+        };
         let ax = normalize_axis(&op, axis, first.ndim())?;
-        one(dispatch_all!((*first).clone(), |a| concat_typed(&op, ax, a, &all), &op))
+        one(dispatch_all!(
+            (*first).clone(),
+            |a| concat_typed(&op, ax, a, &all),
+            &op
+        ))
     }))
 }
 
 /// Axes from the attribute (before `input_from`) or from optional input 1.
-fn axes_of(op: &str, attr: &Option<Vec<i64>>, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Option<Vec<i64>>> {
+fn axes_of(
+    op: &str,
+    attr: &Option<Vec<i64>>,
+    inputs: &[Option<TensorRef<'_>>],
+) -> OpResult<Option<Vec<i64>>> {
     match attr {
         Some(a) => Ok(Some(a.clone())),
-        None => opt_input(inputs, 1).map(|t| t.to_i64_vec(&format!("{op}: axes"))).transpose(),
+        None => opt_input(inputs, 1)
+            .map(|t| t.to_i64_vec(&format!("{op}: axes")))
+            .transpose(),
     }
 }
 
 fn build_squeeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let attr = if n.opset < 13 { n.attr_ints("axes")? } else { None };
+    let attr = if n.opset < 13 {
+        n.attr_ints("axes")?
+    } else {
+        None
+    };
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let shape = x.shape();
@@ -198,14 +245,23 @@ fn build_squeeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             None => (0..shape.len()).filter(|&d| shape[d] == 1).collect(),
         };
-        let out: Vec<usize> = shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect();
+        let out: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !axes.contains(d))
+            .map(|(_, &s)| s)
+            .collect();
         one(reshape_ref(&op, x, &out))
     }))
 }
 
 fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let attr = if n.opset < 13 { Some(n.req_ints("axes")?) } else { None };
+    let attr = if n.opset < 13 {
+        Some(n.req_ints("axes")?)
+    } else {
+        None
+    };
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let Some(axes) = axes_of(&op, &attr, inputs)? else {
@@ -215,7 +271,13 @@ fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let ax = normalize_axes(&op, &axes, rank)?;
         let mut src = x.shape().iter();
         let out: Vec<usize> = (0..rank)
-            .map(|d| if ax.contains(&d) { 1 } else { src.next().copied().unwrap_or(1) })
+            .map(|d| {
+                if ax.contains(&d) {
+                    1
+                } else {
+                    src.next().copied().unwrap_or(1)
+                }
+            })
             .collect();
         one(reshape_ref(&op, x, &out))
     }))
@@ -230,7 +292,13 @@ fn build_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let r = x.ndim() as i64;
         let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
         let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
-        let dims: Vec<i64> = x.shape().iter().skip(s).take(e.saturating_sub(s)).map(|&d| d as i64).collect();
+        let dims: Vec<i64> = x
+            .shape()
+            .iter()
+            .skip(s)
+            .take(e.saturating_sub(s))
+            .map(|&d| d as i64)
+            .collect();
         let len = dims.len();
         one(Tensor::from_vec(&[len], dims))
     }))
@@ -238,10 +306,18 @@ fn build_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 fn build_size(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    Ok(kernel(move |inputs| one(Ok(Tensor::scalar(input(&op, inputs, 0)?.len() as i64)))))
+    Ok(kernel(move |inputs| {
+        one(Ok(Tensor::scalar(input(&op, inputs, 0)?.len() as i64)))
+    }))
 }
 
-fn gather_typed<T: Elem>(op: &str, data: ArrayViewD<'_, T>, axis: usize, idx: &[usize], idx_shape: &[usize]) -> OpResult<Tensor> {
+fn gather_typed<T: Elem>(
+    op: &str,
+    data: ArrayViewD<'_, T>,
+    axis: usize,
+    idx: &[usize],
+    idx_shape: &[usize],
+) -> OpResult<Tensor> {
     let sel = data.select(Axis(axis), idx);
     let mut shape = data.shape()[..axis].to_vec();
     shape.extend_from_slice(idx_shape);
@@ -256,7 +332,10 @@ fn build_gather(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let data = input(&op, inputs, 0)?;
         let indices = input(&op, inputs, 1)?;
         if !matches!(indices.elem_type(), ElementType::Int32 | ElementType::Int64) {
-            bail!("{op}: indices must be int32 or int64, got {}", indices.elem_type());
+            bail!(
+                "{op}: indices must be int32 or int64, got {}",
+                indices.elem_type()
+            );
         }
         let ax = normalize_axis(&op, axis, data.ndim())?;
         let dim = data.shape()[ax];
@@ -266,17 +345,25 @@ fn build_gather(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .map(|&i| {
                 let j = if i < 0 { i + dim as i64 } else { i };
                 usize::try_from(j).ok().filter(|&j| j < dim).ok_or_else(|| {
-                    OpError(format!("{op}: index {i} out of range for axis {ax} of size {dim}"))
+                    OpError(format!(
+                        "{op}: index {i} out of range for axis {ax} of size {dim}"
+                    ))
                 })
             })
             .collect::<OpResult<_>>()?;
-        one(dispatch_all!(data.clone(), |a| gather_typed(&op, a, ax, &idx, indices.shape()), &op))
+        one(dispatch_all!(
+            data.clone(),
+            |a| gather_typed(&op, a, ax, &idx, indices.shape()),
+            &op
+        ))
     }))
 }
 
 fn build_identity(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    Ok(kernel(move |inputs| one(Ok(input(&op, inputs, 0)?.to_owned()))))
+    Ok(kernel(move |inputs| {
+        one(Ok(input(&op, inputs, 0)?.to_owned()))
+    }))
 }
 
 fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -302,7 +389,10 @@ fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 }
 
 fn constant_value(n: &NodeDef) -> OpResult<Tensor> {
-    let mut found = n.attributes.iter().filter(|(k, _)| k.starts_with("value") || k.as_str() == "sparse_value");
+    let mut found = n
+        .attributes
+        .iter()
+        .filter(|(k, _)| k.starts_with("value") || k.as_str() == "sparse_value");
     let (Some((name, value)), None) = (found.next(), found.next()) else {
         return Err(n.error("exactly one value attribute is required"));
     };
@@ -312,8 +402,14 @@ fn constant_value(n: &NodeDef) -> OpResult<Tensor> {
         AttrValue::Int(i) if name == "value_int" => Tensor::scalar(*i),
         AttrValue::Floats(v) if name == "value_floats" => Tensor::from_vec(&[v.len()], v.clone())?,
         AttrValue::Ints(v) if name == "value_ints" => Tensor::from_vec(&[v.len()], v.clone())?,
-        _ if name.starts_with("value_string") => return Err(n.error("string tensors are not supported")),
-        other => return Err(n.error(format_args!("unsupported value attribute '{name}' ({other:?})"))),
+        _ if name.starts_with("value_string") => {
+            return Err(n.error("string tensors are not supported"));
+        }
+        other => {
+            return Err(n.error(format_args!(
+                "unsupported value attribute '{name}' ({other:?})"
+            )));
+        }
     })
 }
 
@@ -331,7 +427,9 @@ fn shape_input(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<usize>> {
     let dims = t
         .to_i64_vec(&format!("{op}: shape"))?
         .into_iter()
-        .map(|d| usize::try_from(d).map_err(|_| OpError(format!("{op}: negative dim {d} in shape"))))
+        .map(|d| {
+            usize::try_from(d).map_err(|_| OpError(format!("{op}: negative dim {d} in shape")))
+        })
         .collect::<OpResult<Vec<_>>>()?;
     checked_numel(&dims)?;
     Ok(dims)
@@ -341,7 +439,12 @@ fn build_constant_of_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let value = match n.attr_tensor("value")? {
         Some(t) if t.len() == 1 => t.clone(),
-        Some(t) => return Err(n.error(format_args!("value must have one element, got shape {:?}", t.shape()))),
+        Some(t) => {
+            return Err(n.error(format_args!(
+                "value must have one element, got shape {:?}",
+                t.shape()
+            )));
+        }
         None => Tensor::scalar(0.0f32),
     };
     Ok(kernel(move |inputs| {
@@ -383,7 +486,9 @@ fn check_castable(op: &str, ty: ElementType) -> OpResult<()> {
     match ty {
         Float | Double | Float16 | Bfloat16 | Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16
         | Uint32 | Uint64 | Bool => Ok(()),
-        other => Err(OpError(format!("{op}: casting to {other} is not supported"))),
+        other => Err(OpError(format!(
+            "{op}: casting to {other} is not supported"
+        ))),
     }
 }
 
@@ -402,8 +507,12 @@ fn build_cast_like(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 }
 
 fn expand_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<Tensor> {
-    let out = broadcast_shapes(a.shape(), shape)
-        .ok_or_else(|| OpError(format!("{op}: input shape {:?} cannot expand to {shape:?}", a.shape())))?;
+    let out = broadcast_shapes(a.shape(), shape).ok_or_else(|| {
+        OpError(format!(
+            "{op}: input shape {:?} cannot expand to {shape:?}",
+            a.shape()
+        ))
+    })?;
     checked_numel(&out)?;
     let v = super::util::broadcast_to(op, &a, &out)?;
     Ok(v.as_standard_layout().into_owned().into())
@@ -414,12 +523,21 @@ fn build_expand(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let shape = shape_input(&op, input(&op, inputs, 1)?)?;
-        one(dispatch_all!(x.clone(), |a| expand_typed(&op, a, &shape), &op))
+        one(dispatch_all!(
+            x.clone(),
+            |a| expand_typed(&op, a, &shape),
+            &op
+        ))
     }))
 }
 
 fn tile_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, reps: &[usize]) -> OpResult<Tensor> {
-    let out_shape: Vec<usize> = a.shape().iter().zip(reps).map(|(&d, &r)| d.saturating_mul(r)).collect();
+    let out_shape: Vec<usize> = a
+        .shape()
+        .iter()
+        .zip(reps)
+        .map(|(&d, &r)| d.saturating_mul(r))
+        .collect();
     checked_numel(&out_shape)?;
     let mut cur = a.to_owned();
     for (ax, &r) in reps.iter().enumerate() {
@@ -445,7 +563,11 @@ fn build_tile(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let x = input(&op, inputs, 0)?;
         let reps = input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: repeats"))?;
         if reps.len() != x.ndim() {
-            bail!("{op}: repeats has {} values, input has rank {}", reps.len(), x.ndim());
+            bail!(
+                "{op}: repeats has {} values, input has rank {}",
+                reps.len(),
+                x.ndim()
+            );
         }
         let reps = reps
             .iter()
@@ -467,12 +589,20 @@ fn slice_axis_params(op: &str, start: i64, end: i64, step: i64, dim: usize) -> O
     if step > 0 {
         let s = s.clamp(0, d);
         let e = e.clamp(0, d).max(s);
-        Ok(Slice::new(s as isize, Some(e as isize), step.min(max_step) as isize))
+        Ok(Slice::new(
+            s as isize,
+            Some(e as isize),
+            step.min(max_step) as isize,
+        ))
     } else {
         // ONNX walks down from `s` while > `e`: ndarray's reversed range (e, s].
         let s = s.clamp(-1, d - 1);
         let e = e.clamp(-1, d - 1).min(s);
-        Ok(Slice::new((e + 1) as isize, Some((s + 1) as isize), -(step.max(-max_step) .abs()) as isize))
+        Ok(Slice::new(
+            (e + 1) as isize,
+            Some((s + 1) as isize),
+            -(step.max(-max_step).abs()) as isize,
+        ))
     }
 }
 
@@ -493,14 +623,20 @@ struct SliceAttrs {
 fn build_slice(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let attrs = if n.opset < 10 {
-        Some(SliceAttrs { starts: n.req_ints("starts")?, ends: n.req_ints("ends")?, axes: n.attr_ints("axes")? })
+        Some(SliceAttrs {
+            starts: n.req_ints("starts")?,
+            ends: n.req_ints("ends")?,
+            axes: n.attr_ints("axes")?,
+        })
     } else {
         None
     };
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let list = |i: usize, what: &str| -> OpResult<Option<Vec<i64>>> {
-            opt_input(inputs, i).map(|t| t.to_i64_vec(&format!("{op}: {what}"))).transpose()
+            opt_input(inputs, i)
+                .map(|t| t.to_i64_vec(&format!("{op}: {what}")))
+                .transpose()
         };
         let (starts, ends, axes, steps) = match &attrs {
             Some(a) => (a.starts.clone(), a.ends.clone(), a.axes.clone(), None),
@@ -525,17 +661,30 @@ fn build_slice(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let ax = normalize_axes(&op, &axes, x.ndim())?;
         let slices = (0..k)
-            .map(|i| Ok((ax[i], slice_axis_params(&op, starts[i], ends[i], steps[i], x.shape()[ax[i]])?)))
+            .map(|i| {
+                Ok((
+                    ax[i],
+                    slice_axis_params(&op, starts[i], ends[i], steps[i], x.shape()[ax[i]])?,
+                ))
+            })
             .collect::<OpResult<Vec<_>>>()?;
         one(dispatch_all!(x.clone(), |a| slice_typed(a, &slices), &op))
     }))
 }
 
-fn range_typed<T: Num>(op: &str, start: ArrayViewD<'_, T>, limit: &TensorRef<'_>, delta: &TensorRef<'_>) -> OpResult<Tensor> {
+fn range_typed<T: Num>(
+    op: &str,
+    start: ArrayViewD<'_, T>,
+    limit: &TensorRef<'_>,
+    delta: &TensorRef<'_>,
+) -> OpResult<Tensor> {
     let scalar = |v: ArrayViewD<'_, T>, what: &str| -> OpResult<T> {
         match (v.len(), v.iter().next()) {
             (1, Some(&x)) => Ok(x),
-            _ => Err(OpError(format!("{op}: {what} must be a scalar, got shape {:?}", v.shape()))),
+            _ => Err(OpError(format!(
+                "{op}: {what} must be a scalar, got shape {:?}",
+                v.shape()
+            ))),
         }
     };
     let s = scalar(start, "start")?;
@@ -550,7 +699,9 @@ fn range_typed<T: Num>(op: &str, start: ArrayViewD<'_, T>, limit: &TensorRef<'_>
     }
     let n = count.max(0.0) as usize;
     let v: Vec<T> = if T::IS_FLOAT {
-        (0..n).map(|i| T::from_f64(s.to_f64() + i as f64 * d.to_f64())).collect()
+        (0..n)
+            .map(|i| T::from_f64(s.to_f64() + i as f64 * d.to_f64()))
+            .collect()
     } else {
         let mut x = s;
         (0..n)
@@ -572,7 +723,12 @@ fn build_range(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let d = input(&op, inputs, 2)?;
         same_type(&op, s, l)?;
         same_type(&op, s, d)?;
-        one(with_types!(s.clone(), |a| range_typed(&op, a, l, d), [F32, F64, I16, I32, I64], &op))
+        one(with_types!(
+            s.clone(),
+            |a| range_typed(&op, a, l, d),
+            [F32, F64, I16, I32, I64],
+            &op
+        ))
     }))
 }
 
@@ -583,7 +739,10 @@ mod tests {
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
         let k = Registry::with_all_ops().build(&n)?;
-        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
         k.run(&refs)
     }
 
@@ -599,14 +758,29 @@ mod tests {
     #[test]
     fn reshape_zero_and_minus_one() {
         let x = iota(&[2, 3, 4]);
-        let out = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[0, -1])]).unwrap();
+        let out = run(
+            NodeDef::new("Reshape", 14),
+            vec![Some(x.clone()), i64s(&[0, -1])],
+        )
+        .unwrap();
         assert_eq!(out[0].shape(), &[2, 12]);
         let n = NodeDef::new("Reshape", 14).with_attr("allowzero", AttrValue::Int(1));
         let e = run(n, vec![Some(x.clone()), i64s(&[0, -1])]).unwrap_err();
         assert!(e.0.contains("cannot infer -1"), "{e}");
-        let e = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[5, -1])]).unwrap_err();
-        assert!(e.0.contains("Reshape: cannot infer -1 in shape [5, -1]"), "{e}");
-        let e = run(NodeDef::new("Reshape", 14), vec![Some(x.clone()), i64s(&[-1, -1])]).unwrap_err();
+        let e = run(
+            NodeDef::new("Reshape", 14),
+            vec![Some(x.clone()), i64s(&[5, -1])],
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("Reshape: cannot infer -1 in shape [5, -1]"),
+            "{e}"
+        );
+        let e = run(
+            NodeDef::new("Reshape", 14),
+            vec![Some(x.clone()), i64s(&[-1, -1])],
+        )
+        .unwrap_err();
         assert!(e.0.contains("more than one -1"), "{e}");
         let old = NodeDef::new("Reshape", 1).with_attr("shape", AttrValue::Ints(vec![4, 6]));
         assert_eq!(run(old, vec![Some(x)]).unwrap()[0].shape(), &[4, 6]);
@@ -620,14 +794,30 @@ mod tests {
         let f0 = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(0));
         assert_eq!(run(f0, vec![Some(x.clone())]).unwrap()[0].shape(), &[1, 24]);
         let bad = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(4));
-        assert!(run(bad, vec![Some(x.clone())]).unwrap_err().0.contains("Flatten: axis 4 is out of range"));
+        assert!(
+            run(bad, vec![Some(x.clone())])
+                .unwrap_err()
+                .0
+                .contains("Flatten: axis 4 is out of range")
+        );
         let t = run(NodeDef::new("Transpose", 13), vec![Some(iota(&[2, 3]))]).unwrap();
-        assert_eq!(t[0], Tensor::F32(array![[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]].into_dyn()));
+        assert_eq!(
+            t[0],
+            Tensor::F32(array![[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]].into_dyn())
+        );
         let tp = NodeDef::new("Transpose", 13).with_attr("perm", AttrValue::Ints(vec![0, 0]));
-        assert!(run(tp, vec![Some(iota(&[2, 3]))]).unwrap_err().0.contains("not a permutation"));
+        assert!(
+            run(tp, vec![Some(iota(&[2, 3]))])
+                .unwrap_err()
+                .0
+                .contains("not a permutation")
+        );
         let c = NodeDef::new("Concat", 13).with_attr("axis", AttrValue::Int(-1));
         let out = run(c.clone(), vec![Some(iota(&[2, 1])), Some(iota(&[2, 2]))]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[0.0, 0.0, 1.0], [1.0, 2.0, 3.0]].into_dyn()));
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[0.0, 0.0, 1.0], [1.0, 2.0, 3.0]].into_dyn())
+        );
         let e = run(c, vec![Some(iota(&[2, 1])), Some(iota(&[3, 2]))]).unwrap_err();
         assert!(e.0.contains("Concat: input 1 has shape [3, 2]"), "{e}");
     }
@@ -635,34 +825,75 @@ mod tests {
     #[test]
     fn squeeze_unsqueeze_versions() {
         let x = iota(&[1, 3, 1]);
-        assert_eq!(run(NodeDef::new("Squeeze", 13), vec![Some(x.clone())]).unwrap()[0].shape(), &[3]);
-        assert_eq!(run(NodeDef::new("Squeeze", 13), vec![Some(x.clone()), i64s(&[-1])]).unwrap()[0].shape(), &[1, 3]);
+        assert_eq!(
+            run(NodeDef::new("Squeeze", 13), vec![Some(x.clone())]).unwrap()[0].shape(),
+            &[3]
+        );
+        assert_eq!(
+            run(
+                NodeDef::new("Squeeze", 13),
+                vec![Some(x.clone()), i64s(&[-1])]
+            )
+            .unwrap()[0]
+                .shape(),
+            &[1, 3]
+        );
         let s11 = NodeDef::new("Squeeze", 11).with_attr("axes", AttrValue::Ints(vec![0]));
         assert_eq!(run(s11, vec![Some(x.clone())]).unwrap()[0].shape(), &[3, 1]);
-        let e = run(NodeDef::new("Squeeze", 13), vec![Some(x.clone()), i64s(&[1])]).unwrap_err();
+        let e = run(
+            NodeDef::new("Squeeze", 13),
+            vec![Some(x.clone()), i64s(&[1])],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Squeeze: cannot squeeze axis 1 of size 3");
-        let u = run(NodeDef::new("Unsqueeze", 13), vec![Some(iota(&[3])), i64s(&[0, -1])]).unwrap();
+        let u = run(
+            NodeDef::new("Unsqueeze", 13),
+            vec![Some(iota(&[3])), i64s(&[0, -1])],
+        )
+        .unwrap();
         assert_eq!(u[0].shape(), &[1, 3, 1]);
         let u1 = NodeDef::new("Unsqueeze", 1).with_attr("axes", AttrValue::Ints(vec![1]));
         assert_eq!(run(u1, vec![Some(iota(&[3]))]).unwrap()[0].shape(), &[3, 1]);
-        let e = run(NodeDef::new("Unsqueeze", 13), vec![Some(iota(&[3])), i64s(&[3])]).unwrap_err();
+        let e = run(
+            NodeDef::new("Unsqueeze", 13),
+            vec![Some(iota(&[3])), i64s(&[3])],
+        )
+        .unwrap_err();
         assert!(e.0.contains("axis 3 is out of range for rank 2"), "{e}");
     }
 
     #[test]
     fn shape_gather_identity() {
         let x = iota(&[2, 3, 4]);
-        let s = run(NodeDef::new("Shape", 15).with_attr("start", AttrValue::Int(-2)), vec![Some(x.clone())]).unwrap();
+        let s = run(
+            NodeDef::new("Shape", 15).with_attr("start", AttrValue::Int(-2)),
+            vec![Some(x.clone())],
+        )
+        .unwrap();
         assert_eq!(s[0], Tensor::I64(array![3, 4].into_dyn()));
         let g = NodeDef::new("Gather", 13).with_attr("axis", AttrValue::Int(1));
         let idx = Tensor::I32(array![[-1, 0]].into_dyn());
         let out = run(g.clone(), vec![Some(iota(&[2, 3])), Some(idx)]).unwrap();
-        assert_eq!(out[0], Tensor::F32(array![[[2.0, 0.0]], [[5.0, 3.0]]].into_dyn()));
-        let e = run(NodeDef::new("Gather", 13), vec![Some(iota(&[3])), i64s(&[7])]).unwrap_err();
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[2.0, 0.0]], [[5.0, 3.0]]].into_dyn())
+        );
+        let e = run(
+            NodeDef::new("Gather", 13),
+            vec![Some(iota(&[3])), i64s(&[7])],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Gather: index 7 out of range for axis 0 of size 3");
-        let sc = run(NodeDef::new("Gather", 13), vec![Some(iota(&[3])), Some(Tensor::scalar(1i64))]).unwrap();
+        let sc = run(
+            NodeDef::new("Gather", 13),
+            vec![Some(iota(&[3])), Some(Tensor::scalar(1i64))],
+        )
+        .unwrap();
         assert_eq!(sc[0], Tensor::scalar(1.0f32));
-        assert_eq!(run(NodeDef::new("Identity", 16), vec![Some(x.clone())]).unwrap()[0], x);
+        assert_eq!(
+            run(NodeDef::new("Identity", 16), vec![Some(x.clone())]).unwrap()[0],
+            x
+        );
         let e = run(NodeDef::new("Identity", 16), vec![None]).unwrap_err();
         assert_eq!(e.0, "Identity: missing required input 0");
     }
@@ -670,44 +901,113 @@ mod tests {
     #[test]
     fn constant_and_cast() {
         let c = NodeDef::new("Constant", 13).with_attr("value_ints", AttrValue::Ints(vec![1, 2]));
-        assert_eq!(run(c, vec![]).unwrap()[0], Tensor::I64(array![1, 2].into_dyn()));
+        assert_eq!(
+            run(c, vec![]).unwrap()[0],
+            Tensor::I64(array![1, 2].into_dyn())
+        );
         let c = NodeDef::new("Constant", 13).with_attr("value_float", AttrValue::Float(2.5));
         assert_eq!(run(c, vec![]).unwrap()[0], Tensor::scalar(2.5f32));
         let c = NodeDef::new("Constant", 13).with_attr("value", AttrValue::Tensor(iota(&[2])));
         assert_eq!(run(c, vec![]).unwrap()[0], iota(&[2]));
-        let c = NodeDef::new("Constant", 13).with_attr("value_string", AttrValue::String(b"x".to_vec()));
-        assert!(run(c, vec![]).unwrap_err().0.contains("string tensors are not supported"));
+        let c = NodeDef::new("Constant", 13)
+            .with_attr("value_string", AttrValue::String(b"x".to_vec()));
+        assert!(
+            run(c, vec![])
+                .unwrap_err()
+                .0
+                .contains("string tensors are not supported")
+        );
         let cast = NodeDef::new("Cast", 13).with_attr("to", AttrValue::Int(7));
         let out = run(cast, vec![Some(Tensor::F32(array![1.9, -1.9].into_dyn()))]).unwrap();
         assert_eq!(out[0], Tensor::I64(array![1, -1].into_dyn()));
         let cast = NodeDef::new("Cast", 13).with_attr("to", AttrValue::Int(8));
-        assert!(run(cast, vec![Some(iota(&[1]))]).unwrap_err().0.contains("casting to string is not supported"));
+        assert!(
+            run(cast, vec![Some(iota(&[1]))])
+                .unwrap_err()
+                .0
+                .contains("casting to string is not supported")
+        );
     }
 
     #[test]
     fn expand_tile_slice_range() {
-        let e = run(NodeDef::new("Expand", 13), vec![Some(iota(&[3, 1])), i64s(&[2, 1, 2])]).unwrap();
+        let e = run(
+            NodeDef::new("Expand", 13),
+            vec![Some(iota(&[3, 1])), i64s(&[2, 1, 2])],
+        )
+        .unwrap();
         assert_eq!(e[0].shape(), &[2, 3, 2]);
-        let bad = run(NodeDef::new("Expand", 13), vec![Some(iota(&[3])), i64s(&[2])]).unwrap_err();
+        let bad = run(
+            NodeDef::new("Expand", 13),
+            vec![Some(iota(&[3])), i64s(&[2])],
+        )
+        .unwrap_err();
         assert!(bad.0.contains("cannot expand"), "{bad}");
         let t = run(NodeDef::new("Tile", 13), vec![Some(iota(&[2])), i64s(&[2])]).unwrap();
         assert_eq!(t[0], Tensor::F32(array![0.0, 1.0, 0.0, 1.0].into_dyn()));
         let x = iota(&[10]);
-        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[-1]), i64s(&[i64::MIN]), None, i64s(&[-3])]).unwrap();
+        let s = run(
+            NodeDef::new("Slice", 13),
+            vec![
+                Some(x.clone()),
+                i64s(&[-1]),
+                i64s(&[i64::MIN]),
+                None,
+                i64s(&[-3]),
+            ],
+        )
+        .unwrap();
         assert_eq!(s[0], Tensor::F32(array![9.0, 6.0, 3.0, 0.0].into_dyn()));
-        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[2]), i64s(&[i64::MAX]), i64s(&[0]), i64s(&[3])]).unwrap();
+        let s = run(
+            NodeDef::new("Slice", 13),
+            vec![
+                Some(x.clone()),
+                i64s(&[2]),
+                i64s(&[i64::MAX]),
+                i64s(&[0]),
+                i64s(&[3]),
+            ],
+        )
+        .unwrap();
         assert_eq!(s[0], Tensor::F32(array![2.0, 5.0, 8.0].into_dyn()));
-        let s = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[5]), i64s(&[2])]).unwrap();
+        let s = run(
+            NodeDef::new("Slice", 13),
+            vec![Some(x.clone()), i64s(&[5]), i64s(&[2])],
+        )
+        .unwrap();
         assert_eq!(s[0].shape(), &[0]);
-        let e = run(NodeDef::new("Slice", 13), vec![Some(x.clone()), i64s(&[0]), i64s(&[1]), None, i64s(&[0])]).unwrap_err();
+        let e = run(
+            NodeDef::new("Slice", 13),
+            vec![Some(x.clone()), i64s(&[0]), i64s(&[1]), None, i64s(&[0])],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Slice: step must not be 0");
         let s1 = NodeDef::new("Slice", 1)
             .with_attr("starts", AttrValue::Ints(vec![1]))
             .with_attr("ends", AttrValue::Ints(vec![3]));
-        assert_eq!(run(s1, vec![Some(x)]).unwrap()[0], Tensor::F32(array![1.0, 2.0].into_dyn()));
-        let r = run(NodeDef::new("Range", 11), vec![Some(Tensor::scalar(10i32)), Some(Tensor::scalar(4i32)), Some(Tensor::scalar(-3i32))]).unwrap();
+        assert_eq!(
+            run(s1, vec![Some(x)]).unwrap()[0],
+            Tensor::F32(array![1.0, 2.0].into_dyn())
+        );
+        let r = run(
+            NodeDef::new("Range", 11),
+            vec![
+                Some(Tensor::scalar(10i32)),
+                Some(Tensor::scalar(4i32)),
+                Some(Tensor::scalar(-3i32)),
+            ],
+        )
+        .unwrap();
         assert_eq!(r[0], Tensor::I32(array![10, 7].into_dyn()));
-        let e = run(NodeDef::new("Range", 11), vec![Some(Tensor::scalar(1.0f32)), Some(Tensor::scalar(4.0f32)), Some(Tensor::scalar(0.0f32))]).unwrap_err();
+        let e = run(
+            NodeDef::new("Range", 11),
+            vec![
+                Some(Tensor::scalar(1.0f32)),
+                Some(Tensor::scalar(4.0f32)),
+                Some(Tensor::scalar(0.0f32)),
+            ],
+        )
+        .unwrap_err();
         assert_eq!(e.0, "Range: delta must not be zero");
     }
 }

@@ -62,10 +62,18 @@ macro_rules! impl_num_int {
                 self.wrapping_mul(o)
             }
             fn div(self, o: Self) -> Option<Self> {
-                if o == 0 { None } else { Some(self.wrapping_div(o)) }
+                if o == 0 {
+                    None
+                } else {
+                    Some(self.wrapping_div(o))
+                }
             }
             fn rem_trunc(self, o: Self) -> Option<Self> {
-                if o == 0 { None } else { Some(self.wrapping_rem(o)) }
+                if o == 0 {
+                    None
+                } else {
+                    Some(self.wrapping_rem(o))
+                }
             }
             fn rem_floor(self, o: Self) -> Option<Self> {
                 let r = self.rem_trunc(o)?;
@@ -147,7 +155,11 @@ macro_rules! impl_num_float {
             fn rem_floor(self, o: Self) -> Option<Self> {
                 let (a, b) = ($to(self), $to(o));
                 let r = a % b;
-                Some($from(if r != 0.0 && ((r < 0.0) != (b < 0.0)) { r + b } else { r }))
+                Some($from(if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                    r + b
+                } else {
+                    r
+                }))
             }
             fn neg(self) -> Self {
                 $from(-$to(self))
@@ -262,8 +274,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for (i, o) in out.iter_mut().enumerate() {
-        let da = if i + a.len() >= n { a.get(i + a.len() - n).copied().unwrap_or(1) } else { 1 };
-        let db = if i + b.len() >= n { b.get(i + b.len() - n).copied().unwrap_or(1) } else { 1 };
+        let da = if i + a.len() >= n {
+            a.get(i + a.len() - n).copied().unwrap_or(1)
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b.get(i + b.len() - n).copied().unwrap_or(1)
+        } else {
+            1
+        };
         *o = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -279,7 +299,9 @@ pub fn broadcast_all(op: &str, shapes: &[&[usize]]) -> OpResult<Vec<usize>> {
     let mut out: Vec<usize> = Vec::new();
     for s in shapes {
         out = broadcast_shapes(&out, s).ok_or_else(|| {
-            OpError(format!("{op}: shapes {shapes:?} cannot be broadcast together"))
+            OpError(format!(
+                "{op}: shapes {shapes:?} cannot be broadcast together"
+            ))
         })?;
     }
     Ok(out)
@@ -292,7 +314,11 @@ pub fn broadcast_to<'a, T>(
     shape: &[usize],
 ) -> OpResult<ArrayViewD<'a, T>> {
     a.broadcast(IxDyn(shape)).ok_or_else(|| {
-        OpError(format!("{op}: shape {:?} cannot be broadcast to {:?}", a.shape(), shape))
+        OpError(format!(
+            "{op}: shape {:?} cannot be broadcast to {:?}",
+            a.shape(),
+            shape
+        ))
     })
 }
 
@@ -316,7 +342,9 @@ pub fn binary_map<A: Copy, B: Copy, O>(
 pub fn normalize_axis(op: &str, axis: i64, rank: usize) -> OpResult<usize> {
     let r = rank as i64;
     if axis < -r || axis >= r {
-        return Err(OpError(format!("{op}: axis {axis} is out of range for rank {rank}")));
+        return Err(OpError(format!(
+            "{op}: axis {axis} is out of range for rank {rank}"
+        )));
     }
     Ok(if axis < 0 { axis + r } else { axis } as usize)
 }
@@ -347,7 +375,10 @@ pub fn input<'b, 'a>(
 }
 
 /// The `i`-th input if present.
-pub fn opt_input<'b, 'a>(inputs: &'b [Option<TensorRef<'a>>], i: usize) -> Option<&'b TensorRef<'a>> {
+pub fn opt_input<'b, 'a>(
+    inputs: &'b [Option<TensorRef<'a>>],
+    i: usize,
+) -> Option<&'b TensorRef<'a>> {
     inputs.get(i).and_then(Option::as_ref)
 }
 
@@ -379,7 +410,10 @@ pub fn scalar_i64(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<i64> {
     let v = t.to_i64_vec(&format!("{op}: {what}"))?;
     match v.as_slice() {
         [x] => Ok(*x),
-        _ => Err(OpError(format!("{op}: {what} must have one element, got shape {:?}", t.shape()))),
+        _ => Err(OpError(format!(
+            "{op}: {what} must have one element, got shape {:?}",
+            t.shape()
+        ))),
     }
 }
 
@@ -389,10 +423,14 @@ pub fn via_f32(
     inputs: &[Option<TensorRef<'_>>],
     f: impl FnOnce(&[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>>,
 ) -> OpResult<Vec<Tensor>> {
-    let is_half = |t: &TensorRef<'_>| {
-        matches!(t.elem_type(), ElementType::Float16 | ElementType::Bfloat16)
-    };
-    let Some(half_ty) = inputs.iter().flatten().find(|t| is_half(t)).map(|t| t.elem_type()) else {
+    let is_half =
+        |t: &TensorRef<'_>| matches!(t.elem_type(), ElementType::Float16 | ElementType::Bfloat16);
+    let Some(half_ty) = inputs
+        .iter()
+        .flatten()
+        .find(|t| is_half(t))
+        .map(|t| t.elem_type())
+    else {
         return f(inputs);
     };
     let owned: Vec<Option<Tensor>> = inputs
@@ -412,7 +450,13 @@ pub fn via_f32(
         .collect();
     let outs = f(&refs)?;
     outs.into_iter()
-        .map(|t| if t.elem_type() == ElementType::Float { t.view().cast(half_ty) } else { Ok(t) })
+        .map(|t| {
+            if t.elem_type() == ElementType::Float {
+                t.view().cast(half_ty)
+            } else {
+                Ok(t)
+            }
+        })
         .collect()
 }
 
@@ -481,9 +525,16 @@ impl SpatialAttrs {
     pub fn resolve(&self, op: &str, input: &[usize], kernel: &[usize]) -> OpResult<Spatial> {
         let n = input.len();
         if kernel.len() != n {
-            bail!("{op}: kernel has {} spatial dims, input has {n}", kernel.len());
+            bail!(
+                "{op}: kernel has {} spatial dims, input has {n}",
+                kernel.len()
+            );
         }
-        let kernel = positive(op, "kernel_shape", &kernel.iter().map(|&k| k as i64).collect::<Vec<_>>())?;
+        let kernel = positive(
+            op,
+            "kernel_shape",
+            &kernel.iter().map(|&k| k as i64).collect::<Vec<_>>(),
+        )?;
         let per_dim = |what: &str, v: &Option<Vec<i64>>| -> OpResult<Vec<usize>> {
             match v {
                 None => Ok(vec![1; n]),
@@ -501,8 +552,8 @@ impl SpatialAttrs {
                 if p.len() != 2 * n {
                     bail!("{op}: pads {p:?} must have {} values", 2 * n);
                 }
-                if p.iter().any(|&x| x < 0) {
-                    bail!("{op}: negative pads {p:?} are not supported");
+                if p.iter().any(|&x| !(0..=i64::from(i32::MAX)).contains(&x)) {
+                    bail!("{op}: pads {p:?} must be in 0..=2^31-1");
                 }
                 p.iter().map(|&x| x as usize).collect()
             }
@@ -517,32 +568,49 @@ impl SpatialAttrs {
             match self.auto_pad {
                 AutoPad::SameUpper | AutoPad::SameLower => {
                     let o = i.div_ceil(s);
-                    let total = ((o.max(1) - 1) * s + eff).saturating_sub(i);
+                    let total =
+                        ((o.max(1) - 1).saturating_mul(s).saturating_add(eff)).saturating_sub(i);
                     let small = total / 2;
                     let big = total - small;
-                    (pad_begin[d], pad_end[d]) =
-                        if self.auto_pad == AutoPad::SameUpper { (small, big) } else { (big, small) };
+                    (pad_begin[d], pad_end[d]) = if self.auto_pad == AutoPad::SameUpper {
+                        (small, big)
+                    } else {
+                        (big, small)
+                    };
                     out[d] = o;
                 }
                 AutoPad::NotSet | AutoPad::Valid => {
                     pad_begin[d] = pads[d];
                     pad_end[d] = pads[d + n];
-                    let padded = i + pad_begin[d] + pad_end[d];
+                    let padded = i.saturating_add(pad_begin[d]).saturating_add(pad_end[d]);
                     if padded < eff {
                         bail!(
                             "{op}: kernel extent {eff} is larger than the padded input {padded} in spatial dim {d}"
                         );
                     }
                     let span = padded - eff;
-                    let mut o = if self.ceil_mode { span.div_ceil(s) } else { span / s } + 1;
-                    if self.ceil_mode && (o - 1) * s >= i + pad_begin[d] {
+                    let mut o = if self.ceil_mode {
+                        span.div_ceil(s)
+                    } else {
+                        span / s
+                    } + 1;
+                    if self.ceil_mode && (o - 1).saturating_mul(s) >= i.saturating_add(pad_begin[d])
+                    {
                         o -= 1;
                     }
                     out[d] = o;
                 }
             }
         }
-        Ok(Spatial { kernel, strides, dilations, pad_begin, pad_end, out })
+        checked_numel(&out)?;
+        Ok(Spatial {
+            kernel,
+            strides,
+            dilations,
+            pad_begin,
+            pad_end,
+            out,
+        })
     }
 }
 
@@ -600,8 +668,18 @@ mod tests {
     #[test]
     fn axes() {
         assert_eq!(normalize_axis("X", -1, 3), Ok(2));
-        assert!(normalize_axis("X", 3, 3).unwrap_err().0.contains("axis 3 is out of range for rank 3"));
-        assert!(normalize_axes("X", &[0, -3], 3).unwrap_err().0.contains("repeated"));
+        assert!(
+            normalize_axis("X", 3, 3)
+                .unwrap_err()
+                .0
+                .contains("axis 3 is out of range for rank 3")
+        );
+        assert!(
+            normalize_axes("X", &[0, -3], 3)
+                .unwrap_err()
+                .0
+                .contains("repeated")
+        );
     }
 
     #[test]
@@ -629,7 +707,11 @@ mod tests {
         assert_eq!(s.out, vec![3, 3]);
         assert_eq!(s.pad_begin, vec![1, 0]);
         assert_eq!(s.pad_end, vec![1, 1]);
-        let ceil = SpatialAttrs { auto_pad: AutoPad::NotSet, ceil_mode: true, ..attrs };
+        let ceil = SpatialAttrs {
+            auto_pad: AutoPad::NotSet,
+            ceil_mode: true,
+            ..attrs
+        };
         let s = ceil.resolve("MaxPool", &[4, 4], &[3, 3]).unwrap();
         assert_eq!(s.out, vec![2, 2]);
         let e = ceil.resolve("MaxPool", &[1, 1], &[3, 3]).unwrap_err();

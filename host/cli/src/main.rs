@@ -1,0 +1,84 @@
+//! `epx`: the operator's tool. Lists the EPs plugins provide, checks plugins and their
+//! dependencies, and runs models.
+
+mod doctor;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use epx::Environment;
+
+#[derive(Parser)]
+#[command(name = "epx", version, about = "Run ONNX models on execution providers shipped as plugins")]
+struct Cli {
+    /// Plugin folder searched before EPX_PLUGIN_PATH and the default location (repeatable).
+    #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
+    plugin_dirs: Vec<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every EP found: plugin, library, version, available or why not.
+    Providers,
+    /// Check every plugin: manifest, ABI, each dependency found where or missing.
+    Doctor,
+    /// Run a model and print (or save) its outputs.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = Environment::builder().with_plugin_dirs(cli.plugin_dirs).commit().and_then(|env| match cli.command {
+        Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
+        Command::Doctor => Ok(doctor::doctor(&env)),
+        Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn providers(env: &Arc<Environment>) -> epx::Result<()> {
+    println!("{:<16} {:<12} {:<10} {:<9} library / reason", "EP", "plugin", "version", "status");
+    let builtin = env.builtin();
+    for p in &builtin.providers {
+        println!("{:<16} {:<12} {:<10} {:<9} (linked into epx)", p.name, epx::BUILTIN_PLUGIN, p.version, "ok");
+    }
+    for (candidate, lib) in env.load_all() {
+        match lib {
+            Ok(lib) => {
+                for p in &lib.providers {
+                    let (status, detail) = match &p.availability {
+                        Ok(()) => ("ok", lib.origin()),
+                        Err(reason) => ("no", format!("{} — not available: {reason}", lib.origin())),
+                    };
+                    println!("{:<16} {:<12} {:<10} {:<9} {detail}", p.name, lib.name, p.version, status);
+                }
+            }
+            Err(e) => {
+                let eps = candidate.manifest.as_ref().map_or_else(|| candidate.name.clone(), |m| m.providers.join(","));
+                println!("{:<16} {:<12} {:<10} {:<9} {e}", eps, candidate.name, "-", "broken");
+            }
+        }
+    }
+    for problem in &env.discovery().problems {
+        println!("{:<16} {:<12} {:<10} {:<9} {}: {}", "-", "-", "-", "refused", problem.path.display(), problem.error);
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! `epx run`: load a model on the chosen EPs, feed it inputs (from `.npy` files or random),
+//! print and optionally save its outputs, and time it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use epx::npy;
+use epx::{ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, ValueSpec};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The ONNX model file.
+    model: PathBuf,
+    /// An input as NAME=FILE.npy (repeatable); inputs not given get random data.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// An EP to use, in priority order (repeatable); the CPU EP always takes what is left.
+    /// Options as NAME:KEY=VALUE,KEY=VALUE.
+    #[arg(long = "ep", value_name = "NAME")]
+    eps: Vec<String>,
+    /// Write each output as <DIR>/<output name>.npy.
+    #[arg(long = "output-dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// Time N runs after one warm-up run and print min/median/max.
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
+}
+
+fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
+    let (name, opts) = spec.split_once(':').unwrap_or((spec, ""));
+    let mut ep = ExecutionProvider::new(name).error_on_failure();
+    for kv in opts.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            Error::InvalidInput(format!("--ep {spec}: option `{kv}` is not KEY=VALUE"))
+        })?;
+        ep = ep.with_option(k, v);
+    }
+    Ok(ep)
+}
+
+pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
+    let eps = args.eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
+    let session = Session::builder()?.with_environment(env).with_execution_providers(eps)?.commit_from_file(&args.model)?;
+    let mut placement: Vec<(String, usize)> = Vec::new();
+    for ep in session.node_placement() {
+        match placement.iter_mut().find(|(n, _)| n == ep) {
+            Some((_, c)) => *c += 1,
+            None => placement.push((ep.to_string(), 1)),
+        }
+    }
+    let summary: Vec<String> = placement.iter().map(|(n, c)| format!("{n}: {c} node{}", if *c == 1 { "" } else { "s" })).collect();
+    println!("model: {} ({} nodes, {} kernels; {})", args.model.display(), session.model().graph.nodes.len(), session.kernel_count(), summary.join(", "));
+
+    let inputs = make_inputs(&session, &args.inputs)?;
+    for (name, t) in &inputs {
+        println!("input  {name}: {} {:?}", t.elem_type(), t.shape());
+    }
+    let outputs = session.run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))?;
+    for (name, t) in outputs.iter() {
+        println!("output {name}: {} {:?} {}", t.elem_type(), t.shape(), summarize(t));
+    }
+    if let Some(dir) = &args.output_dir {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        for (name, t) in outputs.iter() {
+            let path = dir.join(format!("{}.npy", safe_file_name(name)));
+            let bytes = t.bytes().ok_or_else(|| Error::InvalidInput(format!("output `{name}`: {} tensors cannot be written as .npy", t.elem_type())))?;
+            npy::write_npy(&path, t.elem_type(), t.shape(), bytes).map_err(|e| Error::InvalidInput(e.to_string()))?;
+            println!("wrote {}", path.display());
+        }
+    }
+    if let Some(n) = args.repeat {
+        if n == 0 {
+            return Err(Error::InvalidInput("--repeat must be at least 1".into()));
+        }
+        let mut times: Vec<Duration> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let feed: Vec<(&str, Tensor)> = inputs.iter().map(|(k, t)| (k.as_str(), t.clone())).collect();
+            let start = Instant::now();
+            session.run(feed)?;
+            times.push(start.elapsed());
+        }
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "latency over {n} runs: min {:.3} ms, median {:.3} ms, max {:.3} ms",
+            ms(times[0]),
+            ms(times[n / 2]),
+            ms(times[n - 1])
+        );
+    }
+    Ok(())
+}
+
+/// Characters other than letters, digits, `.`, `_` and `-` become `_`.
+pub fn safe_file_name(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') { format!("_{s}") } else { s }
+}
+
+fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Tensor)>> {
+    let specs = session.inputs();
+    let mut out = Vec::new();
+    for g in given {
+        let (name, file) = g
+            .split_once('=')
+            .ok_or_else(|| Error::InvalidInput(format!("--input `{g}` is not NAME=FILE.npy")))?;
+        if !specs.iter().any(|s| s.name == name) {
+            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            return Err(Error::InvalidInput(format!("the model has no input `{name}`; its inputs: {}", names.join(", "))));
+        }
+        let arr = npy::read_npy(Path::new(file)).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let t = Tensor::from_bytes(arr.elem_type, &arr.shape, &arr.data)?;
+        out.push((name.to_string(), t));
+    }
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    for spec in &specs {
+        if !out.iter().any(|(n, _)| n == &spec.name) {
+            out.push((spec.name.clone(), random_input(spec, &mut rng)?));
+        }
+    }
+    Ok(out)
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Random data for an input: floats in [0, 1), integers in [0, 10), bools; dynamic extents 1.
+fn random_input(spec: &ValueSpec, rng: &mut XorShift) -> Result<Tensor> {
+    let ty = spec.elem_type.ok_or_else(|| {
+        Error::InvalidInput(format!("input `{}` has no declared element type; give it with --input", spec.name))
+    })?;
+    let shape: Vec<usize> = spec.shape.as_ref().map(|s| s.iter().map(|d| d.unwrap_or(1) as usize).collect()).unwrap_or_default();
+    let mut t = Tensor::zeros(ty, &shape)?;
+    macro_rules! fill {
+        ($t:ty, $f:expr) => {{
+            if let Some(s) = t.as_mut_slice::<$t>() {
+                for x in s.iter_mut() {
+                    *x = $f(rng);
+                }
+            }
+        }};
+    }
+    let small = |r: &mut XorShift| r.next() % 10;
+    match ty {
+        ElementType::Float => fill!(f32, |r: &mut XorShift| r.unit() as f32),
+        ElementType::Double => fill!(f64, |r: &mut XorShift| r.unit()),
+        ElementType::Float16 => fill!(half::f16, |r: &mut XorShift| half::f16::from_f64(r.unit())),
+        ElementType::Bfloat16 => fill!(half::bf16, |r: &mut XorShift| half::bf16::from_f64(r.unit())),
+        ElementType::Int8 => fill!(i8, |r: &mut XorShift| small(r) as i8),
+        ElementType::Int16 => fill!(i16, |r: &mut XorShift| small(r) as i16),
+        ElementType::Int32 => fill!(i32, |r: &mut XorShift| small(r) as i32),
+        ElementType::Int64 => fill!(i64, |r: &mut XorShift| small(r) as i64),
+        ElementType::Uint8 => fill!(u8, |r: &mut XorShift| small(r) as u8),
+        ElementType::Uint16 => fill!(u16, |r: &mut XorShift| small(r) as u16),
+        ElementType::Uint32 => fill!(u32, |r: &mut XorShift| small(r) as u32),
+        ElementType::Uint64 => fill!(u64, small),
+        ElementType::Bool => fill!(bool, |r: &mut XorShift| r.next() & 1 == 1),
+        other => {
+            return Err(Error::InvalidInput(format!(
+                "input `{}` is {other}; random data is not made for that type, give it with --input",
+                spec.name
+            )));
+        }
+    }
+    Ok(t)
+}
+
+/// A one-line summary: min/max/mean for numbers, the first values otherwise.
+fn summarize(t: &Tensor) -> String {
+    fn stats<T: Copy + Into<f64>>(s: &[T]) -> String {
+        if s.is_empty() {
+            return "(empty)".into();
+        }
+        let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0.0);
+        for &x in s {
+            let x: f64 = x.into();
+            lo = lo.min(x);
+            hi = hi.max(x);
+            sum += x;
+        }
+        let head: Vec<String> = s.iter().take(6).map(|&x| format!("{}", Into::<f64>::into(x))).collect();
+        format!("min {lo:.6} max {hi:.6} mean {:.6} [{}{}]", sum / s.len() as f64, head.join(", "), if s.len() > 6 { ", …" } else { "" })
+    }
+    match t.elem_type() {
+        ElementType::Float => t.as_slice::<f32>().map_or_else(String::new, stats),
+        ElementType::Double => t.as_slice::<f64>().map_or_else(String::new, stats),
+        ElementType::Int32 => t.as_slice::<i32>().map_or_else(String::new, stats),
+        ElementType::Int16 => t.as_slice::<i16>().map_or_else(String::new, stats),
+        ElementType::Int8 => t.as_slice::<i8>().map_or_else(String::new, stats),
+        ElementType::Uint8 => t.as_slice::<u8>().map_or_else(String::new, stats),
+        ElementType::Uint16 => t.as_slice::<u16>().map_or_else(String::new, stats),
+        ElementType::Uint32 => t.as_slice::<u32>().map_or_else(String::new, stats),
+        ElementType::Int64 => t.as_slice::<i64>().map_or_else(String::new, |s| {
+            let v: Vec<f64> = s.iter().map(|&x| x as f64).collect();
+            stats(&v)
+        }),
+        ElementType::Uint64 => t.as_slice::<u64>().map_or_else(String::new, |s| {
+            let v: Vec<f64> = s.iter().map(|&x| x as f64).collect();
+            stats(&v)
+        }),
+        ElementType::Bool => t.as_slice::<bool>().map_or_else(String::new, |s| {
+            let v: Vec<f64> = s.iter().map(|&x| f64::from(u8::from(x))).collect();
+            stats(&v)
+        }),
+        ElementType::Float16 => t.as_slice::<half::f16>().map_or_else(String::new, |s| {
+            let v: Vec<f64> = s.iter().map(|x| x.to_f64()).collect();
+            stats(&v)
+        }),
+        ElementType::Bfloat16 => t.as_slice::<half::bf16>().map_or_else(String::new, |s| {
+            let v: Vec<f64> = s.iter().map(|x| x.to_f64()).collect();
+            stats(&v)
+        }),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_characters_are_replaced() {
+        assert_eq!(safe_file_name("out/put:0"), "out_put_0");
+        assert_eq!(safe_file_name("logits.1"), "logits.1");
+        assert_eq!(safe_file_name(".."), "_..");
+        assert_eq!(safe_file_name(""), "_");
+    }
+
+    #[test]
+    fn ep_specs_parse_options() {
+        let ep = parse_ep("cuda:device_id=1,gpu_mem_limit=2").unwrap();
+        assert_eq!(ep.name(), "cuda");
+        assert_eq!(ep.options(), &[("device_id".into(), "1".into()), ("gpu_mem_limit".into(), "2".into())]);
+        assert!(parse_ep("cuda:device_id").is_err());
+    }
+}

@@ -123,7 +123,7 @@ impl EpxStr {
     pub const EMPTY: EpxStr = EpxStr { data: std::ptr::null(), len: 0 };
 
     /// Borrows `s`; the result is valid while `s` is.
-    pub fn from_str(s: &str) -> Self {
+    pub fn new(s: &str) -> Self {
         EpxStr { data: s.as_ptr(), len: s.len() }
     }
 

@@ -31,7 +31,26 @@ enum Command {
     Run(run::RunArgs),
 }
 
+/// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
+/// panic is reported in one line, never as a Rust backtrace.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        if msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("error: internal error{at}: {msg}; please report it");
+    }));
+}
+
 fn main() -> ExitCode {
+    install_panic_hook();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")

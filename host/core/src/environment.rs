@@ -13,11 +13,14 @@ use crate::session::ExecutionProvider;
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
 pub const BUILTIN_PLUGIN: &str = "builtin";
 
+type LoadOutcome = std::result::Result<Arc<PluginLibrary>, (PluginLoadErrorKind, String)>;
+
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {
     search: Vec<SearchDir>,
     discovery: Discovery,
-    loaded: Mutex<HashMap<PathBuf, std::result::Result<Arc<PluginLibrary>, (PluginLoadErrorKind, String)>>>,
+    /// Load results by library path; failures are kept so a broken plugin is tried once.
+    loaded: Mutex<HashMap<PathBuf, LoadOutcome>>,
     builtin: Arc<PluginLibrary>,
     default_providers: Vec<ExecutionProvider>,
 }
@@ -105,6 +108,21 @@ impl Environment {
     pub fn load(&self, candidate: &PluginCandidate) -> Result<Arc<PluginLibrary>> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let entry = loaded.entry(candidate.library.clone()).or_insert_with(|| {
+            if let Some(m) = &candidate.manifest {
+                // The manifest says which ABI the library was built for: refuse a wrong major
+                // without running any of the library's code.
+                if m.abi.major != u64::from(epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR) {
+                    return Err((
+                        PluginLoadErrorKind::AbiMismatch,
+                        format!(
+                            "its plugin.toml declares epx plugin ABI {}, but this host speaks ABI {}.{}",
+                            m.abi,
+                            epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR,
+                            epx_plugin_api::abi::EPX_ABI_VERSION_MINOR
+                        ),
+                    ));
+                }
+            }
             PluginLibrary::load(&candidate.library, candidate.manifest.as_ref()).map_err(|e| match e {
                 Error::PluginLoad { kind, message, .. } => (kind, message),
                 other => (PluginLoadErrorKind::Open, other.to_string()),
@@ -167,6 +185,19 @@ impl Environment {
                 if searched.is_empty() { "(none)".to_string() } else { searched.join(", ") }
             ),
         })
+    }
+
+    /// Default options the manifest of `lib` gives EP `ep` (empty without a manifest).
+    pub fn default_options(&self, lib: &PluginLibrary, ep: &str) -> Vec<(String, String)> {
+        let Some(path) = &lib.path else { return Vec::new() };
+        self.discovery
+            .plugins
+            .iter()
+            .find(|c| &c.library == path)
+            .and_then(|c| c.manifest.as_ref())
+            .and_then(|m| m.default_options.get(ep))
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// Loads every discovered plugin, for listings: each candidate with its library or error.

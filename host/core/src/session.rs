@@ -156,7 +156,10 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     if let Err(reason) = &desc.availability {
         return Err(Error::ProviderSetup { name: ep.name.clone(), message: format!("not available: {reason}") });
     }
-    ProviderInstance::create(&lib, index, &ep.options)
+    // Manifest defaults first: the user's options come later and win.
+    let mut options = env.default_options(&lib, &desc.name);
+    options.extend(ep.options.iter().cloned());
+    ProviderInstance::create(&lib, index, &options)
 }
 
 /// After which step each intermediate value can be dropped.

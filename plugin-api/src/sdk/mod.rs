@@ -89,7 +89,7 @@ pub fn host_api() -> Option<&'static EpxHostApi> {
 pub fn log(level: EpxLogLevel, message: &str) {
     if let Some(f) = host_api().and_then(|api| api.log) {
         // SAFETY: host contract; the message is borrowed for the call.
-        unsafe { f(level as u32, std::ptr::null(), EpxStr::from_str(message)) };
+        unsafe { f(level as u32, std::ptr::null(), EpxStr::new(message)) };
     }
 }
 
@@ -110,6 +110,8 @@ struct FactoryState {
 #[repr(C)]
 struct PluginState {
     raw: EpxPluginDescriptor,
+    // Boxed: the factory structs handed to the host must not move when the Vec grows.
+    #[allow(clippy::vec_box)]
     factories: Vec<Box<FactoryState>>,
     factory_ptrs: Vec<*const EpxProviderFactory>,
     _strings: [CString; 2],

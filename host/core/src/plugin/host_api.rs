@@ -185,7 +185,7 @@ fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
     // SAFETY: all-zero is a valid EpxAttribute (null pointers, zero numbers).
     let mut raw: EpxAttribute = unsafe { std::mem::zeroed() };
     raw.struct_size = std::mem::size_of::<EpxAttribute>();
-    raw.name = EpxStr::from_str(name);
+    raw.name = EpxStr::new(name);
     let mut strings = Vec::new();
     let mut tensor = None;
     raw.kind = match value {
@@ -291,9 +291,9 @@ unsafe extern "C" fn graph_node(graph: *const EpxGraph, node: u32, out: *mut Epx
         let (n, a) = (&g.model.graph.nodes[i], &g.nodes[i]);
         let info = EpxNodeInfo {
             struct_size: std::mem::size_of::<EpxNodeInfo>(),
-            name: EpxStr::from_str(&n.name),
-            op_type: EpxStr::from_str(&n.op_type),
-            domain: EpxStr::from_str(&n.domain),
+            name: EpxStr::new(&n.name),
+            op_type: EpxStr::new(&n.op_type),
+            domain: EpxStr::new(&n.domain),
             opset: a.opset,
             num_inputs: a.inputs.len(),
             inputs: a.inputs.as_ptr(),
@@ -332,7 +332,7 @@ unsafe extern "C" fn graph_value(graph: *const EpxGraph, value: u32, out: *mut E
         let (v, a) = (&g.model.graph.values[i], &g.values[i]);
         let info = EpxValueInfo {
             struct_size: std::mem::size_of::<EpxValueInfo>(),
-            name: EpxStr::from_str(&v.name),
+            name: EpxStr::new(&v.name),
             elem_type: a.elem_type,
             rank: a.rank,
             dims: a.dims.as_ptr(),

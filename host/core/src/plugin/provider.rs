@@ -55,8 +55,8 @@ impl ProviderInstance {
             name: name.clone(),
             message: "factory missing".into(),
         })?;
-        let keys: Vec<EpxStr> = options.iter().map(|(k, _)| EpxStr::from_str(k)).collect();
-        let values: Vec<EpxStr> = options.iter().map(|(_, v)| EpxStr::from_str(v)).collect();
+        let keys: Vec<EpxStr> = options.iter().map(|(k, _)| EpxStr::new(k)).collect();
+        let values: Vec<EpxStr> = options.iter().map(|(_, v)| EpxStr::new(v)).collect();
         let mut raw: *mut EpxProvider = std::ptr::null_mut();
         // SAFETY: the factory was validated at load (non-null `create`); option arrays borrow
         // `options` for the call.

@@ -31,29 +31,63 @@ fn list_path() -> PathBuf {
 fn run_case(env: &Arc<Environment>, dir: &Path) -> (String, Result<(), String>) {
     let model = match load_model_file(&dir.join("model.onnx")) {
         Ok(m) => m,
-        Err(e) => return ("(load)".into(), Err(format!("load: {}", strip(&e.to_string(), dir)))),
+        Err(e) => {
+            return (
+                "(load)".into(),
+                Err(format!("load: {}", strip(&e.to_string(), dir))),
+            );
+        }
     };
     let op = match model.graph.nodes.as_slice() {
         [one] => one.op_type.clone(),
         _ => "(multi-node)".into(),
     };
-    let inputs: Vec<String> = model.graph.inputs.iter().map(|&v| model.graph.values[v].name.clone()).collect();
-    let outputs: Vec<String> = model.graph.outputs.iter().map(|&v| model.graph.values[v].name.clone()).collect();
-    let session = match Session::builder().and_then(|b| b.with_environment(env.clone()).commit_from_model(model)) {
+    let inputs: Vec<String> = model
+        .graph
+        .inputs
+        .iter()
+        .map(|&v| model.graph.values[v].name.clone())
+        .collect();
+    let outputs: Vec<String> = model
+        .graph
+        .outputs
+        .iter()
+        .map(|&v| model.graph.values[v].name.clone())
+        .collect();
+    let session = match Session::builder()
+        .and_then(|b| b.with_environment(env.clone()).commit_from_model(model))
+    {
         Ok(s) => s,
-        Err(e) => return (op, Err(first_line(&format!("session: {}", strip(&e.to_string(), dir))))),
+        Err(e) => {
+            return (
+                op,
+                Err(first_line(&format!(
+                    "session: {}",
+                    strip(&e.to_string(), dir)
+                ))),
+            );
+        }
     };
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
         .unwrap_or_default();
     sets.sort();
     for set in sets {
         let result = (|| -> Result<(), String> {
             let feed = read_tensors(&set, "input", &inputs).map_err(|e| strip(&e, dir))?;
             let expected = read_tensors(&set, "output", &outputs).map_err(|e| strip(&e, dir))?;
-            let got = session.run(feed).map_err(|e| first_line(&format!("run: {e}")))?;
+            let got = session
+                .run(feed)
+                .map_err(|e| first_line(&format!("run: {e}")))?;
             for (name, want) in &expected {
-                let have = got.get(name).ok_or_else(|| format!("output `{name}` missing"))?;
+                let have = got
+                    .get(name)
+                    .ok_or_else(|| format!("output `{name}` missing"))?;
                 compare(name, have, want)?;
             }
             Ok(())
@@ -73,11 +107,19 @@ fn strip(s: &str, dir: &Path) -> String {
 
 fn first_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("").to_string();
-    if line.chars().count() > 160 { line.chars().take(160).collect::<String>() + "…" } else { line }
+    if line.chars().count() > 160 {
+        line.chars().take(160).collect::<String>() + "…"
+    } else {
+        line
+    }
 }
 
 /// `input_K.pb` (or `output_K.pb`) of a data set, named after the model's K-th input/output.
-fn read_tensors(set: &Path, prefix: &str, names: &[String]) -> Result<Vec<(String, Tensor)>, String> {
+fn read_tensors(
+    set: &Path,
+    prefix: &str,
+    names: &[String],
+) -> Result<Vec<(String, Tensor)>, String> {
     let mut out = Vec::new();
     for (k, name) in names.iter().enumerate() {
         let path = set.join(format!("{prefix}_{k}.pb"));
@@ -96,18 +138,34 @@ fn as_f64(t: &Tensor) -> Option<Vec<f64>> {
     Some(match t.elem_type() {
         ElementType::Float => t.as_slice::<f32>()?.iter().map(|&x| f64::from(x)).collect(),
         ElementType::Double => t.as_slice::<f64>()?.to_vec(),
-        ElementType::Float16 => t.as_slice::<half::f16>()?.iter().map(|x| x.to_f64()).collect(),
-        ElementType::Bfloat16 => t.as_slice::<half::bf16>()?.iter().map(|x| x.to_f64()).collect(),
+        ElementType::Float16 => t
+            .as_slice::<half::f16>()?
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        ElementType::Bfloat16 => t
+            .as_slice::<half::bf16>()?
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
         _ => return None,
     })
 }
 
 fn compare(name: &str, have: &Tensor, want: &Tensor) -> Result<(), String> {
     if have.elem_type() != want.elem_type() {
-        return Err(format!("output `{name}`: type {} instead of {}", have.elem_type(), want.elem_type()));
+        return Err(format!(
+            "output `{name}`: type {} instead of {}",
+            have.elem_type(),
+            want.elem_type()
+        ));
     }
     if have.shape() != want.shape() {
-        return Err(format!("output `{name}`: shape {:?} instead of {:?}", have.shape(), want.shape()));
+        return Err(format!(
+            "output `{name}`: shape {:?} instead of {:?}",
+            have.shape(),
+            want.shape()
+        ));
     }
     if let (Some(h), Some(w)) = (as_f64(have), as_f64(want)) {
         for (i, (a, b)) in h.iter().zip(&w).enumerate() {
@@ -144,7 +202,12 @@ fn onnx_node_tests_on_the_cpu_ep() {
         "ONNX node tests not found at {}; run `bash tests/fetch-testdata.sh` (the README's test command does)",
         dir.display()
     );
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
     cases.sort();
     let env = Environment::builder().commit().unwrap();
     let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
@@ -152,8 +215,17 @@ fn onnx_node_tests_on_the_cpu_ep() {
     let mut passed = 0;
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let (op, result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&env, case)))
-            .unwrap_or_else(|p| ("(panic)".into(), Err(format!("PANIC: {}", epx_plugin_api::sdk::panic_message(p.as_ref())))));
+        let (op, result) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&env, case)))
+                .unwrap_or_else(|p| {
+                    (
+                        "(panic)".into(),
+                        Err(format!(
+                            "PANIC: {}",
+                            epx_plugin_api::sdk::panic_message(p.as_ref())
+                        )),
+                    )
+                });
         let entry = per_op.entry(op).or_default();
         entry.1 += 1;
         match result {
@@ -186,8 +258,11 @@ fn onnx_node_tests_on_the_cpu_ep() {
     }
     let expected = read_expected();
     let failed: BTreeSet<&String> = failures.keys().collect();
-    let new_failures: Vec<String> =
-        failures.iter().filter(|(c, _)| !expected.contains_key(*c)).map(|(c, r)| format!("  {c}: {r}")).collect();
+    let new_failures: Vec<String> = failures
+        .iter()
+        .filter(|(c, _)| !expected.contains_key(*c))
+        .map(|(c, r)| format!("  {c}: {r}"))
+        .collect();
     let now_passing: Vec<&String> = expected.keys().filter(|c| !failed.contains(c)).collect();
     assert!(
         new_failures.is_empty() && now_passing.is_empty(),

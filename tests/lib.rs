@@ -1,1 +1,173 @@
-//! Shared helpers for the integration tests.
+//! Helpers shared by the integration tests: where the built plugin libraries are, and
+//! throw-away plugin folders to copy them into.
+//!
+//! The plugin libraries (`tests/fixtures/*` and `plugins/cpu/cdylib`) are cdylib crates of the
+//! workspace; `cargo test` does not build them for this package, so run
+//! `cargo build --workspace` before `cargo test`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The root of the repository (the workspace).
+pub fn repo_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .map_or_else(|| here.to_path_buf(), Path::to_path_buf)
+}
+
+/// The folder cargo puts the workspace's libraries in for the profile these tests were built
+/// with (`target/debug` by default): the parent of the `deps/` folder holding the test
+/// executable, which follows `CARGO_TARGET_DIR`, `--target` and `--profile` by construction.
+/// Falls back to `$CARGO_TARGET_DIR/debug`, then `<repo>/target/debug`.
+pub fn artifact_dir() -> PathBuf {
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(deps) = exe.parent()
+        && deps.file_name().is_some_and(|n| n == "deps")
+        && let Some(dir) = deps.parent()
+    {
+        return dir.to_path_buf();
+    }
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            let dir = if dir.is_absolute() {
+                dir
+            } else {
+                repo_root().join(dir)
+            };
+            dir.join("debug")
+        }
+        _ => repo_root().join("target").join("debug"),
+    }
+}
+
+/// The file name of a cdylib whose `[lib] name` is `lib_name`, on this OS.
+pub fn library_file_name(lib_name: &str) -> String {
+    if cfg!(target_os = "windows") {
+        format!("{lib_name}.dll")
+    } else if cfg!(target_os = "macos") {
+        format!("lib{lib_name}.dylib")
+    } else {
+        format!("lib{lib_name}.so")
+    }
+}
+
+/// The built library of the workspace cdylib whose `[lib] name` is `lib_name`.
+///
+/// # Panics
+/// When it has not been built, saying how to build it.
+pub fn built_library(lib_name: &str) -> PathBuf {
+    let path = artifact_dir().join(library_file_name(lib_name));
+    assert!(
+        path.is_file(),
+        "{} is missing: the plugin libraries are separate cdylib crates that `cargo test` does not \
+         build; run `cargo build --workspace` first (same profile and target dir as the tests)",
+        path.display()
+    );
+    path
+}
+
+/// The built library of fixture `name` (`tests/fixtures/<name>`, `libepx_fixture_<name>.so`).
+pub fn fixture_library(name: &str) -> PathBuf {
+    built_library(&format!("epx_fixture_{name}"))
+}
+
+/// A `plugin.toml` for a plugin called `name` offering `providers`, whose library is
+/// `library` (a file name in the plugin folder).
+pub fn manifest(name: &str, abi: &str, providers: &[&str], library: &str) -> String {
+    let providers: Vec<String> = providers.iter().map(|p| format!("{p:?}")).collect();
+    let key = if cfg!(target_os = "windows") {
+        "windows"
+    } else if cfg!(target_os = "macos") {
+        "macos"
+    } else {
+        "linux"
+    };
+    format!(
+        "name = {name:?}\nversion = \"0.1.0\"\nabi = {abi:?}\nproviders = [{}]\n\n[library]\n{key} = {library:?}\n",
+        providers.join(", ")
+    )
+}
+
+/// A fresh folder under the system temp folder, removed (with everything in it) on drop.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Makes `<temp>/epx-tests-<tag>-<pid>-<n>`, permissions 0755 (plugin discovery refuses
+    /// world-writable folders).
+    pub fn new(tag: &str) -> std::io::Result<TempDir> {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("epx-tests-{tag}-{}-{n}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path)?;
+        }
+        make_dir(&path)?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes plugin folder `<self>/<folder>` holding a copy of `library` and, when given, a
+    /// `plugin.toml` with `manifest` as its text. Returns the path of the copied library.
+    pub fn add_plugin(
+        &self,
+        folder: &str,
+        library: &Path,
+        manifest: Option<&str>,
+    ) -> std::io::Result<PathBuf> {
+        let dir = self.path.join(folder);
+        make_dir(&dir)?;
+        let file_name = library.file_name().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} has no file name", library.display()),
+            )
+        })?;
+        let dest = dir.join(file_name);
+        std::fs::copy(library, &dest)?;
+        set_mode(&dest, 0o755)?;
+        if let Some(text) = manifest {
+            self.write(&format!("{folder}/plugin.toml"), text)?;
+        }
+        Ok(dest)
+    }
+
+    /// Writes a file (relative to the folder), making its parent folders.
+    pub fn write(&self, relative: &str, text: &str) -> std::io::Result<PathBuf> {
+        let path = self.path.join(relative);
+        if let Some(parent) = path.parent() {
+            make_dir(parent)?;
+        }
+        std::fs::write(&path, text)?;
+        set_mode(&path, 0o644)?;
+        Ok(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn make_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(path)?;
+    set_mode(path, 0o755)
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}

@@ -120,16 +120,25 @@ pub struct EpxStr {
 
 impl EpxStr {
     /// The empty string.
-    pub const EMPTY: EpxStr = EpxStr { data: std::ptr::null(), len: 0 };
+    pub const EMPTY: EpxStr = EpxStr {
+        data: std::ptr::null(),
+        len: 0,
+    };
 
     /// Borrows `s`; the result is valid while `s` is.
     pub fn new(s: &str) -> Self {
-        EpxStr { data: s.as_ptr(), len: s.len() }
+        EpxStr {
+            data: s.as_ptr(),
+            len: s.len(),
+        }
     }
 
     /// Borrows raw bytes; the result is valid while `b` is.
     pub fn from_bytes(b: &[u8]) -> Self {
-        EpxStr { data: b.as_ptr(), len: b.len() }
+        EpxStr {
+            data: b.as_ptr(),
+            len: b.len(),
+        }
     }
 
     /// The bytes.
@@ -342,7 +351,11 @@ pub struct EpxHostApi {
     pub graph_value_count: Option<unsafe extern "C" fn(graph: *const EpxGraph) -> usize>,
     /// Describes node `node` into `*out` (whose `struct_size` the caller sets).
     pub graph_node: Option<
-        unsafe extern "C" fn(graph: *const EpxGraph, node: u32, out: *mut EpxNodeInfo) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            node: u32,
+            out: *mut EpxNodeInfo,
+        ) -> *mut EpxStatus,
     >,
     /// Describes attribute `index` (0..num_attributes) of node `node` into `*out`.
     pub graph_node_attribute: Option<
@@ -355,12 +368,20 @@ pub struct EpxHostApi {
     >,
     /// Describes value `value` into `*out`.
     pub graph_value: Option<
-        unsafe extern "C" fn(graph: *const EpxGraph, value: u32, out: *mut EpxValueInfo) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            value: u32,
+            out: *mut EpxValueInfo,
+        ) -> *mut EpxStatus,
     >,
     /// Fills `*out` with the data of initializer `value`, in host memory, borrowed from the graph.
     /// Fails with `InvalidArgument` when the value is not an initializer.
     pub graph_initializer: Option<
-        unsafe extern "C" fn(graph: *const EpxGraph, value: u32, out: *mut DLTensor) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            value: u32,
+            out: *mut DLTensor,
+        ) -> *mut EpxStatus,
     >,
     /// Serializes `subgraph` as a standalone ONNX model (its inputs as graph inputs, its
     /// outputs as graph outputs, the initializers it reads included) into `*out`, which the
@@ -408,8 +429,9 @@ pub struct EpxKernel {
     pub state: *mut c_void,
     /// Runs the kernel: read inputs and allocate outputs through the host API with `ctx`.
     /// Thread safety: see [`EPX_PROVIDER_CONCURRENT_KERNELS`].
-    pub execute:
-        Option<unsafe extern "C" fn(state: *mut c_void, ctx: *mut EpxKernelContext) -> *mut EpxStatus>,
+    pub execute: Option<
+        unsafe extern "C" fn(state: *mut c_void, ctx: *mut EpxKernelContext) -> *mut EpxStatus,
+    >,
     /// Frees the kernel (and this struct). Called once, after the last `execute` returned.
     pub release: Option<unsafe extern "C" fn(kernel: *mut EpxKernel)>,
 }
@@ -455,15 +477,27 @@ pub struct EpxProvider {
     pub free: Option<unsafe extern "C" fn(state: *mut c_void, ptr: *mut c_void)>,
     /// Copies a host tensor into a device tensor of the same type and shape.
     pub copy_to_device: Option<
-        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            src: *const DLTensor,
+            dst: *mut DLTensor,
+        ) -> *mut EpxStatus,
     >,
     /// Copies a device tensor into a host tensor of the same type and shape.
     pub copy_to_host: Option<
-        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            src: *const DLTensor,
+            dst: *mut DLTensor,
+        ) -> *mut EpxStatus,
     >,
     /// Copies between two tensors on the EP's device (optional).
     pub copy_on_device: Option<
-        unsafe extern "C" fn(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus,
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            src: *const DLTensor,
+            dst: *mut DLTensor,
+        ) -> *mut EpxStatus,
     >,
     /// Frees the provider (and this struct). Called once, after every kernel it made was released.
     pub release: Option<unsafe extern "C" fn(provider: *mut EpxProvider)>,
@@ -524,5 +558,44 @@ pub struct EpxPluginDescriptor {
 /// writes its descriptor to `*out` and returns NULL; on failure it returns a status saying why
 /// and leaves `*out` NULL. The plugin must not call back into the host before returning except
 /// through `host.log`.
-pub type EpxPluginEntryFn =
-    unsafe extern "C" fn(host: *const EpxHostApi, out: *mut *mut EpxPluginDescriptor) -> *mut EpxStatus;
+pub type EpxPluginEntryFn = unsafe extern "C" fn(
+    host: *const EpxHostApi,
+    out: *mut *mut EpxPluginDescriptor,
+) -> *mut EpxStatus;
+
+/// The end of a field: what `struct_size` must reach for a reader to use that field.
+#[macro_export]
+macro_rules! epx_field_end {
+    ($ty:ty, $field:ident) => {
+        ::std::mem::offset_of!($ty, $field) + ::std::mem::size_of::<usize>()
+    };
+}
+
+/// Sizes of the structs as ABI 1.0 laid them out (the end of their last 1.0 field). A struct
+/// from a 1.0 peer is at least this large; fields appended later are absent when its
+/// `struct_size` ends before them. These never change.
+pub const EPX_PLUGIN_DESCRIPTOR_SIZE_1_0: usize = epx_field_end!(EpxPluginDescriptor, release);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_PROVIDER_FACTORY_SIZE_1_0: usize = epx_field_end!(EpxProviderFactory, create);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_PROVIDER_SIZE_1_0: usize = epx_field_end!(EpxProvider, release);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_KERNEL_SIZE_1_0: usize = epx_field_end!(EpxKernel, release);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_HOST_API_SIZE_1_0: usize = epx_field_end!(EpxHostApi, kernel_output);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 1.0 sizes are frozen: appending a field must not move them (x86-64 / aarch64).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn sizes_of_abi_1_0_are_frozen() {
+        assert_eq!(EPX_PLUGIN_DESCRIPTOR_SIZE_1_0, 64);
+        assert_eq!(EPX_PROVIDER_FACTORY_SIZE_1_0, 64);
+        assert_eq!(EPX_PROVIDER_SIZE_1_0, 80);
+        assert_eq!(EPX_KERNEL_SIZE_1_0, 32);
+        assert_eq!(EPX_HOST_API_SIZE_1_0, 136);
+    }
+}

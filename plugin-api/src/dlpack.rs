@@ -62,7 +62,10 @@ pub struct DLDevice {
 
 impl DLDevice {
     /// Host memory, device 0.
-    pub const CPU: DLDevice = DLDevice { device_type: DLDeviceType::Cpu as i32, device_id: 0 };
+    pub const CPU: DLDevice = DLDevice {
+        device_type: DLDeviceType::Cpu as i32,
+        device_id: 0,
+    };
 }
 
 /// Type codes of [`DLDataType::code`]. Values are DLPack's and never change.

@@ -65,7 +65,9 @@ impl ElementType {
 
     /// The type for an ONNX `TensorProto.DataType` code, if the code is known.
     pub fn from_onnx(code: i32) -> Option<Self> {
-        usize::try_from(code).ok().and_then(|i| Self::ALL.get(i).copied())
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
     }
 
     /// The ONNX `TensorProto.DataType` code.
@@ -140,7 +142,11 @@ impl ElementType {
             Complex128 => (C::Complex, 128),
             _ => return None,
         };
-        Some(DLDataType { code: code as u8, bits, lanes: 1 })
+        Some(DLDataType {
+            code: code as u8,
+            bits,
+            lanes: 1,
+        })
     }
 
     /// The element type a DLPack data type denotes, if any (vector lanes are not supported).

@@ -22,10 +22,19 @@ pub fn doctor(env: &Arc<Environment>) -> ExitCode {
     for candidate in &env.discovery().plugins {
         println!("\n{} — {}", candidate.name, candidate.library.display());
         match &candidate.manifest {
-            Some(m) => println!("    manifest: version {}, ABI {}, provides {}", m.version, m.abi, m.providers.join(", ")),
+            Some(m) => println!(
+                "    manifest: version {}, ABI {}, provides {}",
+                m.version,
+                m.abi,
+                m.providers.join(", ")
+            ),
             None => println!("    no plugin.toml (bare library)"),
         }
-        let deps = candidate.manifest.as_ref().map(|m| m.dependencies.as_slice()).unwrap_or(&[]);
+        let deps = candidate
+            .manifest
+            .as_ref()
+            .map(|m| m.dependencies.as_slice())
+            .unwrap_or(&[]);
         let mut deps_ok = true;
         match resolve::resolve_dependencies(&candidate.library, &candidate.dir, deps) {
             Ok(report) => {
@@ -37,12 +46,19 @@ pub fn doctor(env: &Arc<Environment>) -> ExitCode {
                         DependencyStatus::System { path } => println!(
                             "    ✓ {} → {} (system)",
                             e.name,
-                            path.as_ref().map_or_else(|| "already loaded".to_string(), |p| p.display().to_string())
+                            path.as_ref().map_or_else(
+                                || "already loaded".to_string(),
+                                |p| p.display().to_string()
+                            )
                         ),
                         DependencyStatus::Missing { searched } => {
                             deps_ok &= e.optional;
                             let mark = if e.optional { "○ (optional)" } else { "✗" };
-                            println!("    {mark} {} (needed by {}): not found; searched:", e.name, e.needed_by.display());
+                            println!(
+                                "    {mark} {} (needed by {}): not found; searched:",
+                                e.name,
+                                e.needed_by.display()
+                            );
                             for s in searched {
                                 println!("        {}", s.display());
                             }
@@ -57,17 +73,24 @@ pub fn doctor(env: &Arc<Environment>) -> ExitCode {
         }
         if !deps_ok {
             broken += 1;
-            println!("    ✗ not loadable until the missing libraries are installed or their folder is given in EPX_LIBRARY_PATH");
+            println!(
+                "    ✗ not loadable until the missing libraries are installed or their folder is given in EPX_LIBRARY_PATH"
+            );
             continue;
         }
         match env.load(candidate) {
             Ok(lib) => {
                 let abi = lib.abi_version;
-                println!("    ✓ loads: plugin {} {}, ABI {}.{}", lib.name, lib.version, abi.major, abi.minor);
+                println!(
+                    "    ✓ loads: plugin {} {}, ABI {}.{}",
+                    lib.name, lib.version, abi.major, abi.minor
+                );
                 for p in &lib.providers {
                     match &p.availability {
                         Ok(()) => println!("    ✓ EP {} {} available", p.name, p.version),
-                        Err(reason) => println!("    ○ EP {} {} not available: {reason}", p.name, p.version),
+                        Err(reason) => {
+                            println!("    ○ EP {} {} not available: {reason}", p.name, p.version)
+                        }
                     }
                 }
             }

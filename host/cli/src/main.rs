@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand};
 use epx::Environment;
 
 #[derive(Parser)]
-#[command(name = "epx", version, about = "Run ONNX models on execution providers shipped as plugins")]
+#[command(
+    name = "epx",
+    version,
+    about = "Run ONNX models on execution providers shipped as plugins"
+)]
 struct Cli {
     /// Plugin folder searched before EPX_PLUGIN_PATH and the default location (repeatable).
     #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
@@ -44,7 +48,10 @@ fn install_panic_hook() {
         if msg.contains("Broken pipe") {
             std::process::exit(0);
         }
-        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
         eprintln!("error: internal error{at}: {msg}; please report it");
     }));
 }
@@ -59,11 +66,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let result = Environment::builder().with_plugin_dirs(cli.plugin_dirs).commit().and_then(|env| match cli.command {
-        Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
-        Command::Doctor => Ok(doctor::doctor(&env)),
-        Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
-    });
+    let result = Environment::builder()
+        .with_plugin_dirs(cli.plugin_dirs)
+        .commit()
+        .and_then(|env| match cli.command {
+            Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
+            Command::Doctor => Ok(doctor::doctor(&env)),
+            Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+        });
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -74,10 +84,19 @@ fn main() -> ExitCode {
 }
 
 fn providers(env: &Arc<Environment>) -> epx::Result<()> {
-    println!("{:<16} {:<12} {:<10} {:<9} library / reason", "EP", "plugin", "version", "status");
+    println!(
+        "{:<16} {:<12} {:<10} {:<9} library / reason",
+        "EP", "plugin", "version", "status"
+    );
     let builtin = env.builtin();
     for p in &builtin.providers {
-        println!("{:<16} {:<12} {:<10} {:<9} (linked into epx)", p.name, epx::BUILTIN_PLUGIN, p.version, "ok");
+        println!(
+            "{:<16} {:<12} {:<10} {:<9} (linked into epx)",
+            p.name,
+            epx::BUILTIN_PLUGIN,
+            p.version,
+            "ok"
+        );
     }
     for (candidate, lib) in env.load_all() {
         match lib {
@@ -85,19 +104,38 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
                 for p in &lib.providers {
                     let (status, detail) = match &p.availability {
                         Ok(()) => ("ok", lib.origin()),
-                        Err(reason) => ("no", format!("{} — not available: {reason}", lib.origin())),
+                        Err(reason) => {
+                            ("no", format!("{} — not available: {reason}", lib.origin()))
+                        }
                     };
-                    println!("{:<16} {:<12} {:<10} {:<9} {detail}", p.name, lib.name, p.version, status);
+                    println!(
+                        "{:<16} {:<12} {:<10} {:<9} {detail}",
+                        p.name, lib.name, p.version, status
+                    );
                 }
             }
             Err(e) => {
-                let eps = candidate.manifest.as_ref().map_or_else(|| candidate.name.clone(), |m| m.providers.join(","));
-                println!("{:<16} {:<12} {:<10} {:<9} {e}", eps, candidate.name, "-", "broken");
+                let eps = candidate
+                    .manifest
+                    .as_ref()
+                    .map_or_else(|| candidate.name.clone(), |m| m.providers.join(","));
+                println!(
+                    "{:<16} {:<12} {:<10} {:<9} {e}",
+                    eps, candidate.name, "-", "broken"
+                );
             }
         }
     }
     for problem in &env.discovery().problems {
-        println!("{:<16} {:<12} {:<10} {:<9} {}: {}", "-", "-", "-", "refused", problem.path.display(), problem.error);
+        println!(
+            "{:<16} {:<12} {:<10} {:<9} {}: {}",
+            "-",
+            "-",
+            "-",
+            "refused",
+            problem.path.display(),
+            problem.error
+        );
     }
     Ok(())
 }

@@ -40,8 +40,15 @@ fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
 }
 
 pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
-    let eps = args.eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
-    let session = Session::builder()?.with_environment(env).with_execution_providers(eps)?.commit_from_file(&args.model)?;
+    let eps = args
+        .eps
+        .iter()
+        .map(|s| parse_ep(s))
+        .collect::<Result<Vec<_>>>()?;
+    let session = Session::builder()?
+        .with_environment(env)
+        .with_execution_providers(eps)?
+        .commit_from_file(&args.model)?;
     let mut placement: Vec<(String, usize)> = Vec::new();
     for ep in session.node_placement() {
         match placement.iter_mut().find(|(n, _)| n == ep) {
@@ -49,8 +56,17 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
             None => placement.push((ep.to_string(), 1)),
         }
     }
-    let summary: Vec<String> = placement.iter().map(|(n, c)| format!("{n}: {c} node{}", if *c == 1 { "" } else { "s" })).collect();
-    println!("model: {} ({} nodes, {} kernels; {})", args.model.display(), session.model().graph.nodes.len(), session.kernel_count(), summary.join(", "));
+    let summary: Vec<String> = placement
+        .iter()
+        .map(|(n, c)| format!("{n}: {c} node{}", if *c == 1 { "" } else { "s" }))
+        .collect();
+    println!(
+        "model: {} ({} nodes, {} kernels; {})",
+        args.model.display(),
+        session.model().graph.nodes.len(),
+        session.kernel_count(),
+        summary.join(", ")
+    );
 
     let inputs = make_inputs(&session, &args.inputs)?;
     for (name, t) in &inputs {
@@ -58,14 +74,28 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
     }
     let outputs = session.run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))?;
     for (name, t) in outputs.iter() {
-        println!("output {name}: {} {:?} {}", t.elem_type(), t.shape(), summarize(t));
+        println!(
+            "output {name}: {} {:?} {}",
+            t.elem_type(),
+            t.shape(),
+            summarize(t)
+        );
     }
     if let Some(dir) = &args.output_dir {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
         for (name, t) in outputs.iter() {
             let path = dir.join(format!("{}.npy", safe_file_name(name)));
-            let bytes = t.bytes().ok_or_else(|| Error::InvalidInput(format!("output `{name}`: {} tensors cannot be written as .npy", t.elem_type())))?;
-            npy::write_npy(&path, t.elem_type(), t.shape(), bytes).map_err(|e| Error::InvalidInput(e.to_string()))?;
+            let bytes = t.bytes().ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "output `{name}`: {} tensors cannot be written as .npy",
+                    t.elem_type()
+                ))
+            })?;
+            npy::write_npy(&path, t.elem_type(), t.shape(), bytes)
+                .map_err(|e| Error::InvalidInput(e.to_string()))?;
             println!("wrote {}", path.display());
         }
     }
@@ -75,7 +105,10 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         }
         let mut times: Vec<Duration> = Vec::with_capacity(n);
         for _ in 0..n {
-            let feed: Vec<(&str, Tensor)> = inputs.iter().map(|(k, t)| (k.as_str(), t.clone())).collect();
+            let feed: Vec<(&str, Tensor)> = inputs
+                .iter()
+                .map(|(k, t)| (k.as_str(), t.clone()))
+                .collect();
             let start = Instant::now();
             session.run(feed)?;
             times.push(start.elapsed());
@@ -94,8 +127,21 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
 
 /// Characters other than letters, digits, `.`, `_` and `-` become `_`.
 pub fn safe_file_name(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
-    if s.is_empty() || s.chars().all(|c| c == '.') { format!("_{s}") } else { s }
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') {
+        format!("_{s}")
+    } else {
+        s
+    }
 }
 
 fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Tensor)>> {
@@ -107,7 +153,10 @@ fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Tenso
             .ok_or_else(|| Error::InvalidInput(format!("--input `{g}` is not NAME=FILE.npy")))?;
         if !specs.iter().any(|s| s.name == name) {
             let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-            return Err(Error::InvalidInput(format!("the model has no input `{name}`; its inputs: {}", names.join(", "))));
+            return Err(Error::InvalidInput(format!(
+                "the model has no input `{name}`; its inputs: {}",
+                names.join(", ")
+            )));
         }
         let arr = npy::read_npy(Path::new(file)).map_err(|e| Error::InvalidInput(e.to_string()))?;
         let t = Tensor::from_bytes(arr.elem_type, &arr.shape, &arr.data)?;
@@ -140,9 +189,16 @@ impl XorShift {
 /// Random data for an input: floats in [0, 1), integers in [0, 10), bools; dynamic extents 1.
 fn random_input(spec: &ValueSpec, rng: &mut XorShift) -> Result<Tensor> {
     let ty = spec.elem_type.ok_or_else(|| {
-        Error::InvalidInput(format!("input `{}` has no declared element type; give it with --input", spec.name))
+        Error::InvalidInput(format!(
+            "input `{}` has no declared element type; give it with --input",
+            spec.name
+        ))
     })?;
-    let shape: Vec<usize> = spec.shape.as_ref().map(|s| s.iter().map(|d| d.unwrap_or(1) as usize).collect()).unwrap_or_default();
+    let shape: Vec<usize> = spec
+        .shape
+        .as_ref()
+        .map(|s| s.iter().map(|d| d.unwrap_or(1) as usize).collect())
+        .unwrap_or_default();
     let mut t = Tensor::zeros(ty, &shape)?;
     macro_rules! fill {
         ($t:ty, $f:expr) => {{
@@ -158,7 +214,9 @@ fn random_input(spec: &ValueSpec, rng: &mut XorShift) -> Result<Tensor> {
         ElementType::Float => fill!(f32, |r: &mut XorShift| r.unit() as f32),
         ElementType::Double => fill!(f64, |r: &mut XorShift| r.unit()),
         ElementType::Float16 => fill!(half::f16, |r: &mut XorShift| half::f16::from_f64(r.unit())),
-        ElementType::Bfloat16 => fill!(half::bf16, |r: &mut XorShift| half::bf16::from_f64(r.unit())),
+        ElementType::Bfloat16 => fill!(half::bf16, |r: &mut XorShift| half::bf16::from_f64(
+            r.unit()
+        )),
         ElementType::Int8 => fill!(i8, |r: &mut XorShift| small(r) as i8),
         ElementType::Int16 => fill!(i16, |r: &mut XorShift| small(r) as i16),
         ElementType::Int32 => fill!(i32, |r: &mut XorShift| small(r) as i32),
@@ -191,8 +249,17 @@ fn summarize(t: &Tensor) -> String {
             hi = hi.max(x);
             sum += x;
         }
-        let head: Vec<String> = s.iter().take(6).map(|&x| format!("{}", Into::<f64>::into(x))).collect();
-        format!("min {lo:.6} max {hi:.6} mean {:.6} [{}{}]", sum / s.len() as f64, head.join(", "), if s.len() > 6 { ", …" } else { "" })
+        let head: Vec<String> = s
+            .iter()
+            .take(6)
+            .map(|&x| format!("{}", Into::<f64>::into(x)))
+            .collect();
+        format!(
+            "min {lo:.6} max {hi:.6} mean {:.6} [{}{}]",
+            sum / s.len() as f64,
+            head.join(", "),
+            if s.len() > 6 { ", …" } else { "" }
+        )
     }
     match t.elem_type() {
         ElementType::Float => t.as_slice::<f32>().map_or_else(String::new, stats),
@@ -243,7 +310,13 @@ mod tests {
     fn ep_specs_parse_options() {
         let ep = parse_ep("cuda:device_id=1,gpu_mem_limit=2").unwrap();
         assert_eq!(ep.name(), "cuda");
-        assert_eq!(ep.options(), &[("device_id".into(), "1".into()), ("gpu_mem_limit".into(), "2".into())]);
+        assert_eq!(
+            ep.options(),
+            &[
+                ("device_id".into(), "1".into()),
+                ("gpu_mem_limit".into(), "2".into())
+            ]
+        );
         assert!(parse_ep("cuda:device_id").is_err());
     }
 }

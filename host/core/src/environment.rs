@@ -27,7 +27,9 @@ pub struct Environment {
 
 impl std::fmt::Debug for Environment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Environment").field("search", &self.search).finish_non_exhaustive()
+        f.debug_struct("Environment")
+            .field("search", &self.search)
+            .finish_non_exhaustive()
     }
 }
 
@@ -46,7 +48,10 @@ impl EnvironmentBuilder {
     }
 
     /// EPs every session of this environment tries, after the session's own.
-    pub fn with_execution_providers(mut self, eps: impl IntoIterator<Item = ExecutionProvider>) -> Self {
+    pub fn with_execution_providers(
+        mut self,
+        eps: impl IntoIterator<Item = ExecutionProvider>,
+    ) -> Self {
         self.providers.extend(eps);
         self
     }
@@ -130,9 +135,11 @@ impl Environment {
         });
         match entry {
             Ok(lib) => Ok(lib.clone()),
-            Err((kind, message)) => {
-                Err(Error::PluginLoad { path: candidate.library.clone(), kind: *kind, message: message.clone() })
-            }
+            Err((kind, message)) => Err(Error::PluginLoad {
+                path: candidate.library.clone(),
+                kind: *kind,
+                message: message.clone(),
+            }),
         }
     }
 
@@ -176,20 +183,30 @@ impl Environment {
             })
             .chain(self.builtin.providers.iter().map(|p| p.name.clone()))
             .collect();
-        let searched: Vec<String> = self.search.iter().map(|d| d.path.display().to_string()).collect();
+        let searched: Vec<String> = self
+            .search
+            .iter()
+            .map(|d| d.path.display().to_string())
+            .collect();
         Err(Error::ProviderSetup {
             name: name.to_string(),
             message: format!(
                 "no plugin provides it; known EPs: {}; plugin folders searched: {}",
                 known.join(", "),
-                if searched.is_empty() { "(none)".to_string() } else { searched.join(", ") }
+                if searched.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    searched.join(", ")
+                }
             ),
         })
     }
 
     /// Default options the manifest of `lib` gives EP `ep` (empty without a manifest).
     pub fn default_options(&self, lib: &PluginLibrary, ep: &str) -> Vec<(String, String)> {
-        let Some(path) = &lib.path else { return Vec::new() };
+        let Some(path) = &lib.path else {
+            return Vec::new();
+        };
         self.discovery
             .plugins
             .iter()
@@ -202,13 +219,20 @@ impl Environment {
 
     /// Loads every discovered plugin, for listings: each candidate with its library or error.
     pub fn load_all(&self) -> Vec<(PluginCandidate, Result<Arc<PluginLibrary>>)> {
-        self.discovery.plugins.iter().map(|c| (c.clone(), self.load(c))).collect()
+        self.discovery
+            .plugins
+            .iter()
+            .map(|c| (c.clone(), self.load(c)))
+            .collect()
     }
 
     /// A plugin library given by path, outside the search path (for tools and tests).
     pub fn load_library(&self, path: &Path) -> Result<Arc<PluginLibrary>> {
         let candidate = PluginCandidate {
-            name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+            name: path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
             library: path.to_path_buf(),
             manifest: None,

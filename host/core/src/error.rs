@@ -10,23 +10,41 @@ use epx_plugin_api::abi::EpxStatusCode;
 pub enum Error {
     /// A model file could not be read or decoded.
     #[error("{source_name}: {message}")]
-    Model { source_name: String, message: String },
+    Model {
+        source_name: String,
+        message: String,
+    },
 
     /// A model is well-formed protobuf but not a graph the host can run.
     #[error("{source_name}: invalid graph: {message}")]
-    InvalidGraph { source_name: String, message: String },
+    InvalidGraph {
+        source_name: String,
+        message: String,
+    },
 
     /// I/O on a named file failed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 
     /// A plugin library could not be loaded or does not honour the ABI.
     #[error("plugin {}: {message}", path.display())]
-    PluginLoad { path: PathBuf, kind: PluginLoadErrorKind, message: String },
+    PluginLoad {
+        path: PathBuf,
+        kind: PluginLoadErrorKind,
+        message: String,
+    },
 
     /// A plugin or EP returned an error status (or panicked) during a call.
     #[error("{provider}: {call} failed: {message}")]
-    Provider { provider: String, call: &'static str, code: EpxStatusCode, message: String },
+    Provider {
+        provider: String,
+        call: &'static str,
+        code: EpxStatusCode,
+        message: String,
+    },
 
     /// A requested EP is not known, not available, or rejected its options.
     #[error("execution provider `{name}`: {message}")]

@@ -52,7 +52,10 @@ pub enum Dim {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ValueType {
     /// A dense tensor; element type and shape where known.
-    Tensor { elem_type: Option<ElementType>, shape: Option<Vec<Dim>> },
+    Tensor {
+        elem_type: Option<ElementType>,
+        shape: Option<Vec<Dim>>,
+    },
     /// A sequence, map, optional or sparse tensor (kept for later; not run yet).
     Other(String),
     /// Nothing declared.
@@ -126,12 +129,19 @@ pub struct Node {
 
 impl Node {
     pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
-        self.attributes.iter().find(|a| a.name == name).map(|a| &a.value)
+        self.attributes
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| &a.value)
     }
 
     /// `name` if the node has one, else `op_type` with its index, for messages.
     pub fn display_name(&self, id: NodeId) -> String {
-        if self.name.is_empty() { format!("{}#{id}", self.op_type) } else { self.name.clone() }
+        if self.name.is_empty() {
+            format!("{}#{id}", self.op_type)
+        } else {
+            self.name.clone()
+        }
     }
 }
 
@@ -156,6 +166,9 @@ impl Graph {
 
     /// Values that are initializers.
     pub fn initializers(&self) -> impl Iterator<Item = (ValueId, &Tensor)> {
-        self.values.iter().enumerate().filter_map(|(i, v)| v.initializer.as_ref().map(|t| (i, t)))
+        self.values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.initializer.as_ref().map(|t| (i, t)))
     }
 }

@@ -24,12 +24,18 @@ pub struct Group {
 }
 
 /// Assigns every node to a provider; groups come back in an order they can run in.
-pub(crate) fn partition(graph: &AbiGraph<'_>, providers: &[Arc<ProviderInstance>]) -> Result<Vec<Group>> {
+pub(crate) fn partition(
+    graph: &AbiGraph<'_>,
+    providers: &[Arc<ProviderInstance>],
+) -> Result<Vec<Group>> {
     let g = &graph.model.graph;
     let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut raw_groups: Vec<(usize, Vec<NodeId>)> = Vec::new();
     for (pi, p) in providers.iter().enumerate() {
-        let unclaimed: Vec<u32> = (0..g.nodes.len()).filter(|&n| owner[n].is_none()).map(|n| n as u32).collect();
+        let unclaimed: Vec<u32> = (0..g.nodes.len())
+            .filter(|&n| owner[n].is_none())
+            .map(|n| n as u32)
+            .collect();
         if unclaimed.is_empty() {
             break;
         }
@@ -43,13 +49,24 @@ pub(crate) fn partition(graph: &AbiGraph<'_>, providers: &[Arc<ProviderInstance>
                 raw_groups.push((pi, piece));
             }
         }
-        tracing::debug!(provider = p.name(), claimed = owner.iter().filter(|o| **o == Some(pi)).count(), "capability answered");
+        tracing::debug!(
+            provider = p.name(),
+            claimed = owner.iter().filter(|o| **o == Some(pi)).count(),
+            "capability answered"
+        );
     }
     if let Some(n) = owner.iter().position(Option::is_none) {
         let node = &g.nodes[n];
         let asked: Vec<&str> = providers.iter().map(|p| p.name()).collect();
-        let domain = if node.domain.is_empty() { "ai.onnx" } else { node.domain.as_str() };
-        let opset = graph.model.opset(&node.domain).map_or_else(|| "none".to_string(), |v| v.to_string());
+        let domain = if node.domain.is_empty() {
+            "ai.onnx"
+        } else {
+            node.domain.as_str()
+        };
+        let opset = graph
+            .model
+            .opset(&node.domain)
+            .map_or_else(|| "none".to_string(), |v| v.to_string());
         return Err(Error::Unsupported(format!(
             "no execution provider supports node `{}`: op `{}` (domain {domain}, opset {opset}); EPs asked: {}",
             node.display_name(n),
@@ -61,7 +78,12 @@ pub(crate) fn partition(graph: &AbiGraph<'_>, providers: &[Arc<ProviderInstance>
         .into_iter()
         .map(|(provider, nodes)| {
             let (inputs, outputs) = borders(g, &nodes);
-            Group { provider, nodes, inputs, outputs }
+            Group {
+                provider,
+                nodes,
+                inputs,
+                outputs,
+            }
         })
         .collect();
     order_groups(g, groups)
@@ -73,12 +95,19 @@ fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
     if group.len() <= 1 || is_convex(g, group) {
         return vec![group.to_vec()];
     }
-    tracing::debug!(nodes = group.len(), "group is not convex; split into single nodes");
+    tracing::debug!(
+        nodes = group.len(),
+        "group is not convex; split into single nodes"
+    );
     group.iter().map(|&n| vec![n]).collect()
 }
 
 fn successors(g: &Graph, n: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-    g.nodes[n].outputs.iter().flatten().flat_map(move |v| g.values[*v].consumers.iter().copied())
+    g.nodes[n]
+        .outputs
+        .iter()
+        .flatten()
+        .flat_map(move |v| g.values[*v].consumers.iter().copied())
 }
 
 fn is_convex(g: &Graph, group: &[NodeId]) -> bool {
@@ -86,7 +115,11 @@ fn is_convex(g: &Graph, group: &[NodeId]) -> bool {
     let last = group.iter().copied().max().unwrap_or(0);
     // Walk forward from every edge that leaves the group; nodes are topologically numbered,
     // so nothing past the group's last node can lead back into it.
-    let mut stack: Vec<NodeId> = group.iter().flat_map(|&n| successors(g, n)).filter(|s| !inside.contains(s)).collect();
+    let mut stack: Vec<NodeId> = group
+        .iter()
+        .flat_map(|&n| successors(g, n))
+        .filter(|s| !inside.contains(s))
+        .collect();
     let mut seen = HashSet::new();
     while let Some(n) = stack.pop() {
         if n > last || !seen.insert(n) {
@@ -165,5 +198,8 @@ fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
         return Err(Error::Run("internal: fused groups form a cycle".into()));
     }
     let mut slots: Vec<Option<Group>> = groups.into_iter().map(Some).collect();
-    Ok(order.into_iter().filter_map(|gi| slots[gi].take()).collect())
+    Ok(order
+        .into_iter()
+        .filter_map(|gi| slots[gi].take())
+        .collect())
 }

@@ -23,7 +23,11 @@ pub struct ExecutionProvider {
 
 impl ExecutionProvider {
     pub fn new(name: impl Into<String>) -> Self {
-        ExecutionProvider { name: name.into(), options: Vec::new(), error_on_failure: false }
+        ExecutionProvider {
+            name: name.into(),
+            options: Vec::new(),
+            error_on_failure: false,
+        }
     }
 
     /// Adds a provider option; the EP rejects keys it does not know when the session is made.
@@ -71,7 +75,10 @@ struct Step {
 
 impl Session {
     pub fn builder() -> Result<SessionBuilder> {
-        Ok(SessionBuilder { env: None, providers: Vec::new() })
+        Ok(SessionBuilder {
+            env: None,
+            providers: Vec::new(),
+        })
     }
 }
 
@@ -83,7 +90,10 @@ impl SessionBuilder {
     }
 
     /// EPs in priority order; the CPU EP is always added last.
-    pub fn with_execution_providers(mut self, eps: impl IntoIterator<Item = ExecutionProvider>) -> Result<Self> {
+    pub fn with_execution_providers(
+        mut self,
+        eps: impl IntoIterator<Item = ExecutionProvider>,
+    ) -> Result<Self> {
         self.providers.extend(eps);
         Ok(self)
     }
@@ -124,10 +134,14 @@ impl SessionBuilder {
         }
         // The fallback: the built-in CPU EP, always last.
         let builtin = env.builtin();
-        let cpu = builtin.providers.iter().position(|p| p.name == "cpu").ok_or_else(|| Error::ProviderSetup {
-            name: "cpu".into(),
-            message: "the built-in CPU EP is missing".into(),
-        })?;
+        let cpu = builtin
+            .providers
+            .iter()
+            .position(|p| p.name == "cpu")
+            .ok_or_else(|| Error::ProviderSetup {
+                name: "cpu".into(),
+                message: "the built-in CPU EP is missing".into(),
+            })?;
         providers.push(ProviderInstance::create(builtin, cpu, &[])?);
 
         let model = Arc::new(model);
@@ -140,13 +154,25 @@ impl SessionBuilder {
                 node_provider[n] = group.provider;
             }
             let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-            let kernel = providers[group.provider].compile(&abi, &ids(&group.nodes), &ids(&group.inputs), &ids(&group.outputs))?;
+            let kernel = providers[group.provider].compile(
+                &abi,
+                &ids(&group.nodes),
+                &ids(&group.inputs),
+                &ids(&group.outputs),
+            )?;
             steps.push(Step { kernel, group });
         }
         drop(abi);
         let release_after = plan_releases(&model, &steps);
         tracing::debug!(steps = steps.len(), "session planned");
-        Ok(Session { model, providers, steps, release_after, node_provider, skipped })
+        Ok(Session {
+            model,
+            providers,
+            steps,
+            release_after,
+            node_provider,
+            skipped,
+        })
     }
 }
 
@@ -154,7 +180,10 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     let (lib, index) = env.find_provider(&ep.name)?;
     let desc = &lib.providers[index];
     if let Err(reason) = &desc.availability {
-        return Err(Error::ProviderSetup { name: ep.name.clone(), message: format!("not available: {reason}") });
+        return Err(Error::ProviderSetup {
+            name: ep.name.clone(),
+            message: format!("not available: {reason}"),
+        });
     }
     // Manifest defaults first: the user's options come later and win.
     let mut options = env.default_options(&lib, &desc.name);
@@ -260,19 +289,49 @@ impl Session {
         ValueSpec {
             name: val.name.clone(),
             elem_type: val.elem_type(),
-            shape: shape.map(|s| s.iter().map(|d| if let Dim::Known(k) = d { Some(*k) } else { None }).collect()),
+            shape: shape.map(|s| {
+                s.iter()
+                    .map(|d| {
+                        if let Dim::Known(k) = d {
+                            Some(*k)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            }),
             symbols: shape
-                .map(|s| s.iter().map(|d| if let Dim::Symbolic(n) = d { Some(n.clone()) } else { None }).collect())
+                .map(|s| {
+                    s.iter()
+                        .map(|d| {
+                            if let Dim::Symbolic(n) = d {
+                                Some(n.clone())
+                            } else {
+                                None
+                            }
+                        })
+                        .collect()
+                })
                 .unwrap_or_default(),
         }
     }
 
     pub fn inputs(&self) -> Vec<ValueSpec> {
-        self.model.graph.inputs.iter().map(|&v| self.spec(v)).collect()
+        self.model
+            .graph
+            .inputs
+            .iter()
+            .map(|&v| self.spec(v))
+            .collect()
     }
 
     pub fn outputs(&self) -> Vec<ValueSpec> {
-        self.model.graph.outputs.iter().map(|&v| self.spec(v)).collect()
+        self.model
+            .graph
+            .outputs
+            .iter()
+            .map(|&v| self.spec(v))
+            .collect()
     }
 
     /// The names of the EPs that got at least one node, in priority order.
@@ -280,12 +339,17 @@ impl Session {
         let mut used: Vec<usize> = self.node_provider.clone();
         used.sort_unstable();
         used.dedup();
-        used.into_iter().map(|i| self.providers[i].name().to_string()).collect()
+        used.into_iter()
+            .map(|i| self.providers[i].name().to_string())
+            .collect()
     }
 
     /// The EP each node was placed on, by node id.
     pub fn node_placement(&self) -> Vec<&str> {
-        self.node_provider.iter().map(|&i| self.providers[i].name()).collect()
+        self.node_provider
+            .iter()
+            .map(|&i| self.providers[i].name())
+            .collect()
     }
 
     /// Requested EPs that could not be set up, with the reason (they are also logged).
@@ -299,7 +363,10 @@ impl Session {
     }
 
     /// Runs the model. Every graph input must be given, by name.
-    pub fn run<S: AsRef<str>>(&self, inputs: impl IntoIterator<Item = (S, Tensor)>) -> Result<SessionOutputs> {
+    pub fn run<S: AsRef<str>>(
+        &self,
+        inputs: impl IntoIterator<Item = (S, Tensor)>,
+    ) -> Result<SessionOutputs> {
         let g = &self.model.graph;
         let mut slots: Vec<Slot<'_>> = (0..g.values.len()).map(|_| Slot::Empty).collect();
         for (i, v) in g.values.iter().enumerate() {
@@ -309,9 +376,15 @@ impl Session {
         }
         for (name, tensor) in inputs {
             let name = name.as_ref();
-            let id = g.value_id(name).filter(|id| g.values[*id].is_graph_input).ok_or_else(|| {
-                Error::InvalidInput(format!("the model has no input named `{name}`; its inputs are: {}", self.input_names()))
-            })?;
+            let id = g
+                .value_id(name)
+                .filter(|id| g.values[*id].is_graph_input)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "the model has no input named `{name}`; its inputs are: {}",
+                        self.input_names()
+                    ))
+                })?;
             if matches!(slots[id], Slot::Owned(_)) {
                 return Err(Error::InvalidInput(format!("input `{name}` given twice")));
             }
@@ -326,10 +399,19 @@ impl Session {
             )));
         }
         for (si, step) in self.steps.iter().enumerate() {
-            let _span = tracing::trace_span!("kernel", step = si, provider = step.kernel.provider().name()).entered();
-            let inputs: Vec<Option<&Tensor>> = step.group.inputs.iter().map(|&v| slots[v].get()).collect();
+            let _span = tracing::trace_span!(
+                "kernel",
+                step = si,
+                provider = step.kernel.provider().name()
+            )
+            .entered();
+            let inputs: Vec<Option<&Tensor>> =
+                step.group.inputs.iter().map(|&v| slots[v].get()).collect();
             if let Some(pos) = inputs.iter().position(Option::is_none) {
-                return Err(Error::Run(format!("internal: value `{}` not computed before use", g.values[step.group.inputs[pos]].name)));
+                return Err(Error::Run(format!(
+                    "internal: value `{}` not computed before use",
+                    g.values[step.group.inputs[pos]].name
+                )));
             }
             let outputs = step.kernel.execute(&inputs)?;
             drop(inputs);
@@ -347,7 +429,12 @@ impl Session {
             let tensor = match std::mem::replace(&mut slots[o], Slot::Empty) {
                 Slot::Owned(t) => t,
                 Slot::Borrowed(t) => t.clone(),
-                Slot::Empty => return Err(Error::Run(format!("output `{}` was not produced", g.values[o].name))),
+                Slot::Empty => {
+                    return Err(Error::Run(format!(
+                        "output `{}` was not produced",
+                        g.values[o].name
+                    )));
+                }
             };
             outputs.push((g.values[o].name.clone(), tensor));
         }
@@ -356,19 +443,30 @@ impl Session {
 
     fn input_names(&self) -> String {
         let g = &self.model.graph;
-        g.inputs.iter().map(|&i| format!("`{}`", g.values[i].name)).collect::<Vec<_>>().join(", ")
+        g.inputs
+            .iter()
+            .map(|&i| format!("`{}`", g.values[i].name))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn check_input(&self, id: ValueId, t: &Tensor) -> Result<()> {
         let v = &self.model.graph.values[id];
         if let Some(ty) = v.elem_type() {
             if ty != t.elem_type() {
-                return Err(Error::InvalidInput(format!("input `{}` must be {ty}, got {}", v.name, t.elem_type())));
+                return Err(Error::InvalidInput(format!(
+                    "input `{}` must be {ty}, got {}",
+                    v.name,
+                    t.elem_type()
+                )));
             }
         }
         if let Some(shape) = v.shape() {
             let ok = shape.len() == t.shape().len()
-                && shape.iter().zip(t.shape()).all(|(d, &n)| !matches!(d, Dim::Known(k) if *k != n as u64));
+                && shape
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Known(k) if *k != n as u64));
             if !ok {
                 let want: Vec<String> = shape
                     .iter()

@@ -20,7 +20,10 @@ pub struct Tensor {
 #[derive(Clone, PartialEq)]
 enum Storage {
     /// Numeric and bool data; `u64` words keep every element type aligned.
-    Bytes { words: Vec<u64>, len: usize },
+    Bytes {
+        words: Vec<u64>,
+        len: usize,
+    },
     Strings(Vec<Vec<u8>>),
 }
 
@@ -53,7 +56,11 @@ impl Tensor {
         let count = element_count(shape)
             .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
         if elem_type == ElementType::String {
-            return Ok(Tensor { elem_type, shape: shape.to_vec(), data: Storage::Strings(vec![Vec::new(); count]) });
+            return Ok(Tensor {
+                elem_type,
+                shape: shape.to_vec(),
+                data: Storage::Strings(vec![Vec::new(); count]),
+            });
         }
         let size = elem_type
             .byte_size()
@@ -61,13 +68,22 @@ impl Tensor {
         let len = count
             .checked_mul(size)
             .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
-        Ok(Tensor { elem_type, shape: shape.to_vec(), data: Storage::Bytes { words: vec![0; len.div_ceil(8)], len } })
+        Ok(Tensor {
+            elem_type,
+            shape: shape.to_vec(),
+            data: Storage::Bytes {
+                words: vec![0; len.div_ceil(8)],
+                len,
+            },
+        })
     }
 
     /// A tensor from little-endian, C-order bytes. Checks the length, and that bools are 0 or 1.
     pub fn from_bytes(elem_type: ElementType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
         let mut t = Self::zeros(elem_type, shape)?;
-        let dst = t.bytes_mut().ok_or_else(|| Error::InvalidInput("string tensors have no bytes".into()))?;
+        let dst = t
+            .bytes_mut()
+            .ok_or_else(|| Error::InvalidInput("string tensors have no bytes".into()))?;
         if dst.len() != bytes.len() {
             return Err(Error::InvalidInput(format!(
                 "{elem_type} tensor of shape {shape:?} needs {} bytes, got {}",
@@ -76,7 +92,9 @@ impl Tensor {
             )));
         }
         if elem_type == ElementType::Bool && bytes.iter().any(|&b| b > 1) {
-            return Err(Error::InvalidInput("bool tensor holds a byte other than 0 or 1".into()));
+            return Err(Error::InvalidInput(
+                "bool tensor holds a byte other than 0 or 1".into(),
+            ));
         }
         dst.copy_from_slice(bytes);
         Ok(t)
@@ -90,11 +108,17 @@ impl Tensor {
                 strings.len()
             )));
         }
-        Ok(Tensor { elem_type: ElementType::String, shape: shape.to_vec(), data: Storage::Strings(strings) })
+        Ok(Tensor {
+            elem_type: ElementType::String,
+            shape: shape.to_vec(),
+            data: Storage::Strings(strings),
+        })
     }
 
     /// A tensor owning a copy of an ndarray array (any layout).
-    pub fn from_array<T: TensorElement, D: ndarray::Dimension>(array: ndarray::Array<T, D>) -> Self {
+    pub fn from_array<T: TensorElement, D: ndarray::Dimension>(
+        array: ndarray::Array<T, D>,
+    ) -> Self {
         let shape = array.shape().to_vec();
         let mut t = Self::zeros(T::TYPE, &shape).unwrap_or_else(|_| unreachable_shape());
         if let Some(dst) = t.as_mut_slice::<T>() {
@@ -149,7 +173,9 @@ impl Tensor {
         if self.elem_type != T::TYPE {
             return None;
         }
-        let Storage::Bytes { words, .. } = &self.data else { return None };
+        let Storage::Bytes { words, .. } = &self.data else {
+            return None;
+        };
         let n = self.len();
         // SAFETY: `words` is 8-byte aligned, which covers every TensorElement's alignment; it
         // holds at least n * size_of::<T>() initialized bytes (allocated for this type and
@@ -163,7 +189,9 @@ impl Tensor {
             return None;
         }
         let n = self.len();
-        let Storage::Bytes { words, .. } = &mut self.data else { return None };
+        let Storage::Bytes { words, .. } = &mut self.data else {
+            return None;
+        };
         // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes the slice unique. Bool
         // writes through `&mut [bool]` can only store 0 or 1.
         Some(unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), n) })
@@ -171,8 +199,11 @@ impl Tensor {
 
     /// A view as an ndarray array of `T`.
     pub fn view<T: TensorElement>(&self) -> Result<ArrayViewD<'_, T>> {
-        let data = self.as_slice::<T>().ok_or_else(|| self.type_mismatch(T::TYPE))?;
-        ArrayViewD::from_shape(IxDyn(&self.shape), data).map_err(|e| Error::InvalidInput(e.to_string()))
+        let data = self
+            .as_slice::<T>()
+            .ok_or_else(|| self.type_mismatch(T::TYPE))?;
+        ArrayViewD::from_shape(IxDyn(&self.shape), data)
+            .map_err(|e| Error::InvalidInput(e.to_string()))
     }
 
     /// A copy as an owned ndarray array of `T`.
@@ -197,7 +228,14 @@ impl Tensor {
 fn unreachable_shape() -> Tensor {
     // An ndarray array's shape never overflows usize element counts (ndarray checks), so
     // `zeros` cannot fail for one; an empty tensor is the harmless answer if it ever did.
-    Tensor { elem_type: ElementType::Float, shape: vec![0], data: Storage::Bytes { words: Vec::new(), len: 0 } }
+    Tensor {
+        elem_type: ElementType::Float,
+        shape: vec![0],
+        data: Storage::Bytes {
+            words: Vec::new(),
+            len: 0,
+        },
+    }
 }
 
 fn words_as_bytes(words: &[u64]) -> &[u8] {

@@ -8,13 +8,28 @@ use crate::dtype::ElementType;
 use crate::sdk::status::{Error, Result, take_status};
 
 fn missing(name: &str) -> Error {
-    Error::new(EpxStatusCode::AbiMismatch, format!("host API has no `{name}` function"))
+    Error::new(
+        EpxStatusCode::AbiMismatch,
+        format!("host API has no `{name}` function"),
+    )
+}
+
+/// A host-table function pointer, `None` when the host's table is too short to have it (an
+/// older host) or leaves it NULL.
+macro_rules! host_fn {
+    ($api:expr, $f:ident) => {
+        if $api.struct_size >= $crate::epx_field_end!(EpxHostApi, $f) {
+            $api.$f
+        } else {
+            None
+        }
+    };
 }
 
 /// Calls a host function that fills an out-struct, checking the status.
 macro_rules! host_call {
     ($api:expr, $f:ident ( $($arg:expr),* )) => {{
-        let f = $api.$f.ok_or_else(|| missing(stringify!($f)))?;
+        let f = host_fn!($api, $f).ok_or_else(|| missing(stringify!($f)))?;
         // SAFETY: the host API contract: handles passed are the ones the host gave us for
         // this call, and out-pointers point at initialized structs with `struct_size` set.
         unsafe { take_status(f($($arg),*)) }
@@ -60,7 +75,8 @@ impl<'a> TensorView<'a> {
         };
         let mut count: usize = 1;
         for &d in shape {
-            let d = usize::try_from(d).map_err(|_| Error::invalid_argument(format!("negative extent {d}")))?;
+            let d = usize::try_from(d)
+                .map_err(|_| Error::invalid_argument(format!("negative extent {d}")))?;
             count = count
                 .checked_mul(d)
                 .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
@@ -71,7 +87,9 @@ impl<'a> TensorView<'a> {
             let mut expect: i64 = 1;
             for (s, d) in strides.iter().zip(shape).rev() {
                 if *d != 1 && *s != expect {
-                    return Err(Error::not_implemented("strided (non-compact) tensors are not supported"));
+                    return Err(Error::not_implemented(
+                        "strided (non-compact) tensors are not supported",
+                    ));
                 }
                 expect = expect.saturating_mul(*d);
             }
@@ -97,7 +115,11 @@ impl<'a> TensorView<'a> {
             // live for 'a (the caller's contract).
             unsafe { std::slice::from_raw_parts(t.data.cast::<u8>().add(offset), bytes) }
         };
-        Ok(TensorView { elem_type, shape, data })
+        Ok(TensorView {
+            elem_type,
+            shape,
+            data,
+        })
     }
 
     /// The extents as `usize`.
@@ -184,7 +206,11 @@ impl<'a> GraphView<'a> {
     /// # Safety
     /// `raw` is a graph handle the host passed for the current call; `'a` does not outlive it.
     pub unsafe fn from_raw(api: &'a EpxHostApi, raw: *const EpxGraph) -> Self {
-        GraphView { api, raw, _life: PhantomData }
+        GraphView {
+            api,
+            raw,
+            _life: PhantomData,
+        }
     }
 
     pub fn raw(&self) -> *const EpxGraph {
@@ -193,12 +219,12 @@ impl<'a> GraphView<'a> {
 
     pub fn node_count(&self) -> usize {
         // SAFETY: valid handle (constructor contract).
-        self.api.graph_node_count.map_or(0, |f| unsafe { f(self.raw) })
+        host_fn!(self.api, graph_node_count).map_or(0, |f| unsafe { f(self.raw) })
     }
 
     pub fn value_count(&self) -> usize {
         // SAFETY: valid handle (constructor contract).
-        self.api.graph_value_count.map_or(0, |f| unsafe { f(self.raw) })
+        host_fn!(self.api, graph_value_count).map_or(0, |f| unsafe { f(self.raw) })
     }
 
     pub fn node(&self, id: u32) -> Result<NodeView<'a>> {
@@ -225,14 +251,18 @@ impl<'a> GraphView<'a> {
         host_call!(self.api, graph_value(self.raw, id, &mut info))?;
         let shape = match usize::try_from(info.rank) {
             Ok(0) => Some(&[][..]),
-            // SAFETY: host contract: `dims` points at `rank` extents living as long as the graph.
-            Ok(r) if !info.dims.is_null() => Some(unsafe { std::slice::from_raw_parts(info.dims, r) }),
+            Ok(r) if !info.dims.is_null() => {
+                // SAFETY: host contract: `dims` points at `rank` extents living as long as the
+                // graph.
+                Some(unsafe { std::slice::from_raw_parts(info.dims, r) })
+            }
             _ => None,
         };
         Ok(ValueView {
             id,
             name: text(info.name)?,
-            elem_type: ElementType::from_onnx(info.elem_type).filter(|t| *t != ElementType::Undefined),
+            elem_type: ElementType::from_onnx(info.elem_type)
+                .filter(|t| *t != ElementType::Undefined),
             shape,
             flags: info.flags,
             producer: (info.producer != EPX_VALUE_NONE).then_some(info.producer),
@@ -246,20 +276,28 @@ impl<'a> GraphView<'a> {
             // SAFETY: all-zero is a valid EpxAttribute.
             let mut a: EpxAttribute = unsafe { std::mem::zeroed() };
             a.struct_size = std::mem::size_of::<EpxAttribute>();
-            host_call!(self.api, graph_node_attribute(self.raw, node.id, index, &mut a))?;
+            host_call!(
+                self.api,
+                graph_node_attribute(self.raw, node.id, index, &mut a)
+            )?;
             let n = a.num_values;
             // SAFETY (all slices below): host contract: arrays of `num_values` elements that
             // borrow from the graph for the call.
             let value = match a.kind {
                 k if k == EpxAttributeKind::Float as u32 => Attribute::Float(a.f),
                 k if k == EpxAttributeKind::Int as u32 => Attribute::Int(a.i),
-                // SAFETY: see above.
-                k if k == EpxAttributeKind::String as u32 => Attribute::String(unsafe { a.s.as_bytes() }),
+                k if k == EpxAttributeKind::String as u32 => {
+                    // SAFETY: see above.
+                    Attribute::String(unsafe { a.s.as_bytes() })
+                }
                 k if k == EpxAttributeKind::Floats as u32 => Attribute::Floats(slice(a.floats, n)),
                 k if k == EpxAttributeKind::Ints as u32 => Attribute::Ints(slice(a.ints, n)),
                 k if k == EpxAttributeKind::Strings as u32 => Attribute::Strings(
-                    // SAFETY: see above.
-                    slice(a.strings, n).iter().map(|s| unsafe { s.as_bytes() }).collect(),
+                    slice(a.strings, n)
+                        .iter()
+                        // SAFETY: see above.
+                        .map(|s| unsafe { s.as_bytes() })
+                        .collect(),
                 ),
                 k if k == EpxAttributeKind::Tensor as u32 && !a.tensor.is_null() => {
                     // SAFETY: the tensor borrows from the graph for the call.
@@ -274,12 +312,17 @@ impl<'a> GraphView<'a> {
 
     /// The data of an initializer.
     pub fn initializer(&self, value: u32) -> Result<TensorView<'a>> {
-        let f = self.api.graph_initializer.ok_or_else(|| missing("graph_initializer"))?;
+        let f =
+            host_fn!(self.api, graph_initializer).ok_or_else(|| missing("graph_initializer"))?;
         let mut t = DLTensor {
             data: std::ptr::null_mut(),
             device: DLDevice::CPU,
             ndim: 0,
-            dtype: crate::dlpack::DLDataType { code: 0, bits: 0, lanes: 0 },
+            dtype: crate::dlpack::DLDataType {
+                code: 0,
+                bits: 0,
+                lanes: 0,
+            },
             shape: std::ptr::null_mut(),
             strides: std::ptr::null_mut(),
             byte_offset: 0,
@@ -367,12 +410,12 @@ impl<'a> KernelContext<'a> {
 
     pub fn input_count(&self) -> usize {
         // SAFETY: valid context (constructor contract).
-        self.api.kernel_input_count.map_or(0, |f| unsafe { f(self.raw) })
+        host_fn!(self.api, kernel_input_count).map_or(0, |f| unsafe { f(self.raw) })
     }
 
     pub fn output_count(&self) -> usize {
         // SAFETY: valid context (constructor contract).
-        self.api.kernel_output_count.map_or(0, |f| unsafe { f(self.raw) })
+        host_fn!(self.api, kernel_output_count).map_or(0, |f| unsafe { f(self.raw) })
     }
 
     /// Input `index` as a raw DLTensor (any memory space); `None` for an absent optional input.
@@ -393,19 +436,33 @@ impl<'a> KernelContext<'a> {
     }
 
     /// Allocates output `index` and returns it as a raw DLTensor in the EP's memory space.
-    pub fn output_raw(&mut self, index: usize, elem_type: ElementType, shape: &[i64]) -> Result<&'a mut DLTensor> {
-        let dtype = elem_type
-            .to_dlpack()
-            .ok_or_else(|| Error::not_implemented(format!("{elem_type} outputs cannot cross the ABI")))?;
-        let ndim = i32::try_from(shape.len()).map_err(|_| Error::invalid_argument("rank too large"))?;
+    pub fn output_raw(
+        &mut self,
+        index: usize,
+        elem_type: ElementType,
+        shape: &[i64],
+    ) -> Result<&'a mut DLTensor> {
+        let dtype = elem_type.to_dlpack().ok_or_else(|| {
+            Error::not_implemented(format!("{elem_type} outputs cannot cross the ABI"))
+        })?;
+        let ndim =
+            i32::try_from(shape.len()).map_err(|_| Error::invalid_argument("rank too large"))?;
         let mut t: *mut DLTensor = std::ptr::null_mut();
-        host_call!(self.api, kernel_output(self.raw, index, dtype, ndim, shape.as_ptr(), &mut t))?;
+        host_call!(
+            self.api,
+            kernel_output(self.raw, index, dtype, ndim, shape.as_ptr(), &mut t)
+        )?;
         // SAFETY: the host owns the output and keeps it writable until execute returns.
         unsafe { t.as_mut() }.ok_or_else(|| Error::runtime("host returned no output tensor"))
     }
 
     /// Allocates output `index` in host memory and returns its bytes for writing.
-    pub fn output(&mut self, index: usize, elem_type: ElementType, shape: &[i64]) -> Result<&'a mut [u8]> {
+    pub fn output(
+        &mut self,
+        index: usize,
+        elem_type: ElementType,
+        shape: &[i64],
+    ) -> Result<&'a mut [u8]> {
         let t = self.output_raw(index, elem_type, shape)?;
         if t.device.device_type != DLDeviceType::Cpu as i32 {
             return Err(Error::runtime("output is not in host memory"));

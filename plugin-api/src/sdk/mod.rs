@@ -12,9 +12,13 @@ mod status;
 use std::ffi::{CString, c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-pub use graph::{Attribute, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView};
+pub use graph::{
+    Attribute, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView,
+};
 pub use options::ProviderOptions;
-pub use status::{Error, Result, cstr_or_empty, guard, guard_value, into_raw_status, panic_message, take_status};
+pub use status::{
+    Error, Result, cstr_or_empty, guard, guard_value, into_raw_status, panic_message, take_status,
+};
 
 use crate::abi::*;
 use crate::dlpack::{DLDeviceType, DLTensor};
@@ -51,7 +55,11 @@ pub trait Provider: Send + Sync + 'static {
     /// returned.
     fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> Result<Vec<Vec<u32>>>;
     /// Compiles one group into a kernel. Copy what the kernel needs: `graph` is borrowed.
-    fn compile(&self, graph: &GraphView<'_>, subgraph: &SubgraphView<'_>) -> Result<Box<dyn Kernel>>;
+    fn compile(
+        &self,
+        graph: &GraphView<'_>,
+        subgraph: &SubgraphView<'_>,
+    ) -> Result<Box<dyn Kernel>>;
     /// Device memory management, for EPs whose memory is not host memory.
     fn data_transfer(&self) -> Option<&dyn DataTransfer> {
         None
@@ -87,10 +95,37 @@ pub fn host_api() -> Option<&'static EpxHostApi> {
 
 /// Logs through the host's `tracing`, under the plugin's name.
 pub fn log(level: EpxLogLevel, message: &str) {
-    if let Some(f) = host_api().and_then(|api| api.log) {
+    let log = host_api().and_then(|api| {
+        if api.struct_size >= crate::epx_field_end!(EpxHostApi, log) {
+            api.log
+        } else {
+            None
+        }
+    });
+    if let Some(f) = log {
         // SAFETY: host contract; the message is borrowed for the call.
         unsafe { f(level as u32, std::ptr::null(), EpxStr::new(message)) };
     }
+}
+
+/// Sends panic messages of this library to the host's log instead of stderr. A plugin library
+/// has its own copy of the standard library, so this hook covers the plugin's code only; the
+/// panic itself is still caught at the boundary and returned as a `Panic` status.
+/// [`export_plugin!`](crate::export_plugin) installs it; providers linked into a host do not.
+pub fn route_panics_to_host_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            log(
+                EpxLogLevel::Error,
+                &format!("panic{at}: {}", panic_message(info.payload())),
+            );
+        }));
+    });
 }
 
 fn api() -> Result<&'static EpxHostApi> {
@@ -142,14 +177,23 @@ pub unsafe fn plugin_entry(
         // SAFETY: `host` is non-null and points at the host's table (host contract); fields are
         // read only after checking the size covers them.
         let api = unsafe { &*host };
-        // An older host of the same major may have a shorter table; every call through it
-        // checks its function pointer, so only the major version needs checking here.
+        // An older host of the same major may have a shorter table: every read of a function
+        // from it checks `struct_size` first (`host_fn!`), so only the major matters here.
+        if api.struct_size < crate::epx_field_end!(EpxHostApi, abi_version) {
+            return Err(Error::new(
+                EpxStatusCode::AbiMismatch,
+                "host API table too small to hold its ABI version",
+            ));
+        }
         if api.abi_version.major != EPX_ABI_VERSION_MAJOR {
             return Err(Error::new(
                 EpxStatusCode::AbiMismatch,
                 format!(
                     "plugin `{name}` was built for epx ABI {}.{}, the host speaks {}.{}",
-                    EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR, api.abi_version.major, api.abi_version.minor
+                    EPX_ABI_VERSION_MAJOR,
+                    EPX_ABI_VERSION_MINOR,
+                    api.abi_version.major,
+                    api.abi_version.minor
                 ),
             ));
         }
@@ -168,7 +212,11 @@ pub unsafe fn plugin_entry(
             factory_ptrs: Vec::new(),
             _strings: [c_string(name), c_string(version)],
         });
-        state.factory_ptrs = state.factories.iter().map(|f| &f.raw as *const EpxProviderFactory).collect();
+        state.factory_ptrs = state
+            .factories
+            .iter()
+            .map(|f| &f.raw as *const EpxProviderFactory)
+            .collect();
         state.raw.name = state._strings[0].as_ptr();
         state.raw.version = state._strings[1].as_ptr();
         state.raw.num_providers = state.factory_ptrs.len();
@@ -181,7 +229,11 @@ pub unsafe fn plugin_entry(
 
 fn factory_state(factory: Box<dyn ProviderFactory>) -> Box<FactoryState> {
     let info = factory.info();
-    let strings = [c_string(&info.name), c_string(&info.vendor), c_string(&info.version)];
+    let strings = [
+        c_string(&info.name),
+        c_string(&info.vendor),
+        c_string(&info.version),
+    ];
     let mut st = Box::new(FactoryState {
         raw: EpxProviderFactory {
             struct_size: std::mem::size_of::<EpxProviderFactory>(),
@@ -190,7 +242,11 @@ fn factory_state(factory: Box<dyn ProviderFactory>) -> Box<FactoryState> {
             vendor: strings[1].as_ptr(),
             version: strings[2].as_ptr(),
             device_type: info.device_type as i32,
-            flags: if info.concurrent_kernels { EPX_PROVIDER_CONCURRENT_KERNELS } else { 0 },
+            flags: if info.concurrent_kernels {
+                EPX_PROVIDER_CONCURRENT_KERNELS
+            } else {
+                0
+            },
             is_available: Some(factory_is_available),
             create: Some(factory_create),
         },
@@ -287,7 +343,9 @@ unsafe extern "C" fn release_capability(cap: *mut EpxCapability) {
         // SAFETY: `cap` is the struct we filled; `private_data` is our leaked arrays box.
         unsafe {
             if !cap.is_null() && !(*cap).private_data.is_null() {
-                drop(Box::from_raw((*cap).private_data.cast::<CapabilityArrays>()));
+                drop(Box::from_raw(
+                    (*cap).private_data.cast::<CapabilityArrays>(),
+                ));
                 (*cap).private_data = std::ptr::null_mut();
             }
         }
@@ -345,7 +403,11 @@ unsafe extern "C" fn provider_compile(
         }
         // SAFETY: host contract: graph and subgraph are borrowed for this call.
         let (p, view, sub) = unsafe {
-            (provider(state), GraphView::from_raw(api, graph), SubgraphView::from_raw(&*subgraph))
+            (
+                provider(state),
+                GraphView::from_raw(api, graph),
+                SubgraphView::from_raw(&*subgraph),
+            )
         };
         let kernel = p.compile(&view, &sub)?;
         let raw = Box::new(EpxKernel {
@@ -360,12 +422,20 @@ unsafe extern "C" fn provider_compile(
     })
 }
 
-unsafe extern "C" fn kernel_execute(state: *mut c_void, ctx: *mut EpxKernelContext) -> *mut EpxStatus {
+unsafe extern "C" fn kernel_execute(
+    state: *mut c_void,
+    ctx: *mut EpxKernelContext,
+) -> *mut EpxStatus {
     guard("execute", || {
         let api = api()?;
         // SAFETY: `state` is the boxed kernel made by `provider_compile`; `ctx` is the host's
         // context for this call.
-        let (kernel, mut ctx) = unsafe { (&**state.cast::<Box<dyn Kernel>>(), KernelContext::from_raw(api, ctx)) };
+        let (kernel, mut ctx) = unsafe {
+            (
+                &**state.cast::<Box<dyn Kernel>>(),
+                KernelContext::from_raw(api, ctx),
+            )
+        };
         kernel.execute(&mut ctx)
     })
 }
@@ -431,13 +501,20 @@ unsafe extern "C" fn provider_free(state: *mut c_void, ptr: *mut c_void) {
 
 macro_rules! copy_fn {
     ($name:ident, $method:ident) => {
-        unsafe extern "C" fn $name(state: *mut c_void, src: *const DLTensor, dst: *mut DLTensor) -> *mut EpxStatus {
+        unsafe extern "C" fn $name(
+            state: *mut c_void,
+            src: *const DLTensor,
+            dst: *mut DLTensor,
+        ) -> *mut EpxStatus {
             guard(stringify!($method), || {
                 // SAFETY: host contract: both tensors are valid for the call.
                 let (src, dst) = unsafe { (src.as_ref(), dst.as_mut()) };
                 match (src, dst) {
                     (Some(s), Some(d)) => transfer(state)?.$method(s, d),
-                    _ => Err(Error::invalid_argument(concat!(stringify!($method), ": NULL tensor"))),
+                    _ => Err(Error::invalid_argument(concat!(
+                        stringify!($method),
+                        ": NULL tensor"
+                    ))),
                 }
             })
         }
@@ -490,6 +567,7 @@ macro_rules! export_plugin {
             host: *const $crate::abi::EpxHostApi,
             out: *mut *mut $crate::abi::EpxPluginDescriptor,
         ) -> *mut $crate::abi::EpxStatus {
+            $crate::sdk::guard_value((), $crate::sdk::route_panics_to_host_log);
             // SAFETY: forwarded unchanged from the host.
             unsafe { __epx_plugin_entry_impl(host, out) }
         }

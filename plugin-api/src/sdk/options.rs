@@ -13,7 +13,11 @@ pub struct ProviderOptions {
 
 impl ProviderOptions {
     pub fn new(provider: &str, entries: Vec<(String, String)>) -> Self {
-        ProviderOptions { provider: provider.to_string(), entries, known: Vec::new() }
+        ProviderOptions {
+            provider: provider.to_string(),
+            entries,
+            known: Vec::new(),
+        }
     }
 
     /// Takes a string option (the last one given wins).
@@ -32,7 +36,11 @@ impl ProviderOptions {
     }
 
     /// Takes an option and parses it, naming the key and the expected form on failure.
-    pub fn take_parsed<T: std::str::FromStr>(&mut self, key: &'static str, expected: &str) -> Result<Option<T>> {
+    pub fn take_parsed<T: std::str::FromStr>(
+        &mut self,
+        key: &'static str,
+        expected: &str,
+    ) -> Result<Option<T>> {
         match self.take(key) {
             None => Ok(None),
             Some(v) => v.trim().parse().map(Some).map_err(|_| {
@@ -59,7 +67,11 @@ impl ProviderOptions {
             "unknown {} option{} {}; {valid}",
             self.provider,
             if unknown.len() == 1 { "" } else { "s" },
-            unknown.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            unknown
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )))
     }
 }
@@ -72,17 +84,31 @@ mod tests {
     fn unknown_keys_name_the_valid_ones() {
         let mut o = ProviderOptions::new(
             "cpu",
-            vec![("threads".into(), "4".into()), ("colour".into(), "red".into())],
+            vec![
+                ("threads".into(), "4".into()),
+                ("colour".into(), "red".into()),
+            ],
         );
-        assert_eq!(o.take_parsed::<usize>("threads", "a thread count").unwrap(), Some(4));
+        assert_eq!(
+            o.take_parsed::<usize>("threads", "a thread count").unwrap(),
+            Some(4)
+        );
         let err = o.finish().unwrap_err();
-        assert_eq!(err.message, "unknown cpu option `colour`; valid keys: threads");
+        assert_eq!(
+            err.message,
+            "unknown cpu option `colour`; valid keys: threads"
+        );
     }
 
     #[test]
     fn bad_values_are_errors() {
         let mut o = ProviderOptions::new("cpu", vec![("threads".into(), "many".into())]);
-        let err = o.take_parsed::<usize>("threads", "a thread count").unwrap_err();
-        assert_eq!(err.message, "cpu option `threads`: `many` is not a thread count");
+        let err = o
+            .take_parsed::<usize>("threads", "a thread count")
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            "cpu option `threads`: `many` is not a thread count"
+        );
     }
 }

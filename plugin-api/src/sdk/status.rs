@@ -19,7 +19,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(code: EpxStatusCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into() }
+        Error {
+            code,
+            message: message.into(),
+        }
     }
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         Self::new(EpxStatusCode::InvalidArgument, message)
@@ -94,7 +97,11 @@ pub unsafe fn take_status(status: *mut EpxStatus) -> Result<()> {
         let min = std::mem::offset_of!(EpxStatus, release) + std::mem::size_of::<usize>();
         if s.struct_size < min {
             // Too short to carry a release function: it cannot be freed; read what we can.
-            (EpxStatusCode::Fail, "malformed status (struct_size too small)".to_string(), None)
+            (
+                EpxStatusCode::Fail,
+                "malformed status (struct_size too small)".to_string(),
+                None,
+            )
         } else {
             let message = if s.message.is_null() {
                 String::from("(no message)")

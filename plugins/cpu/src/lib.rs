@@ -4,7 +4,7 @@
 
 pub mod kernel;
 pub mod ops;
-pub mod tensor;
 pub mod provider;
+pub mod tensor;
 
 pub use provider::{CPU_PROVIDER_NAME, CpuFactory, builtin_plugin_entry};

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use epx_plugin_api::ElementType;
 use epx_plugin_api::dlpack::DLDeviceType;
 use epx_plugin_api::sdk::{
-    self, Attribute, Error, GraphView, Kernel, KernelContext, Provider, ProviderFactory, ProviderInfo, ProviderOptions,
-    SubgraphView,
+    self, Attribute, Error, GraphView, Kernel, KernelContext, Provider, ProviderFactory,
+    ProviderInfo, ProviderOptions, SubgraphView,
 };
-use epx_plugin_api::ElementType;
 
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
 use crate::tensor::{Tensor, TensorRef};
@@ -58,7 +58,19 @@ fn runnable_type(t: ElementType) -> bool {
     use ElementType::*;
     matches!(
         t,
-        Float | Double | Float16 | Bfloat16 | Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16 | Uint32 | Uint64 | Bool
+        Float
+            | Double
+            | Float16
+            | Bfloat16
+            | Int8
+            | Int16
+            | Int32
+            | Int64
+            | Uint8
+            | Uint16
+            | Uint32
+            | Uint64
+            | Bool
     )
 }
 
@@ -68,7 +80,8 @@ impl Provider for CpuProvider {
         let mut groups = Vec::new();
         'nodes: for &id in unclaimed {
             let node = graph.node(id)?;
-            if !is_default_domain(node.domain) || reg.lookup("", node.op_type, node.opset).is_none() {
+            if !is_default_domain(node.domain) || reg.lookup("", node.op_type, node.opset).is_none()
+            {
                 continue;
             }
             // Values of a type the kernels cannot hold (strings, sequences) stay unclaimed.
@@ -85,7 +98,11 @@ impl Provider for CpuProvider {
         Ok(groups)
     }
 
-    fn compile(&self, graph: &GraphView<'_>, sub: &SubgraphView<'_>) -> sdk::Result<Box<dyn Kernel>> {
+    fn compile(
+        &self,
+        graph: &GraphView<'_>,
+        sub: &SubgraphView<'_>,
+    ) -> sdk::Result<Box<dyn Kernel>> {
         let reg = registry();
         let mut slot_of: HashMap<u32, Source> = HashMap::new();
         for (i, &v) in sub.inputs.iter().enumerate() {
@@ -96,10 +113,17 @@ impl Provider for CpuProvider {
         let mut num_slots = 0;
         for &id in sub.nodes {
             let node = graph.node(id)?;
-            let label = if node.name.is_empty() { format!("{}#{id}", node.op_type) } else { node.name.to_string() };
+            let label = if node.name.is_empty() {
+                format!("{}#{id}", node.op_type)
+            } else {
+                node.name.to_string()
+            };
             let mut attributes = HashMap::new();
             for (name, a) in graph.attributes(&node)? {
-                attributes.insert(name.to_string(), attr_value(a).map_err(|e| op_error(&label, e))?);
+                attributes.insert(
+                    name.to_string(),
+                    attr_value(a).map_err(|e| op_error(&label, e))?,
+                );
             }
             let mut input_types = Vec::with_capacity(node.inputs.len());
             let mut inputs = Vec::with_capacity(node.inputs.len());
@@ -116,7 +140,8 @@ impl Provider for CpuProvider {
                     None if info.is_initializer() => {
                         let t = graph.initializer(v)?;
                         let dims = t.dims();
-                        let owned = Tensor::from_bytes(t.elem_type, &dims, t.data).map_err(|e| op_error(&label, e))?;
+                        let owned = Tensor::from_bytes(t.elem_type, &dims, t.data)
+                            .map_err(|e| op_error(&label, e))?;
                         constants.push(owned);
                         let s = Source::Constant(constants.len() - 1);
                         slot_of.insert(v, s);
@@ -142,7 +167,10 @@ impl Provider for CpuProvider {
                 input_types,
             };
             let schema = reg.lookup("", node.op_type, node.opset).ok_or_else(|| {
-                Error::not_implemented(format!("node `{label}`: op {} (opset {}) is not supported", node.op_type, node.opset))
+                Error::not_implemented(format!(
+                    "node `{label}`: op {} (opset {}) is not supported",
+                    node.op_type, node.opset
+                ))
             })?;
             let kernel = (schema.build)(&def).map_err(|e| op_error(&label, e))?;
             let mut outputs = Vec::with_capacity(node.outputs.len());
@@ -154,15 +182,27 @@ impl Provider for CpuProvider {
                     s
                 }));
             }
-            steps.push(Step { label, kernel, inputs, outputs });
+            steps.push(Step {
+                label,
+                kernel,
+                inputs,
+                outputs,
+            });
         }
         let mut outputs = Vec::with_capacity(sub.outputs.len());
         for &v in sub.outputs {
             outputs.push(*slot_of.get(&v).ok_or_else(|| {
-                Error::invalid_graph(format!("subgraph output value {v} is not produced by the subgraph"))
+                Error::invalid_graph(format!(
+                    "subgraph output value {v} is not produced by the subgraph"
+                ))
             })?);
         }
-        Ok(Box::new(CpuKernel { steps, constants, num_slots, outputs }))
+        Ok(Box::new(CpuKernel {
+            steps,
+            constants,
+            num_slots,
+            outputs,
+        }))
     }
 }
 
@@ -174,7 +214,9 @@ fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
         Attribute::Floats(v) => AttrValue::Floats(v.to_vec()),
         Attribute::Ints(v) => AttrValue::Ints(v.to_vec()),
         Attribute::Strings(v) => AttrValue::Strings(v.into_iter().map(<[u8]>::to_vec).collect()),
-        Attribute::Tensor(t) => AttrValue::Tensor(Tensor::from_bytes(t.elem_type, &t.dims(), t.data)?),
+        Attribute::Tensor(t) => {
+            AttrValue::Tensor(Tensor::from_bytes(t.elem_type, &t.dims(), t.data)?)
+        }
         Attribute::Unsupported(5 | 10) => AttrValue::Unsupported("graph"),
         Attribute::Unsupported(_) => AttrValue::Unsupported("unsupported attribute kind"),
     })
@@ -238,7 +280,10 @@ impl CpuKernel {
                 .map(reborrow)
                 .ok_or_else(|| Error::invalid_argument(format!("kernel input {i} is missing"))),
             Source::Constant(i) => Ok(self.constants[i].view()),
-            Source::Slot(i) => slots[i].as_ref().map(Tensor::view).ok_or_else(|| Error::runtime("value used before it was computed")),
+            Source::Slot(i) => slots[i]
+                .as_ref()
+                .map(Tensor::view)
+                .ok_or_else(|| Error::runtime("value used before it was computed")),
         }
     }
 }
@@ -250,7 +295,10 @@ impl Kernel for CpuKernel {
             inputs.push(match ctx.input(i)? {
                 Some(t) => {
                     let dims = t.dims();
-                    Some(TensorRef::from_bytes(t.elem_type, &dims, t.data).map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?)
+                    Some(
+                        TensorRef::from_bytes(t.elem_type, &dims, t.data)
+                            .map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?,
+                    )
                 }
                 None => None,
             });
@@ -265,13 +313,17 @@ impl Kernel for CpuKernel {
                         None => None,
                     });
                 }
-                step.kernel.run(&args).map_err(|e| op_error(&step.label, e))?
+                step.kernel
+                    .run(&args)
+                    .map_err(|e| op_error(&step.label, e))?
             };
             let mut results = results.into_iter();
             for out in &step.outputs {
                 let t = results.next();
                 if let Some(slot) = out {
-                    let t = t.ok_or_else(|| Error::runtime(format!("node `{}` produced too few outputs", step.label)))?;
+                    let t = t.ok_or_else(|| {
+                        Error::runtime(format!("node `{}` produced too few outputs", step.label))
+                    })?;
                     slots[*slot] = Some(t);
                 }
             }
@@ -281,7 +333,9 @@ impl Kernel for CpuKernel {
             // through unchanged need an owned copy first.
             let copied;
             let t = match src {
-                Source::Slot(s) => slots[*s].as_ref().ok_or_else(|| Error::runtime("output was not computed"))?,
+                Source::Slot(s) => slots[*s]
+                    .as_ref()
+                    .ok_or_else(|| Error::runtime("output was not computed"))?,
                 _ => {
                     copied = self.fetch(*src, &inputs, &slots)?.to_owned();
                     &copied
@@ -289,7 +343,8 @@ impl Kernel for CpuKernel {
             };
             let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
             let out = ctx.output(i, t.elem_type(), &shape)?;
-            t.write_bytes(out).map_err(|e| Error::runtime(e.to_string()))?;
+            t.write_bytes(out)
+                .map_err(|e| Error::runtime(e.to_string()))?;
         }
         Ok(())
     }

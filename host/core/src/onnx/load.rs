@@ -18,14 +18,20 @@ pub const MAX_IR_VERSION: i64 = 13;
 
 /// Loads a model file; external data is read relative to its folder.
 pub fn load_model_file(path: &Path) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     load_model_bytes(&bytes, &path.display().to_string(), path.parent())
 }
 
 /// Loads a model from bytes. `source` names it in messages; external data, if any, is read
 /// from `base_dir` (and refused without one).
 pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> Result<Model> {
-    let model_err = |message: String| Error::Model { source_name: source.to_string(), message };
+    let model_err = |message: String| Error::Model {
+        source_name: source.to_string(),
+        message,
+    };
     if bytes.is_empty() {
         return Err(model_err("the file is empty, not an ONNX model".into()));
     }
@@ -53,8 +59,14 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
     if !opsets.contains_key("") {
         // IR ≥ 3 requires an import of the default domain when default ops are used; a model
         // without one cannot say which semantics its ops have.
-        if graph.node.iter().any(|n| normalize_domain(n.domain.as_deref().unwrap_or("")).is_empty()) {
-            return Err(model_err("the model uses ONNX operators but imports no default-domain opset".into()));
+        if graph
+            .node
+            .iter()
+            .any(|n| normalize_domain(n.domain.as_deref().unwrap_or("")).is_empty())
+        {
+            return Err(model_err(
+                "the model uses ONNX operators but imports no default-domain opset".into(),
+            ));
         }
     }
     let ctx = Ctx { source, base_dir };
@@ -75,7 +87,10 @@ pub fn load_tensor_bytes(bytes: &[u8], source: &str) -> Result<(String, Tensor)>
         source_name: source.to_string(),
         message: format!("not a TensorProto: {e}"),
     })?;
-    let ctx = Ctx { source, base_dir: None };
+    let ctx = Ctx {
+        source,
+        base_dir: None,
+    };
     let tensor = ctx.tensor(&t)?;
     Ok((t.name.clone().unwrap_or_default(), tensor))
 }
@@ -87,16 +102,25 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, message: impl Into<String>) -> Error {
-        Error::Model { source_name: self.source.to_string(), message: message.into() }
+        Error::Model {
+            source_name: self.source.to_string(),
+            message: message.into(),
+        }
     }
 
     fn invalid(&self, message: impl Into<String>) -> Error {
-        Error::InvalidGraph { source_name: self.source.to_string(), message: message.into() }
+        Error::InvalidGraph {
+            source_name: self.source.to_string(),
+            message: message.into(),
+        }
     }
 
     /// Builds a graph. `outer` holds names visible from enclosing graphs.
     fn graph(&self, g: &proto::GraphProto, outer: &HashSet<String>) -> Result<Graph> {
-        let mut graph = Graph { name: g.name.clone().unwrap_or_default(), ..Graph::default() };
+        let mut graph = Graph {
+            name: g.name.clone().unwrap_or_default(),
+            ..Graph::default()
+        };
         let add_value = |graph: &mut Graph, name: &str, ty: ValueType| -> ValueId {
             if let Some(&id) = graph.by_name.get(name) {
                 if graph.values[id].ty == ValueType::Unknown {
@@ -126,10 +150,18 @@ impl Ctx<'_> {
             if graph.by_name.contains_key(&name) {
                 return Err(self.invalid(format!("initializer `{name}` is defined twice")));
             }
-            let tensor = self.tensor(init).map_err(|e| self.invalid(format!("initializer `{name}`: {e}")))?;
+            let tensor = self
+                .tensor(init)
+                .map_err(|e| self.invalid(format!("initializer `{name}`: {e}")))?;
             let ty = ValueType::Tensor {
                 elem_type: Some(tensor.elem_type()),
-                shape: Some(tensor.shape().iter().map(|&d| Dim::Known(d as u64)).collect()),
+                shape: Some(
+                    tensor
+                        .shape()
+                        .iter()
+                        .map(|&d| Dim::Known(d as u64))
+                        .collect(),
+                ),
             };
             let id = add_value(&mut graph, &name, ty);
             graph.values[id].initializer = Some(tensor);
@@ -187,7 +219,8 @@ impl Ctx<'_> {
                     inputs.push(None);
                     continue;
                 }
-                let known = graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
+                let known =
+                    graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
                 if !known {
                     // Read from an enclosing graph (nested graphs only).
                     if !graph.outer_refs.contains(name) {
@@ -198,13 +231,21 @@ impl Ctx<'_> {
             }
             let mut outputs = Vec::with_capacity(n.output.len());
             for name in &n.output {
-                outputs.push(if name.is_empty() { None } else { Some(add_value(&mut graph, name, ValueType::Unknown)) });
+                outputs.push(if name.is_empty() {
+                    None
+                } else {
+                    Some(add_value(&mut graph, name, ValueType::Unknown))
+                });
             }
             let mut attributes = Vec::with_capacity(n.attribute.len());
             for a in &n.attribute {
                 attributes.push(self.attribute(a, &visible).map_err(|e| match e {
                     Error::Model { message, .. } | Error::InvalidGraph { message, .. } => {
-                        self.invalid(format!("node {}: attribute `{}`: {message}", node_label(n, i), a.name()))
+                        self.invalid(format!(
+                            "node {}: attribute `{}`: {message}",
+                            node_label(n, i),
+                            a.name()
+                        ))
                     }
                     other => other,
                 })?);
@@ -230,7 +271,9 @@ impl Ctx<'_> {
         for vi in &g.output {
             let name = vi.name.clone().unwrap_or_default();
             let Some(&id) = graph.by_name.get(name.as_str()) else {
-                return Err(self.invalid(format!("graph output `{name}` is produced by no node and is no input")));
+                return Err(self.invalid(format!(
+                    "graph output `{name}` is produced by no node and is no input"
+                )));
             };
             let declared = self.value_type(vi.r#type.as_ref());
             if declared != ValueType::Unknown && graph.values[id].initializer.is_none() {
@@ -270,8 +313,10 @@ impl Ctx<'_> {
                 }
             }
         }
-        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> =
-            (0..n).filter(|&i| indegree[i] == 0).map(std::cmp::Reverse).collect();
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..n)
+            .filter(|&i| indegree[i] == 0)
+            .map(std::cmp::Reverse)
+            .collect();
         let mut order = Vec::with_capacity(n);
         while let Some(std::cmp::Reverse(i)) = ready.pop() {
             order.push(i);
@@ -283,9 +328,15 @@ impl Ctx<'_> {
             }
         }
         if order.len() != n {
-            let stuck: Vec<String> =
-                (0..n).filter(|&i| indegree[i] > 0).take(8).map(|i| node_label(&g.node[i], i)).collect();
-            return Err(self.invalid(format!("the graph has a cycle through nodes {}", stuck.join(", "))));
+            let stuck: Vec<String> = (0..n)
+                .filter(|&i| indegree[i] > 0)
+                .take(8)
+                .map(|i| node_label(&g.node[i], i))
+                .collect();
+            return Err(self.invalid(format!(
+                "the graph has a cycle through nodes {}",
+                stuck.join(", ")
+            )));
         }
         Ok(order)
     }
@@ -294,15 +345,22 @@ impl Ctx<'_> {
         use proto::type_proto::Value as V;
         match t.and_then(|t| t.value.as_ref()) {
             Some(V::TensorType(tt)) => ValueType::Tensor {
-                elem_type: tt.elem_type.and_then(ElementType::from_onnx).filter(|e| *e != ElementType::Undefined),
+                elem_type: tt
+                    .elem_type
+                    .and_then(ElementType::from_onnx)
+                    .filter(|e| *e != ElementType::Undefined),
                 shape: tt.shape.as_ref().map(|s| {
                     s.dim
                         .iter()
                         .map(|d| match &d.value {
-                            Some(proto::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
+                            Some(proto::tensor_shape_proto::dimension::Value::DimValue(v))
+                                if *v >= 0 =>
+                            {
                                 Dim::Known(*v as u64)
                             }
-                            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p))
+                                if !p.is_empty() =>
+                            {
                                 Dim::Symbolic(p.clone())
                             }
                             _ => Dim::Unknown,
@@ -357,7 +415,9 @@ impl Ctx<'_> {
             T::Float => AttributeValue::Float(a.f.unwrap_or(0.0)),
             T::Int => AttributeValue::Int(a.i.unwrap_or(0)),
             T::String => AttributeValue::String(a.s.clone().unwrap_or_default()),
-            T::Tensor => AttributeValue::Tensor(self.tensor(a.t.as_ref().ok_or_else(|| self.err("tensor missing"))?)?),
+            T::Tensor => AttributeValue::Tensor(
+                self.tensor(a.t.as_ref().ok_or_else(|| self.err("tensor missing"))?)?,
+            ),
             T::Graph => {
                 let g = a.g.as_ref().ok_or_else(|| self.err("graph missing"))?;
                 AttributeValue::Graph(Box::new(self.graph(g, visible)?))
@@ -365,8 +425,18 @@ impl Ctx<'_> {
             T::Floats => AttributeValue::Floats(a.floats.clone()),
             T::Ints => AttributeValue::Ints(a.ints.clone()),
             T::Strings => AttributeValue::Strings(a.strings.clone()),
-            T::Tensors => AttributeValue::Tensors(a.tensors.iter().map(|t| self.tensor(t)).collect::<Result<_>>()?),
-            T::Graphs => AttributeValue::Graphs(a.graphs.iter().map(|g| self.graph(g, visible)).collect::<Result<_>>()?),
+            T::Tensors => AttributeValue::Tensors(
+                a.tensors
+                    .iter()
+                    .map(|t| self.tensor(t))
+                    .collect::<Result<_>>()?,
+            ),
+            T::Graphs => AttributeValue::Graphs(
+                a.graphs
+                    .iter()
+                    .map(|g| self.graph(g, visible))
+                    .collect::<Result<_>>()?,
+            ),
             T::SparseTensor | T::SparseTensors => AttributeValue::Other("sparse tensor"),
             T::TypeProto | T::TypeProtos => AttributeValue::Other("type proto"),
             T::Undefined => AttributeValue::Other("undefined"),
@@ -382,7 +452,10 @@ impl Ctx<'_> {
             .ok_or_else(|| self.err(format!("tensor has unknown data type {code}")))?;
         let mut shape = Vec::with_capacity(t.dims.len());
         for &d in &t.dims {
-            shape.push(usize::try_from(d).map_err(|_| self.err(format!("tensor has negative dimension {d}")))?);
+            shape.push(
+                usize::try_from(d)
+                    .map_err(|_| self.err(format!("tensor has negative dimension {d}")))?,
+            );
         }
         let count = shape
             .iter()
@@ -393,12 +466,19 @@ impl Ctx<'_> {
         }
         if ty == ElementType::String {
             if t.string_data.len() != count {
-                return Err(self.err(format!("string tensor of shape {shape:?} has {} strings", t.string_data.len())));
+                return Err(self.err(format!(
+                    "string tensor of shape {shape:?} has {} strings",
+                    t.string_data.len()
+                )));
             }
             return Tensor::from_strings(&shape, t.string_data.clone());
         }
-        let size = ty.byte_size().ok_or_else(|| self.err(format!("{ty} tensors are not supported")))?;
-        let nbytes = count.checked_mul(size).ok_or_else(|| self.err("tensor too large"))?;
+        let size = ty
+            .byte_size()
+            .ok_or_else(|| self.err(format!("{ty} tensors are not supported")))?;
+        let nbytes = count
+            .checked_mul(size)
+            .ok_or_else(|| self.err("tensor too large"))?;
         let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
         let bytes: Vec<u8> = if external {
             self.external_data(t, nbytes)?
@@ -424,23 +504,40 @@ impl Ctx<'_> {
             let value = kv.value.clone().unwrap_or_default();
             match kv.key.as_deref().unwrap_or("") {
                 "location" => location = Some(value),
-                "offset" => offset = value.parse().map_err(|_| self.err(format!("bad external data offset `{value}`")))?,
+                "offset" => {
+                    offset = value
+                        .parse()
+                        .map_err(|_| self.err(format!("bad external data offset `{value}`")))?
+                }
                 "length" => {
-                    length = Some(value.parse::<u64>().map_err(|_| self.err(format!("bad external data length `{value}`")))?)
+                    length = Some(
+                        value
+                            .parse::<u64>()
+                            .map_err(|_| self.err(format!("bad external data length `{value}`")))?,
+                    )
                 }
                 _ => {}
             }
         }
         let location = location.ok_or_else(|| self.err("external tensor has no location"))?;
         let rel = Path::new(&location);
-        if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir | Component::Prefix(_))) {
-            return Err(self.err(format!("external data location `{location}` must stay inside the model's folder")));
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)))
+        {
+            return Err(self.err(format!(
+                "external data location `{location}` must stay inside the model's folder"
+            )));
         }
         let base = self
             .base_dir
             .ok_or_else(|| self.err(format!("tensor data is in external file `{location}`, but the model was loaded from bytes without a folder")))?;
         let path = base.join(rel);
-        let io = |source| Error::Io { path: path.clone(), source };
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
         let mut f = std::fs::File::open(&path).map_err(io)?;
         let file_len = f.metadata().map_err(io)?.len();
         let want = length.unwrap_or(nbytes as u64);
@@ -450,7 +547,8 @@ impl Ctx<'_> {
             )));
         }
         f.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut buf = vec![0u8; usize::try_from(want).map_err(|_| self.err("external data too large"))?];
+        let mut buf =
+            vec![0u8; usize::try_from(want).map_err(|_| self.err("external data too large"))?];
         f.read_exact(&mut buf).map_err(io)?;
         Ok(buf)
     }
@@ -464,32 +562,53 @@ fn node_label(n: &proto::NodeProto, i: usize) -> String {
 }
 
 /// The little-endian bytes of a tensor stored in the typed repeated fields.
-fn typed_field_bytes(t: &proto::TensorProto, ty: ElementType, count: usize) -> std::result::Result<Vec<u8>, std::string::String> {
+fn typed_field_bytes(
+    t: &proto::TensorProto,
+    ty: ElementType,
+    count: usize,
+) -> std::result::Result<Vec<u8>, std::string::String> {
     fn check<T>(v: &[T], n: usize, field: &str) -> std::result::Result<(), std::string::String> {
-        if v.len() == n { Ok(()) } else { Err(format!("{field} holds {} values, the shape needs {n}", v.len())) }
+        if v.len() == n {
+            Ok(())
+        } else {
+            Err(format!(
+                "{field} holds {} values, the shape needs {n}",
+                v.len()
+            ))
+        }
     }
     use ElementType::*;
     let mut out = Vec::new();
     match ty {
         Float => {
             check(&t.float_data, count, "float_data")?;
-            t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.float_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Complex64 => {
             check(&t.float_data, count * 2, "float_data")?;
-            t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.float_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Double => {
             check(&t.double_data, count, "double_data")?;
-            t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.double_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Complex128 => {
             check(&t.double_data, count * 2, "double_data")?;
-            t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.double_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Int64 => {
             check(&t.int64_data, count, "int64_data")?;
-            t.int64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.int64_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Uint32 | Uint64 => {
             check(&t.uint64_data, count, "uint64_data")?;
@@ -503,11 +622,15 @@ fn typed_field_bytes(t: &proto::TensorProto, ty: ElementType, count: usize) -> s
         }
         Int32 => {
             check(&t.int32_data, count, "int32_data")?;
-            t.int32_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            t.int32_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         Int16 | Uint16 | Float16 | Bfloat16 => {
             check(&t.int32_data, count, "int32_data")?;
-            t.int32_data.iter().for_each(|v| out.extend_from_slice(&(*v as u16).to_le_bytes()));
+            t.int32_data
+                .iter()
+                .for_each(|v| out.extend_from_slice(&(*v as u16).to_le_bytes()));
         }
         Int8 | Uint8 | Bool | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ => {
             check(&t.int32_data, count, "int32_data")?;

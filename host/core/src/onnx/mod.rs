@@ -1,6 +1,8 @@
 //! ONNX protobuf messages and model loading.
-pub mod proto;
 mod load;
+pub mod proto;
 pub mod save;
 
-pub use load::{MAX_IR_VERSION, MIN_IR_VERSION, load_model_bytes, load_model_file, load_tensor_bytes};
+pub use load::{
+    MAX_IR_VERSION, MIN_IR_VERSION, load_model_bytes, load_model_file, load_tensor_bytes,
+};

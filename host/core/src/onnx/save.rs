@@ -9,14 +9,29 @@ use crate::tensor::Tensor;
 
 /// Serializes the nodes `nodes` of `model` as a standalone model whose inputs are `inputs` and
 /// outputs are `outputs` (value ids), with the initializers those nodes read.
-pub fn subgraph_model_bytes(model: &Model, nodes: &[u32], inputs: &[u32], outputs: &[u32]) -> Result<Vec<u8>> {
+pub fn subgraph_model_bytes(
+    model: &Model,
+    nodes: &[u32],
+    inputs: &[u32],
+    outputs: &[u32],
+) -> Result<Vec<u8>> {
     let g = &model.graph;
     let bad = |m: String| Error::InvalidInput(format!("subgraph: {m}"));
-    let value = |id: u32| g.values.get(id as usize).ok_or_else(|| bad(format!("value id {id} out of range")));
-    let mut graph = proto::GraphProto { name: Some(format!("{}_subgraph", g.name)), ..Default::default() };
+    let value = |id: u32| {
+        g.values
+            .get(id as usize)
+            .ok_or_else(|| bad(format!("value id {id} out of range")))
+    };
+    let mut graph = proto::GraphProto {
+        name: Some(format!("{}_subgraph", g.name)),
+        ..Default::default()
+    };
     let mut seen_inits = std::collections::HashSet::new();
     for &n in nodes {
-        let node = g.nodes.get(n as usize).ok_or_else(|| bad(format!("node id {n} out of range")))?;
+        let node = g
+            .nodes
+            .get(n as usize)
+            .ok_or_else(|| bad(format!("node id {n} out of range")))?;
         for v in node.inputs.iter().flatten() {
             let val = &g.values[*v];
             if let Some(t) = &val.initializer {
@@ -38,7 +53,10 @@ pub fn subgraph_model_bytes(model: &Model, nodes: &[u32], inputs: &[u32], output
         opset_import: model
             .opsets
             .iter()
-            .map(|(d, v)| proto::OperatorSetIdProto { domain: Some(d.clone()), version: Some(*v) })
+            .map(|(d, v)| proto::OperatorSetIdProto {
+                domain: Some(d.clone()),
+                version: Some(*v),
+            })
             .collect(),
         producer_name: Some("epx".into()),
         graph: Some(graph),
@@ -65,7 +83,10 @@ fn node_proto(g: &Graph, n: &Node) -> proto::NodeProto {
 
 fn attribute_proto(a: &Attribute) -> proto::AttributeProto {
     use proto::attribute_proto::AttributeType as T;
-    let mut p = proto::AttributeProto { name: Some(a.name.clone()), ..Default::default() };
+    let mut p = proto::AttributeProto {
+        name: Some(a.name.clone()),
+        ..Default::default()
+    };
     let kind = match &a.value {
         AttributeValue::Float(f) => {
             p.f = Some(*f);
@@ -118,9 +139,16 @@ fn graph_proto(g: &Graph) -> proto::GraphProto {
     proto::GraphProto {
         name: Some(g.name.clone()),
         node: g.nodes.iter().map(|n| node_proto(g, n)).collect(),
-        initializer: g.initializers().map(|(id, t)| tensor_proto(&g.values[id].name, t)).collect(),
+        initializer: g
+            .initializers()
+            .map(|(id, t)| tensor_proto(&g.values[id].name, t))
+            .collect(),
         input: g.inputs.iter().map(|&i| value_info(&g.values[i])).collect(),
-        output: g.outputs.iter().map(|&o| value_info(&g.values[o])).collect(),
+        output: g
+            .outputs
+            .iter()
+            .map(|&o| value_info(&g.values[o]))
+            .collect(),
         ..Default::default()
     }
 }
@@ -129,26 +157,40 @@ fn value_info(v: &Value) -> proto::ValueInfoProto {
     let r#type = match &v.ty {
         ValueType::Tensor { elem_type, shape } => Some(proto::TypeProto {
             denotation: None,
-            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
-                elem_type: elem_type.map(|e| e.onnx_code()),
-                shape: shape.as_ref().map(|s| proto::TensorShapeProto {
-                    dim: s
-                        .iter()
-                        .map(|d| proto::tensor_shape_proto::Dimension {
-                            denotation: None,
-                            value: match d {
-                                Dim::Known(k) => Some(proto::tensor_shape_proto::dimension::Value::DimValue(*k as i64)),
-                                Dim::Symbolic(s) => Some(proto::tensor_shape_proto::dimension::Value::DimParam(s.clone())),
-                                Dim::Unknown => None,
-                            },
-                        })
-                        .collect(),
-                }),
-            })),
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: elem_type.map(|e| e.onnx_code()),
+                    shape: shape.as_ref().map(|s| proto::TensorShapeProto {
+                        dim: s
+                            .iter()
+                            .map(|d| proto::tensor_shape_proto::Dimension {
+                                denotation: None,
+                                value: match d {
+                                    Dim::Known(k) => {
+                                        Some(proto::tensor_shape_proto::dimension::Value::DimValue(
+                                            *k as i64,
+                                        ))
+                                    }
+                                    Dim::Symbolic(s) => {
+                                        Some(proto::tensor_shape_proto::dimension::Value::DimParam(
+                                            s.clone(),
+                                        ))
+                                    }
+                                    Dim::Unknown => None,
+                                },
+                            })
+                            .collect(),
+                    }),
+                },
+            )),
         }),
         _ => None,
     };
-    proto::ValueInfoProto { name: Some(v.name.clone()), r#type, ..Default::default() }
+    proto::ValueInfoProto {
+        name: Some(v.name.clone()),
+        r#type,
+        ..Default::default()
+    }
 }
 
 /// A tensor as a `TensorProto` with raw data.
@@ -189,7 +231,10 @@ mod tests {
         assert_eq!(sub.graph.inputs.len(), 1);
         assert_eq!(sub.graph.outputs.len(), 1);
         // Conv weights, bias and the four BatchNormalization tensors travel along.
-        assert_eq!(sub.graph.initializers().count(), first.inputs.len() - 1 + second.inputs.len() - 1);
+        assert_eq!(
+            sub.graph.initializers().count(),
+            first.inputs.len() - 1 + second.inputs.len() - 1
+        );
         assert_eq!(sub.opsets, model.opsets);
     }
 }

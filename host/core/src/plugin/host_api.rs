@@ -51,7 +51,14 @@ unsafe extern "C" fn host_log(level: u32, target: *const c_char, message: EpxStr
         // SAFETY: plugin contract: `target` is NULL or a C string, `message` valid for the call.
         let (target, message) = unsafe {
             let t = epx_plugin_api::sdk::cstr_or_empty(target).into_owned();
-            (if t.is_empty() { "plugin".to_string() } else { t }, String::from_utf8_lossy(message.as_bytes()).into_owned())
+            (
+                if t.is_empty() {
+                    "plugin".to_string()
+                } else {
+                    t
+                },
+                String::from_utf8_lossy(message.as_bytes()).into_owned(),
+            )
         };
         match level {
             1 => tracing::error!(target: "epx::plugin", plugin = %target, "{message}"),
@@ -142,7 +149,11 @@ impl<'m> AbiGraph<'m> {
                 inputs: n.inputs.iter().map(|v| id32(*v)).collect(),
                 outputs: n.outputs.iter().map(|v| id32(*v)).collect(),
                 opset: model.opset(&n.domain).unwrap_or(0),
-                attributes: n.attributes.iter().map(|a| abi_attribute(&a.name, &a.value)).collect(),
+                attributes: n
+                    .attributes
+                    .iter()
+                    .map(|a| abi_attribute(&a.name, &a.value))
+                    .collect(),
             })
             .collect();
         let values = g
@@ -151,7 +162,11 @@ impl<'m> AbiGraph<'m> {
             .map(|v| {
                 let dims: Vec<i64> = v
                     .shape()
-                    .map(|s| s.iter().map(|d| if let Dim::Known(k) = d { *k as i64 } else { -1 }).collect())
+                    .map(|s| {
+                        s.iter()
+                            .map(|d| if let Dim::Known(k) = d { *k as i64 } else { -1 })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let mut flags = 0;
                 if v.is_graph_input {
@@ -164,7 +179,11 @@ impl<'m> AbiGraph<'m> {
                     flags |= EPX_VALUE_INITIALIZER;
                 }
                 AbiValue {
-                    rank: if v.shape().is_some() { dims.len() as i64 } else { -1 },
+                    rank: if v.shape().is_some() {
+                        dims.len() as i64
+                    } else {
+                        -1
+                    },
                     dims,
                     elem_type: v.elem_type().map_or(0, ElementType::onnx_code),
                     flags,
@@ -173,7 +192,11 @@ impl<'m> AbiGraph<'m> {
                 }
             })
             .collect();
-        AbiGraph { model, nodes, values }
+        AbiGraph {
+            model,
+            nodes,
+            values,
+        }
     }
 
     pub(crate) fn as_raw(&self) -> *const EpxGraph {
@@ -219,7 +242,9 @@ fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
         }
         AttributeValue::Tensor(t) => {
             tensor = DlView::of(t);
-            raw.tensor = tensor.as_ref().map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
+            raw.tensor = tensor
+                .as_ref()
+                .map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
             EpxAttributeKind::Tensor
         }
         AttributeValue::Graph(_) => EpxAttributeKind::Graph,
@@ -228,21 +253,29 @@ fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
         AttributeValue::Other("sparse tensor") => EpxAttributeKind::SparseTensor,
         AttributeValue::Other(_) => EpxAttributeKind::TypeProto,
     } as u32;
-    AbiAttribute { raw, _strings: strings, _tensor: tensor }
+    AbiAttribute {
+        raw,
+        _strings: strings,
+        _tensor: tensor,
+    }
 }
 
 /// # Safety
 /// `graph` is a handle made by [`AbiGraph::as_raw`] that is still alive.
 unsafe fn abi_graph<'a>(graph: *const EpxGraph) -> Result<&'a AbiGraph<'a>, SdkError> {
     // SAFETY: the caller's contract.
-    unsafe { graph.cast::<AbiGraph<'a>>().as_ref() }.ok_or_else(|| SdkError::invalid_argument("NULL graph handle"))
+    unsafe { graph.cast::<AbiGraph<'a>>().as_ref() }
+        .ok_or_else(|| SdkError::invalid_argument("NULL graph handle"))
 }
 
 fn index<T>(items: &[T], i: usize, what: &str) -> Result<usize, SdkError> {
     if i < items.len() {
         Ok(i)
     } else {
-        Err(SdkError::invalid_argument(format!("{what} {i} out of range (the graph has {})", items.len())))
+        Err(SdkError::invalid_argument(format!(
+            "{what} {i} out of range (the graph has {})",
+            items.len()
+        )))
     }
 }
 
@@ -264,26 +297,40 @@ unsafe fn write_sized<T>(out: *mut T, value: T) -> Result<(), SdkError> {
         // An older plugin with a shorter struct: copy the prefix it knows, keeping its size.
         // SAFETY: both regions are valid for `declared` bytes and do not overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), out.cast::<u8>(), declared);
+            std::ptr::copy_nonoverlapping(
+                (&value as *const T).cast::<u8>(),
+                out.cast::<u8>(),
+                declared,
+            );
             *out.cast::<usize>() = declared;
         }
     } else {
-        return Err(SdkError::invalid_argument("out-struct has no valid struct_size"));
+        return Err(SdkError::invalid_argument(
+            "out-struct has no valid struct_size",
+        ));
     }
     Ok(())
 }
 
 unsafe extern "C" fn graph_node_count(graph: *const EpxGraph) -> usize {
-    // SAFETY: host API contract.
-    guard_value(0, || unsafe { abi_graph(graph) }.map_or(0, |g| g.nodes.len()))
+    guard_value(0, || {
+        // SAFETY: host API contract: the handle is one we made and is still alive.
+        unsafe { abi_graph(graph) }.map_or(0, |g| g.nodes.len())
+    })
 }
 
 unsafe extern "C" fn graph_value_count(graph: *const EpxGraph) -> usize {
-    // SAFETY: host API contract.
-    guard_value(0, || unsafe { abi_graph(graph) }.map_or(0, |g| g.values.len()))
+    guard_value(0, || {
+        // SAFETY: host API contract: the handle is one we made and is still alive.
+        unsafe { abi_graph(graph) }.map_or(0, |g| g.values.len())
+    })
 }
 
-unsafe extern "C" fn graph_node(graph: *const EpxGraph, node: u32, out: *mut EpxNodeInfo) -> *mut EpxStatus {
+unsafe extern "C" fn graph_node(
+    graph: *const EpxGraph,
+    node: u32,
+    out: *mut EpxNodeInfo,
+) -> *mut EpxStatus {
     guard("graph_node", || {
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
@@ -324,7 +371,11 @@ unsafe extern "C" fn graph_node_attribute(
     })
 }
 
-unsafe extern "C" fn graph_value(graph: *const EpxGraph, value: u32, out: *mut EpxValueInfo) -> *mut EpxStatus {
+unsafe extern "C" fn graph_value(
+    graph: *const EpxGraph,
+    value: u32,
+    out: *mut EpxValueInfo,
+) -> *mut EpxStatus {
     guard("graph_value", || {
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
@@ -344,7 +395,11 @@ unsafe extern "C" fn graph_value(graph: *const EpxGraph, value: u32, out: *mut E
     })
 }
 
-unsafe extern "C" fn graph_initializer(graph: *const EpxGraph, value: u32, out: *mut DLTensor) -> *mut EpxStatus {
+unsafe extern "C" fn graph_initializer(
+    graph: *const EpxGraph,
+    value: u32,
+    out: *mut DLTensor,
+) -> *mut EpxStatus {
     guard("graph_initializer", || {
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
@@ -373,11 +428,13 @@ unsafe extern "C" fn graph_serialize_subgraph(
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         // SAFETY: plugin contract: the subgraph is valid for the call.
-        let sub = unsafe { subgraph.as_ref() }.ok_or_else(|| SdkError::invalid_argument("NULL subgraph"))?;
+        let sub = unsafe { subgraph.as_ref() }
+            .ok_or_else(|| SdkError::invalid_argument("NULL subgraph"))?;
         // SAFETY: as above.
         let view = unsafe { epx_plugin_api::sdk::SubgraphView::from_raw(sub) };
-        let bytes = crate::onnx::save::subgraph_model_bytes(g.model, view.nodes, view.inputs, view.outputs)
-            .map_err(|e| SdkError::invalid_argument(e.to_string()))?;
+        let bytes =
+            crate::onnx::save::subgraph_model_bytes(g.model, view.nodes, view.inputs, view.outputs)
+                .map_err(|e| SdkError::invalid_argument(e.to_string()))?;
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }
@@ -401,7 +458,9 @@ unsafe extern "C" fn release_buffer(buffer: *mut EpxBuffer) {
         unsafe {
             if let Some(b) = buffer.as_mut() {
                 if !b.data.is_null() {
-                    drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(b.data, b.len)));
+                    drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                        b.data, b.len,
+                    )));
                     b.data = std::ptr::null_mut();
                     b.len = 0;
                 }
@@ -424,7 +483,9 @@ impl<'t> KernelCall<'t> {
         for t in inputs {
             views.push(match t {
                 None => None,
-                Some(t) => Some(DlView::of(t).ok_or_else(|| format!("{} tensors cannot cross the plugin ABI", t.elem_type()))?),
+                Some(t) => Some(DlView::of(t).ok_or_else(|| {
+                    format!("{} tensors cannot cross the plugin ABI", t.elem_type())
+                })?),
             });
         }
         Ok(KernelCall {
@@ -443,7 +504,8 @@ impl<'t> KernelCall<'t> {
 /// `ctx` was made by [`KernelCall::as_raw`] for the call in progress.
 unsafe fn call<'a>(ctx: *const EpxKernelContext) -> Result<&'a mut KernelCall<'a>, SdkError> {
     // SAFETY: the caller's contract; the host does not touch the call while the kernel runs.
-    unsafe { ctx.cast_mut().cast::<KernelCall<'a>>().as_mut() }.ok_or_else(|| SdkError::invalid_argument("NULL kernel context"))
+    unsafe { ctx.cast_mut().cast::<KernelCall<'a>>().as_mut() }
+        .ok_or_else(|| SdkError::invalid_argument("NULL kernel context"))
 }
 
 unsafe extern "C" fn kernel_input_count(ctx: *const EpxKernelContext) -> usize {
@@ -456,7 +518,11 @@ unsafe extern "C" fn kernel_output_count(ctx: *const EpxKernelContext) -> usize 
     guard_value(0, || unsafe { call(ctx) }.map_or(0, |c| c.outputs.len()))
 }
 
-unsafe extern "C" fn kernel_input(ctx: *const EpxKernelContext, index_: usize, out: *mut *const DLTensor) -> *mut EpxStatus {
+unsafe extern "C" fn kernel_input(
+    ctx: *const EpxKernelContext,
+    index_: usize,
+    out: *mut *const DLTensor,
+) -> *mut EpxStatus {
     guard("kernel_input", || {
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
@@ -464,7 +530,9 @@ unsafe extern "C" fn kernel_input(ctx: *const EpxKernelContext, index_: usize, o
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }
-        let p = c.inputs[i].as_ref().map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
+        let p = c.inputs[i]
+            .as_ref()
+            .map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
         // SAFETY: `out` checked non-null.
         unsafe { *out = p };
         Ok(())
@@ -484,12 +552,18 @@ unsafe extern "C" fn kernel_output(
         let c = unsafe { call(ctx) }?;
         let i = index(&c.outputs, index_, "output")?;
         if c.outputs[i].is_some() {
-            return Err(SdkError::invalid_argument(format!("output {i} was already allocated in this call")));
+            return Err(SdkError::invalid_argument(format!(
+                "output {i} was already allocated in this call"
+            )));
         }
         let elem = ElementType::from_dlpack(dtype).ok_or_else(|| {
-            SdkError::not_implemented(format!("output dtype (code {}, bits {}, lanes {})", dtype.code, dtype.bits, dtype.lanes))
+            SdkError::not_implemented(format!(
+                "output dtype (code {}, bits {}, lanes {})",
+                dtype.code, dtype.bits, dtype.lanes
+            ))
         })?;
-        let ndim = usize::try_from(ndim).map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
+        let ndim = usize::try_from(ndim)
+            .map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
         let dims: &[i64] = if ndim == 0 {
             &[]
         } else if shape.is_null() {
@@ -500,10 +574,14 @@ unsafe extern "C" fn kernel_output(
         };
         let mut ushape = Vec::with_capacity(ndim);
         for &d in dims {
-            ushape.push(usize::try_from(d).map_err(|_| SdkError::invalid_argument(format!("negative extent {d} in output shape {dims:?}")))?);
+            ushape.push(usize::try_from(d).map_err(|_| {
+                SdkError::invalid_argument(format!("negative extent {d} in output shape {dims:?}"))
+            })?);
         }
-        let tensor = Tensor::zeros(elem, &ushape).map_err(|e| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string()))?;
-        let mut view = DlView::of(&tensor).ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
+        let tensor = Tensor::zeros(elem, &ushape)
+            .map_err(|e| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string()))?;
+        let mut view = DlView::of(&tensor)
+            .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
         let p: *mut DLTensor = &mut view.dl;
         c.outputs[i] = Some((tensor, view));
         if out.is_null() {

@@ -81,7 +81,7 @@ unsafe fn release_descriptor(d: *mut EpxPluginDescriptor) {
     }
     // SAFETY: the caller's contract; `release` is read only if the struct is large enough.
     unsafe {
-        if (*d).struct_size >= std::mem::size_of::<EpxPluginDescriptor>() {
+        if (*d).struct_size >= EPX_PLUGIN_DESCRIPTOR_SIZE_1_0 {
             if let Some(release) = (*d).release {
                 release(d);
             }
@@ -90,19 +90,29 @@ unsafe fn release_descriptor(d: *mut EpxPluginDescriptor) {
 }
 
 fn load_error(path: &Path, kind: Kind, message: impl Into<String>) -> Error {
-    Error::PluginLoad { path: path.to_path_buf(), kind, message: message.into() }
+    Error::PluginLoad {
+        path: path.to_path_buf(),
+        kind,
+        message: message.into(),
+    }
 }
 
 /// Reads a C string from the plugin, refusing NULL and invalid UTF-8.
 ///
 /// # Safety
 /// `p` is NULL or a NUL-terminated string that lives as long as the descriptor.
-unsafe fn plugin_str(p: *const std::ffi::c_char, what: &str) -> std::result::Result<String, String> {
+unsafe fn plugin_str(
+    p: *const std::ffi::c_char,
+    what: &str,
+) -> std::result::Result<String, String> {
     if p.is_null() {
         return Err(format!("{what} is NULL"));
     }
     // SAFETY: the caller's contract.
-    unsafe { CStr::from_ptr(p) }.to_str().map(str::to_string).map_err(|_| format!("{what} is not UTF-8"))
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map(str::to_string)
+        .map_err(|_| format!("{what} is not UTF-8"))
 }
 
 impl PluginLibrary {
@@ -115,19 +125,29 @@ impl PluginLibrary {
         let report = resolve::resolve_dependencies(path, dir, deps)
             .map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
         if !report.is_complete() {
-            return Err(load_error(path, Kind::MissingDependency, report.to_string()));
+            return Err(load_error(
+                path,
+                Kind::MissingDependency,
+                report.to_string(),
+            ));
         }
         let mut preloaded = Vec::new();
         for dep in report.preload_order() {
             tracing::debug!(dependency = %dep.display(), "preloading");
             // SAFETY: loading a library runs its initializers; the operator configured this
             // plugin folder and the preflight found this file among the plugin's dependencies.
-            let lib = unsafe { libloading::Library::new(&dep) }
-                .map_err(|e| load_error(path, Kind::Open, format!("preloading dependency {}: {e}", dep.display())))?;
+            let lib = unsafe { libloading::Library::new(&dep) }.map_err(|e| {
+                load_error(
+                    path,
+                    Kind::Open,
+                    format!("preloading dependency {}: {e}", dep.display()),
+                )
+            })?;
             preloaded.push(lib);
         }
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
-        let library = unsafe { open_now(path) }.map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
+        let library =
+            unsafe { open_now(path) }.map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
         // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
         let entry: EpxPluginEntryFn = unsafe {
             *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
@@ -140,7 +160,8 @@ impl PluginLibrary {
         };
         // SAFETY: `entry` has the ABI's signature; the library stays loaded while we use it.
         let mut lib = unsafe { Self::from_entry(entry, Some(path)) }?;
-        let lib_mut = Arc::get_mut(&mut lib).ok_or_else(|| load_error(path, Kind::BadDescriptor, "internal: shared too early"))?;
+        let lib_mut = Arc::get_mut(&mut lib)
+            .ok_or_else(|| load_error(path, Kind::BadDescriptor, "internal: shared too early"))?;
         lib_mut.library = Some(library);
         lib_mut._preloaded = preloaded;
         Ok(lib)
@@ -151,7 +172,10 @@ impl PluginLibrary {
     ///
     /// # Safety
     /// `entry` is a plugin entry function whose code stays loaded while the result lives.
-    pub unsafe fn from_entry(entry: EpxPluginEntryFn, path: Option<&Path>) -> Result<Arc<PluginLibrary>> {
+    pub unsafe fn from_entry(
+        entry: EpxPluginEntryFn,
+        path: Option<&Path>,
+    ) -> Result<Arc<PluginLibrary>> {
         let shown = path.map_or_else(|| PathBuf::from("<built-in>"), Path::to_path_buf);
         let mut descriptor: *mut EpxPluginDescriptor = std::ptr::null_mut();
         // SAFETY: the ABI's entry contract: our table lives for the process; `descriptor` is a
@@ -166,10 +190,18 @@ impl PluginLibrary {
                 EpxStatusCode::AbiMismatch => Kind::AbiMismatch,
                 _ => Kind::EntryFailed,
             };
-            return Err(load_error(&shown, kind, format!("the plugin refused to load: {}", e.message)));
+            return Err(load_error(
+                &shown,
+                kind,
+                format!("the plugin refused to load: {}", e.message),
+            ));
         }
         if descriptor.is_null() {
-            return Err(load_error(&shown, Kind::BadDescriptor, "entry function returned success but no descriptor"));
+            return Err(load_error(
+                &shown,
+                Kind::BadDescriptor,
+                "entry function returned success but no descriptor",
+            ));
         }
         // SAFETY: non-null descriptor from the entry function; validated before use, released
         // on every failure path.
@@ -192,9 +224,14 @@ impl PluginLibrary {
         let bad = |m: String| load_error(path, Kind::BadDescriptor, m);
         // SAFETY: the caller's contract; `struct_size` is the first field of every version.
         let size = unsafe { (*d).struct_size };
-        let v1_size = std::mem::size_of::<EpxPluginDescriptor>();
-        if size < std::mem::offset_of!(EpxPluginDescriptor, abi_version) + std::mem::size_of::<EpxVersion>() {
-            return Err(bad(format!("descriptor struct_size {size} is too small to hold an ABI version")));
+        let v1_size = EPX_PLUGIN_DESCRIPTOR_SIZE_1_0;
+        if size
+            < std::mem::offset_of!(EpxPluginDescriptor, abi_version)
+                + std::mem::size_of::<EpxVersion>()
+        {
+            return Err(bad(format!(
+                "descriptor struct_size {size} is too small to hold an ABI version"
+            )));
         }
         // SAFETY: the size covers `abi_version`.
         let abi = unsafe { (*d).abi_version };
@@ -204,7 +241,11 @@ impl PluginLibrary {
                 Kind::AbiMismatch,
                 format!(
                     "built for epx plugin ABI {}.{}, but this host speaks ABI {}.{}; rebuild the plugin against ABI {}.x",
-                    abi.major, abi.minor, EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR, EPX_ABI_VERSION_MAJOR
+                    abi.major,
+                    abi.minor,
+                    EPX_ABI_VERSION_MAJOR,
+                    EPX_ABI_VERSION_MINOR,
+                    EPX_ABI_VERSION_MAJOR
                 ),
             ));
         }
@@ -219,7 +260,9 @@ impl PluginLibrary {
             ));
         }
         if size < v1_size {
-            return Err(bad(format!("descriptor struct_size {size} is smaller than ABI 1.0's {v1_size}")));
+            return Err(bad(format!(
+                "descriptor struct_size {size} is smaller than ABI 1.0's {v1_size}"
+            )));
         }
         // SAFETY: the size covers every field read below; strings live as long as the descriptor.
         let (name, version, n, list) = unsafe {
@@ -232,7 +275,9 @@ impl PluginLibrary {
             )
         };
         if n > 0 && list.is_null() {
-            return Err(bad(format!("descriptor lists {n} providers but the array is NULL")));
+            return Err(bad(format!(
+                "descriptor lists {n} providers but the array is NULL"
+            )));
         }
         if n > 4096 {
             return Err(bad(format!("descriptor claims {n} providers")));
@@ -248,15 +293,20 @@ impl PluginLibrary {
                     return Err(bad(format!("provider {i} is NULL")));
                 }
                 let r = &*f;
-                if r.struct_size < std::mem::size_of::<EpxProviderFactory>() {
-                    return Err(bad(format!("provider {i}: struct_size {} is too small", r.struct_size)));
+                if r.struct_size < EPX_PROVIDER_FACTORY_SIZE_1_0 {
+                    return Err(bad(format!(
+                        "provider {i}: struct_size {} is too small",
+                        r.struct_size
+                    )));
                 }
                 if r.create.is_none() {
                     return Err(bad(format!("provider {i}: `create` is NULL")));
                 }
                 let name = plugin_str(r.name, "provider name").map_err(&bad)?;
                 if name.is_empty() || name.contains(['/', ' ']) {
-                    return Err(bad(format!("provider name `{name}` must be non-empty, without spaces or '/'")));
+                    return Err(bad(format!(
+                        "provider name `{name}` must be non-empty, without spaces or '/'"
+                    )));
                 }
                 let availability = match r.is_available {
                     None => Ok(()),
@@ -293,7 +343,9 @@ impl PluginLibrary {
 
     /// Where the plugin came from, for messages.
     pub fn origin(&self) -> String {
-        self.path.as_ref().map_or_else(|| "built-in".to_string(), |p| p.display().to_string())
+        self.path
+            .as_ref()
+            .map_or_else(|| "built-in".to_string(), |p| p.display().to_string())
     }
 }
 

@@ -36,20 +36,39 @@ impl Drop for ProviderInstance {
 }
 
 fn provider_error(name: &str, call: &'static str, e: epx_plugin_api::sdk::Error) -> Error {
-    Error::Provider { provider: name.to_string(), call, code: e.code, message: e.message }
+    Error::Provider {
+        provider: name.to_string(),
+        call,
+        code: e.code,
+        message: e.message,
+    }
 }
 
 fn nonsense(name: &str, call: &'static str, message: String) -> Error {
-    Error::Provider { provider: name.to_string(), call, code: EpxStatusCode::InvalidGraph, message }
+    Error::Provider {
+        provider: name.to_string(),
+        call,
+        code: EpxStatusCode::InvalidGraph,
+        message,
+    }
 }
 
 impl ProviderInstance {
     /// Creates EP `index` of `library` with string options.
-    pub fn create(library: &Arc<PluginLibrary>, index: usize, options: &[(String, String)]) -> Result<Arc<Self>> {
-        let description = library.providers.get(index).cloned().ok_or_else(|| Error::ProviderSetup {
-            name: library.name.clone(),
-            message: format!("no provider #{index}"),
-        })?;
+    pub fn create(
+        library: &Arc<PluginLibrary>,
+        index: usize,
+        options: &[(String, String)],
+    ) -> Result<Arc<Self>> {
+        let description =
+            library
+                .providers
+                .get(index)
+                .cloned()
+                .ok_or_else(|| Error::ProviderSetup {
+                    name: library.name.clone(),
+                    message: format!("no provider #{index}"),
+                })?;
         let name = description.name.clone();
         let factory = library.factory(index).ok_or_else(|| Error::ProviderSetup {
             name: name.clone(),
@@ -62,23 +81,46 @@ impl ProviderInstance {
         // `options` for the call.
         let status = unsafe {
             let f = &*factory;
-            let create = f.create.ok_or_else(|| nonsense(&name, "create", "create is NULL".into()))?;
-            create(f.state, keys.len(), keys.as_ptr(), values.as_ptr(), &mut raw)
+            let create = f
+                .create
+                .ok_or_else(|| nonsense(&name, "create", "create is NULL".into()))?;
+            create(
+                f.state,
+                keys.len(),
+                keys.as_ptr(),
+                values.as_ptr(),
+                &mut raw,
+            )
         };
         // SAFETY: plugin status, released through its own function.
-        unsafe { take_status(status) }.map_err(|e| Error::ProviderSetup { name: name.clone(), message: e.message })?;
+        unsafe { take_status(status) }.map_err(|e| Error::ProviderSetup {
+            name: name.clone(),
+            message: e.message,
+        })?;
         if raw.is_null() {
-            return Err(nonsense(&name, "create", "returned success but no provider".into()));
+            return Err(nonsense(
+                &name,
+                "create",
+                "returned success but no provider".into(),
+            ));
         }
         // SAFETY: non-null provider from `create`; checked before use.
         let ok = unsafe {
-            (*raw).struct_size >= std::mem::size_of::<EpxProvider>()
+            (*raw).struct_size >= EPX_PROVIDER_SIZE_1_0
                 && (*raw).get_capability.is_some()
                 && (*raw).compile.is_some()
         };
-        let instance = Arc::new(ProviderInstance { library: library.clone(), description, raw });
+        let instance = Arc::new(ProviderInstance {
+            library: library.clone(),
+            description,
+            raw,
+        });
         if !ok {
-            return Err(nonsense(&name, "create", "provider struct is too small or lacks get_capability/compile".into()));
+            return Err(nonsense(
+                &name,
+                "create",
+                "provider struct is too small or lacks get_capability/compile".into(),
+            ));
         }
         if !instance.description.uses_host_memory() {
             return Err(Error::ProviderSetup {
@@ -98,16 +140,29 @@ impl ProviderInstance {
     }
 
     /// Asks which of the `unclaimed` nodes this EP runs; validates the answer.
-    pub(crate) fn capability(&self, graph: &AbiGraph<'_>, unclaimed: &[u32]) -> Result<Vec<Vec<usize>>> {
+    pub(crate) fn capability(
+        &self,
+        graph: &AbiGraph<'_>,
+        unclaimed: &[u32],
+    ) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
         let mut cap = EpxCapability::empty();
         // SAFETY: validated provider; graph and list are borrowed for the call.
         let status = unsafe {
-            let get = (*self.raw).get_capability.ok_or_else(|| nonsense(name, "get_capability", "NULL".into()))?;
-            get((*self.raw).state, graph.as_raw(), unclaimed.as_ptr(), unclaimed.len(), &mut cap)
+            let get = (*self.raw)
+                .get_capability
+                .ok_or_else(|| nonsense(name, "get_capability", "NULL".into()))?;
+            get(
+                (*self.raw).state,
+                graph.as_raw(),
+                unclaimed.as_ptr(),
+                unclaimed.len(),
+                &mut cap,
+            )
         };
         // SAFETY: plugin status.
-        let result = unsafe { take_status(status) }.map_err(|e| provider_error(name, "get_capability", e));
+        let result =
+            unsafe { take_status(status) }.map_err(|e| provider_error(name, "get_capability", e));
         // Read the groups (if any), then release them whatever happened.
         let groups = result.and_then(|()| read_groups(name, &cap, graph.model.graph.nodes.len()));
         if let Some(release) = cap.release {
@@ -123,11 +178,18 @@ impl ProviderInstance {
                     return Err(nonsense(
                         name,
                         "get_capability",
-                        format!("claimed node {n} ({}), which is not among the unclaimed nodes it was offered", graph.model.graph.nodes[n].op_type),
+                        format!(
+                            "claimed node {n} ({}), which is not among the unclaimed nodes it was offered",
+                            graph.model.graph.nodes[n].op_type
+                        ),
                     ));
                 }
                 if !seen.insert(n) {
-                    return Err(nonsense(name, "get_capability", format!("claimed node {n} twice")));
+                    return Err(nonsense(
+                        name,
+                        "get_capability",
+                        format!("claimed node {n} twice"),
+                    ));
                 }
             }
         }
@@ -135,7 +197,13 @@ impl ProviderInstance {
     }
 
     /// Compiles one group.
-    pub(crate) fn compile(self: &Arc<Self>, graph: &AbiGraph<'_>, nodes: &[u32], inputs: &[u32], outputs: &[u32]) -> Result<CompiledKernel> {
+    pub(crate) fn compile(
+        self: &Arc<Self>,
+        graph: &AbiGraph<'_>,
+        nodes: &[u32],
+        inputs: &[u32],
+        outputs: &[u32],
+    ) -> Result<CompiledKernel> {
         let name = self.name();
         let _span = tracing::debug_span!("compile", provider = name, nodes = nodes.len()).entered();
         let sub = EpxSubgraph {
@@ -150,16 +218,23 @@ impl ProviderInstance {
         let mut raw: *mut EpxKernel = std::ptr::null_mut();
         // SAFETY: validated provider; everything passed is borrowed for the call.
         let status = unsafe {
-            let compile = (*self.raw).compile.ok_or_else(|| nonsense(name, "compile", "NULL".into()))?;
+            let compile = (*self.raw)
+                .compile
+                .ok_or_else(|| nonsense(name, "compile", "NULL".into()))?;
             compile((*self.raw).state, graph.as_raw(), &sub, &mut raw)
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "compile", e))?;
         if raw.is_null() {
-            return Err(nonsense(name, "compile", "returned success but no kernel".into()));
+            return Err(nonsense(
+                name,
+                "compile",
+                "returned success but no kernel".into(),
+            ));
         }
         // SAFETY: non-null kernel from `compile`.
-        let valid = unsafe { (*raw).struct_size >= std::mem::size_of::<EpxKernel>() && (*raw).execute.is_some() };
+        let valid =
+            unsafe { (*raw).struct_size >= EPX_KERNEL_SIZE_1_0 && (*raw).execute.is_some() };
         let kernel = CompiledKernel {
             provider: self.clone(),
             raw,
@@ -167,7 +242,11 @@ impl ProviderInstance {
             num_outputs: outputs.len(),
         };
         if !valid {
-            return Err(nonsense(name, "compile", "kernel struct is too small or has no execute".into()));
+            return Err(nonsense(
+                name,
+                "compile",
+                "kernel struct is too small or has no execute".into(),
+            ));
         }
         Ok(kernel)
     }
@@ -178,28 +257,52 @@ fn read_groups(name: &str, cap: &EpxCapability, num_nodes: usize) -> Result<Vec<
         return Ok(Vec::new());
     }
     if cap.group_sizes.is_null() || cap.nodes.is_null() {
-        return Err(nonsense(name, "get_capability", "returned groups with NULL arrays".into()));
+        return Err(nonsense(
+            name,
+            "get_capability",
+            "returned groups with NULL arrays".into(),
+        ));
     }
     if cap.num_groups > num_nodes {
-        return Err(nonsense(name, "get_capability", format!("returned {} groups for {num_nodes} nodes", cap.num_groups)));
+        return Err(nonsense(
+            name,
+            "get_capability",
+            format!("returned {} groups for {num_nodes} nodes", cap.num_groups),
+        ));
     }
     // SAFETY: the plugin filled `num_groups` sizes (bounded above).
     let sizes = unsafe { std::slice::from_raw_parts(cap.group_sizes, cap.num_groups) };
-    let total = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)).filter(|&t| t <= num_nodes).ok_or_else(|| {
-        nonsense(name, "get_capability", format!("group sizes {sizes:?} add up to more than the graph's {num_nodes} nodes"))
-    })?;
+    let total = sizes
+        .iter()
+        .try_fold(0usize, |a, &s| a.checked_add(s))
+        .filter(|&t| t <= num_nodes)
+        .ok_or_else(|| {
+            nonsense(
+                name,
+                "get_capability",
+                format!("group sizes {sizes:?} add up to more than the graph's {num_nodes} nodes"),
+            )
+        })?;
     // SAFETY: `nodes` holds the sum of the sizes (bounded above).
     let ids = unsafe { std::slice::from_raw_parts(cap.nodes, total) };
     let mut groups = Vec::with_capacity(sizes.len());
     let mut at = 0;
     for &s in sizes {
         if s == 0 {
-            return Err(nonsense(name, "get_capability", "returned an empty group".into()));
+            return Err(nonsense(
+                name,
+                "get_capability",
+                "returned an empty group".into(),
+            ));
         }
         let mut g = Vec::with_capacity(s);
         for &id in &ids[at..at + s] {
             if id as usize >= num_nodes {
-                return Err(nonsense(name, "get_capability", format!("returned node id {id}, but the graph has {num_nodes} nodes")));
+                return Err(nonsense(
+                    name,
+                    "get_capability",
+                    format!("returned node id {id}, but the graph has {num_nodes} nodes"),
+                ));
             }
             g.push(id as usize);
         }
@@ -243,12 +346,18 @@ impl CompiledKernel {
     /// Runs the kernel on `inputs`; returns one tensor per subgraph output.
     pub(crate) fn execute(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let name = self.provider.name();
-        let mut call = KernelCall::new(inputs, self.num_outputs).map_err(|m| nonsense(name, "execute", m))?;
-        let _guard = self.serialize.as_ref().map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut call =
+            KernelCall::new(inputs, self.num_outputs).map_err(|m| nonsense(name, "execute", m))?;
+        let _guard = self
+            .serialize
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: validated kernel; `call` lives across the call and is only touched by the
         // plugin through the host API meanwhile.
         let status = unsafe {
-            let exec = (*self.raw).execute.ok_or_else(|| nonsense(name, "execute", "NULL".into()))?;
+            let exec = (*self.raw)
+                .execute
+                .ok_or_else(|| nonsense(name, "execute", "NULL".into()))?;
             exec((*self.raw).state, call.as_raw())
         };
         // SAFETY: plugin status.
@@ -258,7 +367,11 @@ impl CompiledKernel {
             match o {
                 Some((t, _)) => out.push(t),
                 None => {
-                    return Err(nonsense(name, "execute", format!("returned success without producing output {i}")));
+                    return Err(nonsense(
+                        name,
+                        "execute",
+                        format!("returned success without producing output {i}"),
+                    ));
                 }
             }
         }

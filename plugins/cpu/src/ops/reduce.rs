@@ -148,6 +148,12 @@ fn build_reduce(n: &NodeDef, kind: Red, axes_input_from: i64) -> OpResult<Box<dy
         } else {
             normalize_axes(&op, &axes, x.ndim())?
         };
+        if let (Some(b), Red::Max | Red::Min) = (x.get::<bool>(), kind) {
+            // Max is "any", Min is "all": reduce as u8.
+            let u = b.mapv(u8::from);
+            let r = reduce_typed(kind, &u.view(), &ax, keepdims)?;
+            return one(r.view().cast(epx_plugin_api::ElementType::Bool));
+        }
         one(dispatch_numeric!(
             x.clone(),
             |a| reduce_typed(kind, &a, &ax, keepdims),
@@ -243,6 +249,15 @@ mod tests {
         let empty = Tensor::F32(ndarray::ArrayD::zeros(IxDyn(&[2, 0])));
         let e = run(NodeDef::new("ReduceSum", 13), vec![empty, axes]).unwrap();
         assert_eq!(e[0], Tensor::F32(array![[0.0], [0.0]].into_dyn()));
+        let b = Tensor::Bool(array![[true, false], [false, false]].into_dyn());
+        let any = run(
+            NodeDef::new("ReduceMax", 20),
+            vec![b.clone(), Tensor::I64(array![1].into_dyn())],
+        )
+        .unwrap();
+        assert_eq!(any[0], Tensor::Bool(array![[true], [false]].into_dyn()));
+        let all = run(NodeDef::new("ReduceMin", 20), vec![b]).unwrap();
+        assert_eq!(all[0], Tensor::Bool(array![[false]].into_dyn()));
         let bad = run(
             NodeDef::new("ReduceSum", 13),
             vec![x, Tensor::I64(array![2].into_dyn())],

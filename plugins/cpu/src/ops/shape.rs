@@ -726,7 +726,7 @@ fn build_range(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         one(with_types!(
             s.clone(),
             |a| range_typed(&op, a, l, d),
-            [F32, F64, I16, I32, I64],
+            [F32, F64, F16, BF16, I16, I32, I64],
             &op
         ))
     }))

@@ -1,15 +1,19 @@
 use super::*;
-use proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto};
+use proto::{
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
+};
 
 fn vi(name: &str) -> ValueInfoProto {
     ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
             denotation: None,
-            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
-                elem_type: Some(1),
-                shape: None,
-            })),
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(1),
+                    shape: None,
+                },
+            )),
         }),
         ..Default::default()
     }
@@ -28,7 +32,10 @@ fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
 fn model(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> ModelProto {
     ModelProto {
         ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         graph: Some(GraphProto {
             name: Some("g".into()),
             node: nodes,
@@ -64,12 +71,18 @@ fn nodes_come_out_in_topological_order() {
 #[test]
 fn cycle_is_an_error_naming_the_nodes() {
     let m = model(
-        vec![node("Add", &["x", "b"], &["a"]), node("Relu", &["a"], &["b"])],
+        vec![
+            node("Add", &["x", "b"], &["a"]),
+            node("Relu", &["a"], &["b"]),
+        ],
         &["x"],
         &["a"],
     );
     let err = load(&m).unwrap_err().to_string();
-    assert!(err.starts_with("test.onnx: invalid graph: the graph has a cycle"), "{err}");
+    assert!(
+        err.starts_with("test.onnx: invalid graph: the graph has a cycle"),
+        "{err}"
+    );
     assert!(err.contains("Add_a") && err.contains("Relu_b"), "{err}");
 }
 
@@ -86,14 +99,21 @@ fn truncated_and_foreign_files_are_errors() {
     let bytes = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]).encode_to_vec();
     let err = load_model_bytes(&bytes[..bytes.len() - 3], "cut.onnx", None).unwrap_err();
     assert!(matches!(err, Error::Model { .. }), "{err:?}");
-    assert!(err.to_string().starts_with("cut.onnx: not a valid ONNX model"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("cut.onnx: not a valid ONNX model"),
+        "{err}"
+    );
 
     let err = load_model_bytes(b"#!/bin/sh\necho hello\n", "script.sh", None).unwrap_err();
     assert!(err.to_string().starts_with("script.sh: "), "{err}");
     assert!(err.to_string().contains("ONNX"), "{err}");
 
     let err = load_model_bytes(&[], "empty.onnx", None).unwrap_err();
-    assert_eq!(err.to_string(), "empty.onnx: the file is empty, not an ONNX model");
+    assert_eq!(
+        err.to_string(),
+        "empty.onnx: the file is empty, not an ONNX model"
+    );
 }
 
 #[test]
@@ -101,21 +121,33 @@ fn unsupported_ir_version_names_the_range() {
     let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
     m.ir_version = Some(99);
     let err = load(&m).unwrap_err().to_string();
-    assert_eq!(err, "test.onnx: unsupported ONNX IR version 99; this build reads IR versions 3 to 13");
+    assert_eq!(
+        err,
+        "test.onnx: unsupported ONNX IR version 99; this build reads IR versions 3 to 13"
+    );
 }
 
 #[test]
 fn initializers_from_raw_typed_and_external_data() {
     let dir = std::env::temp_dir().join(format!("epx-ext-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let mut file = vec![0u8; 16];
     file.extend_from_slice(&data);
     std::fs::write(dir.join("weights.bin"), &file).unwrap();
 
-    let kv = |k: &str, v: &str| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let kv = |k: &str, v: &str| proto::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
     let mut m = model(
-        vec![node("Add", &["x", "w"], &["s"]), node("Add", &["s", "v"], &["y"])],
+        vec![
+            node("Add", &["x", "w"], &["s"]),
+            node("Add", &["s", "v"], &["y"]),
+        ],
         &["x"],
         &["y"],
     );
@@ -125,7 +157,11 @@ fn initializers_from_raw_typed_and_external_data() {
         data_type: Some(1),
         dims: vec![4],
         data_location: Some(proto::tensor_proto::DataLocation::External as i32),
-        external_data: vec![kv("location", "weights.bin"), kv("offset", "16"), kv("length", "16")],
+        external_data: vec![
+            kv("location", "weights.bin"),
+            kv("offset", "16"),
+            kv("length", "16"),
+        ],
         ..Default::default()
     });
     g.initializer.push(TensorProto {
@@ -138,13 +174,21 @@ fn initializers_from_raw_typed_and_external_data() {
     let path = dir.join("model.onnx");
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     let model = load_model_file(&path).unwrap();
-    let w = model.graph.values[model.graph.value_id("w").unwrap()].initializer.clone().unwrap();
+    let w = model.graph.values[model.graph.value_id("w").unwrap()]
+        .initializer
+        .clone()
+        .unwrap();
     assert_eq!(w.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
-    let v = model.graph.values[model.graph.value_id("v").unwrap()].initializer.clone().unwrap();
+    let v = model.graph.values[model.graph.value_id("v").unwrap()]
+        .initializer
+        .clone()
+        .unwrap();
     assert_eq!(v.as_slice::<i64>().unwrap(), &[5, -6]);
 
     // Loaded from bytes, there is no folder to read the external file from.
-    let err = load_model_bytes(&m.encode_to_vec(), "mem", None).unwrap_err().to_string();
+    let err = load_model_bytes(&m.encode_to_vec(), "mem", None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("external file `weights.bin`"), "{err}");
 
     // A location escaping the folder is refused.
@@ -173,6 +217,8 @@ fn nested_graphs_may_read_outer_values() {
     });
     let m = model(vec![if_node], &["cond", "x"], &["y"]);
     let g = load(&m).unwrap().graph;
-    let AttributeValue::Graph(body) = g.nodes[0].attribute("then_branch").unwrap() else { panic!() };
+    let AttributeValue::Graph(body) = g.nodes[0].attribute("then_branch").unwrap() else {
+        panic!()
+    };
     assert_eq!(body.outer_refs, vec!["x".to_string()]);
 }

@@ -763,3 +763,53 @@ mod dl {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Partitioning errors
+
+#[test]
+fn a_node_no_ep_supports_is_an_error_naming_it() {
+    let dir = dir_with_good_plugin("unsupported");
+    let env = env_for(&dir);
+    let mut custom = node("FrobnicateTensor", &["r"], &["y"]);
+    custom.domain = Some("com.example.vision".into());
+    custom.name = Some("frob_1".into());
+    let graph = proto::GraphProto {
+        name: Some("custom_op".into()),
+        node: vec![node("Relu", &["x"], &["r"]), custom],
+        input: vec![value_info("x", &[2, 3])],
+        output: vec![value_info("y", &[2, 3])],
+        ..Default::default()
+    };
+    let model = proto::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![
+            proto::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(17),
+            },
+            proto::OperatorSetIdProto {
+                domain: Some("com.example.vision".into()),
+                version: Some(3),
+            },
+        ],
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let err = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([ExecutionProvider::new("relu_only").error_on_failure()])
+        })
+        .and_then(|b| b.commit_from_memory(&model))
+        .err()
+        .expect("an op nobody runs fails session creation");
+    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "no execution provider supports node `frob_1`: op `FrobnicateTensor` \
+         (domain com.example.vision, opset 3); EPs asked: relu_only, cpu"
+    );
+    assert_good_plugin_works(&env);
+}

@@ -106,6 +106,7 @@ fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> 
         .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
         .expect("run")
         .into_iter()
+        .map(|(n, v)| (n, v.into_host().expect("host output")))
         .collect()
 }
 

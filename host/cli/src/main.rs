@@ -31,6 +31,8 @@ enum Command {
     Providers,
     /// Check every plugin: manifest, ABI, each dependency found where or missing.
     Doctor,
+    /// Show where each node of a model would run: EP, fused kernels, copies, fallbacks.
+    Partition(run::PartitionArgs),
     /// Run a model and print (or save) its outputs.
     Run(run::RunArgs),
 }
@@ -72,7 +74,8 @@ fn main() -> ExitCode {
         .and_then(|env| match cli.command {
             Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
             Command::Doctor => Ok(doctor::doctor(&env)),
-            Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+            Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
         });
     match result {
         Ok(code) => code,

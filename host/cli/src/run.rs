@@ -27,6 +27,37 @@ pub struct RunArgs {
     repeat: Option<usize>,
 }
 
+#[derive(clap::Args)]
+pub struct PartitionArgs {
+    /// The ONNX model file.
+    model: PathBuf,
+    /// An EP to use, in priority order (repeatable), as for `run`.
+    #[arg(long = "ep", value_name = "NAME")]
+    eps: Vec<String>,
+    /// Fail if any node would fall back to the CPU EP.
+    #[arg(long)]
+    strict: bool,
+    /// Also write the placement as a Graphviz picture (nodes coloured by EP, copies in red).
+    #[arg(long, value_name = "FILE")]
+    dot: Option<PathBuf>,
+}
+
+pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
+    let eps = args.eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
+    let session = Session::builder()?
+        .with_environment(env)
+        .with_execution_providers(eps)?
+        .with_strict_placement(args.strict)
+        .commit_from_file(&args.model)?;
+    let report = session.placement();
+    print!("{}", report.table());
+    if let Some(path) = &args.dot {
+        std::fs::write(path, report.to_dot(&session.edges())).map_err(|source| Error::Io { path: path.clone(), source })?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
     let (name, opts) = spec.split_once(':').unwrap_or((spec, ""));
     let mut ep = ExecutionProvider::new(name).error_on_failure();
@@ -49,13 +80,8 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         .with_environment(env)
         .with_execution_providers(eps)?
         .commit_from_file(&args.model)?;
-    let mut placement: Vec<(String, usize)> = Vec::new();
-    for ep in session.node_placement() {
-        match placement.iter_mut().find(|(n, _)| n == ep) {
-            Some((_, c)) => *c += 1,
-            None => placement.push((ep.to_string(), 1)),
-        }
-    }
+    let report = session.placement();
+    let placement = report.node_counts();
     let summary: Vec<String> = placement
         .iter()
         .map(|(n, c)| format!("{n}: {c} node{}", if *c == 1 { "" } else { "s" }))

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::discover::{self, Discovery, PluginCandidate, SearchDir};
 use crate::error::{Error, PluginLoadErrorKind, Result};
 use crate::plugin::PluginLibrary;
+use epx_plugin_api::abi::EpxPluginEntryFn;
 use crate::session::ExecutionProvider;
 
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
@@ -21,6 +22,8 @@ pub struct Environment {
     discovery: Discovery,
     /// Load results by library path; failures are kept so a broken plugin is tried once.
     loaded: Mutex<HashMap<PathBuf, LoadOutcome>>,
+    /// Plugins linked into the application ([`EnvironmentBuilder::with_linked_plugin`]).
+    linked: Vec<Arc<PluginLibrary>>,
     builtin: Arc<PluginLibrary>,
     default_providers: Vec<ExecutionProvider>,
 }
@@ -38,6 +41,7 @@ impl std::fmt::Debug for Environment {
 pub struct EnvironmentBuilder {
     dirs: Vec<PathBuf>,
     providers: Vec<ExecutionProvider>,
+    linked: Vec<EpxPluginEntryFn>,
 }
 
 impl EnvironmentBuilder {
@@ -56,6 +60,17 @@ impl EnvironmentBuilder {
         self
     }
 
+    /// Adds a plugin linked into the application: its entry function (as made by
+    /// `epx_plugin_api::plugin_entry!`) is called like a loaded library's. Its EPs are found after
+    /// those of plugin folders and before the built-in ones.
+    ///
+    /// # Safety
+    /// `entry` must implement the plugin ABI; its code lives as long as the process.
+    pub unsafe fn with_linked_plugin(mut self, entry: EpxPluginEntryFn) -> Self {
+        self.linked.push(entry);
+        self
+    }
+
     pub fn commit(self) -> Result<Arc<Environment>> {
         let search = discover::plugin_search_path(&self.dirs);
         let discovery = discover::discover(&search);
@@ -65,10 +80,16 @@ impl EnvironmentBuilder {
         // SAFETY: the CPU EP's entry function is linked into this binary, so its code lives as
         // long as the process.
         let builtin = unsafe { PluginLibrary::from_entry(epx_cpu::builtin_plugin_entry, None) }?;
+        let mut linked = Vec::with_capacity(self.linked.len());
+        for entry in self.linked {
+            // SAFETY: the caller of `with_linked_plugin` vouched for the entry function.
+            linked.push(unsafe { PluginLibrary::from_entry(entry, None) }?);
+        }
         Ok(Arc::new(Environment {
             search,
             discovery,
             loaded: Mutex::new(HashMap::new()),
+            linked,
             builtin,
             default_providers: self.providers,
         }))
@@ -168,6 +189,13 @@ impl Environment {
                 return Ok((lib, i));
             }
         }
+        for lib in &self.linked {
+            if plugin.is_none_or(|p| p == lib.name) {
+                if let Some(i) = lib.providers.iter().position(|p| p.name == ep) {
+                    return Ok((lib.clone(), i));
+                }
+            }
+        }
         if plugin.is_none_or(|p| p == BUILTIN_PLUGIN) {
             if let Some(i) = self.builtin.providers.iter().position(|p| p.name == ep) {
                 return Ok((self.builtin.clone(), i));
@@ -181,6 +209,7 @@ impl Environment {
                 Some(m) => m.providers.clone(),
                 None => vec![c.name.clone()],
             })
+            .chain(self.linked.iter().flat_map(|l| l.providers.iter().map(|p| p.name.clone())))
             .chain(self.builtin.providers.iter().map(|p| p.name.clone()))
             .collect();
         let searched: Vec<String> = self
@@ -215,6 +244,31 @@ impl Environment {
             .and_then(|m| m.default_options.get(ep))
             .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default()
+    }
+
+    /// Plugins linked into the application.
+    pub fn linked(&self) -> &[Arc<PluginLibrary>] {
+        &self.linked
+    }
+
+    /// Whether EP `name` can be found and runs on this machine (loading its plugin if needed).
+    pub fn is_available(&self, name: &str) -> bool {
+        self.find_provider(name).is_ok_and(|(lib, i)| lib.providers[i].availability.is_ok())
+    }
+
+    /// Names of every EP that can run here: plugin folders (loading every plugin), linked
+    /// plugins, then the built-in ones; each name once, in that order.
+    pub fn available_providers(&self) -> Vec<String> {
+        let loaded: Vec<Arc<PluginLibrary>> = self.load_all().into_iter().filter_map(|(_, l)| l.ok()).collect();
+        let mut names: Vec<String> = Vec::new();
+        for lib in loaded.iter().chain(&self.linked).chain(std::iter::once(&self.builtin)) {
+            for p in &lib.providers {
+                if p.availability.is_ok() && !names.contains(&p.name) {
+                    names.push(p.name.clone());
+                }
+            }
+        }
+        names
     }
 
     /// Loads every discovered plugin, for listings: each candidate with its library or error.

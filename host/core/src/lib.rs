@@ -16,6 +16,7 @@
 //! # Ok::<(), epx::Error>(())
 //! ```
 
+pub mod device;
 pub mod discover;
 pub mod environment;
 pub mod error;
@@ -24,6 +25,8 @@ pub mod manifest;
 pub mod npy;
 pub mod onnx;
 pub mod partition;
+pub mod placement;
+pub mod plan;
 pub mod plugin;
 pub mod resolve;
 pub mod session;
@@ -31,5 +34,7 @@ pub mod tensor;
 
 pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};
 pub use error::{Error, PluginLoadErrorKind, Result};
+pub use device::{DeviceTensor, Value};
+pub use placement::PlacementReport;
 pub use session::{ExecutionProvider, Session, SessionBuilder, SessionOutputs, ValueSpec};
 pub use tensor::{ElementType, Tensor, TensorElement};

@@ -89,50 +89,50 @@ pub(crate) fn partition(
     order_groups(g, groups)
 }
 
-/// Splits a group into pieces that are each convex. A group is convex when no path leaves it
-/// and re-enters it; non-convex groups are split into single nodes, which always are.
+/// Splits a group into convex pieces. A group is convex when no path leaves it and comes back;
+/// fusing a non-convex group would make the fused graph cyclic.
+///
+/// Each node of the group gets a stage: the number of times a path from the group's earliest
+/// nodes must leave the group and re-enter it to reach the node. Nodes of one stage can never
+/// reach each other through outside nodes, so each stage is a convex piece, and as every piece
+/// is convex the pieces and the other groups form an acyclic graph. One pass over the nodes
+/// between the group's first and last node.
 fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
-    if group.len() <= 1 || is_convex(g, group) {
+    let (Some(&first), Some(&last)) = (group.first(), group.last()) else { return Vec::new() };
+    if group.len() == 1 {
         return vec![group.to_vec()];
     }
-    tracing::debug!(
-        nodes = group.len(),
-        "group is not convex; split into single nodes"
-    );
-    group.iter().map(|&n| vec![n]).collect()
-}
-
-fn successors(g: &Graph, n: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-    g.nodes[n]
-        .outputs
-        .iter()
-        .flatten()
-        .flat_map(move |v| g.values[*v].consumers.iter().copied())
-}
-
-fn is_convex(g: &Graph, group: &[NodeId]) -> bool {
     let inside: HashSet<NodeId> = group.iter().copied().collect();
-    let last = group.iter().copied().max().unwrap_or(0);
-    // Walk forward from every edge that leaves the group; nodes are topologically numbered,
-    // so nothing past the group's last node can lead back into it.
-    let mut stack: Vec<NodeId> = group
-        .iter()
-        .flat_map(|&n| successors(g, n))
-        .filter(|s| !inside.contains(s))
-        .collect();
-    let mut seen = HashSet::new();
-    while let Some(n) = stack.pop() {
-        if n > last || !seen.insert(n) {
-            continue;
-        }
-        for s in successors(g, n) {
-            if inside.contains(&s) {
-                return false;
+    // stage[n - first]: for group nodes, their stage; for outside nodes reached from the group,
+    // the stage their successors in the group must at least have.
+    let mut stage: Vec<Option<usize>> = vec![None; last - first + 1];
+    for n in first..=last {
+        let mut s: Option<usize> = None;
+        for v in g.nodes[n].inputs.iter().flatten() {
+            let Some(p) = g.values[*v].producer else { continue };
+            if p < first {
+                continue;
             }
-            stack.push(s);
+            let Some(ps) = stage[p - first] else { continue };
+            // Leaving the group costs one stage when the edge goes group → outside.
+            let ps = if inside.contains(&p) && !inside.contains(&n) { ps + 1 } else { ps };
+            s = Some(s.map_or(ps, |x| x.max(ps)));
         }
+        stage[n - first] = if inside.contains(&n) { Some(s.unwrap_or(0)) } else { s };
     }
-    true
+    let mut pieces: Vec<Vec<NodeId>> = Vec::new();
+    for &n in group {
+        let k = stage[n - first].unwrap_or(0);
+        if pieces.len() <= k {
+            pieces.resize(k + 1, Vec::new());
+        }
+        pieces[k].push(n);
+    }
+    pieces.retain(|p| !p.is_empty());
+    if pieces.len() > 1 {
+        tracing::debug!(nodes = group.len(), pieces = pieces.len(), "group is not convex; split");
+    }
+    pieces
 }
 
 fn borders(g: &Graph, nodes: &[NodeId]) -> (Vec<ValueId>, Vec<ValueId>) {
@@ -202,4 +202,69 @@ fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
         .into_iter()
         .filter_map(|gi| slots[gi].take())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto;
+    use prost::Message;
+
+    /// A graph from (op, inputs, outputs) triples; `x` is the only graph input.
+    fn graph(nodes: &[(&str, &[&str], &str)], output: &str) -> Graph {
+        let node = |(op, ins, out): &(&str, &[&str], &str)| proto::NodeProto {
+            op_type: Some(op.to_string()),
+            name: Some(out.to_string()),
+            input: ins.iter().map(|s| s.to_string()).collect(),
+            output: vec![out.to_string()],
+            ..Default::default()
+        };
+        let vi = |n: &str| proto::ValueInfoProto { name: Some(n.into()), ..Default::default() };
+        let m = proto::ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+            graph: Some(proto::GraphProto {
+                node: nodes.iter().map(node).collect(),
+                input: vec![vi("x")],
+                output: vec![vi(output)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        crate::onnx::load_model_bytes(&m.encode_to_vec(), "t", None).unwrap().graph
+    }
+
+    fn id(g: &Graph, name: &str) -> NodeId {
+        g.nodes.iter().position(|n| n.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_path_through_another_ep_splits_the_group() {
+        // a → b → c → d, with b elsewhere: {a, c, d} would be a cycle once fused.
+        let g = graph(&[("Relu", &["x"], "a"), ("Neg", &["a"], "b"), ("Relu", &["b"], "c"), ("Relu", &["c"], "d")], "d");
+        let group = vec![id(&g, "a"), id(&g, "c"), id(&g, "d")];
+        assert_eq!(convex_pieces(&g, &group), vec![vec![id(&g, "a")], vec![id(&g, "c"), id(&g, "d")]]);
+    }
+
+    #[test]
+    fn a_diamond_keeps_what_it_can_together() {
+        // a feeds b (elsewhere) and c; d reads b and c. {a, c} stays fused, d must follow b.
+        let g = graph(
+            &[("Relu", &["x"], "a"), ("Neg", &["a"], "b"), ("Relu", &["a"], "c"), ("Add", &["b", "c"], "d")],
+            "d",
+        );
+        let group = vec![id(&g, "a"), id(&g, "c"), id(&g, "d")];
+        let mut want = vec![vec![id(&g, "a"), id(&g, "c")], vec![id(&g, "d")]];
+        want[0].sort_unstable();
+        assert_eq!(convex_pieces(&g, &group), want);
+    }
+
+    #[test]
+    fn a_convex_group_stays_whole() {
+        let g = graph(&[("Relu", &["x"], "a"), ("Relu", &["a"], "b"), ("Neg", &["x"], "c"), ("Add", &["b", "c"], "d")], "d");
+        let group = vec![id(&g, "a"), id(&g, "b"), id(&g, "d")];
+        let mut sorted = group.clone();
+        sorted.sort_unstable();
+        assert_eq!(convex_pieces(&g, &sorted), vec![sorted.clone()]);
+    }
 }

@@ -1,13 +1,18 @@
 //! Sessions: a model planned once across its EPs, run many times from any number of threads.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use epx_plugin_api::abi::EpxStatusCode;
+
+use crate::device::{DeviceTensor, Value};
 use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Model, ValueId};
 use crate::partition::{Group, partition};
+use crate::placement::{CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider};
+use crate::plan::{self, Action, Plan, Source, Space};
 use crate::plugin::host_api::AbiGraph;
 use crate::plugin::{CompiledKernel, ProviderInstance};
 use crate::tensor::{ElementType, Tensor};
@@ -55,30 +60,33 @@ impl ExecutionProvider {
 pub struct SessionBuilder {
     env: Option<Arc<Environment>>,
     providers: Vec<ExecutionProvider>,
+    strict: bool,
+    device_outputs: Vec<String>,
 }
 
 /// A model ready to run.
 pub struct Session {
     model: Arc<Model>,
     providers: Vec<Arc<ProviderInstance>>,
-    steps: Vec<Step>,
-    /// For each step, the values no later step or output needs.
-    release_after: Vec<Vec<ValueId>>,
+    kernels: Vec<Kernel>,
+    plan: Plan,
+    /// Bytes each copy moved in the last run (`u64::MAX`: not run yet).
+    copy_bytes: Vec<AtomicU64>,
+    placement: PlacementReport,
     node_provider: Vec<usize>,
-    skipped: Vec<(String, String)>,
 }
 
-struct Step {
-    kernel: CompiledKernel,
+struct Kernel {
+    compiled: CompiledKernel,
     group: Group,
+    /// The model's declared element type and static extents of each output, checked after
+    /// every execute so a plugin returning nonsense is caught where it happens.
+    expected: Vec<(Option<ElementType>, Option<Vec<Option<u64>>>)>,
 }
 
 impl Session {
     pub fn builder() -> Result<SessionBuilder> {
-        Ok(SessionBuilder {
-            env: None,
-            providers: Vec::new(),
-        })
+        Ok(SessionBuilder { env: None, providers: Vec::new(), strict: false, device_outputs: Vec::new() })
     }
 }
 
@@ -90,12 +98,24 @@ impl SessionBuilder {
     }
 
     /// EPs in priority order; the CPU EP is always added last.
-    pub fn with_execution_providers(
-        mut self,
-        eps: impl IntoIterator<Item = ExecutionProvider>,
-    ) -> Result<Self> {
+    pub fn with_execution_providers(mut self, eps: impl IntoIterator<Item = ExecutionProvider>) -> Result<Self> {
         self.providers.extend(eps);
         Ok(self)
+    }
+
+    /// Strict placement: session creation fails if any node would fall back to the CPU EP
+    /// (the error lists them). Requesting `cpu` explicitly allows it.
+    pub fn with_strict_placement(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Leaves these graph outputs in their EP's memory instead of copying them to the host;
+    /// read them with [`SessionOutputs::device`] and copy them later with
+    /// [`DeviceTensor::to_host`].
+    pub fn with_device_outputs<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.device_outputs.extend(names.into_iter().map(Into::into));
+        self
     }
 
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
@@ -128,51 +148,81 @@ impl SessionBuilder {
                 Err(e) if ep.error_on_failure => return Err(e),
                 Err(e) => {
                     tracing::warn!(provider = %ep.name, "continuing without this EP: {e}");
-                    skipped.push((ep.name.clone(), e.to_string()));
+                    skipped.push(SkippedProvider { name: ep.name.clone(), reason: e.to_string() });
                 }
             }
         }
         // The fallback: the built-in CPU EP, always last.
         let builtin = env.builtin();
-        let cpu = builtin
-            .providers
-            .iter()
-            .position(|p| p.name == "cpu")
-            .ok_or_else(|| Error::ProviderSetup {
-                name: "cpu".into(),
-                message: "the built-in CPU EP is missing".into(),
-            })?;
+        let cpu = builtin.providers.iter().position(|p| p.name == "cpu").ok_or_else(|| Error::ProviderSetup {
+            name: "cpu".into(),
+            message: "the built-in CPU EP is missing".into(),
+        })?;
         providers.push(ProviderInstance::create(builtin, cpu, &[])?);
+        let fallback = providers.len() - 1;
+        let cpu_requested = providers[..fallback].iter().any(|p| p.name() == "cpu");
 
         let model = Arc::new(model);
+        let g = &model.graph;
         let abi = AbiGraph::new(&model);
         let groups = partition(&abi, &providers)?;
-        let mut node_provider = vec![0; model.graph.nodes.len()];
-        let mut steps = Vec::with_capacity(groups.len());
-        for group in groups {
+        let mut node_provider = vec![0; g.nodes.len()];
+        let mut fallbacks = Vec::new();
+        for group in &groups {
             for &n in &group.nodes {
                 node_provider[n] = group.provider;
+                if group.provider == fallback && fallback > 0 && !cpu_requested {
+                    let asked: Vec<&str> = providers[..fallback].iter().map(|p| p.name()).collect();
+                    fallbacks.push(Fallback {
+                        node: n,
+                        name: g.nodes[n].display_name(n),
+                        op_type: g.nodes[n].op_type.clone(),
+                        reason: format!("not claimed by {}", asked.join(", ")),
+                    });
+                }
             }
+        }
+        fallbacks.sort_by_key(|f| f.node);
+        if self.strict && !fallbacks.is_empty() {
+            let list: Vec<String> = fallbacks.iter().map(|f| format!("`{}` ({})", f.name, f.op_type)).collect();
+            return Err(Error::Unsupported(format!(
+                "strict placement: {} node{} would fall back to the CPU EP: {}",
+                list.len(),
+                if list.len() == 1 { "" } else { "s" },
+                list.join(", ")
+            )));
+        }
+        let mut keep_on_device = Vec::new();
+        for name in &self.device_outputs {
+            let id = g.value_id(name).filter(|&v| g.values[v].is_graph_output).ok_or_else(|| {
+                Error::InvalidInput(format!("`{name}` given to with_device_outputs is not an output of the model"))
+            })?;
+            keep_on_device.push(id);
+        }
+        let mut kernels = Vec::with_capacity(groups.len());
+        for group in &groups {
             let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-            let kernel = providers[group.provider].compile(
-                &abi,
-                &ids(&group.nodes),
-                &ids(&group.inputs),
-                &ids(&group.outputs),
-            )?;
-            steps.push(Step { kernel, group });
+            let compiled =
+                providers[group.provider].compile(&abi, &ids(&group.nodes), &ids(&group.inputs), &ids(&group.outputs))?;
+            let expected = group
+                .outputs
+                .iter()
+                .map(|&v| {
+                    let val = &g.values[v];
+                    let dims = val.shape().map(|s| s.iter().map(|d| if let Dim::Known(k) = d { Some(*k) } else { None }).collect());
+                    (val.elem_type(), dims)
+                })
+                .collect();
+            kernels.push(Kernel { compiled, group: group.clone(), expected });
         }
         drop(abi);
-        let release_after = plan_releases(&model, &steps);
-        tracing::debug!(steps = steps.len(), "session planned");
-        Ok(Session {
-            model,
-            providers,
-            steps,
-            release_after,
-            node_provider,
-            skipped,
-        })
+        let space_of: Vec<Space> =
+            providers.iter().enumerate().map(|(i, p)| (!p.description.uses_host_memory()).then_some(i)).collect();
+        let plan = plan::plan(g, &groups, &space_of, &keep_on_device);
+        let placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
+        tracing::debug!("placement of {}:\n{}", model.source, placement.table());
+        let copy_bytes = plan.copies.iter().map(|_| AtomicU64::new(u64::MAX)).collect();
+        Ok(Session { model: model.clone(), providers, kernels, plan, copy_bytes, placement, node_provider })
     }
 }
 
@@ -180,10 +230,7 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     let (lib, index) = env.find_provider(&ep.name)?;
     let desc = &lib.providers[index];
     if let Err(reason) = &desc.availability {
-        return Err(Error::ProviderSetup {
-            name: ep.name.clone(),
-            message: format!("not available: {reason}"),
-        });
+        return Err(Error::ProviderSetup { name: ep.name.clone(), message: format!("not available: {reason}") });
     }
     // Manifest defaults first: the user's options come later and win.
     let mut options = env.default_options(&lib, &desc.name);
@@ -191,33 +238,109 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     ProviderInstance::create(&lib, index, &options)
 }
 
-/// After which step each intermediate value can be dropped.
-fn plan_releases(model: &Model, steps: &[Step]) -> Vec<Vec<ValueId>> {
-    let g = &model.graph;
-    let mut last_use: HashMap<ValueId, usize> = HashMap::new();
-    for (i, s) in steps.iter().enumerate() {
-        for &v in &s.group.inputs {
-            last_use.insert(v, i);
-        }
-    }
-    let mut release = vec![Vec::new(); steps.len()];
-    for (v, i) in last_use {
-        if !g.values[v].is_graph_output {
-            release[i].push(v);
-        }
-    }
-    release
+fn space_name(providers: &[Arc<ProviderInstance>], s: Space) -> String {
+    s.map_or_else(|| "host".to_string(), |p| providers[p].name().to_string())
 }
 
-/// What `run` returns: the graph outputs, in the model's order.
+/// Builds the placement report of a planned session.
+fn report(
+    model: &Model,
+    providers: &[Arc<ProviderInstance>],
+    groups: &[Group],
+    plan: &Plan,
+    fallbacks: Vec<Fallback>,
+    skipped_providers: Vec<SkippedProvider>,
+) -> PlacementReport {
+    let g = &model.graph;
+    let mut per_provider = vec![0usize; providers.len()];
+    let mut group_of = vec![0usize; g.nodes.len()];
+    let names = |vs: &[ValueId]| vs.iter().map(|&v| g.values[v].name.clone()).collect::<Vec<_>>();
+    let groups_out: Vec<GroupPlacement> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, grp)| {
+            for &n in &grp.nodes {
+                group_of[n] = i;
+            }
+            let kernel = format!("{}#{}", providers[grp.provider].name(), per_provider[grp.provider]);
+            per_provider[grp.provider] += 1;
+            GroupPlacement {
+                id: i,
+                provider: providers[grp.provider].name().to_string(),
+                nodes: grp.nodes.clone(),
+                kernel,
+                inputs: names(&grp.inputs),
+                outputs: names(&grp.outputs),
+            }
+        })
+        .collect();
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodePlacement {
+            id: i,
+            name: n.display_name(i),
+            op_type: n.op_type.clone(),
+            provider: groups_out[group_of[i]].provider.clone(),
+            group: group_of[i],
+        })
+        .collect();
+    // The kernel each copy feeds: the first kernel after it in the plan that reads it.
+    let mut before_group = vec![None; plan.copies.len()];
+    for (i, a) in plan.actions.iter().enumerate() {
+        if let Action::Copy(c) = *a {
+            before_group[c] = plan.actions[i..].iter().find_map(|a| match *a {
+                Action::Kernel(k) if plan.kernel_inputs[k].contains(&Source::Copy(c)) => Some(k),
+                _ => None,
+            });
+        }
+    }
+    let copies = plan
+        .copies
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let v = &g.values[c.value];
+            let bytes = v.shape().and_then(|s| {
+                let size = v.elem_type()?.byte_size()? as u64;
+                s.iter().try_fold(size, |acc, d| if let Dim::Known(k) = d { acc.checked_mul(*k) } else { None })
+            });
+            CopyPlacement {
+                value: v.name.clone(),
+                from: space_name(providers, c.from),
+                to: space_name(providers, c.to),
+                before_group: before_group[i],
+                bytes,
+                last_run_bytes: None,
+            }
+        })
+        .collect();
+    PlacementReport { nodes, groups: groups_out, copies, fallbacks, skipped_providers }
+}
+
+/// What `run` returns: the graph outputs, in the model's order, in host memory (except those
+/// kept on their device with [`SessionBuilder::with_device_outputs`]).
 #[derive(Debug)]
 pub struct SessionOutputs {
-    outputs: Vec<(String, Tensor)>,
+    outputs: Vec<(String, Value)>,
 }
 
 impl SessionOutputs {
+    /// A host-memory output.
     pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+        match self.outputs.iter().find(|(n, _)| n == name) {
+            Some((_, Value::Host(t))) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// An output kept in its EP's memory.
+    pub fn device(&self, name: &str) -> Option<&DeviceTensor> {
+        match self.outputs.iter().find(|(n, _)| n == name) {
+            Some((_, Value::Device(t))) => Some(t),
+            _ => None,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -228,14 +351,18 @@ impl SessionOutputs {
         self.outputs.is_empty()
     }
 
+    /// The host-memory outputs.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.outputs.iter().map(|(n, t)| (n.as_str(), t))
+        self.outputs.iter().filter_map(|(n, v)| match v {
+            Value::Host(t) => Some((n.as_str(), t)),
+            Value::Device(_) => None,
+        })
     }
 }
 
 impl IntoIterator for SessionOutputs {
-    type Item = (String, Tensor);
-    type IntoIter = std::vec::IntoIter<(String, Tensor)>;
+    type Item = (String, Value);
+    type IntoIter = std::vec::IntoIter<(String, Value)>;
     fn into_iter(self) -> Self::IntoIter {
         self.outputs.into_iter()
     }
@@ -246,7 +373,7 @@ impl std::ops::Index<&str> for SessionOutputs {
     fn index(&self, name: &str) -> &Tensor {
         match self.get(name) {
             Some(t) => t,
-            None => panic!("the session has no output named `{name}`"),
+            None => panic!("the session has no host-memory output named `{name}`"),
         }
     }
 }
@@ -260,22 +387,6 @@ pub struct ValueSpec {
     pub shape: Option<Vec<Option<u64>>>,
     /// Symbolic extent names, where the model gives them.
     pub symbols: Vec<Option<String>>,
-}
-
-enum Slot<'a> {
-    Empty,
-    Owned(Tensor),
-    Borrowed(&'a Tensor),
-}
-
-impl Slot<'_> {
-    fn get(&self) -> Option<&Tensor> {
-        match self {
-            Slot::Empty => None,
-            Slot::Owned(t) => Some(t),
-            Slot::Borrowed(t) => Some(t),
-        }
-    }
 }
 
 impl Session {
@@ -339,106 +450,160 @@ impl Session {
         let mut used: Vec<usize> = self.node_provider.clone();
         used.sort_unstable();
         used.dedup();
-        used.into_iter()
-            .map(|i| self.providers[i].name().to_string())
-            .collect()
+        used.into_iter().map(|i| self.providers[i].name().to_string()).collect()
     }
 
     /// The EP each node was placed on, by node id.
     pub fn node_placement(&self) -> Vec<&str> {
-        self.node_provider
-            .iter()
-            .map(|&i| self.providers[i].name())
-            .collect()
+        self.node_provider.iter().map(|&i| self.providers[i].name()).collect()
     }
 
     /// Requested EPs that could not be set up, with the reason (they are also logged).
-    pub fn skipped_providers(&self) -> &[(String, String)] {
-        &self.skipped
+    pub fn skipped_providers(&self) -> Vec<(String, String)> {
+        self.placement.skipped_providers.iter().map(|s| (s.name.clone(), s.reason.clone())).collect()
     }
 
     /// Number of compiled kernels.
     pub fn kernel_count(&self) -> usize {
-        self.steps.len()
+        self.kernels.len()
+    }
+
+    /// Where every node runs, the fused groups, the copies (with the bytes the last run moved)
+    /// and the fallbacks.
+    pub fn placement(&self) -> PlacementReport {
+        let mut report = self.placement.clone();
+        for (c, bytes) in report.copies.iter_mut().zip(&self.copy_bytes) {
+            let b = bytes.load(Ordering::Relaxed);
+            c.last_run_bytes = (b != u64::MAX).then_some(b);
+        }
+        report
+    }
+
+    /// The graph's data edges as (producer node, consumer node, value name), for pictures.
+    pub fn edges(&self) -> Vec<(usize, usize, String)> {
+        let g = &self.model.graph;
+        let mut edges = Vec::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            for v in n.inputs.iter().flatten() {
+                if let Some(p) = g.values[*v].producer {
+                    edges.push((p, i, g.values[*v].name.clone()));
+                }
+            }
+        }
+        edges
     }
 
     /// Runs the model. Every graph input must be given, by name.
-    pub fn run<S: AsRef<str>>(
-        &self,
-        inputs: impl IntoIterator<Item = (S, Tensor)>,
-    ) -> Result<SessionOutputs> {
+    pub fn run<S: AsRef<str>>(&self, inputs: impl IntoIterator<Item = (S, Tensor)>) -> Result<SessionOutputs> {
         let g = &self.model.graph;
-        let mut slots: Vec<Slot<'_>> = (0..g.values.len()).map(|_| Slot::Empty).collect();
-        for (i, v) in g.values.iter().enumerate() {
-            if let Some(t) = &v.initializer {
-                slots[i] = Slot::Borrowed(t);
-            }
-        }
+        let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
+        let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();
         for (name, tensor) in inputs {
             let name = name.as_ref();
-            let id = g
-                .value_id(name)
-                .filter(|id| g.values[*id].is_graph_input)
-                .ok_or_else(|| {
-                    Error::InvalidInput(format!(
-                        "the model has no input named `{name}`; its inputs are: {}",
-                        self.input_names()
-                    ))
-                })?;
-            if matches!(slots[id], Slot::Owned(_)) {
+            let id = g.value_id(name).filter(|id| g.values[*id].is_graph_input).ok_or_else(|| {
+                Error::InvalidInput(format!("the model has no input named `{name}`; its inputs are: {}", self.input_names()))
+            })?;
+            if homes[id].is_some() {
                 return Err(Error::InvalidInput(format!("input `{name}` given twice")));
             }
             self.check_input(id, &tensor)?;
-            slots[id] = Slot::Owned(tensor);
+            homes[id] = Some(Value::Host(tensor));
         }
-        if let Some(&missing) = g.inputs.iter().find(|&&i| matches!(slots[i], Slot::Empty)) {
+        if let Some(&missing) = g.inputs.iter().find(|&&i| homes[i].is_none()) {
             return Err(Error::InvalidInput(format!(
                 "input `{}` was not given; the model's inputs are: {}",
                 g.values[missing].name,
                 self.input_names()
             )));
         }
-        for (si, step) in self.steps.iter().enumerate() {
-            let _span = tracing::trace_span!(
-                "kernel",
-                step = si,
-                provider = step.kernel.provider().name()
-            )
-            .entered();
-            let inputs: Vec<Option<&Tensor>> =
-                step.group.inputs.iter().map(|&v| slots[v].get()).collect();
-            if let Some(pos) = inputs.iter().position(Option::is_none) {
-                return Err(Error::Run(format!(
-                    "internal: value `{}` not computed before use",
-                    g.values[step.group.inputs[pos]].name
-                )));
+        for (ai, action) in self.plan.actions.iter().enumerate() {
+            match *action {
+                Action::Kernel(k) => {
+                    let kernel = &self.kernels[k];
+                    let _span = tracing::trace_span!("kernel", provider = kernel.compiled.provider().name()).entered();
+                    let outputs = {
+                        let mut args = Vec::with_capacity(kernel.group.inputs.len());
+                        for (&src, &v) in self.plan.kernel_inputs[k].iter().zip(&kernel.group.inputs) {
+                            args.push(Some(read(&homes, &copies, src).ok_or_else(|| {
+                                Error::Run(format!("internal: value `{}` not computed before use", g.values[v].name))
+                            })?));
+                        }
+                        kernel.compiled.execute(&args)?
+                    };
+                    for (i, (&v, out)) in kernel.group.outputs.iter().zip(outputs).enumerate() {
+                        self.check_output(kernel, i, v, &out)?;
+                        homes[v] = Some(out);
+                    }
+                }
+                Action::Copy(c) => {
+                    let step = &self.plan.copies[c];
+                    let src = read(&homes, &copies, step.src)
+                        .ok_or_else(|| Error::Run(format!("internal: `{}` not computed before its copy", g.values[step.value].name)))?;
+                    let moved = match (src, step.to) {
+                        (Value::Host(t), Some(p)) => Value::Device(DeviceTensor::from_host(&self.providers[p], t)?),
+                        (Value::Device(t), None) => Value::Host(t.to_host()?),
+                        _ => return Err(Error::Run(format!("internal: bad copy of `{}`", g.values[step.value].name))),
+                    };
+                    self.copy_bytes[c].store(moved.byte_len() as u64, Ordering::Relaxed);
+                    copies[c] = Some(moved);
+                }
             }
-            let outputs = step.kernel.execute(&inputs)?;
-            drop(inputs);
-            for (&v, t) in step.group.outputs.iter().zip(outputs) {
-                slots[v] = Slot::Owned(t);
-            }
-            for &v in &self.release_after[si] {
-                if g.values[v].initializer.is_none() {
-                    slots[v] = Slot::Empty;
+            for s in &self.plan.release_after[ai] {
+                match *s {
+                    Source::Home(v) => homes[v] = None,
+                    Source::Copy(c) => copies[c] = None,
                 }
             }
         }
         let mut outputs = Vec::with_capacity(g.outputs.len());
-        for &o in &g.outputs {
-            let tensor = match std::mem::replace(&mut slots[o], Slot::Empty) {
-                Slot::Owned(t) => t,
-                Slot::Borrowed(t) => t.clone(),
-                Slot::Empty => {
-                    return Err(Error::Run(format!(
-                        "output `{}` was not produced",
-                        g.values[o].name
-                    )));
-                }
+        for (i, (&o, &src)) in g.outputs.iter().zip(&self.plan.outputs).enumerate() {
+            let used_again = self.plan.outputs[i + 1..].contains(&src);
+            let slot = match src {
+                Source::Home(v) => &mut homes[v],
+                Source::Copy(c) => &mut copies[c],
             };
-            outputs.push((g.values[o].name.clone(), tensor));
+            let value = match (slot.take(), &g.values[o].initializer) {
+                (Some(Value::Host(t)), _) if used_again => {
+                    *slot = Some(Value::Host(t.clone()));
+                    Value::Host(t)
+                }
+                (Some(Value::Device(_)), _) if used_again => {
+                    return Err(Error::Run(format!("output `{}` is listed twice and kept on a device", g.values[o].name)));
+                }
+                (Some(v), _) => v,
+                (None, Some(init)) => Value::Host(init.clone()),
+                (None, None) => return Err(Error::Run(format!("output `{}` was not produced", g.values[o].name))),
+            };
+            outputs.push((g.values[o].name.clone(), value));
         }
         Ok(SessionOutputs { outputs })
+    }
+
+    /// Checks a kernel output against the model's declared type and static shape.
+    fn check_output(&self, kernel: &Kernel, index: usize, v: ValueId, out: &Value) -> Result<()> {
+        let (want_type, want_dims) = &kernel.expected[index];
+        let name = &self.model.graph.values[v].name;
+        let provider = kernel.compiled.provider().name();
+        let bad = |message: String| Error::Provider {
+            provider: provider.to_string(),
+            call: "execute",
+            code: EpxStatusCode::InvalidGraph,
+            message,
+        };
+        if let Some(t) = want_type {
+            if *t != out.elem_type() {
+                return Err(bad(format!("output `{name}` is {}, but the model declares {t}", out.elem_type())));
+            }
+        }
+        if let Some(dims) = want_dims {
+            let shape = out.shape();
+            let ok = dims.len() == shape.len() && dims.iter().zip(shape).all(|(d, &s)| d.is_none_or(|d| d == s as u64));
+            if !ok {
+                let want: Vec<String> = dims.iter().map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string())).collect();
+                return Err(bad(format!("output `{name}` has shape {shape:?}, but the model declares [{}]", want.join(", "))));
+            }
+        }
+        Ok(())
     }
 
     fn input_names(&self) -> String {
@@ -485,5 +650,13 @@ impl Session {
             }
         }
         Ok(())
+    }
+}
+
+/// The value a source names, if it is there.
+fn read<'a>(homes: &'a [Option<Value>], copies: &'a [Option<Value>], s: Source) -> Option<&'a Value> {
+    match s {
+        Source::Home(v) => homes[v].as_ref(),
+        Source::Copy(c) => copies[c].as_ref(),
     }
 }

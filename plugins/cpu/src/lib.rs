@@ -7,4 +7,4 @@ pub mod ops;
 pub mod provider;
 pub mod tensor;
 
-pub use provider::{CPU_PROVIDER_NAME, CpuFactory, builtin_plugin_entry};
+pub use provider::{CPU_PROVIDER_NAME, CpuFactory, CpuProvider, builtin_plugin_entry};

@@ -43,7 +43,10 @@ impl ProviderFactory for CpuFactory {
     }
 }
 
-struct CpuProvider;
+/// A CPU EP instance. Its `compile` fuses any group of supported nodes into one kernel, so other
+/// host-memory EPs built on these kernels can reuse it with their own capability answers.
+#[derive(Debug, Default)]
+pub struct CpuProvider;
 
 fn op_error(node: &str, e: OpError) -> Error {
     Error::runtime(format!("node `{node}`: {e}"))

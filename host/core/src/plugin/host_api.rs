@@ -8,7 +8,11 @@ use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::{DLDataType, DLDevice, DLTensor};
 use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value, into_raw_status};
 
+use std::sync::Arc;
+
+use crate::device::{DeviceTensor, Value};
 use crate::ir::{AttributeValue, Dim, Graph, Model};
+use crate::plugin::ProviderInstance;
 use crate::tensor::{ElementType, Tensor};
 
 static HOST_VERSION: &std::ffi::CStr = c"0.1.0";
@@ -469,34 +473,81 @@ unsafe extern "C" fn release_buffer(buffer: *mut EpxBuffer) {
     })
 }
 
+/// A tensor handed to a plugin for one call: a host tensor's view (owning its shape array) or
+/// a device tensor's descriptor.
+pub(crate) enum CallTensor {
+    Host(Box<DlView>),
+    Device(Box<DLTensor>),
+}
+
+impl CallTensor {
+    fn of(v: &Value) -> Result<CallTensor, String> {
+        Ok(match v {
+            Value::Host(t) => CallTensor::Host(
+                DlView::of(t).ok_or_else(|| format!("{} tensors cannot cross the plugin ABI", t.elem_type()))?,
+            ),
+            Value::Device(t) => CallTensor::Device(Box::new(t.dl())),
+        })
+    }
+
+    fn dl_mut(&mut self) -> &mut DLTensor {
+        match self {
+            CallTensor::Host(v) => &mut v.dl,
+            CallTensor::Device(d) => d,
+        }
+    }
+}
+
 /// One kernel call's inputs and the outputs the kernel allocated.
 pub(crate) struct KernelCall<'t> {
-    inputs: Vec<Option<Box<DlView>>>,
-    pub(crate) outputs: Vec<Option<(Tensor, Box<DlView>)>>,
-    _borrow: std::marker::PhantomData<&'t Tensor>,
+    inputs: Vec<Option<CallTensor>>,
+    pub(crate) outputs: Vec<Option<(Value, CallTensor)>>,
+    /// Where outputs are allocated: `None` for host memory, else the device EP.
+    device: Option<&'t Arc<ProviderInstance>>,
+    _borrow: std::marker::PhantomData<&'t Value>,
 }
 
 impl<'t> KernelCall<'t> {
-    /// Inputs borrow `tensors` for the call.
-    pub(crate) fn new(inputs: &[Option<&'t Tensor>], num_outputs: usize) -> Result<Self, String> {
+    /// Inputs borrow `inputs` for the call; outputs go to `device`'s memory, or the host's.
+    pub(crate) fn new(
+        inputs: &[Option<&'t Value>],
+        num_outputs: usize,
+        device: Option<&'t Arc<ProviderInstance>>,
+    ) -> Result<Self, String> {
         let mut views = Vec::with_capacity(inputs.len());
-        for t in inputs {
-            views.push(match t {
+        for v in inputs {
+            views.push(match v {
                 None => None,
-                Some(t) => Some(DlView::of(t).ok_or_else(|| {
-                    format!("{} tensors cannot cross the plugin ABI", t.elem_type())
-                })?),
+                Some(v) => Some(CallTensor::of(v)?),
             });
         }
         Ok(KernelCall {
             inputs: views,
             outputs: (0..num_outputs).map(|_| None).collect(),
+            device,
             _borrow: std::marker::PhantomData,
         })
     }
 
     pub(crate) fn as_raw(&mut self) -> *mut EpxKernelContext {
         (self as *mut Self).cast::<EpxKernelContext>()
+    }
+
+    /// Allocates output storage where this call's EP keeps its tensors.
+    fn allocate(&self, elem: ElementType, shape: &[usize]) -> Result<(Value, CallTensor), SdkError> {
+        let oom = |e: crate::error::Error| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string());
+        match self.device {
+            None => {
+                let tensor = Tensor::zeros(elem, shape).map_err(oom)?;
+                let view = DlView::of(&tensor).ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
+                Ok((Value::Host(tensor), CallTensor::Host(view)))
+            }
+            Some(p) => {
+                let t = DeviceTensor::allocate(p, elem, shape).map_err(oom)?;
+                let dl = Box::new(t.dl());
+                Ok((Value::Device(t), CallTensor::Device(dl)))
+            }
+        }
     }
 }
 
@@ -530,9 +581,9 @@ unsafe extern "C" fn kernel_input(
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }
-        let p = c.inputs[i]
-            .as_ref()
-            .map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
+let p = c.inputs[i]
+            .as_mut()
+            .map_or(std::ptr::null(), |v| v.dl_mut() as *const DLTensor);
         // SAFETY: `out` checked non-null.
         unsafe { *out = p };
         Ok(())
@@ -578,12 +629,12 @@ unsafe extern "C" fn kernel_output(
                 SdkError::invalid_argument(format!("negative extent {d} in output shape {dims:?}"))
             })?);
         }
-        let tensor = Tensor::zeros(elem, &ushape)
-            .map_err(|e| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string()))?;
-        let mut view = DlView::of(&tensor)
-            .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
-        let p: *mut DLTensor = &mut view.dl;
-        c.outputs[i] = Some((tensor, view));
+        if out.is_null() {
+            return Err(SdkError::invalid_argument("NULL out-pointer"));
+        }
+        let (value, mut view) = c.allocate(elem, &ushape)?;
+        let p: *mut DLTensor = view.dl_mut();
+        c.outputs[i] = Some((value, view));
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }

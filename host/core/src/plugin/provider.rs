@@ -2,13 +2,18 @@
 
 use std::sync::{Arc, Mutex};
 
+use std::ffi::c_void;
+
 use epx_plugin_api::abi::*;
+use epx_plugin_api::dlpack::{DLDevice, DLTensor};
 use epx_plugin_api::sdk::take_status;
 
 use super::host_api::{AbiGraph, KernelCall};
 use super::library::{PluginLibrary, ProviderDescription};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::device::Value;
+
+type CopyFn = unsafe extern "C" fn(*mut c_void, *const DLTensor, *mut DLTensor) -> *mut EpxStatus;
 
 /// An EP instance made with the user's options.
 pub struct ProviderInstance {
@@ -123,20 +128,86 @@ impl ProviderInstance {
             ));
         }
         if !instance.description.uses_host_memory() {
-            return Err(Error::ProviderSetup {
-                name,
-                message: format!(
-                    "its tensors live in device memory (DLPack device type {}), and this host does not insert \
-                     host/device copies yet; only host-memory EPs can run",
-                    instance.description.device_type
-                ),
-            });
+            // SAFETY: validated size above covers the data-transfer fields of ABI 1.0.
+            let has_transfer = unsafe {
+                (*raw).allocate.is_some()
+                    && (*raw).free.is_some()
+                    && (*raw).copy_to_device.is_some()
+                    && (*raw).copy_to_host.is_some()
+            };
+            if !has_transfer {
+                return Err(nonsense(
+                    &instance.description.name,
+                    "create",
+                    format!(
+                        "declares device memory (DLPack device type {}) but not the data-transfer \
+                         functions allocate, free, copy_to_device and copy_to_host",
+                        instance.description.device_type
+                    ),
+                ));
+            }
         }
         Ok(instance)
     }
 
     pub fn name(&self) -> &str {
         &self.description.name
+    }
+
+    /// The DLPack device of this EP's tensors.
+    pub fn device(&self) -> DLDevice {
+        DLDevice { device_type: self.description.device_type, device_id: 0 }
+    }
+
+    /// Allocates device memory through the EP's data transfer.
+    pub(crate) fn allocate(&self, bytes: usize, alignment: usize) -> Result<*mut c_void> {
+        let name = self.name();
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `allocate` was checked non-NULL at creation for device EPs; `ptr` is a valid
+        // out-pointer.
+        let status = unsafe {
+            let f = (*self.raw).allocate.ok_or_else(|| nonsense(name, "allocate", "NULL".into()))?;
+            f((*self.raw).state, bytes, alignment, &mut ptr)
+        };
+        // SAFETY: plugin status.
+        unsafe { take_status(status) }.map_err(|e| provider_error(name, "allocate", e))?;
+        if ptr.is_null() {
+            return Err(nonsense(name, "allocate", format!("returned success but no memory for {bytes} bytes")));
+        }
+        Ok(ptr)
+    }
+
+    /// Frees memory from [`allocate`](Self::allocate).
+    pub(crate) fn free(&self, ptr: *mut c_void) {
+        // SAFETY: `ptr` came from this EP's `allocate` and is freed once (DeviceTensor::drop).
+        unsafe {
+            if let Some(f) = (*self.raw).free {
+                f((*self.raw).state, ptr);
+            }
+        }
+    }
+
+    /// Copies a host tensor into a device tensor of the same type and shape.
+    pub(crate) fn copy_to_device(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        // SAFETY: checked non-NULL at creation for device EPs.
+        let f = unsafe { (*self.raw).copy_to_device };
+        self.copy("copy_to_device", f, src, dst)
+    }
+
+    /// Copies a device tensor into a host tensor of the same type and shape.
+    pub(crate) fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        // SAFETY: checked non-NULL at creation for device EPs.
+        let f = unsafe { (*self.raw).copy_to_host };
+        self.copy("copy_to_host", f, src, dst)
+    }
+
+    fn copy(&self, call: &'static str, f: Option<CopyFn>, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        let name = self.name();
+        let f = f.ok_or_else(|| nonsense(name, call, "NULL".into()))?;
+        // SAFETY: both tensors describe live buffers of the same type and shape for the call.
+        let status = unsafe { f((*self.raw).state, src, dst) };
+        // SAFETY: plugin status.
+        unsafe { take_status(status) }.map_err(|e| provider_error(name, call, e))
     }
 
     /// Asks which of the `unclaimed` nodes this EP runs; validates the answer.
@@ -343,15 +414,13 @@ impl CompiledKernel {
         &self.provider
     }
 
-    /// Runs the kernel on `inputs`; returns one tensor per subgraph output.
-    pub(crate) fn execute(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    /// Runs the kernel on `inputs` (in its EP's memory space); returns one value per subgraph
+    /// output, in that space.
+    pub(crate) fn execute(&self, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let name = self.provider.name();
-        let mut call =
-            KernelCall::new(inputs, self.num_outputs).map_err(|m| nonsense(name, "execute", m))?;
-        let _guard = self
-            .serialize
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let device = (!self.provider.description.uses_host_memory()).then_some(&self.provider);
+        let mut call = KernelCall::new(inputs, self.num_outputs, device).map_err(|m| nonsense(name, "execute", m))?;
+        let _guard = self.serialize.as_ref().map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: validated kernel; `call` lives across the call and is only touched by the
         // plugin through the host API meanwhile.
         let status = unsafe {

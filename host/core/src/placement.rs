@@ -1,0 +1,182 @@
+//! The placement report: which EP runs each node, the fused groups and their kernels, the copies
+//! between memory spaces, and the nodes that fell back to the CPU EP and why. Data first; a
+//! table and a Graphviz picture are views of it.
+
+use std::fmt::Write as _;
+
+/// Where one node runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlacement {
+    pub id: usize,
+    pub name: String,
+    pub op_type: String,
+    pub provider: String,
+    /// Index into [`PlacementReport::groups`].
+    pub group: usize,
+}
+
+/// A fused group: the nodes one compiled kernel runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPlacement {
+    pub id: usize,
+    pub provider: String,
+    /// Node ids, in topological order.
+    pub nodes: Vec<usize>,
+    /// The kernel's name: `<provider>#<index among that provider's kernels>`.
+    pub kernel: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+}
+
+/// A copy the plan inserts where a value crosses memory spaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyPlacement {
+    pub value: String,
+    /// `host` or the name of the device EP whose memory it is.
+    pub from: String,
+    pub to: String,
+    /// The group it feeds (`None`: a graph output brought back to the host at the end).
+    pub before_group: Option<usize>,
+    /// Bytes per run when the value's shape is static.
+    pub bytes: Option<u64>,
+    /// Bytes the copy moved in the most recent run (`None` before the first run).
+    pub last_run_bytes: Option<u64>,
+}
+
+/// A node that ended on the CPU EP although other EPs were requested.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    pub node: usize,
+    pub name: String,
+    pub op_type: String,
+    pub reason: String,
+}
+
+/// A requested EP that took no part, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedProvider {
+    pub name: String,
+    pub reason: String,
+}
+
+/// Everything about where a session runs what.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementReport {
+    pub nodes: Vec<NodePlacement>,
+    pub groups: Vec<GroupPlacement>,
+    pub copies: Vec<CopyPlacement>,
+    pub fallbacks: Vec<Fallback>,
+    pub skipped_providers: Vec<SkippedProvider>,
+}
+
+const PALETTE: [&str; 8] =
+    ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f9c74f", "#a8dadc", "#e9c46a"];
+
+impl PlacementReport {
+    /// Nodes per EP, in order of first appearance.
+    pub fn node_counts(&self) -> Vec<(String, usize)> {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for n in &self.nodes {
+            match counts.iter_mut().find(|(p, _)| *p == n.provider) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((n.provider.clone(), 1)),
+            }
+        }
+        counts
+    }
+
+    /// A plain-text table: one line per node, then copies, fallbacks and skipped EPs.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let w_name = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
+        let w_op = self.nodes.iter().map(|n| n.op_type.len()).max().unwrap_or(2).max(2);
+        let w_ep = self.nodes.iter().map(|n| n.provider.len()).max().unwrap_or(2).max(2);
+        let _ = writeln!(s, "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  kernel", "node", "name", "op", "EP");
+        for n in &self.nodes {
+            let kernel = self.groups.get(n.group).map_or("", |g| g.kernel.as_str());
+            let _ = writeln!(s, "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  {kernel}", n.id, n.name, n.op_type, n.provider);
+        }
+        let counts: Vec<String> = self.node_counts().iter().map(|(p, c)| format!("{p}: {c}")).collect();
+        let _ = writeln!(s, "\n{} nodes in {} kernels ({})", self.nodes.len(), self.groups.len(), counts.join(", "));
+        if self.copies.is_empty() {
+            let _ = writeln!(s, "no copies between memory spaces");
+        } else {
+            let _ = writeln!(s, "\n{} copies between memory spaces:", self.copies.len());
+            for c in &self.copies {
+                let bytes = match (c.last_run_bytes, c.bytes) {
+                    (Some(b), _) | (None, Some(b)) => format!("{b} bytes per run"),
+                    (None, None) => "size known at run time".to_string(),
+                };
+                let into = c.before_group.map_or_else(|| "graph output".to_string(), |g| format!("kernel {}", self.groups[g].kernel));
+                let _ = writeln!(s, "  {}: {} → {} (for {into}), {bytes}", c.value, c.from, c.to);
+            }
+        }
+        if !self.fallbacks.is_empty() {
+            let _ = writeln!(s, "\n{} nodes fell back to the CPU EP:", self.fallbacks.len());
+            for f in &self.fallbacks {
+                let _ = writeln!(s, "  {} ({}): {}", f.name, f.op_type, f.reason);
+            }
+        }
+        for p in &self.skipped_providers {
+            let _ = writeln!(s, "\nEP {} was skipped: {}", p.name, p.reason);
+        }
+        s
+    }
+
+    /// A Graphviz picture: nodes coloured by EP, fused groups boxed, copy edges dashed red and
+    /// labelled with their bytes.
+    pub fn to_dot(&self, edges: &[(usize, usize, String)]) -> String {
+        let providers: Vec<String> = self.node_counts().into_iter().map(|(p, _)| p).collect();
+        let colour = |p: &str| PALETTE[providers.iter().position(|x| x == p).unwrap_or(0) % PALETTE.len()];
+        let mut s = String::from("digraph placement {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\"];\n");
+        for g in &self.groups {
+            let _ = writeln!(s, "  subgraph cluster_{} {{\n    label=\"{}\"; style=dashed; color=\"#888888\";", g.id, esc(&g.kernel));
+            for &n in &g.nodes {
+                if let Some(node) = self.nodes.get(n) {
+                    let _ = writeln!(
+                        s,
+                        "    n{} [label=\"{}\\n{}\\n[{}]\", fillcolor=\"{}\"];",
+                        n,
+                        esc(&node.name),
+                        esc(&node.op_type),
+                        esc(&node.provider),
+                        colour(&node.provider)
+                    );
+                }
+            }
+            s.push_str("  }\n");
+        }
+        for (from, to, value) in edges {
+            let crossing = self.nodes.get(*from).zip(self.nodes.get(*to)).is_some_and(|(a, b)| a.group != b.group);
+            let copy = self.copies.iter().find(|c| c.value == *value && c.before_group == self.nodes.get(*to).map(|n| n.group));
+            match copy {
+                Some(c) => {
+                    let bytes = c.last_run_bytes.or(c.bytes).map_or_else(String::new, |b| format!(", {b} B"));
+                    let _ = writeln!(
+                        s,
+                        "  n{from} -> n{to} [label=\"{} ({} → {}{bytes})\", color=red, style=dashed, fontcolor=red];",
+                        esc(value),
+                        esc(&c.from),
+                        esc(&c.to)
+                    );
+                }
+                None if crossing => {
+                    let _ = writeln!(s, "  n{from} -> n{to} [label=\"{}\", color=\"#444444\"];", esc(value));
+                }
+                None => {
+                    let _ = writeln!(s, "  n{from} -> n{to} [label=\"{}\", color=\"#aaaaaa\"];", esc(value));
+                }
+            }
+        }
+        s.push_str("  subgraph cluster_legend {\n    label=\"EPs\"; style=solid;\n");
+        for (i, p) in providers.iter().enumerate() {
+            let _ = writeln!(s, "    legend{i} [label=\"{}\", fillcolor=\"{}\"];", esc(p), colour(p));
+        }
+        s.push_str("  }\n}\n");
+        s
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}

@@ -75,7 +75,7 @@ fn main() -> ExitCode {
             Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
             Command::Doctor => Ok(doctor::doctor(&env)),
             Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
-        Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+            Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
         });
     match result {
         Ok(code) => code,

@@ -43,7 +43,11 @@ pub struct PartitionArgs {
 }
 
 pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let eps = args.eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
+    let eps = args
+        .eps
+        .iter()
+        .map(|s| parse_ep(s))
+        .collect::<Result<Vec<_>>>()?;
     let session = Session::builder()?
         .with_environment(env)
         .with_execution_providers(eps)?
@@ -52,7 +56,10 @@ pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
-        std::fs::write(path, report.to_dot(&session.edges())).map_err(|source| Error::Io { path: path.clone(), source })?;
+        std::fs::write(path, report.to_dot(&session.edges())).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -215,3 +215,80 @@ fn providers_and_doctor_report_a_plugin_folder() {
     assert!(stdout.contains(&format!("        {folder}\n")), "{stdout}");
     assert!(stdout.contains("1 problem(s) found"), "{stdout}");
 }
+
+#[test]
+fn partition_prints_the_placement_and_draws_it() {
+    let dir = Scratch::new("partition");
+    let libs = Path::new(env!("CARGO_BIN_EXE_epx"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = libs.join("libepx_fixture_older_minor.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        lib.display()
+    );
+    let plugin = dir.0.join("older_minor");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::copy(&lib, plugin.join("libepx_fixture_older_minor.so")).unwrap();
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        "name = \"older_minor\"\nversion = \"0.1.0\"\nabi = \"1.0\"\nproviders = [\"relu_only\", \"never_available\"]\n\n[library]\nlinux = \"libepx_fixture_older_minor.so\"\n",
+    )
+    .unwrap();
+    let dot = dir.0.join("placement.dot");
+    let folder = dir.0.to_str().unwrap();
+    let out = epx(&[
+        "partition",
+        "examples/models/mnist-cnn.onnx",
+        "--plugin-dir",
+        folder,
+        "--ep",
+        "relu_only",
+        "--dot",
+        dot.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("relu1    Relu                relu_only  relu_only#0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("11 nodes in 11 kernels (cpu: 9, relu_only: 2)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("9 nodes fell back to the CPU EP:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("conv1 (Conv): not claimed by relu_only"),
+        "{stdout}"
+    );
+    let picture = std::fs::read_to_string(&dot).unwrap();
+    assert!(picture.starts_with("digraph placement {"), "{picture}");
+    assert!(
+        picture.contains("[relu_only]") && picture.contains("label=\"relu_only#0\""),
+        "{picture}"
+    );
+
+    // Strict placement refuses the same request, naming what would fall back.
+    let out = epx(&[
+        "partition",
+        "examples/models/mnist-cnn.onnx",
+        "--plugin-dir",
+        folder,
+        "--ep",
+        "relu_only",
+        "--strict",
+    ]);
+    let line = assert_one_error_line(&out);
+    assert!(
+        line.starts_with(
+            "error: strict placement: 9 nodes would fall back to the CPU EP: `conv1` (Conv)"
+        ),
+        "{line}"
+    );
+}

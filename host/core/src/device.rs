@@ -36,15 +36,28 @@ impl Drop for DeviceTensor {
 
 impl std::fmt::Debug for DeviceTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceTensor<{}>{:?} on {}", self.elem_type, self.shape, self.provider.name())
+        write!(
+            f,
+            "DeviceTensor<{}>{:?} on {}",
+            self.elem_type,
+            self.shape,
+            self.provider.name()
+        )
     }
 }
 
 impl DeviceTensor {
     /// Allocates an uninitialized tensor in `provider`'s memory.
-    pub(crate) fn allocate(provider: &Arc<ProviderInstance>, elem_type: ElementType, shape: &[usize]) -> Result<Self> {
+    pub(crate) fn allocate(
+        provider: &Arc<ProviderInstance>,
+        elem_type: ElementType,
+        shape: &[usize],
+    ) -> Result<Self> {
         let size = elem_type.byte_size().ok_or_else(|| {
-            Error::Run(format!("{elem_type} tensors cannot be placed in {}'s memory", provider.name()))
+            Error::Run(format!(
+                "{elem_type} tensors cannot be placed in {}'s memory",
+                provider.name()
+            ))
         })?;
         let bytes = shape
             .iter()
@@ -85,7 +98,14 @@ impl DeviceTensor {
             device: self.provider.device(),
             ndim: self.dims.len() as i32,
             // `allocate` refused types without a DLPack form.
-            dtype: self.elem_type.to_dlpack().unwrap_or(epx_plugin_api::dlpack::DLDataType { code: 0, bits: 0, lanes: 0 }),
+            dtype: self
+                .elem_type
+                .to_dlpack()
+                .unwrap_or(epx_plugin_api::dlpack::DLDataType {
+                    code: 0,
+                    bits: 0,
+                    lanes: 0,
+                }),
             shape: self.dims.as_ptr().cast_mut(),
             strides: std::ptr::null_mut(),
             byte_offset: 0,
@@ -95,8 +115,13 @@ impl DeviceTensor {
     /// Copies a host tensor into `provider`'s memory.
     pub(crate) fn from_host(provider: &Arc<ProviderInstance>, t: &Tensor) -> Result<Self> {
         let dst = Self::allocate(provider, t.elem_type(), t.shape())?;
-        let src = crate::plugin::host_api::DlView::of(t)
-            .ok_or_else(|| Error::Run(format!("{} tensors cannot be copied to {}", t.elem_type(), provider.name())))?;
+        let src = crate::plugin::host_api::DlView::of(t).ok_or_else(|| {
+            Error::Run(format!(
+                "{} tensors cannot be copied to {}",
+                t.elem_type(),
+                provider.name()
+            ))
+        })?;
         let mut dst_dl = dst.dl();
         provider.copy_to_device(&src.dl, &mut dst_dl)?;
         Ok(dst)
@@ -105,8 +130,12 @@ impl DeviceTensor {
     /// Copies the tensor back into host memory.
     pub fn to_host(&self) -> Result<Tensor> {
         let host = Tensor::zeros(self.elem_type, &self.shape)?;
-        let mut view = crate::plugin::host_api::DlView::of(&host)
-            .ok_or_else(|| Error::Run(format!("{} tensors cannot be copied to the host", self.elem_type)))?;
+        let mut view = crate::plugin::host_api::DlView::of(&host).ok_or_else(|| {
+            Error::Run(format!(
+                "{} tensors cannot be copied to the host",
+                self.elem_type
+            ))
+        })?;
         view.dl.device = DLDevice::CPU;
         self.provider.copy_to_host(&self.dl(), &mut view.dl)?;
         drop(view);

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::discover::{self, Discovery, PluginCandidate, SearchDir};
 use crate::error::{Error, PluginLoadErrorKind, Result};
 use crate::plugin::PluginLibrary;
-use epx_plugin_api::abi::EpxPluginEntryFn;
 use crate::session::ExecutionProvider;
+use epx_plugin_api::abi::EpxPluginEntryFn;
 
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
 pub const BUILTIN_PLUGIN: &str = "builtin";
@@ -209,7 +209,11 @@ impl Environment {
                 Some(m) => m.providers.clone(),
                 None => vec![c.name.clone()],
             })
-            .chain(self.linked.iter().flat_map(|l| l.providers.iter().map(|p| p.name.clone())))
+            .chain(
+                self.linked
+                    .iter()
+                    .flat_map(|l| l.providers.iter().map(|p| p.name.clone())),
+            )
             .chain(self.builtin.providers.iter().map(|p| p.name.clone()))
             .collect();
         let searched: Vec<String> = self
@@ -253,15 +257,24 @@ impl Environment {
 
     /// Whether EP `name` can be found and runs on this machine (loading its plugin if needed).
     pub fn is_available(&self, name: &str) -> bool {
-        self.find_provider(name).is_ok_and(|(lib, i)| lib.providers[i].availability.is_ok())
+        self.find_provider(name)
+            .is_ok_and(|(lib, i)| lib.providers[i].availability.is_ok())
     }
 
     /// Names of every EP that can run here: plugin folders (loading every plugin), linked
     /// plugins, then the built-in ones; each name once, in that order.
     pub fn available_providers(&self) -> Vec<String> {
-        let loaded: Vec<Arc<PluginLibrary>> = self.load_all().into_iter().filter_map(|(_, l)| l.ok()).collect();
+        let loaded: Vec<Arc<PluginLibrary>> = self
+            .load_all()
+            .into_iter()
+            .filter_map(|(_, l)| l.ok())
+            .collect();
         let mut names: Vec<String> = Vec::new();
-        for lib in loaded.iter().chain(&self.linked).chain(std::iter::once(&self.builtin)) {
+        for lib in loaded
+            .iter()
+            .chain(&self.linked)
+            .chain(std::iter::once(&self.builtin))
+        {
             for p in &lib.providers {
                 if p.availability.is_ok() && !names.contains(&p.name) {
                     names.push(p.name.clone());

@@ -20,6 +20,7 @@ pub mod device;
 pub mod discover;
 pub mod environment;
 pub mod error;
+pub mod infer;
 pub mod ir;
 pub mod manifest;
 pub mod npy;
@@ -32,9 +33,9 @@ pub mod resolve;
 pub mod session;
 pub mod tensor;
 
+pub use device::{DeviceTensor, Value};
 pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};
 pub use error::{Error, PluginLoadErrorKind, Result};
-pub use device::{DeviceTensor, Value};
 pub use placement::PlacementReport;
 pub use session::{ExecutionProvider, Session, SessionBuilder, SessionOutputs, ValueSpec};
 pub use tensor::{ElementType, Tensor, TensorElement};

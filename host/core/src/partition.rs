@@ -98,7 +98,9 @@ pub(crate) fn partition(
 /// is convex the pieces and the other groups form an acyclic graph. One pass over the nodes
 /// between the group's first and last node.
 fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
-    let (Some(&first), Some(&last)) = (group.first(), group.last()) else { return Vec::new() };
+    let (Some(&first), Some(&last)) = (group.first(), group.last()) else {
+        return Vec::new();
+    };
     if group.len() == 1 {
         return vec![group.to_vec()];
     }
@@ -109,16 +111,26 @@ fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
     for n in first..=last {
         let mut s: Option<usize> = None;
         for v in g.nodes[n].inputs.iter().flatten() {
-            let Some(p) = g.values[*v].producer else { continue };
+            let Some(p) = g.values[*v].producer else {
+                continue;
+            };
             if p < first {
                 continue;
             }
             let Some(ps) = stage[p - first] else { continue };
             // Leaving the group costs one stage when the edge goes group → outside.
-            let ps = if inside.contains(&p) && !inside.contains(&n) { ps + 1 } else { ps };
+            let ps = if inside.contains(&p) && !inside.contains(&n) {
+                ps + 1
+            } else {
+                ps
+            };
             s = Some(s.map_or(ps, |x| x.max(ps)));
         }
-        stage[n - first] = if inside.contains(&n) { Some(s.unwrap_or(0)) } else { s };
+        stage[n - first] = if inside.contains(&n) {
+            Some(s.unwrap_or(0))
+        } else {
+            s
+        };
     }
     let mut pieces: Vec<Vec<NodeId>> = Vec::new();
     for &n in group {
@@ -130,7 +142,11 @@ fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
     }
     pieces.retain(|p| !p.is_empty());
     if pieces.len() > 1 {
-        tracing::debug!(nodes = group.len(), pieces = pieces.len(), "group is not convex; split");
+        tracing::debug!(
+            nodes = group.len(),
+            pieces = pieces.len(),
+            "group is not convex; split"
+        );
     }
     pieces
 }
@@ -219,10 +235,16 @@ mod tests {
             output: vec![out.to_string()],
             ..Default::default()
         };
-        let vi = |n: &str| proto::ValueInfoProto { name: Some(n.into()), ..Default::default() };
+        let vi = |n: &str| proto::ValueInfoProto {
+            name: Some(n.into()),
+            ..Default::default()
+        };
         let m = proto::ModelProto {
             ir_version: Some(8),
-            opset_import: vec![proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+            opset_import: vec![proto::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(17),
+            }],
             graph: Some(proto::GraphProto {
                 node: nodes.iter().map(node).collect(),
                 input: vec![vi("x")],
@@ -231,7 +253,9 @@ mod tests {
             }),
             ..Default::default()
         };
-        crate::onnx::load_model_bytes(&m.encode_to_vec(), "t", None).unwrap().graph
+        crate::onnx::load_model_bytes(&m.encode_to_vec(), "t", None)
+            .unwrap()
+            .graph
     }
 
     fn id(g: &Graph, name: &str) -> NodeId {
@@ -241,16 +265,32 @@ mod tests {
     #[test]
     fn a_path_through_another_ep_splits_the_group() {
         // a → b → c → d, with b elsewhere: {a, c, d} would be a cycle once fused.
-        let g = graph(&[("Relu", &["x"], "a"), ("Neg", &["a"], "b"), ("Relu", &["b"], "c"), ("Relu", &["c"], "d")], "d");
+        let g = graph(
+            &[
+                ("Relu", &["x"], "a"),
+                ("Neg", &["a"], "b"),
+                ("Relu", &["b"], "c"),
+                ("Relu", &["c"], "d"),
+            ],
+            "d",
+        );
         let group = vec![id(&g, "a"), id(&g, "c"), id(&g, "d")];
-        assert_eq!(convex_pieces(&g, &group), vec![vec![id(&g, "a")], vec![id(&g, "c"), id(&g, "d")]]);
+        assert_eq!(
+            convex_pieces(&g, &group),
+            vec![vec![id(&g, "a")], vec![id(&g, "c"), id(&g, "d")]]
+        );
     }
 
     #[test]
     fn a_diamond_keeps_what_it_can_together() {
         // a feeds b (elsewhere) and c; d reads b and c. {a, c} stays fused, d must follow b.
         let g = graph(
-            &[("Relu", &["x"], "a"), ("Neg", &["a"], "b"), ("Relu", &["a"], "c"), ("Add", &["b", "c"], "d")],
+            &[
+                ("Relu", &["x"], "a"),
+                ("Neg", &["a"], "b"),
+                ("Relu", &["a"], "c"),
+                ("Add", &["b", "c"], "d"),
+            ],
             "d",
         );
         let group = vec![id(&g, "a"), id(&g, "c"), id(&g, "d")];
@@ -261,7 +301,15 @@ mod tests {
 
     #[test]
     fn a_convex_group_stays_whole() {
-        let g = graph(&[("Relu", &["x"], "a"), ("Relu", &["a"], "b"), ("Neg", &["x"], "c"), ("Add", &["b", "c"], "d")], "d");
+        let g = graph(
+            &[
+                ("Relu", &["x"], "a"),
+                ("Relu", &["a"], "b"),
+                ("Neg", &["x"], "c"),
+                ("Add", &["b", "c"], "d"),
+            ],
+            "d",
+        );
         let group = vec![id(&g, "a"), id(&g, "b"), id(&g, "d")];
         let mut sorted = group.clone();
         sorted.sort_unstable();

@@ -69,8 +69,9 @@ pub struct PlacementReport {
     pub skipped_providers: Vec<SkippedProvider>,
 }
 
-const PALETTE: [&str; 8] =
-    ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f9c74f", "#a8dadc", "#e9c46a"];
+const PALETTE: [&str; 8] = [
+    "#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f9c74f", "#a8dadc", "#e9c46a",
+];
 
 impl PlacementReport {
     /// Nodes per EP, in order of first appearance.
@@ -88,16 +89,52 @@ impl PlacementReport {
     /// A plain-text table: one line per node, then copies, fallbacks and skipped EPs.
     pub fn table(&self) -> String {
         let mut s = String::new();
-        let w_name = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
-        let w_op = self.nodes.iter().map(|n| n.op_type.len()).max().unwrap_or(2).max(2);
-        let w_ep = self.nodes.iter().map(|n| n.provider.len()).max().unwrap_or(2).max(2);
-        let _ = writeln!(s, "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  kernel", "node", "name", "op", "EP");
+        let w_name = self
+            .nodes
+            .iter()
+            .map(|n| n.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let w_op = self
+            .nodes
+            .iter()
+            .map(|n| n.op_type.len())
+            .max()
+            .unwrap_or(2)
+            .max(2);
+        let w_ep = self
+            .nodes
+            .iter()
+            .map(|n| n.provider.len())
+            .max()
+            .unwrap_or(2)
+            .max(2);
+        let _ = writeln!(
+            s,
+            "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  kernel",
+            "node", "name", "op", "EP"
+        );
         for n in &self.nodes {
             let kernel = self.groups.get(n.group).map_or("", |g| g.kernel.as_str());
-            let _ = writeln!(s, "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  {kernel}", n.id, n.name, n.op_type, n.provider);
+            let _ = writeln!(
+                s,
+                "{:>5}  {:<w_name$}  {:<w_op$}  {:<w_ep$}  {kernel}",
+                n.id, n.name, n.op_type, n.provider
+            );
         }
-        let counts: Vec<String> = self.node_counts().iter().map(|(p, c)| format!("{p}: {c}")).collect();
-        let _ = writeln!(s, "\n{} nodes in {} kernels ({})", self.nodes.len(), self.groups.len(), counts.join(", "));
+        let counts: Vec<String> = self
+            .node_counts()
+            .iter()
+            .map(|(p, c)| format!("{p}: {c}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n{} nodes in {} kernels ({})",
+            self.nodes.len(),
+            self.groups.len(),
+            counts.join(", ")
+        );
         if self.copies.is_empty() {
             let _ = writeln!(s, "no copies between memory spaces");
         } else {
@@ -107,12 +144,23 @@ impl PlacementReport {
                     (Some(b), _) | (None, Some(b)) => format!("{b} bytes per run"),
                     (None, None) => "size known at run time".to_string(),
                 };
-                let into = c.before_group.map_or_else(|| "graph output".to_string(), |g| format!("kernel {}", self.groups[g].kernel));
-                let _ = writeln!(s, "  {}: {} → {} (for {into}), {bytes}", c.value, c.from, c.to);
+                let into = c.before_group.map_or_else(
+                    || "graph output".to_string(),
+                    |g| format!("kernel {}", self.groups[g].kernel),
+                );
+                let _ = writeln!(
+                    s,
+                    "  {}: {} → {} (for {into}), {bytes}",
+                    c.value, c.from, c.to
+                );
             }
         }
         if !self.fallbacks.is_empty() {
-            let _ = writeln!(s, "\n{} nodes fell back to the CPU EP:", self.fallbacks.len());
+            let _ = writeln!(
+                s,
+                "\n{} nodes fell back to the CPU EP:",
+                self.fallbacks.len()
+            );
             for f in &self.fallbacks {
                 let _ = writeln!(s, "  {} ({}): {}", f.name, f.op_type, f.reason);
             }
@@ -127,10 +175,18 @@ impl PlacementReport {
     /// labelled with their bytes.
     pub fn to_dot(&self, edges: &[(usize, usize, String)]) -> String {
         let providers: Vec<String> = self.node_counts().into_iter().map(|(p, _)| p).collect();
-        let colour = |p: &str| PALETTE[providers.iter().position(|x| x == p).unwrap_or(0) % PALETTE.len()];
-        let mut s = String::from("digraph placement {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\"];\n");
+        let colour =
+            |p: &str| PALETTE[providers.iter().position(|x| x == p).unwrap_or(0) % PALETTE.len()];
+        let mut s = String::from(
+            "digraph placement {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\"];\n",
+        );
         for g in &self.groups {
-            let _ = writeln!(s, "  subgraph cluster_{} {{\n    label=\"{}\"; style=dashed; color=\"#888888\";", g.id, esc(&g.kernel));
+            let _ = writeln!(
+                s,
+                "  subgraph cluster_{} {{\n    label=\"{}\"; style=dashed; color=\"#888888\";",
+                g.id,
+                esc(&g.kernel)
+            );
             for &n in &g.nodes {
                 if let Some(node) = self.nodes.get(n) {
                     let _ = writeln!(
@@ -147,11 +203,20 @@ impl PlacementReport {
             s.push_str("  }\n");
         }
         for (from, to, value) in edges {
-            let crossing = self.nodes.get(*from).zip(self.nodes.get(*to)).is_some_and(|(a, b)| a.group != b.group);
-            let copy = self.copies.iter().find(|c| c.value == *value && c.before_group == self.nodes.get(*to).map(|n| n.group));
+            let crossing = self
+                .nodes
+                .get(*from)
+                .zip(self.nodes.get(*to))
+                .is_some_and(|(a, b)| a.group != b.group);
+            let copy = self.copies.iter().find(|c| {
+                c.value == *value && c.before_group == self.nodes.get(*to).map(|n| n.group)
+            });
             match copy {
                 Some(c) => {
-                    let bytes = c.last_run_bytes.or(c.bytes).map_or_else(String::new, |b| format!(", {b} B"));
+                    let bytes = c
+                        .last_run_bytes
+                        .or(c.bytes)
+                        .map_or_else(String::new, |b| format!(", {b} B"));
                     let _ = writeln!(
                         s,
                         "  n{from} -> n{to} [label=\"{} ({} → {}{bytes})\", color=red, style=dashed, fontcolor=red];",
@@ -161,16 +226,29 @@ impl PlacementReport {
                     );
                 }
                 None if crossing => {
-                    let _ = writeln!(s, "  n{from} -> n{to} [label=\"{}\", color=\"#444444\"];", esc(value));
+                    let _ = writeln!(
+                        s,
+                        "  n{from} -> n{to} [label=\"{}\", color=\"#444444\"];",
+                        esc(value)
+                    );
                 }
                 None => {
-                    let _ = writeln!(s, "  n{from} -> n{to} [label=\"{}\", color=\"#aaaaaa\"];", esc(value));
+                    let _ = writeln!(
+                        s,
+                        "  n{from} -> n{to} [label=\"{}\", color=\"#aaaaaa\"];",
+                        esc(value)
+                    );
                 }
             }
         }
         s.push_str("  subgraph cluster_legend {\n    label=\"EPs\"; style=solid;\n");
         for (i, p) in providers.iter().enumerate() {
-            let _ = writeln!(s, "    legend{i} [label=\"{}\", fillcolor=\"{}\"];", esc(p), colour(p));
+            let _ = writeln!(
+                s,
+                "    legend{i} [label=\"{}\", fillcolor=\"{}\"];",
+                esc(p),
+                colour(p)
+            );
         }
         s.push_str("  }\n}\n");
         s

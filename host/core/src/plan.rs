@@ -56,12 +56,21 @@ pub fn plan(g: &Graph, groups: &[Group], space_of: &[Space], keep_on_device: &[V
             home[v] = space_of[grp.provider];
         }
     }
-    let mut planner = Planner { home: &home, copies: Vec::new(), copy_of: HashMap::new(), pending: Vec::new() };
+    let mut planner = Planner {
+        home: &home,
+        copies: Vec::new(),
+        copy_of: HashMap::new(),
+        pending: Vec::new(),
+    };
     let mut actions = Vec::new();
     let mut kernel_inputs = Vec::with_capacity(groups.len());
     for (k, grp) in groups.iter().enumerate() {
         let space = space_of[grp.provider];
-        let sources: Vec<Source> = grp.inputs.iter().map(|&v| planner.source_in(v, space)).collect();
+        let sources: Vec<Source> = grp
+            .inputs
+            .iter()
+            .map(|&v| planner.source_in(v, space))
+            .collect();
         actions.extend(planner.pending.drain(..).map(Action::Copy));
         actions.push(Action::Kernel(k));
         kernel_inputs.push(sources);
@@ -69,7 +78,13 @@ pub fn plan(g: &Graph, groups: &[Group], space_of: &[Space], keep_on_device: &[V
     let outputs: Vec<Source> = g
         .outputs
         .iter()
-        .map(|&o| if keep_on_device.contains(&o) { Source::Home(o) } else { planner.source_in(o, None) })
+        .map(|&o| {
+            if keep_on_device.contains(&o) {
+                Source::Home(o)
+            } else {
+                planner.source_in(o, None)
+            }
+        })
         .collect();
     actions.extend(planner.pending.drain(..).map(Action::Copy));
     let copies = planner.copies;
@@ -106,7 +121,13 @@ pub fn plan(g: &Graph, groups: &[Group], space_of: &[Space], keep_on_device: &[V
     for (s, i) in last {
         release_after[i].push(s);
     }
-    Plan { actions, copies, kernel_inputs, outputs, release_after }
+    Plan {
+        actions,
+        copies,
+        kernel_inputs,
+        outputs,
+        release_after,
+    }
 }
 
 struct Planner<'a> {
@@ -129,10 +150,23 @@ impl Planner<'_> {
             return Source::Copy(c);
         }
         // Device-to-device moves go through host memory.
-        let src = if home.is_some() && space.is_some() { self.source_in(v, None) } else { Source::Home(v) };
-        let from = if matches!(src, Source::Home(_)) { home } else { None };
+        let src = if home.is_some() && space.is_some() {
+            self.source_in(v, None)
+        } else {
+            Source::Home(v)
+        };
+        let from = if matches!(src, Source::Home(_)) {
+            home
+        } else {
+            None
+        };
         let c = self.copies.len();
-        self.copies.push(CopyStep { value: v, src, from, to: space });
+        self.copies.push(CopyStep {
+            value: v,
+            src,
+            from,
+            to: space,
+        });
         self.copy_of.insert((v, space), c);
         self.pending.push(c);
         Source::Copy(c)

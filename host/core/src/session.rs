@@ -11,7 +11,9 @@ use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Model, ValueId};
 use crate::partition::{Group, partition};
-use crate::placement::{CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider};
+use crate::placement::{
+    CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider,
+};
 use crate::plan::{self, Action, Plan, Source, Space};
 use crate::plugin::host_api::AbiGraph;
 use crate::plugin::{CompiledKernel, ProviderInstance};
@@ -51,6 +53,12 @@ impl ExecutionProvider {
         &self.name
     }
 
+    /// Whether this EP is found and can run on this machine, in the global environment
+    /// (`EPX_PLUGIN_PATH` and the default plugin folder). See [`Environment::is_available`].
+    pub fn is_available(&self) -> Result<bool> {
+        Ok(Environment::global()?.is_available(&self.name))
+    }
+
     pub fn options(&self) -> &[(String, String)] {
         &self.options
     }
@@ -86,7 +94,12 @@ struct Kernel {
 
 impl Session {
     pub fn builder() -> Result<SessionBuilder> {
-        Ok(SessionBuilder { env: None, providers: Vec::new(), strict: false, device_outputs: Vec::new() })
+        Ok(SessionBuilder {
+            env: None,
+            providers: Vec::new(),
+            strict: false,
+            device_outputs: Vec::new(),
+        })
     }
 }
 
@@ -98,7 +111,10 @@ impl SessionBuilder {
     }
 
     /// EPs in priority order; the CPU EP is always added last.
-    pub fn with_execution_providers(mut self, eps: impl IntoIterator<Item = ExecutionProvider>) -> Result<Self> {
+    pub fn with_execution_providers(
+        mut self,
+        eps: impl IntoIterator<Item = ExecutionProvider>,
+    ) -> Result<Self> {
         self.providers.extend(eps);
         Ok(self)
     }
@@ -113,8 +129,12 @@ impl SessionBuilder {
     /// Leaves these graph outputs in their EP's memory instead of copying them to the host;
     /// read them with [`SessionOutputs::device`] and copy them later with
     /// [`DeviceTensor::to_host`].
-    pub fn with_device_outputs<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
-        self.device_outputs.extend(names.into_iter().map(Into::into));
+    pub fn with_device_outputs<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.device_outputs
+            .extend(names.into_iter().map(Into::into));
         self
     }
 
@@ -148,16 +168,23 @@ impl SessionBuilder {
                 Err(e) if ep.error_on_failure => return Err(e),
                 Err(e) => {
                     tracing::warn!(provider = %ep.name, "continuing without this EP: {e}");
-                    skipped.push(SkippedProvider { name: ep.name.clone(), reason: e.to_string() });
+                    skipped.push(SkippedProvider {
+                        name: ep.name.clone(),
+                        reason: e.to_string(),
+                    });
                 }
             }
         }
         // The fallback: the built-in CPU EP, always last.
         let builtin = env.builtin();
-        let cpu = builtin.providers.iter().position(|p| p.name == "cpu").ok_or_else(|| Error::ProviderSetup {
-            name: "cpu".into(),
-            message: "the built-in CPU EP is missing".into(),
-        })?;
+        let cpu = builtin
+            .providers
+            .iter()
+            .position(|p| p.name == "cpu")
+            .ok_or_else(|| Error::ProviderSetup {
+                name: "cpu".into(),
+                message: "the built-in CPU EP is missing".into(),
+            })?;
         providers.push(ProviderInstance::create(builtin, cpu, &[])?);
         let fallback = providers.len() - 1;
         let cpu_requested = providers[..fallback].iter().any(|p| p.name() == "cpu");
@@ -184,7 +211,10 @@ impl SessionBuilder {
         }
         fallbacks.sort_by_key(|f| f.node);
         if self.strict && !fallbacks.is_empty() {
-            let list: Vec<String> = fallbacks.iter().map(|f| format!("`{}` ({})", f.name, f.op_type)).collect();
+            let list: Vec<String> = fallbacks
+                .iter()
+                .map(|f| format!("`{}` ({})", f.name, f.op_type))
+                .collect();
             return Err(Error::Unsupported(format!(
                 "strict placement: {} node{} would fall back to the CPU EP: {}",
                 list.len(),
@@ -194,35 +224,73 @@ impl SessionBuilder {
         }
         let mut keep_on_device = Vec::new();
         for name in &self.device_outputs {
-            let id = g.value_id(name).filter(|&v| g.values[v].is_graph_output).ok_or_else(|| {
-                Error::InvalidInput(format!("`{name}` given to with_device_outputs is not an output of the model"))
-            })?;
+            let id = g
+                .value_id(name)
+                .filter(|&v| g.values[v].is_graph_output)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "`{name}` given to with_device_outputs is not an output of the model"
+                    ))
+                })?;
             keep_on_device.push(id);
         }
         let mut kernels = Vec::with_capacity(groups.len());
         for group in &groups {
             let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-            let compiled =
-                providers[group.provider].compile(&abi, &ids(&group.nodes), &ids(&group.inputs), &ids(&group.outputs))?;
+            let compiled = providers[group.provider].compile(
+                &abi,
+                &ids(&group.nodes),
+                &ids(&group.inputs),
+                &ids(&group.outputs),
+            )?;
             let expected = group
                 .outputs
                 .iter()
                 .map(|&v| {
                     let val = &g.values[v];
-                    let dims = val.shape().map(|s| s.iter().map(|d| if let Dim::Known(k) = d { Some(*k) } else { None }).collect());
+                    let dims = val.shape().map(|s| {
+                        s.iter()
+                            .map(|d| {
+                                if let Dim::Known(k) = d {
+                                    Some(*k)
+                                } else {
+                                    None
+                                }
+                            })
+                            .collect()
+                    });
                     (val.elem_type(), dims)
                 })
                 .collect();
-            kernels.push(Kernel { compiled, group: group.clone(), expected });
+            kernels.push(Kernel {
+                compiled,
+                group: group.clone(),
+                expected,
+            });
         }
         drop(abi);
-        let space_of: Vec<Space> =
-            providers.iter().enumerate().map(|(i, p)| (!p.description.uses_host_memory()).then_some(i)).collect();
+        let space_of: Vec<Space> = providers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (!p.description.uses_host_memory()).then_some(i))
+            .collect();
         let plan = plan::plan(g, &groups, &space_of, &keep_on_device);
         let placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
         tracing::debug!("placement of {}:\n{}", model.source, placement.table());
-        let copy_bytes = plan.copies.iter().map(|_| AtomicU64::new(u64::MAX)).collect();
-        Ok(Session { model: model.clone(), providers, kernels, plan, copy_bytes, placement, node_provider })
+        let copy_bytes = plan
+            .copies
+            .iter()
+            .map(|_| AtomicU64::new(u64::MAX))
+            .collect();
+        Ok(Session {
+            model: model.clone(),
+            providers,
+            kernels,
+            plan,
+            copy_bytes,
+            placement,
+            node_provider,
+        })
     }
 }
 
@@ -230,7 +298,10 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     let (lib, index) = env.find_provider(&ep.name)?;
     let desc = &lib.providers[index];
     if let Err(reason) = &desc.availability {
-        return Err(Error::ProviderSetup { name: ep.name.clone(), message: format!("not available: {reason}") });
+        return Err(Error::ProviderSetup {
+            name: ep.name.clone(),
+            message: format!("not available: {reason}"),
+        });
     }
     // Manifest defaults first: the user's options come later and win.
     let mut options = env.default_options(&lib, &desc.name);
@@ -254,7 +325,11 @@ fn report(
     let g = &model.graph;
     let mut per_provider = vec![0usize; providers.len()];
     let mut group_of = vec![0usize; g.nodes.len()];
-    let names = |vs: &[ValueId]| vs.iter().map(|&v| g.values[v].name.clone()).collect::<Vec<_>>();
+    let names = |vs: &[ValueId]| {
+        vs.iter()
+            .map(|&v| g.values[v].name.clone())
+            .collect::<Vec<_>>()
+    };
     let groups_out: Vec<GroupPlacement> = groups
         .iter()
         .enumerate()
@@ -262,7 +337,11 @@ fn report(
             for &n in &grp.nodes {
                 group_of[n] = i;
             }
-            let kernel = format!("{}#{}", providers[grp.provider].name(), per_provider[grp.provider]);
+            let kernel = format!(
+                "{}#{}",
+                providers[grp.provider].name(),
+                per_provider[grp.provider]
+            );
             per_provider[grp.provider] += 1;
             GroupPlacement {
                 id: i,
@@ -304,7 +383,13 @@ fn report(
             let v = &g.values[c.value];
             let bytes = v.shape().and_then(|s| {
                 let size = v.elem_type()?.byte_size()? as u64;
-                s.iter().try_fold(size, |acc, d| if let Dim::Known(k) = d { acc.checked_mul(*k) } else { None })
+                s.iter().try_fold(size, |acc, d| {
+                    if let Dim::Known(k) = d {
+                        acc.checked_mul(*k)
+                    } else {
+                        None
+                    }
+                })
             });
             CopyPlacement {
                 value: v.name.clone(),
@@ -316,7 +401,13 @@ fn report(
             }
         })
         .collect();
-    PlacementReport { nodes, groups: groups_out, copies, fallbacks, skipped_providers }
+    PlacementReport {
+        nodes,
+        groups: groups_out,
+        copies,
+        fallbacks,
+        skipped_providers,
+    }
 }
 
 /// What `run` returns: the graph outputs, in the model's order, in host memory (except those
@@ -450,17 +541,26 @@ impl Session {
         let mut used: Vec<usize> = self.node_provider.clone();
         used.sort_unstable();
         used.dedup();
-        used.into_iter().map(|i| self.providers[i].name().to_string()).collect()
+        used.into_iter()
+            .map(|i| self.providers[i].name().to_string())
+            .collect()
     }
 
     /// The EP each node was placed on, by node id.
     pub fn node_placement(&self) -> Vec<&str> {
-        self.node_provider.iter().map(|&i| self.providers[i].name()).collect()
+        self.node_provider
+            .iter()
+            .map(|&i| self.providers[i].name())
+            .collect()
     }
 
     /// Requested EPs that could not be set up, with the reason (they are also logged).
     pub fn skipped_providers(&self) -> Vec<(String, String)> {
-        self.placement.skipped_providers.iter().map(|s| (s.name.clone(), s.reason.clone())).collect()
+        self.placement
+            .skipped_providers
+            .iter()
+            .map(|s| (s.name.clone(), s.reason.clone()))
+            .collect()
     }
 
     /// Number of compiled kernels.
@@ -494,15 +594,24 @@ impl Session {
     }
 
     /// Runs the model. Every graph input must be given, by name.
-    pub fn run<S: AsRef<str>>(&self, inputs: impl IntoIterator<Item = (S, Tensor)>) -> Result<SessionOutputs> {
+    pub fn run<S: AsRef<str>>(
+        &self,
+        inputs: impl IntoIterator<Item = (S, Tensor)>,
+    ) -> Result<SessionOutputs> {
         let g = &self.model.graph;
         let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
         let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();
         for (name, tensor) in inputs {
             let name = name.as_ref();
-            let id = g.value_id(name).filter(|id| g.values[*id].is_graph_input).ok_or_else(|| {
-                Error::InvalidInput(format!("the model has no input named `{name}`; its inputs are: {}", self.input_names()))
-            })?;
+            let id = g
+                .value_id(name)
+                .filter(|id| g.values[*id].is_graph_input)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "the model has no input named `{name}`; its inputs are: {}",
+                        self.input_names()
+                    ))
+                })?;
             if homes[id].is_some() {
                 return Err(Error::InvalidInput(format!("input `{name}` given twice")));
             }
@@ -520,12 +629,21 @@ impl Session {
             match *action {
                 Action::Kernel(k) => {
                     let kernel = &self.kernels[k];
-                    let _span = tracing::trace_span!("kernel", provider = kernel.compiled.provider().name()).entered();
+                    let _span = tracing::trace_span!(
+                        "kernel",
+                        provider = kernel.compiled.provider().name()
+                    )
+                    .entered();
                     let outputs = {
                         let mut args = Vec::with_capacity(kernel.group.inputs.len());
-                        for (&src, &v) in self.plan.kernel_inputs[k].iter().zip(&kernel.group.inputs) {
+                        for (&src, &v) in
+                            self.plan.kernel_inputs[k].iter().zip(&kernel.group.inputs)
+                        {
                             args.push(Some(read(&homes, &copies, src).ok_or_else(|| {
-                                Error::Run(format!("internal: value `{}` not computed before use", g.values[v].name))
+                                Error::Run(format!(
+                                    "internal: value `{}` not computed before use",
+                                    g.values[v].name
+                                ))
                             })?));
                         }
                         kernel.compiled.execute(&args)?
@@ -537,12 +655,23 @@ impl Session {
                 }
                 Action::Copy(c) => {
                     let step = &self.plan.copies[c];
-                    let src = read(&homes, &copies, step.src)
-                        .ok_or_else(|| Error::Run(format!("internal: `{}` not computed before its copy", g.values[step.value].name)))?;
+                    let src = read(&homes, &copies, step.src).ok_or_else(|| {
+                        Error::Run(format!(
+                            "internal: `{}` not computed before its copy",
+                            g.values[step.value].name
+                        ))
+                    })?;
                     let moved = match (src, step.to) {
-                        (Value::Host(t), Some(p)) => Value::Device(DeviceTensor::from_host(&self.providers[p], t)?),
+                        (Value::Host(t), Some(p)) => {
+                            Value::Device(DeviceTensor::from_host(&self.providers[p], t)?)
+                        }
                         (Value::Device(t), None) => Value::Host(t.to_host()?),
-                        _ => return Err(Error::Run(format!("internal: bad copy of `{}`", g.values[step.value].name))),
+                        _ => {
+                            return Err(Error::Run(format!(
+                                "internal: bad copy of `{}`",
+                                g.values[step.value].name
+                            )));
+                        }
                     };
                     self.copy_bytes[c].store(moved.byte_len() as u64, Ordering::Relaxed);
                     copies[c] = Some(moved);
@@ -568,11 +697,19 @@ impl Session {
                     Value::Host(t)
                 }
                 (Some(Value::Device(_)), _) if used_again => {
-                    return Err(Error::Run(format!("output `{}` is listed twice and kept on a device", g.values[o].name)));
+                    return Err(Error::Run(format!(
+                        "output `{}` is listed twice and kept on a device",
+                        g.values[o].name
+                    )));
                 }
                 (Some(v), _) => v,
                 (None, Some(init)) => Value::Host(init.clone()),
-                (None, None) => return Err(Error::Run(format!("output `{}` was not produced", g.values[o].name))),
+                (None, None) => {
+                    return Err(Error::Run(format!(
+                        "output `{}` was not produced",
+                        g.values[o].name
+                    )));
+                }
             };
             outputs.push((g.values[o].name.clone(), value));
         }
@@ -592,15 +729,28 @@ impl Session {
         };
         if let Some(t) = want_type {
             if *t != out.elem_type() {
-                return Err(bad(format!("output `{name}` is {}, but the model declares {t}", out.elem_type())));
+                return Err(bad(format!(
+                    "output `{name}` is {}, but the model declares {t}",
+                    out.elem_type()
+                )));
             }
         }
         if let Some(dims) = want_dims {
             let shape = out.shape();
-            let ok = dims.len() == shape.len() && dims.iter().zip(shape).all(|(d, &s)| d.is_none_or(|d| d == s as u64));
+            let ok = dims.len() == shape.len()
+                && dims
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, &s)| d.is_none_or(|d| d == s as u64));
             if !ok {
-                let want: Vec<String> = dims.iter().map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string())).collect();
-                return Err(bad(format!("output `{name}` has shape {shape:?}, but the model declares [{}]", want.join(", "))));
+                let want: Vec<String> = dims
+                    .iter()
+                    .map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string()))
+                    .collect();
+                return Err(bad(format!(
+                    "output `{name}` has shape {shape:?}, but the model declares [{}]",
+                    want.join(", ")
+                )));
             }
         }
         Ok(())
@@ -654,7 +804,11 @@ impl Session {
 }
 
 /// The value a source names, if it is there.
-fn read<'a>(homes: &'a [Option<Value>], copies: &'a [Option<Value>], s: Source) -> Option<&'a Value> {
+fn read<'a>(
+    homes: &'a [Option<Value>],
+    copies: &'a [Option<Value>],
+    s: Source,
+) -> Option<&'a Value> {
     match s {
         Source::Home(v) => homes[v].as_ref(),
         Source::Copy(c) => copies[c].as_ref(),

@@ -70,7 +70,8 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
         }
     }
     let ctx = Ctx { source, base_dir };
-    let graph = ctx.graph(graph, &HashSet::new())?;
+    let mut graph = ctx.graph(graph, &HashSet::new())?;
+    crate::infer::infer_element_types(&mut graph);
     Ok(Model {
         source: source.to_string(),
         base_dir: base_dir.map(Path::to_path_buf),

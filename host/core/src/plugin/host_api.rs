@@ -483,9 +483,11 @@ pub(crate) enum CallTensor {
 impl CallTensor {
     fn of(v: &Value) -> Result<CallTensor, String> {
         Ok(match v {
-            Value::Host(t) => CallTensor::Host(
-                DlView::of(t).ok_or_else(|| format!("{} tensors cannot cross the plugin ABI", t.elem_type()))?,
-            ),
+            Value::Host(t) => {
+                CallTensor::Host(DlView::of(t).ok_or_else(|| {
+                    format!("{} tensors cannot cross the plugin ABI", t.elem_type())
+                })?)
+            }
             Value::Device(t) => CallTensor::Device(Box::new(t.dl())),
         })
     }
@@ -534,12 +536,17 @@ impl<'t> KernelCall<'t> {
     }
 
     /// Allocates output storage where this call's EP keeps its tensors.
-    fn allocate(&self, elem: ElementType, shape: &[usize]) -> Result<(Value, CallTensor), SdkError> {
+    fn allocate(
+        &self,
+        elem: ElementType,
+        shape: &[usize],
+    ) -> Result<(Value, CallTensor), SdkError> {
         let oom = |e: crate::error::Error| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string());
         match self.device {
             None => {
                 let tensor = Tensor::zeros(elem, shape).map_err(oom)?;
-                let view = DlView::of(&tensor).ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
+                let view = DlView::of(&tensor)
+                    .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
                 Ok((Value::Host(tensor), CallTensor::Host(view)))
             }
             Some(p) => {
@@ -581,7 +588,7 @@ unsafe extern "C" fn kernel_input(
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }
-let p = c.inputs[i]
+        let p = c.inputs[i]
             .as_mut()
             .map_or(std::ptr::null(), |v| v.dl_mut() as *const DLTensor);
         // SAFETY: `out` checked non-null.

@@ -10,8 +10,8 @@ use epx_plugin_api::sdk::take_status;
 
 use super::host_api::{AbiGraph, KernelCall};
 use super::library::{PluginLibrary, ProviderDescription};
-use crate::error::{Error, Result};
 use crate::device::Value;
+use crate::error::{Error, Result};
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const DLTensor, *mut DLTensor) -> *mut EpxStatus;
 
@@ -156,7 +156,10 @@ impl ProviderInstance {
 
     /// The DLPack device of this EP's tensors.
     pub fn device(&self) -> DLDevice {
-        DLDevice { device_type: self.description.device_type, device_id: 0 }
+        DLDevice {
+            device_type: self.description.device_type,
+            device_id: 0,
+        }
     }
 
     /// Allocates device memory through the EP's data transfer.
@@ -166,13 +169,19 @@ impl ProviderInstance {
         // SAFETY: `allocate` was checked non-NULL at creation for device EPs; `ptr` is a valid
         // out-pointer.
         let status = unsafe {
-            let f = (*self.raw).allocate.ok_or_else(|| nonsense(name, "allocate", "NULL".into()))?;
+            let f = (*self.raw)
+                .allocate
+                .ok_or_else(|| nonsense(name, "allocate", "NULL".into()))?;
             f((*self.raw).state, bytes, alignment, &mut ptr)
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "allocate", e))?;
         if ptr.is_null() {
-            return Err(nonsense(name, "allocate", format!("returned success but no memory for {bytes} bytes")));
+            return Err(nonsense(
+                name,
+                "allocate",
+                format!("returned success but no memory for {bytes} bytes"),
+            ));
         }
         Ok(ptr)
     }
@@ -201,7 +210,13 @@ impl ProviderInstance {
         self.copy("copy_to_host", f, src, dst)
     }
 
-    fn copy(&self, call: &'static str, f: Option<CopyFn>, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+    fn copy(
+        &self,
+        call: &'static str,
+        f: Option<CopyFn>,
+        src: &DLTensor,
+        dst: &mut DLTensor,
+    ) -> Result<()> {
         let name = self.name();
         let f = f.ok_or_else(|| nonsense(name, call, "NULL".into()))?;
         // SAFETY: both tensors describe live buffers of the same type and shape for the call.
@@ -419,8 +434,12 @@ impl CompiledKernel {
     pub(crate) fn execute(&self, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let name = self.provider.name();
         let device = (!self.provider.description.uses_host_memory()).then_some(&self.provider);
-        let mut call = KernelCall::new(inputs, self.num_outputs, device).map_err(|m| nonsense(name, "execute", m))?;
-        let _guard = self.serialize.as_ref().map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut call = KernelCall::new(inputs, self.num_outputs, device)
+            .map_err(|m| nonsense(name, "execute", m))?;
+        let _guard = self
+            .serialize
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: validated kernel; `call` lives across the call and is only touched by the
         // plugin through the host API meanwhile.
         let status = unsafe {

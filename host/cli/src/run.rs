@@ -42,17 +42,18 @@ pub struct PartitionArgs {
     dot: Option<PathBuf>,
 }
 
-pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let eps = args
-        .eps
-        .iter()
-        .map(|s| parse_ep(s))
-        .collect::<Result<Vec<_>>>()?;
-    let session = Session::builder()?
+/// A session on the EPs given as `--ep` specs.
+fn session(env: Arc<Environment>, model: &Path, eps: &[String], strict: bool) -> Result<Session> {
+    let eps = eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
+    Session::builder()?
         .with_environment(env)
         .with_execution_providers(eps)?
-        .with_strict_placement(args.strict)
-        .commit_from_file(&args.model)?;
+        .with_strict_placement(strict)
+        .commit_from_file(model)
+}
+
+pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
+    let session = session(env, &args.model, &args.eps, args.strict)?;
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
@@ -78,15 +79,7 @@ fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
 }
 
 pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
-    let eps = args
-        .eps
-        .iter()
-        .map(|s| parse_ep(s))
-        .collect::<Result<Vec<_>>>()?;
-    let session = Session::builder()?
-        .with_environment(env)
-        .with_execution_providers(eps)?
-        .commit_from_file(&args.model)?;
+    let session = session(env, &args.model, &args.eps, false)?;
     let report = session.placement();
     let placement = report.node_counts();
     let summary: Vec<String> = placement

@@ -214,66 +214,37 @@ fn constant_type(node: &crate::ir::Node) -> Option<ElementType> {
 
 #[cfg(test)]
 mod tests {
-    use crate::onnx::proto;
+    use crate::onnx::{proto, testing};
     use crate::tensor::ElementType;
-    use prost::Message;
 
     #[test]
     fn types_flow_through_the_graph() {
-        let node = |op: &str, ins: &[&str], out: &str, attrs: Vec<proto::AttributeProto>| {
-            proto::NodeProto {
-                op_type: Some(op.into()),
-                input: ins.iter().map(|s| s.to_string()).collect(),
-                output: vec![out.into()],
-                attribute: attrs,
-                ..Default::default()
-            }
-        };
-        let to_int = proto::AttributeProto {
+        let mut cast = testing::node("Cast", &["r"], &["c"]);
+        cast.attribute.push(proto::AttributeProto {
             name: Some("to".into()),
             r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
             i: Some(7),
             ..Default::default()
-        };
-        let x = proto::ValueInfoProto {
-            name: Some("x".into()),
-            r#type: Some(proto::TypeProto {
-                denotation: None,
-                value: Some(proto::type_proto::Value::TensorType(
-                    proto::type_proto::Tensor {
-                        elem_type: Some(1),
-                        shape: None,
-                    },
-                )),
-            }),
-            ..Default::default()
-        };
-        let m = proto::ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![proto::OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(17),
-            }],
-            graph: Some(proto::GraphProto {
-                node: vec![
-                    node("Relu", &["x"], "r", vec![]),
-                    node("Greater", &["r", "x"], "g", vec![]),
-                    node("Cast", &["r"], "c", vec![to_int]),
-                    node("Shape", &["c"], "s", vec![]),
-                    node("Mystery", &["r"], "u", vec![]),
-                ],
-                input: vec![x],
-                output: vec![proto::ValueInfoProto {
-                    name: Some("s".into()),
-                    ..Default::default()
-                }],
+        });
+        let mut m = testing::model(
+            vec![
+                testing::node("Relu", &["x"], &["r"]),
+                testing::node("Greater", &["r", "x"], &["g"]),
+                cast,
+                testing::node("Shape", &["c"], &["s"]),
+                testing::node("Mystery", &["r"], &["u"]),
+            ],
+            &["x"],
+            &[],
+        );
+        // Outputs declared without a type, so inference has to supply it.
+        if let Some(graph) = m.graph.as_mut() {
+            graph.output = vec![proto::ValueInfoProto {
+                name: Some("s".into()),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let g = crate::onnx::load_model_bytes(&m.encode_to_vec(), "t", None)
-            .unwrap()
-            .graph;
+            }];
+        }
+        let g = testing::graph(&m);
         let ty = |n: &str| g.values[g.value_id(n).unwrap()].elem_type();
         assert_eq!(ty("r"), Some(ElementType::Float));
         assert_eq!(ty("g"), Some(ElementType::Bool));

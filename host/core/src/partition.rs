@@ -223,39 +223,19 @@ fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::proto;
-    use prost::Message;
+    use crate::onnx::{proto, testing};
 
-    /// A graph from (op, inputs, outputs) triples; `x` is the only graph input.
+    /// A graph from (op, inputs, output) triples (nodes named after their output); `x` is the
+    /// only graph input.
     fn graph(nodes: &[(&str, &[&str], &str)], output: &str) -> Graph {
-        let node = |(op, ins, out): &(&str, &[&str], &str)| proto::NodeProto {
-            op_type: Some(op.to_string()),
-            name: Some(out.to_string()),
-            input: ins.iter().map(|s| s.to_string()).collect(),
-            output: vec![out.to_string()],
-            ..Default::default()
-        };
-        let vi = |n: &str| proto::ValueInfoProto {
-            name: Some(n.into()),
-            ..Default::default()
-        };
-        let m = proto::ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![proto::OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(17),
-            }],
-            graph: Some(proto::GraphProto {
-                node: nodes.iter().map(node).collect(),
-                input: vec![vi("x")],
-                output: vec![vi(output)],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        crate::onnx::load_model_bytes(&m.encode_to_vec(), "t", None)
-            .unwrap()
-            .graph
+        let nodes = nodes
+            .iter()
+            .map(|(op, ins, out)| proto::NodeProto {
+                name: Some(out.to_string()),
+                ..testing::node(op, ins, &[out])
+            })
+            .collect();
+        testing::graph(&testing::model(nodes, &["x"], &[output]))
     }
 
     fn id(g: &Graph, name: &str) -> NodeId {

@@ -2,6 +2,8 @@
 mod load;
 pub mod proto;
 pub mod save;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use load::{
     MAX_IR_VERSION, MIN_IR_VERSION, load_model_bytes, load_model_file, load_tensor_bytes,

@@ -1,51 +1,6 @@
 use super::*;
-use proto::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
-};
-
-fn vi(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            denotation: None,
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(1),
-                    shape: None,
-                },
-            )),
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{}", outputs.join("_"))),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn model(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> ModelProto {
-    ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes,
-            input: inputs.iter().map(|s| vi(s)).collect(),
-            output: outputs.iter().map(|s| vi(s)).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+use crate::onnx::testing::{model, node, vi};
+use proto::{GraphProto, ModelProto, TensorProto};
 
 fn load(m: &ModelProto) -> Result<Model> {
     load_model_bytes(&m.encode_to_vec(), "test.onnx", None)

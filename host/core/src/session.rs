@@ -89,8 +89,11 @@ struct Kernel {
     group: Group,
     /// The model's declared element type and static extents of each output, checked after
     /// every execute so a plugin returning nonsense is caught where it happens.
-    expected: Vec<(Option<ElementType>, Option<Vec<Option<u64>>>)>,
+    expected: Vec<Declared>,
 }
+
+/// What the model declares about a value: element type and static extents, where known.
+type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>);
 
 impl Session {
     pub fn builder() -> Result<SessionBuilder> {

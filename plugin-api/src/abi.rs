@@ -103,6 +103,8 @@ pub struct EpxVersion {
 
 impl EpxVersion {
     /// The ABI version this crate describes.
+    ///
+    /// cbindgen:ignore
     pub const CURRENT: EpxVersion = EpxVersion {
         major: EPX_ABI_VERSION_MAJOR,
         minor: EPX_ABI_VERSION_MINOR,

@@ -62,6 +62,8 @@ pub struct DLDevice {
 
 impl DLDevice {
     /// Host memory, device 0.
+    ///
+    /// cbindgen:ignore
     pub const CPU: DLDevice = DLDevice {
         device_type: DLDeviceType::Cpu as i32,
         device_id: 0,

@@ -44,7 +44,10 @@ pub struct PartitionArgs {
 
 /// A session on the EPs given as `--ep` specs.
 fn session(env: Arc<Environment>, model: &Path, eps: &[String], strict: bool) -> Result<Session> {
-    let eps = eps.iter().map(|s| parse_ep(s)).collect::<Result<Vec<_>>>()?;
+    let eps = eps
+        .iter()
+        .map(|s| parse_ep(s))
+        .collect::<Result<Vec<_>>>()?;
     Session::builder()?
         .with_environment(env)
         .with_execution_providers(eps)?

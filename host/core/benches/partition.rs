@@ -179,6 +179,15 @@ fn fail(message: &str) -> ! {
     std::process::exit(1)
 }
 
+/// Minor page faults of this process so far (Linux; `None` elsewhere): fresh memory the
+/// allocator maps in is a cost that grows with the working set, not with instructions.
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; minflt is field 10 of the whole line.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -194,6 +203,7 @@ struct Row {
     per_ep: String,
     copies: usize,
     create_ms: f64,
+    faults: Option<u64>,
     runs: usize,
     run_ms: f64,
 }
@@ -206,14 +216,21 @@ fn measure(env: &Arc<Environment>, nodes: usize, repeats: usize) -> Row {
     ];
     let mut times = Vec::with_capacity(repeats);
     let mut last = None;
+    let mut faults = Vec::with_capacity(repeats);
     for _ in 0..repeats {
         let model = model.clone();
+        // The previous session goes first, so each creation starts from the same heap.
+        drop(last.take());
+        let faults_before = minor_faults();
         let start = Instant::now();
         let session = Session::builder()
             .map(|b| b.with_environment(env.clone()))
             .and_then(|b| b.with_execution_providers(eps.clone()))
             .and_then(|b| b.commit_from_model(model));
         let elapsed = start.elapsed();
+        if let (Some(a), Some(b)) = (faults_before, minor_faults()) {
+            faults.push(b.saturating_sub(a));
+        }
         let session = session.unwrap_or_else(|e| fail(&format!("{nodes} nodes: {e}")));
         times.push(ms(elapsed));
         // Dropped outside the timing (releasing kernels is not what is measured).
@@ -242,6 +259,10 @@ fn measure(env: &Arc<Environment>, nodes: usize, repeats: usize) -> Row {
         per_ep: per_ep.join(", "),
         copies: report.copies.len(),
         create_ms: median(times),
+        faults: (faults.len() == repeats).then(|| {
+            faults.sort_unstable();
+            faults[faults.len() / 2]
+        }),
         runs: outputs.len(),
         run_ms,
     }
@@ -258,7 +279,21 @@ fn main() {
     .commit()
     .unwrap_or_else(|e| fail(&format!("environment: {e}")));
 
-    let sizes = [(1_000, 5), (10_000, 5), (100_000, 3)];
+    // `EPX_BENCH_NODES=10000,100000` measures only those sizes (for profiling one size).
+    let all = [(1_000, 5), (10_000, 5), (100_000, 3)];
+    let sizes: Vec<(usize, usize)> = match std::env::var("EPX_BENCH_NODES") {
+        Ok(list) => {
+            list.split(',')
+                .map(|n| {
+                    let n: usize = n.trim().parse().unwrap_or_else(|_| {
+                        fail(&format!("EPX_BENCH_NODES: `{n}` is not a number"))
+                    });
+                    (n, if n >= 100_000 { 3 } else { 5 })
+                })
+                .collect()
+        }
+        Err(_) => all.to_vec(),
+    };
     let mut rows = Vec::new();
     for (nodes, repeats) in sizes {
         let row = measure(&env, nodes, repeats);
@@ -266,12 +301,14 @@ fn main() {
         rows.push(row);
     }
 
-    println!("Session creation (partition + convex split + compile + plan), median of 5/5/3 runs:");
+    println!(
+        "Session creation (partition + convex split + compile + plan), median of 5 runs (3 from 100,000 nodes):"
+    );
     println!();
     println!(
-        "| nodes | groups = kernels | groups per EP | copies | creation ms (median) | growth vs 10x fewer nodes | one run ms |"
+        "| nodes | groups = kernels | groups per EP | copies | creation ms (median) | growth vs 10x fewer nodes | page faults per creation | one run ms |"
     );
-    println!("|---:|---:|---|---:|---:|---:|---:|");
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
     for (i, r) in rows.iter().enumerate() {
         let growth = if i == 0 {
@@ -282,8 +319,15 @@ fn main() {
             format!("{ratio:.1}x")
         };
         println!(
-            "| {} | {} | {} | {} | {:.1} | {growth} | {:.1} ({} outputs) |",
-            r.nodes, r.kernels, r.per_ep, r.copies, r.create_ms, r.run_ms, r.runs
+            "| {} | {} | {} | {} | {:.1} | {growth} | {} | {:.1} ({} outputs) |",
+            r.nodes,
+            r.kernels,
+            r.per_ep,
+            r.copies,
+            r.create_ms,
+            r.faults.map_or_else(|| "-".to_string(), |f| f.to_string()),
+            r.run_ms,
+            r.runs
         );
     }
     println!();

@@ -86,7 +86,59 @@ pub(crate) fn partition(
             }
         })
         .collect();
-    order_groups(g, groups)
+    match order_groups(g, groups) {
+        Ok(ordered) => Ok(ordered),
+        // Convex groups can still wait on each other (a → b in one pair of groups, b' → a' in
+        // the other): split further by level, which always gives a runnable order.
+        Err(groups) => {
+            tracing::debug!(
+                groups = groups.len(),
+                "fused groups wait on each other; split by level"
+            );
+            order_groups(g, split_by_level(g, groups))
+                .map_err(|_| Error::Run("internal: fused groups form a cycle".into()))
+        }
+    }
+}
+
+/// Splits every group by level: a node's level is the largest number of group changes on a
+/// path from the graph inputs to it. An edge between two different groups raises the level, so
+/// every edge between two pieces goes from a lower level to a higher one: the pieces form an
+/// acyclic graph, and each is convex. One pass over the nodes in topological order.
+fn split_by_level(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
+    let mut group_of = vec![usize::MAX; g.nodes.len()];
+    for (gi, grp) in groups.iter().enumerate() {
+        for &n in &grp.nodes {
+            group_of[n] = gi;
+        }
+    }
+    let mut level = vec![0usize; g.nodes.len()];
+    for n in 0..g.nodes.len() {
+        let mut l = 0;
+        for v in g.nodes[n].inputs.iter().flatten() {
+            if let Some(p) = g.values[*v].producer {
+                l = l.max(level[p] + usize::from(group_of[p] != group_of[n]));
+            }
+        }
+        level[n] = l;
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for grp in groups {
+        let mut by_level: std::collections::BTreeMap<usize, Vec<NodeId>> = Default::default();
+        for &n in &grp.nodes {
+            by_level.entry(level[n]).or_default().push(n);
+        }
+        for nodes in by_level.into_values() {
+            let (inputs, outputs) = borders(g, &nodes);
+            out.push(Group {
+                provider: grp.provider,
+                nodes,
+                inputs,
+                outputs,
+            });
+        }
+    }
+    out
 }
 
 /// Splits a group into convex pieces. A group is convex when no path leaves it and comes back;
@@ -94,9 +146,9 @@ pub(crate) fn partition(
 ///
 /// Each node of the group gets a stage: the number of times a path from the group's earliest
 /// nodes must leave the group and re-enter it to reach the node. Nodes of one stage can never
-/// reach each other through outside nodes, so each stage is a convex piece, and as every piece
-/// is convex the pieces and the other groups form an acyclic graph. One pass over the nodes
-/// between the group's first and last node.
+/// reach each other through outside nodes, so each stage is a convex piece. (Convex pieces of
+/// different groups can still wait on each other; [`split_by_level`] handles that case.) One
+/// pass over the nodes between the group's first and last node.
 fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
     let (Some(&first), Some(&last)) = (group.first(), group.last()) else {
         return Vec::new();
@@ -153,13 +205,14 @@ fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
 
 fn borders(g: &Graph, nodes: &[NodeId]) -> (Vec<ValueId>, Vec<ValueId>) {
     let inside: HashSet<NodeId> = nodes.iter().copied().collect();
+    let mut seen: HashSet<ValueId> = HashSet::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for &n in nodes {
         for &v in g.nodes[n].inputs.iter().flatten() {
             let val = &g.values[v];
             let produced_inside = val.producer.is_some_and(|p| inside.contains(&p));
-            if !produced_inside && val.initializer.is_none() && !inputs.contains(&v) {
+            if !produced_inside && val.initializer.is_none() && seen.insert(v) {
                 inputs.push(v);
             }
         }
@@ -173,8 +226,9 @@ fn borders(g: &Graph, nodes: &[NodeId]) -> (Vec<ValueId>, Vec<ValueId>) {
     (inputs, outputs)
 }
 
-/// Orders groups so each runs after the groups producing its inputs.
-fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
+/// Orders groups so each runs after the groups producing its inputs; gives the groups back
+/// unordered when they wait on each other.
+fn order_groups(g: &Graph, groups: Vec<Group>) -> std::result::Result<Vec<Group>, Vec<Group>> {
     let mut group_of = vec![usize::MAX; g.nodes.len()];
     for (gi, grp) in groups.iter().enumerate() {
         for &n in &grp.nodes {
@@ -211,7 +265,7 @@ fn order_groups(g: &Graph, groups: Vec<Group>) -> Result<Vec<Group>> {
         }
     }
     if order.len() != groups.len() {
-        return Err(Error::Run("internal: fused groups form a cycle".into()));
+        return Err(groups);
     }
     let mut slots: Vec<Option<Group>> = groups.into_iter().map(Some).collect();
     Ok(order

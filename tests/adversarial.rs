@@ -1,0 +1,294 @@
+//! An EP that answers the host wrongly (the `adversarial` fixture, one way per `mode`): every
+//! wrong answer must fail session creation or `run` with `Error::Provider` naming the EP, the
+//! call and what was wrong, and the same environment must still run a well-behaved session.
+//!
+//! Needs the fixture libraries built: `cargo build --workspace` before `cargo test`.
+
+use std::sync::Arc;
+
+use epx::onnx::proto;
+use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
+use epx_plugin_api::abi::EpxStatusCode;
+use epx_tests::{TempDir, fixture_library, manifest};
+use prost::Message;
+
+const X: [f32; 6] = [-1.5, 0.0, 2.0, -0.25, 3.5, -4.0];
+
+fn value_info(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
+    use proto::tensor_shape_proto::{Dimension, dimension};
+    proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(proto::tensor_proto::DataType::Float as i32),
+                    shape: Some(proto::TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(dimension::Value::DimValue(d)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, input: &str, output: &str) -> proto::NodeProto {
+    proto::NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{output}")),
+        input: vec![input.into()],
+        output: vec![output.into()],
+        ..Default::default()
+    }
+}
+
+/// Node 0: r = Relu(x); node 1: y = Neg(r). Both `r` and `y` are graph outputs, float32 [2, 3],
+/// so the host knows the type and shape the Relu kernel must produce.
+fn relu_neg_model() -> Vec<u8> {
+    proto::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        producer_name: Some("epx-tests".into()),
+        graph: Some(proto::GraphProto {
+            name: Some("relu_neg".into()),
+            node: vec![node("Relu", "x", "r"), node("Neg", "r", "y")],
+            input: vec![value_info("x", &[2, 3])],
+            output: vec![value_info("r", &[2, 3]), value_info("y", &[2, 3])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// A plugin folder holding the `adversarial` fixture and the good `older_minor` one.
+fn plugin_dir() -> TempDir {
+    let dir = TempDir::new("adversarial").expect("temp dir");
+    for (name, eps) in [
+        ("adversarial", &["adversarial"][..]),
+        ("older_minor", &["relu_only", "never_available"][..]),
+    ] {
+        let lib = fixture_library(name);
+        let file = lib
+            .file_name()
+            .and_then(|f| f.to_str())
+            .expect("file name")
+            .to_string();
+        dir.add_plugin(name, &lib, Some(&manifest(name, "1.0", eps, &file)))
+            .expect("copy fixture");
+    }
+    dir
+}
+
+fn environment(dir: &TempDir) -> Arc<Environment> {
+    Environment::builder()
+        .with_plugin_dirs([dir.path()])
+        .commit()
+        .expect("environment")
+}
+
+fn adversarial(mode: &str) -> ExecutionProvider {
+    ExecutionProvider::new("adversarial")
+        .with_option("mode", mode)
+        .error_on_failure()
+}
+
+fn session(
+    env: &Arc<Environment>,
+    eps: impl IntoIterator<Item = ExecutionProvider>,
+) -> epx::Result<Session> {
+    Session::builder()?
+        .with_environment(env.clone())
+        .with_execution_providers(eps)?
+        .commit_from_memory(&relu_neg_model())
+}
+
+fn input() -> Tensor {
+    Tensor::from_array(
+        ndarray::Array::from_shape_vec((2, 3), X.to_vec()).expect("shape matches data"),
+    )
+}
+
+/// Checks `result` is `Error::Provider` from the adversarial EP for `call` with `message`.
+fn assert_provider_error<T>(
+    result: epx::Result<T>,
+    mode: &str,
+    want_call: &str,
+    want_code: EpxStatusCode,
+    want_message: &str,
+) {
+    match result {
+        Err(Error::Provider {
+            provider,
+            call,
+            code,
+            message,
+        }) => {
+            assert_eq!(provider, "adversarial", "mode {mode}");
+            assert_eq!(call, want_call, "mode {mode}: {message}");
+            assert_eq!(code, want_code, "mode {mode}: {message}");
+            assert_eq!(message, want_message, "mode {mode}");
+        }
+        Err(other) => panic!("mode {mode}: expected a provider error, got {other:?} ({other})"),
+        Ok(_) => panic!("mode {mode}: expected a provider error, got success"),
+    }
+}
+
+/// A `mode=good` session in `env` places Relu on the EP and computes the right values.
+fn assert_good_mode_works(env: &Arc<Environment>) {
+    let s = session(env, [adversarial("good")]).expect("good session");
+    assert_eq!(s.node_placement(), ["adversarial", "cpu"]);
+    let out = s.run([("x", input())]).expect("good run");
+    let r = out["r"].as_slice::<f32>().expect("r is float32").to_vec();
+    let y = out["y"].as_slice::<f32>().expect("y is float32").to_vec();
+    let want_r: Vec<f32> = X.iter().map(|x| x.max(0.0)).collect();
+    let want_y: Vec<f32> = want_r.iter().map(|r| -r).collect();
+    assert_eq!(r, want_r);
+    assert_eq!(y, want_y);
+}
+
+#[test]
+fn wrong_capability_answers_fail_session_creation() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let bad = EpxStatusCode::InvalidGraph;
+    let cases = [
+        (
+            "out_of_range",
+            "returned node id 7, but the graph has 2 nodes",
+        ),
+        ("duplicate", "claimed node 0 twice"),
+        ("empty_group", "returned an empty group"),
+        // Offered every node, it picks id `node_count`: out of range.
+        (
+            "not_offered",
+            "returned node id 2, but the graph has 2 nodes",
+        ),
+    ];
+    for (mode, message) in cases {
+        let result = session(&env, [adversarial(mode)]);
+        assert_provider_error(result, mode, "get_capability", bad, message);
+        assert_good_mode_works(&env);
+    }
+}
+
+#[test]
+fn claiming_a_node_that_was_not_offered_fails() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    // `relu_only` takes the Relu (node 0) first, so the adversarial EP is offered only the Neg
+    // (node 1) and claims node 0 anyway.
+    let result = session(
+        &env,
+        [
+            ExecutionProvider::new("relu_only").error_on_failure(),
+            adversarial("not_offered"),
+        ],
+    );
+    assert_provider_error(
+        result,
+        "not_offered",
+        "get_capability",
+        EpxStatusCode::InvalidGraph,
+        "claimed node 0 (Relu), which is not among the unclaimed nodes it was offered",
+    );
+    assert_good_mode_works(&env);
+    // And the EP ahead of it is still fine too.
+    let s = session(
+        &env,
+        [
+            ExecutionProvider::new("relu_only").error_on_failure(),
+            adversarial("good"),
+        ],
+    )
+    .expect("relu_only then adversarial");
+    assert_eq!(s.node_placement(), ["relu_only", "cpu"]);
+}
+
+#[test]
+fn a_failing_compile_fails_session_creation() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let result = session(&env, [adversarial("compile_fails")]);
+    assert_provider_error(
+        result,
+        "compile_fails",
+        "compile",
+        EpxStatusCode::NotImplemented,
+        "fixture: compile refuses",
+    );
+    assert_good_mode_works(&env);
+}
+
+#[test]
+fn wrong_kernel_outputs_fail_run() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let cases = [
+        (
+            "wrong_shape",
+            "output `r` has shape [1], but the model declares [2, 3]",
+        ),
+        (
+            "wrong_type",
+            "output `r` is int64, but the model declares float32",
+        ),
+        (
+            "missing_output",
+            "returned success without producing output 0",
+        ),
+    ];
+    for (mode, message) in cases {
+        let s = session(&env, [adversarial(mode)]).expect("session creation succeeds");
+        assert_eq!(s.node_placement(), ["adversarial", "cpu"], "mode {mode}");
+        // Twice: a failed run leaves nothing behind that breaks the next one.
+        for _ in 0..2 {
+            let result = s.run([("x", input())]);
+            assert_provider_error(
+                result,
+                mode,
+                "execute",
+                EpxStatusCode::InvalidGraph,
+                message,
+            );
+        }
+        assert_good_mode_works(&env);
+    }
+}
+
+#[test]
+fn an_unknown_mode_names_the_valid_ones() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    match session(&env, [adversarial("sideways")]) {
+        Err(Error::ProviderSetup { name, message }) => {
+            assert_eq!(name, "adversarial");
+            assert_eq!(
+                message,
+                "adversarial option `mode`: `sideways` is not one of good, out_of_range, \
+                 duplicate, not_offered, empty_group, compile_fails, wrong_shape, wrong_type, \
+                 missing_output"
+            );
+        }
+        other => panic!("expected a setup error, got {:?}", other.err()),
+    }
+    // Without `error_on_failure` the EP is skipped and the CPU EP runs everything.
+    let s = session(
+        &env,
+        [ExecutionProvider::new("adversarial").with_option("mode", "sideways")],
+    )
+    .expect("session without the EP");
+    assert_eq!(s.node_placement(), ["cpu", "cpu"]);
+    assert_eq!(s.skipped_providers().len(), 1);
+    assert_good_mode_works(&env);
+}

@@ -514,3 +514,66 @@ fn refuses_options() {
     );
     assert!(matches!(err, Error::ProviderSetup { .. }), "{err:?}");
 }
+
+#[test]
+fn outputs_can_stay_in_the_plugins_memory_until_asked_for() {
+    let dir = TempDir::new("c-plugin-device-out").expect("temp dir");
+    let Some(lib_path) = install_plugin(&dir, None) else {
+        return;
+    };
+    // SAFETY: the C example's initialisers only zero its globals.
+    let counter_lib = unsafe { libloading::Library::new(&lib_path) }.expect("open the plugin");
+    let env = env_for(&dir);
+    let bytes = mixed_model();
+    let cpu_only = run_y(&session(&env, vec![], &bytes));
+
+    let s = Session::builder()
+        .expect("builder")
+        .with_environment(env.clone())
+        .with_execution_providers([ExecutionProvider::new(EP).error_on_failure()])
+        .expect("EPs")
+        .with_device_outputs(["y"])
+        .commit_from_memory(&bytes)
+        .expect("session");
+    // No copy brings `y` back: three copies instead of four.
+    let report = s.placement();
+    assert_eq!(report.copies.len(), 3, "{:#?}", report.copies);
+    assert!(
+        report.copies.iter().all(|c| c.value != "y"),
+        "{:#?}",
+        report.copies
+    );
+
+    let outputs = s.run([("x", x_tensor())]).expect("run");
+    assert!(outputs.get("y").is_none(), "y is not in host memory");
+    let y = outputs.device("y").expect("y stays on the device");
+    assert_eq!(y.provider_name(), EP);
+    assert_eq!(y.shape(), &[2, 3]);
+    assert!(
+        live_allocations(&counter_lib) > 0,
+        "y's block is still allocated in the plugin"
+    );
+    let host = y.to_host().expect("copy y to the host later");
+    assert_close(host.as_slice::<f32>().expect("f32"), &cpu_only, 1e-6);
+
+    drop(outputs);
+    drop(s);
+    assert_eq!(
+        live_allocations(&counter_lib),
+        0,
+        "dropping the output frees its device block"
+    );
+
+    // Naming something that is not an output is an error, not a silent no-op.
+    let err = Session::builder()
+        .expect("builder")
+        .with_environment(env)
+        .with_device_outputs(["r"])
+        .commit_from_memory(&bytes)
+        .err()
+        .expect("r is not a graph output");
+    assert_eq!(
+        err.to_string(),
+        "`r` given to with_device_outputs is not an output of the model"
+    );
+}

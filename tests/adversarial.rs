@@ -9,66 +9,21 @@ use std::sync::Arc;
 use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
 use epx_plugin_api::abi::EpxStatusCode;
+use epx_tests::models::{float_value, model_bytes, node};
 use epx_tests::{TempDir, fixture_library, manifest};
-use prost::Message;
 
 const X: [f32; 6] = [-1.5, 0.0, 2.0, -0.25, 3.5, -4.0];
-
-fn value_info(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
-    use proto::tensor_shape_proto::{Dimension, dimension};
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(proto::TypeProto {
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(proto::tensor_proto::DataType::Float as i32),
-                    shape: Some(proto::TensorShapeProto {
-                        dim: dims
-                            .iter()
-                            .map(|&d| Dimension {
-                                value: Some(dimension::Value::DimValue(d)),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    }),
-                },
-            )),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, input: &str, output: &str) -> proto::NodeProto {
-    proto::NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{output}")),
-        input: vec![input.into()],
-        output: vec![output.into()],
-        ..Default::default()
-    }
-}
 
 /// Node 0: r = Relu(x); node 1: y = Neg(r). Both `r` and `y` are graph outputs, float32 [2, 3],
 /// so the host knows the type and shape the Relu kernel must produce.
 fn relu_neg_model() -> Vec<u8> {
-    proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        producer_name: Some("epx-tests".into()),
-        graph: Some(proto::GraphProto {
-            name: Some("relu_neg".into()),
-            node: vec![node("Relu", "x", "r"), node("Neg", "r", "y")],
-            input: vec![value_info("x", &[2, 3])],
-            output: vec![value_info("r", &[2, 3]), value_info("y", &[2, 3])],
-            ..Default::default()
-        }),
+    model_bytes(proto::GraphProto {
+        name: Some("relu_neg".into()),
+        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
         ..Default::default()
-    }
-    .encode_to_vec()
+    })
 }
 
 /// A plugin folder holding the `adversarial` fixture and the good `older_minor` one.

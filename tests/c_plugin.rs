@@ -12,8 +12,8 @@ use std::sync::Arc;
 use epx::onnx::proto;
 use epx::placement::CopyPlacement;
 use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
+use epx_tests::models::{float_value, model_bytes, node};
 use epx_tests::{TempDir, artifact_dir, library_file_name, manifest, repo_root};
-use prost::Message;
 
 /// The build command of `examples/c-plugin/README.md`, run from the repository root.
 const README_BUILD_COMMAND: &str = "cc -std=c11 -O2 -shared -fPIC -I include \
@@ -106,59 +106,6 @@ fn live_allocations(lib: &libloading::Library) -> i32 {
 // ---------------------------------------------------------------------------------------------
 // Models
 
-fn tensor_type(dims: &[i64]) -> proto::TypeProto {
-    use proto::tensor_shape_proto::{Dimension, dimension};
-    proto::TypeProto {
-        value: Some(proto::type_proto::Value::TensorType(
-            proto::type_proto::Tensor {
-                elem_type: Some(proto::tensor_proto::DataType::Float as i32),
-                shape: Some(proto::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            },
-        )),
-        ..Default::default()
-    }
-}
-
-fn value_info(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(tensor_type(dims)),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> proto::NodeProto {
-    proto::NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{}", outputs.join("_"))),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn model(graph: proto::GraphProto) -> Vec<u8> {
-    proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        producer_name: Some("epx-tests".into()),
-        graph: Some(graph),
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
-
 const X: [f32; 6] = [-1.5, 0.0, 2.0, -0.25, 3.5, -4.0];
 const W: [f32; 9] = [0.5, -1.0, 0.25, 1.5, 0.0, -0.75, -0.5, 2.0, 1.0];
 
@@ -173,7 +120,7 @@ fn mixed_model() -> Vec<u8> {
         float_data: W.to_vec(),
         ..Default::default()
     };
-    model(proto::GraphProto {
+    model_bytes(proto::GraphProto {
         name: Some("c_example_mixed".into()),
         node: vec![
             node("Relu", &["x"], &["r"]),
@@ -183,13 +130,13 @@ fn mixed_model() -> Vec<u8> {
             node("Tanh", &["a"], &["y"]),
         ],
         initializer: vec![w],
-        input: vec![value_info("x", &[2, 3])],
-        output: vec![value_info("y", &[2, 3])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
         value_info: vec![
-            value_info("r", &[2, 3]),
-            value_info("m", &[2, 3]),
-            value_info("s", &[2, 3]),
-            value_info("a", &[2, 3]),
+            float_value("r", &[2, 3]),
+            float_value("m", &[2, 3]),
+            float_value("s", &[2, 3]),
+            float_value("a", &[2, 3]),
         ],
         ..Default::default()
     })
@@ -459,14 +406,14 @@ fn declines_add_unless_both_shapes_are_known_and_equal() {
     };
     let env = env_for(&dir);
     // `r` has no declared shape: c_example takes the Relu but leaves the Add to the CPU EP.
-    let bytes = model(proto::GraphProto {
+    let bytes = model_bytes(proto::GraphProto {
         name: Some("c_example_decline".into()),
         node: vec![
             node("Relu", &["x"], &["r"]),
             node("Add", &["r", "x"], &["y"]),
         ],
-        input: vec![value_info("x", &[2, 3])],
-        output: vec![value_info("y", &[2, 3])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
         ..Default::default()
     });
     let s = session(
@@ -479,11 +426,11 @@ fn declines_add_unless_both_shapes_are_known_and_equal() {
     assert_close(&run_y(&s), &want, 1e-6);
 
     // Declared but different shapes (a broadcast): declined too.
-    let bytes = model(proto::GraphProto {
+    let bytes = model_bytes(proto::GraphProto {
         name: Some("c_example_broadcast".into()),
         node: vec![node("Mul", &["x", "b"], &["y"])],
-        input: vec![value_info("x", &[2, 3]), value_info("b", &[3])],
-        output: vec![value_info("y", &[2, 3])],
+        input: vec![float_value("x", &[2, 3]), float_value("b", &[3])],
+        output: vec![float_value("y", &[2, 3])],
         ..Default::default()
     });
     let s = session(&env, vec![ExecutionProvider::new(EP)], &bytes);

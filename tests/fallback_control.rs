@@ -5,57 +5,21 @@ use std::sync::Arc;
 
 use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
+use epx_tests::models::{float_value, model_bytes, node};
 use epx_tests::{TempDir, fixture_library, manifest};
-use prost::Message;
 
 /// x[2,3] → Relu → r → Sigmoid → y: `relu_only` can take the Relu, nobody but the CPU EP the
 /// Sigmoid.
 fn model() -> Vec<u8> {
-    let vi = |name: &str| proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(proto::TypeProto {
-            denotation: None,
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(1),
-                    shape: Some(proto::TensorShapeProto {
-                        dim: [2, 3]
-                            .iter()
-                            .map(|&d| proto::tensor_shape_proto::Dimension {
-                                value: Some(proto::tensor_shape_proto::dimension::Value::DimValue(
-                                    d,
-                                )),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    }),
-                },
-            )),
-        }),
+    model_bytes(proto::GraphProto {
+        node: vec![
+            node("Relu", &["x"], &["r"]),
+            node("Sigmoid", &["r"], &["y"]),
+        ],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
         ..Default::default()
-    };
-    let node = |op: &str, i: &str, o: &str| proto::NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{o}")),
-        input: vec![i.into()],
-        output: vec![o.into()],
-        ..Default::default()
-    };
-    proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(proto::GraphProto {
-            node: vec![node("Relu", "x", "r"), node("Sigmoid", "r", "y")],
-            input: vec![vi("x")],
-            output: vec![vi("y")],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec()
+    })
 }
 
 fn env(dir: &TempDir, defaults: Vec<ExecutionProvider>) -> Arc<Environment> {

@@ -171,3 +171,61 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
     Ok(())
 }
+
+/// Builders for the small ONNX models the tests make.
+pub mod models {
+    use epx::onnx::proto;
+    use prost::Message;
+
+    /// A float32 value with static dims.
+    pub fn float_value(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
+        use proto::tensor_shape_proto::{Dimension, dimension};
+        proto::ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(proto::TypeProto {
+                value: Some(proto::type_proto::Value::TensorType(
+                    proto::type_proto::Tensor {
+                        elem_type: Some(proto::tensor_proto::DataType::Float as i32),
+                        shape: Some(proto::TensorShapeProto {
+                            dim: dims
+                                .iter()
+                                .map(|&d| Dimension {
+                                    value: Some(dimension::Value::DimValue(d)),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        }),
+                    },
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A node named `<op>_<outputs joined by _>`.
+    pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> proto::NodeProto {
+        proto::NodeProto {
+            op_type: Some(op.into()),
+            name: Some(format!("{op}_{}", outputs.join("_"))),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// An opset-17 (IR 8) model around `graph`, encoded.
+    pub fn model_bytes(graph: proto::GraphProto) -> Vec<u8> {
+        proto::ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![proto::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(17),
+            }],
+            producer_name: Some("epx-tests".into()),
+            graph: Some(graph),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+}

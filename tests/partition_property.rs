@@ -16,7 +16,7 @@ use epx_plugin_api::sdk::{
     Error, GraphView, Kernel, Provider, ProviderFactory, ProviderInfo, ProviderOptions, Result,
     SubgraphView,
 };
-use prost::Message;
+use epx_tests::models::{float_value, model_bytes};
 
 const SEEDS: u64 = 150;
 const TOLERANCE: f32 = 1e-6;
@@ -192,46 +192,14 @@ fn environment() -> Arc<Environment> {
 const UNARY: [&str; 5] = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh"];
 const BINARY: [&str; 3] = ["Add", "Mul", "Sub"];
 
-fn value_info(name: &str) -> proto::ValueInfoProto {
-    use proto::tensor_shape_proto::{Dimension, dimension};
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(proto::TypeProto {
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(proto::tensor_proto::DataType::Float as i32),
-                    shape: Some(proto::TensorShapeProto {
-                        dim: vec![Dimension {
-                            value: Some(dimension::Value::DimValue(4)),
-                            ..Default::default()
-                        }],
-                    }),
-                },
-            )),
-            ..Default::default()
-        }),
+fn random_model_bytes(nodes: Vec<proto::NodeProto>, outputs: &[String]) -> Vec<u8> {
+    model_bytes(proto::GraphProto {
+        name: Some("random".into()),
+        node: nodes,
+        input: vec![float_value("x", &[4])],
+        output: outputs.iter().map(|o| float_value(o, &[4])).collect(),
         ..Default::default()
-    }
-}
-
-fn model_bytes(nodes: Vec<proto::NodeProto>, outputs: &[String]) -> Vec<u8> {
-    proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        producer_name: Some("epx-tests".into()),
-        graph: Some(proto::GraphProto {
-            name: Some("random".into()),
-            node: nodes,
-            input: vec![value_info("x")],
-            output: outputs.iter().map(|o| value_info(o)).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec()
+    })
 }
 
 fn node(op: &str, inputs: &[&str], output: &str) -> proto::NodeProto {
@@ -295,7 +263,7 @@ fn random_model(rng: &mut Rng) -> (Vec<u8>, usize, Vec<String>) {
         outputs.push(any);
     }
     let outputs: Vec<String> = outputs.iter().map(|i| format!("v{i}")).collect();
-    (model_bytes(nodes, &outputs), n, outputs)
+    (random_model_bytes(nodes, &outputs), n, outputs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,7 +499,7 @@ fn fixed_model(nodes: &[(&str, &[&str])], outputs: &[usize]) -> (Vec<u8>, usize,
         .map(|(i, (op, ins))| node(op, ins, &format!("v{i}")))
         .collect();
     let outputs: Vec<String> = outputs.iter().map(|i| format!("v{i}")).collect();
-    (model_bytes(protos, &outputs), nodes.len(), outputs)
+    (random_model_bytes(protos, &outputs), nodes.len(), outputs)
 }
 
 fn x() -> Tensor {

@@ -11,6 +11,7 @@ use epx::manifest::ManifestError;
 use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, PluginLoadErrorKind, Session, Tensor};
 use epx_plugin_api::abi::{EpxStatusCode, EpxVersion};
+use epx_tests::models::{float_value, model_bytes, node};
 use epx_tests::{TempDir, fixture_library, manifest};
 use prost::Message;
 
@@ -18,45 +19,6 @@ use prost::Message;
 // The test model: y = Sigmoid(Relu(x) + x), x and y float32 [2, 3].
 
 const X: [f32; 6] = [-1.5, 0.0, 2.0, -0.25, 3.5, -4.0];
-
-fn tensor_type(dims: &[i64]) -> proto::TypeProto {
-    use proto::tensor_shape_proto::{Dimension, dimension};
-    proto::TypeProto {
-        value: Some(proto::type_proto::Value::TensorType(
-            proto::type_proto::Tensor {
-                elem_type: Some(proto::tensor_proto::DataType::Float as i32),
-                shape: Some(proto::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            },
-        )),
-        ..Default::default()
-    }
-}
-
-fn value_info(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(tensor_type(dims)),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> proto::NodeProto {
-    proto::NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{}", outputs.join("_"))),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
 
 /// x → Relu → r; Add(r, x) → s; Sigmoid(s) → y.
 fn relu_add_sigmoid_model() -> Vec<u8> {
@@ -67,21 +29,11 @@ fn relu_add_sigmoid_model() -> Vec<u8> {
             node("Add", &["r", "x"], &["s"]),
             node("Sigmoid", &["s"], &["y"]),
         ],
-        input: vec![value_info("x", &[2, 3])],
-        output: vec![value_info("y", &[2, 3])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
         ..Default::default()
     };
-    proto::ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        producer_name: Some("epx-tests".into()),
-        graph: Some(graph),
-        ..Default::default()
-    }
-    .encode_to_vec()
+    model_bytes(graph)
 }
 
 fn input() -> Tensor {
@@ -777,8 +729,8 @@ fn a_node_no_ep_supports_is_an_error_naming_it() {
     let graph = proto::GraphProto {
         name: Some("custom_op".into()),
         node: vec![node("Relu", &["x"], &["r"]), custom],
-        input: vec![value_info("x", &[2, 3])],
-        output: vec![value_info("y", &[2, 3])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
         ..Default::default()
     };
     let model = proto::ModelProto {

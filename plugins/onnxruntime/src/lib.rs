@@ -1,0 +1,38 @@
+//! The epx adapter over ONNX Runtime: every ORT execution provider (CPU, CUDA, TensorRT,
+//! OpenVINO, DirectML, CoreML, QNN, ...) as an epx EP, one thin plugin crate each
+//! (`plugins/onnxruntime/eps/<name>/`, a single [`export_plugin!`](epx_plugin_api::export_plugin)
+//! over [`OrtFactory`]).
+//!
+//! - **Loading**: ONNX Runtime is loaded at run time through the `ort` crate's `load-dynamic`
+//!   feature — never linked or downloaded at build time. Where the library is looked for:
+//!   [`locate`]. Its version is read (`OrtGetApiBase()->GetVersionString()`) and checked before
+//!   `ort` uses it.
+//! - **API level**: `ort` is built with `api-18`. Everything the adapter calls
+//!   (`GetAvailableProviders`, session config entries, the generic and V2
+//!   `SessionOptionsAppendExecutionProvider*` calls, `CreateTensorWithDataAsOrtValue`, `Run`) is in
+//!   the version-17 C API table, the lowest `ort` offers, except Vitis AI's registration
+//!   (`SessionOptionsAppendExecutionProvider_VitisAI`, new in API 18; `ort` compiles its Vitis
+//!   builder only with `api-18`). So any ONNX Runtime 1.18 or newer works; a higher level would
+//!   only refuse older runtimes.
+//! - **Availability** is truthful: the OS/architecture must be one ORT builds the EP for, the
+//!   library must be found, and the EP must be in the library's `GetAvailableProviders` list.
+//! - **Capability** is probed: each distinct node signature is serialized alone
+//!   (`GraphView::serialize_subgraph`) and an ORT session is created with only this EP
+//!   (`session.disable_cpu_ep_fallback = 1` for non-CPU EPs); success means supported. Results
+//!   are cached per provider. All supported nodes are claimed as one group.
+//! - **Compile** builds one ORT session per group; **execute** wraps the host's input tensors as
+//!   ORT values over the same memory, calls `Run` (thread-safe, so kernels are declared
+//!   concurrent) and copies each output once into the host's output tensor. Every EP declares
+//!   host memory: ORT moves data to and from its device inside the kernel.
+//!
+//! Options (all EPs): `library` (path of the ONNX Runtime library to load), `ops` (comma-separated
+//! op types: claim only these), plus the EP's own ORT options ([`OrtEp::option_keys`]).
+
+mod ep;
+pub mod locate;
+mod patch;
+mod provider;
+pub mod runtime;
+
+pub use ep::{ADAPTER_KEYS, OrtEp, Platforms};
+pub use provider::{OrtFactory, OrtKernel, OrtProvider};

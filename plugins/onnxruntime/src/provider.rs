@@ -1,0 +1,526 @@
+//! `ProviderFactory` / `Provider` / `Kernel` over ONNX Runtime sessions.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, c_void};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use epx_plugin_api::ElementType;
+use epx_plugin_api::abi::EpxLogLevel;
+use epx_plugin_api::dlpack::DLDeviceType;
+use epx_plugin_api::sdk::{
+    self, Attribute, Error, GraphView, Kernel, KernelContext, NodeView, Provider, ProviderFactory,
+    ProviderInfo, ProviderOptions, SubgraphView, TensorView,
+};
+use ort::AsPointer;
+use ort::ep::ExecutionProviderDispatch;
+use ort::logging::LogLevel;
+use ort::session::Session;
+use ort::sys::{ONNXTensorElementDataType, OrtMemoryInfo, OrtValue};
+
+use crate::ep::OrtEp;
+use crate::patch::fill_unknown_types;
+use crate::runtime::{Runtime, check, runtime};
+
+/// One ONNX Runtime EP as an epx provider factory.
+#[derive(Debug, Clone, Copy)]
+pub struct OrtFactory {
+    ep: OrtEp,
+}
+
+impl OrtFactory {
+    pub fn new(ep: OrtEp) -> Self {
+        OrtFactory { ep }
+    }
+
+    pub fn ep(&self) -> OrtEp {
+        self.ep
+    }
+
+    fn check_platform(&self) -> sdk::Result<()> {
+        let p = self.ep.platforms();
+        let (os, arch) = (std::env::consts::OS, std::env::consts::ARCH);
+        if p.allows(os, arch) {
+            Ok(())
+        } else {
+            Err(Error::unavailable(format!(
+                "`{}` ({}) needs {}; this machine is {os}/{arch}",
+                self.ep.epx_name(),
+                self.ep.ort_name(),
+                p.needs
+            )))
+        }
+    }
+
+    fn check_runtime(&self, library: Option<&std::path::Path>) -> sdk::Result<Arc<Runtime>> {
+        let rt = runtime(library)?;
+        if !rt.providers.iter().any(|p| p == self.ep.ort_name()) {
+            return Err(Error::unavailable(format!(
+                "`{}`: the ONNX Runtime {} library at {} does not include {}; it has {}. \
+                 Install a build with it (for CUDA and TensorRT: the onnxruntime-gpu wheel; for \
+                 OpenVINO: onnxruntime-openvino) and point the `library` option, \
+                 EPX_ORT_LIBRARY or EPX_ORT_SEARCH_PATH at it",
+                self.ep.epx_name(),
+                rt.version,
+                rt.path.display(),
+                self.ep.ort_name(),
+                rt.providers.join(", ")
+            )));
+        }
+        Ok(rt)
+    }
+}
+
+impl ProviderFactory for OrtFactory {
+    fn info(&self) -> ProviderInfo {
+        ProviderInfo {
+            name: self.ep.epx_name().into(),
+            vendor: self.ep.vendor().into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            // ORT moves data to its device inside each kernel; the epx side sees host memory.
+            device_type: DLDeviceType::Cpu,
+            // `OrtApi::Run` is thread-safe on one session.
+            concurrent_kernels: true,
+        }
+    }
+
+    fn availability(&self) -> sdk::Result<()> {
+        self.check_platform()?;
+        self.check_runtime(None).map(|_| ())
+    }
+
+    fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
+        let library = options.take("library").map(PathBuf::from);
+        let ops: Option<HashSet<String>> = options.take("ops").map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
+        let mut intra_threads = None;
+        let mut ep_options = Vec::new();
+        for &key in self.ep.option_keys() {
+            if self.ep.session_keys().contains(&key) {
+                if key == "intra_op_num_threads" {
+                    intra_threads = options.take_parsed::<usize>(key, "a thread count")?;
+                }
+                continue;
+            }
+            if let Some(v) = options.take(key) {
+                ep_options.push((key.to_string(), v));
+            }
+        }
+        options.finish()?;
+        self.check_platform()?;
+        let rt = self.check_runtime(library.as_deref())?;
+        let dispatch = self
+            .ep
+            .dispatch(&ep_options)
+            .map_err(|e| Error::invalid_argument(format!("{} {e}", self.ep.epx_name())))?;
+        Ok(Box::new(OrtProvider {
+            ep: self.ep,
+            rt,
+            dispatch,
+            intra_threads,
+            ops,
+            probes: Mutex::new(HashMap::new()),
+        }))
+    }
+}
+
+/// A created EP: the runtime, the configured ORT EP, and the probe cache.
+pub struct OrtProvider {
+    ep: OrtEp,
+    rt: Arc<Runtime>,
+    dispatch: ExecutionProviderDispatch,
+    intra_threads: Option<usize>,
+    ops: Option<HashSet<String>>,
+    /// Node signature → whether a one-node session with this EP could be created.
+    probes: Mutex<HashMap<String, bool>>,
+}
+
+impl OrtProvider {
+    fn session(&self, model: &[u8], probe: bool) -> Result<Session, String> {
+        let text = |e: ort::Error<ort::session::builder::SessionBuilder>| e.to_string();
+        let mut b = Session::builder(&self.rt.env).map_err(|e| e.to_string())?;
+        if self.ep != OrtEp::Cpu {
+            // Nothing may fall back to ORT's own CPU EP: a node this EP cannot run is not
+            // claimed (probe) or fails loudly (compile), it is never silently run on the CPU.
+            b = b
+                .with_config_entry("session.disable_cpu_ep_fallback", "1")
+                .map_err(text)?;
+        }
+        if probe {
+            b = b
+                .with_intra_threads(1)
+                .map_err(text)?
+                .with_log_level(LogLevel::Fatal)
+                .map_err(text)?;
+        } else if let Some(n) = self.intra_threads {
+            b = b.with_intra_threads(n).map_err(text)?;
+        }
+        b = b
+            .with_execution_providers([self.dispatch.clone()])
+            .map_err(text)?;
+        b.commit_from_memory(model).map_err(|e| e.to_string())
+    }
+
+    /// Whether the node can run on this EP, from a cached or fresh one-node probe.
+    fn supports(&self, graph: &GraphView<'_>, node: &NodeView<'_>) -> sdk::Result<bool> {
+        let attrs = graph.attributes(node)?;
+        if attrs
+            .iter()
+            .any(|(_, a)| matches!(a, Attribute::Unsupported(_)))
+        {
+            // Graph attributes (If/Loop/Scan bodies) cannot be read through ABI 1.0.
+            return Ok(false);
+        }
+        let mut key = format!(
+            "{}|{}|{}|{:?}|in:",
+            node.domain, node.op_type, node.opset, attrs
+        );
+        let mut inputs = Vec::new();
+        for v in node.inputs.iter().flatten() {
+            let info = graph.value(*v)?;
+            if let Some(t) = info.elem_type {
+                if t.to_dlpack().is_none() && !info.is_initializer() {
+                    return Ok(false); // strings and other types that cannot cross the ABI
+                }
+            }
+            key.push_str(&format!(
+                "{:?}/{:?}/{};",
+                info.elem_type,
+                info.shape,
+                info.is_initializer()
+            ));
+            if !info.is_initializer() && !inputs.contains(v) {
+                inputs.push(*v);
+            }
+        }
+        key.push_str("out:");
+        let mut outputs = Vec::new();
+        for v in node.outputs.iter().flatten() {
+            let info = graph.value(*v)?;
+            if let Some(t) = info.elem_type {
+                if t.to_dlpack().is_none() {
+                    return Ok(false);
+                }
+            }
+            key.push_str(&format!("{:?}/{:?};", info.elem_type, info.shape));
+            outputs.push(*v);
+        }
+        if let Some(&known) = self
+            .probes
+            .lock()
+            .map_err(|_| Error::runtime("probe cache poisoned"))?
+            .get(&key)
+        {
+            return Ok(known);
+        }
+        let nodes = [node.id];
+        let sub = SubgraphView {
+            nodes: &nodes,
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        let bytes = graph.serialize_subgraph(&sub)?;
+        let ok = match fill_unknown_types(&bytes, ElementType::Float.onnx_code())
+            .and_then(|m| self.session(&m, true).map(|_| ()))
+        {
+            Ok(()) => true,
+            Err(e) => {
+                sdk::log(
+                    EpxLogLevel::Debug,
+                    &format!(
+                        "{}: declines {} `{}` (opset {}): {e}",
+                        self.ep.epx_name(),
+                        node.op_type,
+                        node.name,
+                        node.opset
+                    ),
+                );
+                false
+            }
+        };
+        self.probes
+            .lock()
+            .map_err(|_| Error::runtime("probe cache poisoned"))?
+            .insert(key, ok);
+        Ok(ok)
+    }
+}
+
+impl Provider for OrtProvider {
+    fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> sdk::Result<Vec<Vec<u32>>> {
+        let mut claimed = Vec::new();
+        for &id in unclaimed {
+            let node = graph.node(id)?;
+            if let Some(ops) = &self.ops {
+                if !ops.contains(node.op_type) {
+                    continue;
+                }
+            }
+            if self.supports(graph, &node)? {
+                claimed.push(id);
+            }
+        }
+        // One group: the host splits it into convex pieces.
+        Ok(if claimed.is_empty() {
+            Vec::new()
+        } else {
+            vec![claimed]
+        })
+    }
+
+    fn compile(
+        &self,
+        graph: &GraphView<'_>,
+        sub: &SubgraphView<'_>,
+    ) -> sdk::Result<Box<dyn Kernel>> {
+        let bytes = graph.serialize_subgraph(sub)?;
+        let model = fill_unknown_types(&bytes, ElementType::Float.onnx_code())
+            .map_err(|e| Error::runtime(format!("serialized subgraph: {e}")))?;
+        let session = self.session(&model, false).map_err(|e| {
+            Error::runtime(format!(
+                "{} ({}): ONNX Runtime could not compile a group of {} node(s): {e}",
+                self.ep.epx_name(),
+                self.ep.ort_name(),
+                sub.nodes.len()
+            ))
+        })?;
+        let names = |ids: &[u32]| -> sdk::Result<Vec<CString>> {
+            ids.iter()
+                .map(|&v| {
+                    let name = graph.value(v)?.name;
+                    CString::new(name)
+                        .map_err(|_| Error::invalid_graph(format!("value name `{name}` has NUL")))
+                })
+                .collect()
+        };
+        Ok(Box::new(OrtKernel {
+            input_names: names(sub.inputs)?,
+            output_names: names(sub.outputs)?,
+            memory: CpuMemoryInfo::new()?,
+            session,
+            ep: self.ep,
+        }))
+    }
+}
+
+/// ORT's description of host memory, made once per kernel.
+struct CpuMemoryInfo(NonNull<OrtMemoryInfo>);
+
+// SAFETY: an OrtMemoryInfo is immutable after creation; ORT only reads it.
+unsafe impl Send for CpuMemoryInfo {}
+// SAFETY: as above.
+unsafe impl Sync for CpuMemoryInfo {}
+
+impl CpuMemoryInfo {
+    fn new() -> sdk::Result<Self> {
+        let mut p: *mut OrtMemoryInfo = std::ptr::null_mut();
+        // SAFETY: C API call with a valid out-pointer.
+        unsafe {
+            check(
+                (ort::api().CreateCpuMemoryInfo)(
+                    ort::sys::OrtAllocatorType::OrtArenaAllocator,
+                    ort::sys::OrtMemType::OrtMemTypeDefault,
+                    &mut p,
+                ),
+                "CreateCpuMemoryInfo",
+            )
+        }?;
+        NonNull::new(p)
+            .map(CpuMemoryInfo)
+            .ok_or_else(|| Error::runtime("CreateCpuMemoryInfo returned NULL"))
+    }
+}
+
+impl Drop for CpuMemoryInfo {
+    fn drop(&mut self) {
+        // SAFETY: made by CreateCpuMemoryInfo, released once.
+        unsafe { (ort::api().ReleaseMemoryInfo)(self.0.as_ptr()) };
+    }
+}
+
+/// An OrtValue released on drop.
+struct OwnedValue(*mut OrtValue);
+
+impl Drop for OwnedValue {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a value ORT created for us, released once.
+            unsafe { (ort::api().ReleaseValue)(self.0) };
+        }
+    }
+}
+
+/// A compiled group: one ORT session over the serialized subgraph.
+pub struct OrtKernel {
+    session: Session,
+    input_names: Vec<CString>,
+    output_names: Vec<CString>,
+    memory: CpuMemoryInfo,
+    ep: OrtEp,
+}
+
+fn ort_type(t: ElementType) -> Option<ONNXTensorElementDataType> {
+    use ONNXTensorElementDataType as O;
+    Some(match t {
+        ElementType::Float => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        ElementType::Uint8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        ElementType::Int8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+        ElementType::Uint16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+        ElementType::Int16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+        ElementType::Int32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+        ElementType::Int64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+        ElementType::Bool => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+        ElementType::Float16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+        ElementType::Double => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        ElementType::Uint32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+        ElementType::Uint64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+        ElementType::Complex64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64,
+        ElementType::Complex128 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128,
+        ElementType::Bfloat16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+        _ => return None,
+    })
+}
+
+impl OrtKernel {
+    /// Wraps a host tensor as an OrtValue over the same memory (no copy).
+    fn wrap(&self, view: &TensorView<'_>) -> sdk::Result<OwnedValue> {
+        let ty = ort_type(view.elem_type).ok_or_else(|| {
+            Error::not_implemented(format!("{} inputs for ONNX Runtime", view.elem_type))
+        })?;
+        // ORT rejects a NULL data pointer even for an empty tensor: use an aligned dangling one.
+        let data = if view.data.is_empty() {
+            NonNull::<u64>::dangling().as_ptr().cast::<c_void>()
+        } else {
+            view.data.as_ptr().cast_mut().cast::<c_void>()
+        };
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        // SAFETY: `data` points at `view.data.len()` bytes that outlive the value (the host keeps
+        // inputs alive until execute returns, and the value is dropped before). ORT does not
+        // write to input tensors, so handing it a `*mut` over read-only memory is sound.
+        unsafe {
+            check(
+                (ort::api().CreateTensorWithDataAsOrtValue)(
+                    self.memory.0.as_ptr(),
+                    data,
+                    view.data.len(),
+                    view.shape.as_ptr(),
+                    view.shape.len(),
+                    ty,
+                    &mut v,
+                ),
+                "CreateTensorWithDataAsOrtValue",
+            )
+        }?;
+        Ok(OwnedValue(v))
+    }
+}
+
+impl Kernel for OrtKernel {
+    fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
+        let api = ort::api();
+        let mut inputs = Vec::with_capacity(self.input_names.len());
+        for i in 0..self.input_names.len() {
+            let view = ctx.input(i)?.ok_or_else(|| {
+                Error::invalid_argument(format!("input {i} of an ONNX Runtime kernel is absent"))
+            })?;
+            inputs.push(self.wrap(&view)?);
+        }
+        let input_ptrs: Vec<*const OrtValue> = inputs.iter().map(|v| v.0.cast_const()).collect();
+        let input_names: Vec<_> = self.input_names.iter().map(|n| n.as_ptr()).collect();
+        let output_names: Vec<_> = self.output_names.iter().map(|n| n.as_ptr()).collect();
+        let mut raw_outputs: Vec<*mut OrtValue> = vec![std::ptr::null_mut(); output_names.len()];
+        // SAFETY: all arrays hold the counts passed; `Run` is thread-safe on one session and
+        // fills `raw_outputs` with values we own.
+        let status = unsafe {
+            (api.Run)(
+                self.session.ptr().cast_mut(),
+                std::ptr::null(),
+                input_names.as_ptr(),
+                input_ptrs.as_ptr(),
+                input_ptrs.len(),
+                output_names.as_ptr(),
+                output_names.len(),
+                raw_outputs.as_mut_ptr(),
+            )
+        };
+        let outputs: Vec<OwnedValue> = raw_outputs.into_iter().map(OwnedValue).collect();
+        // SAFETY: the status `Run` returned.
+        unsafe { check(status, &format!("{} Run", self.ep.ort_name())) }?;
+        drop(inputs);
+        for (j, value) in outputs.iter().enumerate() {
+            if value.0.is_null() {
+                return Err(Error::runtime(format!(
+                    "ONNX Runtime returned no output {j}"
+                )));
+            }
+            let (elem, shape) = tensor_type_and_shape(value)?;
+            let elem_type = ElementType::from_onnx(elem)
+                .filter(|t| ort_type(*t).is_some())
+                .ok_or_else(|| {
+                    Error::not_implemented(format!(
+                        "output {j} has ONNX element type {elem}, which cannot cross the ABI"
+                    ))
+                })?;
+            let dst = ctx.output(j, elem_type, &shape)?;
+            if dst.is_empty() {
+                continue;
+            }
+            let mut src: *mut c_void = std::ptr::null_mut();
+            // SAFETY: C API call on a tensor value we own.
+            unsafe {
+                check(
+                    (api.GetTensorMutableData)(value.0, &mut src),
+                    "GetTensorMutableData",
+                )
+            }?;
+            if src.is_null() {
+                return Err(Error::runtime(format!("output {j} has no data")));
+            }
+            // SAFETY: a CPU tensor of `shape` × `elem_type` holds exactly `dst.len()` bytes (the
+            // host computed `dst` from the same shape and type). `Run` without an IO binding
+            // returns outputs in host memory whatever EP produced them.
+            let src = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), dst.len()) };
+            dst.copy_from_slice(src);
+        }
+        Ok(())
+    }
+}
+
+fn tensor_type_and_shape(value: &OwnedValue) -> sdk::Result<(i32, Vec<i64>)> {
+    let api = ort::api();
+    let mut info = std::ptr::null_mut();
+    // SAFETY: C API calls on a value we own; `info` is released below.
+    unsafe {
+        check(
+            (api.GetTensorTypeAndShape)(value.0, &mut info),
+            "GetTensorTypeAndShape",
+        )?;
+        let result = (|| {
+            // Read the element type as a plain i32: a code newer than ort-sys's enum must not
+            // become an invalid enum value.
+            let mut elem: i32 = 0;
+            check(
+                (api.GetTensorElementType)(
+                    info,
+                    (&mut elem as *mut i32).cast::<ONNXTensorElementDataType>(),
+                ),
+                "GetTensorElementType",
+            )?;
+            let mut n = 0usize;
+            check((api.GetDimensionsCount)(info, &mut n), "GetDimensionsCount")?;
+            let mut dims = vec![0i64; n];
+            check(
+                (api.GetDimensions)(info, dims.as_mut_ptr(), n),
+                "GetDimensions",
+            )?;
+            Ok((elem, dims))
+        })();
+        (api.ReleaseTensorTypeAndShapeInfo)(info);
+        result
+    }
+}

@@ -1,0 +1,405 @@
+//! The OpenVINO EP plugin (`plugins/openvino` → `libepx_openvino.so`), loaded from a temporary
+//! plugin folder with its `plugin.toml`, running on the OpenVINO runtime that
+//! `plugins/openvino/fetch-runtime.sh` extracts into `.testdata/openvino/libs/` (found through
+//! `EPX_OPENVINO_SEARCH_PATH`). The example models must give what the CPU EP gives.
+//!
+//! Needs the plugin built (`cargo build --workspace`) and the runtime fetched
+//! (`bash plugins/openvino/fetch-runtime.sh`).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Once};
+
+use epx::npy::read_npy;
+use epx::{ElementType, Environment, ExecutionProvider, Session, Tensor};
+use epx_tests::{TempDir, built_library, repo_root};
+
+const EP: &str = "openvino";
+const MODELS: [&str; 2] = ["mnist-cnn", "mlp-int"];
+const SEARCH_PATH_VAR: &str = "EPX_OPENVINO_SEARCH_PATH";
+const LIBRARY_VAR: &str = "EPX_OPENVINO_LIBRARY";
+/// Set in the child processes of `missing_runtime_names_the_places_searched`.
+const CHILD_VAR: &str = "EPX_OPENVINO_TEST_CHILD";
+
+fn runtime_dir() -> PathBuf {
+    repo_root().join(".testdata/openvino/libs")
+}
+
+/// Points the plugin at the fetched runtime, once per test process, before any test loads it.
+fn use_fetched_runtime() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = runtime_dir();
+        let has_lib = std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries.filter_map(|e| e.ok()).any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("libopenvino_c.so")
+            })
+        });
+        assert!(
+            has_lib,
+            "no libopenvino_c.so* in {}: run `bash plugins/openvino/fetch-runtime.sh` first",
+            dir.display()
+        );
+        // SAFETY: every test of this binary calls this first, and the others wait on the
+        // `Once` while it runs, so no thread of ours reads the environment meanwhile.
+        unsafe {
+            std::env::set_var(SEARCH_PATH_VAR, &dir);
+            std::env::remove_var(LIBRARY_VAR);
+        }
+    });
+}
+
+/// A plugin folder `openvino/` holding the built plugin and its `plugin.toml`.
+fn plugin_dir() -> TempDir {
+    let dir = TempDir::new("openvino").expect("temp dir");
+    let manifest = std::fs::read_to_string(repo_root().join("plugins/openvino/plugin.toml"))
+        .expect("read plugins/openvino/plugin.toml");
+    dir.add_plugin("openvino", &built_library("epx_openvino"), Some(&manifest))
+        .expect("copy the OpenVINO plugin");
+    dir
+}
+
+fn env_for(dir: &TempDir) -> Arc<Environment> {
+    let env = Environment::builder()
+        .with_plugin_dirs([dir.path()])
+        .commit()
+        .expect("environment");
+    assert!(
+        env.discovery().problems.is_empty(),
+        "{:?}",
+        env.discovery().problems
+    );
+    env
+}
+
+fn model_path(model: &str) -> PathBuf {
+    repo_root()
+        .join("examples/models")
+        .join(format!("{model}.onnx"))
+}
+
+/// The `<model>.input.<name>.npy` tensors next to a model.
+fn inputs(model: &str) -> Vec<(String, Tensor)> {
+    let dir = repo_root().join("examples/models");
+    let prefix = format!("{model}.input.");
+    let mut found: Vec<(String, Tensor)> = std::fs::read_dir(&dir)
+        .expect("read examples/models")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let name = file
+                .strip_prefix(&prefix)?
+                .strip_suffix(".npy")?
+                .to_string();
+            Some((name, e.path()))
+        })
+        .map(|(name, path)| {
+            let a = read_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let t = Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy tensor");
+            (name, t)
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!found.is_empty(), "no {prefix}*.npy in {}", dir.display());
+    found
+}
+
+fn cpu_session(env: &Arc<Environment>, model: &str) -> Session {
+    Session::builder()
+        .expect("builder")
+        .with_environment(env.clone())
+        .commit_from_file(model_path(model))
+        .expect("CPU session")
+}
+
+fn openvino_session(
+    env: &Arc<Environment>,
+    model: &str,
+    options: &[(&str, &str)],
+) -> epx::Result<Session> {
+    let mut ep = ExecutionProvider::new(EP).error_on_failure();
+    for (k, v) in options {
+        ep = ep.with_option(*k, *v);
+    }
+    Session::builder()?
+        .with_environment(env.clone())
+        .with_execution_providers([ep])?
+        .commit_from_file(model_path(model))
+}
+
+fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+    session
+        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+        .expect("run")
+        .into_iter()
+        .map(|(n, v)| (n, v.into_host().expect("host output")))
+        .collect()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.bytes()
+        .expect("numeric tensor")
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Largest `|a - b| - rel * |b|` over the elements of two float outputs (<= `abs` means
+/// within `abs` absolute + `rel` relative).
+fn excess(a: &Tensor, b: &Tensor, rel: f32) -> f32 {
+    f32s(a)
+        .iter()
+        .zip(f32s(b))
+        .map(|(x, y)| (x - y).abs() - rel * y.abs())
+        .fold(f32::MIN, f32::max)
+}
+
+/// `got` (OpenVINO) against `want` (CPU EP): same names, types and shapes; floats within
+/// `abs` + `rel`·|want|, everything else exact.
+fn assert_close(
+    model: &str,
+    got: &[(String, Tensor)],
+    want: &[(String, Tensor)],
+    abs: f32,
+    rel: f32,
+) {
+    assert_eq!(got.len(), want.len(), "{model}: number of outputs");
+    for ((ng, g), (nw, w)) in got.iter().zip(want) {
+        assert_eq!(ng, nw, "{model}: output order");
+        assert_eq!(g.elem_type(), w.elem_type(), "{model} output {ng}: type");
+        assert_eq!(g.shape(), w.shape(), "{model} output {ng}: shape");
+        if w.elem_type() == ElementType::Float {
+            let e = excess(g, w, rel);
+            assert!(
+                e <= abs,
+                "{model} output {ng}: OpenVINO differs from the CPU EP by {e} beyond {rel} \
+                 relative (allowed {abs}):\n{:?}\nvs\n{:?}",
+                f32s(g),
+                f32s(w)
+            );
+        } else {
+            assert!(g == w, "{model} output {ng}: {g:?} vs CPU {w:?}");
+        }
+    }
+}
+
+#[test]
+fn models_match_the_cpu_ep_in_f32() {
+    use_fetched_runtime();
+    let dir = plugin_dir();
+    let env = env_for(&dir);
+    let (lib, i) = env.find_provider(EP).expect("the OpenVINO plugin is found");
+    assert!(
+        lib.path.as_ref().is_some_and(|p| p.starts_with(dir.path())),
+        "{:?}",
+        lib.path
+    );
+    assert_eq!(
+        lib.providers[i].availability,
+        Ok(()),
+        "the OpenVINO EP should be available with {SEARCH_PATH_VAR}={}",
+        runtime_dir().display()
+    );
+
+    for model in MODELS {
+        let inputs = inputs(model);
+        let want = run(&cpu_session(&env, model), &inputs);
+        for options in [
+            &[("precision", "f32")][..],
+            &[][..],
+            &[("num_of_threads", "1"), ("device_type", "CPU")][..],
+        ] {
+            let session = openvino_session(&env, model, options)
+                .unwrap_or_else(|e| panic!("{model} {options:?}: {e}"));
+            assert!(
+                session.providers().iter().any(|p| p == EP),
+                "{model}: openvino got no nodes: {:?}",
+                session.node_placement()
+            );
+            eprintln!(
+                "{model} {options:?}: placement {:?}",
+                session.node_placement()
+            );
+            let got = run(&session, &inputs);
+            assert_close(model, &got, &want, 1e-4, 1e-3);
+        }
+    }
+}
+
+#[test]
+fn bf16_precision_changes_results_a_little() {
+    use_fetched_runtime();
+    let dir = plugin_dir();
+    let env = env_for(&dir);
+    let model = "mnist-cnn";
+    let inputs = inputs(model);
+    let f32_out = run(
+        &openvino_session(&env, model, &[("precision", "f32")]).expect("f32 session"),
+        &inputs,
+    );
+    let bf16_out = run(
+        &openvino_session(&env, model, &[("precision", "bf16")]).expect("bf16 session"),
+        &inputs,
+    );
+    assert_close(model, &bf16_out, &f32_out, 1e-1, 0.0);
+    let differs = f32_out
+        .iter()
+        .zip(&bf16_out)
+        .any(|((_, a), (_, b))| f32s(a) != f32s(b));
+    assert!(
+        differs,
+        "precision=bf16 gave exactly the f32 results: the option did not reach OpenVINO"
+    );
+}
+
+#[test]
+fn one_session_from_four_threads() {
+    use_fetched_runtime();
+    let dir = plugin_dir();
+    let env = env_for(&dir);
+    for model in MODELS {
+        let session = openvino_session(&env, model, &[]).expect("session");
+        let inputs = inputs(model);
+        let first = run(&session, &inputs);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..10 {
+                            let out = run(&session, &inputs);
+                            for ((n, t), (n0, t0)) in out.iter().zip(&first) {
+                                assert_eq!(n, n0);
+                                assert!(t == t0, "{model}: output {n} differs between runs");
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("a thread panicked");
+            }
+        });
+    }
+}
+
+#[test]
+fn bad_options_are_errors_naming_the_valid_keys() {
+    use_fetched_runtime();
+    let dir = plugin_dir();
+    let env = env_for(&dir);
+    let err = openvino_session(&env, "mlp-int", &[("colour", "red")])
+        .err()
+        .expect("an unknown option must fail the session");
+    let msg = err.to_string();
+    assert!(msg.contains("`colour`"), "{msg}");
+    for key in ["device_type", "precision", "num_of_threads", "library"] {
+        assert!(
+            msg.contains(key),
+            "the error should name valid key `{key}`: {msg}"
+        );
+    }
+    let err = openvino_session(&env, "mlp-int", &[("precision", "f64")])
+        .err()
+        .expect("a bad precision must fail");
+    assert!(err.to_string().contains("f32, bf16, f16"), "{err}");
+    let err = openvino_session(&env, "mlp-int", &[("device_type", "NOSUCHDEVICE")])
+        .err()
+        .expect("an unknown device must fail");
+    assert!(err.to_string().contains("NOSUCHDEVICE"), "{err}");
+    // A `library` other than the one this process opened.
+    let err = openvino_session(
+        &env,
+        "mlp-int",
+        &[("library", "/nonexistent/libopenvino_c.so")],
+    )
+    .err()
+    .expect("a missing library must fail");
+    assert!(
+        err.to_string().contains("/nonexistent/libopenvino_c.so"),
+        "{err}"
+    );
+}
+
+/// Runs `child_reports_what_it_searched` in a fresh process (the library, once opened, stays
+/// open) with no way to find OpenVINO: empty search path, no Python environments, a `HOME`
+/// without `.local`.
+#[test]
+fn missing_runtime_names_the_places_searched() {
+    let home = TempDir::new("openvino-home").expect("temp dir");
+    for library in [None, Some("/nonexistent/libopenvino_c.so")] {
+        let mut cmd = Command::new(std::env::current_exe().expect("test executable"));
+        cmd.args([
+            "--exact",
+            "child_reports_what_it_searched",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_VAR, "1")
+        .env(SEARCH_PATH_VAR, "")
+        .env("HOME", home.path())
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX")
+        .env_remove("PYTHONPATH")
+        .env_remove(LIBRARY_VAR);
+        if let Some(l) = library {
+            cmd.env(LIBRARY_VAR, l);
+        }
+        let out = cmd.output().expect("run the child test");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child ({library:?}) failed:\n{text}");
+        assert!(
+            text.contains("1 passed"),
+            "the child test did not run:\n{text}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by missing_runtime_names_the_places_searched"]
+fn child_reports_what_it_searched() {
+    assert!(
+        std::env::var_os(CHILD_VAR).is_some(),
+        "run by missing_runtime_names_the_places_searched, with its environment"
+    );
+    let dir = plugin_dir();
+    let env = env_for(&dir);
+    let (lib, i) = env
+        .find_provider(EP)
+        .expect("the plugin loads without OpenVINO");
+    let reason = lib.providers[i]
+        .availability
+        .clone()
+        .expect_err("OpenVINO must be unavailable with nothing to find it by");
+    eprintln!("availability: {reason}");
+    match std::env::var(LIBRARY_VAR) {
+        Ok(path) => {
+            assert!(reason.contains(&path), "{reason}");
+            assert!(reason.contains(LIBRARY_VAR), "{reason}");
+        }
+        Err(_) => {
+            assert!(reason.contains("not found"), "{reason}");
+            let plugin_folder = dir.path().join("openvino");
+            assert!(
+                reason.contains(&plugin_folder.display().to_string()),
+                "the plugin folder should be among the places searched: {reason}"
+            );
+            assert!(reason.contains("searched:"), "{reason}");
+        }
+    }
+    // A session asking for the EP gets the same reason.
+    let err = openvino_session(&env, "mlp-int", &[])
+        .err()
+        .expect("an unavailable EP must fail the session with error_on_failure");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("not available") && msg.contains(&reason),
+        "{msg}"
+    );
+}

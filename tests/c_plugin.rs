@@ -405,9 +405,9 @@ fn declines_add_unless_both_shapes_are_known_and_equal() {
         return;
     };
     let env = env_for(&dir);
-    // `r` has no declared shape: c_example takes the Relu but leaves the Add to the CPU EP.
+    // `r` has no declared shape, but the host infers [2, 3] from the Relu: c_example takes both.
     let bytes = model_bytes(proto::GraphProto {
-        name: Some("c_example_decline".into()),
+        name: Some("c_example_inferred".into()),
         node: vec![
             node("Relu", &["x"], &["r"]),
             node("Add", &["r", "x"], &["y"]),
@@ -421,8 +421,36 @@ fn declines_add_unless_both_shapes_are_known_and_equal() {
         vec![ExecutionProvider::new(EP).error_on_failure()],
         &bytes,
     );
-    assert_eq!(s.node_placement(), [EP, "cpu"]);
+    assert_eq!(s.node_placement(), [EP, EP]);
     let want: Vec<f32> = X.iter().map(|&x| x.max(0.0) + x).collect();
+    assert_close(&run_y(&s), &want, 1e-6);
+
+    // `t` comes from a Tile, whose shape the host does not infer: the Add is left to the CPU EP.
+    let repeats = proto::TensorProto {
+        name: Some("repeats".into()),
+        data_type: Some(proto::tensor_proto::DataType::Int64 as i32),
+        dims: vec![2],
+        int64_data: vec![1, 1],
+        ..Default::default()
+    };
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("c_example_decline".into()),
+        node: vec![
+            node("Tile", &["x", "repeats"], &["t"]),
+            node("Add", &["t", "x"], &["y"]),
+        ],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
+        initializer: vec![repeats],
+        ..Default::default()
+    });
+    let s = session(
+        &env,
+        vec![ExecutionProvider::new(EP).error_on_failure()],
+        &bytes,
+    );
+    assert_eq!(s.node_placement(), ["cpu", "cpu"]);
+    let want: Vec<f32> = X.iter().map(|&x| x + x).collect();
     assert_close(&run_y(&s), &want, 1e-6);
 
     // Declared but different shapes (a broadcast): declined too.

@@ -213,15 +213,14 @@ fn models_match_the_cpu_ep_in_f32() {
         ] {
             let session = openvino_session(&env, model, options)
                 .unwrap_or_else(|e| panic!("{model} {options:?}: {e}"));
+            // With the host's shape inference every node of both models has a known rank,
+            // so OpenVINO takes them all, as one kernel.
             assert!(
-                session.providers().iter().any(|p| p == EP),
-                "{model}: openvino got no nodes: {:?}",
+                session.node_placement().iter().all(|p| *p == EP),
+                "{model}: not every node on openvino: {:?}",
                 session.node_placement()
             );
-            eprintln!(
-                "{model} {options:?}: placement {:?}",
-                session.node_placement()
-            );
+            assert_eq!(session.kernel_count(), 1, "{model}");
             let got = run(&session, &inputs);
             assert_close(model, &got, &want, 1e-4, 1e-3);
         }

@@ -73,6 +73,8 @@ pub struct Value {
     pub initializer: Option<Tensor>,
     pub is_graph_input: bool,
     pub is_graph_output: bool,
+    /// The shape in `ty` was inferred by the host, not declared by the model.
+    pub shape_inferred: bool,
 }
 
 impl Value {

@@ -251,7 +251,10 @@ impl SessionBuilder {
                 .iter()
                 .map(|&v| {
                     let val = &g.values[v];
-                    let dims = val.shape().map(|s| {
+                    // Only what the model declares is held against a kernel: inferred shapes
+                    // help EPs decide, they are not a contract.
+                    let declared = val.shape().filter(|_| !val.shape_inferred);
+                    let dims = declared.map(|s| {
                         s.iter()
                             .map(|d| {
                                 if let Dim::Known(k) = d {

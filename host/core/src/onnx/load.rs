@@ -72,6 +72,7 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
     let ctx = Ctx { source, base_dir };
     let mut graph = ctx.graph(graph, &HashSet::new())?;
     crate::infer::infer_element_types(&mut graph);
+    crate::infer::infer_shapes(&mut graph);
     Ok(Model {
         source: source.to_string(),
         base_dir: base_dir.map(Path::to_path_buf),
@@ -138,6 +139,7 @@ impl Ctx<'_> {
                 initializer: None,
                 is_graph_input: false,
                 is_graph_output: false,
+                shape_inferred: false,
             });
             graph.by_name.insert(name.to_string(), id);
             id

@@ -537,8 +537,7 @@ fn output_shapes(
                 Some(k) => Some(k.iter().map(|&k| k.max(0) as u64).collect()),
                 None => w
                     .get(2..)
-                    .map(|s| s.iter().map(known).collect::<Option<Vec<u64>>>())
-                    .flatten(),
+                    .and_then(|s| s.iter().map(known).collect::<Option<Vec<u64>>>()),
             };
             let Some(kernel) = kernel else {
                 return vec![None];

@@ -69,7 +69,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 0
+#define EPX_ABI_VERSION_MINOR 1
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -391,6 +391,16 @@ typedef struct EpxNodeInfo {
      */
     const uint32_t *outputs;
     size_t num_attributes;
+    /**
+     * (ABI 1.1) Values of this graph that the node's nested graphs (If/Loop/Scan bodies) read
+     * by name. They are inputs of the node for scheduling and partitioning: a compiled group
+     * receives them among its subgraph inputs.
+     */
+    size_t num_implicit_inputs;
+    /**
+     * (ABI 1.1) Value ids, `num_implicit_inputs` of them.
+     */
+    const uint32_t *implicit_inputs;
 } EpxNodeInfo;
 
 /**
@@ -489,6 +499,12 @@ typedef struct EpxAttribute {
      * representable in DLPack and come as NULL with `kind` Tensor.
      */
     const struct DLTensor *tensor;
+    /**
+     * (ABI 1.1) A `Graph` attribute: the nested graph, readable with the same graph functions
+     * and living as long as the graph it belongs to; NULL otherwise. Values it reads from
+     * enclosing graphs appear in it with no producer and carry the enclosing value's name.
+     */
+    const EpxGraph *graph;
 } EpxAttribute;
 
 /**
@@ -621,6 +637,19 @@ typedef struct EpxHostApi {
                                        int32_t ndim,
                                        const int64_t *shape,
                                        struct DLTensor **out);
+    /**
+     * (ABI 1.1) The graph's inputs (initializers excluded), in the model's order: writes a
+     * pointer to the value ids and their count, borrowed from the graph.
+     */
+    struct EpxStatus *(*graph_inputs)(const EpxGraph *graph,
+                                      const uint32_t **out_ids,
+                                      size_t *out_len);
+    /**
+     * (ABI 1.1) The graph's outputs, in the model's order, as for `graph_inputs`.
+     */
+    struct EpxStatus *(*graph_outputs)(const EpxGraph *graph,
+                                       const uint32_t **out_ids,
+                                       size_t *out_len);
 } EpxHostApi;
 
 /**

@@ -366,8 +366,8 @@ fn doctor_names_the_missing_cuda_libraries() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
-        .find(|l| l.contains("libcudart.so.12"))
-        .unwrap_or_else(|| panic!("doctor does not name libcudart.so.12:\n{stdout}"));
+        .find(|l| l.contains("libcudart.so.13"))
+        .unwrap_or_else(|| panic!("doctor does not name libcudart.so.13:\n{stdout}"));
     if line.contains('✓') {
         eprintln!("this machine has the CUDA runtime: {line}");
     } else {

@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 0;
+pub const EPX_ABI_VERSION_MINOR: u32 = 1;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -218,6 +218,12 @@ pub struct EpxNodeInfo {
     /// Value ids; [`EPX_VALUE_NONE`] for an absent optional output.
     pub outputs: *const u32,
     pub num_attributes: usize,
+    /// (ABI 1.1) Values of this graph that the node's nested graphs (If/Loop/Scan bodies) read
+    /// by name. They are inputs of the node for scheduling and partitioning: a compiled group
+    /// receives them among its subgraph inputs.
+    pub num_implicit_inputs: usize,
+    /// (ABI 1.1) Value ids, `num_implicit_inputs` of them.
+    pub implicit_inputs: *const u32,
 }
 
 /// One value (edge) of a graph. Pointers borrow from the graph.
@@ -281,6 +287,10 @@ pub struct EpxAttribute {
     /// A `Tensor` attribute, in host memory; NULL otherwise. String tensors are not
     /// representable in DLPack and come as NULL with `kind` Tensor.
     pub tensor: *const DLTensor,
+    /// (ABI 1.1) A `Graph` attribute: the nested graph, readable with the same graph functions
+    /// and living as long as the graph it belongs to; NULL otherwise. Values it reads from
+    /// enclosing graphs appear in it with no producer and carry the enclosing value's name.
+    pub graph: *const EpxGraph,
 }
 
 /// A group of nodes handed to `compile`. Ids borrow from the host for the call.
@@ -419,6 +429,24 @@ pub struct EpxHostApi {
             ndim: i32,
             shape: *const i64,
             out: *mut *mut DLTensor,
+        ) -> *mut EpxStatus,
+    >,
+
+    /// (ABI 1.1) The graph's inputs (initializers excluded), in the model's order: writes a
+    /// pointer to the value ids and their count, borrowed from the graph.
+    pub graph_inputs: Option<
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            out_ids: *mut *const u32,
+            out_len: *mut usize,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.1) The graph's outputs, in the model's order, as for `graph_inputs`.
+    pub graph_outputs: Option<
+        unsafe extern "C" fn(
+            graph: *const EpxGraph,
+            out_ids: *mut *const u32,
+            out_len: *mut usize,
         ) -> *mut EpxStatus,
     >,
 }
@@ -585,6 +613,10 @@ pub const EPX_PROVIDER_SIZE_1_0: usize = epx_field_end!(EpxProvider, release);
 pub const EPX_KERNEL_SIZE_1_0: usize = epx_field_end!(EpxKernel, release);
 /// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
 pub const EPX_HOST_API_SIZE_1_0: usize = epx_field_end!(EpxHostApi, kernel_output);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_NODE_INFO_SIZE_1_0: usize = epx_field_end!(EpxNodeInfo, num_attributes);
+/// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
+pub const EPX_ATTRIBUTE_SIZE_1_0: usize = epx_field_end!(EpxAttribute, tensor);
 
 #[cfg(test)]
 mod tests {
@@ -599,5 +631,7 @@ mod tests {
         assert_eq!(EPX_PROVIDER_SIZE_1_0, 80);
         assert_eq!(EPX_KERNEL_SIZE_1_0, 32);
         assert_eq!(EPX_HOST_API_SIZE_1_0, 136);
+        assert_eq!(EPX_NODE_INFO_SIZE_1_0, 104);
+        assert_eq!(EPX_ATTRIBUTE_SIZE_1_0, 96);
     }
 }

@@ -197,7 +197,7 @@ fn providers_and_doctor_report_a_plugin_folder() {
     let out = epx(&["doctor", "--plugin-dir", folder]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert!(
-        text(&out.stdout).contains("✓ loads: plugin cpu 0.1.0, ABI 1.0"),
+        text(&out.stdout).contains("✓ loads: plugin cpu 0.1.0, ABI 1.1"),
         "{}",
         text(&out.stdout)
     );

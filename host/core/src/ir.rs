@@ -126,10 +126,22 @@ pub struct Node {
     /// `None` for an absent optional input (empty name in ONNX).
     pub inputs: Vec<Option<ValueId>>,
     pub outputs: Vec<Option<ValueId>>,
+    /// Values its nested graphs (If/Loop/Scan bodies) read from this graph by name: inputs of
+    /// the node as far as scheduling and partitioning are concerned.
+    pub implicit_inputs: Vec<ValueId>,
     pub attributes: Vec<Attribute>,
 }
 
 impl Node {
+    /// Every value the node reads: its inputs, then the values its nested graphs read.
+    pub fn all_inputs(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.inputs
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.implicit_inputs.iter().copied())
+    }
+
     pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
         self.attributes
             .iter()

@@ -28,7 +28,7 @@ pub(crate) fn partition(
     graph: &AbiGraph<'_>,
     providers: &[Arc<ProviderInstance>],
 ) -> Result<Vec<Group>> {
-    let g = &graph.model.graph;
+    let g = graph.graph;
     let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut raw_groups: Vec<(usize, Vec<NodeId>)> = Vec::new();
     for (pi, p) in providers.iter().enumerate() {
@@ -115,8 +115,8 @@ fn split_by_level(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
     let mut level = vec![0usize; g.nodes.len()];
     for n in 0..g.nodes.len() {
         let mut l = 0;
-        for v in g.nodes[n].inputs.iter().flatten() {
-            if let Some(p) = g.values[*v].producer {
+        for v in g.nodes[n].all_inputs() {
+            if let Some(p) = g.values[v].producer {
                 l = l.max(level[p] + usize::from(group_of[p] != group_of[n]));
             }
         }
@@ -162,8 +162,8 @@ fn convex_pieces(g: &Graph, group: &[NodeId]) -> Vec<Vec<NodeId>> {
     let mut stage: Vec<Option<usize>> = vec![None; last - first + 1];
     for n in first..=last {
         let mut s: Option<usize> = None;
-        for v in g.nodes[n].inputs.iter().flatten() {
-            let Some(p) = g.values[*v].producer else {
+        for v in g.nodes[n].all_inputs() {
+            let Some(p) = g.values[v].producer else {
                 continue;
             };
             if p < first {
@@ -209,7 +209,7 @@ fn borders(g: &Graph, nodes: &[NodeId]) -> (Vec<ValueId>, Vec<ValueId>) {
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for &n in nodes {
-        for &v in g.nodes[n].inputs.iter().flatten() {
+        for v in g.nodes[n].all_inputs() {
             let val = &g.values[v];
             let produced_inside = val.producer.is_some_and(|p| inside.contains(&p));
             if !produced_inside && val.initializer.is_none() && seen.insert(v) {

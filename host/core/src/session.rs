@@ -590,9 +590,9 @@ impl Session {
         let g = &self.model.graph;
         let mut edges = Vec::new();
         for (i, n) in g.nodes.iter().enumerate() {
-            for v in n.inputs.iter().flatten() {
-                if let Some(p) = g.values[*v].producer {
-                    edges.push((p, i, g.values[*v].name.clone()));
+            for v in n.all_inputs() {
+                if let Some(p) = g.values[v].producer {
+                    edges.push((p, i, g.values[v].name.clone()));
                 }
             }
         }

@@ -138,7 +138,9 @@ pub enum Attribute<'a> {
     Floats(&'a [f32]),
     Ints(&'a [i64]),
     Strings(Vec<&'a [u8]>),
-    /// A kind this ABI version does not describe (graph, sparse tensor, string tensor, ...).
+    /// A nested graph (If/Loop/Scan bodies), from hosts of ABI 1.1 on.
+    Graph(GraphView<'a>),
+    /// A kind this ABI version does not describe (graph lists, sparse tensor, string tensor, ...).
     Unsupported(u32),
 }
 
@@ -163,6 +165,8 @@ pub struct NodeView<'a> {
     pub inputs: Vec<Option<u32>>,
     pub outputs: Vec<Option<u32>>,
     pub num_attributes: usize,
+    /// Values of this graph its nested graphs read by name (empty before ABI 1.1).
+    pub implicit_inputs: Vec<u32>,
 }
 
 /// One value, borrowed from the graph.
@@ -198,6 +202,15 @@ fn text<'a>(s: EpxStr) -> Result<&'a str> {
     // SAFETY: host contract: strings borrow from the graph for the call.
     std::str::from_utf8(unsafe { s.as_bytes() })
         .map_err(|_| Error::invalid_graph("graph string is not UTF-8"))
+}
+
+impl std::fmt::Debug for GraphView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphView")
+            .field("nodes", &self.node_count())
+            .field("values", &self.value_count())
+            .finish()
+    }
 }
 
 impl<'a> GraphView<'a> {
@@ -241,7 +254,43 @@ impl<'a> GraphView<'a> {
             inputs: ids(info.inputs, info.num_inputs),
             outputs: ids(info.outputs, info.num_outputs),
             num_attributes: info.num_attributes,
+            implicit_inputs: if info.struct_size
+                >= crate::epx_field_end!(EpxNodeInfo, implicit_inputs)
+            {
+                ids(info.implicit_inputs, info.num_implicit_inputs)
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            } else {
+                Vec::new()
+            },
         })
+    }
+
+    /// The graph's inputs (initializers excluded), in order. Needs a host of ABI 1.1.
+    pub fn inputs(&self) -> Result<&'a [u32]> {
+        let mut ptr: *const u32 = std::ptr::null();
+        let mut len = 0usize;
+        host_call!(self.api, graph_inputs(self.raw, &mut ptr, &mut len))?;
+        Ok(slice(ptr, len))
+    }
+
+    /// The graph's outputs, in order. Needs a host of ABI 1.1.
+    pub fn outputs(&self) -> Result<&'a [u32]> {
+        let mut ptr: *const u32 = std::ptr::null();
+        let mut len = 0usize;
+        host_call!(self.api, graph_outputs(self.raw, &mut ptr, &mut len))?;
+        Ok(slice(ptr, len))
+    }
+
+    /// The id of the value called `name`, if any (a linear search).
+    pub fn value_named(&self, name: &str) -> Result<Option<u32>> {
+        for id in 0..self.value_count() as u32 {
+            if self.value(id)?.name == name {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     pub fn value(&self, id: u32) -> Result<ValueView<'a>> {
@@ -299,6 +348,13 @@ impl<'a> GraphView<'a> {
                         .map(|s| unsafe { s.as_bytes() })
                         .collect(),
                 ),
+                k if k == EpxAttributeKind::Graph as u32
+                    && a.struct_size >= crate::epx_field_end!(EpxAttribute, graph)
+                    && !a.graph.is_null() =>
+                {
+                    // SAFETY: the host's nested graph handle lives as long as this graph.
+                    Attribute::Graph(unsafe { GraphView::from_raw(self.api, a.graph) })
+                }
                 k if k == EpxAttributeKind::Tensor as u32 && !a.tensor.is_null() => {
                     // SAFETY: the tensor borrows from the graph for the call.
                     Attribute::Tensor(unsafe { TensorView::from_dl(&*a.tensor) }?)

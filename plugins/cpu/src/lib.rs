@@ -2,8 +2,10 @@
 //! fallback that runs whatever no other EP claims; the host links it in, and `cdylib/` builds the
 //! same code as a plugin library that loads through the ABI.
 
+pub mod control;
 pub mod kernel;
 pub mod ops;
+pub mod program;
 pub mod provider;
 pub mod tensor;
 

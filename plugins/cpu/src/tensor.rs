@@ -53,6 +53,18 @@ pub enum Scalar {
     B(bool),
 }
 
+impl Scalar {
+    /// Truth as a condition: non-zero numbers (NaN included) and `true`.
+    pub fn is_nonzero(self) -> bool {
+        match self {
+            Scalar::F(f) => f != 0.0,
+            Scalar::I(i) => i != 0,
+            Scalar::U(u) => u != 0,
+            Scalar::B(b) => b,
+        }
+    }
+}
+
 /// A Rust element type that has a [`Tensor`] variant.
 pub trait Elem:
     Copy + Default + std::fmt::Debug + PartialEq + PartialOrd + Send + Sync + 'static

@@ -118,6 +118,20 @@ impl ProviderFactory for OrtFactory {
             .ep
             .dispatch(&ep_options)
             .map_err(|e| Error::invalid_argument(format!("{} {e}", self.ep.epx_name())))?;
+        // Registering the EP loads its provider library (CUDA, TensorRT, ...) and its
+        // dependencies: a failure here means the EP cannot run on this machine, which must be
+        // said now rather than show up as every node being declined.
+        let unavailable = |e: String| {
+            Error::unavailable(format!(
+                "{}: ONNX Runtime could not register {}: {e}",
+                self.ep.epx_name(),
+                self.ep.ort_name()
+            ))
+        };
+        Session::builder(&rt.env)
+            .map_err(|e| unavailable(e.to_string()))?
+            .with_execution_providers([dispatch.clone()])
+            .map_err(|e| unavailable(e.to_string()))?;
         Ok(Box::new(OrtProvider {
             ep: self.ep,
             rt,
@@ -171,9 +185,10 @@ impl OrtProvider {
         let attrs = graph.attributes(node)?;
         if attrs
             .iter()
-            .any(|(_, a)| matches!(a, Attribute::Unsupported(_)))
+            .any(|(_, a)| matches!(a, Attribute::Unsupported(_) | Attribute::Graph(_)))
         {
-            // Graph attributes (If/Loop/Scan bodies) cannot be read through ABI 1.0.
+            // Control flow: the bodies read enclosing values by name, which a one-node model
+            // cut out of the graph does not carry.
             return Ok(false);
         }
         let mut key = format!(

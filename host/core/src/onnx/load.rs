@@ -213,7 +213,45 @@ impl Ctx<'_> {
         visible.extend(graph.by_name.keys().cloned());
         visible.extend(produced_by.keys().cloned());
 
-        let order = self.topological_order(g, &produced_by, &graph.by_name, outer)?;
+        // Attributes first: nested graphs (If/Loop/Scan bodies) may read values of this graph
+        // by name, and those implicit reads order the nodes as much as explicit inputs do.
+        let mut parsed: Vec<Option<(Vec<Attribute>, Vec<String>)>> =
+            Vec::with_capacity(g.node.len());
+        for (i, n) in g.node.iter().enumerate() {
+            let mut attributes = Vec::with_capacity(n.attribute.len());
+            for a in &n.attribute {
+                attributes.push(self.attribute(a, &visible).map_err(|e| match e {
+                    Error::Model { message, .. } | Error::InvalidGraph { message, .. } => {
+                        self.invalid(format!(
+                            "node {}: attribute `{}`: {message}",
+                            node_label(n, i),
+                            a.name()
+                        ))
+                    }
+                    other => other,
+                })?);
+            }
+            let mut implicit: Vec<String> = Vec::new();
+            for a in &attributes {
+                let graphs: Vec<&Graph> = match &a.value {
+                    AttributeValue::Graph(b) => vec![b.as_ref()],
+                    AttributeValue::Graphs(v) => v.iter().collect(),
+                    _ => Vec::new(),
+                };
+                for name in graphs.iter().flat_map(|b| b.outer_refs.iter()) {
+                    if !implicit.contains(name) {
+                        implicit.push(name.clone());
+                    }
+                }
+            }
+            parsed.push(Some((attributes, implicit)));
+        }
+        let implicit_names: Vec<Vec<String>> = parsed
+            .iter()
+            .map(|p| p.as_ref().map(|(_, i)| i.clone()).unwrap_or_default())
+            .collect();
+        let order =
+            self.topological_order(g, &produced_by, &graph.by_name, outer, &implicit_names)?;
         for &i in &order {
             let n = &g.node[i];
             let mut inputs = Vec::with_capacity(n.input.len());
@@ -240,24 +278,22 @@ impl Ctx<'_> {
                     Some(add_value(&mut graph, name, ValueType::Unknown))
                 });
             }
-            let mut attributes = Vec::with_capacity(n.attribute.len());
-            for a in &n.attribute {
-                attributes.push(self.attribute(a, &visible).map_err(|e| match e {
-                    Error::Model { message, .. } | Error::InvalidGraph { message, .. } => {
-                        self.invalid(format!(
-                            "node {}: attribute `{}`: {message}",
-                            node_label(n, i),
-                            a.name()
-                        ))
-                    }
-                    other => other,
-                })?);
+            let (attributes, implicit) = parsed[i].take().unwrap_or_default();
+            let mut implicit_inputs = Vec::with_capacity(implicit.len());
+            for name in &implicit {
+                let known =
+                    graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
+                if !known && !graph.outer_refs.contains(name) {
+                    // Read from further out: this graph reads it implicitly too.
+                    graph.outer_refs.push(name.clone());
+                }
+                implicit_inputs.push(add_value(&mut graph, name, ValueType::Unknown));
             }
             let id = graph.nodes.len();
             for v in outputs.iter().flatten() {
                 graph.values[*v].producer = Some(id);
             }
-            for v in inputs.iter().flatten() {
+            for v in inputs.iter().flatten().chain(&implicit_inputs) {
                 if !graph.values[*v].consumers.contains(&id) {
                     graph.values[*v].consumers.push(id);
                 }
@@ -268,6 +304,7 @@ impl Ctx<'_> {
                 domain: normalize_domain(n.domain.as_deref().unwrap_or("")).to_string(),
                 inputs,
                 outputs,
+                implicit_inputs,
                 attributes,
             });
         }
@@ -296,13 +333,19 @@ impl Ctx<'_> {
         produced_by: &HashMap<String, usize>,
         defined: &HashMap<String, ValueId>,
         outer: &HashSet<String>,
+        implicit: &[Vec<String>],
     ) -> Result<Vec<usize>> {
         let n = g.node.len();
         let mut indegree = vec![0usize; n];
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, node) in g.node.iter().enumerate() {
             let mut seen = HashSet::new();
-            for name in node.input.iter().filter(|s| !s.is_empty()) {
+            let names = node
+                .input
+                .iter()
+                .filter(|s| !s.is_empty())
+                .chain(implicit.get(i).into_iter().flatten());
+            for name in names {
                 if let Some(&p) = produced_by.get(name) {
                     if seen.insert(p) {
                         indegree[i] += 1;

@@ -11,11 +11,11 @@ use crate::tensor::Tensor;
 /// outputs are `outputs` (value ids), with the initializers those nodes read.
 pub fn subgraph_model_bytes(
     model: &Model,
+    g: &Graph,
     nodes: &[u32],
     inputs: &[u32],
     outputs: &[u32],
 ) -> Result<Vec<u8>> {
-    let g = &model.graph;
     let bad = |m: String| Error::InvalidInput(format!("subgraph: {m}"));
     let value = |id: u32| {
         g.values
@@ -224,7 +224,8 @@ mod tests {
         let second = &g.nodes[1];
         let input = first.inputs[0].unwrap() as u32;
         let output = second.outputs[0].unwrap() as u32;
-        let bytes = subgraph_model_bytes(&model, &[0, 1], &[input], &[output]).unwrap();
+        let bytes =
+            subgraph_model_bytes(&model, &model.graph, &[0, 1], &[input], &[output]).unwrap();
         let sub = load_model_bytes(&bytes, "sub", None).unwrap();
         assert_eq!(sub.graph.nodes.len(), 2);
         assert_eq!(sub.graph.nodes[0].op_type, first.op_type);

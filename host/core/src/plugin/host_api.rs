@@ -38,6 +38,8 @@ pub(crate) fn host_api() -> &'static EpxHostApi {
             kernel_input: Some(kernel_input),
             kernel_output_count: Some(kernel_output_count),
             kernel_output: Some(kernel_output),
+            graph_inputs: Some(graph_inputs),
+            graph_outputs: Some(graph_outputs),
         })
     })
     .0
@@ -109,17 +111,20 @@ impl DlView {
     }
 }
 
-struct AbiAttribute {
+struct AbiAttribute<'m> {
     raw: EpxAttribute,
     _strings: Vec<EpxStr>,
     _tensor: Option<Box<DlView>>,
+    /// A graph attribute's own view; `raw.graph` points at it.
+    _nested: Option<Box<AbiGraph<'m>>>,
 }
 
-struct AbiNode {
+struct AbiNode<'m> {
     inputs: Vec<u32>,
     outputs: Vec<u32>,
+    implicit: Vec<u32>,
     opset: i64,
-    attributes: Vec<AbiAttribute>,
+    attributes: Vec<AbiAttribute<'m>>,
 }
 
 struct AbiValue {
@@ -135,8 +140,12 @@ struct AbiValue {
 /// built once per session and borrowing the model.
 pub(crate) struct AbiGraph<'m> {
     pub(crate) model: &'m Model,
-    nodes: Vec<AbiNode>,
+    /// The graph shown: the model's main graph, or a nested one (an If/Loop/Scan body).
+    pub(crate) graph: &'m Graph,
+    nodes: Vec<AbiNode<'m>>,
     values: Vec<AbiValue>,
+    inputs: Vec<u32>,
+    outputs: Vec<u32>,
 }
 
 fn id32(v: Option<usize>) -> u32 {
@@ -145,18 +154,22 @@ fn id32(v: Option<usize>) -> u32 {
 
 impl<'m> AbiGraph<'m> {
     pub(crate) fn new(model: &'m Model) -> Self {
-        let g: &Graph = &model.graph;
+        Self::of_graph(model, &model.graph)
+    }
+
+    fn of_graph(model: &'m Model, g: &'m Graph) -> Self {
         let nodes = g
             .nodes
             .iter()
             .map(|n| AbiNode {
                 inputs: n.inputs.iter().map(|v| id32(*v)).collect(),
                 outputs: n.outputs.iter().map(|v| id32(*v)).collect(),
+                implicit: n.implicit_inputs.iter().map(|&v| v as u32).collect(),
                 opset: model.opset(&n.domain).unwrap_or(0),
                 attributes: n
                     .attributes
                     .iter()
-                    .map(|a| abi_attribute(&a.name, &a.value))
+                    .map(|a| abi_attribute(model, &a.name, &a.value))
                     .collect(),
             })
             .collect();
@@ -198,6 +211,9 @@ impl<'m> AbiGraph<'m> {
             .collect();
         AbiGraph {
             model,
+            graph: g,
+            inputs: g.inputs.iter().map(|&v| v as u32).collect(),
+            outputs: g.outputs.iter().map(|&v| v as u32).collect(),
             nodes,
             values,
         }
@@ -208,13 +224,14 @@ impl<'m> AbiGraph<'m> {
     }
 }
 
-fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
+fn abi_attribute<'m>(model: &'m Model, name: &str, value: &'m AttributeValue) -> AbiAttribute<'m> {
     // SAFETY: all-zero is a valid EpxAttribute (null pointers, zero numbers).
     let mut raw: EpxAttribute = unsafe { std::mem::zeroed() };
     raw.struct_size = std::mem::size_of::<EpxAttribute>();
     raw.name = EpxStr::new(name);
     let mut strings = Vec::new();
     let mut tensor = None;
+    let mut nested = None;
     raw.kind = match value {
         AttributeValue::Float(f) => {
             raw.f = *f;
@@ -251,7 +268,12 @@ fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
                 .map_or(std::ptr::null(), |v| &v.dl as *const DLTensor);
             EpxAttributeKind::Tensor
         }
-        AttributeValue::Graph(_) => EpxAttributeKind::Graph,
+        AttributeValue::Graph(g) => {
+            let view = Box::new(AbiGraph::of_graph(model, g));
+            raw.graph = view.as_raw();
+            nested = Some(view);
+            EpxAttributeKind::Graph
+        }
         AttributeValue::Graphs(_) => EpxAttributeKind::Graphs,
         AttributeValue::Tensors(_) => EpxAttributeKind::Tensors,
         AttributeValue::Other("sparse tensor") => EpxAttributeKind::SparseTensor,
@@ -261,6 +283,7 @@ fn abi_attribute(name: &str, value: &AttributeValue) -> AbiAttribute {
         raw,
         _strings: strings,
         _tensor: tensor,
+        _nested: nested,
     }
 }
 
@@ -339,7 +362,7 @@ unsafe extern "C" fn graph_node(
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.nodes, node as usize, "node")?;
-        let (n, a) = (&g.model.graph.nodes[i], &g.nodes[i]);
+        let (n, a) = (&g.graph.nodes[i], &g.nodes[i]);
         let info = EpxNodeInfo {
             struct_size: std::mem::size_of::<EpxNodeInfo>(),
             name: EpxStr::new(&n.name),
@@ -351,6 +374,8 @@ unsafe extern "C" fn graph_node(
             num_outputs: a.outputs.len(),
             outputs: a.outputs.as_ptr(),
             num_attributes: a.attributes.len(),
+            num_implicit_inputs: a.implicit.len(),
+            implicit_inputs: a.implicit.as_ptr(),
         };
         // SAFETY: plugin contract on `out`.
         unsafe { write_sized(out, info) }
@@ -384,7 +409,7 @@ unsafe extern "C" fn graph_value(
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.values, value as usize, "value")?;
-        let (v, a) = (&g.model.graph.values[i], &g.values[i]);
+        let (v, a) = (&g.graph.values[i], &g.values[i]);
         let info = EpxValueInfo {
             struct_size: std::mem::size_of::<EpxValueInfo>(),
             name: EpxStr::new(&v.name),
@@ -396,6 +421,43 @@ unsafe extern "C" fn graph_value(
         };
         // SAFETY: plugin contract on `out`.
         unsafe { write_sized(out, info) }
+    })
+}
+
+/// Writes a borrowed id list through a plugin's out-pointers.
+fn write_ids(ids: &[u32], out_ids: *mut *const u32, out_len: *mut usize) -> Result<(), SdkError> {
+    if out_ids.is_null() || out_len.is_null() {
+        return Err(SdkError::invalid_argument("NULL out-pointer"));
+    }
+    // SAFETY: both checked non-null; the plugin passes writable out-parameters.
+    unsafe {
+        *out_ids = ids.as_ptr();
+        *out_len = ids.len();
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn graph_inputs(
+    graph: *const EpxGraph,
+    out_ids: *mut *const u32,
+    out_len: *mut usize,
+) -> *mut EpxStatus {
+    guard("graph_inputs", || {
+        // SAFETY: host API contract.
+        let g = unsafe { abi_graph(graph) }?;
+        write_ids(&g.inputs, out_ids, out_len)
+    })
+}
+
+unsafe extern "C" fn graph_outputs(
+    graph: *const EpxGraph,
+    out_ids: *mut *const u32,
+    out_len: *mut usize,
+) -> *mut EpxStatus {
+    guard("graph_outputs", || {
+        // SAFETY: host API contract.
+        let g = unsafe { abi_graph(graph) }?;
+        write_ids(&g.outputs, out_ids, out_len)
     })
 }
 
@@ -411,7 +473,7 @@ unsafe extern "C" fn graph_initializer(
         let view = g.values[i].initializer.as_ref().ok_or_else(|| {
             SdkError::invalid_argument(format!(
                 "value `{}` is not an initializer with numeric data",
-                g.model.graph.values[i].name
+                g.graph.values[i].name
             ))
         })?;
         if out.is_null() {
@@ -436,9 +498,14 @@ unsafe extern "C" fn graph_serialize_subgraph(
             .ok_or_else(|| SdkError::invalid_argument("NULL subgraph"))?;
         // SAFETY: as above.
         let view = unsafe { epx_plugin_api::sdk::SubgraphView::from_raw(sub) };
-        let bytes =
-            crate::onnx::save::subgraph_model_bytes(g.model, view.nodes, view.inputs, view.outputs)
-                .map_err(|e| SdkError::invalid_argument(e.to_string()))?;
+        let bytes = crate::onnx::save::subgraph_model_bytes(
+            g.model,
+            g.graph,
+            view.nodes,
+            view.inputs,
+            view.outputs,
+        )
+        .map_err(|e| SdkError::invalid_argument(e.to_string()))?;
         if out.is_null() {
             return Err(SdkError::invalid_argument("NULL out-pointer"));
         }

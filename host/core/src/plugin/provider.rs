@@ -250,7 +250,7 @@ impl ProviderInstance {
         let result =
             unsafe { take_status(status) }.map_err(|e| provider_error(name, "get_capability", e));
         // Read the groups (if any), then release them whatever happened.
-        let groups = result.and_then(|()| read_groups(name, &cap, graph.model.graph.nodes.len()));
+        let groups = result.and_then(|()| read_groups(name, &cap, graph.graph.nodes.len()));
         if let Some(release) = cap.release {
             // SAFETY: the plugin's release for the arrays it filled, called once.
             unsafe { release(&mut cap) };
@@ -266,7 +266,7 @@ impl ProviderInstance {
                         "get_capability",
                         format!(
                             "claimed node {n} ({}), which is not among the unclaimed nodes it was offered",
-                            graph.model.graph.nodes[n].op_type
+                            graph.graph.nodes[n].op_type
                         ),
                     ));
                 }

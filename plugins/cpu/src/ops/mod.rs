@@ -1,13 +1,24 @@
 //! The operator library: one file per operator family, each with a `register` function that adds
 //! its schemas. Adding an operator is one entry in a family file (or one new file registered here).
 
+pub mod attention;
+pub mod bitwise;
 pub mod conv;
 pub mod elementwise;
+pub mod index;
+pub mod layout;
+pub mod loss;
 pub mod matmul;
+pub mod nn;
 pub mod norm;
+pub mod normalization;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
+pub mod resize;
+pub mod rnn;
 pub mod shape;
+pub mod signal;
 pub mod util;
 
 use crate::kernel::{BuildFn, OpResult, OpSchema, Registry};
@@ -22,6 +33,17 @@ pub fn register_all(reg: &mut Registry) {
     pool::register(reg);
     norm::register(reg);
     reduce::register(reg);
+    bitwise::register(reg);
+    index::register(reg);
+    layout::register(reg);
+    resize::register(reg);
+    loss::register(reg);
+    attention::register(reg);
+    signal::register(reg);
+    rnn::register(reg);
+    normalization::register(reg);
+    nn::register(reg);
+    quant::register(reg);
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's

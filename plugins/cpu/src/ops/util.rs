@@ -651,6 +651,33 @@ pub fn c_strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// Whether `ty` is one of the float element types (f32, f64, f16, bf16).
+pub fn is_float_type(ty: ElementType) -> bool {
+    matches!(
+        ty,
+        ElementType::Float | ElementType::Double | ElementType::Float16 | ElementType::Bfloat16
+    )
+}
+
+/// The elements of a float tensor as `f64` in C order, with an error naming the op and input
+/// when it is not a float tensor.
+pub fn float_values(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<Vec<f64>> {
+    if !is_float_type(t.elem_type()) {
+        bail!("{op}: {what} must be a float tensor, got {}", t.elem_type());
+    }
+    Ok(t.to_f64_vec())
+}
+
+/// A tensor of element type `ty` from `f64` values in C order (cast like ONNX `Cast`).
+pub fn tensor_from_f64(ty: ElementType, shape: &[usize], v: Vec<f64>) -> OpResult<Tensor> {
+    let t = Tensor::from_vec(shape, v)?;
+    if ty == ElementType::Double {
+        Ok(t)
+    } else {
+        t.view().cast(ty)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,353 @@
+//! Control flow: `If`, `Loop` and `Scan`, whose bodies are nested graphs compiled into
+//! [`Program`]s. The values a body reads from enclosing graphs arrive as the node's implicit
+//! inputs, after its explicit ones.
+
+use std::collections::HashMap;
+
+use epx_plugin_api::sdk::{self, Error, GraphView, NodeView};
+use ndarray::Axis;
+
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
+use crate::program::{Program, reborrow};
+use crate::tensor::{Elem, Tensor, TensorRef};
+
+/// Builds the kernel of a control-flow node.
+pub(crate) fn build(
+    graph: &GraphView<'_>,
+    node: &NodeView<'_>,
+    def: &NodeDef,
+    graphs: &HashMap<String, GraphView<'_>>,
+) -> sdk::Result<Box<dyn OpKernel>> {
+    let mut outer = Vec::with_capacity(node.implicit_inputs.len());
+    for &v in &node.implicit_inputs {
+        outer.push(graph.value(v)?.name);
+    }
+    let body = |name: &str| -> sdk::Result<Program> {
+        let g = graphs.get(name).ok_or_else(|| {
+            Error::invalid_graph(format!(
+                "{} node `{}` has no `{name}` graph attribute",
+                def.op_type, def.name
+            ))
+        })?;
+        Program::compile_graph(g, &outer)
+    };
+    let explicit = node.inputs.len();
+    Ok(match def.op_type.as_str() {
+        "If" => Box::new(If {
+            label: def.name.clone(),
+            then_branch: body("then_branch")?,
+            else_branch: body("else_branch")?,
+        }),
+        "Loop" => {
+            let body_graph = graphs
+                .get("body")
+                .ok_or_else(|| Error::invalid_graph("Loop has no body"))?;
+            let formal = body_graph.inputs()?.len();
+            if formal < 2 || explicit < 2 || formal - 2 != explicit - 2 {
+                return Err(Error::invalid_graph(format!(
+                    "Loop `{}`: the body takes {formal} inputs but the node passes {explicit} (it must be 2 + the loop-carried values)",
+                    def.name
+                )));
+            }
+            Box::new(Loop {
+                label: def.name.clone(),
+                body: body("body")?,
+                carried: explicit - 2,
+                explicit,
+            })
+        }
+        "Scan" => {
+            if def.opset < 9 {
+                return Err(Error::not_implemented(format!(
+                    "Scan `{}`: opset {} (with sequence_lens and a batch axis) is not supported; opset 9 and later are",
+                    def.name, def.opset
+                )));
+            }
+            let scan_inputs = def
+                .attr_int("num_scan_inputs")
+                .map_err(|e| Error::invalid_graph(e.0))?
+                .unwrap_or(0);
+            let scan_inputs = usize::try_from(scan_inputs)
+                .ok()
+                .filter(|&m| m >= 1 && m <= explicit)
+                .ok_or_else(|| {
+                    Error::invalid_graph(format!(
+                        "Scan `{}`: bad num_scan_inputs {scan_inputs}",
+                        def.name
+                    ))
+                })?;
+            let ints = |name: &str, n: usize| -> sdk::Result<Vec<i64>> {
+                let v = def
+                    .attr_ints(name)
+                    .map_err(|e| Error::invalid_graph(e.0))?
+                    .unwrap_or_else(|| vec![0; n]);
+                if v.len() == n {
+                    Ok(v)
+                } else {
+                    Err(Error::invalid_graph(format!(
+                        "Scan `{}`: `{name}` needs {n} values, has {}",
+                        def.name,
+                        v.len()
+                    )))
+                }
+            };
+            let states = explicit - scan_inputs;
+            let scan_outputs = def.num_outputs.saturating_sub(states);
+            Box::new(Scan {
+                label: def.name.clone(),
+                body: body("body")?,
+                states,
+                scan_inputs,
+                explicit,
+                input_axes: ints("scan_input_axes", scan_inputs)?,
+                input_reverse: ints("scan_input_directions", scan_inputs)?,
+                output_axes: ints("scan_output_axes", scan_outputs)?,
+                output_reverse: ints("scan_output_directions", scan_outputs)?,
+            })
+        }
+        other => {
+            return Err(Error::not_implemented(format!(
+                "{other} is not a control-flow op"
+            )));
+        }
+    })
+}
+
+/// The single value of a one-element tensor as a condition.
+fn condition(t: &TensorRef<'_>, what: &str) -> OpResult<bool> {
+    if t.shape().iter().product::<usize>() != 1 {
+        return Err(OpError(format!(
+            "{what} must hold one element, has shape {:?}",
+            t.shape()
+        )));
+    }
+    crate::dispatch_all!(
+        reborrow(t),
+        |v| Ok(v.iter().next().is_some_and(|x| x.to_scalar().is_nonzero())),
+        what
+    )
+}
+
+fn count(t: &TensorRef<'_>, what: &str) -> OpResult<i64> {
+    match t {
+        TensorRef::I64(a) if a.len() == 1 => Ok(a.iter().next().copied().unwrap_or(0)),
+        _ => Err(OpError(format!(
+            "{what} must be a one-element int64 tensor, got {} {:?}",
+            t.elem_type(),
+            t.shape()
+        ))),
+    }
+}
+
+/// Slice `index` of `t` along `axis` (the axis removed).
+fn slice(t: &TensorRef<'_>, axis: usize, index: usize) -> OpResult<Tensor> {
+    crate::dispatch_all!(
+        reborrow(t),
+        |v| Ok(Tensor::from(v.index_axis(Axis(axis), index).to_owned())),
+        "Scan"
+    )
+}
+
+fn stack_typed<'a, T: Elem>(
+    first: ndarray::ArrayViewD<'a, T>,
+    items: &'a [Tensor],
+    axis: usize,
+) -> OpResult<Tensor> {
+    let mut views = vec![first];
+    for t in &items[1..] {
+        views.push(
+            T::unwrap_ref(&t.view())
+                .ok_or_else(|| OpError("iterations produced different element types".into()))?,
+        );
+    }
+    ndarray::stack(Axis(axis), &views)
+        .map(T::wrap)
+        .map_err(|e| OpError(format!("iterations produced different shapes: {e}")))
+}
+
+/// Stacks per-iteration values along a new `axis`.
+fn stack(items: &[Tensor], axis: usize) -> OpResult<Tensor> {
+    let Some(first) = items.first() else {
+        return Tensor::from_vec::<f32>(&[0], Vec::new());
+    };
+    crate::dispatch_all!(first.view(), |v| stack_typed(v, items, axis), "stack")
+}
+
+fn normalize(axis: i64, rank: usize, what: &str) -> OpResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(OpError(format!(
+            "{what}: axis {axis} out of range for rank {rank}"
+        )))
+    }
+}
+
+struct If {
+    label: String,
+    then_branch: Program,
+    else_branch: Program,
+}
+
+impl OpKernel for If {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let cond = inputs
+            .first()
+            .and_then(Option::as_ref)
+            .ok_or_else(|| OpError(format!("If `{}`: no condition", self.label)))?;
+        let branch = if condition(cond, "If condition")? {
+            &self.then_branch
+        } else {
+            &self.else_branch
+        };
+        // Branches take no inputs of their own: only the enclosing values, after `cond`.
+        branch.run(&inputs[1..])
+    }
+}
+
+struct Loop {
+    label: String,
+    body: Program,
+    carried: usize,
+    explicit: usize,
+}
+
+impl OpKernel for Loop {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let max = match inputs.first().and_then(Option::as_ref) {
+            Some(t) => Some(count(t, "Loop trip count M")?),
+            None => None,
+        };
+        let mut cond = match inputs.get(1).and_then(Option::as_ref) {
+            Some(t) => condition(t, "Loop condition")?,
+            None => true,
+        };
+        let mut carried: Vec<Tensor> = Vec::with_capacity(self.carried);
+        for i in 0..self.carried {
+            let t = inputs.get(2 + i).and_then(Option::as_ref).ok_or_else(|| {
+                OpError(format!(
+                    "Loop `{}`: loop-carried input {i} is missing",
+                    self.label
+                ))
+            })?;
+            carried.push(t.to_owned());
+        }
+        let outer = inputs.get(self.explicit..).unwrap_or(&[]);
+        let scan_count = self.body.num_outputs().saturating_sub(1 + self.carried);
+        let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); scan_count];
+        let mut i: i64 = 0;
+        while cond && max.is_none_or(|m| i < m) {
+            let iter = Tensor::scalar(i);
+            let cond_in = Tensor::scalar(cond);
+            let mut args: Vec<Option<TensorRef<'_>>> =
+                Vec::with_capacity(2 + self.carried + outer.len());
+            args.push(Some(iter.view()));
+            args.push(Some(cond_in.view()));
+            args.extend(carried.iter().map(|t| Some(t.view())));
+            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            let mut outs = self.body.run(&args)?.into_iter();
+            drop(args);
+            let c = outs.next().ok_or_else(|| {
+                OpError(format!(
+                    "Loop `{}`: the body returned no condition",
+                    self.label
+                ))
+            })?;
+            cond = condition(&c.view(), "Loop body condition")?;
+            carried = outs.by_ref().take(self.carried).collect();
+            for (k, t) in outs.enumerate() {
+                if let Some(s) = scans.get_mut(k) {
+                    s.push(t);
+                }
+            }
+            i += 1;
+        }
+        let mut result = carried;
+        for s in &scans {
+            result.push(stack(s, 0)?);
+        }
+        Ok(result)
+    }
+}
+
+struct Scan {
+    label: String,
+    body: Program,
+    states: usize,
+    scan_inputs: usize,
+    explicit: usize,
+    input_axes: Vec<i64>,
+    input_reverse: Vec<i64>,
+    output_axes: Vec<i64>,
+    output_reverse: Vec<i64>,
+}
+
+impl OpKernel for Scan {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let get = |i: usize| {
+            inputs
+                .get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| OpError(format!("Scan `{}`: input {i} is missing", self.label)))
+        };
+        let mut states: Vec<Tensor> = (0..self.states)
+            .map(|i| get(i).map(|t| t.to_owned()))
+            .collect::<OpResult<_>>()?;
+        let mut seqs = Vec::with_capacity(self.scan_inputs);
+        let mut length = None;
+        for j in 0..self.scan_inputs {
+            let t = get(self.states + j)?;
+            let axis = normalize(self.input_axes[j], t.shape().len(), "Scan input")?;
+            let n = t.shape()[axis];
+            if length.is_some_and(|l| l != n) {
+                return Err(OpError(format!(
+                    "Scan `{}`: scan inputs have different lengths",
+                    self.label
+                )));
+            }
+            length = Some(n);
+            seqs.push((t, axis));
+        }
+        let length = length.unwrap_or(0);
+        let outer = inputs.get(self.explicit..).unwrap_or(&[]);
+        let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); self.output_axes.len()];
+        for step in 0..length {
+            let slices: Vec<Tensor> = seqs
+                .iter()
+                .enumerate()
+                .map(|(j, (t, axis))| {
+                    let idx = if self.input_reverse[j] == 1 {
+                        length - 1 - step
+                    } else {
+                        step
+                    };
+                    slice(t, *axis, idx)
+                })
+                .collect::<OpResult<_>>()?;
+            let mut args: Vec<Option<TensorRef<'_>>> = Vec::new();
+            args.extend(states.iter().map(|t| Some(t.view())));
+            args.extend(slices.iter().map(|t| Some(t.view())));
+            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            let mut outs = self.body.run(&args)?.into_iter();
+            drop(args);
+            states = outs.by_ref().take(self.states).collect();
+            for (k, t) in outs.enumerate() {
+                if let Some(s) = scans.get_mut(k) {
+                    s.push(t);
+                }
+            }
+        }
+        let mut result = states;
+        for (k, mut s) in scans.into_iter().enumerate() {
+            if self.output_reverse[k] == 1 {
+                s.reverse();
+            }
+            let rank = s.first().map_or(0, |t| t.shape().len()) + 1;
+            let axis = normalize(self.output_axes[k], rank, "Scan output")?;
+            result.push(stack(&s, axis)?);
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,786 @@
+//! Layout operators that move or pad data: Pad (constant/reflect/edge/wrap, every opset),
+//! CenterCropPad, Split (attribute, input and `num_outputs` forms), DepthToSpace, SpaceToDepth
+//! and Col2Im.
+
+use ndarray::{ArrayViewD, Axis, IxDyn, Slice};
+
+use super::util::{
+    FloatElem, c_strides, checked_numel, for_each_index, input, normalize_axes, normalize_axis,
+    opt_input, typed_like,
+};
+use super::{add, one};
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::{Elem, Scalar, Tensor, TensorRef};
+use crate::{bail, dispatch_all, dispatch_float};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "Pad", 1, build_pad);
+    add(reg, "CenterCropPad", 18, build_center_crop_pad);
+    add(reg, "Split", 1, build_split);
+    add(reg, "DepthToSpace", 1, build_depth_to_space);
+    add(reg, "SpaceToDepth", 1, build_space_to_depth);
+    add(reg, "Col2Im", 18, build_col2im);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pad
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
+}
+
+/// The source coordinate of output coordinate `o` on one dim (None = the constant value).
+fn pad_source(mode: PadMode, o: usize, begin: i64, n: usize) -> Option<usize> {
+    let c = o as i64 - begin;
+    let ni = n as i64;
+    if (0..ni).contains(&c) {
+        return Some(c as usize);
+    }
+    if n == 0 {
+        return None;
+    }
+    match mode {
+        PadMode::Constant => None,
+        PadMode::Edge => Some(c.clamp(0, ni - 1) as usize),
+        PadMode::Wrap => Some(c.rem_euclid(ni) as usize),
+        PadMode::Reflect => {
+            if n == 1 {
+                return Some(0);
+            }
+            let period = 2 * (ni - 1);
+            let m = c.rem_euclid(period);
+            Some(if m >= ni { period - m } else { m } as usize)
+        }
+    }
+}
+
+fn pad_typed<T: Elem>(
+    op: &str,
+    x: ArrayViewD<'_, T>,
+    begins: &[i64],
+    ends: &[i64],
+    mode: PadMode,
+    value: T,
+) -> OpResult<Tensor> {
+    let shape = x.shape().to_vec();
+    let mut out_shape = Vec::with_capacity(shape.len());
+    for (d, &n) in shape.iter().enumerate() {
+        let o = (n as i64)
+            .checked_add(begins[d])
+            .and_then(|v| v.checked_add(ends[d]))
+            .filter(|&v| v >= 0)
+            .ok_or_else(|| {
+                OpError(format!(
+                    "{op}: pads {}/{} make dim {d} of size {n} negative",
+                    begins[d], ends[d]
+                ))
+            })?;
+        let grows = begins[d] > 0 || ends[d] > 0;
+        if n == 0 && grows && mode != PadMode::Constant {
+            bail!("{op}: cannot pad the empty dim {d} in {mode:?} mode");
+        }
+        out_shape.push(o as usize);
+    }
+    let total = checked_numel(&out_shape)?;
+    // Precompute per-dim source maps.
+    let maps: Vec<Vec<Option<usize>>> = (0..shape.len())
+        .map(|d| {
+            (0..out_shape[d])
+                .map(|o| pad_source(mode, o, begins[d], shape[d]))
+                .collect()
+        })
+        .collect();
+    let strides = c_strides(&shape);
+    let src: Vec<T> = x.iter().copied().collect();
+    let mut out = Vec::with_capacity(total);
+    for_each_index(&out_shape, |pos| {
+        let mut off = 0usize;
+        for (d, &p) in pos.iter().enumerate() {
+            match maps[d][p] {
+                Some(s) => off += s * strides[d],
+                None => {
+                    out.push(value);
+                    return;
+                }
+            }
+        }
+        out.push(src.get(off).copied().unwrap_or(value));
+    });
+    Tensor::from_vec(&out_shape, out)
+}
+
+fn parse_pad_mode(n: &NodeDef) -> OpResult<PadMode> {
+    match n.attr_string_or("mode", "constant")?.as_str() {
+        "constant" => Ok(PadMode::Constant),
+        "reflect" => Ok(PadMode::Reflect),
+        "edge" => Ok(PadMode::Edge),
+        "wrap" if n.opset >= 19 => Ok(PadMode::Wrap),
+        other => Err(n.error(format_args!("unknown mode '{other}'"))),
+    }
+}
+
+/// Splits a `[x1_begin, x2_begin, .., x1_end, x2_end, ..]` list for the given axes into full
+/// per-dim begin/end vectors.
+fn expand_pads(
+    op: &str,
+    pads: &[i64],
+    axes: &[usize],
+    rank: usize,
+) -> OpResult<(Vec<i64>, Vec<i64>)> {
+    let k = axes.len();
+    if pads.len() != 2 * k {
+        bail!(
+            "{op}: pads has {} values, expected {} (2 per padded axis)",
+            pads.len(),
+            2 * k
+        );
+    }
+    let mut begins = vec![0i64; rank];
+    let mut ends = vec![0i64; rank];
+    for (i, &a) in axes.iter().enumerate() {
+        begins[a] = pads[i];
+        ends[a] = pads[i + k];
+    }
+    Ok((begins, ends))
+}
+
+fn pad_value<T: Elem>(
+    op: &str,
+    _x: &ArrayViewD<'_, T>,
+    value_attr: f32,
+    value_in: Option<&TensorRef<'_>>,
+) -> OpResult<T> {
+    match value_in {
+        Some(t) if !t.is_empty() => {
+            let v = typed_like::<T>(op, t)?;
+            if v.len() != 1 {
+                bail!(
+                    "{op}: constant_value must have one element, got shape {:?}",
+                    v.shape()
+                );
+            }
+            Ok(v.iter().next().copied().unwrap_or_default())
+        }
+        Some(_) => Ok(T::default()),
+        None => Ok(T::from_scalar(Scalar::F(f64::from(value_attr)))),
+    }
+}
+
+fn build_pad(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let mode = parse_pad_mode(n)?;
+    let attr_pads = if n.opset < 11 {
+        let name = if n.opset < 2 { "paddings" } else { "pads" };
+        Some(n.req_ints(name)?)
+    } else {
+        None
+    };
+    let value_attr = n.attr_float_or("value", 0.0)?;
+    let opset = n.opset;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let rank = x.ndim();
+        let (pads, value_in, axes) = match &attr_pads {
+            Some(p) => (p.clone(), None, None),
+            None => {
+                let p = input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: pads"))?;
+                let axes = if opset >= 18 {
+                    opt_input(inputs, 3)
+                        .map(|t| t.to_i64_vec(&format!("{op}: axes")))
+                        .transpose()?
+                } else {
+                    None
+                };
+                (p, opt_input(inputs, 2), axes)
+            }
+        };
+        let axes = match axes {
+            Some(a) => normalize_axes(&op, &a, rank)?,
+            None => (0..rank).collect(),
+        };
+        let (begins, ends) = expand_pads(&op, &pads, &axes, rank)?;
+        one(dispatch_all!(
+            x.clone(),
+            |a| {
+                let v = if mode == PadMode::Constant {
+                    pad_value(&op, &a, value_attr, value_in)?
+                } else {
+                    Default::default()
+                };
+                pad_typed(&op, a, &begins, &ends, mode, v)
+            },
+            &op
+        ))
+    }))
+}
+
+fn build_center_crop_pad(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axes_attr = n.attr_ints("axes")?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let rank = x.ndim();
+        let shape = input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: shape"))?;
+        let axes = match &axes_attr {
+            Some(a) => normalize_axes(&op, a, rank)?,
+            None => (0..rank).collect(),
+        };
+        if shape.len() != axes.len() {
+            bail!(
+                "{op}: shape has {} values, expected {} (one per axis)",
+                shape.len(),
+                axes.len()
+            );
+        }
+        let mut begins = vec![0i64; rank];
+        let mut ends = vec![0i64; rank];
+        for (&a, &target) in axes.iter().zip(&shape) {
+            if target < 0 {
+                bail!("{op}: negative target size {target} for axis {a}");
+            }
+            let dim = x.shape()[a] as i64;
+            let diff = target - dim;
+            let b = if diff >= 0 { diff / 2 } else { -((-diff) / 2) };
+            begins[a] = b;
+            ends[a] = diff - b;
+        }
+        one(dispatch_all!(
+            x.clone(),
+            |a| pad_typed(
+                &op,
+                a,
+                &begins,
+                &ends,
+                PadMode::Constant,
+                Default::default()
+            ),
+            &op
+        ))
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split
+
+fn split_typed<T: Elem>(x: ArrayViewD<'_, T>, axis: usize, sizes: &[usize]) -> Vec<Tensor> {
+    let mut start = 0usize;
+    sizes
+        .iter()
+        .map(|&s| {
+            let v = x.slice_axis(
+                Axis(axis),
+                Slice::from(start as isize..(start + s) as isize),
+            );
+            start += s;
+            T::wrap(v.as_standard_layout().into_owned())
+        })
+        .collect()
+}
+
+fn build_split(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", 0)?;
+    let split_attr = if n.opset < 13 {
+        n.attr_ints("split")?
+    } else {
+        None
+    };
+    let num_outputs_attr = if n.opset >= 18 {
+        n.attr_int("num_outputs")?
+    } else {
+        None
+    };
+    let outputs = n.num_outputs;
+    let opset = n.opset;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let ax = normalize_axis(&op, axis, x.ndim())?;
+        let dim = x.shape()[ax];
+        let split_in = if !(2..13).contains(&opset) {
+            opt_input(inputs, 1)
+                .map(|t| t.to_i64_vec(&format!("{op}: split")))
+                .transpose()?
+        } else {
+            None
+        };
+        let split = split_attr.clone().or(split_in);
+        let sizes: Vec<usize> = match split {
+            Some(s) => {
+                let sizes = s
+                    .iter()
+                    .map(|&v| {
+                        usize::try_from(v).map_err(|_| {
+                            OpError(format!("{op}: split sizes must be >= 0, got {s:?}"))
+                        })
+                    })
+                    .collect::<OpResult<Vec<_>>>()?;
+                let sum = sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+                if sum != Some(dim) {
+                    bail!("{op}: split sizes {s:?} do not sum to axis {ax} of size {dim}");
+                }
+                if num_outputs_attr.is_some() {
+                    bail!("{op}: split input and num_outputs attribute are both given");
+                }
+                sizes
+            }
+            None => {
+                let parts = match num_outputs_attr {
+                    Some(k) => usize::try_from(k)
+                        .ok()
+                        .filter(|&k| k > 0)
+                        .ok_or_else(|| OpError(format!("{op}: num_outputs must be positive")))?,
+                    None => outputs,
+                };
+                if parts == 0 {
+                    bail!("{op}: needs at least one output");
+                }
+                if num_outputs_attr.is_some() {
+                    let chunk = dim.div_ceil(parts);
+                    (0..parts)
+                        .map(|i| dim.saturating_sub(i * chunk).min(chunk))
+                        .collect()
+                } else {
+                    if dim % parts != 0 {
+                        bail!("{op}: axis {ax} of size {dim} cannot be split evenly into {parts}");
+                    }
+                    vec![dim / parts; parts]
+                }
+            }
+        };
+        if sizes.len() != outputs {
+            bail!("{op}: {} split sizes for {outputs} outputs", sizes.len());
+        }
+        dispatch_all!(x.clone(), |a| Ok(split_typed(a, ax, &sizes)), &op)
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// DepthToSpace / SpaceToDepth
+
+fn permute_typed<T: Elem>(
+    op: &str,
+    x: ArrayViewD<'_, T>,
+    split_shape: &[usize],
+    perm: &[usize],
+    out_shape: &[usize],
+) -> OpResult<Tensor> {
+    let v = x
+        .to_shape(IxDyn(split_shape))
+        .map_err(|e| OpError(format!("{op}: {e}")))?;
+    let p = v.view().permuted_axes(IxDyn(perm));
+    let data: Vec<T> = p.iter().copied().collect();
+    Tensor::from_vec(out_shape, data)
+}
+
+fn blocksize(n: &NodeDef) -> OpResult<usize> {
+    let b = n.req_int("blocksize")?;
+    usize::try_from(b)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| n.error(format_args!("blocksize must be positive, got {b}")))
+}
+
+fn build_depth_to_space(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let b = blocksize(n)?;
+    let crd = match n.attr_string_or("mode", "DCR")?.as_str() {
+        "DCR" => false,
+        "CRD" => true,
+        other => return Err(n.error(format_args!("unknown mode '{other}'"))),
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let [nn, c, h, w] = x.shape() else {
+            bail!("{op}: input must be 4-D, got shape {:?}", x.shape());
+        };
+        let (nn, c, h, w) = (*nn, *c, *h, *w);
+        if c % (b * b) != 0 {
+            bail!(
+                "{op}: channels {c} are not divisible by blocksize^2 = {}",
+                b * b
+            );
+        }
+        let cc = c / (b * b);
+        let (split, perm): (Vec<usize>, Vec<usize>) = if crd {
+            (vec![nn, cc, b, b, h, w], vec![0, 1, 4, 2, 5, 3])
+        } else {
+            (vec![nn, b, b, cc, h, w], vec![0, 3, 4, 1, 5, 2])
+        };
+        let out = [nn, cc, h * b, w * b];
+        one(dispatch_all!(
+            x.clone(),
+            |a| permute_typed(&op, a, &split, &perm, &out),
+            &op
+        ))
+    }))
+}
+
+fn build_space_to_depth(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let b = blocksize(n)?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let [nn, c, h, w] = x.shape() else {
+            bail!("{op}: input must be 4-D, got shape {:?}", x.shape());
+        };
+        let (nn, c, h, w) = (*nn, *c, *h, *w);
+        if h % b != 0 || w % b != 0 {
+            bail!("{op}: spatial dims {h}x{w} are not divisible by blocksize {b}");
+        }
+        let split = [nn, c, h / b, b, w / b, b];
+        let perm = [0, 3, 5, 1, 2, 4];
+        let out = [nn, c * b * b, h / b, w / b];
+        one(dispatch_all!(
+            x.clone(),
+            |a| permute_typed(&op, a, &split, &perm, &out),
+            &op
+        ))
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Col2Im
+
+struct Col2ImGeom {
+    image: Vec<usize>,
+    block: Vec<usize>,
+    dil: Vec<usize>,
+    strides: Vec<usize>,
+    pad_begin: Vec<usize>,
+    /// number of sliding positions per spatial dim
+    blocks: Vec<usize>,
+}
+
+fn col2im_typed<T: FloatElem>(op: &str, x: ArrayViewD<'_, T>, g: &Col2ImGeom) -> OpResult<Tensor> {
+    let [nn, cb, l] = x.shape() else {
+        bail!(
+            "{op}: input must be 3-D [N, C*prod(block_shape), L], got {:?}",
+            x.shape()
+        );
+    };
+    let (nn, cb, l) = (*nn, *cb, *l);
+    let kprod: usize = g.block.iter().product();
+    if kprod == 0 || cb % kprod != 0 {
+        bail!("{op}: input dim 1 ({cb}) is not divisible by prod(block_shape) = {kprod}");
+    }
+    let lprod: usize = g.blocks.iter().product();
+    if lprod != l {
+        bail!("{op}: input dim 2 ({l}) must equal the number of blocks {lprod}");
+    }
+    let c = cb / kprod;
+    let img: usize = g.image.iter().product();
+    let mut out_shape = vec![nn, c];
+    out_shape.extend_from_slice(&g.image);
+    let total = checked_numel(&out_shape)?;
+    let mut out = vec![T::zero().to_acc(); total];
+    let src: Vec<T> = x.iter().copied().collect();
+    let istr = c_strides(&g.image);
+    let nd = g.image.len();
+    for b in 0..nn {
+        for ch in 0..c {
+            let mut kk = 0usize;
+            for_each_index(&g.block, |kpos| {
+                let row = (b * cb) + ch * kprod + kk;
+                kk += 1;
+                let mut ll = 0usize;
+                for_each_index(&g.blocks, |lpos| {
+                    let s = src.get(row * l + ll).copied();
+                    ll += 1;
+                    let mut off = 0usize;
+                    for d in 0..nd {
+                        let p = (lpos[d] * g.strides[d] + kpos[d] * g.dil[d]) as i64
+                            - g.pad_begin[d] as i64;
+                        if p < 0 || p >= g.image[d] as i64 {
+                            return;
+                        }
+                        off += p as usize * istr[d];
+                    }
+                    if let (Some(s), Some(o)) = (s, out.get_mut((b * c + ch) * img + off)) {
+                        *o = *o + s.to_acc();
+                    }
+                });
+            });
+        }
+    }
+    Tensor::from_vec(&out_shape, out.into_iter().map(T::from_acc).collect())
+}
+
+fn build_col2im(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let dil_attr = n.attr_ints("dilations")?;
+    let pads_attr = n.attr_ints("pads")?;
+    let strides_attr = n.attr_ints("strides")?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let to_dims = |i: usize, what: &str| -> OpResult<Vec<usize>> {
+            input(&op, inputs, i)?
+                .to_i64_vec(&format!("{op}: {what}"))?
+                .iter()
+                .map(|&v| {
+                    usize::try_from(v)
+                        .ok()
+                        .filter(|&u| u > 0)
+                        .ok_or_else(|| OpError(format!("{op}: {what} must be positive, got {v}")))
+                })
+                .collect()
+        };
+        let image = to_dims(1, "image_shape")?;
+        let block = to_dims(2, "block_shape")?;
+        let nd = image.len();
+        if block.len() != nd {
+            bail!("{op}: image_shape and block_shape must have the same length");
+        }
+        let per =
+            |v: &Option<Vec<i64>>, len: usize, def: i64, what: &str| -> OpResult<Vec<usize>> {
+                let v = v.clone().unwrap_or_else(|| vec![def; len]);
+                if v.len() != len {
+                    bail!("{op}: {what} must have {len} values, got {v:?}");
+                }
+                v.iter()
+                    .map(|&x| {
+                        usize::try_from(x)
+                            .ok()
+                            .filter(|&u| def == 0 || u > 0)
+                            .ok_or_else(|| OpError(format!("{op}: invalid {what} {v:?}")))
+                    })
+                    .collect()
+            };
+        let dil = per(&dil_attr, nd, 1, "dilations")?;
+        let strides = per(&strides_attr, nd, 1, "strides")?;
+        let pads = per(&pads_attr, 2 * nd, 0, "pads")?;
+        let mut blocks = Vec::with_capacity(nd);
+        for d in 0..nd {
+            let eff = dil[d] * (block[d] - 1) + 1;
+            let padded = image[d] + pads[d] + pads[d + nd];
+            if padded < eff {
+                bail!("{op}: block extent {eff} exceeds padded image {padded} in dim {d}");
+            }
+            blocks.push((padded - eff) / strides[d] + 1);
+        }
+        let g = Col2ImGeom {
+            image,
+            block,
+            dil,
+            strides,
+            pad_begin: pads[..nd].to_vec(),
+            blocks,
+        };
+        one(dispatch_float!(
+            x.clone(),
+            |a| col2im_typed(&op, a, &g),
+            &op
+        ))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
+        k.run(&refs)
+    }
+
+    fn i64s(v: &[i64]) -> Option<Tensor> {
+        Some(Tensor::from_vec(&[v.len()], v.to_vec()).unwrap())
+    }
+
+    fn iota(shape: &[usize]) -> Option<Tensor> {
+        let n: usize = shape.iter().product();
+        Some(Tensor::from_vec(shape, (0..n).map(|x| x as f32).collect()).unwrap())
+    }
+
+    fn mode(m: &str) -> NodeDef {
+        NodeDef::new("Pad", 19).with_attr("mode", AttrValue::String(m.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn pad_modes() {
+        let x = iota(&[3]);
+        let pads = i64s(&[2, 3]);
+        let got = |m: &str| {
+            run(mode(m), vec![x.clone(), pads.clone()])
+                .unwrap()
+                .remove(0)
+        };
+        assert_eq!(
+            got("constant"),
+            Tensor::F32(array![0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0].into_dyn())
+        );
+        assert_eq!(
+            got("reflect"),
+            Tensor::F32(array![2.0, 1.0, 0.0, 1.0, 2.0, 1.0, 0.0, 1.0].into_dyn())
+        );
+        assert_eq!(
+            got("edge"),
+            Tensor::F32(array![0.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0].into_dyn())
+        );
+        assert_eq!(
+            got("wrap"),
+            Tensor::F32(array![1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0].into_dyn())
+        );
+        // Constant value, negative pads (crop) and axes.
+        let out = run(
+            mode("constant"),
+            vec![
+                iota(&[2, 3]),
+                i64s(&[1, -1]),
+                Some(Tensor::scalar(9.0f32)),
+                i64s(&[-1]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[9.0, 0.0, 1.0], [9.0, 3.0, 4.0]].into_dyn())
+        );
+        // Opset 2 attributes.
+        let old = NodeDef::new("Pad", 2)
+            .with_attr("pads", AttrValue::Ints(vec![1, 0]))
+            .with_attr("value", AttrValue::Float(5.0));
+        assert_eq!(
+            run(old, vec![Some(Tensor::I32(array![7].into_dyn()))]).unwrap()[0],
+            Tensor::I32(array![5, 7].into_dyn())
+        );
+    }
+
+    #[test]
+    fn pad_errors() {
+        let e = run(mode("constant"), vec![iota(&[3]), i64s(&[1, 2, 3])]).unwrap_err();
+        assert!(e.0.contains("pads has 3 values, expected 2"), "{e}");
+        let e = run(mode("constant"), vec![iota(&[3]), i64s(&[-2, -2])]).unwrap_err();
+        assert!(e.0.contains("negative"), "{e}");
+        let e = run(mode("reflect"), vec![iota(&[0]), i64s(&[1, 0])]).unwrap_err();
+        assert!(e.0.contains("cannot pad the empty dim 0"), "{e}");
+        let e = run(mode("bogus"), vec![]).unwrap_err();
+        assert!(e.0.contains("unknown mode 'bogus'"), "{e}");
+        let e = run(
+            mode("constant"),
+            vec![iota(&[3]), i64s(&[1, 1]), None, i64s(&[1])],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("axis 1 is out of range for rank 1"), "{e}");
+        let e = run(
+            mode("constant"),
+            vec![iota(&[3]), i64s(&[1, 1]), Some(Tensor::scalar(1i64))],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("same element type"), "{e}");
+    }
+
+    #[test]
+    fn center_crop_pad() {
+        let out = run(
+            NodeDef::new("CenterCropPad", 18),
+            vec![iota(&[5, 2]), i64s(&[2, 4])],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[0.0, 2.0, 3.0, 0.0], [0.0, 4.0, 5.0, 0.0]].into_dyn())
+        );
+        let e = run(
+            NodeDef::new("CenterCropPad", 18),
+            vec![iota(&[5, 2]), i64s(&[2])],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("shape has 1 values, expected 2"), "{e}");
+    }
+
+    #[test]
+    fn split_forms() {
+        let x = iota(&[7]);
+        let n18 = NodeDef::new("Split", 18)
+            .with_attr("num_outputs", AttrValue::Int(3))
+            .with_io(1, 3);
+        let out = run(n18, vec![x.clone()]).unwrap();
+        let shapes: Vec<_> = out.iter().map(|t| t.shape().to_vec()).collect();
+        assert_eq!(shapes, vec![vec![3], vec![3], vec![1]]);
+        let n13 = NodeDef::new("Split", 13).with_io(2, 2);
+        let out = run(n13.clone(), vec![x.clone(), i64s(&[2, 5])]).unwrap();
+        assert_eq!(out[0], Tensor::F32(array![0.0, 1.0].into_dyn()));
+        let e = run(n13.clone(), vec![x.clone(), i64s(&[2, 4])]).unwrap_err();
+        assert!(e.0.contains("do not sum to axis 0 of size 7"), "{e}");
+        let e = run(n13, vec![x.clone()]).unwrap_err();
+        assert!(e.0.contains("cannot be split evenly"), "{e}");
+        let n11 = NodeDef::new("Split", 11)
+            .with_attr("split", AttrValue::Ints(vec![6, 1]))
+            .with_io(1, 2);
+        let out = run(n11, vec![x.clone()]).unwrap();
+        assert_eq!(out[1], Tensor::F32(array![6.0].into_dyn()));
+        let bad = NodeDef::new("Split", 13)
+            .with_attr("axis", AttrValue::Int(1))
+            .with_io(1, 1);
+        let e = run(bad, vec![x]).unwrap_err();
+        assert!(e.0.contains("axis 1 is out of range for rank 1"), "{e}");
+    }
+
+    #[test]
+    fn depth_space_round_trip() {
+        let x = iota(&[1, 8, 2, 3]);
+        for m in ["DCR", "CRD"] {
+            let d2s = NodeDef::new("DepthToSpace", 13)
+                .with_attr("blocksize", AttrValue::Int(2))
+                .with_attr("mode", AttrValue::String(m.as_bytes().to_vec()));
+            let y = run(d2s, vec![x.clone()]).unwrap().remove(0);
+            assert_eq!(y.shape(), &[1, 2, 4, 6]);
+            if m == "DCR" {
+                let s2d =
+                    NodeDef::new("SpaceToDepth", 13).with_attr("blocksize", AttrValue::Int(2));
+                let back = run(s2d, vec![Some(y)]).unwrap().remove(0);
+                assert_eq!(Some(back), x);
+            } else {
+                // CRD: channel 0 takes input channels 0..4 as its 2x2 blocks.
+                let v = y.as_array::<f32>().unwrap();
+                assert_eq!(v[[0, 0, 0, 1]], 6.0);
+                assert_eq!(v[[0, 0, 1, 0]], 12.0);
+            }
+        }
+        let s2d = NodeDef::new("SpaceToDepth", 13).with_attr("blocksize", AttrValue::Int(2));
+        let e = run(s2d, vec![iota(&[1, 1, 3, 4])]).unwrap_err();
+        assert!(e.0.contains("not divisible by blocksize 2"), "{e}");
+        let d2s = NodeDef::new("DepthToSpace", 13).with_attr("blocksize", AttrValue::Int(2));
+        let e = run(d2s.clone(), vec![iota(&[1, 3, 2, 2])]).unwrap_err();
+        assert!(e.0.contains("not divisible by blocksize^2"), "{e}");
+        let e = run(d2s, vec![iota(&[4, 2])]).unwrap_err();
+        assert!(e.0.contains("must be 4-D"), "{e}");
+    }
+
+    #[test]
+    fn col2im_sums_overlaps() {
+        // 1-D image of 4, block 2, stride 1: 3 blocks; overlapping positions add.
+        let x = Tensor::from_vec(&[1, 2, 3], vec![1.0f32, 1.0, 1.0, 1.0, 1.0, 1.0]).unwrap();
+        let out = run(
+            NodeDef::new("Col2Im", 18),
+            vec![Some(x.clone()), i64s(&[4]), i64s(&[2])],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            Tensor::F32(array![[[1.0, 2.0, 2.0, 1.0]]].into_dyn())
+        );
+        let e = run(
+            NodeDef::new("Col2Im", 18),
+            vec![Some(x.clone()), i64s(&[5]), i64s(&[2])],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("must equal the number of blocks 4"), "{e}");
+        let e = run(
+            NodeDef::new("Col2Im", 18),
+            vec![Some(x), i64s(&[4]), i64s(&[0])],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("block_shape must be positive"), "{e}");
+    }
+}

@@ -1,0 +1,445 @@
+//! Normalizations over statistics of the input: LayerNormalization (with the Mean and
+//! InvStdDev outputs), RMSNormalization, InstanceNormalization, GroupNormalization,
+//! LpNormalization, LRN and MeanVarianceNormalization.
+//!
+//! Statistics and results are computed in f64 (at least as precise as any `stash_type`) and cast
+//! back to the input's float type.
+
+use ndarray::{ArrayD, IxDyn};
+
+use super::util::{
+    broadcast_to, float_values, input, normalize_axes, normalize_axis, opt_input, tensor_from_f64,
+};
+use super::{add, one};
+use crate::bail;
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::TensorRef;
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "LayerNormalization", 17, |n| build_layer(n, false));
+    add(reg, "RMSNormalization", 23, |n| build_layer(n, true));
+    add(reg, "InstanceNormalization", 1, build_instance);
+    add(reg, "GroupNormalization", 18, build_group);
+    add(reg, "LpNormalization", 1, build_lp);
+    add(reg, "LRN", 1, build_lrn);
+    add(reg, "MeanVarianceNormalization", 9, build_mvn);
+}
+
+/// The values of `t` broadcast (numpy rules, one-directional) to `shape`, in C order.
+fn broadcast_values(
+    op: &str,
+    what: &str,
+    t: &TensorRef<'_>,
+    shape: &[usize],
+) -> OpResult<Vec<f64>> {
+    let v = float_values(op, what, t)?;
+    let a =
+        ArrayD::from_shape_vec(IxDyn(t.shape()), v).map_err(|e| OpError(format!("{op}: {e}")))?;
+    let view = a.view();
+    let b = broadcast_to(op, &view, shape).map_err(|_| {
+        OpError(format!(
+            "{op}: {what} of shape {:?} cannot be broadcast to {shape:?}",
+            t.shape()
+        ))
+    })?;
+    Ok(b.iter().copied().collect())
+}
+
+fn build_layer(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", -1)?;
+    let eps = f64::from(n.attr_float_or("epsilon", 1e-5)?);
+    let stash = n.attr_int_or("stash_type", 1)?;
+    if !matches!(stash, 1 | 10 | 11 | 16) {
+        return Err(n.error(format_args!("unsupported stash_type {stash}")));
+    }
+    let outputs = n.num_outputs;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let ty = x.elem_type();
+        let xs = x.shape().to_vec();
+        let ax = normalize_axis(&op, axis, xs.len())?;
+        let xv = float_values(&op, "X", x)?;
+        let rows: usize = xs[..ax].iter().product();
+        let cols: usize = xs[ax..].iter().product();
+        let scale = broadcast_values(&op, "scale", input(&op, inputs, 1)?, &xs)?;
+        let bias = match opt_input(inputs, 2) {
+            Some(b) if !rms => Some(broadcast_values(&op, "B", b, &xs)?),
+            _ => None,
+        };
+        let mut y = vec![0.0f64; xv.len()];
+        let mut means = vec![0.0f64; rows];
+        let mut invs = vec![0.0f64; rows];
+        for r in 0..rows {
+            let lo = r * cols;
+            let row = xv.get(lo..lo + cols).unwrap_or(&[]);
+            let cnt = cols.max(1) as f64;
+            let mean = if rms {
+                0.0
+            } else {
+                row.iter().sum::<f64>() / cnt
+            };
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cnt;
+            let inv = 1.0 / (var + eps).sqrt();
+            means[r] = mean;
+            invs[r] = inv;
+            for (j, v) in row.iter().enumerate() {
+                let i = lo + j;
+                let mut o = (v - mean) * inv * scale.get(i).copied().unwrap_or(0.0);
+                if let Some(b) = &bias {
+                    o += b.get(i).copied().unwrap_or(0.0);
+                }
+                if let Some(slot) = y.get_mut(i) {
+                    *slot = o;
+                }
+            }
+        }
+        let mut outs = vec![tensor_from_f64(ty, &xs, y)?];
+        if !rms && outputs > 1 {
+            let mut st = xs[..ax].to_vec();
+            st.resize(xs.len(), 1);
+            // Mean and InvStdDev have the stash type (float unless stash_type says otherwise).
+            let sty = if stash == 1 {
+                epx_plugin_api::ElementType::Float
+            } else {
+                ty
+            };
+            outs.push(tensor_from_f64(sty, &st, means)?);
+            outs.push(tensor_from_f64(sty, &st, invs)?);
+        }
+        Ok(outs)
+    }))
+}
+
+/// Normalizes each of `groups` contiguous chunks of `xv` to zero mean and unit variance.
+fn normalize_chunks(xv: &[f64], groups: usize, eps: f64) -> Vec<f64> {
+    let len = xv.len().checked_div(groups).unwrap_or(0);
+    let mut y = vec![0.0; xv.len()];
+    for (chunk, out) in xv.chunks(len.max(1)).zip(y.chunks_mut(len.max(1))) {
+        let cnt = chunk.len().max(1) as f64;
+        let mean = chunk.iter().sum::<f64>() / cnt;
+        let var = chunk.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cnt;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (o, v) in out.iter_mut().zip(chunk) {
+            *o = (v - mean) * inv;
+        }
+    }
+    y
+}
+
+/// Per-channel parameter of length `want`.
+fn channel_param(op: &str, what: &str, t: &TensorRef<'_>, want: usize) -> OpResult<Vec<f64>> {
+    if t.shape() != [want] {
+        bail!("{op}: {what} must have shape [{want}], got {:?}", t.shape());
+    }
+    float_values(op, what, t)
+}
+
+fn build_instance(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let eps = f64::from(n.attr_float_or("epsilon", 1e-5)?);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        if xs.len() < 3 {
+            bail!("{op}: input must have rank >= 3 (N, C, D1, ...), got shape {xs:?}");
+        }
+        let c = xs[1];
+        let scale = channel_param(&op, "scale", input(&op, inputs, 1)?, c)?;
+        let bias = channel_param(&op, "B", input(&op, inputs, 2)?, c)?;
+        let xv = float_values(&op, "input", x)?;
+        let planes = xs[0] * c;
+        let inner: usize = xs[2..].iter().product();
+        let mut y = normalize_chunks(&xv, planes, eps);
+        for (i, v) in y.iter_mut().enumerate() {
+            let ch = (i / inner.max(1)) % c.max(1);
+            *v = *v * scale.get(ch).copied().unwrap_or(0.0) + bias.get(ch).copied().unwrap_or(0.0);
+        }
+        one(tensor_from_f64(x.elem_type(), xs, y))
+    }))
+}
+
+fn build_group(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let eps = f64::from(n.attr_float_or("epsilon", 1e-5)?);
+    let g = n.req_int("num_groups")?;
+    let opset = n.opset;
+    let g = usize::try_from(g)
+        .ok()
+        .filter(|&g| g > 0)
+        .ok_or_else(|| n.error(format_args!("num_groups must be positive, got {g}")))?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        if xs.len() < 2 {
+            bail!("{op}: input must have rank >= 2 (N, C, ...), got shape {xs:?}");
+        }
+        let c = xs[1];
+        if c % g != 0 {
+            bail!("{op}: {c} channels are not divisible by num_groups {g}");
+        }
+        let (s, b) = (input(&op, inputs, 1)?, input(&op, inputs, 2)?);
+        // Opset 18 took one scale/bias per group; opset 21 takes one per channel.
+        let per_group = opset < 21 && s.shape() == [g];
+        let want = if per_group { g } else { c };
+        let scale = channel_param(&op, "scale", s, want)?;
+        let bias = channel_param(&op, "bias", b, want)?;
+        let xv = float_values(&op, "X", x)?;
+        let inner: usize = xs[2..].iter().product();
+        let mut y = normalize_chunks(&xv, xs[0] * g, eps);
+        for (i, v) in y.iter_mut().enumerate() {
+            let ch = (i / inner.max(1)) % c.max(1);
+            let k = if per_group { ch / (c / g).max(1) } else { ch };
+            *v = *v * scale.get(k).copied().unwrap_or(0.0) + bias.get(k).copied().unwrap_or(0.0);
+        }
+        one(tensor_from_f64(x.elem_type(), xs, y))
+    }))
+}
+
+/// Splits `shape` into (outer, n, inner) around `axis`.
+fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+fn build_lp(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", -1)?;
+    let p = n.attr_int_or("p", 2)?;
+    if p != 1 && p != 2 {
+        return Err(n.error(format_args!("p must be 1 or 2, got {p}")));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        let ax = normalize_axis(&op, axis, xs.len())?;
+        let (outer, len, inner) = split(xs, ax);
+        let xv = float_values(&op, "input", x)?;
+        let mut y = vec![0.0; xv.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| (o * len + j) * inner + i;
+                let vals = (0..len).map(|j| xv.get(at(j)).copied().unwrap_or(0.0));
+                let norm = if p == 1 {
+                    vals.map(f64::abs).sum::<f64>()
+                } else {
+                    vals.map(|v| v * v).sum::<f64>().sqrt()
+                };
+                for j in 0..len {
+                    if let (Some(s), Some(v)) = (y.get_mut(at(j)), xv.get(at(j))) {
+                        *s = if norm == 0.0 { 0.0 } else { v / norm };
+                    }
+                }
+            }
+        }
+        one(tensor_from_f64(x.elem_type(), xs, y))
+    }))
+}
+
+fn build_lrn(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let alpha = f64::from(n.attr_float_or("alpha", 1e-4)?);
+    let beta = f64::from(n.attr_float_or("beta", 0.75)?);
+    let bias = f64::from(n.attr_float_or("bias", 1.0)?);
+    let size = n.req_int("size")?;
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .ok_or_else(|| n.error(format_args!("size must be positive, got {size}")))?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        if xs.len() < 3 {
+            bail!("{op}: input must have rank >= 3 (N, C, D1, ...), got shape {xs:?}");
+        }
+        let (outer, c, inner) = split(xs, 1);
+        let xv = float_values(&op, "X", x)?;
+        let (before, after) = ((size - 1) / 2, (size - 1).div_ceil(2));
+        let mut y = vec![0.0; xv.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| (o * c + j) * inner + i;
+                for ch in 0..c {
+                    let lo = ch.saturating_sub(before);
+                    let hi = (ch + after).min(c.saturating_sub(1));
+                    let sq: f64 = (lo..=hi)
+                        .map(|j| xv.get(at(j)).map_or(0.0, |v| v * v))
+                        .sum();
+                    if let (Some(s), Some(v)) = (y.get_mut(at(ch)), xv.get(at(ch))) {
+                        *s = v / (bias + alpha / size as f64 * sq).powf(beta);
+                    }
+                }
+            }
+        }
+        one(tensor_from_f64(x.elem_type(), xs, y))
+    }))
+}
+
+fn build_mvn(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axes = n.attr_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        let axes = normalize_axes(&op, &axes, xs.len())?;
+        let xv = float_values(&op, "X", x)?;
+        // Group elements by their index over the kept axes.
+        let kept: Vec<usize> = (0..xs.len()).filter(|d| !axes.contains(d)).collect();
+        let strides = super::util::c_strides(xs);
+        let key = |flat: usize| -> usize {
+            kept.iter().fold(0usize, |acc, &d| {
+                acc * xs[d] + (flat / strides[d].max(1)) % xs[d].max(1)
+            })
+        };
+        let groups: usize = kept.iter().map(|&d| xs[d]).product();
+        let mut sum = vec![0.0f64; groups];
+        let mut sq = vec![0.0f64; groups];
+        let mut cnt = vec![0usize; groups];
+        for (i, v) in xv.iter().enumerate() {
+            let k = key(i);
+            if let (Some(s), Some(q), Some(c)) = (sum.get_mut(k), sq.get_mut(k), cnt.get_mut(k)) {
+                *s += v;
+                *q += v * v;
+                *c += 1;
+            }
+        }
+        let y: Vec<f64> = xv
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let k = key(i);
+                let c = cnt.get(k).copied().unwrap_or(1).max(1) as f64;
+                let mean = sum.get(k).copied().unwrap_or(0.0) / c;
+                let var = (sq.get(k).copied().unwrap_or(0.0) / c - mean * mean).max(0.0);
+                (v - mean) / (var.sqrt() + 1e-9)
+            })
+            .collect();
+        one(tensor_from_f64(x.elem_type(), xs, y))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use crate::tensor::Tensor;
+    use ndarray::array;
+
+    fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
+        k.run(&refs)
+    }
+
+    fn close(t: &Tensor, want: &[f32]) {
+        let a = t.as_array::<f32>().unwrap();
+        assert_eq!(a.len(), want.len(), "{a:?} vs {want:?}");
+        for (x, y) in a.iter().zip(want) {
+            assert!((x - y).abs() < 1e-4, "{a:?} vs {want:?}");
+        }
+    }
+
+    fn f(v: ArrayD<f32>) -> Tensor {
+        Tensor::F32(v)
+    }
+
+    #[test]
+    fn layer_norm_outputs() {
+        let x = f(array![[1.0f32, 3.0], [2.0, 6.0]].into_dyn());
+        let w = f(array![1.0f32, 2.0].into_dyn());
+        let b = f(array![0.0f32, 1.0].into_dyn());
+        let n = NodeDef::new("LayerNormalization", 17)
+            .with_attr("epsilon", AttrValue::Float(0.0))
+            .with_io(3, 3);
+        let o = run(n.clone(), vec![x.clone(), w.clone(), b]).unwrap();
+        close(&o[0], &[-1.0, 3.0, -1.0, 3.0]);
+        close(&o[1], &[2.0, 4.0]);
+        assert_eq!(o[1].shape(), &[2, 1]);
+        close(&o[2], &[1.0, 0.5]);
+        let bad = f(array![1.0f32, 2.0, 3.0].into_dyn());
+        let e = run(n.clone(), vec![x.clone(), bad]).unwrap_err();
+        assert!(
+            e.0.contains("scale of shape [3] cannot be broadcast to [2, 2]"),
+            "{e}"
+        );
+        let e = run(
+            n.with_attr("axis", AttrValue::Int(2)),
+            vec![x.clone(), w.clone()],
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "LayerNormalization: axis 2 is out of range for rank 2");
+        let r = NodeDef::new("RMSNormalization", 23).with_attr("epsilon", AttrValue::Float(0.0));
+        let o = run(r, vec![f(array![[3.0f32, 4.0]].into_dyn()), w]).unwrap();
+        let rms = (12.5f32).sqrt();
+        close(&o[0], &[3.0 / rms, 8.0 / rms]);
+    }
+
+    #[test]
+    fn instance_group_norm() {
+        let x = f(ArrayD::from_shape_vec(IxDyn(&[1, 2, 2]), vec![1.0f32, 3.0, 5.0, 9.0]).unwrap());
+        let s = f(array![1.0f32, 2.0].into_dyn());
+        let b = f(array![0.0f32, 1.0].into_dyn());
+        let n =
+            NodeDef::new("InstanceNormalization", 6).with_attr("epsilon", AttrValue::Float(0.0));
+        let o = run(n.clone(), vec![x.clone(), s.clone(), b.clone()]).unwrap();
+        close(&o[0], &[-1.0, 1.0, -1.0, 3.0]);
+        let e = run(n, vec![x.clone(), f(array![1.0f32].into_dyn()), b.clone()]).unwrap_err();
+        assert_eq!(
+            e.0,
+            "InstanceNormalization: scale must have shape [2], got [1]"
+        );
+        let g = NodeDef::new("GroupNormalization", 21)
+            .with_attr("epsilon", AttrValue::Float(0.0))
+            .with_attr("num_groups", AttrValue::Int(1));
+        let o = run(g.clone(), vec![x.clone(), s.clone(), b.clone()]).unwrap();
+        let inv = 1.0 / 8.75f32.sqrt();
+        close(
+            &o[0],
+            &[
+                -3.5 * inv,
+                -1.5 * inv,
+                0.5 * inv * 2.0 + 1.0,
+                4.5 * inv * 2.0 + 1.0,
+            ],
+        );
+        let g3 = g.with_attr("num_groups", AttrValue::Int(3));
+        let e = run(g3, vec![x, s, b]).unwrap_err();
+        assert!(e.0.contains("not divisible by num_groups 3"), "{e}");
+    }
+
+    #[test]
+    fn lp_lrn_mvn() {
+        let x = f(array![[3.0f32, 4.0], [0.0, 0.0]].into_dyn());
+        let o = run(NodeDef::new("LpNormalization", 1), vec![x.clone()]).unwrap();
+        close(&o[0], &[0.6, 0.8, 0.0, 0.0]);
+        let o = run(
+            NodeDef::new("LpNormalization", 1).with_attr("p", AttrValue::Int(1)),
+            vec![x.clone()],
+        )
+        .unwrap();
+        close(&o[0], &[3.0 / 7.0, 4.0 / 7.0, 0.0, 0.0]);
+        assert!(
+            Registry::with_all_ops()
+                .build(&NodeDef::new("LpNormalization", 1).with_attr("p", AttrValue::Int(3)))
+                .is_err()
+        );
+        let x3 = f(ArrayD::from_shape_vec(IxDyn(&[1, 2, 1]), vec![1.0f32, 2.0]).unwrap());
+        let lrn = NodeDef::new("LRN", 13)
+            .with_attr("size", AttrValue::Int(2))
+            .with_attr("alpha", AttrValue::Float(2.0))
+            .with_attr("beta", AttrValue::Float(1.0));
+        let o = run(lrn.clone(), vec![x3]).unwrap();
+        close(&o[0], &[1.0 / 6.0, 2.0 / 5.0]);
+        let e = run(lrn, vec![x.clone()]).unwrap_err();
+        assert!(e.0.contains("rank >= 3"), "{e}");
+        let mvn = NodeDef::new("MeanVarianceNormalization", 13)
+            .with_attr("axes", AttrValue::Ints(vec![1]));
+        let o = run(mvn.clone(), vec![f(array![[1.0f32, 3.0]].into_dyn())]).unwrap();
+        close(&o[0], &[-1.0, 1.0]);
+        let e = run(mvn.with_attr("axes", AttrValue::Ints(vec![5])), vec![x]).unwrap_err();
+        assert!(e.0.contains("axis 5 is out of range"), "{e}");
+    }
+}

@@ -1,0 +1,661 @@
+//! Quantization: QuantizeLinear / DequantizeLinear (per-tensor, per-axis and blocked, with the
+//! 8-, 16- and 32-bit integer types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul,
+//! ConvInteger and QLinearConv. The float8 / int4 / int2 types are not supported.
+//!
+//! The integer products run through the MatMul and Conv kernels on exact f64 values.
+
+use epx_plugin_api::ElementType;
+use half::{bf16, f16};
+
+use super::util::{
+    c_strides, float_values, for_each_index, input, is_float_type, normalize_axis, opt_input,
+    tensor_from_f64,
+};
+use super::{add, one};
+use crate::bail;
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::{Tensor, TensorRef};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "QuantizeLinear", 10, build_quantize);
+    add(reg, "DequantizeLinear", 10, build_dequantize);
+    add(reg, "DynamicQuantizeLinear", 11, build_dynamic);
+    add(reg, "MatMulInteger", 10, build_matmul_integer);
+    add(reg, "QLinearMatMul", 10, build_qlinear_matmul);
+    add(reg, "ConvInteger", 10, build_conv_integer);
+    add(reg, "QLinearConv", 10, build_qlinear_conv);
+}
+
+/// The range of an integer element type the quantizers support.
+fn int_range(op: &str, ty: ElementType) -> OpResult<(i64, i64)> {
+    Ok(match ty {
+        ElementType::Int8 => (i8::MIN.into(), i8::MAX.into()),
+        ElementType::Uint8 => (0, u8::MAX.into()),
+        ElementType::Int16 => (i16::MIN.into(), i16::MAX.into()),
+        ElementType::Uint16 => (0, u16::MAX.into()),
+        ElementType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+        other => bail!("{op}: unsupported quantized element type {other}"),
+    })
+}
+
+/// The integer values of a quantized tensor (8/16/32-bit integers).
+fn int_values(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<Vec<i64>> {
+    int_range(op, t.elem_type()).map_err(|_| {
+        OpError(format!(
+            "{op}: {what} has unsupported element type {}",
+            t.elem_type()
+        ))
+    })?;
+    t.to_i64_vec(&format!("{op}: {what}"))
+}
+
+/// A tensor of integer type `ty` from values already inside its range.
+fn int_tensor(ty: ElementType, shape: &[usize], v: Vec<i64>) -> OpResult<Tensor> {
+    Tensor::from_vec(shape, v)?.view().cast(ty)
+}
+
+/// For each element of `xs`, the index of its scale / zero point: per tensor (one element),
+/// per axis (1-D of `xs[axis]` values) or blocked (same rank, `block_size` along `axis`).
+fn param_index(
+    op: &str,
+    xs: &[usize],
+    ps: &[usize],
+    axis: i64,
+    block_size: i64,
+) -> OpResult<Vec<usize>> {
+    let total: usize = xs.iter().product();
+    let plen: usize = ps.iter().product();
+    if plen == 1 && block_size <= 0 && ps.len() <= 1 {
+        return Ok(vec![0; total]);
+    }
+    let ax = normalize_axis(op, axis, xs.len())?;
+    if block_size <= 0 {
+        if ps != [xs[ax]] {
+            bail!(
+                "{op}: scale of shape {ps:?} must be a scalar or have shape [{}] (axis {ax} of {xs:?})",
+                xs[ax]
+            );
+        }
+        let inner: usize = xs[ax + 1..].iter().product();
+        return Ok((0..total)
+            .map(|i| (i / inner.max(1)) % xs[ax].max(1))
+            .collect());
+    }
+    let bs = block_size as usize;
+    let ok = ps.len() == xs.len()
+        && (0..xs.len()).all(|d| {
+            if d == ax {
+                ps[d] == xs[d].div_ceil(bs)
+            } else {
+                ps[d] == xs[d]
+            }
+        });
+    if !ok {
+        bail!(
+            "{op}: scale of shape {ps:?} does not block X of shape {xs:?} by {bs} along axis {ax}"
+        );
+    }
+    let pstr = c_strides(ps);
+    let mut out = Vec::with_capacity(total);
+    for_each_index(xs, |ii| {
+        let k: usize = ii
+            .iter()
+            .enumerate()
+            .map(|(d, &i)| if d == ax { i / bs } else { i } * pstr[d])
+            .sum();
+        out.push(k);
+    });
+    Ok(out)
+}
+
+fn check_zp_shape(op: &str, scale: &TensorRef<'_>, zp: &TensorRef<'_>) -> OpResult<()> {
+    if scale.len() != zp.len() || (zp.ndim() > 1 && scale.shape() != zp.shape()) {
+        bail!(
+            "{op}: zero point of shape {:?} must match scale of shape {:?}",
+            zp.shape(),
+            scale.shape()
+        );
+    }
+    Ok(())
+}
+
+fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", 1)?;
+    let block_size = n.attr_int_or("block_size", 0)?;
+    let out_dtype = n.attr_int_or("output_dtype", 0)?;
+    let precision = n.attr_int_or("precision", 0)?;
+    let out_attr = if out_dtype == 0 {
+        None
+    } else {
+        Some(
+            ElementType::from_onnx(out_dtype as i32)
+                .ok_or_else(|| n.error(format_args!("unknown output_dtype {out_dtype}")))?,
+        )
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let scale = input(&op, inputs, 1)?;
+        let zp = opt_input(inputs, 2);
+        let out_ty = match (zp, out_attr) {
+            (Some(z), Some(t)) if z.elem_type() != t => {
+                bail!(
+                    "{op}: output_dtype {t} differs from the zero point's type {}",
+                    z.elem_type()
+                )
+            }
+            (Some(z), _) => z.elem_type(),
+            (None, Some(t)) => t,
+            (None, None) => ElementType::Uint8,
+        };
+        let (lo, hi) = int_range(&op, out_ty)?;
+        let xv = match x.elem_type() {
+            ElementType::Int32 => x.to_f64_vec(),
+            _ => float_values(&op, "x", x)?,
+        };
+        let sv = float_values(&op, "y_scale", scale)?;
+        let zv = match zp {
+            Some(z) => {
+                check_zp_shape(&op, scale, z)?;
+                int_values(&op, "y_zero_point", z)?
+            }
+            None => vec![0; sv.len()],
+        };
+        let pidx = param_index(&op, x.shape(), scale.shape(), axis, block_size)?;
+        // The division runs in the precision of x (or of the `precision` attribute).
+        let wide = x.elem_type() == ElementType::Double
+            || precision == i64::from(ElementType::Double.onnx_code());
+        let y: Vec<i64> = xv
+            .iter()
+            .zip(&pidx)
+            .map(|(&v, &k)| {
+                let s = sv.get(k).copied().unwrap_or(1.0);
+                let q = if wide {
+                    v / s
+                } else {
+                    f64::from(v as f32 / s as f32)
+                };
+                let z = zv.get(k).copied().unwrap_or(0);
+                // NaN saturates to 0 like a C cast of NaN would be undefined; use 0.
+                let r = if q.is_nan() { 0.0 } else { q.round_ties_even() };
+                (r + z as f64).clamp(lo as f64, hi as f64) as i64
+            })
+            .collect();
+        one(int_tensor(out_ty, x.shape(), y))
+    }))
+}
+
+fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", 1)?;
+    let block_size = n.attr_int_or("block_size", 0)?;
+    let out_dtype = n.attr_int_or("output_dtype", 0)?;
+    let out_attr = if out_dtype == 0 {
+        None
+    } else {
+        Some(
+            ElementType::from_onnx(out_dtype as i32)
+                .ok_or_else(|| n.error(format_args!("unknown output_dtype {out_dtype}")))?,
+        )
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let scale = input(&op, inputs, 1)?;
+        let xv = int_values(&op, "x", x)?;
+        let sv = float_values(&op, "x_scale", scale)?;
+        let zv = match opt_input(inputs, 2) {
+            Some(z) => {
+                check_zp_shape(&op, scale, z)?;
+                if z.elem_type() != x.elem_type() {
+                    bail!(
+                        "{op}: zero point must have x's type {}, got {}",
+                        x.elem_type(),
+                        z.elem_type()
+                    );
+                }
+                int_values(&op, "x_zero_point", z)?
+            }
+            None => vec![0; sv.len()],
+        };
+        let pidx = param_index(&op, x.shape(), scale.shape(), axis, block_size)?;
+        let out_ty = out_attr.unwrap_or(scale.elem_type());
+        if !is_float_type(out_ty) {
+            bail!("{op}: output type must be a float type, got {out_ty}");
+        }
+        let y: Vec<f64> = xv
+            .iter()
+            .zip(&pidx)
+            .map(|(&v, &k)| {
+                let d = (v - zv.get(k).copied().unwrap_or(0)) as f64;
+                d * sv.get(k).copied().unwrap_or(0.0)
+            })
+            .collect();
+        one(tensor_from_f64(out_ty, x.shape(), y))
+    }))
+}
+
+fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        if x.elem_type() != ElementType::Float {
+            bail!("{op}: x must be float32, got {}", x.elem_type());
+        }
+        let xv: Vec<f32> = x.to_f64_vec().into_iter().map(|v| v as f32).collect();
+        let max = xv.iter().copied().fold(0.0f32, f32::max);
+        let min = xv.iter().copied().fold(0.0f32, f32::min);
+        let scale = (max - min) / 255.0;
+        let zp = if scale == 0.0 {
+            0.0
+        } else {
+            (-min / scale).round_ties_even().clamp(0.0, 255.0)
+        };
+        let y: Vec<u8> = xv
+            .iter()
+            .map(|&v| {
+                if scale == 0.0 {
+                    zp as u8
+                } else {
+                    ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8
+                }
+            })
+            .collect();
+        Ok(vec![
+            Tensor::from_vec(x.shape(), y)?,
+            Tensor::scalar(scale),
+            Tensor::scalar(zp as u8),
+        ])
+    }))
+}
+
+/// `t - zp` as an f64 tensor; `zp` is a scalar or per-`axis` (1-D of `t.shape()[axis]`).
+fn centered(
+    op: &str,
+    what: &str,
+    t: &TensorRef<'_>,
+    zp: Option<&TensorRef<'_>>,
+    axis: usize,
+) -> OpResult<Tensor> {
+    let v = int_values(op, what, t)?;
+    let shape = t.shape();
+    let z = match zp {
+        Some(z) => {
+            if z.elem_type() != t.elem_type() {
+                bail!(
+                    "{op}: {what} zero point must have type {}, got {}",
+                    t.elem_type(),
+                    z.elem_type()
+                );
+            }
+            int_values(op, what, z)?
+        }
+        None => vec![0],
+    };
+    let out: Vec<f64> = if z.len() == 1 {
+        v.iter().map(|&a| (a - z[0]) as f64).collect()
+    } else {
+        let n = shape.get(axis).copied().unwrap_or(0);
+        if z.len() != n || shape.len() < 2 {
+            bail!(
+                "{op}: {what} zero point must be a scalar or have {n} values, got shape {:?}",
+                zp.map(|z| z.shape().to_vec()).unwrap_or_default()
+            );
+        }
+        let inner: usize = shape[axis + 1..].iter().product();
+        v.iter()
+            .enumerate()
+            .map(|(i, &a)| (a - z.get((i / inner.max(1)) % n.max(1)).copied().unwrap_or(0)) as f64)
+            .collect()
+    };
+    Tensor::from_vec(shape, out)
+}
+
+/// Builds the kernel of another CPU op (MatMul, Conv) for the integer ops to run through.
+fn inner_kernel(
+    n: &NodeDef,
+    op_type: &str,
+    opset: i64,
+    attrs: &[&str],
+) -> OpResult<Box<dyn OpKernel>> {
+    let mut reg = Registry::new();
+    super::matmul::register(&mut reg);
+    super::conv::register(&mut reg);
+    let mut node = NodeDef::new(op_type, opset).with_io(2, 1);
+    node.name.clone_from(&n.name);
+    for &a in attrs {
+        if let Some(v) = n.attributes.get(a) {
+            node = node.with_attr(a, v.clone());
+        }
+    }
+    reg.build(&node).map_err(|e| n.error(e))
+}
+
+fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usize>, Vec<f64>)> {
+    let out = k.run(&[Some(a.view()), Some(b.view())])?;
+    match out.first() {
+        Some(t) => Ok((t.shape().to_vec(), t.view().to_f64_vec())),
+        None => Err(OpError("inner kernel returned no output".into())),
+    }
+}
+
+fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let mm = inner_kernel(n, "MatMul", 13, &[])?;
+    Ok(kernel(move |inputs| {
+        let a = input(&op, inputs, 0)?;
+        let b = input(&op, inputs, 1)?;
+        let ra = a.ndim().saturating_sub(2);
+        let rb = b.ndim().saturating_sub(1);
+        let ac = centered(&op, "A", a, opt_input(inputs, 2), ra)?;
+        let bc = centered(&op, "B", b, opt_input(inputs, 3), rb)?;
+        let (shape, v) =
+            run_inner_shape(mm.as_ref(), &ac, &bc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
+        one(Tensor::from_vec(&shape, v))
+    }))
+}
+
+/// A scale in its own precision: the product `a * b / y` rounded like the scale type.
+fn scale_factor(ty: ElementType, a: f64, b: f64, y: f64) -> f64 {
+    match ty {
+        ElementType::Float16 => {
+            let p = f16::from_f64(a * b);
+            f16::from_f64(p.to_f64() / y).to_f64()
+        }
+        ElementType::Bfloat16 => {
+            let p = bf16::from_f64(a * b);
+            bf16::from_f64(p.to_f64() / y).to_f64()
+        }
+        ElementType::Float => f64::from((a as f32 * b as f32) / y as f32),
+        _ => a * b / y,
+    }
+}
+
+/// One scalar (1-element) float value.
+fn scalar_f64(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<f64> {
+    let v = float_values(op, what, t)?;
+    match v.as_slice() {
+        [x] => Ok(*x),
+        _ => bail!(
+            "{op}: {what} must have one element, got shape {:?}",
+            t.shape()
+        ),
+    }
+}
+
+/// Requantizes `acc` (integer accumulators) with `factor` (per element) and `y_zero_point`.
+fn requantize(
+    op: &str,
+    shape: &[usize],
+    acc: &[f64],
+    factor: impl Fn(usize) -> f64,
+    yzp: &TensorRef<'_>,
+) -> OpResult<Tensor> {
+    let z = int_values(op, "y_zero_point", yzp)?;
+    let [z] = z.as_slice() else {
+        bail!(
+            "{op}: y_zero_point must have one element, got shape {:?}",
+            yzp.shape()
+        );
+    };
+    let (lo, hi) = int_range(op, yzp.elem_type())?;
+    let y: Vec<i64> = acc
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let d = c * factor(i) + *z as f64;
+            if d.is_nan() {
+                0
+            } else {
+                d.round_ties_even().clamp(lo as f64, hi as f64) as i64
+            }
+        })
+        .collect();
+    int_tensor(yzp.elem_type(), shape, y)
+}
+
+fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let mm = inner_kernel(n, "MatMul", 13, &[])?;
+    Ok(kernel(move |inputs| {
+        let a = input(&op, inputs, 0)?;
+        let b = input(&op, inputs, 3)?;
+        let ra = a.ndim().saturating_sub(2);
+        let rb = b.ndim().saturating_sub(1);
+        let ac = centered(&op, "a", a, opt_input(inputs, 2), ra)?;
+        let bc = centered(&op, "b", b, opt_input(inputs, 5), rb)?;
+        let sa = input(&op, inputs, 1)?;
+        let f = scale_factor(
+            sa.elem_type(),
+            scalar_f64(&op, "a_scale", sa)?,
+            scalar_f64(&op, "b_scale", input(&op, inputs, 4)?)?,
+            scalar_f64(&op, "y_scale", input(&op, inputs, 6)?)?,
+        );
+        let (shape, acc) =
+            run_inner_shape(mm.as_ref(), &ac, &bc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        one(requantize(&op, &shape, &acc, |_| f, input(&op, inputs, 7)?))
+    }))
+}
+
+const CONV_ATTRS: [&str; 6] = [
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+];
+
+fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let w = input(&op, inputs, 1)?;
+        let xc = centered(&op, "x", x, opt_input(inputs, 2), 1)?;
+        let wc = centered(&op, "w", w, opt_input(inputs, 3), 0)?;
+        let (shape, v) =
+            run_inner_shape(conv.as_ref(), &xc, &wc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
+        one(Tensor::from_vec(&shape, v))
+    }))
+}
+
+fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let w = input(&op, inputs, 3)?;
+        let xc = centered(&op, "x", x, opt_input(inputs, 2), 1)?;
+        let wc = centered(&op, "w", w, opt_input(inputs, 5), 0)?;
+        let sx = scalar_f64(&op, "x_scale", input(&op, inputs, 1)?)?;
+        let ws = input(&op, inputs, 4)?;
+        let wsv = float_values(&op, "w_scale", ws)?;
+        let sy = scalar_f64(&op, "y_scale", input(&op, inputs, 6)?)?;
+        let m = w.shape().first().copied().unwrap_or(0);
+        if wsv.len() != 1 && wsv.len() != m {
+            bail!(
+                "{op}: w_scale must have 1 or {m} values, got shape {:?}",
+                ws.shape()
+            );
+        }
+        let (shape, acc) =
+            run_inner_shape(conv.as_ref(), &xc, &wc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let bias = match opt_input(inputs, 8) {
+            Some(b) => {
+                if b.elem_type() != ElementType::Int32 || b.shape() != [m] {
+                    bail!(
+                        "{op}: B must be int32 of shape [{m}], got {} {:?}",
+                        b.elem_type(),
+                        b.shape()
+                    );
+                }
+                b.to_f64_vec()
+            }
+            None => vec![0.0; m],
+        };
+        let plane: usize = shape.get(2..).map_or(1, |s| s.iter().product());
+        let ch = |i: usize| (i / plane.max(1)) % m.max(1);
+        let acc: Vec<f64> = acc
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| a + bias.get(ch(i)).copied().unwrap_or(0.0))
+            .collect();
+        let ty = input(&op, inputs, 1)?.elem_type();
+        let factor = |i: usize| {
+            let s = if wsv.len() == 1 {
+                wsv[0]
+            } else {
+                wsv.get(ch(i)).copied().unwrap_or(0.0)
+            };
+            scale_factor(ty, sx, s, sy)
+        };
+        one(requantize(
+            &op,
+            &shape,
+            &acc,
+            factor,
+            input(&op, inputs, 7)?,
+        ))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use ndarray::{ArrayD, IxDyn};
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
+        k.run(&refs)
+    }
+
+    fn t<T: crate::tensor::Elem>(shape: &[usize], v: Vec<T>) -> Tensor {
+        Tensor::from_vec(shape, v).unwrap()
+    }
+
+    #[test]
+    fn quantize_dequantize() {
+        let x = t(&[4], vec![0.0f32, 2.5, -3.0, 1000.0]);
+        let n = NodeDef::new("QuantizeLinear", 21);
+        let o = run(
+            n.clone(),
+            vec![
+                Some(x.clone()),
+                Some(Tensor::scalar(1.0f32)),
+                Some(Tensor::scalar(1i8)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[4], vec![1i8, 3, -2, 127]));
+        let o = run(
+            n.clone(),
+            vec![Some(x.clone()), Some(Tensor::scalar(1.0f32)), None],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[4], vec![0u8, 2, 0, 255]));
+        // Per axis.
+        let x2 = t(&[2, 2], vec![1.0f32, 2.0, 3.0, 4.0]);
+        let o = run(
+            n.clone().with_attr("axis", AttrValue::Int(0)),
+            vec![Some(x2.clone()), Some(t(&[2], vec![1.0f32, 2.0])), None],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[2, 2], vec![1u8, 2, 2, 2]));
+        let e = run(
+            n.clone(),
+            vec![Some(x2.clone()), Some(t(&[3], vec![1.0f32; 3])), None],
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("scale of shape [3] must be a scalar or have shape [2]"),
+            "{e}"
+        );
+        // Blocked.
+        let o = run(
+            n.clone()
+                .with_attr("axis", AttrValue::Int(1))
+                .with_attr("block_size", AttrValue::Int(2)),
+            vec![Some(x2.clone()), Some(t(&[2, 1], vec![1.0f32, 2.0])), None],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[2, 2], vec![1u8, 2, 2, 2]));
+        let d = NodeDef::new("DequantizeLinear", 21);
+        let o = run(
+            d.clone(),
+            vec![
+                Some(t(&[2], vec![10u8, 0])),
+                Some(Tensor::scalar(0.5f32)),
+                Some(Tensor::scalar(2u8)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[2], vec![4.0f32, -1.0]));
+        let e = run(
+            d,
+            vec![
+                Some(t(&[2], vec![1.0f32, 0.0])),
+                Some(Tensor::scalar(0.5f32)),
+                None,
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("x has unsupported element type float32"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dynamic_and_integer_matmul() {
+        let x = t(&[3], vec![0.0f32, 2.0, -3.0]);
+        let o = run(NodeDef::new("DynamicQuantizeLinear", 11), vec![Some(x)]).unwrap();
+        let s = 5.0f32 / 255.0;
+        assert_eq!(o[1], Tensor::scalar(s));
+        assert_eq!(o[2], Tensor::scalar(153u8));
+        let a = t(&[1, 2], vec![3u8, 4]);
+        let b = t(&[2, 1], vec![1u8, 2]);
+        let o = run(
+            NodeDef::new("MatMulInteger", 10),
+            vec![
+                Some(a.clone()),
+                Some(b.clone()),
+                Some(Tensor::scalar(1u8)),
+                None,
+            ],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[1, 1], vec![2i32 + 6]));
+        let e = run(
+            NodeDef::new("MatMulInteger", 10),
+            vec![Some(a.clone()), Some(t(&[3, 1], vec![1u8, 2, 3]))],
+        )
+        .unwrap_err();
+        assert!(e.0.starts_with("MatMulInteger: "), "{e}");
+        let o = run(
+            NodeDef::new("QLinearMatMul", 10),
+            vec![
+                Some(a),
+                Some(Tensor::scalar(0.5f32)),
+                Some(Tensor::scalar(0u8)),
+                Some(b),
+                Some(Tensor::scalar(2.0f32)),
+                Some(Tensor::scalar(0u8)),
+                Some(Tensor::scalar(1.0f32)),
+                Some(Tensor::scalar(1u8)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o[0], t(&[1, 1], vec![12u8]));
+        let x = Tensor::U8(ArrayD::from_shape_vec(IxDyn(&[1, 1, 2, 2]), vec![1, 2, 3, 4]).unwrap());
+        let w = Tensor::U8(ArrayD::from_shape_vec(IxDyn(&[1, 1, 1, 1]), vec![2]).unwrap());
+        let o = run(NodeDef::new("ConvInteger", 10), vec![Some(x), Some(w)]).unwrap();
+        assert_eq!(o[0], t(&[1, 1, 2, 2], vec![2i32, 4, 6, 8]));
+    }
+}

@@ -1,0 +1,598 @@
+//! Recurrent layers: RNN, GRU and LSTM (forward / reverse / bidirectional, activation lists with
+//! alpha/beta, clip, sequence_lens, initial states, LSTM peepholes and input_forget, GRU
+//! linear_before_reset, layout 0 and 1).
+//!
+//! Values are computed in f64 and cast back to X's float type.
+
+use super::add;
+use super::util::{float_values, input, opt_input, tensor_from_f64};
+use crate::bail;
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::{Tensor, TensorRef};
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "RNN", 7, |n| build(n, Cell::Rnn));
+    add(reg, "GRU", 7, |n| build(n, Cell::Gru));
+    add(reg, "LSTM", 7, |n| build(n, Cell::Lstm));
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cell {
+    Rnn,
+    Gru,
+    Lstm,
+}
+
+impl Cell {
+    fn gates(self) -> usize {
+        match self {
+            Cell::Rnn => 1,
+            Cell::Gru => 3,
+            Cell::Lstm => 4,
+        }
+    }
+
+    fn default_acts(self) -> &'static [&'static str] {
+        match self {
+            Cell::Rnn => &["Tanh"],
+            Cell::Gru => &["Sigmoid", "Tanh"],
+            Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine(f64, f64),
+    LeakyRelu(f64),
+    ThresholdedRelu(f64),
+    ScaledTanh(f64, f64),
+    HardSigmoid(f64, f64),
+    Elu(f64),
+    Softsign,
+    Softplus,
+}
+
+impl Act {
+    fn apply(self, x: f64) -> f64 {
+        match self {
+            Act::Relu => x.max(0.0),
+            Act::Tanh => x.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Act::Affine(a, b) => a * x + b,
+            Act::LeakyRelu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            Act::ThresholdedRelu(a) => {
+                if x > a {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            Act::ScaledTanh(a, b) => a * (b * x).tanh(),
+            Act::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
+            Act::Elu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
+            Act::Softsign => x / (1.0 + x.abs()),
+            Act::Softplus => (1.0 + x.exp()).ln(),
+        }
+    }
+}
+
+/// Parses the activation list; alpha/beta values are consumed in order by the activations that
+/// take them.
+fn parse_acts(n: &NodeDef, cell: Cell, dirs: usize) -> OpResult<Vec<Act>> {
+    let names: Vec<String> = match n.attributes.get("activations") {
+        Some(crate::kernel::AttrValue::Strings(v)) => v
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+        Some(_) => return Err(n.error("attribute 'activations' must be a list of strings")),
+        None => (0..dirs)
+            .flat_map(|_| cell.default_acts().iter().map(|s| s.to_string()))
+            .collect(),
+    };
+    let want = cell.default_acts().len() * dirs;
+    if names.len() != want {
+        return Err(n.error(format_args!(
+            "activations {names:?} must list {want} functions"
+        )));
+    }
+    let alphas = n.attr_floats("activation_alpha")?.unwrap_or_default();
+    let betas = n.attr_floats("activation_beta")?.unwrap_or_default();
+    let (mut ai, mut bi) = (0usize, 0usize);
+    let next = |v: &[f32], i: &mut usize, d: f64| {
+        let r = v.get(*i).map_or(d, |&x| f64::from(x));
+        *i += 1;
+        r
+    };
+    names
+        .iter()
+        .map(|name| {
+            Ok(match name.to_ascii_lowercase().as_str() {
+                "relu" => Act::Relu,
+                "tanh" => Act::Tanh,
+                "sigmoid" => Act::Sigmoid,
+                "affine" => Act::Affine(next(&alphas, &mut ai, 1.0), next(&betas, &mut bi, 0.0)),
+                "leakyrelu" => Act::LeakyRelu(next(&alphas, &mut ai, 0.01)),
+                "thresholdedrelu" => Act::ThresholdedRelu(next(&alphas, &mut ai, 1.0)),
+                "scaledtanh" => {
+                    Act::ScaledTanh(next(&alphas, &mut ai, 1.0), next(&betas, &mut bi, 1.0))
+                }
+                "hardsigmoid" => {
+                    Act::HardSigmoid(next(&alphas, &mut ai, 0.2), next(&betas, &mut bi, 0.5))
+                }
+                "elu" => Act::Elu(next(&alphas, &mut ai, 1.0)),
+                "softsign" => Act::Softsign,
+                "softplus" => Act::Softplus,
+                other => return Err(n.error(format_args!("unknown activation '{other}'"))),
+            })
+        })
+        .collect()
+}
+
+struct Rnn {
+    op: String,
+    cell: Cell,
+    hidden: usize,
+    dirs: usize,
+    reverse_only: bool,
+    acts: Vec<Act>,
+    clip: Option<f64>,
+    layout: i64,
+    linear_before_reset: bool,
+    input_forget: bool,
+}
+
+fn build(n: &NodeDef, cell: Cell) -> OpResult<Box<dyn OpKernel>> {
+    let direction = n.attr_string_or("direction", "forward")?;
+    let (dirs, reverse_only) = match direction.as_str() {
+        "forward" => (1, false),
+        "reverse" => (1, true),
+        "bidirectional" => (2, false),
+        other => return Err(n.error(format_args!("unknown direction '{other}'"))),
+    };
+    let hidden = n.req_int("hidden_size")?;
+    let hidden = usize::try_from(hidden)
+        .ok()
+        .filter(|&h| h > 0)
+        .ok_or_else(|| n.error(format_args!("hidden_size must be positive, got {hidden}")))?;
+    let layout = n.attr_int_or("layout", 0)?;
+    if layout != 0 && layout != 1 {
+        return Err(n.error(format_args!("layout must be 0 or 1, got {layout}")));
+    }
+    let r = Rnn {
+        op: n.op_type.clone(),
+        cell,
+        hidden,
+        dirs,
+        reverse_only,
+        acts: parse_acts(n, cell, dirs)?,
+        clip: n.attr_float("clip")?.map(f64::from).filter(|c| *c > 0.0),
+        layout,
+        linear_before_reset: n.attr_int_or("linear_before_reset", 0)? != 0,
+        input_forget: n.attr_int_or("input_forget", 0)? != 0,
+    };
+    let outputs = n.num_outputs;
+    Ok(kernel(move |inputs| r.run(inputs, outputs)))
+}
+
+/// `out[r] = sum_k m[r, k] * v[k]` for a row-major `rows x v.len()` matrix `m`.
+fn matvec(m: &[f64], v: &[f64], out: &mut [f64]) {
+    let k = v.len();
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = m
+            .get(r * k..(r + 1) * k)
+            .unwrap_or(&[])
+            .iter()
+            .zip(v)
+            .map(|(a, b)| a * b)
+            .sum();
+    }
+}
+
+impl Rnn {
+    fn param(
+        &self,
+        what: &str,
+        t: Option<&TensorRef<'_>>,
+        shape: &[usize],
+    ) -> OpResult<Option<Vec<f64>>> {
+        let op = &self.op;
+        match t {
+            None => Ok(None),
+            Some(t) => {
+                if t.shape() != shape {
+                    bail!(
+                        "{op}: {what} must have shape {shape:?}, got {:?}",
+                        t.shape()
+                    );
+                }
+                float_values(op, what, t).map(Some)
+            }
+        }
+    }
+
+    fn run(&self, inputs: &[Option<TensorRef<'_>>], outputs: usize) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let x = input(op, inputs, 0)?;
+        let ty = x.elem_type();
+        let &[d0, d1, isz] = x.shape() else {
+            bail!("{op}: X must have rank 3, got shape {:?}", x.shape());
+        };
+        let (seq, batch) = if self.layout == 0 { (d0, d1) } else { (d1, d0) };
+        let (h, g, dirs) = (self.hidden, self.cell.gates(), self.dirs);
+        let lstm = self.cell == Cell::Lstm;
+        let w = self
+            .param("W", Some(input(op, inputs, 1)?), &[dirs, g * h, isz])?
+            .unwrap_or_default();
+        let r = self
+            .param("R", Some(input(op, inputs, 2)?), &[dirs, g * h, h])?
+            .unwrap_or_default();
+        let b = self
+            .param("B", opt_input(inputs, 3), &[dirs, 2 * g * h])?
+            .unwrap_or_else(|| vec![0.0; dirs * 2 * g * h]);
+        let lens: Vec<usize> = match opt_input(inputs, 4) {
+            Some(l) => {
+                if l.shape() != [batch] {
+                    bail!(
+                        "{op}: sequence_lens must have shape [{batch}], got {:?}",
+                        l.shape()
+                    );
+                }
+                l.to_i64_vec(&format!("{op}: sequence_lens"))?
+                    .into_iter()
+                    .map(|v| {
+                        usize::try_from(v)
+                            .ok()
+                            .filter(|&v| v <= seq)
+                            .ok_or_else(|| {
+                                OpError(format!("{op}: sequence length {v} is outside 0..={seq}"))
+                            })
+                    })
+                    .collect::<OpResult<_>>()?
+            }
+            None => vec![seq; batch],
+        };
+        let state_shape = if self.layout == 0 {
+            [dirs, batch, h]
+        } else {
+            [batch, dirs, h]
+        };
+        // States are kept as [dirs, batch, h].
+        let to_dbh = |v: Vec<f64>| -> Vec<f64> {
+            if self.layout == 0 {
+                return v;
+            }
+            let mut o = vec![0.0; v.len()];
+            for d in 0..dirs {
+                for bb in 0..batch {
+                    for k in 0..h {
+                        if let (Some(dst), Some(src)) = (
+                            o.get_mut((d * batch + bb) * h + k),
+                            v.get((bb * dirs + d) * h + k),
+                        ) {
+                            *dst = *src;
+                        }
+                    }
+                }
+            }
+            o
+        };
+        let h0 = self
+            .param("initial_h", opt_input(inputs, 5), &state_shape)?
+            .map(to_dbh)
+            .unwrap_or_else(|| vec![0.0; dirs * batch * h]);
+        let c0 = if lstm {
+            self.param("initial_c", opt_input(inputs, 6), &state_shape)?
+                .map(to_dbh)
+                .unwrap_or_else(|| vec![0.0; dirs * batch * h])
+        } else {
+            Vec::new()
+        };
+        let p = if lstm {
+            self.param("P", opt_input(inputs, 7), &[dirs, 3 * h])?
+                .unwrap_or_else(|| vec![0.0; dirs * 3 * h])
+        } else {
+            Vec::new()
+        };
+        let xv = float_values(op, "X", x)?;
+        let xat = |t: usize, bb: usize| -> &[f64] {
+            let lo = if self.layout == 0 {
+                (t * batch + bb) * isz
+            } else {
+                (bb * seq + t) * isz
+            };
+            xv.get(lo..lo + isz).unwrap_or(&[])
+        };
+        // Y as [seq, dirs, batch, h].
+        let mut y = vec![0.0f64; seq * dirs * batch * h];
+        let mut yh = h0.clone();
+        let mut yc = c0.clone();
+        let na = self.cell.default_acts().len();
+        let clip = |v: f64| self.clip.map_or(v, |c| v.clamp(-c, c));
+        let mut wx = vec![0.0; g * h];
+        let mut rh = vec![0.0; g * h];
+        for d in 0..dirs {
+            let rev = self.reverse_only || d == 1;
+            let acts = self.acts.get(d * na..(d + 1) * na).unwrap_or(&[]);
+            let (f, gg, hh) = (
+                acts.first().copied().unwrap_or(Act::Sigmoid),
+                acts.get(1).copied().unwrap_or(Act::Tanh),
+                acts.get(2).copied().unwrap_or(Act::Tanh),
+            );
+            let wd = w.get(d * g * h * isz..(d + 1) * g * h * isz).unwrap_or(&[]);
+            let rd = r.get(d * g * h * h..(d + 1) * g * h * h).unwrap_or(&[]);
+            let wb = b.get(d * 2 * g * h..(d * 2 + 1) * g * h).unwrap_or(&[]);
+            let rb = b
+                .get((d * 2 + 1) * g * h..(d * 2 + 2) * g * h)
+                .unwrap_or(&[]);
+            let pd = p.get(d * 3 * h..(d + 1) * 3 * h).unwrap_or(&[]);
+            for bb in 0..batch {
+                let len = lens.get(bb).copied().unwrap_or(0);
+                let s0 = (d * batch + bb) * h;
+                let mut hs: Vec<f64> = h0.get(s0..s0 + h).unwrap_or(&[]).to_vec();
+                let mut cs: Vec<f64> = if lstm {
+                    c0.get(s0..s0 + h).unwrap_or(&[]).to_vec()
+                } else {
+                    Vec::new()
+                };
+                for step in 0..len {
+                    let t = if rev { len - 1 - step } else { step };
+                    matvec(wd, xat(t, bb), &mut wx);
+                    matvec(rd, &hs, &mut rh);
+                    let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+                    let mut nh = vec![0.0; h];
+                    match self.cell {
+                        Cell::Rnn => {
+                            for (k, o) in nh.iter_mut().enumerate() {
+                                *o = f.apply(clip(at(&wx, k) + at(&rh, k) + at(wb, k) + at(rb, k)));
+                            }
+                        }
+                        Cell::Gru => {
+                            let mut rhr = vec![0.0; h];
+                            let gate = |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
+                            let z: Vec<f64> = (0..h).map(|k| f.apply(clip(gate(k)))).collect();
+                            let rr: Vec<f64> = (0..h).map(|k| f.apply(clip(gate(h + k)))).collect();
+                            if !self.linear_before_reset {
+                                let rhs: Vec<f64> =
+                                    hs.iter().zip(&rr).map(|(a, b)| a * b).collect();
+                                matvec(rd.get(2 * h * h..3 * h * h).unwrap_or(&[]), &rhs, &mut rhr);
+                            }
+                            for (k, o) in nh.iter_mut().enumerate() {
+                                let i = 2 * h + k;
+                                let pre = if self.linear_before_reset {
+                                    at(&wx, i) + at(&rr, k) * (at(&rh, i) + at(rb, i)) + at(wb, i)
+                                } else {
+                                    at(&wx, i) + at(&rhr, k) + at(rb, i) + at(wb, i)
+                                };
+                                let ht = gg.apply(clip(pre));
+                                let zk = at(&z, k);
+                                *o = (1.0 - zk) * ht + zk * at(&hs, k);
+                            }
+                        }
+                        Cell::Lstm => {
+                            let gate = |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
+                            for (k, o) in nh.iter_mut().enumerate() {
+                                let cp = at(&cs, k);
+                                let it = f.apply(clip(gate(k) + at(pd, k) * cp));
+                                let ft = if self.input_forget {
+                                    1.0 - it
+                                } else {
+                                    f.apply(clip(gate(2 * h + k) + at(pd, 2 * h + k) * cp))
+                                };
+                                let ct = gg.apply(clip(gate(3 * h + k)));
+                                let c = ft * cp + it * ct;
+                                let ot = f.apply(clip(gate(h + k) + at(pd, h + k) * c));
+                                if let Some(s) = cs.get_mut(k) {
+                                    *s = c;
+                                }
+                                *o = ot * hh.apply(c);
+                            }
+                        }
+                    }
+                    hs = nh;
+                    let lo = ((t * dirs + d) * batch + bb) * h;
+                    if let Some(dst) = y.get_mut(lo..lo + h) {
+                        dst.copy_from_slice(&hs);
+                    }
+                }
+                if let Some(dst) = yh.get_mut(s0..s0 + h) {
+                    dst.copy_from_slice(&hs);
+                }
+                if lstm {
+                    if let Some(dst) = yc.get_mut(s0..s0 + h) {
+                        dst.copy_from_slice(&cs);
+                    }
+                }
+            }
+        }
+        // Back to the output layout.
+        let (y, yshape) = if self.layout == 0 {
+            (y, vec![seq, dirs, batch, h])
+        } else {
+            let mut o = vec![0.0; y.len()];
+            for t in 0..seq {
+                for d in 0..dirs {
+                    for bb in 0..batch {
+                        for k in 0..h {
+                            if let (Some(dst), Some(src)) = (
+                                o.get_mut(((bb * seq + t) * dirs + d) * h + k),
+                                y.get(((t * dirs + d) * batch + bb) * h + k),
+                            ) {
+                                *dst = *src;
+                            }
+                        }
+                    }
+                }
+            }
+            (o, vec![batch, seq, dirs, h])
+        };
+        let from_dbh = |v: Vec<f64>| -> Vec<f64> {
+            if self.layout == 0 {
+                return v;
+            }
+            let mut o = vec![0.0; v.len()];
+            for d in 0..dirs {
+                for bb in 0..batch {
+                    for k in 0..h {
+                        if let (Some(dst), Some(src)) = (
+                            o.get_mut((bb * dirs + d) * h + k),
+                            v.get((d * batch + bb) * h + k),
+                        ) {
+                            *dst = *src;
+                        }
+                    }
+                }
+            }
+            o
+        };
+        let mut outs = vec![tensor_from_f64(ty, &yshape, y)?];
+        if outputs > 1 {
+            outs.push(tensor_from_f64(ty, &state_shape, from_dbh(yh))?);
+        }
+        if lstm && outputs > 2 {
+            outs.push(tensor_from_f64(ty, &state_shape, from_dbh(yc))?);
+        }
+        Ok(outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
+        k.run(&refs)
+    }
+
+    fn t(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(shape, v).unwrap()
+    }
+
+    fn vals(t: &Tensor) -> Vec<f32> {
+        t.as_array::<f32>().unwrap().iter().copied().collect()
+    }
+
+    #[test]
+    fn rnn_gru_lstm_scalar() {
+        // One hidden unit, one input: h1 = tanh(x), h2 = tanh(x + h1) with W = R = 1.
+        let x = t(&[2, 1, 1], vec![0.5, 0.25]);
+        let one = t(&[1, 1, 1], vec![1.0]);
+        let n = NodeDef::new("RNN", 14)
+            .with_attr("hidden_size", AttrValue::Int(1))
+            .with_io(3, 2);
+        let o = run(
+            n.clone(),
+            vec![Some(x.clone()), Some(one.clone()), Some(one.clone())],
+        )
+        .unwrap();
+        let h1 = 0.5f32.tanh();
+        let h2 = (0.25 + h1).tanh();
+        let y = vals(&o[0]);
+        assert!(
+            (y[0] - h1).abs() < 1e-6 && (y[1] - h2).abs() < 1e-6,
+            "{y:?}"
+        );
+        assert_eq!(o[1].shape(), &[1, 1, 1]);
+        // sequence_lens 1: the second step is skipped (zero output), Y_h is h1.
+        let o = run(
+            n.clone(),
+            vec![
+                Some(x.clone()),
+                Some(one.clone()),
+                Some(one.clone()),
+                None,
+                Some(Tensor::from_vec(&[1], vec![1i32]).unwrap()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(vals(&o[0])[1], 0.0);
+        assert!((vals(&o[1])[0] - h1).abs() < 1e-6);
+        let e = run(
+            n.clone(),
+            vec![
+                Some(x.clone()),
+                Some(t(&[1, 2, 1], vec![1.0; 2])),
+                Some(one.clone()),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "RNN: W must have shape [1, 1, 1], got [1, 2, 1]");
+        let e = run(
+            n,
+            vec![
+                Some(x.clone()),
+                Some(one.clone()),
+                Some(one.clone()),
+                None,
+                Some(Tensor::from_vec(&[1], vec![5i32]).unwrap()),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("sequence length 5 is outside 0..=2"), "{e}");
+
+        // GRU with zero weights: z = r = 0.5, h~ = 0, so h = 0.5 * h_prev.
+        let z3 = t(&[1, 3, 1], vec![0.0; 3]);
+        let g = NodeDef::new("GRU", 14)
+            .with_attr("hidden_size", AttrValue::Int(1))
+            .with_io(6, 2);
+        let h0 = t(&[1, 1, 1], vec![1.0]);
+        let o = run(
+            g,
+            vec![
+                Some(x.clone()),
+                Some(z3.clone()),
+                Some(z3),
+                None,
+                None,
+                Some(h0.clone()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(vals(&o[1]), vec![0.25]);
+
+        // LSTM with zero weights: i = f = o = 0.5, c~ = 0: c = 0.5 c_prev, h = 0.5 tanh(c).
+        let z4 = t(&[1, 4, 1], vec![0.0; 4]);
+        let l = NodeDef::new("LSTM", 14)
+            .with_attr("hidden_size", AttrValue::Int(1))
+            .with_io(7, 3);
+        let o = run(
+            l.clone(),
+            vec![
+                Some(x.clone()),
+                Some(z4.clone()),
+                Some(z4.clone()),
+                None,
+                None,
+                Some(h0.clone()),
+                Some(h0.clone()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(vals(&o[2]), vec![0.25]);
+        assert!((vals(&o[1])[0] - 0.5 * 0.25f32.tanh()).abs() < 1e-6);
+        let bad = l.with_attr("activations", AttrValue::Strings(vec![b"Tanh".to_vec()]));
+        let e = Registry::with_all_ops().build(&bad).err().unwrap();
+        assert!(e.0.contains("must list 3 functions"), "{e}");
+    }
+}

@@ -1,0 +1,373 @@
+//! Signal processing: DFT (forward / inverse, one-sided, dft_length, axis as attribute or input),
+//! STFT, and the HannWindow / HammingWindow / BlackmanWindow generators.
+//!
+//! Transforms are direct O(n^2) sums in f64, cast back to the input's float type.
+
+use epx_plugin_api::ElementType;
+
+use super::util::{float_values, input, is_float_type, opt_input, scalar_i64, tensor_from_f64};
+use super::{add, one};
+use crate::bail;
+use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::TensorRef;
+
+pub fn register(reg: &mut Registry) {
+    add(reg, "DFT", 17, build_dft);
+    add(reg, "STFT", 17, build_stft);
+    add(reg, "HannWindow", 17, |n| build_window(n, Window::Hann));
+    add(reg, "HammingWindow", 17, |n| {
+        build_window(n, Window::Hamming)
+    });
+    add(reg, "BlackmanWindow", 17, |n| {
+        build_window(n, Window::Blackman)
+    });
+}
+
+/// The DFT of `x` (complex, as (re, im) pairs) with `n` output bins (`x` is zero-padded or
+/// truncated to `n`); `sign` is -1 forward, +1 inverse (unnormalized).
+fn dft(x: &[(f64, f64)], n: usize, bins: usize, sign: f64) -> Vec<(f64, f64)> {
+    let tau = std::f64::consts::TAU;
+    (0..bins)
+        .map(|k| {
+            let mut acc = (0.0, 0.0);
+            for (j, &(re, im)) in x.iter().take(n).enumerate() {
+                // Reduce k*j mod n first for accuracy.
+                let ph = sign * tau * ((k * j) % n.max(1)) as f64 / n as f64;
+                let (s, c) = ph.sin_cos();
+                acc.0 += re * c - im * s;
+                acc.1 += re * s + im * c;
+            }
+            acc
+        })
+        .collect()
+}
+
+fn build_dft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let opset = n.opset;
+    let axis_attr = n.attr_int_or("axis", 1)?;
+    let inverse = n.attr_int_or("inverse", 0)? != 0;
+    let onesided = n.attr_int_or("onesided", 0)? != 0;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape().to_vec();
+        let r = xs.len();
+        if r < 2 || !matches!(xs.last(), Some(1 | 2)) {
+            bail!("{op}: input must have rank >= 2 and a last dim of 1 or 2, got shape {xs:?}");
+        }
+        let axis = if opset >= 20 {
+            match opt_input(inputs, 2) {
+                Some(a) => scalar_i64(&op, "axis", a)?,
+                None => -2,
+            }
+        } else {
+            axis_attr
+        };
+        let ri = r as i64;
+        if axis < -ri || axis >= ri - 1 || (axis < 0 && axis + ri == ri - 1) {
+            bail!("{op}: axis {axis} is out of range for input shape {xs:?}");
+        }
+        let ax = axis.rem_euclid(ri) as usize;
+        let m = xs[ax];
+        let len = match opt_input(inputs, 1) {
+            Some(l) => {
+                let l = scalar_i64(&op, "dft_length", l)?;
+                usize::try_from(l).ok().filter(|&l| l > 0).ok_or_else(|| {
+                    crate::kernel::OpError(format!("{op}: dft_length must be positive, got {l}"))
+                })?
+            }
+            None if inverse && onesided => 2 * m.saturating_sub(1),
+            None => m,
+        };
+        if len == 0 {
+            bail!("{op}: empty transform along axis {ax}");
+        }
+        let complex_in = xs[r - 1] == 2;
+        let xv = float_values(&op, "input", x)?;
+        let outer: usize = xs[..ax].iter().product();
+        let inner: usize = xs[ax + 1..r - 1].iter().product();
+        let get = |o: usize, j: usize, i: usize| -> (f64, f64) {
+            let base = ((o * m + j) * inner + i) * xs[r - 1];
+            let re = xv.get(base).copied().unwrap_or(0.0);
+            let im = if complex_in {
+                xv.get(base + 1).copied().unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            (re, im)
+        };
+        let (bins, out_last) = match (inverse, onesided) {
+            (false, true) => (len / 2 + 1, 2),
+            (true, true) => (len, 1),
+            _ => (len, 2),
+        };
+        let mut out = vec![0.0f64; outer * bins * inner * out_last];
+        let mut sig = vec![(0.0, 0.0); len];
+        for o in 0..outer {
+            for i in 0..inner {
+                for (j, s) in sig.iter_mut().enumerate() {
+                    *s = if inverse && onesided {
+                        // Rebuild the Hermitian spectrum from the first len/2+1 bins.
+                        let h = len / 2;
+                        let (k, conj) = if j <= h { (j, false) } else { (len - j, true) };
+                        let mut v = if k < m { get(o, k, i) } else { (0.0, 0.0) };
+                        if k == 0 || (len % 2 == 0 && k == h) {
+                            v.1 = 0.0;
+                        }
+                        if conj {
+                            v.1 = -v.1;
+                        }
+                        v
+                    } else if j < m {
+                        get(o, j, i)
+                    } else {
+                        (0.0, 0.0)
+                    };
+                }
+                let res = dft(&sig, len, bins, if inverse { 1.0 } else { -1.0 });
+                for (k, (re, im)) in res.into_iter().enumerate() {
+                    let base = ((o * bins + k) * inner + i) * out_last;
+                    let scale = if inverse { 1.0 / len as f64 } else { 1.0 };
+                    if let Some(slot) = out.get_mut(base) {
+                        *slot = re * scale;
+                    }
+                    if out_last == 2 {
+                        if let Some(slot) = out.get_mut(base + 1) {
+                            *slot = im * scale;
+                        }
+                    }
+                }
+            }
+        }
+        let mut shape = xs.clone();
+        shape[ax] = bins;
+        shape[r - 1] = out_last;
+        one(tensor_from_f64(x.elem_type(), &shape, out))
+    }))
+}
+
+fn build_stft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let onesided = n.attr_int_or("onesided", 1)? != 0;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape().to_vec();
+        let &[b, len, c] = xs.as_slice() else {
+            bail!("{op}: signal must have shape [batch, length, 1 or 2], got {xs:?}");
+        };
+        if c != 1 && c != 2 {
+            bail!("{op}: signal must have shape [batch, length, 1 or 2], got {xs:?}");
+        }
+        let step = scalar_i64(&op, "frame_step", input(&op, inputs, 1)?)?;
+        let window = match opt_input(inputs, 2) {
+            Some(w) => {
+                if w.ndim() != 1 {
+                    bail!("{op}: window must be 1-D, got shape {:?}", w.shape());
+                }
+                Some(float_values(&op, "window", w)?)
+            }
+            None => None,
+        };
+        let flen = match opt_input(inputs, 3) {
+            Some(l) => Some(scalar_i64(&op, "frame_length", l)?),
+            None => None,
+        };
+        let flen = match (flen, &window) {
+            (Some(l), Some(w)) if l != w.len() as i64 => {
+                bail!(
+                    "{op}: frame_length {l} differs from the window length {}",
+                    w.len()
+                )
+            }
+            (Some(l), _) => l,
+            (None, Some(w)) => w.len() as i64,
+            (None, None) => bail!("{op}: needs a window or a frame_length"),
+        };
+        if step <= 0 || flen <= 0 || flen as usize > len {
+            bail!(
+                "{op}: frame_step {step} and frame_length {flen} must be positive with frame_length <= {len}"
+            );
+        }
+        let (step, flen) = (step as usize, flen as usize);
+        let frames = 1 + (len - flen) / step;
+        let bins = if onesided { flen / 2 + 1 } else { flen };
+        let xv = float_values(&op, "signal", x)?;
+        let mut out = Vec::with_capacity(b * frames * bins * 2);
+        for bi in 0..b {
+            for f in 0..frames {
+                let sig: Vec<(f64, f64)> = (0..flen)
+                    .map(|j| {
+                        let base = (bi * len + f * step + j) * c;
+                        let w = window
+                            .as_ref()
+                            .map_or(1.0, |w| w.get(j).copied().unwrap_or(0.0));
+                        let re = xv.get(base).copied().unwrap_or(0.0);
+                        let im = if c == 2 {
+                            xv.get(base + 1).copied().unwrap_or(0.0)
+                        } else {
+                            0.0
+                        };
+                        (re * w, im * w)
+                    })
+                    .collect();
+                for (re, im) in dft(&sig, flen, bins, -1.0) {
+                    out.push(re);
+                    out.push(im);
+                }
+            }
+        }
+        one(tensor_from_f64(x.elem_type(), &[b, frames, bins, 2], out))
+    }))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Window {
+    Hann,
+    Hamming,
+    Blackman,
+}
+
+fn build_window(n: &NodeDef, kind: Window) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let periodic = n.attr_int_or("periodic", 1)? != 0;
+    let code = n.attr_int_or("output_datatype", 1)?;
+    let ty = ElementType::from_onnx(code as i32)
+        .filter(|t| {
+            is_float_type(*t)
+                || matches!(
+                    t,
+                    ElementType::Int8
+                        | ElementType::Int16
+                        | ElementType::Int32
+                        | ElementType::Int64
+                        | ElementType::Uint8
+                        | ElementType::Uint16
+                        | ElementType::Uint32
+                        | ElementType::Uint64
+                )
+        })
+        .ok_or_else(|| n.error(format_args!("unsupported output_datatype {code}")))?;
+    Ok(kernel(move |inputs: &[Option<TensorRef<'_>>]| {
+        let size = scalar_i64(&op, "size", input(&op, inputs, 0)?)?;
+        let size = usize::try_from(size)
+            .map_err(|_| crate::kernel::OpError(format!("{op}: size must be >= 0, got {size}")))?;
+        let denom = if periodic {
+            size
+        } else {
+            size.saturating_sub(1)
+        } as f64;
+        let tau = std::f64::consts::TAU;
+        let v: Vec<f64> = (0..size)
+            .map(|i| {
+                let x = if denom == 0.0 {
+                    0.0
+                } else {
+                    tau * i as f64 / denom
+                };
+                match kind {
+                    Window::Hann => 0.5 - 0.5 * x.cos(),
+                    Window::Hamming => 25.0 / 46.0 - (21.0 / 46.0) * x.cos(),
+                    Window::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+                }
+            })
+            .collect();
+        one(tensor_from_f64(ty, &[size], v))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+    use crate::tensor::Tensor;
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
+        let k = Registry::with_all_ops().build(&n)?;
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
+        k.run(&refs)
+    }
+
+    fn close(t: &Tensor, want: &[f32]) {
+        let a = t.as_array::<f32>().unwrap();
+        assert_eq!(a.len(), want.len(), "{a:?} vs {want:?}");
+        for (x, y) in a.iter().zip(want) {
+            assert!((x - y).abs() < 1e-5, "{a:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn dft_round_trip_and_errors() {
+        let x = Tensor::from_vec(&[1, 4, 1], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let n = NodeDef::new("DFT", 20);
+        let o = run(n.clone(), vec![Some(x.clone())]).unwrap();
+        close(&o[0], &[10.0, 0.0, -2.0, 2.0, -2.0, 0.0, -2.0, -2.0]);
+        let inv = NodeDef::new("DFT", 20).with_attr("inverse", AttrValue::Int(1));
+        let back = run(inv, vec![Some(o[0].clone())]).unwrap();
+        close(&back[0], &[1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0]);
+        let rf = n.clone().with_attr("onesided", AttrValue::Int(1));
+        let o = run(rf, vec![Some(x.clone())]).unwrap();
+        assert_eq!(o[0].shape(), &[1, 3, 2]);
+        let irf = NodeDef::new("DFT", 20)
+            .with_attr("inverse", AttrValue::Int(1))
+            .with_attr("onesided", AttrValue::Int(1));
+        let back = run(irf, vec![Some(o[0].clone())]).unwrap();
+        close(&back[0], &[1.0, 2.0, 3.0, 4.0]);
+        let e = run(
+            n.clone(),
+            vec![Some(Tensor::from_vec(&[4], vec![0.0f32; 4]).unwrap())],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("rank >= 2"), "{e}");
+        let e = run(n, vec![Some(x), None, Some(Tensor::scalar(2i64))]).unwrap_err();
+        assert!(e.0.contains("axis 2 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn stft_and_windows() {
+        let x = Tensor::from_vec(&[1, 4, 1], vec![1.0f32, 1.0, 1.0, 1.0]).unwrap();
+        let o = run(
+            NodeDef::new("STFT", 17),
+            vec![
+                Some(x.clone()),
+                Some(Tensor::scalar(2i64)),
+                None,
+                Some(Tensor::scalar(2i64)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o[0].shape(), &[1, 2, 2, 2]);
+        close(&o[0], &[2.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
+        let e = run(
+            NodeDef::new("STFT", 17),
+            vec![
+                Some(x),
+                Some(Tensor::scalar(2i64)),
+                None,
+                Some(Tensor::scalar(9i64)),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.0.contains("frame_length <= 4"), "{e}");
+        let o = run(
+            NodeDef::new("HannWindow", 17),
+            vec![Some(Tensor::scalar(4i32))],
+        )
+        .unwrap();
+        close(&o[0], &[0.0, 0.5, 1.0, 0.5]);
+        let o = run(
+            NodeDef::new("HammingWindow", 17).with_attr("periodic", AttrValue::Int(0)),
+            vec![Some(Tensor::scalar(3i64))],
+        )
+        .unwrap();
+        close(&o[0], &[4.0 / 46.0, 1.0, 4.0 / 46.0]);
+        let o = run(
+            NodeDef::new("BlackmanWindow", 17),
+            vec![Some(Tensor::scalar(2i64))],
+        )
+        .unwrap();
+        close(&o[0], &[0.0, 1.0]);
+    }
+}

@@ -9,6 +9,46 @@ use std::collections::HashMap;
 use crate::ir::{AttributeValue, Dim, Graph, Node, ValueId, ValueType};
 use crate::tensor::{ElementType, Tensor};
 
+/// Elementwise ops with one tensor input whose output has the input's type and shape.
+const UNARY_ELEMENTWISE: [&str; 36] = [
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Erf",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "Softplus",
+    "Softsign",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "HardSwish",
+    "ThresholdedRelu",
+    "Gelu",
+    "Mish",
+];
+
 /// Where an op's output type comes from.
 enum Rule {
     /// The type of input `k`.
@@ -23,44 +63,9 @@ enum Rule {
 fn rule(op: &str, output: usize) -> Option<Rule> {
     use Rule::*;
     Some(match (op, output) {
+        (op, _) if UNARY_ELEMENTWISE.contains(&op) => Input(0),
         (
-            "Relu"
-            | "Sigmoid"
-            | "Tanh"
-            | "Abs"
-            | "Neg"
-            | "Exp"
-            | "Log"
-            | "Sqrt"
-            | "Reciprocal"
-            | "Floor"
-            | "Ceil"
-            | "Round"
-            | "Sign"
-            | "Erf"
-            | "Sin"
-            | "Cos"
-            | "Tan"
-            | "Asin"
-            | "Acos"
-            | "Atan"
-            | "Sinh"
-            | "Cosh"
-            | "Asinh"
-            | "Acosh"
-            | "Atanh"
-            | "Softplus"
-            | "Softsign"
-            | "LeakyRelu"
-            | "Elu"
-            | "Selu"
-            | "Celu"
-            | "HardSigmoid"
-            | "HardSwish"
-            | "ThresholdedRelu"
-            | "Gelu"
-            | "Mish"
-            | "PRelu"
+            "PRelu"
             | "Add"
             | "Sub"
             | "Mul"
@@ -423,43 +428,8 @@ fn output_shapes(
     let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
     let one = |s: Option<Vec<Dim>>| vec![s];
     match node.op_type.as_str() {
-        "Relu"
-        | "Sigmoid"
-        | "Tanh"
-        | "Abs"
-        | "Neg"
-        | "Exp"
-        | "Log"
-        | "Sqrt"
-        | "Reciprocal"
-        | "Floor"
-        | "Ceil"
-        | "Round"
-        | "Sign"
-        | "Erf"
-        | "Sin"
-        | "Cos"
-        | "Tan"
-        | "Asin"
-        | "Acos"
-        | "Atan"
-        | "Sinh"
-        | "Cosh"
-        | "Asinh"
-        | "Acosh"
-        | "Atanh"
-        | "Softplus"
-        | "Softsign"
-        | "LeakyRelu"
-        | "Elu"
-        | "Selu"
-        | "Celu"
-        | "HardSigmoid"
-        | "HardSwish"
-        | "ThresholdedRelu"
-        | "Gelu"
-        | "Mish"
-        | "Softmax"
+        op if UNARY_ELEMENTWISE.contains(&op) => one(input(0).cloned()),
+        "Softmax"
         | "LogSoftmax"
         | "Hardmax"
         | "Cast"

@@ -4,84 +4,16 @@
 //!
 //! Needs the plugin built: `cargo build --workspace` before `cargo test`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use epx::npy::{NpyArray, read_npy};
+use epx::npy::NpyArray;
 use epx::{ElementType, Environment, ExecutionProvider, Session, Tensor};
-use epx_tests::{TempDir, built_library, repo_root};
+use epx_tests::examples::{
+    env_for, f32s, model_path, reference_inputs, reference_npy, run, shipped_plugin,
+};
 
 const MODELS: [&str; 2] = ["mnist-cnn", "mlp-int"];
-
-/// A plugin folder holding the CPU plugin library and its `plugin.toml`.
-fn cpu_plugin_dir() -> TempDir {
-    let dir = TempDir::new("cpu-plugin").expect("temp dir");
-    let manifest = std::fs::read_to_string(repo_root().join("plugins/cpu/cdylib/plugin.toml"))
-        .expect("read plugin.toml");
-    dir.add_plugin("cpu", &built_library("epx_cpu"), Some(&manifest))
-        .expect("copy the CPU plugin");
-    dir
-}
-
-fn env_for(dir: &TempDir) -> Arc<Environment> {
-    let env = Environment::builder()
-        .with_plugin_dirs([dir.path()])
-        .commit()
-        .expect("environment");
-    assert!(
-        env.discovery().problems.is_empty(),
-        "{:?}",
-        env.discovery().problems
-    );
-    env
-}
-
-fn models_dir() -> PathBuf {
-    repo_root().join("examples/models")
-}
-
-/// The `<model>.<kind>.<name>.npy` files next to a model, by value name (sorted).
-fn npy_files(model: &str, kind: &str) -> Vec<(String, NpyArray)> {
-    let prefix = format!("{model}.{kind}.");
-    let mut found: Vec<(String, NpyArray)> = std::fs::read_dir(models_dir())
-        .expect("read examples/models")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let name = file
-                .strip_prefix(&prefix)?
-                .strip_suffix(".npy")?
-                .to_string();
-            Some((name, e.path()))
-        })
-        .map(|(name, path)| {
-            let array = read_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            (name, array)
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(
-        !found.is_empty(),
-        "no {prefix}*.npy files in {}",
-        models_dir().display()
-    );
-    found
-}
-
-fn tensor(a: &NpyArray) -> Tensor {
-    Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy data makes a tensor")
-}
-
-fn inputs(model: &str) -> Vec<(String, Tensor)> {
-    npy_files(model, "input")
-        .iter()
-        .map(|(n, a)| (n.clone(), tensor(a)))
-        .collect()
-}
-
-fn model_path(model: &str) -> PathBuf {
-    models_dir().join(format!("{model}.onnx"))
-}
 
 fn builtin_session(env: &Arc<Environment>, model: &Path) -> Session {
     Session::builder()
@@ -99,22 +31,6 @@ fn plugin_session(env: &Arc<Environment>, model: &Path) -> Session {
         .expect("providers")
         .commit_from_file(model)
         .expect("plugin session")
-}
-
-fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
-    session
-        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
-        .expect("run")
-        .into_iter()
-        .map(|(n, v)| (n, v.into_host().expect("host output")))
-        .collect()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Compares an output with onnxruntime's: 1e-5 absolute + 1e-4 relative for floats, exact
@@ -151,7 +67,12 @@ fn assert_matches_reference(model: &str, name: &str, got: &Tensor, want: &NpyArr
 
 #[test]
 fn cpu_plugin_matches_builtin_cpu_and_onnxruntime() {
-    let dir = cpu_plugin_dir();
+    let dir = shipped_plugin(
+        "cpu-plugin",
+        "cpu",
+        "plugins/cpu/cdylib/plugin.toml",
+        "epx_cpu",
+    );
     let env = env_for(&dir);
     let (lib, index) = env
         .find_provider("cpu/cpu")
@@ -170,8 +91,8 @@ fn cpu_plugin_matches_builtin_cpu_and_onnxruntime() {
 
     for model in MODELS {
         let path = model_path(model);
-        let inputs = inputs(model);
-        let references = npy_files(model, "output");
+        let inputs = reference_inputs(model);
+        let references = reference_npy(model, "output");
 
         let builtin = builtin_session(&env, &path);
         assert_eq!(builtin.providers(), ["cpu"], "{model}");
@@ -209,11 +130,16 @@ fn cpu_plugin_matches_builtin_cpu_and_onnxruntime() {
 
 #[test]
 fn one_plugin_session_from_four_threads() {
-    let dir = cpu_plugin_dir();
+    let dir = shipped_plugin(
+        "cpu-plugin",
+        "cpu",
+        "plugins/cpu/cdylib/plugin.toml",
+        "epx_cpu",
+    );
     let env = env_for(&dir);
     for model in MODELS {
         let session = plugin_session(&env, &model_path(model));
-        let inputs = inputs(model);
+        let inputs = reference_inputs(model);
         let first = run(&session, &inputs);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
@@ -237,7 +163,7 @@ fn one_plugin_session_from_four_threads() {
                 h.join().expect("a thread panicked");
             }
         });
-        for (name, reference) in &npy_files(model, "output") {
+        for (name, reference) in &reference_npy(model, "output") {
             let got = first
                 .iter()
                 .find(|(n, _)| n == name)

@@ -229,3 +229,110 @@ pub mod models {
         .encode_to_vec()
     }
 }
+
+/// The example models in `examples/models/`, their reference `.npy` files, and sessions over
+/// shipped plugins.
+pub mod examples {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use epx::npy::{NpyArray, read_npy};
+    use epx::{Environment, Session, Tensor};
+
+    use crate::{TempDir, built_library, repo_root};
+
+    pub fn models_dir() -> PathBuf {
+        repo_root().join("examples/models")
+    }
+
+    /// `examples/models/<model>.onnx`.
+    pub fn model_path(model: &str) -> PathBuf {
+        models_dir().join(format!("{model}.onnx"))
+    }
+
+    /// The `<model>.<kind>.<name>.npy` files next to a model (`kind` is `input` or `output`),
+    /// by value name, sorted.
+    pub fn reference_npy(model: &str, kind: &str) -> Vec<(String, NpyArray)> {
+        let prefix = format!("{model}.{kind}.");
+        let mut found: Vec<(String, NpyArray)> = std::fs::read_dir(models_dir())
+            .expect("read examples/models")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let file = e.file_name().to_string_lossy().into_owned();
+                let name = file
+                    .strip_prefix(&prefix)?
+                    .strip_suffix(".npy")?
+                    .to_string();
+                Some((name, e.path()))
+            })
+            .map(|(name, path)| {
+                let array = read_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                (name, array)
+            })
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert!(
+            !found.is_empty(),
+            "no {prefix}*.npy files in {}",
+            models_dir().display()
+        );
+        found
+    }
+
+    /// A `.npy` array as a tensor.
+    pub fn tensor(a: &NpyArray) -> Tensor {
+        Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy data makes a tensor")
+    }
+
+    /// The reference inputs of a model, by name.
+    pub fn reference_inputs(model: &str) -> Vec<(String, Tensor)> {
+        reference_npy(model, "input")
+            .iter()
+            .map(|(n, a)| (n.clone(), tensor(a)))
+            .collect()
+    }
+
+    /// Runs a session and brings every output to host memory.
+    pub fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+        session
+            .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+            .expect("run")
+            .into_iter()
+            .map(|(n, v)| (n, v.into_host().expect("host output")))
+            .collect()
+    }
+
+    /// Little-endian f32 bytes as numbers.
+    pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// A plugin folder `<folder>/` holding the built library `lib_name` and the repo's
+    /// `plugin.toml` at `manifest` (relative to the repo root).
+    pub fn shipped_plugin(tag: &str, folder: &str, manifest: &str, lib_name: &str) -> TempDir {
+        let dir = TempDir::new(tag).expect("temp dir");
+        let path = repo_root().join(manifest);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        dir.add_plugin(folder, &built_library(lib_name), Some(&text))
+            .expect("copy the plugin");
+        dir
+    }
+
+    /// An environment over one plugin folder, which must hold no broken plugin.
+    pub fn env_for(dir: &TempDir) -> Arc<Environment> {
+        let env = Environment::builder()
+            .with_plugin_dirs([dir.path()])
+            .commit()
+            .expect("environment");
+        assert!(
+            env.discovery().problems.is_empty(),
+            "{:?}",
+            env.discovery().problems
+        );
+        env
+    }
+}

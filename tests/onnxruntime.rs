@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Once};
 
-use epx::npy::{NpyArray, read_npy};
 use epx::{ElementType, Environment, ExecutionProvider, Session, Tensor};
+use epx_tests::examples::{env_for, f32s, model_path, reference_inputs, reference_npy, run};
 use epx_tests::{TempDir, artifact_dir, built_library, repo_root};
 
 /// Where the fetch script puts the libraries.
@@ -47,62 +47,6 @@ fn plugin_dir(ep: &str) -> TempDir {
     dir
 }
 
-fn env_for(dir: &TempDir) -> Arc<Environment> {
-    let env = Environment::builder()
-        .with_plugin_dirs([dir.path()])
-        .commit()
-        .expect("environment");
-    assert!(
-        env.discovery().problems.is_empty(),
-        "{:?}",
-        env.discovery().problems
-    );
-    env
-}
-
-fn models_dir() -> PathBuf {
-    repo_root().join("examples/models")
-}
-
-fn model_path(model: &str) -> PathBuf {
-    models_dir().join(format!("{model}.onnx"))
-}
-
-fn npy_files(model: &str, kind: &str) -> Vec<(String, NpyArray)> {
-    let prefix = format!("{model}.{kind}.");
-    let mut found: Vec<(String, NpyArray)> = std::fs::read_dir(models_dir())
-        .expect("read examples/models")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let name = file
-                .strip_prefix(&prefix)?
-                .strip_suffix(".npy")?
-                .to_string();
-            Some((name, e.path()))
-        })
-        .map(|(name, path)| {
-            let array = read_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            (name, array)
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!found.is_empty(), "no {prefix}*.npy files");
-    found
-}
-
-fn inputs(model: &str) -> Vec<(String, Tensor)> {
-    npy_files(model, "input")
-        .iter()
-        .map(|(n, a)| {
-            (
-                n.clone(),
-                Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy tensor"),
-            )
-        })
-        .collect()
-}
-
 fn session(env: &Arc<Environment>, model: &Path, eps: Vec<ExecutionProvider>) -> Session {
     Session::builder()
         .expect("builder")
@@ -111,22 +55,6 @@ fn session(env: &Arc<Environment>, model: &Path, eps: Vec<ExecutionProvider>) ->
         .expect("providers")
         .commit_from_file(model)
         .unwrap_or_else(|e| panic!("session for {}: {e}", model.display()))
-}
-
-fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
-    session
-        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
-        .expect("run")
-        .into_iter()
-        .map(|(n, v)| (n, v.into_host().expect("host output")))
-        .collect()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Floats within 1e-5, everything else exactly.
@@ -149,7 +77,7 @@ fn assert_close(what: &str, got: &[(String, Tensor)], want: &[(String, Tensor)])
 
 /// The reference `.npy` outputs (computed by onnxruntime when the models were made).
 fn assert_matches_reference(model: &str, got: &[(String, Tensor)]) {
-    for (name, want) in npy_files(model, "output") {
+    for (name, want) in reference_npy(model, "output") {
         let (_, g) = got
             .iter()
             .find(|(n, _)| *n == name)
@@ -182,7 +110,7 @@ fn ort_cpu_runs_the_example_models_like_the_cpu_ep() {
     assert!(lib.providers[index].concurrent_kernels);
     for model in ["mnist-cnn", "mlp-int"] {
         let path = model_path(model);
-        let inputs = inputs(model);
+        let inputs = reference_inputs(model);
         let cpu = session(&env, &path, vec![]);
         let ort = session(
             &env,
@@ -237,7 +165,7 @@ fn ort_cpu_and_the_cpu_ep_share_a_model() {
     );
     let placement = s.node_placement();
     assert_eq!(placement.iter().filter(|p| **p == "ort_cpu").count(), 4);
-    let inputs = inputs(model);
+    let inputs = reference_inputs(model);
     let got = run(&s, &inputs);
     assert_close(model, &got, &run(&session(&env, &path, vec![]), &inputs));
     assert_matches_reference(model, &got);

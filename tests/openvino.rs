@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Once};
 
-use epx::npy::read_npy;
 use epx::{ElementType, Environment, ExecutionProvider, Session, Tensor};
-use epx_tests::{TempDir, built_library, repo_root};
+use epx_tests::examples::{env_for, model_path, reference_inputs, run, shipped_plugin};
+use epx_tests::{TempDir, repo_root};
 
 const EP: &str = "openvino";
 const MODELS: [&str; 2] = ["mnist-cnn", "mlp-int"];
@@ -51,61 +51,6 @@ fn use_fetched_runtime() {
     });
 }
 
-/// A plugin folder `openvino/` holding the built plugin and its `plugin.toml`.
-fn plugin_dir() -> TempDir {
-    let dir = TempDir::new("openvino").expect("temp dir");
-    let manifest = std::fs::read_to_string(repo_root().join("plugins/openvino/plugin.toml"))
-        .expect("read plugins/openvino/plugin.toml");
-    dir.add_plugin("openvino", &built_library("epx_openvino"), Some(&manifest))
-        .expect("copy the OpenVINO plugin");
-    dir
-}
-
-fn env_for(dir: &TempDir) -> Arc<Environment> {
-    let env = Environment::builder()
-        .with_plugin_dirs([dir.path()])
-        .commit()
-        .expect("environment");
-    assert!(
-        env.discovery().problems.is_empty(),
-        "{:?}",
-        env.discovery().problems
-    );
-    env
-}
-
-fn model_path(model: &str) -> PathBuf {
-    repo_root()
-        .join("examples/models")
-        .join(format!("{model}.onnx"))
-}
-
-/// The `<model>.input.<name>.npy` tensors next to a model.
-fn inputs(model: &str) -> Vec<(String, Tensor)> {
-    let dir = repo_root().join("examples/models");
-    let prefix = format!("{model}.input.");
-    let mut found: Vec<(String, Tensor)> = std::fs::read_dir(&dir)
-        .expect("read examples/models")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let name = file
-                .strip_prefix(&prefix)?
-                .strip_suffix(".npy")?
-                .to_string();
-            Some((name, e.path()))
-        })
-        .map(|(name, path)| {
-            let a = read_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let t = Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy tensor");
-            (name, t)
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!found.is_empty(), "no {prefix}*.npy in {}", dir.display());
-    found
-}
-
 fn cpu_session(env: &Arc<Environment>, model: &str) -> Session {
     Session::builder()
         .expect("builder")
@@ -127,15 +72,6 @@ fn openvino_session(
         .with_environment(env.clone())
         .with_execution_providers([ep])?
         .commit_from_file(model_path(model))
-}
-
-fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
-    session
-        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
-        .expect("run")
-        .into_iter()
-        .map(|(n, v)| (n, v.into_host().expect("host output")))
-        .collect()
 }
 
 fn f32s(t: &Tensor) -> Vec<f32> {
@@ -188,7 +124,12 @@ fn assert_close(
 #[test]
 fn models_match_the_cpu_ep_in_f32() {
     use_fetched_runtime();
-    let dir = plugin_dir();
+    let dir = shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    );
     let env = env_for(&dir);
     let (lib, i) = env.find_provider(EP).expect("the OpenVINO plugin is found");
     assert!(
@@ -204,7 +145,7 @@ fn models_match_the_cpu_ep_in_f32() {
     );
 
     for model in MODELS {
-        let inputs = inputs(model);
+        let inputs = reference_inputs(model);
         let want = run(&cpu_session(&env, model), &inputs);
         for options in [
             &[("precision", "f32")][..],
@@ -230,10 +171,15 @@ fn models_match_the_cpu_ep_in_f32() {
 #[test]
 fn bf16_precision_changes_results_a_little() {
     use_fetched_runtime();
-    let dir = plugin_dir();
+    let dir = shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    );
     let env = env_for(&dir);
     let model = "mnist-cnn";
-    let inputs = inputs(model);
+    let inputs = reference_inputs(model);
     let f32_out = run(
         &openvino_session(&env, model, &[("precision", "f32")]).expect("f32 session"),
         &inputs,
@@ -256,11 +202,16 @@ fn bf16_precision_changes_results_a_little() {
 #[test]
 fn one_session_from_four_threads() {
     use_fetched_runtime();
-    let dir = plugin_dir();
+    let dir = shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    );
     let env = env_for(&dir);
     for model in MODELS {
         let session = openvino_session(&env, model, &[]).expect("session");
-        let inputs = inputs(model);
+        let inputs = reference_inputs(model);
         let first = run(&session, &inputs);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
@@ -286,7 +237,12 @@ fn one_session_from_four_threads() {
 #[test]
 fn bad_options_are_errors_naming_the_valid_keys() {
     use_fetched_runtime();
-    let dir = plugin_dir();
+    let dir = shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    );
     let env = env_for(&dir);
     let err = openvino_session(&env, "mlp-int", &[("colour", "red")])
         .err()
@@ -367,7 +323,12 @@ fn child_reports_what_it_searched() {
         std::env::var_os(CHILD_VAR).is_some(),
         "run by missing_runtime_names_the_places_searched, with its environment"
     );
-    let dir = plugin_dir();
+    let dir = shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    );
     let env = env_for(&dir);
     let (lib, i) = env
         .find_provider(EP)

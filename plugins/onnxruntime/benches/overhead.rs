@@ -25,13 +25,13 @@
 //! `EPX_BENCH_ITERS_SCALE=0.1` runs a tenth of the iterations (smoke test).
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epx::npy::read_npy;
 use epx::{ElementType, Environment, ExecutionProvider, Tensor};
+use epx_tests::examples::{f32s, reference_npy, tensor};
 use epx_tests::{TempDir, artifact_dir, library_file_name, repo_root};
 use ort::session::{Session as OrtSession, SessionInputValue};
 use ort::value::TensorRef;
@@ -73,49 +73,21 @@ struct Input {
     data: Vec<f32>,
 }
 
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 /// The model's `<stem>.input.<name>.npy` files, sorted by name.
-fn inputs(models: &Path, stem: &str) -> Vec<Input> {
-    let prefix = format!("{stem}.input.");
-    let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(models)
-        .unwrap_or_else(|e| fail(format!("{}: {e}", models.display())))
-        .flatten()
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let name = file
-                .strip_prefix(&prefix)?
-                .strip_suffix(".npy")?
-                .to_string();
-            Some((name, e.path()))
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        fail(format!("no {prefix}*.npy in {}", models.display()));
-    }
-    files
+fn inputs(stem: &str) -> Vec<Input> {
+    reference_npy(stem, "input")
         .into_iter()
-        .map(|(name, path)| {
-            let a = read_npy(&path).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+        .map(|(name, a)| {
             if a.elem_type != ElementType::Float {
                 fail(format!(
-                    "{}: only float32 inputs are supported here",
-                    path.display()
+                    "{stem} input {name}: only float32 inputs are supported here"
                 ));
             }
-            let tensor = Tensor::from_bytes(a.elem_type, &a.shape, &a.data)
-                .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
             Input {
-                name,
-                tensor,
+                tensor: tensor(&a),
                 shape: a.shape.iter().map(|&d| d as i64).collect(),
                 data: f32s(&a.data),
+                name,
             }
         })
         .collect()
@@ -288,7 +260,7 @@ fn main() {
         let path = models.join(format!("{}.onnx", case.stem));
         let bytes =
             std::fs::read(&path).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
-        let inputs = inputs(&models, case.stem);
+        let inputs = inputs(case.stem);
 
         let epx_session = epx::Session::builder()
             .and_then(|b| {

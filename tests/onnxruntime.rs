@@ -171,6 +171,95 @@ fn ort_cpu_and_the_cpu_ep_share_a_model() {
     assert_matches_reference(model, &got);
 }
 
+/// The device path of the adapter (ORT's allocator, IO binding, copies through ORT), run
+/// without a GPU: the `ort_cpu_device` fixture is ORT's CPU EP with its tensors in memory from
+/// ORT's allocator, declared as its own memory space. The CUDA and TensorRT plugins take the
+/// same path with ORT's CUDA allocator (`tests/gpu/check-cuda.sh` runs it on a GPU).
+#[test]
+fn an_ort_ep_with_its_own_memory_keeps_tensors_there_between_kernels() {
+    if !ort_ready() {
+        return;
+    }
+    let dir = TempDir::new("ort-device").expect("temp dir");
+    dir.add_plugin(
+        "ort_cpu_device",
+        &built_library("epx_fixture_ort_cpu_device"),
+        Some(
+            "name = \"ort_cpu_device\"\nversion = \"0.1.0\"\nabi = \"1.1\"\n\
+             providers = [\"ort_cpu_device\"]\n\n[library]\nlinux = \"libepx_fixture_ort_cpu_device.so\"\n",
+        ),
+    )
+    .expect("copy the plugin");
+    let env = env_for(&dir);
+    let model = "mnist-cnn";
+    let path = model_path(model);
+    let inputs = reference_inputs(model);
+    let want = run(&session(&env, &path, vec![]), &inputs);
+    let ep = || ExecutionProvider::new("ort_cpu_device").error_on_failure();
+
+    // Conv, BatchNormalization and Relu on the EP, the pools and the head on the CPU EP: two
+    // groups, conv1→bn1→relu1 and conv2→relu2. Values inside a group never leave ORT; each
+    // group's input goes to the device and its output comes back: four copies.
+    let split = session(
+        &env,
+        &path,
+        vec![ep().with_option("ops", "Conv,BatchNormalization,Relu")],
+    );
+    assert_eq!(split.providers(), ["ort_cpu_device", "cpu"]);
+    let got = run(&split, &inputs);
+    assert_close(model, &got, &want);
+    assert_matches_reference(model, &got);
+    let report = split.placement();
+    assert_eq!(report.copies.len(), 4, "{:#?}", report.copies);
+    let (to_dev, to_host) =
+        report
+            .copies
+            .iter()
+            .fold((0, 0), |(d, h), c| match (c.from.as_str(), c.to.as_str()) {
+                ("host", "ort_cpu_device") => (d + 1, h),
+                ("ort_cpu_device", "host") => (d, h + 1),
+                other => panic!("unexpected copy {other:?}: {c:?}"),
+            });
+    assert_eq!((to_dev, to_host), (2, 2), "{:#?}", report.copies);
+    for c in &report.copies {
+        assert!(
+            c.last_run_bytes.is_some_and(|b| b > 0),
+            "copy of {} did not run: {c:?}",
+            c.value
+        );
+    }
+
+    // Every node on the EP, the output kept there: one copy in (the image), none out; the
+    // output is read back through the EP's copy to the host.
+    let output = reference_npy(model, "output")
+        .into_iter()
+        .next()
+        .expect("a reference output")
+        .0;
+    let whole = Session::builder()
+        .expect("builder")
+        .with_environment(env.clone())
+        .with_execution_providers([ep()])
+        .expect("providers")
+        .with_device_outputs([output.as_str()])
+        .commit_from_file(&path)
+        .expect("session");
+    assert_eq!(whole.providers(), ["ort_cpu_device"]);
+    assert_eq!(
+        whole.placement().copies.len(),
+        1,
+        "{:#?}",
+        whole.placement().copies
+    );
+    let outs = whole
+        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+        .expect("run");
+    let on_device = outs.device(&output).expect("the output stays on the EP");
+    assert_eq!(on_device.provider_name(), "ort_cpu_device");
+    let host = on_device.to_host().expect("copy back through ORT");
+    assert_close(model, &[(output.clone(), host)], &want);
+}
+
 #[test]
 fn unknown_options_name_the_valid_ones() {
     if !ort_ready() {

@@ -11,6 +11,9 @@
 #   bash tests/gpu/check-cuda.sh --require-tensorrt   # a TensorRT that cannot be set up is a FAIL
 #   bash tests/gpu/check-cuda.sh --no-gpu        # skip the nvidia-smi check (testing the script
 #                                                # itself on a machine without a GPU: cuda FAILs)
+#   bash tests/gpu/check-cuda.sh --site DIR ...  # offline: libraries already unpacked in DIR
+#                                                # (site-packages layout; repeatable), no download
+#   bash tests/gpu/check-cuda.sh --prebuilt DIR  # offline: epx and the plugins already built in DIR
 #
 # Exit status: 0 when every EP checked passed (TensorRT may be SKIPPED unless --require-tensorrt),
 # 1 on any FAIL, 2 on bad usage or a missing prerequisite.
@@ -21,20 +24,31 @@ ROOT="$PWD"
 DRY_RUN=0
 REQUIRE_TRT=0
 NO_GPU=0
-for arg in "$@"; do
-    case "$arg" in
+SITES=()
+PREBUILT=""
+while (($#)); do
+    case "$1" in
         --dry-run) DRY_RUN=1 ;;
         --require-tensorrt) REQUIRE_TRT=1 ;;
         --no-gpu) NO_GPU=1 ;;
+        --site | --prebuilt)
+            [[ $# -ge 2 && -d $2 ]] || {
+                echo "check-cuda.sh: $1 needs an existing folder" >&2
+                exit 2
+            }
+            if [[ $1 == --site ]]; then SITES+=("$(cd "$2" && pwd)"); else PREBUILT="$(cd "$2" && pwd)"; fi
+            shift
+            ;;
         -h | --help)
-            sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
-            echo "check-cuda.sh: unknown argument \`$arg\` (try --help)" >&2
+            echo "check-cuda.sh: unknown argument \`$1\` (try --help)" >&2
             exit 2
             ;;
     esac
+    shift
 done
 
 # --- Pins ---------------------------------------------------------------------------------------
@@ -75,7 +89,8 @@ MODEL="examples/models/mnist-cnn.onnx"
 INPUT="examples/models/mnist-cnn.input.image.npy"
 REFERENCE="examples/models/mnist-cnn.output.probabilities.npy"
 TOL="1e-4"
-EPX="$ROOT/target/release/epx"
+BIN="${PREBUILT:-$ROOT/target/release}"
+EPX="$BIN/epx"
 
 # pip download for a manylinux x86-64 CPython 3.11 (the libraries inside do not depend on the
 # Python version; this only selects the file), without dependencies and without pip's cache.
@@ -120,10 +135,13 @@ step "1/8 prerequisites"
 if [[ "$(uname -s)/$(uname -m)" != "Linux/x86_64" ]]; then
     die "needs Linux x86-64 (the onnxruntime-gpu and nvidia wheels pinned here are for it)"
 fi
-for tool in python3 cargo; do
-    command -v "$tool" >/dev/null || die "\`$tool\` is not on PATH"
-done
-python3 -m pip --version >/dev/null 2>&1 || die "python3 has no pip (python3 -m pip)"
+command -v python3 >/dev/null || die "\`python3\` is not on PATH"
+if [[ -z $PREBUILT ]]; then
+    command -v cargo >/dev/null || die "\`cargo\` is not on PATH (or give --prebuilt DIR)"
+fi
+if ((${#SITES[@]} == 0)); then
+    python3 -m pip --version >/dev/null 2>&1 || die "python3 has no pip (python3 -m pip)"
+fi
 if ((DRY_RUN)); then
     echo "+ nvidia-smi   (must work; CUDA Version >= 13.0, i.e. driver >= 580)"
 elif ((NO_GPU)); then
@@ -139,6 +157,8 @@ else
     fi
 fi
 
+# Steps 2 and 3, skipped with --site.
+fetch_and_unpack() {
 # --- 2. Wheels ----------------------------------------------------------------------------------
 step "2/8 download the pinned wheels into ${WHEELS#"$ROOT"/}"
 run mkdir -p "$WHEELS"
@@ -197,9 +217,21 @@ PY
         echo "the TensorRT wheel holds no tensorrt_libs/libnvinfer.so.10; the tensorrt check will be skipped"
     fi
 fi
+}
+
+if ((${#SITES[@]})); then
+    step "2-3/8 offline: libraries from ${SITES[*]}"
+    TRT_OK=0
+    for d in "${SITES[@]}"; do
+        [[ -e $d/tensorrt_libs/libnvinfer.so.10 ]] && TRT_OK=1
+    done
+    ((TRT_OK)) || echo "no tensorrt_libs/libnvinfer.so.10 under the --site folders; the tensorrt check will be skipped"
+else
+    fetch_and_unpack
+fi
 
 # numpy for the comparison (only if python3 lacks it), into its own folder.
-if ! python3 -c 'import numpy' 2>/dev/null; then
+if ! python3 -c 'import numpy' 2>/dev/null && ((${#SITES[@]} == 0)); then
     if python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         numpy_pin="$NUMPY_PIN_PY311"
     else
@@ -211,7 +243,12 @@ fi
 
 # --- 4. Build -----------------------------------------------------------------------------------
 step "4/8 build the workspace (release)"
-if ! run cargo build --release --workspace; then
+if [[ -n $PREBUILT ]]; then
+    echo "--prebuilt: using $BIN"
+    for f in epx libepx_cuda.so libepx_tensorrt.so; do
+        [[ -f $BIN/$f ]] || die "--prebuilt $BIN has no $f"
+    done
+elif ! run cargo build --release --workspace; then
     echo "FAIL build: cargo build --release --workspace failed (see above); nothing was run"
     exit 1
 fi
@@ -221,7 +258,7 @@ step "5/8 plugin folders in ${PLUGINS#"$ROOT"/}"
 for ep in cuda tensorrt; do
     run mkdir -p "$PLUGINS/$ep"
     run cp "plugins/onnxruntime/eps/$ep/plugin.toml" "$PLUGINS/$ep/plugin.toml"
-    run cp "target/release/libepx_$ep.so" "$PLUGINS/$ep/"
+    run cp "$BIN/libepx_$ep.so" "$PLUGINS/$ep/"
     run chmod 755 "$PLUGINS" "$PLUGINS/$ep"
 done
 
@@ -230,10 +267,16 @@ done
 # libonnxruntime_providers_{cuda,tensorrt}.so from its own folder, and those need the loader to
 # find the CUDA, cuDNN and TensorRT libraries: LD_LIBRARY_PATH.
 unset EPX_ORT_LIBRARY ORT_DYLIB_PATH
-export EPX_ORT_SEARCH_PATH="$SITE"
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-ld="$SITE/onnxruntime/capi:$SITE/nvidia/cu13/lib:$SITE/nvidia/cudnn/lib"
-((TRT_OK)) && ld="$ld:$SITE/tensorrt_libs"
+((${#SITES[@]})) || SITES=("$SITE")
+joined="$(IFS=:; echo "${SITES[*]}")"
+export EPX_ORT_SEARCH_PATH="$joined"
+export PYTHONPATH="$joined${PYTHONPATH:+:$PYTHONPATH}"
+ld=""
+for d in "${SITES[@]}"; do
+    for lib in "$d/onnxruntime/capi" "$d"/nvidia/*/lib "$d/tensorrt_libs"; do
+        [[ -d $lib ]] && ld="${ld:+$ld:}$lib"
+    done
+done
 export LD_LIBRARY_PATH="$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "EPX_ORT_SEARCH_PATH=$EPX_ORT_SEARCH_PATH"
 echo "PYTHONPATH=$PYTHONPATH"
@@ -260,8 +303,8 @@ run "$EPX" providers --plugin-dir "$PLUGINS/cuda" --plugin-dir "$PLUGINS/tensorr
 step "7/8 run $MODEL on the CPU EP, cuda and tensorrt"
 run rm -rf "$OUT"
 run mkdir -p "$OUT"
-epx_run() { # NAME EP-ARGS...
-    local name=$1
+epx_run() { # NAME EP-ARGS... (NAME: the EP, or EP_variant)
+    local name=$1 ep=${1%%_*}
     shift
     local log="$OUT/$name.log"
     if ((DRY_RUN)); then
@@ -274,9 +317,9 @@ epx_run() { # NAME EP-ARGS...
     fi
     [[ $name == cpu ]] && return 0
     # The placement line: "model: ... (N nodes, K kernels; cuda: N nodes)".
-    if ! grep -Eq "^model: .*[(;,] ?$name: [0-9]+ node" "$log"; then
+    if ! grep -Eq "^model: .*[(;,] ?$ep: [0-9]+ node" "$log"; then
         # The EP loaded but declined every node (its per-node probes failed): say why.
-        echo "no node was placed on $name; the EP's reasons (RUST_LOG=debug epx partition):"
+        echo "no node was placed on $ep; the EP's reasons (RUST_LOG=debug epx partition):"
         RUST_LOG=debug "$EPX" partition "$MODEL" "$@" \
             --plugin-dir "$PLUGINS/cuda" --plugin-dir "$PLUGINS/tensorrt" 2>&1 |
             sed 's/\x1b\[[0-9;]*m//g' | grep -m 3 'declines' | cut -c1-600 || true
@@ -291,6 +334,20 @@ if ! epx_run cpu; then
 fi
 if [[ ${RESULT[cuda]:-} != FAIL ]] && ! epx_run cuda --ep cuda; then
     fail cuda "epx run --ep cuda failed (see $OUT/cuda.log)"
+fi
+# The cuda plugin keeps tensors in CUDA memory (ONNX Runtime's allocator, IO binding): the
+# placement lists the copies between host and cuda memory. Then a split placement: Conv,
+# BatchNormalization and Relu on cuda, the rest on epx's CPU EP, so tensors cross both ways.
+if [[ ${RESULT[cuda]:-} != FAIL ]]; then
+    if ((DRY_RUN)); then
+        echo "+ $EPX partition $MODEL --ep cuda"
+    else
+        "$EPX" partition "$MODEL" --ep cuda --plugin-dir "$PLUGINS/cuda" | tee "$OUT/cuda.partition" || true
+        grep -q "cuda" "$OUT/cuda.partition" || echo "note: the partition printout names no cuda copies"
+    fi
+    if ! epx_run cuda_split --ep "cuda:ops=Conv,BatchNormalization,Relu"; then
+        fail cuda_split "epx run with Conv/BatchNormalization/Relu on cuda failed (see $OUT/cuda_split.log)"
+    fi
 fi
 if [[ -z ${RESULT[tensorrt]:-} ]]; then
     if ((!TRT_OK)) && ((!REQUIRE_TRT)); then
@@ -342,8 +399,12 @@ PY
 if [[ -z ${RESULT[cpu]:-} ]] && ! compare cpu; then
     fail cpu "the CPU EP's output differs from the reference"
 fi
-for ep in cuda tensorrt; do
+for ep in cuda cuda_split tensorrt; do
     [[ -n ${RESULT[$ep]:-} ]] && continue
+    if [[ $ep == cuda_split && ${RESULT[cuda]:-} == FAIL ]]; then
+        fail cuda_split "not run: cuda failed"
+        continue
+    fi
     if [[ ${RESULT[cpu]:-} == FAIL ]]; then
         fail "$ep" "no CPU EP output to compare with"
     elif compare "$ep"; then
@@ -354,10 +415,22 @@ for ep in cuda tensorrt; do
 done
 [[ -z ${RESULT[cpu]:-} ]] && RESULT[cpu]=PASS
 
+# Latency, for the record (not a pass/fail criterion): epx run --repeat prints min/median/max.
+if ((!DRY_RUN)); then
+    for spec in cpu cuda; do
+        [[ $spec == cuda && ${RESULT[cuda]:-} != PASS ]] && continue
+        args=()
+        [[ $spec != cpu ]] && args=(--ep "$spec")
+        echo "latency on $spec:"
+        timeout 300 "$EPX" run "$MODEL" --input "image=$INPUT" "${args[@]}" --repeat 200 \
+            --plugin-dir "$PLUGINS/cuda" 2>&1 | grep -Ei "median|runs" || true
+    done
+fi
+
 # --- Summary ------------------------------------------------------------------------------------
 printf '\n=== summary (%ds)\n' "$((SECONDS - START))"
 status=0
-for ep in cpu cuda tensorrt; do
+for ep in cpu cuda cuda_split tensorrt; do
     r=${RESULT[$ep]:-FAIL}
     ((DRY_RUN)) && r="(dry run)"
     printf '%-5s %s%s\n' "$r" "$ep" "${WHY[$ep]:+: ${WHY[$ep]}}"

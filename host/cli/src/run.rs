@@ -72,10 +72,24 @@ pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
 fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
     let (name, opts) = spec.split_once(':').unwrap_or((spec, ""));
     let mut ep = ExecutionProvider::new(name).error_on_failure();
-    for kv in opts.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = kv.split_once('=').ok_or_else(|| {
-            Error::InvalidInput(format!("--ep {spec}: option `{kv}` is not KEY=VALUE"))
-        })?;
+    // `KEY=VALUE,KEY=VALUE`; a part without `=` continues the previous value, so list values
+    // such as `ops=Conv,Relu` need no quoting.
+    let mut options: Vec<(&str, String)> = Vec::new();
+    for part in opts.split(',').filter(|s| !s.is_empty()) {
+        match (part.split_once('='), options.last_mut()) {
+            (Some((k, v)), _) => options.push((k, v.to_string())),
+            (None, Some((_, v))) => {
+                v.push(',');
+                v.push_str(part);
+            }
+            (None, None) => {
+                return Err(Error::InvalidInput(format!(
+                    "--ep {spec}: option `{part}` is not KEY=VALUE"
+                )));
+            }
+        }
+    }
+    for (k, v) in options {
         ep = ep.with_option(k, v);
     }
     Ok(ep)
@@ -347,5 +361,14 @@ mod tests {
             ]
         );
         assert!(parse_ep("cuda:device_id").is_err());
+        // List values continue over commas.
+        let ep = parse_ep("ort_cpu:ops=Conv,Relu,intra_op_num_threads=2").unwrap();
+        assert_eq!(
+            ep.options(),
+            &[
+                ("ops".into(), "Conv,Relu".into()),
+                ("intra_op_num_threads".into(), "2".into())
+            ]
+        );
     }
 }

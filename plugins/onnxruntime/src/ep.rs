@@ -72,6 +72,15 @@ impl OrtEp {
         OrtEp::Azure,
     ];
 
+    /// The memory the EP keeps its tensors in. CUDA and TensorRT share ORT's CUDA allocator;
+    /// the others declare host memory (ORT copies to their device inside each kernel).
+    pub fn memory(self) -> crate::Memory {
+        match self {
+            OrtEp::Cuda | OrtEp::TensorRt => crate::Memory::Cuda,
+            _ => crate::Memory::Host,
+        }
+    }
+
     /// The epx EP name (also the plugin name and the `epx_<name>` library name).
     pub fn epx_name(self) -> &'static str {
         match self {

@@ -22,17 +22,22 @@
 //!   are cached per provider. All supported nodes are claimed as one group.
 //! - **Compile** builds one ORT session per group; **execute** wraps the host's input tensors as
 //!   ORT values over the same memory, calls `Run` (thread-safe, so kernels are declared
-//!   concurrent) and copies each output once into the host's output tensor. Every EP declares
-//!   host memory: ORT moves data to and from its device inside the kernel.
+//!   concurrent) and copies each output once into the host's output tensor.
+//! - **Memory** ([`Memory`]): CUDA and TensorRT keep tensors in CUDA memory between kernels,
+//!   allocated by ORT's CUDA allocator, with kernel inputs and outputs bound through IO binding
+//!   and copies made by ORT (see `device`). The other EPs declare host memory: ORT moves data to
+//!   and from their device inside each kernel.
 //!
 //! Options (all EPs): `library` (path of the ONNX Runtime library to load), `ops` (comma-separated
 //! op types: claim only these), plus the EP's own ORT options ([`OrtEp::option_keys`]).
 
+mod device;
 mod ep;
 pub mod locate;
 mod patch;
 mod provider;
 pub mod runtime;
 
+pub use device::Memory;
 pub use ep::{ADAPTER_KEYS, OrtEp, Platforms};
 pub use provider::{OrtFactory, OrtKernel, OrtProvider};

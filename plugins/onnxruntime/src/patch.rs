@@ -92,10 +92,15 @@ fn fields(buf: &[u8]) -> Result<Vec<Field<'_>>, String> {
     Ok(out)
 }
 
-fn write_len_field(out: &mut Vec<u8>, number: u64, payload: &[u8]) {
+pub(crate) fn write_len_field(out: &mut Vec<u8>, number: u64, payload: &[u8]) {
     write_varint(out, (number << 3) | u64::from(WIRE_LEN));
     write_varint(out, payload.len() as u64);
     out.extend_from_slice(payload);
+}
+
+pub(crate) fn write_varint_field(out: &mut Vec<u8>, number: u64, value: u64) {
+    write_varint(out, (number << 3) | u64::from(WIRE_VARINT));
+    write_varint(out, value);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -3,22 +3,22 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_void};
 use std::path::PathBuf;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use epx_plugin_api::ElementType;
 use epx_plugin_api::abi::EpxLogLevel;
-use epx_plugin_api::dlpack::DLDeviceType;
 use epx_plugin_api::sdk::{
-    self, Attribute, Error, GraphView, Kernel, KernelContext, NodeView, Provider, ProviderFactory,
-    ProviderInfo, ProviderOptions, SubgraphView, TensorView,
+    self, Attribute, DataTransfer, Error, GraphView, Kernel, KernelContext, NodeView, Provider,
+    ProviderFactory, ProviderInfo, ProviderOptions, SubgraphView, TensorView,
 };
 use ort::AsPointer;
 use ort::ep::ExecutionProviderDispatch;
 use ort::logging::LogLevel;
 use ort::session::Session;
-use ort::sys::{ONNXTensorElementDataType, OrtMemoryInfo, OrtValue};
+use ort::session::builder::GraphOptimizationLevel;
+use ort::sys::{ONNXTensorElementDataType, OrtValue};
 
+use crate::device::{Binding, DeviceIo, MemInfo, Memory, OwnedValue, wrap};
 use crate::ep::OrtEp;
 use crate::patch::fill_unknown_types;
 use crate::runtime::{Runtime, check, runtime};
@@ -27,11 +27,25 @@ use crate::runtime::{Runtime, check, runtime};
 #[derive(Debug, Clone, Copy)]
 pub struct OrtFactory {
     ep: OrtEp,
+    name: &'static str,
+    memory: Memory,
 }
 
 impl OrtFactory {
+    /// The EP under its epx name, in the memory it computes in ([`OrtEp::memory`]).
     pub fn new(ep: OrtEp) -> Self {
-        OrtFactory { ep }
+        OrtFactory {
+            ep,
+            name: ep.epx_name(),
+            memory: ep.memory(),
+        }
+    }
+
+    /// The EP under another epx name, keeping its tensors in `memory`. With
+    /// [`Memory::OrtCpu`] this runs the device path (ORT allocator, IO binding, copies) on the
+    /// CPU; the test plugin `ort_cpu_device` is made this way.
+    pub fn with_memory(ep: OrtEp, name: &'static str, memory: Memory) -> Self {
+        OrtFactory { ep, name, memory }
     }
 
     pub fn ep(&self) -> OrtEp {
@@ -46,7 +60,7 @@ impl OrtFactory {
         } else {
             Err(Error::unavailable(format!(
                 "`{}` ({}) needs {}; this machine is {os}/{arch}",
-                self.ep.epx_name(),
+                self.name,
                 self.ep.ort_name(),
                 p.needs
             )))
@@ -61,7 +75,7 @@ impl OrtFactory {
                  Install a build with it (for CUDA and TensorRT: the onnxruntime-gpu wheel; for \
                  OpenVINO: onnxruntime-openvino) and point the `library` option, \
                  EPX_ORT_LIBRARY or EPX_ORT_SEARCH_PATH at it",
-                self.ep.epx_name(),
+                self.name,
                 rt.version,
                 rt.path.display(),
                 self.ep.ort_name(),
@@ -75,11 +89,12 @@ impl OrtFactory {
 impl ProviderFactory for OrtFactory {
     fn info(&self) -> ProviderInfo {
         ProviderInfo {
-            name: self.ep.epx_name().into(),
+            name: self.name.into(),
             vendor: self.ep.vendor().into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            // ORT moves data to its device inside each kernel; the epx side sees host memory.
-            device_type: DLDeviceType::Cpu,
+            // Host memory: ORT moves data to its device inside each kernel. Device memory: tensors
+            // stay there between kernels (see `device`).
+            device_type: self.memory.dl_device(),
             // `OrtApi::Run` is thread-safe on one session.
             concurrent_kernels: true,
         }
@@ -99,6 +114,7 @@ impl ProviderFactory for OrtFactory {
                 .collect()
         });
         let mut intra_threads = None;
+        let mut device_id = 0;
         let mut ep_options = Vec::new();
         for &key in self.ep.option_keys() {
             if self.ep.session_keys().contains(&key) {
@@ -108,6 +124,14 @@ impl ProviderFactory for OrtFactory {
                 continue;
             }
             if let Some(v) = options.take(key) {
+                if key == "device_id" {
+                    device_id = v.trim().parse::<i32>().map_err(|_| {
+                        Error::invalid_argument(format!(
+                            "{}: option `device_id`: `{v}` is not a device number",
+                            self.name
+                        ))
+                    })?;
+                }
                 ep_options.push((key.to_string(), v));
             }
         }
@@ -117,14 +141,14 @@ impl ProviderFactory for OrtFactory {
         let dispatch = self
             .ep
             .dispatch(&ep_options)
-            .map_err(|e| Error::invalid_argument(format!("{} {e}", self.ep.epx_name())))?;
+            .map_err(|e| Error::invalid_argument(format!("{} {e}", self.name)))?;
         // Registering the EP loads its provider library (CUDA, TensorRT, ...) and its
         // dependencies: a failure here means the EP cannot run on this machine, which must be
         // said now rather than show up as every node being declined.
         let unavailable = |e: String| {
             Error::unavailable(format!(
                 "{}: ONNX Runtime could not register {}: {e}",
-                self.ep.epx_name(),
+                self.name,
                 self.ep.ort_name()
             ))
         };
@@ -132,47 +156,89 @@ impl ProviderFactory for OrtFactory {
             .map_err(|e| unavailable(e.to_string()))?
             .with_execution_providers([dispatch.clone()])
             .map_err(|e| unavailable(e.to_string()))?;
-        Ok(Box::new(OrtProvider {
+        let mut provider = OrtProvider {
             ep: self.ep,
+            name: self.name,
             rt,
             dispatch,
             intra_threads,
             ops,
             probes: Mutex::new(HashMap::new()),
-        }))
+            device: None,
+        };
+        if self.memory != Memory::Host {
+            let io = DeviceIo::new(self.memory, device_id, |model| {
+                provider.session(model, SessionKind::Copy)
+            })
+            .map_err(|e| {
+                unavailable(format!(
+                    "its {:?} memory on device {device_id} is not usable: {e}",
+                    self.memory
+                ))
+            })?;
+            provider.device = Some(Arc::new(io));
+        }
+        Ok(Box::new(provider))
     }
+}
+
+/// What a session is made for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SessionKind {
+    /// A one-node capability probe: one thread, quiet.
+    Probe,
+    /// A compiled group.
+    Kernel,
+    /// The copy session of [`DeviceIo`]: one thread, no graph optimization, and ORT's CPU EP
+    /// allowed (a copy is correct wherever the `Identity` runs).
+    Copy,
 }
 
 /// A created EP: the runtime, the configured ORT EP, and the probe cache.
 pub struct OrtProvider {
     ep: OrtEp,
+    name: &'static str,
     rt: Arc<Runtime>,
     dispatch: ExecutionProviderDispatch,
     intra_threads: Option<usize>,
     ops: Option<HashSet<String>>,
     /// Node signature → whether a one-node session with this EP could be created.
     probes: Mutex<HashMap<String, bool>>,
+    /// Allocator, IO binding and copies, for EPs that keep tensors in their own memory.
+    device: Option<Arc<DeviceIo>>,
 }
 
 impl OrtProvider {
-    fn session(&self, model: &[u8], probe: bool) -> Result<Session, String> {
+    fn session(&self, model: &[u8], kind: SessionKind) -> Result<Session, String> {
         let text = |e: ort::Error<ort::session::builder::SessionBuilder>| e.to_string();
         let mut b = Session::builder(&self.rt.env).map_err(|e| e.to_string())?;
-        if self.ep != OrtEp::Cpu {
+        if self.ep != OrtEp::Cpu && kind != SessionKind::Copy {
             // Nothing may fall back to ORT's own CPU EP: a node this EP cannot run is not
             // claimed (probe) or fails loudly (compile), it is never silently run on the CPU.
             b = b
                 .with_config_entry("session.disable_cpu_ep_fallback", "1")
                 .map_err(text)?;
         }
-        if probe {
-            b = b
-                .with_intra_threads(1)
-                .map_err(text)?
-                .with_log_level(LogLevel::Fatal)
-                .map_err(text)?;
-        } else if let Some(n) = self.intra_threads {
-            b = b.with_intra_threads(n).map_err(text)?;
+        match kind {
+            SessionKind::Probe => {
+                b = b
+                    .with_intra_threads(1)
+                    .map_err(text)?
+                    .with_log_level(LogLevel::Fatal)
+                    .map_err(text)?;
+            }
+            SessionKind::Copy => {
+                b = b
+                    .with_intra_threads(1)
+                    .map_err(text)?
+                    .with_optimization_level(GraphOptimizationLevel::Disable)
+                    .map_err(text)?;
+            }
+            SessionKind::Kernel => {
+                if let Some(n) = self.intra_threads {
+                    b = b.with_intra_threads(n).map_err(text)?;
+                }
+            }
         }
         b = b
             .with_execution_providers([self.dispatch.clone()])
@@ -241,7 +307,7 @@ impl OrtProvider {
         };
         let bytes = graph.serialize_subgraph(&sub)?;
         let ok = match fill_unknown_types(&bytes, ElementType::Float.onnx_code())
-            .and_then(|m| self.session(&m, true).map(|_| ()))
+            .and_then(|m| self.session(&m, SessionKind::Probe).map(|_| ()))
         {
             Ok(()) => true,
             Err(e) => {
@@ -249,10 +315,7 @@ impl OrtProvider {
                     EpxLogLevel::Debug,
                     &format!(
                         "{}: declines {} `{}` (opset {}): {e}",
-                        self.ep.epx_name(),
-                        node.op_type,
-                        node.name,
-                        node.opset
+                        self.name, node.op_type, node.name, node.opset
                     ),
                 );
                 false
@@ -296,10 +359,10 @@ impl Provider for OrtProvider {
         let bytes = graph.serialize_subgraph(sub)?;
         let model = fill_unknown_types(&bytes, ElementType::Float.onnx_code())
             .map_err(|e| Error::runtime(format!("serialized subgraph: {e}")))?;
-        let session = self.session(&model, false).map_err(|e| {
+        let session = self.session(&model, SessionKind::Kernel).map_err(|e| {
             Error::runtime(format!(
                 "{} ({}): ONNX Runtime could not compile a group of {} node(s): {e}",
-                self.ep.epx_name(),
+                self.name,
                 self.ep.ort_name(),
                 sub.nodes.len()
             ))
@@ -316,57 +379,15 @@ impl Provider for OrtProvider {
         Ok(Box::new(OrtKernel {
             input_names: names(sub.inputs)?,
             output_names: names(sub.outputs)?,
-            memory: CpuMemoryInfo::new()?,
+            memory: MemInfo::cpu()?,
             session,
             ep: self.ep,
+            device: self.device.clone(),
         }))
     }
-}
 
-/// ORT's description of host memory, made once per kernel.
-struct CpuMemoryInfo(NonNull<OrtMemoryInfo>);
-
-// SAFETY: an OrtMemoryInfo is immutable after creation; ORT only reads it.
-unsafe impl Send for CpuMemoryInfo {}
-// SAFETY: as above.
-unsafe impl Sync for CpuMemoryInfo {}
-
-impl CpuMemoryInfo {
-    fn new() -> sdk::Result<Self> {
-        let mut p: *mut OrtMemoryInfo = std::ptr::null_mut();
-        // SAFETY: C API call with a valid out-pointer.
-        unsafe {
-            check(
-                (ort::api().CreateCpuMemoryInfo)(
-                    ort::sys::OrtAllocatorType::OrtArenaAllocator,
-                    ort::sys::OrtMemType::OrtMemTypeDefault,
-                    &mut p,
-                ),
-                "CreateCpuMemoryInfo",
-            )
-        }?;
-        NonNull::new(p)
-            .map(CpuMemoryInfo)
-            .ok_or_else(|| Error::runtime("CreateCpuMemoryInfo returned NULL"))
-    }
-}
-
-impl Drop for CpuMemoryInfo {
-    fn drop(&mut self) {
-        // SAFETY: made by CreateCpuMemoryInfo, released once.
-        unsafe { (ort::api().ReleaseMemoryInfo)(self.0.as_ptr()) };
-    }
-}
-
-/// An OrtValue released on drop.
-struct OwnedValue(*mut OrtValue);
-
-impl Drop for OwnedValue {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: a value ORT created for us, released once.
-            unsafe { (ort::api().ReleaseValue)(self.0) };
-        }
+    fn data_transfer(&self) -> Option<&dyn DataTransfer> {
+        self.device.as_deref().map(|d| d as &dyn DataTransfer)
     }
 }
 
@@ -375,11 +396,13 @@ pub struct OrtKernel {
     session: Session,
     input_names: Vec<CString>,
     output_names: Vec<CString>,
-    memory: CpuMemoryInfo,
+    /// Host memory, for host-memory EPs' inputs.
+    memory: MemInfo,
     ep: OrtEp,
+    device: Option<Arc<DeviceIo>>,
 }
 
-fn ort_type(t: ElementType) -> Option<ONNXTensorElementDataType> {
+pub(crate) fn ort_type(t: ElementType) -> Option<ONNXTensorElementDataType> {
     use ONNXTensorElementDataType as O;
     Some(match t {
         ElementType::Float => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
@@ -407,36 +430,62 @@ impl OrtKernel {
         let ty = ort_type(view.elem_type).ok_or_else(|| {
             Error::not_implemented(format!("{} inputs for ONNX Runtime", view.elem_type))
         })?;
-        // ORT rejects a NULL data pointer even for an empty tensor: use an aligned dangling one.
-        let data = if view.data.is_empty() {
-            NonNull::<u64>::dangling().as_ptr().cast::<c_void>()
-        } else {
-            view.data.as_ptr().cast_mut().cast::<c_void>()
-        };
-        let mut v: *mut OrtValue = std::ptr::null_mut();
-        // SAFETY: `data` points at `view.data.len()` bytes that outlive the value (the host keeps
-        // inputs alive until execute returns, and the value is dropped before). ORT does not
-        // write to input tensors, so handing it a `*mut` over read-only memory is sound.
+        // SAFETY: `view.data` outlives the value (the host keeps inputs alive until execute
+        // returns, and the value is dropped before). ORT does not write to input tensors, so
+        // handing it a `*mut` over read-only memory is sound.
         unsafe {
-            check(
-                (ort::api().CreateTensorWithDataAsOrtValue)(
-                    self.memory.0.as_ptr(),
-                    data,
-                    view.data.len(),
-                    view.shape.as_ptr(),
-                    view.shape.len(),
-                    ty,
-                    &mut v,
-                ),
-                "CreateTensorWithDataAsOrtValue",
+            wrap(
+                &self.memory,
+                view.data.as_ptr().cast_mut().cast::<c_void>(),
+                view.data.len(),
+                view.shape,
+                ty,
             )
-        }?;
-        Ok(OwnedValue(v))
+        }
+    }
+
+    /// Execution for EPs with their own memory: inputs bound where the host put them, outputs
+    /// bound to the device, then copied on the device into the host's output tensors.
+    fn execute_on_device(&self, io: &DeviceIo, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
+        let binding = Binding::new(&self.session)?;
+        let mut inputs = Vec::with_capacity(self.input_names.len());
+        for (i, name) in self.input_names.iter().enumerate() {
+            let t = ctx.input_raw(i)?.ok_or_else(|| {
+                Error::invalid_argument(format!("input {i} of an ONNX Runtime kernel is absent"))
+            })?;
+            io.check_device(t, &format!("input {i}"))?;
+            let value = io.wrap_dl(t)?;
+            binding.input(name, &value)?;
+            inputs.push(value);
+        }
+        for name in &self.output_names {
+            binding.output_to(name, &io.info)?;
+        }
+        binding.run(&self.session, &format!("{} Run", self.ep.ort_name()))?;
+        drop(inputs);
+        let outputs = binding.outputs()?;
+        if outputs.len() != self.output_names.len() {
+            return Err(Error::runtime(format!(
+                "ONNX Runtime returned {} outputs, expected {}",
+                outputs.len(),
+                self.output_names.len()
+            )));
+        }
+        for (j, value) in outputs.iter().enumerate() {
+            let (elem_type, shape) = output_type(value, j)?;
+            let dst = ctx.output_raw(j, elem_type, &shape)?;
+            io.check_device(dst, &format!("output {j}"))?;
+            io.copy_value_into(value, dst)?;
+        }
+        Ok(())
     }
 }
 
 impl Kernel for OrtKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
+        if let Some(io) = &self.device {
+            return self.execute_on_device(io, ctx);
+        }
         let api = ort::api();
         let mut inputs = Vec::with_capacity(self.input_names.len());
         for i in 0..self.input_names.len() {
@@ -473,14 +522,7 @@ impl Kernel for OrtKernel {
                     "ONNX Runtime returned no output {j}"
                 )));
             }
-            let (elem, shape) = tensor_type_and_shape(value)?;
-            let elem_type = ElementType::from_onnx(elem)
-                .filter(|t| ort_type(*t).is_some())
-                .ok_or_else(|| {
-                    Error::not_implemented(format!(
-                        "output {j} has ONNX element type {elem}, which cannot cross the ABI"
-                    ))
-                })?;
+            let (elem_type, shape) = output_type(value, j)?;
             let dst = ctx.output(j, elem_type, &shape)?;
             if dst.is_empty() {
                 continue;
@@ -504,6 +546,19 @@ impl Kernel for OrtKernel {
         }
         Ok(())
     }
+}
+
+/// An output value's element type (one that can cross the ABI) and shape.
+fn output_type(value: &OwnedValue, j: usize) -> sdk::Result<(ElementType, Vec<i64>)> {
+    let (elem, shape) = tensor_type_and_shape(value)?;
+    let elem_type = ElementType::from_onnx(elem)
+        .filter(|t| ort_type(*t).is_some())
+        .ok_or_else(|| {
+            Error::not_implemented(format!(
+                "output {j} has ONNX element type {elem}, which cannot cross the ABI"
+            ))
+        })?;
+    Ok((elem_type, shape))
 }
 
 fn tensor_type_and_shape(value: &OwnedValue) -> sdk::Result<(i32, Vec<i64>)> {

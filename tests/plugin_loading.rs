@@ -484,6 +484,284 @@ fn garbage_manifest_is_a_syntax_problem() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The `sha256` pin of plugin.toml
+
+/// The SHA-256 of a file as `sha256sum` prints it, computed here independently of the host.
+fn sha256_hex(path: &std::path::Path) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).expect("read library");
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `manifest` with a top-level `sha256 = "<digest>"` (top-level keys come before `[library]`).
+fn pinned(manifest: &str, digest: &str) -> String {
+    format!("sha256 = {digest:?}\n{manifest}")
+}
+
+#[test]
+fn library_matching_its_sha256_pin_loads_and_runs() {
+    let dir = TempDir::new("sha256-good").expect("temp dir");
+    let lib = fixture_library("older_minor");
+    let file = epx_tests::library_file_name("epx_fixture_older_minor");
+    let digest = sha256_hex(&lib);
+    // Any case is accepted.
+    let text = pinned(
+        &manifest(
+            "older_minor",
+            "1.0",
+            &["relu_only", "never_available"],
+            &file,
+        ),
+        &digest.to_ascii_uppercase(),
+    );
+    let copied = dir
+        .add_plugin("older_minor", &lib, Some(&text))
+        .expect("copy older_minor");
+    assert_eq!(sha256_hex(&copied), digest);
+
+    let env = env_for(&dir);
+    assert!(
+        env.discovery().problems.is_empty(),
+        "{:?}",
+        env.discovery().problems
+    );
+    let candidate = env.discovery().find("older_minor").expect("discovered");
+    assert_eq!(
+        candidate
+            .manifest
+            .as_ref()
+            .and_then(|m| m.sha256.as_deref()),
+        Some(digest.as_str())
+    );
+    assert_eq!(
+        candidate.verify_sha256().expect("matches"),
+        Some(digest.clone())
+    );
+    assert_good_plugin_works(&env);
+    let (lib, _) = env.find_provider("relu_only").expect("relu_only");
+    assert_eq!(lib.path.as_deref(), Some(copied.as_path()));
+}
+
+#[test]
+fn library_not_matching_its_sha256_pin_is_refused_before_it_runs() {
+    let dir = dir_with_good_plugin("sha256-bad");
+    // The manifest pins the good library; the file in the folder was replaced by another
+    // plugin's library (one whose entry function panics). Had the host opened it, the error
+    // would be EntryPanicked.
+    let original = fixture_library("older_minor");
+    let expected = sha256_hex(&original);
+    let file = epx_tests::library_file_name("epx_fixture_older_minor");
+    let tampered = dir
+        .add_plugin(
+            "tampered",
+            &original,
+            Some(&pinned(
+                &manifest("tampered", "1.0", &["tampered"], &file),
+                &expected,
+            )),
+        )
+        .expect("copy older_minor");
+    std::fs::copy(fixture_library("entry_panic"), &tampered).expect("replace the library");
+    let actual = sha256_hex(&tampered);
+    assert_ne!(actual, expected);
+    // A malformed pin is a manifest problem found by discovery, naming the field.
+    let malformed = dir
+        .write(
+            "malformed/plugin.toml",
+            &pinned(
+                &manifest("malformed", "1.0", &["malformed"], &file),
+                &expected[..63],
+            ),
+        )
+        .expect("write");
+    std::fs::copy(&original, dir.path().join("malformed").join(&file)).expect("copy");
+
+    let env = env_for(&dir);
+    let problems = &env.discovery().problems;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    match &problems[0].error {
+        DiscoveryError::Manifest(ManifestError::Invalid {
+            path,
+            field,
+            message,
+        }) => {
+            assert_eq!(path, &malformed);
+            assert_eq!(field, "sha256");
+            assert!(
+                message.contains("has 63 hex digits; expected 64"),
+                "{message}"
+            );
+        }
+        other => panic!("expected an invalid sha256 field, got {other:?}"),
+    }
+
+    for attempt in 0..2 {
+        let (kind, message) = load_error(env.find_provider("tampered"));
+        assert_eq!(
+            kind,
+            PluginLoadErrorKind::ChecksumMismatch,
+            "attempt {attempt}: {message}"
+        );
+        for needle in [
+            expected.as_str(),
+            actual.as_str(),
+            &tampered.display().to_string(),
+            &dir.path()
+                .join("tampered")
+                .join("plugin.toml")
+                .display()
+                .to_string(),
+            "Reinstall the plugin",
+            "update the pin to",
+        ] {
+            assert!(
+                message.contains(needle),
+                "attempt {attempt}: message should contain {needle:?}: {message}"
+            );
+        }
+    }
+    // The same through a session, as a user would meet it; the error names the library.
+    match session(
+        &env,
+        [ExecutionProvider::new("tampered").error_on_failure()],
+    ) {
+        Err(
+            e @ Error::PluginLoad {
+                kind: PluginLoadErrorKind::ChecksumMismatch,
+                ..
+            },
+        ) => {
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!(
+                    "plugin {}: SHA-256 mismatch: ",
+                    tampered.display()
+                )),
+                "{text}"
+            );
+        }
+        Err(other) => panic!("expected ChecksumMismatch, got {other:?}"),
+        Ok(_) => panic!("expected ChecksumMismatch, got a session"),
+    }
+    assert_good_plugin_works(&env);
+
+    // Control: without the pin the same file is opened, and its entry function runs (and
+    // panics). So the refusal above came before any of its code ran.
+    let unpinned = TempDir::new("sha256-control").expect("temp dir");
+    let copy = unpinned
+        .add_plugin(
+            "tampered",
+            &original,
+            Some(&manifest("tampered", "1.0", &["tampered"], &file)),
+        )
+        .expect("copy");
+    std::fs::copy(fixture_library("entry_panic"), &copy).expect("replace the library");
+    let (kind, message) = load_error(env_for(&unpinned).find_provider("tampered"));
+    assert_eq!(kind, PluginLoadErrorKind::EntryPanicked, "{message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two plugins claiming the same EP name
+
+#[test]
+fn same_ep_in_two_folders_is_reported_and_the_first_folder_wins() {
+    let first = TempDir::new("shadow-first").expect("temp dir");
+    let second = TempDir::new("shadow-second").expect("temp dir");
+    let lib = fixture_library("older_minor");
+    let file = epx_tests::library_file_name("epx_fixture_older_minor");
+    let eps = ["relu_only", "never_available"];
+    let first_lib = first
+        .add_plugin(
+            "first",
+            &lib,
+            Some(&manifest("first_relu", "1.0", &eps, &file)),
+        )
+        .expect("copy");
+    let second_lib = second
+        .add_plugin(
+            "second",
+            &lib,
+            Some(&manifest("second_relu", "1.0", &eps, &file)),
+        )
+        .expect("copy");
+
+    let env = Environment::builder()
+        .with_plugin_dirs([first.path(), second.path()])
+        .commit()
+        .expect("environment");
+    let discovery = env.discovery();
+    assert!(discovery.problems.is_empty(), "{:?}", discovery.problems);
+    let shadowed: Vec<(&str, &str, &std::path::Path, &str, &std::path::Path)> = discovery
+        .shadowed
+        .iter()
+        .map(|s| {
+            (
+                s.provider.as_str(),
+                s.winner.as_str(),
+                s.winner_library.as_path(),
+                s.shadowed.as_str(),
+                s.shadowed_library.as_path(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shadowed,
+        [
+            (
+                "relu_only",
+                "first_relu",
+                first_lib.as_path(),
+                "second_relu",
+                second_lib.as_path()
+            ),
+            (
+                "never_available",
+                "first_relu",
+                first_lib.as_path(),
+                "second_relu",
+                second_lib.as_path()
+            ),
+        ]
+    );
+    let text = discovery.shadowed[0].to_string();
+    for needle in [
+        "EP `relu_only`",
+        &first_lib.display().to_string(),
+        &second_lib.display().to_string(),
+        "ask for `second_relu/relu_only`",
+    ] {
+        assert!(text.contains(needle), "should contain {needle:?}: {text}");
+    }
+
+    // The EP resolves to the first folder's plugin, for lookups and sessions alike.
+    let (winner, _) = env.find_provider("relu_only").expect("relu_only");
+    assert_eq!(winner.path.as_deref(), Some(first_lib.as_path()));
+    assert_good_plugin_works(&env);
+    // The shadowed one stays reachable by its plugin name.
+    let (other, _) = env
+        .find_provider("second_relu/relu_only")
+        .expect("qualified");
+    assert_eq!(other.path.as_deref(), Some(second_lib.as_path()));
+
+    // The search order decides: the other way round, the other plugin wins.
+    let env = Environment::builder()
+        .with_plugin_dirs([second.path(), first.path()])
+        .commit()
+        .expect("environment");
+    let (winner, _) = env.find_provider("relu_only").expect("relu_only");
+    assert_eq!(winner.path.as_deref(), Some(second_lib.as_path()));
+    assert_eq!(
+        env.discovery()
+            .shadowing(&first_lib, "relu_only")
+            .map(|s| s.winner_library.clone()),
+        Some(second_lib.clone())
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Asking for EPs that do not exist, do not take an option, or cannot run here
 
 #[test]

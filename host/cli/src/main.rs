@@ -101,14 +101,35 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
             "ok"
         );
     }
+    let shadowed = &env.discovery().shadowed;
+    let mut shown = vec![false; shadowed.len()];
+    let shadowed_by = |s: &epx::discover::ShadowedProvider| {
+        format!(
+            "shadowed by plugin {} ({}), found first on the search path",
+            s.winner,
+            s.winner_library.display()
+        )
+    };
     for (candidate, lib) in env.load_all() {
         match lib {
             Ok(lib) => {
                 for p in &lib.providers {
-                    let (status, detail) = match &p.availability {
-                        Ok(()) => ("ok", lib.origin()),
-                        Err(reason) => {
+                    let shadow = shadowed.iter().position(|s| {
+                        s.provider == p.name && s.shadowed_library == candidate.library
+                    });
+                    let (status, detail) = match (&p.availability, shadow) {
+                        (Ok(()), None) => ("ok", lib.origin()),
+                        (Err(reason), None) => {
                             ("no", format!("{} — not available: {reason}", lib.origin()))
+                        }
+                        (availability, Some(i)) => {
+                            shown[i] = true;
+                            let mut detail =
+                                format!("{} — {}", lib.origin(), shadowed_by(&shadowed[i]));
+                            if let Err(reason) = availability {
+                                detail.push_str(&format!("; not available: {reason}"));
+                            }
+                            ("shadowed", detail)
                         }
                     };
                     println!(
@@ -128,6 +149,19 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
                 );
             }
         }
+    }
+    // EPs claimed in a manifest but not in a row above (the plugin is broken, or its library
+    // does not provide the EP after all).
+    for (s, _) in shadowed.iter().zip(&shown).filter(|(_, shown)| !**shown) {
+        println!(
+            "{:<16} {:<12} {:<10} {:<9} {} — {}",
+            s.provider,
+            s.shadowed,
+            "-",
+            "shadowed",
+            s.shadowed_library.display(),
+            shadowed_by(s)
+        );
     }
     for problem in &env.discovery().problems {
         println!(

@@ -8,6 +8,20 @@
 //! Security: only absolute, configured paths are scanned (relative `EPX_PLUGIN_PATH` entries are
 //! skipped), and a world-writable search folder, plugin folder or library file is refused,
 //! because anyone on the machine could replace the code the host is about to run.
+//!
+//! Two more rules hold for plugin folders:
+//!
+//! - **SHA-256 pin.** A `plugin.toml` may pin its library with `sha256 = "<64 hex digits>"`
+//!   (validated when the manifest is read). When the plugin is loaded, the library file is
+//!   hashed (streamed, not read whole) *before* it is opened, and a file whose digest differs is
+//!   refused with [`PluginLoadErrorKind::ChecksumMismatch`](crate::PluginLoadErrorKind): none of
+//!   its code runs. See [`PluginCandidate::verify_sha256`]. The pin covers the plugin library
+//!   itself, not the dependencies it loads.
+//! - **One EP name, one plugin.** When two discovered plugins claim the same EP name (their
+//!   manifests' `providers`; a bare library claims the EP it is named after), the first on the
+//!   search path provides it and the other is shadowed. Discovery does not refuse either; it
+//!   records each case in [`Discovery::shadowed`] (the EP, both plugins and both library paths),
+//!   the environment logs it as a warning, and `epx providers` and `epx doctor` show it.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -53,6 +67,100 @@ pub struct PluginCandidate {
     pub origin: SearchOrigin,
 }
 
+impl PluginCandidate {
+    /// The EP names this plugin claims without being loaded: its manifest's `providers`, or for
+    /// a bare library its name (a bare library is assumed to be named after its EP).
+    pub fn claimed_providers(&self) -> Vec<&str> {
+        match &self.manifest {
+            Some(m) => m.providers.iter().map(String::as_str).collect(),
+            None => vec![self.name.as_str()],
+        }
+    }
+
+    /// Checks the library file against the manifest's `sha256` pin, without opening it as a
+    /// library: `Ok(None)` when there is no pin, `Ok(Some(digest))` when the file matches.
+    ///
+    /// # Errors
+    /// [`Error::PluginLoad`](crate::Error::PluginLoad) of kind
+    /// [`ChecksumMismatch`](crate::PluginLoadErrorKind::ChecksumMismatch) naming the library, the
+    /// pinned and the actual digest, or of kind [`Open`](crate::PluginLoadErrorKind::Open) when
+    /// the file cannot be read.
+    pub fn verify_sha256(&self) -> crate::Result<Option<String>> {
+        use crate::PluginLoadErrorKind as Kind;
+        let Some(expected) = self.manifest.as_ref().and_then(|m| m.sha256.as_deref()) else {
+            return Ok(None);
+        };
+        let error = |kind, message| crate::Error::PluginLoad {
+            path: self.library.clone(),
+            kind,
+            message,
+        };
+        let actual = crate::manifest::sha256_file(&self.library).map_err(|e| {
+            error(
+                Kind::Open,
+                format!(
+                    "cannot read {} to check it against the sha256 pinned in its {MANIFEST_FILE}: {e}",
+                    self.library.display()
+                ),
+            )
+        })?;
+        if actual != expected {
+            return Err(error(
+                Kind::ChecksumMismatch,
+                format!(
+                    "SHA-256 mismatch: {} has SHA-256 {actual}, but {} pins sha256 = \"{expected}\". \
+                     The file is not the library this plugin was packaged with, so it was not opened. \
+                     Reinstall the plugin, or, if this library is the one you mean to run, update the pin to \"{actual}\"",
+                    self.library.display(),
+                    self.dir.join(MANIFEST_FILE).display(),
+                ),
+            ));
+        }
+        Ok(Some(actual))
+    }
+}
+
+/// Two discovered plugins claim the same EP name (see [`PluginCandidate::claimed_providers`]):
+/// the first on the search path provides it; the other is never asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowedProvider {
+    /// The EP name both claim.
+    pub provider: String,
+    /// The plugin that provides it (found first).
+    pub winner: String,
+    pub winner_library: PathBuf,
+    /// The plugin that also claims it (found later).
+    pub shadowed: String,
+    pub shadowed_library: PathBuf,
+}
+
+impl std::fmt::Display for ShadowedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "EP `{}` is provided by plugin `{}` ({}), found first on the search path; plugin `{}` ({}) also provides it and is shadowed for it",
+            self.provider,
+            self.winner,
+            self.winner_library.display(),
+            self.shadowed,
+            self.shadowed_library.display()
+        )?;
+        if self.winner == self.shadowed {
+            write!(
+                f,
+                " (both plugins are called `{}`: remove one, or reorder the search path, to choose)",
+                self.shadowed
+            )
+        } else {
+            write!(
+                f,
+                " (ask for `{}/{}` to use it, or reorder the search path)",
+                self.shadowed, self.provider
+            )
+        }
+    }
+}
+
 /// Why a plugin (or search folder) was not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -91,11 +199,15 @@ pub struct DiscoveryProblem {
     pub error: DiscoveryError,
 }
 
-/// Everything found on the search path: usable plugins and problems, both in search order.
+/// Everything found on the search path: usable plugins, problems and EP names claimed by more
+/// than one plugin, all in search order.
 #[derive(Debug, Default)]
 pub struct Discovery {
     pub plugins: Vec<PluginCandidate>,
     pub problems: Vec<DiscoveryProblem>,
+    /// Each later plugin claiming an EP name an earlier one already claims. Not a problem (both
+    /// plugins are offered); a warning, since which one runs depends on the search order.
+    pub shadowed: Vec<ShadowedProvider>,
 }
 
 impl Discovery {
@@ -103,14 +215,22 @@ impl Discovery {
     pub fn find(&self, name: &str) -> Option<&PluginCandidate> {
         self.plugins.iter().find(|p| p.name == name)
     }
+
+    /// Whether EP `provider` of the plugin whose library is `library` is shadowed, and by whom.
+    pub fn shadowing(&self, library: &Path, provider: &str) -> Option<&ShadowedProvider> {
+        self.shadowed
+            .iter()
+            .find(|s| s.provider == provider && s.shadowed_library == library)
+    }
 }
 
 /// The plugin search path, in order: `explicit` folders (relative ones are made absolute against
 /// the current folder, since they were given on purpose), then each absolute entry of
-/// `EPX_PLUGIN_PATH` (relative entries are skipped with a warning), then the defaults next to the
-/// running executable, `<exe dir>/../lib/epx/plugins` and `<exe dir>/plugins`, when they exist.
-/// A folder listed twice is kept at its first place.
-pub fn plugin_search_path(explicit: &[PathBuf]) -> Vec<SearchDir> {
+/// `EPX_PLUGIN_PATH` (relative entries are skipped with a warning), then the defaults: the
+/// `defaults` given (libepx passes `<its own folder>/epx/plugins`), then the folders next to the
+/// running executable, `<exe dir>/../lib/epx/plugins` and `<exe dir>/plugins`, each when it
+/// exists. A folder listed twice is kept at its first place.
+pub fn plugin_search_path(explicit: &[PathBuf], defaults: &[PathBuf]) -> Vec<SearchDir> {
     let env_value = std::env::var_os(PLUGIN_PATH_ENV);
     let cwd = std::env::current_dir().ok();
     let exe_dir = std::env::current_exe()
@@ -120,6 +240,7 @@ pub fn plugin_search_path(explicit: &[PathBuf]) -> Vec<SearchDir> {
         explicit,
         env_value.as_deref(),
         cwd.as_deref(),
+        defaults,
         exe_dir.as_deref(),
     )
 }
@@ -130,6 +251,7 @@ fn search_path_from(
     explicit: &[PathBuf],
     env_value: Option<&OsStr>,
     cwd: Option<&Path>,
+    defaults: &[PathBuf],
     exe_dir: Option<&Path>,
 ) -> Vec<SearchDir> {
     let mut dirs: Vec<SearchDir> = Vec::new();
@@ -168,8 +290,11 @@ fn search_path_from(
         }
     }
 
-    if let Some(exe_dir) = exe_dir {
-        for candidate in [exe_dir.join("../lib/epx/plugins"), exe_dir.join("plugins")] {
+    let exe_defaults = exe_dir.map_or_else(Vec::new, |d| {
+        vec![d.join("../lib/epx/plugins"), d.join("plugins")]
+    });
+    {
+        for candidate in defaults.iter().cloned().chain(exe_defaults) {
             // Canonical so that `bin/../lib/epx/plugins` and `lib/epx/plugins` given explicitly
             // are recognised as the same folder.
             if let Ok(path) = candidate.canonicalize()
@@ -202,7 +327,37 @@ pub fn discover(dirs: &[SearchDir]) -> Discovery {
     for dir in dirs {
         scan_search_dir(dir, &mut found);
     }
+    found.shadowed = shadowed_providers(&found.plugins);
     found
+}
+
+/// Every EP name claimed by a plugin after an earlier one (in search order) claimed it.
+fn shadowed_providers(plugins: &[PluginCandidate]) -> Vec<ShadowedProvider> {
+    let mut first: Vec<(&str, &PluginCandidate)> = Vec::new();
+    let mut shadowed = Vec::new();
+    for candidate in plugins {
+        for provider in candidate.claimed_providers() {
+            match first.iter().find(|(ep, _)| *ep == provider) {
+                Some((_, winner)) => {
+                    tracing::debug!(
+                        ep = provider,
+                        winner = %winner.library.display(),
+                        shadowed = %candidate.library.display(),
+                        "EP claimed by two plugins; the first on the search path wins"
+                    );
+                    shadowed.push(ShadowedProvider {
+                        provider: provider.to_owned(),
+                        winner: winner.name.clone(),
+                        winner_library: winner.library.clone(),
+                        shadowed: candidate.name.clone(),
+                        shadowed_library: candidate.library.clone(),
+                    });
+                }
+                None => first.push((provider, candidate)),
+            }
+        }
+    }
+    shadowed
 }
 
 fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
@@ -653,6 +808,179 @@ mod tests {
             .expect("chmod");
     }
 
+    /// A plugin folder `root/folder` holding plugin `name` (providing `providers`) with library
+    /// `lib_file(name)` and, when given, a `sha256` pin.
+    fn plugin_with(
+        root: &Path,
+        folder: &str,
+        name: &str,
+        providers: &[&str],
+        sha256: Option<&str>,
+    ) -> PathBuf {
+        let dir = root.join(folder);
+        mkdir(&dir);
+        let lib = lib_file(name);
+        let providers: Vec<String> = providers.iter().map(|p| format!("{p:?}")).collect();
+        let pin = sha256.map_or_else(String::new, |d| format!("sha256 = {d:?}\n"));
+        std::fs::write(
+            dir.join(MANIFEST_FILE),
+            format!(
+                "name = {name:?}\nversion = \"0.1.0\"\nabi = \"1.0\"\nproviders = [{}]\n{pin}\
+                 [library]\nlinux = {lib:?}\nmacos = {lib:?}\nwindows = {lib:?}\n",
+                providers.join(", ")
+            ),
+        )
+        .expect("write");
+        std::fs::write(dir.join(&lib), format!("library of {name}")).expect("write");
+        dir.join(lib)
+    }
+
+    #[test]
+    fn an_ep_claimed_twice_is_reported_and_the_first_wins() {
+        let root = TestDir::new("discover-shadow");
+        let a = root.path().join("a");
+        let b = root.path().join("b");
+        mkdir(&a);
+        mkdir(&b);
+        let alpha = plugin_with(&a, "alpha", "alpha", &["relu", "gelu"], None);
+        let beta = plugin_with(&b, "beta", "beta", &["relu", "tanh"], None);
+        // A bare library claims the EP it is named after.
+        let bare_gelu = b.join(lib_file("gelu"));
+        std::fs::write(&bare_gelu, b"x").expect("write");
+        let bare_tanh = a.join(lib_file("tanh"));
+        std::fs::write(&bare_tanh, b"x").expect("write");
+
+        let found = discover(&[sd(&a, SearchOrigin::Explicit), sd(&b, SearchOrigin::EnvVar)]);
+        let names: Vec<&str> = found.plugins.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["alpha", "tanh", "beta", "gelu"], "{found:#?}");
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        let got: Vec<(&str, &Path, &Path)> = found
+            .shadowed
+            .iter()
+            .map(|s| {
+                (
+                    s.provider.as_str(),
+                    s.winner_library.as_path(),
+                    s.shadowed_library.as_path(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("relu", alpha.as_path(), beta.as_path()),
+                ("tanh", bare_tanh.as_path(), beta.as_path()),
+                ("gelu", alpha.as_path(), bare_gelu.as_path()),
+            ]
+        );
+        assert_eq!(found.shadowed[1].winner, "tanh");
+        assert_eq!(found.shadowed[1].shadowed, "beta");
+        assert_eq!(
+            found.shadowed[0].to_string(),
+            format!(
+                "EP `relu` is provided by plugin `alpha` ({}), found first on the search path; \
+                 plugin `beta` ({}) also provides it and is shadowed for it \
+                 (ask for `beta/relu` to use it, or reorder the search path)",
+                alpha.display(),
+                beta.display()
+            )
+        );
+        assert_eq!(found.shadowing(&beta, "relu"), Some(&found.shadowed[0]));
+        assert_eq!(found.shadowing(&alpha, "relu"), None);
+        assert_eq!(found.shadowing(&beta, "nope"), None);
+
+        // The same plugin name twice: only removing one (or reordering) chooses.
+        let again = plugin_with(&b, "z_alpha", "alpha", &["relu"], None);
+        let found = discover(&[sd(&a, SearchOrigin::Explicit), sd(&b, SearchOrigin::EnvVar)]);
+        let last = found.shadowed.last().expect("shadowed");
+        assert_eq!(
+            (
+                last.winner_library.as_path(),
+                last.shadowed_library.as_path()
+            ),
+            (alpha.as_path(), again.as_path())
+        );
+        assert!(
+            last.to_string().ends_with(
+                "(both plugins are called `alpha`: remove one, or reorder the search path, to choose)"
+            ),
+            "{last}"
+        );
+
+        // Search order decides: b first makes beta the winner for relu.
+        let found = discover(&[sd(&b, SearchOrigin::Explicit), sd(&a, SearchOrigin::EnvVar)]);
+        let relu = found
+            .shadowed
+            .iter()
+            .find(|s| s.provider == "relu")
+            .expect("relu shadowed");
+        assert_eq!(relu.winner_library, beta);
+    }
+
+    #[test]
+    fn sha256_pin_is_checked_against_the_file() {
+        let root = TestDir::new("discover-sha256");
+        let digest = |name: &str| {
+            crate::manifest::sha256_file(&root.path().join(name).join(lib_file(name)))
+                .expect("hash")
+        };
+        plugin_with(root.path(), "unpinned", "unpinned", &["a"], None);
+        // Written twice: the pin is the digest of the library as written first.
+        plugin_with(root.path(), "pinned", "pinned", &["b"], None);
+        let good = digest("pinned");
+        plugin_with(
+            root.path(),
+            "pinned",
+            "pinned",
+            &["b"],
+            Some(&good.to_ascii_uppercase()),
+        );
+        let wrong = "0".repeat(64);
+        let bad_lib = plugin_with(root.path(), "wrong", "wrong", &["c"], Some(&wrong));
+        let actual = digest("wrong");
+
+        let found = discover(&[sd(root.path(), SearchOrigin::Explicit)]);
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        let get = |name: &str| found.find(name).expect(name);
+        assert_eq!(get("unpinned").verify_sha256().expect("no pin"), None);
+        assert_eq!(get("pinned").verify_sha256().expect("matches"), Some(good));
+
+        match get("wrong").verify_sha256() {
+            Err(crate::Error::PluginLoad {
+                path,
+                kind: crate::PluginLoadErrorKind::ChecksumMismatch,
+                message,
+            }) => {
+                assert_eq!(path, bad_lib);
+                assert_eq!(
+                    message,
+                    format!(
+                        "SHA-256 mismatch: {} has SHA-256 {actual}, but {} pins sha256 = \"{wrong}\". \
+                         The file is not the library this plugin was packaged with, so it was not opened. \
+                         Reinstall the plugin, or, if this library is the one you mean to run, update the pin to \"{actual}\"",
+                        bad_lib.display(),
+                        root.path().join("wrong").join(MANIFEST_FILE).display()
+                    )
+                );
+            }
+            other => panic!("expected ChecksumMismatch, got {other:?}"),
+        }
+
+        // A library that went away after discovery cannot be hashed: an Open error saying why.
+        std::fs::remove_file(&bad_lib).expect("rm");
+        match get("wrong").verify_sha256() {
+            Err(crate::Error::PluginLoad {
+                kind: crate::PluginLoadErrorKind::Open,
+                message,
+                ..
+            }) => assert!(
+                message.contains("to check it against the sha256 pinned in its plugin.toml"),
+                "{message}"
+            ),
+            other => panic!("expected Open, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_file_as_search_dir_is_a_problem() {
         let root = TestDir::new("discover-file");
@@ -692,7 +1020,7 @@ mod tests {
         .expect("join");
 
         let explicit = [PathBuf::from("mine"), env2.clone(), PathBuf::from("mine")];
-        let dirs = search_path_from(&explicit, Some(&env), Some(&cwd), Some(&exe_dir));
+        let dirs = search_path_from(&explicit, Some(&env), Some(&cwd), &[], Some(&exe_dir));
         let got: Vec<(PathBuf, SearchOrigin)> =
             dirs.into_iter().map(|d| (d.path, d.origin)).collect();
         assert_eq!(
@@ -706,7 +1034,7 @@ mod tests {
         );
 
         // Without the env var the default comes last with its own origin.
-        let dirs = search_path_from(&[], None, Some(&cwd), Some(&exe_dir));
+        let dirs = search_path_from(&[], None, Some(&cwd), &[], Some(&exe_dir));
         assert_eq!(
             dirs,
             [SearchDir {
@@ -716,11 +1044,11 @@ mod tests {
         );
 
         std::fs::create_dir_all(exe_dir.join("plugins")).expect("mkdir");
-        let dirs = search_path_from(&[], None, None, Some(&exe_dir));
+        let dirs = search_path_from(&[], None, None, &[], Some(&exe_dir));
         assert_eq!(dirs.len(), 2);
         assert_eq!(dirs[1].path, exe_dir.join("plugins"));
 
         // The public fn runs against the real environment without panicking.
-        let _ = plugin_search_path(&[PathBuf::from("x")]);
+        let _ = plugin_search_path(&[PathBuf::from("x")], &[]);
     }
 }

@@ -40,6 +40,7 @@ impl std::fmt::Debug for Environment {
 #[derive(Default)]
 pub struct EnvironmentBuilder {
     dirs: Vec<PathBuf>,
+    default_dirs: Vec<PathBuf>,
     providers: Vec<ExecutionProvider>,
     linked: Vec<EpxPluginEntryFn>,
 }
@@ -48,6 +49,16 @@ impl EnvironmentBuilder {
     /// Adds plugin folders searched before `EPX_PLUGIN_PATH` and the default location.
     pub fn with_plugin_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
         self.dirs.extend(dirs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds default plugin folders, searched after `EPX_PLUGIN_PATH` and before the folders next
+    /// to the executable, when they exist (libepx adds `<its folder>/epx/plugins`).
+    pub fn with_default_plugin_dirs<P: Into<PathBuf>>(
+        mut self,
+        dirs: impl IntoIterator<Item = P>,
+    ) -> Self {
+        self.default_dirs.extend(dirs.into_iter().map(Into::into));
         self
     }
 
@@ -72,10 +83,13 @@ impl EnvironmentBuilder {
     }
 
     pub fn commit(self) -> Result<Arc<Environment>> {
-        let search = discover::plugin_search_path(&self.dirs);
+        let search = discover::plugin_search_path(&self.dirs, &self.default_dirs);
         let discovery = discover::discover(&search);
         for p in &discovery.problems {
             tracing::warn!(path = %p.path.display(), "plugin skipped: {}", p.error);
+        }
+        for s in &discovery.shadowed {
+            tracing::warn!(ep = %s.provider, "{s}");
         }
         // SAFETY: the CPU EP's entry function is linked into this binary, so its code lives as
         // long as the process.
@@ -131,6 +145,10 @@ impl Environment {
     }
 
     /// Loads a discovered plugin (once; later calls return the same library or error).
+    ///
+    /// Before the library is opened, its manifest's `abi` is checked and, when the manifest pins
+    /// `sha256`, the file is hashed: a mismatch is
+    /// [`PluginLoadErrorKind::ChecksumMismatch`] and none of the library's code runs.
     pub fn load(&self, candidate: &PluginCandidate) -> Result<Arc<PluginLibrary>> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let entry = loaded.entry(candidate.library.clone()).or_insert_with(|| {
@@ -149,10 +167,20 @@ impl Environment {
                     ));
                 }
             }
-            PluginLibrary::load(&candidate.library, candidate.manifest.as_ref()).map_err(|e| match e {
+            // A pinned library is hashed before it is opened: a file that is not the one the
+            // plugin was packaged with never runs.
+            let to_kind = |e: Error| match e {
                 Error::PluginLoad { kind, message, .. } => (kind, message),
                 other => (PluginLoadErrorKind::Open, other.to_string()),
-            })
+            };
+            if let Some(digest) = candidate.verify_sha256().map_err(to_kind)? {
+                tracing::debug!(
+                    library = %candidate.library.display(),
+                    sha256 = %digest,
+                    "library matches its sha256 pin"
+                );
+            }
+            PluginLibrary::load(&candidate.library, candidate.manifest.as_ref()).map_err(to_kind)
         });
         match entry {
             Ok(lib) => Ok(lib.clone()),
@@ -165,7 +193,9 @@ impl Environment {
     }
 
     /// Finds the library providing EP `name` (`ep` or `plugin/ep`): discovered plugins in search
-    /// order, then the built-in providers. Plugins are loaded only as needed.
+    /// order, then the built-in providers. Plugins are loaded only as needed. When several
+    /// discovered plugins claim the EP, the first in search order is the one used (the others are
+    /// listed in [`Discovery::shadowed`]).
     pub fn find_provider(&self, name: &str) -> Result<(Arc<PluginLibrary>, usize)> {
         let (plugin, ep) = match name.split_once('/') {
             Some((p, e)) => (Some(p), e),

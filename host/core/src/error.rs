@@ -84,8 +84,11 @@ pub enum PluginLoadErrorKind {
     EntryPanicked,
     /// The descriptor the plugin returned is malformed.
     BadDescriptor,
-    /// Discovery refused the plugin (manifest, permissions, checksum).
+    /// Discovery refused the plugin (manifest, permissions).
     Refused,
+    /// The library file's SHA-256 is not the one its `plugin.toml` pins (`sha256`). Found by
+    /// hashing the file before it is opened, so none of its code ran.
+    ChecksumMismatch,
 }
 
 /// The host library's result type.

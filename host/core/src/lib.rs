@@ -18,6 +18,7 @@
 
 pub mod device;
 pub mod discover;
+pub mod doctor;
 pub mod environment;
 pub mod error;
 pub mod infer;

@@ -9,6 +9,9 @@
 //! version = "0.1.0"
 //! abi = "1.0"
 //! providers = ["cpu"]
+//! # Optional: the SHA-256 of the library file below (64 hex digits, as `sha256sum` prints it).
+//! # A library that does not match is refused before it is opened.
+//! sha256 = "3f4c…"
 //!
 //! [library]
 //! linux = "libepx_cpu.so"
@@ -48,7 +51,9 @@ pub struct PluginManifest {
     pub description: Option<String>,
     /// Execution-provider names the library provides (non-empty, no empty names, no duplicates).
     pub providers: Vec<String>,
-    /// SHA-256 of the library file, lowercase hex (64 characters), when the manifest pins it.
+    /// SHA-256 of the library file (the `[library]` entry of the running OS), lowercase hex
+    /// (64 characters), when the manifest pins it. The file is hashed and compared before the
+    /// library is opened ([`crate::discover::PluginCandidate::verify_sha256`]).
     pub sha256: Option<String>,
     /// Library file name per OS, relative to the manifest's folder.
     pub library: LibraryFiles,
@@ -229,6 +234,54 @@ fn parse_abi_version(text: &str) -> Result<semver::Version, semver::Error> {
     }
 }
 
+/// A `sha256` pin as written (64 hex digits, any case, surrounding blanks ignored) in the
+/// lowercase form [`sha256_file`] returns.
+fn parse_sha256(text: &str) -> Result<String, String> {
+    const HINT: &str = "the SHA-256 of the library file, as `sha256sum` prints it";
+    let hex = text.trim();
+    if let Some(bad) = hex.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "\"{text}\" is not a hexadecimal digest: {bad:?} is not a hex digit; expected 64 hex digits, {HINT}"
+        ));
+    }
+    if hex.len() != 64 {
+        return Err(format!(
+            "\"{text}\" has {} hex digits; expected 64, {HINT}",
+            hex.len()
+        ));
+    }
+    Ok(hex.to_ascii_lowercase())
+}
+
+/// The SHA-256 of a file, as 64 lowercase hex digits (what `sha256sum` prints). The file is
+/// streamed through the hasher, never read into memory whole; nothing in it is run.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+
+    /// `sha2` has no `std::io::Write` impl without its `std` feature; this is all it takes.
+    struct HashWriter(Sha256);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = HashWriter(Sha256::new());
+    std::io::copy(&mut file, &mut hasher)?;
+    let digest = hasher.0.finalize();
+    let mut hex = String::with_capacity(2 * digest.len());
+    for byte in digest.iter() {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{byte:02x}");
+    }
+    Ok(hex)
+}
+
 /// A library path from `[library]` must stay inside the plugin folder.
 fn check_relative_file(name: &str) -> Result<(), String> {
     if name.trim().is_empty() {
@@ -303,19 +356,7 @@ impl RawManifest {
 
         let sha256 = match self.sha256 {
             None => None,
-            Some(hex) => {
-                let hex = hex.trim().to_ascii_lowercase();
-                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(invalid(
-                        "sha256",
-                        format!(
-                            "must be 64 hexadecimal characters (the SHA-256 of the library file), got {} characters",
-                            hex.chars().count()
-                        ),
-                    ));
-                }
-                Some(hex)
-            }
+            Some(text) => Some(parse_sha256(&text).map_err(|message| invalid("sha256", message))?),
         };
 
         for (key, value) in [
@@ -544,6 +585,90 @@ device_id = "0"
             ))),
             "dependencies[1].name"
         );
+    }
+
+    #[test]
+    fn sha256_pin_is_trimmed_and_lowercased() {
+        let m = parse(&replace("sha256 = \"ABCDEF", "sha256 = \"  ABCDEF"))
+            .expect("leading blanks are fine");
+        assert_eq!(
+            m.sha256.as_deref(),
+            Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+        );
+    }
+
+    #[test]
+    fn malformed_sha256_pin_names_the_field_and_what_is_wrong() {
+        let message = |result: Result<PluginManifest, ManifestError>| match result {
+            Err(e @ ManifestError::Invalid { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with("plugin manifest /plugins/cpu/plugin.toml: field `sha256`: "),
+                    "{text}"
+                );
+                text
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        };
+        // One digit short.
+        let text = message(parse(&replace("ABCDEF", "ABCDE")));
+        assert!(
+            text.contains("has 63 hex digits; expected 64, the SHA-256 of the library file"),
+            "{text}"
+        );
+        // One too many.
+        let text = message(parse(&replace("ABCDEF", "ABCDEF0")));
+        assert!(text.contains("has 65 hex digits; expected 64"), "{text}");
+        // Right length, not hex.
+        let text = message(parse(&replace("ABCDEF", "ABCDEG")));
+        assert!(text.contains("'G' is not a hex digit"), "{text}");
+        assert!(text.contains("\"ABCDEG0123456789"), "{text}");
+        // A `sha256sum` line pasted whole.
+        let text = message(parse(&replace(
+            "0123456789\"\n",
+            "0123456789  libepx_cpu.so\"\n",
+        )));
+        assert!(text.contains("' ' is not a hex digit"), "{text}");
+        // Empty.
+        let sha_line = FULL
+            .lines()
+            .find(|l| l.starts_with("sha256"))
+            .expect("FULL pins");
+        let text = message(parse(&replace(sha_line, "sha256 = \"\"")));
+        assert!(text.contains("has 0 hex digits"), "{text}");
+        // Not a string.
+        let err = parse(&replace(sha_line, "sha256 = 12")).expect_err("integer");
+        assert!(matches!(err, ManifestError::Syntax { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn sha256_file_streams_known_digests() {
+        let dir = crate::discover::TestDir::new("sha256-file");
+        let file = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).expect("write");
+            sha256_file(&path).expect("hash")
+        };
+        // FIPS 180-2 test vectors.
+        assert_eq!(
+            file("empty", b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            file("abc", b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Much larger than one read: the digest covers every chunk.
+        assert_eq!(
+            file("million", &vec![b'a'; 1_000_000]),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+        );
+        // What it returns is what a pin must look like.
+        let digest = file("abc2", b"abc");
+        assert_eq!(parse_sha256(&digest.to_ascii_uppercase()), Ok(digest));
+
+        let err = sha256_file(&dir.path().join("missing")).expect_err("no file");
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The placement report: which EP runs each node, the fused groups and their kernels, the copies
 //! between memory spaces, and the nodes that fell back to the CPU EP and why. Data first; a
-//! table and a Graphviz picture are views of it.
+//! table and a Graphviz picture are views of it; the types serialize with serde (the C API
+//! hands the report out as JSON).
 
 use std::fmt::Write as _;
 
 /// Where one node runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct NodePlacement {
     pub id: usize,
     pub name: String,
@@ -16,7 +17,7 @@ pub struct NodePlacement {
 }
 
 /// A fused group: the nodes one compiled kernel runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct GroupPlacement {
     pub id: usize,
     pub provider: String,
@@ -29,7 +30,7 @@ pub struct GroupPlacement {
 }
 
 /// A copy the plan inserts where a value crosses memory spaces.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct CopyPlacement {
     pub value: String,
     /// `host` or the name of the device EP whose memory it is.
@@ -44,7 +45,7 @@ pub struct CopyPlacement {
 }
 
 /// A node that ended on the CPU EP although other EPs were requested.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Fallback {
     pub node: usize,
     pub name: String,
@@ -53,14 +54,14 @@ pub struct Fallback {
 }
 
 /// A requested EP that took no part, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SkippedProvider {
     pub name: String,
     pub reason: String,
 }
 
 /// Everything about where a session runs what.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PlacementReport {
     pub nodes: Vec<NodePlacement>,
     pub groups: Vec<GroupPlacement>,

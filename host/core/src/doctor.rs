@@ -1,0 +1,180 @@
+//! The doctor report (`epx doctor`, `epx_env_doctor` in the C API): the plugin search path, and
+//! per plugin whether it loads and why not, whether its library matches the manifest's `sha256`
+//! pin, where each dependency is, and which EP names more than one plugin claims.
+
+use std::fmt::Write as _;
+
+use crate::Environment;
+use crate::resolve::{self, DependencyStatus};
+
+/// The report text, and whether every plugin found is usable (shadowed EPs are warnings, not
+/// problems).
+pub fn report(env: &Environment) -> (String, bool) {
+    let mut out = String::new();
+    let mut broken = 0;
+    let _ = writeln!(out, "plugin search path:");
+    for d in env.search_path() {
+        let _ = writeln!(out, "  {} ({:?})", d.path.display(), d.origin);
+    }
+    if env.search_path().is_empty() {
+        let _ = writeln!(out, "  (none: pass --plugin-dir or set EPX_PLUGIN_PATH)");
+    }
+    for problem in &env.discovery().problems {
+        broken += 1;
+        let _ = writeln!(out, "\n✗ {}\n    {}", problem.path.display(), problem.error);
+    }
+    // Not a failure (both plugins are offered), but which one runs depends on the search order.
+    let warnings = env.discovery().shadowed.len();
+    for s in &env.discovery().shadowed {
+        let _ = writeln!(
+            out,
+            "\n! EP {} is claimed by two plugins\n    {s}",
+            s.provider
+        );
+    }
+    for candidate in &env.discovery().plugins {
+        let _ = writeln!(
+            out,
+            "\n{} — {}",
+            candidate.name,
+            candidate.library.display()
+        );
+        match &candidate.manifest {
+            Some(m) => {
+                let _ = writeln!(
+                    out,
+                    "    manifest: version {}, ABI {}, provides {}",
+                    m.version,
+                    m.abi,
+                    m.providers.join(", ")
+                );
+            }
+            None => {
+                let _ = writeln!(out, "    no plugin.toml (bare library)");
+            }
+        }
+        // Before anything reads the library: a file that is not the pinned one is not looked at
+        // further (loading would refuse it too).
+        match candidate.verify_sha256() {
+            Ok(None) => {}
+            Ok(Some(digest)) => {
+                let _ = writeln!(out, "    ✓ sha256 matches the pin ({digest})");
+            }
+            Err(e) => {
+                broken += 1;
+                match e {
+                    crate::Error::PluginLoad { message, .. } => {
+                        let _ = writeln!(out, "    ✗ {message}");
+                    }
+                    other => {
+                        let _ = writeln!(out, "    ✗ {other}");
+                    }
+                }
+                continue;
+            }
+        }
+        let deps = candidate
+            .manifest
+            .as_ref()
+            .map(|m| m.dependencies.as_slice())
+            .unwrap_or(&[]);
+        let mut deps_ok = true;
+        match resolve::resolve_dependencies(&candidate.library, &candidate.dir, deps) {
+            Ok(report) => {
+                for e in &report.entries {
+                    match &e.status {
+                        DependencyStatus::Found { path, place } => {
+                            let _ =
+                                writeln!(out, "    ✓ {} → {} ({place})", e.name, path.display());
+                        }
+                        DependencyStatus::System { path } => {
+                            let _ = writeln!(
+                                out,
+                                "    ✓ {} → {} (system)",
+                                e.name,
+                                path.as_ref().map_or_else(
+                                    || "already loaded".to_string(),
+                                    |p| p.display().to_string()
+                                )
+                            );
+                        }
+                        DependencyStatus::Missing { searched } => {
+                            deps_ok &= e.optional;
+                            let mark = if e.optional { "○ (optional)" } else { "✗" };
+                            let _ = writeln!(
+                                out,
+                                "    {mark} {} (needed by {}): not found; searched:",
+                                e.name,
+                                e.needed_by.display()
+                            );
+                            for s in searched {
+                                let _ = writeln!(out, "        {}", s.display());
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                deps_ok = false;
+                let _ = writeln!(out, "    ✗ cannot read dependencies: {e}");
+            }
+        }
+        if !deps_ok {
+            broken += 1;
+            let _ = writeln!(
+                out,
+                "    ✗ not loadable until the missing libraries are installed or their folder is given in EPX_LIBRARY_PATH"
+            );
+            continue;
+        }
+        match env.load(candidate) {
+            Ok(lib) => {
+                let abi = lib.abi_version;
+                let _ = writeln!(
+                    out,
+                    "    ✓ loads: plugin {} {}, ABI {}.{}",
+                    lib.name, lib.version, abi.major, abi.minor
+                );
+                for p in &lib.providers {
+                    match &p.availability {
+                        Ok(()) => {
+                            let _ = writeln!(out, "    ✓ EP {} {} available", p.name, p.version);
+                        }
+                        Err(reason) => {
+                            let _ = writeln!(
+                                out,
+                                "    ○ EP {} {} not available: {reason}",
+                                p.name, p.version
+                            );
+                        }
+                    }
+                    if let Some(s) = env.discovery().shadowing(&candidate.library, &p.name) {
+                        let _ = writeln!(
+                            out,
+                            "    ! EP {} is shadowed: plugin {} ({}) provides it first",
+                            p.name,
+                            s.winner,
+                            s.winner_library.display()
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                broken += 1;
+                let _ = writeln!(out, "    ✗ {e}");
+            }
+        }
+    }
+    let _ = writeln!(out);
+    let warnings = if warnings == 0 {
+        String::new()
+    } else {
+        format!(", {warnings} warning(s)")
+    };
+    if broken == 0 {
+        let _ = writeln!(out, "all plugins OK{warnings}");
+    } else {
+        let _ = writeln!(out, "{broken} problem(s) found{warnings}");
+    }
+    (out, broken == 0)
+}

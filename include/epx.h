@@ -1,0 +1,491 @@
+/*
+ * epx.h: the C API of libepx, the epx host. Link with -lepx (pkg-config: epx).
+ *
+ * GENERATED FILE, DO NOT EDIT. cbindgen makes it from host/capi/src/lib.rs with
+ * host/capi/cbindgen.toml (the cbindgen version is pinned in tests/Cargo.toml). After changing
+ * the C API, regenerate it with
+ *
+ *     EPX_UPDATE_HEADERS=1 cargo test -p epx-tests --test headers
+ *
+ * The DLPack types (DLTensor, ...) and EpxElementType come from epx_plugin.h, included below.
+ *
+ * Conventions:
+ * - A function that can fail returns an EpxError pointer: NULL on success, otherwise an error
+ *   with a code (epx_error_code) and a message (epx_error_message), freed with epx_error_free.
+ * - Every object handed out has one matching *_free function, and every *_free accepts NULL.
+ * - Strings and arrays reached through a descriptor (EpxProviderDesc, EpxValueDesc,
+ *   EpxTensorRef) belong to the object they were read from and live as long as it does; strings
+ *   returned through a char ** are freed with epx_string_free.
+ * - No function lets a Rust panic unwind into the caller: a panic becomes EPX_ERROR_CODE_PANIC.
+ * - An EpxSession may be run from several threads at once.
+ */
+
+
+#ifndef EPX_H
+#define EPX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include "epx_plugin.h"
+
+/**
+ * The version of libepx: the `epx` crates' version.
+ */
+#define EPX_VERSION_MAJOR 0
+
+/**
+ * See [`EPX_VERSION_MAJOR`].
+ */
+#define EPX_VERSION_MINOR 1
+
+/**
+ * See [`EPX_VERSION_MAJOR`].
+ */
+#define EPX_VERSION_PATCH 0
+
+/**
+ * What kind of failure an [`EpxError`] reports. Values are fixed; new codes are only appended.
+ */
+typedef enum EpxErrorCode {
+    /**
+     * A NULL or malformed argument, an unknown option, or a value that is not valid UTF-8.
+     */
+    EPX_ERROR_CODE_INVALID_ARGUMENT = 1,
+    /**
+     * A model file or buffer that is not a readable ONNX model, or not a valid graph.
+     */
+    EPX_ERROR_CODE_MODEL = 2,
+    /**
+     * A file could not be read.
+     */
+    EPX_ERROR_CODE_IO = 3,
+    /**
+     * A plugin library could not be loaded (missing dependency, wrong ABI, refused, ...).
+     */
+    EPX_ERROR_CODE_PLUGIN_LOAD = 4,
+    /**
+     * An EP is unknown, unavailable on this machine, or rejected its options.
+     */
+    EPX_ERROR_CODE_PROVIDER_SETUP = 5,
+    /**
+     * An EP failed (or panicked) during a call.
+     */
+    EPX_ERROR_CODE_PROVIDER = 6,
+    /**
+     * No EP can run some node.
+     */
+    EPX_ERROR_CODE_UNSUPPORTED = 7,
+    /**
+     * Inputs given to a run do not match the model.
+     */
+    EPX_ERROR_CODE_INVALID_INPUT = 8,
+    /**
+     * A run failed.
+     */
+    EPX_ERROR_CODE_RUN = 9,
+    /**
+     * A panic was caught at the C API boundary (a bug in epx; the message says where).
+     */
+    EPX_ERROR_CODE_PANIC = 10,
+    /**
+     * Anything else.
+     */
+    EPX_ERROR_CODE_INTERNAL = 11,
+} EpxErrorCode;
+
+/**
+ * The plugin directories, default EPs and loaded plugins every session starts from.
+ */
+typedef struct EpxEnv EpxEnv;
+
+/**
+ * A failure: a code and a message. NULL means success wherever an `EpxError *` is returned.
+ * Free with [`epx_error_free`].
+ */
+typedef struct EpxError EpxError;
+
+/**
+ * The outputs of one run, in host memory, in the model's output order. Free with
+ * [`epx_outputs_free`].
+ */
+typedef struct EpxOutputs EpxOutputs;
+
+/**
+ * A model partitioned across EPs and compiled, ready to run (from several threads at once).
+ */
+typedef struct EpxSession EpxSession;
+
+/**
+ * An ordered list of EPs with their options, for sessions ([`epx_session_new`]) and as an
+ * environment's default EPs ([`epx_env_new`]).
+ */
+typedef struct EpxSessionOptions EpxSessionOptions;
+
+/**
+ * One EP as [`epx_env_provider`] describes it. Strings belong to the environment.
+ */
+typedef struct EpxProviderDesc {
+    /**
+     * The EP name, as sessions ask for it.
+     */
+    const char *name;
+    /**
+     * The plugin that provides it (`builtin` for the CPU EP linked into libepx).
+     */
+    const char *plugin;
+    /**
+     * The EP's version ("" when its plugin failed to load).
+     */
+    const char *version;
+    /**
+     * The plugin library's path; NULL for the built-in EPs.
+     */
+    const char *library;
+    /**
+     * Whether the EP can run on this machine.
+     */
+    bool available;
+    /**
+     * Why it cannot (or why its plugin failed to load); NULL when available.
+     */
+    const char *reason;
+} EpxProviderDesc;
+
+/**
+ * A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
+ * and arrays belong to the session.
+ */
+typedef struct EpxValueDesc {
+    const char *name;
+    /**
+     * An `EpxElementType` value (epx_plugin.h); 0 (`EPX_ELEMENT_TYPE_UNDEFINED`) when unknown.
+     */
+    int32_t elem_type;
+    /**
+     * The rank; -1 when the model does not give it.
+     */
+    int64_t ndim;
+    /**
+     * `ndim` extents, -1 for a dynamic one; NULL when `ndim` is -1 or 0.
+     */
+    const int64_t *shape;
+} EpxValueDesc;
+
+/**
+ * A tensor in host memory as a plain pointer, shape and element type: an input to
+ * [`epx_session_run`], or an output read with [`epx_outputs_get`].
+ */
+typedef struct EpxTensorRef {
+    /**
+     * The model input or output name.
+     */
+    const char *name;
+    /**
+     * An `EpxElementType` value (epx_plugin.h).
+     */
+    int32_t elem_type;
+    /**
+     * `ndim` extents (NULL when `ndim` is 0).
+     */
+    const int64_t *shape;
+    size_t ndim;
+    /**
+     * The elements, densely packed in row-major order (NULL only when `byte_len` is 0).
+     */
+    const void *data;
+    /**
+     * Bytes at `data`: the element count times the element size.
+     */
+    size_t byte_len;
+} EpxTensorRef;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/**
+ * The library version as text, e.g. `"0.1.0"`; static, never freed.
+ */
+const char *epx_version(void);
+
+/**
+ * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
+ *
+ * # Safety
+ * `error` is NULL or an error from this library, not yet freed.
+ */
+enum EpxErrorCode epx_error_code(const struct EpxError *error);
+
+/**
+ * The message of `error`, valid until the error is freed ("" for NULL).
+ *
+ * # Safety
+ * `error` is NULL or an error from this library, not yet freed.
+ */
+const char *epx_error_message(const struct EpxError *error);
+
+/**
+ * Frees an error. NULL is a no-op.
+ *
+ * # Safety
+ * `error` is NULL or an error from this library, freed only once.
+ */
+void epx_error_free(struct EpxError *error);
+
+/**
+ * Frees a string this library returned through a `char **`. NULL is a no-op.
+ *
+ * # Safety
+ * `s` is NULL or such a string, freed only once.
+ */
+void epx_string_free(char *s);
+
+/**
+ * A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
+ */
+struct EpxSessionOptions *epx_session_options_new(void);
+
+/**
+ * Frees an option set. NULL is a no-op.
+ *
+ * # Safety
+ * `options` is NULL or from [`epx_session_options_new`], freed only once.
+ */
+void epx_session_options_free(struct EpxSessionOptions *options);
+
+/**
+ * Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+ * the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
+ * up; without, the EP is skipped and the placement report says why. Unknown option keys are an
+ * error when the session is made, naming the valid keys.
+ *
+ * # Safety
+ * `options` is a live option set; `name` a string; `keys` and `values` point at `n_options`
+ * strings each (or are NULL when `n_options` is 0).
+ */
+struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *options,
+                                                  const char *name,
+                                                  const char *const *keys,
+                                                  const char *const *values,
+                                                  size_t n_options,
+                                                  bool error_on_failure);
+
+/**
+ * Strict placement: making a session fails when any node would fall back to the CPU EP.
+ *
+ * # Safety
+ * `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
+
+/**
+ * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
+ * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
+ * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
+ * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
+ * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+ *
+ * # Safety
+ * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
+ * `default_providers` is NULL or a live option set; `out` is writable.
+ */
+struct EpxError *epx_env_new(const char *const *plugin_dirs,
+                             size_t n_dirs,
+                             const struct EpxSessionOptions *default_providers,
+                             struct EpxEnv **out);
+
+/**
+ * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
+ * no-op.
+ *
+ * # Safety
+ * `env` is NULL or from [`epx_env_new`], freed only once.
+ */
+void epx_env_free(struct EpxEnv *env);
+
+/**
+ * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+ * built-in ones. 0 for NULL.
+ *
+ * # Safety
+ * `env` is NULL or a live environment.
+ */
+size_t epx_env_provider_count(const struct EpxEnv *env);
+
+/**
+ * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
+ * when it is not available. Strings live as long as `env`.
+ *
+ * # Safety
+ * `env` is a live environment; `out` is writable.
+ */
+struct EpxError *epx_env_provider(const struct EpxEnv *env,
+                                  size_t index,
+                                  struct EpxProviderDesc *out);
+
+/**
+ * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
+ * with its manifest, ABI and each library it depends on, found or not and where it was looked
+ * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+ * [`epx_string_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
+ */
+struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
+
+/**
+ * Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
+ * alone), then the environment's default EPs, for the nodes they can run, in that order, and
+ * compiles the result. Free with [`epx_session_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `model_path` a string; `options` NULL or a live option set;
+ * `out` writable.
+ */
+struct EpxError *epx_session_new(const struct EpxEnv *env,
+                                 const char *model_path,
+                                 const struct EpxSessionOptions *options,
+                                 struct EpxSession **out);
+
+/**
+ * As [`epx_session_new`], with the model's bytes in memory (copied; the buffer may be freed
+ * when this returns).
+ *
+ * # Safety
+ * `data` points at `len` bytes; the other arguments as for [`epx_session_new`].
+ */
+struct EpxError *epx_session_new_from_bytes(const struct EpxEnv *env,
+                                            const void *data,
+                                            size_t len,
+                                            const struct EpxSessionOptions *options,
+                                            struct EpxSession **out);
+
+/**
+ * Frees a session. NULL is a no-op.
+ *
+ * # Safety
+ * `session` is NULL or from this library, freed only once, and not running.
+ */
+void epx_session_free(struct EpxSession *session);
+
+/**
+ * The number of model inputs (0 for NULL).
+ *
+ * # Safety
+ * `session` is NULL or a live session.
+ */
+size_t epx_session_input_count(const struct EpxSession *session);
+
+/**
+ * The number of model outputs (0 for NULL).
+ *
+ * # Safety
+ * `session` is NULL or a live session.
+ */
+size_t epx_session_output_count(const struct EpxSession *session);
+
+/**
+ * Describes model input `index`: name, element type and shape.
+ *
+ * # Safety
+ * `session` is a live session; `out` writable.
+ */
+struct EpxError *epx_session_input(const struct EpxSession *session,
+                                   size_t index,
+                                   struct EpxValueDesc *out);
+
+/**
+ * Describes model output `index`: name, element type and shape.
+ *
+ * # Safety
+ * `session` is a live session; `out` writable.
+ */
+struct EpxError *epx_session_output(const struct EpxSession *session,
+                                    size_t index,
+                                    struct EpxValueDesc *out);
+
+/**
+ * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
+ * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
+ * last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
+ * reason). Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
+ * copied). `*out` receives every model output in host memory. Sessions may run from several
+ * threads at once.
+ *
+ * # Safety
+ * `session` is a live session; `inputs` points at `n_inputs` tensor refs whose pointers are
+ * valid as described there; `out` writable.
+ */
+struct EpxError *epx_session_run(const struct EpxSession *session,
+                                 const struct EpxTensorRef *inputs,
+                                 size_t n_inputs,
+                                 struct EpxOutputs **out);
+
+/**
+ * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
+ * memory (`kDLCPU`), compact and row-major (`strides` NULL or equal to the compact strides); the
+ * data is copied. Read the outputs with [`epx_outputs_dltensor`] or [`epx_outputs_get`].
+ *
+ * # Safety
+ * `session` is a live session; `input_names` and `inputs` point at `n_inputs` strings and
+ * DLTensor pointers, each tensor valid per DLPack; `out` writable.
+ */
+struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
+                                        const char *const *input_names,
+                                        const DLTensor *const *inputs,
+                                        size_t n_inputs,
+                                        struct EpxOutputs **out);
+
+/**
+ * The number of outputs (0 for NULL).
+ *
+ * # Safety
+ * `outputs` is NULL or live outputs.
+ */
+size_t epx_outputs_count(const struct EpxOutputs *outputs);
+
+/**
+ * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
+ *
+ * # Safety
+ * `outputs` is live outputs; `out` writable.
+ */
+struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
+                                 size_t index,
+                                 struct EpxTensorRef *out);
+
+/**
+ * Output `index` as a DLPack tensor in host memory (valid until `outputs` is freed; do not
+ * modify it). `*name` (may be NULL) receives the output's name.
+ *
+ * # Safety
+ * `outputs` is live outputs; `tensor` writable; `name` NULL or writable.
+ */
+struct EpxError *epx_outputs_dltensor(const struct EpxOutputs *outputs,
+                                      size_t index,
+                                      const char **name,
+                                      const DLTensor **tensor);
+
+/**
+ * Frees the outputs of a run. NULL is a no-op.
+ *
+ * # Safety
+ * `outputs` is NULL or from a run, freed only once.
+ */
+void epx_outputs_free(struct EpxOutputs *outputs);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* EPX_H */

@@ -1,0 +1,229 @@
+//! libepx's C API from C and Python: the C example host (`examples/c-host`), linked against
+//! `libepx.so` and against `libepx.a`; the contract checks in `tests/capi/contract.c` (NULL
+//! arguments, free(NULL), error codes and messages, both run forms); and the Python module
+//! `examples/python/epx.py` through `tests/python/test_capi.py`.
+//!
+//! Needs `cargo build --workspace` first (libepx is a cdylib/staticlib crate that `cargo test`
+//! does not build for this package), `cc`, and python3 with numpy.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use epx_tests::examples::{f32s, reference_npy};
+use epx_tests::{TempDir, artifact_dir, repo_root};
+
+fn libepx(kind: &str) -> PathBuf {
+    let path = artifact_dir().join(format!("libepx.{kind}"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace` (or `-p epx-capi`) first",
+        path.display()
+    );
+    path
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Compiles C `sources` into `exe`, against libepx as a shared library (with an rpath) or
+/// statically.
+fn build_c(sources: &[PathBuf], exe: &Path, shared: bool) {
+    let mut cmd = Command::new("cc");
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+        .arg(repo_root().join("include"))
+        .args(sources)
+        .arg("-o")
+        .arg(exe);
+    if shared {
+        let dir = artifact_dir();
+        cmd.arg("-L")
+            .arg(&dir)
+            .arg("-lepx")
+            .arg(format!("-Wl,-rpath,{}", dir.display()));
+    } else {
+        // A Rust staticlib needs the system libraries its std uses.
+        cmd.arg(libepx("a"))
+            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lgcc_s", "-lc"]);
+    }
+    let out = cmd.output().expect("running cc");
+    assert!(out.status.success(), "cc failed:\n{}", text(&out));
+}
+
+/// `epx-c-host` on mnist-cnn: the EP list, the outputs and the placement JSON.
+fn check_c_host(exe: &Path) {
+    let models = repo_root().join("examples/models");
+    let out = Command::new(exe)
+        .arg(models.join("mnist-cnn.onnx"))
+        .arg(format!(
+            "image={}",
+            models.join("mnist-cnn.input.image.npy").display()
+        ))
+        .env_remove("EPX_PLUGIN_PATH")
+        .output()
+        .expect("running the C example");
+    let stdout = text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("cpu") && l.contains("available")),
+        "no available cpu EP listed:\n{stdout}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("output probabilities:"))
+        .unwrap_or_else(|| panic!("no output line:\n{stdout}"));
+    let values: Vec<f32> = line
+        .split(" values ")
+        .nth(1)
+        .expect("values")
+        .split_whitespace()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    let want = reference_npy("mnist-cnn", "output");
+    let want = f32s(&want[0].1.data);
+    assert_eq!(values.len(), want.len(), "{line}");
+    for (i, (a, b)) in values.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5, "probabilities[{i}]: {a} vs {b}");
+    }
+    let placement = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("placement: "))
+        .unwrap_or_else(|| panic!("no placement line:\n{stdout}"));
+    assert!(
+        placement.starts_with("{\"nodes\":[") && placement.ends_with('}'),
+        "{placement}"
+    );
+    // Every node and group on the CPU EP (11 nodes).
+    let on_cpu = placement.matches("\"provider\":\"cpu\"").count();
+    assert!(on_cpu >= 11, "{placement}");
+    assert_eq!(
+        placement.matches("\"provider\":").count(),
+        on_cpu,
+        "{placement}"
+    );
+}
+
+fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_c_host_example_runs_a_model_through_the_shared_library() {
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    let dir = TempDir::new("c-host").expect("temp dir");
+    let exe = dir.path().join("epx-c-host");
+    build_c(&[repo_root().join("examples/c-host/main.c")], &exe, true);
+    check_c_host(&exe);
+    // A model that is not there: one clear line, non-zero exit.
+    let out = Command::new(&exe)
+        .arg("/nonexistent.onnx")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("error: epx_session_new: [code 3] /nonexistent.onnx"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_c_host_example_links_the_static_library() {
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    let dir = TempDir::new("c-host-static").expect("temp dir");
+    let exe = dir.path().join("epx-c-host");
+    build_c(&[repo_root().join("examples/c-host/main.c")], &exe, false);
+    let ldd = Command::new("ldd")
+        .arg(&exe)
+        .output()
+        .map(|o| text(&o))
+        .unwrap_or_default();
+    assert!(!ldd.contains("libepx.so"), "linked dynamically:\n{ldd}");
+    check_c_host(&exe);
+}
+
+#[test]
+fn the_c_api_keeps_its_contract() {
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    let dir = TempDir::new("c-contract").expect("temp dir");
+    let exe = dir.path().join("contract");
+    build_c(&[repo_root().join("tests/capi/contract.c")], &exe, true);
+    let out = Command::new(&exe)
+        .arg(repo_root().join("examples/models"))
+        .env_remove("EPX_PLUGIN_PATH")
+        .output()
+        .expect("running the contract checks");
+    let stdout = text(&out);
+    assert!(
+        out.status.success() && stdout.contains("ALL OK"),
+        "{stdout}"
+    );
+}
+
+/// Extra site-packages for numpy when python3 has none (`tests/run.sh` installs it there).
+fn python_path() -> String {
+    let mut parts = vec![repo_root().join("examples/python")];
+    let extra = repo_root().join(".testdata/py");
+    if extra.is_dir() {
+        parts.push(extra);
+    }
+    std::env::join_paths(parts)
+        .expect("paths")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn the_python_module_runs_models_and_raises_epx_errors() {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/python/test_capi.py"))
+        .arg(repo_root().join("examples/models"))
+        .env("EPX_LIBRARY", libepx("so"))
+        .env("PYTHONPATH", python_path())
+        .env_remove("EPX_PLUGIN_PATH")
+        .output()
+        .expect("running python3");
+    let stdout = text(&out);
+    assert!(
+        out.status.success() && stdout.contains("ALL OK"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_python_example_script_runs() {
+    let models = repo_root().join("examples/models");
+    let out = Command::new("python3")
+        .arg(repo_root().join("examples/python/run_model.py"))
+        .arg(models.join("mlp-int.onnx"))
+        .arg(format!(
+            "x={}",
+            models.join("mlp-int.input.x.npy").display()
+        ))
+        .env("EPX_LIBRARY", libepx("so"))
+        .env("PYTHONPATH", python_path())
+        .output()
+        .expect("running python3");
+    let stdout = text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("placement: cpu:"), "{stdout}");
+    assert!(stdout.contains("output y:"), "{stdout}");
+}

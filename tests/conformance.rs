@@ -5,6 +5,11 @@
 //! the cases known to fail, each with a one-line reason: the test fails when an unlisted case
 //! fails, and when a listed case passes (so the list only ever shrinks). Set
 //! `EPX_CONFORMANCE_UPDATE=1` to rewrite the list from the current results.
+//!
+//! The same run generates `docs/ops.md`, the table of the CPU EP's operators: op, opset ranges
+//! (from the kernel registry), the element types of the inputs of the node tests that pass, and
+//! the node tests passed. The test fails when the committed file is stale; the same variable
+//! rewrites it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -27,21 +32,45 @@ fn list_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/expected_failures.txt")
 }
 
+/// What one case tests: its op (`(domain, op_type)` of a one-node model) and the element types
+/// of the graph's tensor inputs.
+struct CaseInfo {
+    op: String,
+    domain: String,
+    types: BTreeSet<String>,
+}
+
 /// The outcome of one case: `Ok` or a one-line reason.
-fn run_case(env: &Arc<Environment>, dir: &Path) -> (String, Result<(), String>) {
+fn run_case(env: &Arc<Environment>, dir: &Path) -> (CaseInfo, Result<(), String>) {
     let model = match load_model_file(&dir.join("model.onnx")) {
         Ok(m) => m,
         Err(e) => {
             return (
-                "(load)".into(),
+                CaseInfo {
+                    op: "(load)".into(),
+                    domain: String::new(),
+                    types: BTreeSet::new(),
+                },
                 Err(format!("load: {}", strip(&e.to_string(), dir))),
             );
         }
     };
-    let op = match model.graph.nodes.as_slice() {
-        [one] => one.op_type.clone(),
-        _ => "(multi-node)".into(),
+    let (op, domain) = match model.graph.nodes.as_slice() {
+        [one] => (one.op_type.clone(), one.domain.clone()),
+        _ => ("(multi-node)".into(), String::new()),
     };
+    let types = model
+        .graph
+        .inputs
+        .iter()
+        .filter_map(|&v| match &model.graph.values[v].ty {
+            epx::ir::ValueType::Tensor {
+                elem_type: Some(t), ..
+            } => Some(t.to_string()),
+            _ => None,
+        })
+        .collect();
+    let op = CaseInfo { op, domain, types };
     let inputs: Vec<String> = model
         .graph
         .inputs
@@ -210,28 +239,34 @@ fn onnx_node_tests_on_the_cpu_ep() {
         .collect();
     cases.sort();
     let env = Environment::builder().commit().unwrap();
-    let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut per_op: BTreeMap<(String, String), OpTally> = BTreeMap::new();
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
     let mut passed = 0;
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let (op, result) =
+        let (info, result) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(&env, case)))
                 .unwrap_or_else(|p| {
                     (
-                        "(panic)".into(),
+                        CaseInfo {
+                            op: "(panic)".into(),
+                            domain: String::new(),
+                            types: BTreeSet::new(),
+                        },
                         Err(format!(
                             "PANIC: {}",
                             epx_plugin_api::sdk::panic_message(p.as_ref())
                         )),
                     )
                 });
-        let entry = per_op.entry(op).or_default();
-        entry.1 += 1;
+        let domain = epx::ir::normalize_domain(&info.domain).to_string();
+        let entry = per_op.entry((domain, info.op)).or_default();
+        entry.cases += 1;
         match result {
             Ok(()) => {
                 passed += 1;
-                entry.0 += 1;
+                entry.passed += 1;
+                entry.types.extend(info.types);
             }
             Err(reason) => {
                 failures.insert(name, reason);
@@ -239,12 +274,16 @@ fn onnx_node_tests_on_the_cpu_ep() {
         }
     }
     println!("\n{:<32} {:>6} {:>6}", "op", "passed", "cases");
-    for (op, (p, n)) in &per_op {
-        println!("{op:<32} {p:>6} {n:>6}");
+    for ((_, op), t) in &per_op {
+        println!("{op:<32} {:>6} {:>6}", t.passed, t.cases);
     }
     println!("\nconformance: {passed} passed, {} failed", failures.len());
 
+    let ops_doc = ops_table(&per_op, passed, cases.len());
+    let ops_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops.md");
     if std::env::var_os("EPX_CONFORMANCE_UPDATE").is_some() {
+        std::fs::write(&ops_path, &ops_doc).unwrap();
+        println!("rewrote {}", ops_path.display());
         let mut text = String::from(
             "# ONNX node tests (onnx 1.22.0) the CPU EP does not pass yet, with the reason.\n\
              # Regenerate with: EPX_CONFORMANCE_UPDATE=1 cargo test -p epx-tests --test conformance\n",
@@ -264,6 +303,12 @@ fn onnx_node_tests_on_the_cpu_ep() {
         .map(|(c, r)| format!("  {c}: {r}"))
         .collect();
     let now_passing: Vec<&String> = expected.keys().filter(|c| !failed.contains(c)).collect();
+    let committed = std::fs::read_to_string(&ops_path).unwrap_or_default();
+    assert!(
+        committed == ops_doc,
+        "{} is stale; regenerate it with EPX_CONFORMANCE_UPDATE=1 cargo test -p epx-tests --test conformance",
+        ops_path.display()
+    );
     assert!(
         new_failures.is_empty() && now_passing.is_empty(),
         "conformance differs from {}:\n{} case(s) fail that are not listed:\n{}\n{} listed case(s) now pass (remove them from the list): {:?}",
@@ -273,4 +318,100 @@ fn onnx_node_tests_on_the_cpu_ep() {
         now_passing.len(),
         now_passing
     );
+}
+
+/// Node tests of one op: passed, total, and the input element types of the passing ones.
+#[derive(Default)]
+struct OpTally {
+    passed: usize,
+    cases: usize,
+    types: BTreeSet<String>,
+}
+
+/// Opset ranges of one op's kernels, merged where they touch: `7+`, `1-12, 14+`.
+fn opset_ranges(mut ranges: Vec<(i64, i64)>) -> String {
+    ranges.sort();
+    let mut merged: Vec<(i64, i64)> = Vec::new();
+    for (a, b) in ranges {
+        match merged.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+        .iter()
+        .map(|&(a, b)| match b {
+            i64::MAX => format!("{a}+"),
+            b if a == b => a.to_string(),
+            b => format!("{a}-{b}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `docs/ops.md`: every op the CPU EP registers, with its opsets, and the node-test evidence.
+fn ops_table(per_op: &BTreeMap<(String, String), OpTally>, passed: usize, total: usize) -> String {
+    let registry = epx_cpu::kernel::Registry::with_all_ops();
+    let mut ops: BTreeMap<(String, String), Vec<(i64, i64)>> = BTreeMap::new();
+    for s in registry.schemas() {
+        let domain = epx::ir::normalize_domain(s.domain).to_string();
+        ops.entry((domain, s.op_type.to_string()))
+            .or_default()
+            .push((s.since_version, s.until_version));
+    }
+    for (op, since) in epx_cpu::control::CONTROL_FLOW_OPSETS {
+        ops.entry((String::new(), op.to_string()))
+            .or_default()
+            .push((since, i64::MAX));
+    }
+    let mut text = format!(
+        "# Operators of the CPU EP\n\n\
+         Generated by `EPX_CONFORMANCE_UPDATE=1 cargo test -p epx-tests --test conformance` (do not \
+         edit; the conformance test fails when this file is stale).\n\n\
+         - **opsets**: the opset versions the CPU EP's kernels are registered for \
+         (`plugins/cpu/src/ops`); `13+` means 13 and every later version.\n\
+         - **input types**: the element types of the graph inputs of the ONNX node tests \
+         (onnx 1.22.0) that pass for the op: what is proven, not everything the kernel accepts.\n\
+         - **node tests**: passed / cases for the op; the failing ones are listed with a reason in \
+         `tests/conformance/expected_failures.txt`.\n\n\
+         {} operators; node tests: {passed} of {total} pass.\n\n\
+         | op | domain | opsets | input types (passing node tests) | node tests |\n\
+         |---|---|---|---|---|\n",
+        ops.len()
+    );
+    for ((domain, op), ranges) in &ops {
+        let key = (domain.clone(), op.clone());
+        let (types, tests) = match per_op.get(&key) {
+            Some(t) if t.passed > 0 => (
+                t.types.iter().cloned().collect::<Vec<_>>().join(", "),
+                format!("{}/{}", t.passed, t.cases),
+            ),
+            Some(t) => ("—".to_string(), format!("0/{}", t.cases)),
+            None => ("—".to_string(), "no node tests".to_string()),
+        };
+        let domain = if domain.is_empty() { "ai.onnx" } else { domain };
+        text.push_str(&format!(
+            "| {op} | {domain} | {} | {types} | {tests} |\n",
+            opset_ranges(ranges.clone())
+        ));
+    }
+    let missing: Vec<String> = per_op
+        .iter()
+        .filter(|((d, op), _)| !ops.contains_key(&(d.clone(), op.clone())) && !op.starts_with('('))
+        .map(|((d, op), t)| {
+            let d = if d.is_empty() {
+                String::new()
+            } else {
+                format!("{d}:")
+            };
+            format!("{d}{op} ({})", t.cases)
+        })
+        .collect();
+    if !missing.is_empty() {
+        text.push_str(&format!(
+            "\nOps with node tests but no CPU kernel (cases): {}.\n",
+            missing.join(", ")
+        ));
+    }
+    text
 }

@@ -24,7 +24,9 @@ fn text(out: &Output) -> String {
 }
 
 fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     let t = text(&out);
     assert!(out.status.success(), "{cmd:?} failed:\n{t}");
     t
@@ -48,7 +50,14 @@ fn bundle(out: &Path) -> String {
     let log = run_ok(
         Command::new("bash")
             .arg(repo_root().join("packaging/bundle.sh"))
-            .args(["--profile", profile, "--no-build", "--plugins", PLUGINS, "--out"])
+            .args([
+                "--profile",
+                profile,
+                "--no-build",
+                "--plugins",
+                PLUGINS,
+                "--out",
+            ])
             .arg(out)
             .env("CARGO_TARGET_DIR", &target_dir),
     );
@@ -93,7 +102,11 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
     let name = bundle(&dist);
 
     // Every archive matches the published sums.
-    run_ok(Command::new("sha256sum").args(["--quiet", "-c", "SHA256SUMS"]).current_dir(&dist));
+    run_ok(
+        Command::new("sha256sum")
+            .args(["--quiet", "-c", "SHA256SUMS"])
+            .current_dir(&dist),
+    );
 
     // Install: unpack the bundle as a prefix.
     let prefix = dir.path().join("prefix");
@@ -105,7 +118,11 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
             .args(["--strip-components=1", "-C"])
             .arg(&prefix),
     );
-    run_ok(Command::new("sha256sum").args(["--quiet", "-c", "SHA256SUMS"]).current_dir(&prefix));
+    run_ok(
+        Command::new("sha256sum")
+            .args(["--quiet", "-c", "SHA256SUMS"])
+            .current_dir(&prefix),
+    );
     for f in [
         "bin/epx",
         "lib/libepx.so",
@@ -153,14 +170,18 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         assert!(
             stdout
                 .lines()
-                .any(|l| l.trim_start().split_whitespace().next() == Some(ep)),
+                .any(|l| l.split_whitespace().next() == Some(ep)),
             "the C example does not list `{ep}` from the installed plugins:\n{stdout}"
         );
     }
     check_probabilities(&stdout);
 
     // The installed CLI finds the same plugins next to itself.
-    let providers = run_ok(Command::new(prefix.join("bin/epx")).env_clear().arg("providers"));
+    let providers = run_ok(
+        Command::new(prefix.join("bin/epx"))
+            .env_clear()
+            .arg("providers"),
+    );
     let plugin_root = std::fs::canonicalize(prefix.join("lib/epx/plugins")).expect("plugins");
     for ep in ["cuda", "ort_cpu", "openvino"] {
         let line = providers
@@ -185,7 +206,10 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         python.env("PYTHONPATH", extra);
     }
     let out = run_ok(&mut python);
-    assert!(out.contains("lib/libepx.so") && out.contains("'ort_cpu'"), "{out}");
+    assert!(
+        out.contains("lib/libepx.so") && out.contains("'ort_cpu'"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -220,7 +244,11 @@ fn a_vendor_plugin_bundle_verifies_and_a_tampered_library_is_refused() {
     for f in ["plugin.toml", "libepx_ort_cpu.so", "LICENSE", "SHA256SUMS"] {
         assert!(folder.join(f).is_file(), "the vendor bundle lacks {f}");
     }
-    run_ok(Command::new("sha256sum").args(["--quiet", "-c", "SHA256SUMS"]).current_dir(&folder));
+    run_ok(
+        Command::new("sha256sum")
+            .args(["--quiet", "-c", "SHA256SUMS"])
+            .current_dir(&folder),
+    );
     let epx = artifact_dir().join("epx");
     let doctor = |dir: &PathBuf| {
         Command::new(&epx)
@@ -232,7 +260,11 @@ fn a_vendor_plugin_bundle_verifies_and_a_tampered_library_is_refused() {
             .expect("epx doctor")
     };
     let ok = doctor(&plugins);
-    assert!(text(&ok).contains("✓ sha256 matches the pin"), "{}", text(&ok));
+    assert!(
+        text(&ok).contains("✓ sha256 matches the pin"),
+        "{}",
+        text(&ok)
+    );
 
     // One byte changed: the pin refuses it, before any of its code runs.
     let lib = folder.join("libepx_ort_cpu.so");
@@ -242,5 +274,8 @@ fn a_vendor_plugin_bundle_verifies_and_a_tampered_library_is_refused() {
     let bad = doctor(&plugins);
     let t = text(&bad);
     assert!(!bad.status.success(), "{t}");
-    assert!(t.contains("SHA-256 mismatch") && t.contains("libepx_ort_cpu.so"), "{t}");
+    assert!(
+        t.contains("SHA-256 mismatch") && t.contains("libepx_ort_cpu.so"),
+        "{t}"
+    );
 }

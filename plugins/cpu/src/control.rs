@@ -2,6 +2,10 @@
 //! [`Program`]s. The values a body reads from enclosing graphs arrive as the node's implicit
 //! inputs, after its explicit ones.
 
+/// The control-flow ops the CPU EP runs (outside the kernel registry, since their bodies are
+/// compiled as programs) and the first opset each is supported at.
+pub const CONTROL_FLOW_OPSETS: [(&str, i64); 3] = [("If", 1), ("Loop", 1), ("Scan", 9)];
+
 use std::collections::HashMap;
 
 use epx_plugin_api::sdk::{self, Error, GraphView, NodeView};

@@ -16,7 +16,12 @@ pub(crate) fn registry() -> &'static Registry {
 }
 
 /// Ops the CPU EP runs with nested graphs, compiled here rather than through the registry.
-pub(crate) const CONTROL_FLOW: [&str; 3] = ["If", "Loop", "Scan"];
+/// Whether `op` is a control-flow op ([`control::CONTROL_FLOW_OPSETS`]).
+pub(crate) fn is_control_flow(op: &str) -> bool {
+    control::CONTROL_FLOW_OPSETS
+        .iter()
+        .any(|(name, _)| *name == op)
+}
 
 pub(crate) fn op_error(node: &str, e: OpError) -> Error {
     Error::runtime(format!("node `{node}`: {e}"))
@@ -167,7 +172,7 @@ impl Program {
                 num_outputs: node.outputs.len(),
                 input_types,
             };
-            let kernel: Box<dyn OpKernel> = if CONTROL_FLOW.contains(&node.op_type) {
+            let kernel: Box<dyn OpKernel> = if is_control_flow(node.op_type) {
                 control::build(graph, &node, &def, &graphs)?
             } else {
                 let schema = reg.lookup("", node.op_type, node.opset).ok_or_else(|| {

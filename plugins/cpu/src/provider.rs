@@ -8,7 +8,7 @@ use epx_plugin_api::sdk::{
     ProviderInfo, ProviderOptions, SubgraphView,
 };
 
-use crate::program::{CONTROL_FLOW, Program, registry};
+use crate::program::{Program, is_control_flow, registry};
 use crate::tensor::TensorRef;
 
 /// Name the CPU EP registers under.
@@ -105,7 +105,7 @@ fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
             return Ok(false);
         }
     }
-    if CONTROL_FLOW.contains(&node.op_type) {
+    if is_control_flow(node.op_type) {
         let mut bodies = 0;
         for (_, a) in graph.attributes(&node)? {
             if let Attribute::Graph(body) = a {

@@ -425,6 +425,17 @@ fn view_from_bytes<'a, T: Elem>(shape: &[usize], bytes: &'a [u8]) -> OpResult<Te
 }
 
 fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
+    if cfg!(target_endian = "little") && T::SIZE == std::mem::size_of::<T>() {
+        if let Some(s) = a.as_slice() {
+            // SAFETY: every `Elem` is a plain number (or `bool`, one byte 0/1) with no padding
+            // and SIZE bytes; on a little-endian machine its bytes are its little-endian form.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s))
+            };
+            out.copy_from_slice(bytes);
+            return;
+        }
+    }
     for (x, o) in a.iter().zip(out.chunks_exact_mut(T::SIZE)) {
         x.write_le(o);
     }

@@ -63,6 +63,30 @@ impl Conv {
         }
         let in_sp = &xs[2..];
         let geo = self.attrs.resolve(op, in_sp, &kernel)?;
+        if let [h, w_] = *in_sp {
+            let (xc, wc) = (x.as_standard_layout(), w.as_standard_layout());
+            let bc = b.as_ref().map(|b| b.as_standard_layout());
+            if let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice()) {
+                let conv = super::conv2d::Conv2d {
+                    n: nb,
+                    c,
+                    h,
+                    w: w_,
+                    m,
+                    group: g,
+                    kh: kernel[0],
+                    kw: kernel[1],
+                    geo: &geo,
+                };
+                let bf = bc.as_ref().and_then(|b| b.as_slice());
+                if let Some(out) = T::conv2d(&conv, xf, wf, bf) {
+                    let shape = [nb, m, geo.out[0], geo.out[1]];
+                    return ArrayD::from_shape_vec(IxDyn(&shape), out)
+                        .map(Tensor::from)
+                        .map_err(|e| OpError(format!("{op}: {e}")));
+                }
+            }
+        }
         let kn: usize = kernel.iter().product();
         let ln: usize = geo.out.iter().product();
         let mg = m / g;

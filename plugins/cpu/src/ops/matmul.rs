@@ -24,6 +24,16 @@ pub trait MatElem: Num {
         beta: Self,
         c: &mut ArrayViewMut2<'_, Self>,
     );
+
+    /// The 2-D convolution fast path ([`super::conv2d`]) where this type has one (f32).
+    fn conv2d(
+        _conv: &super::conv2d::Conv2d<'_>,
+        _x: &[Self],
+        _w: &[Self],
+        _b: Option<&[Self]>,
+    ) -> Option<Vec<Self>> {
+        None
+    }
 }
 
 impl MatElem for f32 {
@@ -35,6 +45,15 @@ impl MatElem for f32 {
         c: &mut ArrayViewMut2<'_, Self>,
     ) {
         ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
+    }
+
+    fn conv2d(
+        conv: &super::conv2d::Conv2d<'_>,
+        x: &[Self],
+        w: &[Self],
+        b: Option<&[Self]>,
+    ) -> Option<Vec<Self>> {
+        Some(conv.run(x, w, b))
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod bitwise;
 pub mod conv;
+pub mod conv2d;
 pub mod elementwise;
 pub mod index;
 pub mod layout;

@@ -1,0 +1,231 @@
+//! The f32 2-D convolution fast path (NCHW), used by `Conv` for the common case:
+//!
+//! - **depthwise** (one input and one output channel per group): a direct loop per tap, whose
+//!   inner loop runs over a contiguous output row and vectorizes;
+//! - **1×1, stride 1, no padding**: the input planes already are the column matrix, one GEMM;
+//! - **everything else**: im2col built row by row (contiguous spans copied, padding zeroed, no
+//!   per-element index arithmetic), then one GEMM per group with `matrixmultiply`'s SGEMM.
+//!
+//! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
+
+use super::util::Spatial;
+
+/// Shapes and geometry of one 2-D convolution.
+pub struct Conv2d<'a> {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    /// Output channels.
+    pub m: usize,
+    pub group: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub geo: &'a Spatial,
+}
+
+impl Conv2d<'_> {
+    fn oh(&self) -> usize {
+        self.geo.out[0]
+    }
+    fn ow(&self) -> usize {
+        self.geo.out[1]
+    }
+
+    /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
+    /// `[m]`; returns `[n, m, oh, ow]`, C order.
+    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        let (oh, ow) = (self.oh(), self.ow());
+        let plane_out = oh * ow;
+        let mut out = vec![0f32; self.n * self.m * plane_out];
+        if let Some(b) = bias {
+            for (ch, o) in out.chunks_exact_mut(plane_out).enumerate() {
+                o.fill(b[ch % self.m]);
+            }
+        }
+        let cg = self.c / self.group;
+        let mg = self.m / self.group;
+        if cg == 1 && mg == 1 {
+            self.depthwise(x, weights, &mut out);
+            return out;
+        }
+        let rows = cg * self.kh * self.kw;
+        let plane_in = self.h * self.w;
+        let pointwise = self.kh == 1
+            && self.kw == 1
+            && self.geo.strides == [1, 1]
+            && self.geo.pad_begin == [0, 0]
+            && oh == self.h
+            && ow == self.w;
+        let mut cols = if pointwise {
+            Vec::new()
+        } else {
+            vec![0f32; rows * plane_out]
+        };
+        for n in 0..self.n {
+            for g in 0..self.group {
+                let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
+                let b_mat: &[f32] = if pointwise {
+                    x_g
+                } else {
+                    self.im2col(x_g, cg, &mut cols);
+                    &cols
+                };
+                let w_g = &weights[g * mg * rows..][..mg * rows];
+                let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
+                sgemm(mg, rows, plane_out, w_g, b_mat, o_g);
+            }
+        }
+        out
+    }
+
+    /// `cols[(ci, ky, kx), (oy, ox)]` = the input pixel each tap reads (0 in the padding).
+    fn im2col(&self, x_g: &[f32], cg: usize, cols: &mut [f32]) {
+        let (oh, ow) = (self.oh(), self.ow());
+        let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
+        let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
+        let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
+        let mut r = 0;
+        for ci in 0..cg {
+            let plane = &x_g[ci * self.h * self.w..][..self.h * self.w];
+            for ky in 0..self.kh {
+                for kx in 0..self.kw {
+                    let row = &mut cols[r * oh * ow..][..oh * ow];
+                    let (lo, hi) = valid_span(ow, sw, kx * dw, pw, self.w);
+                    for oy in 0..oh {
+                        let dst = &mut row[oy * ow..][..ow];
+                        let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
+                        else {
+                            dst.fill(0.0);
+                            continue;
+                        };
+                        let src = &plane[iy * self.w..][..self.w];
+                        dst[..lo].fill(0.0);
+                        dst[hi.max(lo)..].fill(0.0);
+                        if lo < hi {
+                            let first = lo * sw + kx * dw - pw;
+                            if sw == 1 {
+                                dst[lo..hi].copy_from_slice(&src[first..first + (hi - lo)]);
+                            } else {
+                                for (d, s) in
+                                    dst[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw))
+                                {
+                                    *d = *s;
+                                }
+                            }
+                        }
+                    }
+                    r += 1;
+                }
+            }
+        }
+    }
+
+    /// One input channel per output channel: accumulate each tap over whole output rows.
+    fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32]) {
+        let (oh, ow) = (self.oh(), self.ow());
+        let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
+        let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
+        let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
+        let plane_in = self.h * self.w;
+        let spans: Vec<(usize, usize)> = (0..self.kw)
+            .map(|kx| valid_span(ow, sw, kx * dw, pw, self.w))
+            .collect();
+        for nc in 0..self.n * self.c {
+            let ch = nc % self.c;
+            let plane = &x[nc * plane_in..][..plane_in];
+            let o_plane = &mut out[nc * oh * ow..][..oh * ow];
+            let wk = &weights[ch * self.kh * self.kw..][..self.kh * self.kw];
+            for oy in 0..oh {
+                let o_row = &mut o_plane[oy * ow..][..ow];
+                for ky in 0..self.kh {
+                    let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
+                    else {
+                        continue;
+                    };
+                    let src = &plane[iy * self.w..][..self.w];
+                    for (kx, &(lo, hi)) in spans.iter().enumerate() {
+                        if lo >= hi {
+                            continue;
+                        }
+                        let wv = wk[ky * self.kw + kx];
+                        let first = lo * sw + kx * dw - pw;
+                        if sw == 1 {
+                            for (o, s) in
+                                o_row[lo..hi].iter_mut().zip(&src[first..first + (hi - lo)])
+                            {
+                                *o += wv * s;
+                            }
+                        } else {
+                            for (o, s) in o_row[lo..hi]
+                                .iter_mut()
+                                .zip(src[first..].iter().step_by(sw))
+                            {
+                                *o += wv * s;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The output columns `lo..hi` whose input column `ox * stride + offset - pad` lies in
+/// `0..width`.
+fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize) -> (usize, usize) {
+    // ox * stride + offset >= pad  and  ox * stride + offset - pad < width
+    let lo = pad.saturating_sub(offset).div_ceil(stride);
+    let hi = if width + pad > offset {
+        ((width + pad - offset - 1) / stride + 1).min(ow)
+    } else {
+        0
+    };
+    (lo.min(ow), hi)
+}
+
+/// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.
+pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(
+        a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
+        "sgemm: buffers too small"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the three buffers hold at least m×k, k×n and m×n elements (asserted above), with
+    // row-major strides (k, 1), (n, 1) and (n, 1); `c` is exclusively borrowed.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            1.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_spans() {
+        // width 5, pad 1, kernel tap 0, stride 1: ox 0 reads -1 (pad), ox 1..=5 read 0..=4.
+        assert_eq!(valid_span(5, 1, 0, 1, 5), (1, 5));
+        assert_eq!(valid_span(5, 1, 2, 1, 5), (0, 4));
+        // stride 2, pad 1, tap 0: ox 0 → -1, ox 1 → 1, ox 2 → 3; width 5 → (1, 3).
+        assert_eq!(valid_span(3, 2, 0, 1, 5), (1, 3));
+        assert_eq!(valid_span(4, 1, 9, 0, 5), (0, 0));
+    }
+}

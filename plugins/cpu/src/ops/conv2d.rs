@@ -171,6 +171,81 @@ impl Conv2d<'_> {
     }
 }
 
+/// Shapes and geometry of one 2-D transposed convolution (NCHW).
+pub struct ConvTranspose2d {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    /// Output channels and spatial size.
+    pub m: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub group: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pad_begin: [usize; 2],
+}
+
+impl ConvTranspose2d {
+    /// `x` is `[n, c, h, w]`, `weights` `[c, m / group, kh, kw]`, `bias` `[m]`; returns
+    /// `[n, m, oh, ow]`. Per group: one GEMM `cols = Wᵀ · X` (taps × input pixels), then each tap's
+    /// row is added into the output at its strided positions (col2im).
+    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        let plane_out = self.oh * self.ow;
+        let plane_in = self.h * self.w;
+        let mut out = vec![0f32; self.n * self.m * plane_out];
+        if let Some(b) = bias {
+            for (ch, o) in out.chunks_exact_mut(plane_out).enumerate() {
+                o.fill(b[ch % self.m]);
+            }
+        }
+        let cg = self.c / self.group;
+        let mg = self.m / self.group;
+        let kn = self.kh * self.kw;
+        let rows = mg * kn;
+        let mut cols = vec![0f32; rows * plane_in];
+        let [sh, sw] = self.strides;
+        let [dh, dw] = self.dilations;
+        let [ph, pw] = self.pad_begin;
+        let spans: Vec<(usize, usize)> = (0..self.kw)
+            .map(|kx| valid_span(self.w, sw, kx * dw, pw, self.ow))
+            .collect();
+        for n in 0..self.n {
+            for g in 0..self.group {
+                let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
+                let w_g = &weights[g * cg * rows..][..cg * rows];
+                cols.fill(0.0);
+                // cols[r, p] = Σ_ci w_g[ci, r] · x_g[ci, p]: A is w_g transposed.
+                sgemm_strided(rows, cg, plane_in, w_g, (1, rows), x_g, &mut cols);
+                for mi in 0..mg {
+                    let o_plane = &mut out[(n * self.m + g * mg + mi) * plane_out..][..plane_out];
+                    for ky in 0..self.kh {
+                        for (kx, &(lo, hi)) in spans.iter().enumerate() {
+                            let row = &cols[(mi * kn + ky * self.kw + kx) * plane_in..][..plane_in];
+                            for iy in 0..self.h {
+                                let Some(oy) =
+                                    (iy * sh + ky * dh).checked_sub(ph).filter(|&o| o < self.oh)
+                                else {
+                                    continue;
+                                };
+                                let src = &row[iy * self.w..][..self.w];
+                                let dst = &mut o_plane[oy * self.ow..][..self.ow];
+                                for ix in lo..hi {
+                                    dst[ix * sw + kx * dw - pw] += src[ix];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The output columns `lo..hi` whose input column `ox * stride + offset - pad` lies in
 /// `0..width`.
 fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize) -> (usize, usize) {
@@ -182,6 +257,51 @@ fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize)
         0
     };
     (lo.min(ow), hi)
+}
+
+/// `c[m, n] += a[m, k] · b[k, n]` where `a`'s element `(i, p)` is at `i * rs + p * cs`, and `b`
+/// and `c` are row-major and contiguous.
+pub fn sgemm_strided(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (rs, cs): (usize, usize),
+    b: &[f32],
+    c: &mut [f32],
+) {
+    let a_needed = if m == 0 || k == 0 {
+        0
+    } else {
+        (m - 1) * rs + (k - 1) * cs + 1
+    };
+    assert!(
+        a.len() >= a_needed && b.len() >= k * n && c.len() >= m * n,
+        "sgemm: buffers too small"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: every element the strides reach lies inside the buffers (asserted above); `c` is
+    // exclusively borrowed and row-major with stride n.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rs as isize,
+            cs as isize,
+            b.as_ptr(),
+            n as isize,
+            1,
+            1.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
 }
 
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.

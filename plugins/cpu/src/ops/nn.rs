@@ -139,6 +139,33 @@ impl ConvT {
             }
             None => vec![0.0; m],
         };
+        if let (TensorRef::F32(xa), TensorRef::F32(wa), [h, w_], [oh, ow]) =
+            (x, w, &xs[2..], &out_u[..])
+        {
+            let fast = super::conv2d::ConvTranspose2d {
+                n: nb,
+                c,
+                h: *h,
+                w: *w_,
+                m,
+                oh: *oh,
+                ow: *ow,
+                group: g,
+                kh: kernel[0],
+                kw: kernel[1],
+                strides: [strides[0] as usize, strides[1] as usize],
+                dilations: [dil[0] as usize, dil[1] as usize],
+                pad_begin: [pad_begin[0].max(0) as usize, pad_begin[1].max(0) as usize],
+            };
+            let (xc, wc) = (xa.as_standard_layout(), wa.as_standard_layout());
+            if pad_begin.iter().all(|&p| p >= 0) {
+                if let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice()) {
+                    let bias: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+                    let y = fast.run(xf, wf, Some(&bias));
+                    return one(Tensor::from_vec(&shape_of(nb, m, &out_u), y));
+                }
+            }
+        }
         let xv = float_values(op, "X", x)?;
         let wv = float_values(op, "W", w)?;
         let plane_in: usize = xs[2..].iter().product();
@@ -199,6 +226,12 @@ impl ConvT {
         }
         one(tensor_from_f64(x.elem_type(), &shape, y))
     }
+}
+
+fn shape_of(n: usize, m: usize, spatial: &[usize]) -> Vec<usize> {
+    let mut shape = vec![n, m];
+    shape.extend_from_slice(spatial);
+    shape
 }
 
 fn build_conv_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

@@ -195,51 +195,9 @@ pub enum Unary {
     ThresholdedRelu(f32),
 }
 
-/// The error function, accurate to about 1e-15 (series below 3, continued fraction above).
+/// The error function (`libm`'s, accurate to about 1 ulp).
 pub fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let ax = x.abs();
-    let r = if ax < 3.0 {
-        // erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1))
-        let x2 = ax * ax;
-        let mut term = ax;
-        let mut sum = ax;
-        let mut n = 0.0;
-        while term.abs() > 1e-17 * sum.abs() {
-            n += 1.0;
-            term *= -x2 / n;
-            sum += term / (2.0 * n + 1.0);
-            if n > 200.0 {
-                break;
-            }
-        }
-        sum * std::f64::consts::FRAC_2_SQRT_PI
-    } else if ax < 27.0 {
-        // erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...)))), Lentz.
-        let tiny = 1e-300;
-        let mut f = ax;
-        let mut c = ax;
-        let mut d = 0.0;
-        for k in 1..200 {
-            let a = k as f64 / 2.0;
-            d = ax + a * d;
-            d = if d == 0.0 { tiny } else { d };
-            c = ax + a / c;
-            c = if c == 0.0 { tiny } else { c };
-            d = 1.0 / d;
-            let delta = c * d;
-            f *= delta;
-            if (delta - 1.0).abs() < 1e-16 {
-                break;
-            }
-        }
-        1.0 - (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt())
-    } else {
-        1.0
-    };
-    if x < 0.0 { -r } else { r }
+    libm::erf(x)
 }
 
 fn round_half_even<A: num_traits::Float>(x: A, half: A, two: A) -> A {

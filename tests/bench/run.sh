@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The model benchmark: fetches the models and ONNX Runtime, builds, runs. Arguments go to the
+# program (`--runs N`, `--threads N`, `--only det,rec,minilm`, `--no-micro`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+bash tests/bench/fetch-models.sh >/dev/null
+bash plugins/onnxruntime/fetch-runtime.sh >/dev/null
+cargo build --release -p epx-bench --features bench
+EPX_ORT_SEARCH_PATH="${EPX_ORT_SEARCH_PATH:-$PWD/.testdata/onnxruntime/capi}" \
+    exec "${CARGO_TARGET_DIR:-target}/release/epx-bench" "$@"

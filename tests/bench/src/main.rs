@@ -1,0 +1,891 @@
+//! epx's CPU EP on real models and on single kernels, against ONNX Runtime's CPU EP (through
+//! `ort`, on the `libonnxruntime` the adapter finds) and tract (`tract-onnx`), in one process and
+//! on one thread each.
+//!
+//! For every model: the same inputs go to all three; epx's outputs must match ONNX Runtime's
+//! within |a − b| ≤ 1e-4 + 1e-3·|b| before anything is timed (tract's difference is printed).
+//! After warm-up runs, the engines run in turn (epx, ORT, tract, epx, ...) so that noise hits them
+//! alike; the table gives each one's median, the ratios, and the peak RSS of a child process that
+//! loads the model and runs it with that engine alone.
+//!
+//! Then: the per-run overhead on a one-Add model (1×4 floats), and the kernel micro-benchmarks
+//! (MatMul, Conv, depthwise Conv, ConvTranspose, Softmax, LayerNormalization, an elementwise
+//! chain) in GFLOP/s or GB/s, against ONNX Runtime on the same one-node models and against this
+//! core's measured FMA peak.
+//!
+//! Run: `bash tests/bench/run.sh [--runs N] [--only det,rec,minilm] [--no-micro]`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use epx::onnx::proto;
+use epx::{ElementType, Environment, Session, Tensor};
+use epx_tests::models::{float_value, model_bytes, node};
+use ort::environment::Environment as OrtEnvironment;
+use ort::session::Session as OrtSession;
+use ort::value::TensorRef;
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("epx-bench: {msg}");
+    std::process::exit(1);
+}
+
+/// Input data, row-major.
+#[derive(Clone)]
+enum Data {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+#[derive(Clone)]
+struct Input {
+    name: String,
+    shape: Vec<usize>,
+    data: Data,
+}
+
+/// A small deterministic generator (xorshift), so every run and engine sees the same inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn floats(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.unit()).collect()
+    }
+}
+
+fn image(shape: &[usize]) -> Vec<Input> {
+    let n = shape.iter().product();
+    vec![Input {
+        name: "x".into(),
+        shape: shape.to_vec(),
+        data: Data::F32(Rng(7).floats(n)),
+    }]
+}
+
+fn tokens(len: usize) -> Vec<Input> {
+    let mut rng = Rng(11);
+    let mut ids: Vec<i64> = (0..len)
+        .map(|_| 1000 + (rng.next() % 20000) as i64)
+        .collect();
+    ids[0] = 101; // [CLS]
+    ids[len - 1] = 102; // [SEP]
+    vec![
+        Input {
+            name: "input_ids".into(),
+            shape: vec![1, len],
+            data: Data::I64(ids),
+        },
+        Input {
+            name: "attention_mask".into(),
+            shape: vec![1, len],
+            data: Data::I64(vec![1; len]),
+        },
+    ]
+}
+
+/// One model of the table.
+struct ModelCase {
+    key: &'static str,
+    file: &'static str,
+    what: &'static str,
+    inputs: fn() -> Vec<Input>,
+}
+
+const MODELS: [ModelCase; 3] = [
+    ModelCase {
+        key: "det",
+        file: "ch_PP-OCRv4_det_infer.onnx",
+        what: "PP-OCRv4 det 1×3×640×640",
+        inputs: || image(&[1, 3, 640, 640]),
+    },
+    ModelCase {
+        key: "rec",
+        file: "ch_PP-OCRv4_rec_infer.onnx",
+        what: "PP-OCRv4 rec 1×3×48×320",
+        inputs: || image(&[1, 3, 48, 320]),
+    },
+    ModelCase {
+        key: "minilm",
+        file: "paraphrase-MiniLM-L3-v2.onnx",
+        what: "MiniLM-L3 1×128",
+        inputs: || tokens(128),
+    },
+];
+
+// ---- engines ---------------------------------------------------------------------------------
+
+fn epx_tensors(inputs: &[Input]) -> Vec<(String, Tensor)> {
+    inputs
+        .iter()
+        .map(|i| {
+            let (ty, bytes): (ElementType, Vec<u8>) = match &i.data {
+                Data::F32(v) => (
+                    ElementType::Float,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
+                Data::I64(v) => (
+                    ElementType::Int64,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
+            };
+            let t = Tensor::from_bytes(ty, &i.shape, &bytes)
+                .unwrap_or_else(|e| fail(format!("input {}: {e}", i.name)));
+            (i.name.clone(), t)
+        })
+        .collect()
+}
+
+struct Epx {
+    session: Session,
+    inputs: Vec<(String, Tensor)>,
+}
+
+impl Epx {
+    fn new(env: &std::sync::Arc<Environment>, model: &[u8], inputs: &[Input]) -> Self {
+        let session = Session::builder()
+            .map(|b| b.with_environment(env.clone()))
+            .and_then(|b| b.commit_from_memory(model))
+            .unwrap_or_else(|e| fail(format!("epx session: {e}")));
+        Epx {
+            session,
+            inputs: epx_tensors(inputs),
+        }
+    }
+
+    fn run(&self) -> Vec<(String, Vec<f32>)> {
+        let out = self
+            .session
+            .run(self.inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+            .unwrap_or_else(|e| fail(format!("epx run: {e}")));
+        out.into_iter()
+            .filter_map(|(n, v)| {
+                let t = v.into_host().ok()?;
+                let floats = t.as_slice::<f32>()?.to_vec();
+                Some((n, floats))
+            })
+            .collect()
+    }
+}
+
+struct Ort {
+    session: OrtSession,
+    inputs: Vec<Input>,
+}
+
+impl Ort {
+    fn new(model: &[u8], inputs: &[Input]) -> Self {
+        let session = OrtSession::builder(ort_env())
+            .map_err(|e| e.to_string())
+            .and_then(|b| b.with_intra_threads(1).map_err(|e| e.to_string()))
+            .and_then(|mut b| b.commit_from_memory(model).map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| fail(format!("ORT session: {e}")));
+        Ort {
+            session,
+            inputs: inputs.to_vec(),
+        }
+    }
+
+    /// One run; `keep` copies the float outputs out.
+    fn run(&mut self, keep: bool) -> Vec<(String, Vec<f32>)> {
+        let mut values = Vec::with_capacity(self.inputs.len());
+        for i in &self.inputs {
+            let shape: Vec<i64> = i.shape.iter().map(|&d| d as i64).collect();
+            let v = match &i.data {
+                Data::F32(d) => TensorRef::from_array_view((shape, d.as_slice())).map(Into::into),
+                Data::I64(d) => TensorRef::from_array_view((shape, d.as_slice())).map(Into::into),
+            }
+            .unwrap_or_else(|e| fail(format!("ORT input {}: {e}", i.name)));
+            values.push((i.name.clone(), v));
+        }
+        let values: Vec<(String, ort::session::SessionInputValue<'_>)> = values;
+        let out = self
+            .session
+            .run(values)
+            .unwrap_or_else(|e| fail(format!("ORT run: {e}")));
+        let mut result = Vec::new();
+        for (name, value) in out.iter() {
+            if let Ok((_, data)) = value.try_extract_tensor::<f32>() {
+                if keep {
+                    result.push((name.to_string(), data.to_vec()));
+                }
+            }
+        }
+        result
+    }
+}
+
+/// tract's side, in its own module: its prelude names clash with epx's.
+mod tract_side {
+    use super::{Data, Input, fail};
+    use std::path::Path;
+    use tract_onnx::prelude::*;
+
+    pub struct Tract {
+        plan: Arc<TypedRunnableModel>,
+        inputs: TVec<TValue>,
+    }
+
+    impl Tract {
+        pub fn new(path: &Path, inputs: &[Input]) -> Result<Self, String> {
+            let err = |e: TractError| format!("{e:?}");
+            let mut model = tract_onnx::onnx().model_for_path(path).map_err(err)?;
+            let mut values = TVec::new();
+            for (ix, i) in inputs.iter().enumerate() {
+                let (fact, tensor) = match &i.data {
+                    Data::F32(d) => (
+                        InferenceFact::dt_shape(f32::datum_type(), &i.shape),
+                        Tensor::from_shape(&i.shape, d),
+                    ),
+                    Data::I64(d) => (
+                        InferenceFact::dt_shape(i64::datum_type(), &i.shape),
+                        Tensor::from_shape(&i.shape, d),
+                    ),
+                };
+                model = model.with_input_fact(ix, fact).map_err(err)?;
+                values.push(tensor.map_err(err)?.into_tvalue());
+            }
+            let plan = model
+                .into_optimized()
+                .map_err(err)?
+                .into_runnable()
+                .map_err(err)?;
+            Ok(Tract {
+                plan,
+                inputs: values,
+            })
+        }
+
+        /// One run; the float outputs, in output order.
+        pub fn run(&self) -> Vec<Vec<f32>> {
+            let out = self
+                .plan
+                .run(self.inputs.clone())
+                .unwrap_or_else(|e| fail(format!("tract run: {e:?}")));
+            out.iter()
+                .filter_map(|t| {
+                    Some(
+                        t.to_plain_array_view::<f32>()
+                            .ok()?
+                            .iter()
+                            .copied()
+                            .collect(),
+                    )
+                })
+                .collect()
+        }
+    }
+}
+
+use tract_side::Tract;
+
+// ---- checks and statistics -------------------------------------------------------------------
+
+/// Largest |a − b|, and whether every element is within 1e-4 + 1e-3·|b|.
+fn compare(a: &[f32], b: &[f32]) -> (f32, bool) {
+    let mut worst = 0f32;
+    let mut ok = a.len() == b.len();
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y).abs();
+        worst = worst.max(d);
+        ok &= d <= 1e-4 + 1e-3 * y.abs();
+    }
+    (worst, ok)
+}
+
+fn median_ms(v: &mut [Duration]) -> f64 {
+    v.sort_unstable();
+    v[v.len() / 2].as_secs_f64() * 1e3
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+/// Peak RSS of this process so far, in MiB (`VmHWM`).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+// ---- setup -----------------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|e| fail(format!("repository root: {e}")))
+}
+
+static ORT_ENV: std::sync::OnceLock<OrtEnvironment> = std::sync::OnceLock::new();
+
+fn ort_env() -> &'static OrtEnvironment {
+    ORT_ENV
+        .get()
+        .unwrap_or_else(|| fail("ONNX Runtime is not initialized"))
+}
+
+fn init_ort() {
+    let env = epx_onnxruntime::locate::SearchEnv::from_process(None);
+    let lib = epx_onnxruntime::locate::locate(&env).unwrap_or_else(|e| {
+        fail(format!(
+            "{e}\n(run `bash plugins/onnxruntime/fetch-runtime.sh`, or use tests/bench/run.sh)"
+        ))
+    });
+    let env = ort::init_from(&lib)
+        .unwrap_or_else(|e| fail(format!("ort::init_from({}): {e}", lib.display())))
+        .with_name("epx-bench")
+        .build()
+        .unwrap_or_else(|e| fail(format!("ONNX Runtime environment: {e}")));
+    let _ = ORT_ENV.set(env);
+}
+
+fn model_file(key: &str) -> (&'static ModelCase, PathBuf) {
+    let case = MODELS
+        .iter()
+        .find(|m| m.key == key)
+        .unwrap_or_else(|| fail(format!("unknown model `{key}` (det, rec, minilm)")));
+    let path = repo_root().join(".testdata/bench-models").join(case.file);
+    if !path.is_file() {
+        fail(format!(
+            "{} is missing: run `bash tests/bench/fetch-models.sh`",
+            path.display()
+        ));
+    }
+    (case, path)
+}
+
+/// `epx-bench --rss ENGINE MODEL`: loads the model in this process alone, runs it three times,
+/// prints the peak RSS in MiB.
+fn rss_child(engine: &str, key: &str) {
+    let (case, path) = model_file(key);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
+    let inputs = (case.inputs)();
+    match engine {
+        "epx" => {
+            let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
+            let e = Epx::new(&env, &bytes, &inputs);
+            for _ in 0..3 {
+                e.run();
+            }
+        }
+        "ort" => {
+            init_ort();
+            let mut o = Ort::new(&bytes, &inputs);
+            for _ in 0..3 {
+                o.run(false);
+            }
+        }
+        "tract" => {
+            let t = Tract::new(&path, &inputs).unwrap_or_else(|e| fail(e));
+            for _ in 0..3 {
+                t.run();
+            }
+        }
+        other => fail(format!("unknown engine {other}")),
+    }
+    println!("{:.0}", peak_rss_mib());
+}
+
+fn child_rss(engine: &str, key: &str) -> String {
+    let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
+    match Command::new(exe).args(["--rss", engine, key]).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => "?".into(),
+    }
+}
+
+// ---- the model table -------------------------------------------------------------------------
+
+struct Row {
+    what: &'static str,
+    epx: f64,
+    ort: f64,
+    tract: Option<f64>,
+    rss: [String; 3],
+}
+
+fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row {
+    let (case, path) = model_file(key);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
+    let inputs = (case.inputs)();
+    let epx = Epx::new(env, &bytes, &inputs);
+    let mut ort = Ort::new(&bytes, &inputs);
+    let want = ort.run(true);
+    let got = epx.run();
+    for (name, w) in &want {
+        let Some((_, g)) = got.iter().find(|(n, _)| n == name) else {
+            fail(format!("{key}: epx has no output `{name}`"));
+        };
+        let (worst, ok) = compare(g, w);
+        println!("  {key}: epx vs ONNX Runtime, output {name}: max |diff| {worst:.3e}");
+        if !ok {
+            fail(format!(
+                "{key}: epx's output `{name}` differs from ONNX Runtime's beyond 1e-4 + 1e-3·|x|"
+            ));
+        }
+    }
+    let tract = match Tract::new(&path, &inputs) {
+        Ok(t) => {
+            let out = t.run();
+            if let (Some((_, w)), Some(g)) = (want.first(), out.first()) {
+                println!(
+                    "  {key}: tract vs ONNX Runtime, first output: max |diff| {:.3e}",
+                    compare(g, w).0
+                );
+            }
+            Some(t)
+        }
+        Err(e) => {
+            println!(
+                "  {key}: tract cannot run it: {}",
+                e.lines().next().unwrap_or("")
+            );
+            None
+        }
+    };
+    for _ in 0..2 {
+        epx.run();
+        ort.run(false);
+        if let Some(t) = &tract {
+            t.run();
+        }
+    }
+    let (mut te, mut to, mut tt) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        te.push(time(|| {
+            epx.run();
+        }));
+        to.push(time(|| {
+            ort.run(false);
+        }));
+        if let Some(t) = &tract {
+            tt.push(time(|| {
+                t.run();
+            }));
+        }
+    }
+    Row {
+        what: case.what,
+        epx: median_ms(&mut te),
+        ort: median_ms(&mut to),
+        tract: (!tt.is_empty()).then(|| median_ms(&mut tt)),
+        rss: [
+            child_rss("epx", key),
+            child_rss("ort", key),
+            if tract.is_some() {
+                child_rss("tract", key)
+            } else {
+                "-".into()
+            },
+        ],
+    }
+}
+
+// ---- overhead and micro-benchmarks -----------------------------------------------------------
+
+fn weight(name: &str, dims: &[i64], rng: &mut Rng) -> proto::TensorProto {
+    let n: i64 = dims.iter().product();
+    proto::TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(proto::tensor_proto::DataType::Float as i32),
+        float_data: rng.floats(n as usize).iter().map(|v| v - 0.5).collect(),
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        i: Some(v),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        ..Default::default()
+    }
+}
+
+fn ints_attr(name: &str, v: &[i64]) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        ints: v.to_vec(),
+        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
+        ..Default::default()
+    }
+}
+
+/// A micro-benchmark: a small graph `x → ... → y` with weights, and its work per run.
+struct Micro {
+    name: String,
+    model: Vec<u8>,
+    x: Vec<usize>,
+    /// (amount, unit): FLOPs for compute kernels, bytes moved for memory-bound ones.
+    work: (f64, &'static str),
+}
+
+fn graph(
+    nodes: Vec<proto::NodeProto>,
+    x: &[i64],
+    y: &[i64],
+    init: Vec<proto::TensorProto>,
+) -> Vec<u8> {
+    model_bytes(proto::GraphProto {
+        name: Some("micro".into()),
+        node: nodes,
+        input: vec![float_value("x", x)],
+        output: vec![float_value("y", y)],
+        initializer: init,
+        ..Default::default()
+    })
+}
+
+fn micros() -> Vec<Micro> {
+    let mut rng = Rng(3);
+    let mut v = Vec::new();
+    for (m, k, n) in [(128, 384, 384), (128, 384, 1536), (1024, 1024, 1024)] {
+        v.push(Micro {
+            name: format!("MatMul {m}×{k} · {k}×{n}"),
+            model: graph(
+                vec![node("MatMul", &["x", "w"], &["y"])],
+                &[m, k],
+                &[m, n],
+                vec![weight("w", &[k, n], &mut rng)],
+            ),
+            x: vec![m as usize, k as usize],
+            work: (2.0 * (m * k * n) as f64, "GFLOP/s"),
+        });
+    }
+    let conv = |c: i64, m: i64, hw: i64, k: i64, group: i64, rng: &mut Rng| {
+        let mut nd = node("Conv", &["x", "w", "b"], &["y"]);
+        nd.attribute = vec![
+            int_attr("group", group),
+            ints_attr("pads", &[k / 2, k / 2, k / 2, k / 2]),
+        ];
+        graph(
+            vec![nd],
+            &[1, c, hw, hw],
+            &[1, m, hw, hw],
+            vec![
+                weight("w", &[m, c / group, k, k], rng),
+                weight("b", &[m], rng),
+            ],
+        )
+    };
+    v.push(Micro {
+        name: "Conv 3×3 32→32 @160×160".into(),
+        model: conv(32, 32, 160, 3, 1, &mut rng),
+        x: vec![1, 32, 160, 160],
+        work: (2.0 * 32.0 * 32.0 * 9.0 * 160.0 * 160.0, "GFLOP/s"),
+    });
+    v.push(Micro {
+        name: "Conv 1×1 64→64 @80×80".into(),
+        model: conv(64, 64, 80, 1, 1, &mut rng),
+        x: vec![1, 64, 80, 80],
+        work: (2.0 * 64.0 * 64.0 * 80.0 * 80.0, "GFLOP/s"),
+    });
+    v.push(Micro {
+        name: "depthwise Conv 3×3 C=64 @160×160".into(),
+        model: conv(64, 64, 160, 3, 64, &mut rng),
+        x: vec![1, 64, 160, 160],
+        work: (2.0 * 64.0 * 9.0 * 160.0 * 160.0, "GFLOP/s"),
+    });
+    let mut ct = node("ConvTranspose", &["x", "w"], &["y"]);
+    ct.attribute = vec![
+        ints_attr("strides", &[2, 2]),
+        ints_attr("kernel_shape", &[2, 2]),
+    ];
+    v.push(Micro {
+        name: "ConvTranspose 2×2/2 64→64 @80×80".into(),
+        model: graph(
+            vec![ct],
+            &[1, 64, 80, 80],
+            &[1, 64, 160, 160],
+            vec![weight("w", &[64, 64, 2, 2], &mut rng)],
+        ),
+        x: vec![1, 64, 80, 80],
+        work: (2.0 * 64.0 * 64.0 * 4.0 * 80.0 * 80.0, "GFLOP/s"),
+    });
+    let bytes = |n: usize, passes: f64| (n as f64 * 4.0 * passes, "GB/s");
+    let mut sm = node("Softmax", &["x"], &["y"]);
+    sm.attribute = vec![int_attr("axis", -1)];
+    v.push(Micro {
+        name: "Softmax 12×128×128".into(),
+        model: graph(vec![sm], &[12, 128, 128], &[12, 128, 128], vec![]),
+        x: vec![12, 128, 128],
+        work: bytes(12 * 128 * 128, 2.0),
+    });
+    let mut ln = node("LayerNormalization", &["x", "g", "b"], &["y"]);
+    ln.attribute = vec![int_attr("axis", -1)];
+    v.push(Micro {
+        name: "LayerNormalization 128×384".into(),
+        model: graph(
+            vec![ln],
+            &[128, 384],
+            &[128, 384],
+            vec![weight("g", &[384], &mut rng), weight("b", &[384], &mut rng)],
+        ),
+        x: vec![128, 384],
+        work: bytes(128 * 384, 2.0),
+    });
+    v.push(Micro {
+        name: "Mul→Add→Sigmoid→Mul 64×160×160".into(),
+        model: graph(
+            vec![
+                node("Mul", &["x", "s"], &["a"]),
+                node("Add", &["a", "t"], &["b"]),
+                node("Sigmoid", &["b"], &["c"]),
+                node("Mul", &["c", "x"], &["y"]),
+            ],
+            &[1, 64, 160, 160],
+            &[1, 64, 160, 160],
+            vec![
+                weight("s", &[1, 64, 1, 1], &mut rng),
+                weight("t", &[1, 64, 1, 1], &mut rng),
+            ],
+        ),
+        x: vec![1, 64, 160, 160],
+        work: bytes(64 * 160 * 160, 2.0),
+    });
+    v
+}
+
+/// The FMA throughput of one core, measured with 8 independent AVX2 accumulators.
+fn fma_peak_gflops() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return None;
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn kernel(iters: usize) -> f32 {
+            use std::arch::x86_64::*;
+            let mut acc = [_mm256_set1_ps(0.0); 8];
+            let a = _mm256_set1_ps(0.999_999);
+            let b = _mm256_set1_ps(1e-7);
+            for _ in 0..iters {
+                for r in acc.iter_mut() {
+                    *r = _mm256_fmadd_ps(*r, a, b);
+                }
+            }
+            let mut out = [0f32; 8];
+            let mut sum = _mm256_set1_ps(0.0);
+            for r in acc {
+                sum = _mm256_add_ps(sum, r);
+            }
+            // SAFETY: `out` holds 8 floats, an unaligned store writes exactly that.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+            out.iter().sum()
+        }
+        let iters = 20_000_000;
+        let t = time(|| {
+            // SAFETY: avx2 and fma were detected above.
+            let r = unsafe { kernel(std::hint::black_box(iters)) };
+            std::hint::black_box(r);
+        });
+        Some((iters * 8 * 8 * 2) as f64 / t.as_secs_f64() / 1e9)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+fn bench_micro(env: &std::sync::Arc<Environment>) {
+    let peak = fma_peak_gflops();
+    println!(
+        "\nkernel micro-benchmarks (one thread; this core's FMA peak: {})",
+        peak.map_or("unknown".into(), |p| format!("{p:.1} GFLOP/s"))
+    );
+    println!(
+        "{:<36} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8}",
+        "kernel", "epx ms", "ORT ms", "epx/ORT", "epx", "ORT", "% peak"
+    );
+    for m in micros() {
+        let inputs = vec![Input {
+            name: "x".into(),
+            shape: m.x.clone(),
+            data: Data::F32(Rng(5).floats(m.x.iter().product())),
+        }];
+        let epx = Epx::new(env, &m.model, &inputs);
+        let mut ort = Ort::new(&m.model, &inputs);
+        let (worst, ok) = compare(&epx.run()[0].1, &ort.run(true)[0].1);
+        if !ok {
+            fail(format!(
+                "{}: epx differs from ONNX Runtime by {worst:.3e}",
+                m.name
+            ));
+        }
+        epx.run();
+        ort.run(false);
+        let runs = 15;
+        let (mut te, mut to) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            te.push(time(|| {
+                epx.run();
+            }));
+            to.push(time(|| {
+                ort.run(false);
+            }));
+        }
+        let (e, o) = (median_ms(&mut te), median_ms(&mut to));
+        let rate = |ms: f64| m.work.0 / (ms / 1e3) / 1e9;
+        let pct = match (m.work.1, peak) {
+            ("GFLOP/s", Some(p)) => format!("{:.0}%", 100.0 * rate(e) / p),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<36} {:>10.3} {:>10.3} {:>9.2} {:>10} {:>10} {:>8}",
+            m.name,
+            e,
+            o,
+            e / o,
+            format!("{:.1} {}", rate(e), &m.work.1[..2]),
+            format!("{:.1} {}", rate(o), &m.work.1[..2]),
+            pct
+        );
+    }
+}
+
+fn bench_overhead(env: &std::sync::Arc<Environment>) {
+    let path = repo_root().join("examples/models/add.onnx");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
+    let inputs = vec![
+        Input {
+            name: "a".into(),
+            shape: vec![1, 4],
+            data: Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
+        },
+        Input {
+            name: "b".into(),
+            shape: vec![1, 4],
+            data: Data::F32(vec![0.5; 4]),
+        },
+    ];
+    let epx = Epx::new(env, &bytes, &inputs);
+    let mut ort = Ort::new(&bytes, &inputs);
+    for _ in 0..500 {
+        epx.run();
+        ort.run(false);
+    }
+    let (mut te, mut to) = (Vec::new(), Vec::new());
+    for _ in 0..3000 {
+        te.push(time(|| {
+            epx.run();
+        }));
+        to.push(time(|| {
+            ort.run(false);
+        }));
+    }
+    let (e, o) = (median_ms(&mut te) * 1e3, median_ms(&mut to) * 1e3);
+    println!(
+        "\nper-run overhead, one Add on 1×4 floats: epx {e:.1} µs, ONNX Runtime {o:.1} µs ({})",
+        if e < o {
+            "epx lower"
+        } else {
+            "ONNX Runtime lower"
+        }
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--rss") {
+        match &args[1..] {
+            [engine, key] => rss_child(engine, key),
+            _ => fail("usage: epx-bench --rss ENGINE MODEL"),
+        }
+        return;
+    }
+    let mut runs = 10;
+    let mut only: Vec<String> = MODELS.iter().map(|m| m.key.to_string()).collect();
+    let mut micro = true;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => {
+                runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| fail("--runs needs a positive number"))
+            }
+            "--only" => {
+                only = it
+                    .next()
+                    .unwrap_or_else(|| fail("--only needs a list"))
+                    .split(',')
+                    .map(str::to_string)
+                    .collect()
+            }
+            "--no-micro" => micro = false,
+            other => fail(format!("unknown argument `{other}`")),
+        }
+    }
+    init_ort();
+    let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
+    println!(
+        "epx CPU EP vs ONNX Runtime CPU EP (ort, 1 intra-op thread) vs tract, one thread each, \
+         {runs} timed runs after 2 warm-up runs"
+    );
+    let rows: Vec<Row> = only.iter().map(|k| bench_model(k, runs, &env)).collect();
+    println!(
+        "\n{:<28} {:>10} {:>10} {:>10} {:>9} {:>11} {:>22}",
+        "model",
+        "epx ms",
+        "ORT ms",
+        "tract ms",
+        "epx/ORT",
+        "epx/tract",
+        "peak RSS MiB epx/ORT/tract"
+    );
+    let (mut r_ort, mut r_tract) = (Vec::new(), Vec::new());
+    for r in &rows {
+        r_ort.push(r.epx / r.ort);
+        let tract = r.tract.map_or("-".into(), |t| format!("{t:.1}"));
+        let vs_tract = r.tract.map_or("-".into(), |t| {
+            r_tract.push(r.epx / t);
+            format!("{:.2}", r.epx / t)
+        });
+        println!(
+            "{:<28} {:>10.1} {:>10.1} {:>10} {:>9.2} {:>11} {:>22}",
+            r.what,
+            r.epx,
+            r.ort,
+            tract,
+            r.epx / r.ort,
+            vs_tract,
+            r.rss.join(" / ")
+        );
+    }
+    println!(
+        "geometric mean: epx/ORT {:.2}{}",
+        geomean(&r_ort),
+        if r_tract.is_empty() {
+            String::new()
+        } else {
+            format!(", epx/tract {:.2}", geomean(&r_tract))
+        }
+    );
+    bench_overhead(&env);
+    if micro {
+        bench_micro(&env);
+    }
+}

@@ -312,6 +312,14 @@ fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
+        if let (Unary::Sigmoid, TensorRef::F32(a)) = (u, x) {
+            let ac = a.as_standard_layout();
+            if let Some(xs) = ac.as_slice() {
+                let mut out = vec![0f32; xs.len()];
+                super::fastmath::sigmoid(xs, &mut out);
+                return one(Tensor::from_vec(a.shape(), out));
+            }
+        }
         one(dispatch_float!(
             x.clone(),
             |a| Ok(apply_unary(u, &a).into()),

@@ -6,6 +6,7 @@ pub mod bitwise;
 pub mod conv;
 pub mod conv2d;
 pub mod elementwise;
+pub mod fastmath;
 pub mod index;
 pub mod layout;
 pub mod loss;

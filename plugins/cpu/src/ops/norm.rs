@@ -96,6 +96,16 @@ fn build_softmax(n: &NodeDef, kind: SoftKind) -> OpResult<Box<dyn OpKernel>> {
         let x = input(&op, inputs, 0)?;
         let ax = normalize_axis(&op, axis, x.ndim())?;
         let split = split_axis(x.shape(), ax, coerce_2d);
+        if let (TensorRef::F32(a), (_, n, 1), SoftKind::Softmax | SoftKind::LogSoftmax) =
+            (x, split, kind)
+        {
+            let ac = a.as_standard_layout();
+            if let Some(xs) = ac.as_slice() {
+                let mut out = vec![0f32; xs.len()];
+                super::fastmath::softmax_rows(xs, n, kind == SoftKind::LogSoftmax, &mut out);
+                return one(Tensor::from_vec(a.shape(), out));
+            }
+        }
         one(dispatch_float!(
             x.clone(),
             |a| softmax_typed(kind, &a, split),

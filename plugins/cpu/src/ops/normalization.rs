@@ -13,7 +13,7 @@ use super::util::{
 use super::{add, one};
 use crate::bail;
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
-use crate::tensor::TensorRef;
+use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "LayerNormalization", 17, |n| build_layer(n, false));
@@ -59,9 +59,12 @@ fn build_layer(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
         let ty = x.elem_type();
         let xs = x.shape().to_vec();
         let ax = normalize_axis(&op, axis, xs.len())?;
-        let xv = float_values(&op, "X", x)?;
         let rows: usize = xs[..ax].iter().product();
         let cols: usize = xs[ax..].iter().product();
+        if let Some(outs) = layer_norm_f32(inputs, &xs, ax, eps, rms, outputs, stash) {
+            return outs;
+        }
+        let xv = float_values(&op, "X", x)?;
         let scale = broadcast_values(&op, "scale", input(&op, inputs, 1)?, &xs)?;
         let bias = match opt_input(inputs, 2) {
             Some(b) if !rms => Some(broadcast_values(&op, "B", b, &xs)?),
@@ -109,6 +112,65 @@ fn build_layer(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
         }
         Ok(outs)
     }))
+}
+
+/// The f32 fast path of LayerNormalization / RMSNormalization: X, scale and bias f32 and
+/// contiguous, scale and bias one value per normalized element. `None` when it does not apply.
+fn layer_norm_f32(
+    inputs: &[Option<TensorRef<'_>>],
+    xs: &[usize],
+    ax: usize,
+    eps: f64,
+    rms: bool,
+    outputs: usize,
+    stash: i64,
+) -> Option<OpResult<Vec<Tensor>>> {
+    let strip = |s: &[usize]| -> Vec<usize> { s.iter().copied().skip_while(|&d| d == 1).collect() };
+    let norm_shape = strip(&xs[ax..]);
+    fn per_element<'a>(
+        t: &Option<TensorRef<'a>>,
+        norm_shape: &[usize],
+    ) -> Option<Option<ndarray::ArrayViewD<'a, f32>>> {
+        let strip =
+            |s: &[usize]| -> Vec<usize> { s.iter().copied().skip_while(|&d| d == 1).collect() };
+        match t {
+            None => Some(None),
+            Some(TensorRef::F32(v)) if strip(v.shape()) == norm_shape => Some(Some(v.clone())),
+            Some(_) => None,
+        }
+    }
+    let Some(TensorRef::F32(x)) = inputs.first()? else {
+        return None;
+    };
+    let scale = per_element(inputs.get(1)?, &norm_shape)??;
+    let bias = if rms {
+        None
+    } else {
+        per_element(inputs.get(2).unwrap_or(&None), &norm_shape)?
+    };
+    if outputs > 1 && (rms || stash != 1) {
+        return None;
+    }
+    let (xc, sc) = (x.as_standard_layout(), scale.as_standard_layout());
+    let bc = bias.as_ref().map(|b| b.as_standard_layout());
+    let (xf, sf) = (xc.as_slice()?, sc.as_slice()?);
+    let bf = match &bc {
+        Some(b) => Some(b.as_slice()?),
+        None => None,
+    };
+    let mut y = vec![0f32; xf.len()];
+    let (means, invs) = super::fastmath::layer_norm_rows(xf, sf, bf, eps, rms, &mut y);
+    let run = || -> OpResult<Vec<Tensor>> {
+        let mut outs = vec![Tensor::from_vec(xs, y)?];
+        if outputs > 1 {
+            let mut st = xs[..ax].to_vec();
+            st.resize(xs.len(), 1);
+            outs.push(Tensor::from_vec(&st, means)?);
+            outs.push(Tensor::from_vec(&st, invs)?);
+        }
+        Ok(outs)
+    };
+    Some(run())
 }
 
 /// Normalizes each of `groups` contiguous chunks of `xv` to zero mean and unit variance.

@@ -57,31 +57,47 @@ impl Conv2d<'_> {
             && self.geo.pad_begin == [0, 0]
             && oh == self.h
             && ow == self.w;
+        // im2col in bands of output rows, about 256 KiB of columns each, so the column matrix
+        // stays in cache between being written and being multiplied.
+        let band = (COLS_BYTES / (rows * ow * 4).max(1)).clamp(1, oh.max(1));
         let mut cols = if pointwise {
             Vec::new()
         } else {
-            vec![0f32; rows * plane_out]
+            vec![0f32; rows * band * ow]
         };
         for n in 0..self.n {
             for g in 0..self.group {
                 let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
-                let b_mat: &[f32] = if pointwise {
-                    x_g
-                } else {
-                    self.im2col(x_g, cg, &mut cols);
-                    &cols
-                };
                 let w_g = &weights[g * mg * rows..][..mg * rows];
                 let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
-                sgemm(mg, rows, plane_out, w_g, b_mat, o_g);
+                if pointwise {
+                    sgemm(mg, rows, plane_out, w_g, x_g, o_g);
+                    continue;
+                }
+                for oy0 in (0..oh).step_by(band) {
+                    let oy1 = (oy0 + band).min(oh);
+                    let width = (oy1 - oy0) * ow;
+                    self.im2col(x_g, cg, oy0..oy1, &mut cols[..rows * width]);
+                    sgemm_into(
+                        mg,
+                        rows,
+                        width,
+                        w_g,
+                        &cols[..rows * width],
+                        &mut o_g[oy0 * ow..],
+                        plane_out,
+                    );
+                }
             }
         }
         out
     }
 
-    /// `cols[(ci, ky, kx), (oy, ox)]` = the input pixel each tap reads (0 in the padding).
-    fn im2col(&self, x_g: &[f32], cg: usize, cols: &mut [f32]) {
-        let (oh, ow) = (self.oh(), self.ow());
+    /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
+    /// (0 in the padding).
+    fn im2col(&self, x_g: &[f32], cg: usize, oys: std::ops::Range<usize>, cols: &mut [f32]) {
+        let ow = self.ow();
+        let width = oys.len() * ow;
         let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
         let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
         let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
@@ -90,10 +106,10 @@ impl Conv2d<'_> {
             let plane = &x_g[ci * self.h * self.w..][..self.h * self.w];
             for ky in 0..self.kh {
                 for kx in 0..self.kw {
-                    let row = &mut cols[r * oh * ow..][..oh * ow];
+                    let row = &mut cols[r * width..][..width];
                     let (lo, hi) = valid_span(ow, sw, kx * dw, pw, self.w);
-                    for oy in 0..oh {
-                        let dst = &mut row[oy * ow..][..ow];
+                    for oy in oys.clone() {
+                        let dst = &mut row[(oy - oys.start) * ow..][..ow];
                         let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
                         else {
                             dst.fill(0.0);
@@ -299,6 +315,41 @@ pub fn sgemm_strided(
             1.0,
             c.as_mut_ptr(),
             n as isize,
+            1,
+        );
+    }
+}
+
+/// Bytes of im2col columns built at a time.
+const COLS_BYTES: usize = 256 << 10;
+
+/// `c[m, n] += a[m, k] · b[k, n]`, `a` and `b` row-major and contiguous, `c` row-major with row
+/// stride `ldc` (a band of columns of a wider matrix).
+fn sgemm_into(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
+    assert!(
+        a.len() >= m * k && b.len() >= k * n && (m == 0 || c.len() >= (m - 1) * ldc + n),
+        "sgemm: buffers too small"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: every element reached through the strides lies inside the buffers (asserted
+    // above); `c` is exclusively borrowed.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            1.0,
+            c.as_mut_ptr(),
+            ldc as isize,
             1,
         );
     }

@@ -388,6 +388,25 @@ enum Bin {
     PRelu,
 }
 
+/// The f32 fast path of Add, Sub, Mul and Div ([`super::fastmath::broadcast_binary`]).
+fn arith_f32(
+    kind: Bin,
+    a: &ArrayViewD<'_, f32>,
+    b: &ArrayViewD<'_, f32>,
+) -> Option<OpResult<Tensor>> {
+    let (ac, bc) = (a.as_standard_layout(), b.as_standard_layout());
+    let (xs, ys) = (ac.as_slice()?, bc.as_slice()?);
+    use super::fastmath::broadcast_binary as bb;
+    let (out, shape) = match kind {
+        Bin::Add => bb(xs, a.shape(), ys, b.shape(), |x, y| x + y),
+        Bin::Sub => bb(xs, a.shape(), ys, b.shape(), |x, y| x - y),
+        Bin::Mul => bb(xs, a.shape(), ys, b.shape(), |x, y| x * y),
+        Bin::Div => bb(xs, a.shape(), ys, b.shape(), |x, y| x / y),
+        _ => None,
+    }?;
+    Some(Tensor::from_vec(&shape, out))
+}
+
 fn arith<T: Num>(
     op: &str,
     kind: Bin,
@@ -530,6 +549,11 @@ fn binary(n: &NodeDef, kind: Bin) -> OpResult<Box<dyn OpKernel>> {
         let op = op.as_str();
         if kind != Bin::Pow {
             same_type(op, a, &b)?;
+        }
+        if let (TensorRef::F32(x), TensorRef::F32(y)) = (a, &b) {
+            if let Some(out) = arith_f32(kind, x, y) {
+                return one(out);
+            }
         }
         let out = match kind {
             Bin::Add | Bin::Sub | Bin::Mul | Bin::Div | Bin::Mod(_) | Bin::PRelu => {

@@ -168,3 +168,144 @@ mod tests {
         assert!((i[0] - inv).abs() < 1e-6 && (o[2] - (inv + 1.0)).abs() < 1e-6);
     }
 }
+
+/// `f(a, b)` elementwise with numpy broadcasting over contiguous f32 buffers of shapes `sa` and
+/// `sb`. The trailing dimensions in which the operands agree (or one of them is broadcast
+/// throughout) form one inner loop over contiguous slices, which vectorizes; the dimensions
+/// before it are walked once per inner block. `None` when the shapes do not broadcast.
+pub fn broadcast_binary(
+    a: &[f32],
+    sa: &[usize],
+    b: &[f32],
+    sb: &[usize],
+    f: impl Fn(f32, f32) -> f32 + Copy,
+) -> Option<(Vec<f32>, Vec<usize>)> {
+    let rank = sa.len().max(sb.len());
+    let pad = |s: &[usize]| -> Vec<usize> {
+        let mut v = vec![1; rank - s.len()];
+        v.extend_from_slice(s);
+        v
+    };
+    let (pa, pb) = (pad(sa), pad(sb));
+    let mut out_shape = Vec::with_capacity(rank);
+    for (&x, &y) in pa.iter().zip(&pb) {
+        out_shape.push(match (x, y) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        });
+    }
+    let total: usize = out_shape.iter().product();
+    let mut out = vec![0f32; total];
+    if total == 0 {
+        return Some((out, out_shape));
+    }
+    // The kind of a dimension: both operands vary along it, only `a`, or only `b`.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Both,
+        OnlyA,
+        OnlyB,
+    }
+    let kind = |d: usize| match (pa[d] == out_shape[d], pb[d] == out_shape[d]) {
+        _ if out_shape[d] == 1 => None,
+        (true, true) => Some(Kind::Both),
+        (true, false) => Some(Kind::OnlyA),
+        _ => Some(Kind::OnlyB),
+    };
+    // The innermost run of dimensions of one kind (extent-1 dimensions fit any run).
+    let mut split = rank;
+    let mut inner_kind = None;
+    while split > 0 {
+        match (kind(split - 1), inner_kind) {
+            (None, _) => {}
+            (Some(k), None) => inner_kind = Some(k),
+            (Some(k), Some(i)) if k == i => {}
+            _ => break,
+        }
+        split -= 1;
+    }
+    let inner: usize = out_shape[split..].iter().product();
+    let inner_kind = inner_kind.unwrap_or(Kind::Both);
+    let strides = |s: &[usize]| -> Vec<usize> {
+        let mut st = vec![0; rank];
+        let mut acc = 1;
+        for d in (0..rank).rev() {
+            st[d] = if s[d] == 1 { 0 } else { acc };
+            acc *= s[d];
+        }
+        st
+    };
+    let (ta, tb) = (strides(&pa), strides(&pb));
+    let outer_shape = &out_shape[..split];
+    let mut idx = vec![0usize; split];
+    for block in out.chunks_exact_mut(inner) {
+        let oa: usize = idx.iter().zip(&ta).map(|(i, s)| i * s).sum();
+        let ob: usize = idx.iter().zip(&tb).map(|(i, s)| i * s).sum();
+        match inner_kind {
+            Kind::Both => {
+                for ((o, &x), &y) in block
+                    .iter_mut()
+                    .zip(&a[oa..oa + inner])
+                    .zip(&b[ob..ob + inner])
+                {
+                    *o = f(x, y);
+                }
+            }
+            Kind::OnlyA => {
+                let y = b[ob];
+                for (o, &x) in block.iter_mut().zip(&a[oa..oa + inner]) {
+                    *o = f(x, y);
+                }
+            }
+            Kind::OnlyB => {
+                let x = a[oa];
+                for (o, &y) in block.iter_mut().zip(&b[ob..ob + inner]) {
+                    *o = f(x, y);
+                }
+            }
+        }
+        // Next outer index (row-major).
+        for d in (0..split).rev() {
+            idx[d] += 1;
+            if idx[d] < outer_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Some((out, out_shape))
+}
+
+#[cfg(test)]
+mod broadcast_tests {
+    use super::broadcast_binary;
+
+    #[test]
+    fn broadcasts_like_numpy() {
+        // [2, 3] + [3]
+        let (o, s) = broadcast_binary(
+            &[1., 2., 3., 4., 5., 6.],
+            &[2, 3],
+            &[10., 20., 30.],
+            &[3],
+            |x, y| x + y,
+        )
+        .unwrap();
+        assert_eq!((o, s), (vec![11., 22., 33., 14., 25., 36.], vec![2, 3]));
+        // [2, 1] * [1, 3]
+        let (o, s) =
+            broadcast_binary(&[1., 2.], &[2, 1], &[1., 10., 100.], &[1, 3], |x, y| x * y).unwrap();
+        assert_eq!((o, s), (vec![1., 10., 100., 2., 20., 200.], vec![2, 3]));
+        // [1, 2, 2, 2] - [1, 2, 1, 1] (per channel)
+        let x: Vec<f32> = (0..8).map(|v| v as f32).collect();
+        let (o, _) =
+            broadcast_binary(&x, &[1, 2, 2, 2], &[1., 2.], &[1, 2, 1, 1], |x, y| x - y).unwrap();
+        assert_eq!(o, vec![-1., 0., 1., 2., 2., 3., 4., 5.]);
+        // scalar / tensor
+        let (o, _) = broadcast_binary(&[8.], &[], &[2., 4.], &[2], |x, y| x / y).unwrap();
+        assert_eq!(o, vec![4., 2.]);
+        assert!(broadcast_binary(&[1., 2.], &[2], &[1., 2., 3.], &[3], |x, y| x + y).is_none());
+    }
+}

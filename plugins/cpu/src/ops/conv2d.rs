@@ -37,12 +37,7 @@ impl Conv2d<'_> {
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let (oh, ow) = (self.oh(), self.ow());
         let plane_out = oh * ow;
-        let mut out = vec![0f32; self.n * self.m * plane_out];
-        if let Some(b) = bias {
-            for (ch, o) in out.chunks_exact_mut(plane_out).enumerate() {
-                o.fill(b[ch % self.m]);
-            }
-        }
+        let mut out = initial_output(self.n, self.m, plane_out, bias);
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         if cg == 1 && mg == 1 {
@@ -212,12 +207,7 @@ impl ConvTranspose2d {
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let plane_out = self.oh * self.ow;
         let plane_in = self.h * self.w;
-        let mut out = vec![0f32; self.n * self.m * plane_out];
-        if let Some(b) = bias {
-            for (ch, o) in out.chunks_exact_mut(plane_out).enumerate() {
-                o.fill(b[ch % self.m]);
-            }
-        }
+        let mut out = initial_output(self.n, self.m, plane_out, bias);
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         let kn = self.kh * self.kw;
@@ -259,6 +249,22 @@ impl ConvTranspose2d {
             }
         }
         out
+    }
+}
+
+/// The output `[n, m, plane]` before accumulation: each channel's bias, or zeros.
+fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    match bias {
+        Some(b) => {
+            let mut out = Vec::with_capacity(n * m * plane);
+            for _ in 0..n {
+                for &v in &b[..m] {
+                    out.extend(std::iter::repeat_n(v, plane));
+                }
+            }
+            out
+        }
+        None => vec![0f32; n * m * plane],
     }
 }
 

@@ -315,9 +315,7 @@ fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
         if let (Unary::Sigmoid, TensorRef::F32(a)) = (u, x) {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
-                let mut out = vec![0f32; xs.len()];
-                super::fastmath::sigmoid(xs, &mut out);
-                return one(Tensor::from_vec(a.shape(), out));
+                return one(Tensor::from_vec(a.shape(), super::fastmath::sigmoid(xs)));
             }
         }
         one(dispatch_float!(

@@ -26,11 +26,9 @@ pub fn exp_f32(x: f32) -> f32 {
     y * pow2
 }
 
-/// `out[i] = 1 / (1 + e^-x[i])`.
-pub fn sigmoid(x: &[f32], out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = 1.0 / (1.0 + exp_f32(-v));
-    }
+/// `1 / (1 + e^-x)` of each element.
+pub fn sigmoid(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| 1.0 / (1.0 + exp_f32(-v))).collect()
 }
 
 /// Softmax (or log-softmax) over each contiguous row of `n` values.
@@ -197,7 +195,8 @@ pub fn broadcast_binary(
         });
     }
     let total: usize = out_shape.iter().product();
-    let mut out = vec![0f32; total];
+    // Filled block by block, in order: no zero-fill first.
+    let mut out: Vec<f32> = Vec::with_capacity(total);
     if total == 0 {
         return Some((out, out_shape));
     }
@@ -240,30 +239,23 @@ pub fn broadcast_binary(
     let (ta, tb) = (strides(&pa), strides(&pb));
     let outer_shape = &out_shape[..split];
     let mut idx = vec![0usize; split];
-    for block in out.chunks_exact_mut(inner) {
+    for _ in 0..total / inner {
         let oa: usize = idx.iter().zip(&ta).map(|(i, s)| i * s).sum();
         let ob: usize = idx.iter().zip(&tb).map(|(i, s)| i * s).sum();
         match inner_kind {
-            Kind::Both => {
-                for ((o, &x), &y) in block
-                    .iter_mut()
-                    .zip(&a[oa..oa + inner])
+            Kind::Both => out.extend(
+                a[oa..oa + inner]
+                    .iter()
                     .zip(&b[ob..ob + inner])
-                {
-                    *o = f(x, y);
-                }
-            }
+                    .map(|(&x, &y)| f(x, y)),
+            ),
             Kind::OnlyA => {
                 let y = b[ob];
-                for (o, &x) in block.iter_mut().zip(&a[oa..oa + inner]) {
-                    *o = f(x, y);
-                }
+                out.extend(a[oa..oa + inner].iter().map(|&x| f(x, y)));
             }
             Kind::OnlyB => {
                 let x = a[oa];
-                for (o, &y) in block.iter_mut().zip(&b[ob..ob + inner]) {
-                    *o = f(x, y);
-                }
+                out.extend(b[ob..ob + inner].iter().map(|&y| f(x, y)));
             }
         }
         // Next outer index (row-major).

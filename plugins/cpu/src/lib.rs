@@ -7,6 +7,7 @@ pub mod kernel;
 pub mod ops;
 pub mod program;
 pub mod provider;
+pub mod scratch;
 pub mod tensor;
 
 pub use provider::{CPU_PROVIDER_NAME, CpuFactory, CpuProvider, builtin_plugin_entry};

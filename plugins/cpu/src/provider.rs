@@ -9,7 +9,7 @@ use epx_plugin_api::sdk::{
 };
 
 use crate::program::{Program, is_control_flow, registry};
-use crate::tensor::TensorRef;
+use crate::tensor::{Tensor, TensorRef};
 
 /// Name the CPU EP registers under.
 pub const CPU_PROVIDER_NAME: &str = "cpu";
@@ -148,6 +148,12 @@ impl Kernel for CpuKernel {
             let out = ctx.output(i, t.elem_type(), &shape)?;
             t.write_bytes(out)
                 .map_err(|e| Error::runtime(e.to_string()))?;
+        }
+        // The host has its copies: the float buffers go back for the next kernels.
+        for t in outputs {
+            if let Tensor::F32(a) = t {
+                crate::scratch::give(a.into_raw_vec_and_offset().0);
+            }
         }
         Ok(())
     }

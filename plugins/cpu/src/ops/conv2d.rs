@@ -58,7 +58,7 @@ impl Conv2d<'_> {
         let mut cols = if pointwise {
             Vec::new()
         } else {
-            vec![0f32; rows * band * ow]
+            crate::scratch::zeros(rows * band * ow)
         };
         for n in 0..self.n {
             for g in 0..self.group {
@@ -85,6 +85,7 @@ impl Conv2d<'_> {
                 }
             }
         }
+        crate::scratch::give(cols);
         out
     }
 
@@ -212,7 +213,7 @@ impl ConvTranspose2d {
         let mg = self.m / self.group;
         let kn = self.kh * self.kw;
         let rows = mg * kn;
-        let mut cols = vec![0f32; rows * plane_in];
+        let mut cols = crate::scratch::zeros(rows * plane_in);
         let [sh, sw] = self.strides;
         let [dh, dw] = self.dilations;
         let [ph, pw] = self.pad_begin;
@@ -248,6 +249,7 @@ impl ConvTranspose2d {
                 }
             }
         }
+        crate::scratch::give(cols);
         out
     }
 }
@@ -256,7 +258,7 @@ impl ConvTranspose2d {
 fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec<f32> {
     match bias {
         Some(b) => {
-            let mut out = Vec::with_capacity(n * m * plane);
+            let mut out = crate::scratch::take(n * m * plane);
             for _ in 0..n {
                 for &v in &b[..m] {
                     out.extend(std::iter::repeat_n(v, plane));
@@ -264,7 +266,7 @@ fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec
             }
             out
         }
-        None => vec![0f32; n * m * plane],
+        None => crate::scratch::zeros(n * m * plane),
     }
 }
 

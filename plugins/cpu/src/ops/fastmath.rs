@@ -28,7 +28,9 @@ pub fn exp_f32(x: f32) -> f32 {
 
 /// `1 / (1 + e^-x)` of each element.
 pub fn sigmoid(x: &[f32]) -> Vec<f32> {
-    x.iter().map(|&v| 1.0 / (1.0 + exp_f32(-v))).collect()
+    let mut out = crate::scratch::take(x.len());
+    out.extend(x.iter().map(|&v| 1.0 / (1.0 + exp_f32(-v))));
+    out
 }
 
 /// Softmax (or log-softmax) over each contiguous row of `n` values.
@@ -196,7 +198,7 @@ pub fn broadcast_binary(
     }
     let total: usize = out_shape.iter().product();
     // Filled block by block, in order: no zero-fill first.
-    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let mut out = crate::scratch::take(total);
     if total == 0 {
         return Some((out, out_shape));
     }

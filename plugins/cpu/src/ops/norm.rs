@@ -101,7 +101,7 @@ fn build_softmax(n: &NodeDef, kind: SoftKind) -> OpResult<Box<dyn OpKernel>> {
         {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
-                let mut out = vec![0f32; xs.len()];
+                let mut out = crate::scratch::zeros(xs.len());
                 super::fastmath::softmax_rows(xs, n, kind == SoftKind::LogSoftmax, &mut out);
                 return one(Tensor::from_vec(a.shape(), out));
             }

@@ -158,7 +158,7 @@ fn layer_norm_f32(
         Some(b) => Some(b.as_slice()?),
         None => None,
     };
-    let mut y = vec![0f32; xf.len()];
+    let mut y = crate::scratch::zeros(xf.len());
     let (means, invs) = super::fastmath::layer_norm_rows(xf, sf, bf, eps, rms, &mut y);
     let run = || -> OpResult<Vec<Tensor>> {
         let mut outs = vec![Tensor::from_vec(xs, y)?];

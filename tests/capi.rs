@@ -1,7 +1,8 @@
 //! libepx's C API from C and Python: the C example host (`examples/c-host`), linked against
 //! `libepx.so` and against `libepx.a`; the contract checks in `tests/capi/contract.c` (NULL
 //! arguments, free(NULL), error codes and messages, both run forms); and the Python module
-//! `examples/python/epx.py` through `tests/python/test_capi.py`.
+//! `examples/python/epx.py` through `tests/python/test_capi.py`; the C++ example
+//! (`examples/cpp-host`, RAII wrappers over the C API).
 //!
 //! Needs `cargo build --workspace` first (libepx is a cdylib/staticlib crate that `cargo test`
 //! does not build for this package), `cc`, and python3 with numpy.
@@ -226,4 +227,53 @@ fn the_python_example_script_runs() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("placement: cpu:"), "{stdout}");
     assert!(stdout.contains("output y:"), "{stdout}");
+}
+
+#[test]
+fn the_cpp_example_runs_with_raii_wrappers() {
+    let have_cxx = Command::new("c++")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_cxx {
+        eprintln!("skipping: `c++` was not found");
+        return;
+    }
+    let dir = TempDir::new("cpp-host").expect("temp dir");
+    let exe = dir.path().join("epx-cpp-host");
+    let lib_dir = artifact_dir();
+    let out = Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(repo_root().join("include"))
+        .arg(repo_root().join("examples/cpp-host/main.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-lepx")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .output()
+        .expect("running c++");
+    assert!(out.status.success(), "c++ failed:\n{}", text(&out));
+    let run = Command::new(&exe)
+        .arg(repo_root().join("examples/models/mnist-cnn.onnx"))
+        .env_remove("EPX_PLUGIN_PATH")
+        .output()
+        .expect("running the C++ example");
+    let stdout = text(&run);
+    assert!(run.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("output probabilities: shape [1, 10]") && stdout.contains("placement: "),
+        "{stdout}"
+    );
+    let bad = Command::new(&exe)
+        .arg("/nonexistent.onnx")
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("error: [code 3] /nonexistent.onnx"),
+        "{}",
+        text(&bad)
+    );
 }

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use epx_tests::examples::{f32s, reference_npy};
+use epx_tests::examples::assert_printed_mnist_probabilities;
 use epx_tests::{TempDir, artifact_dir, repo_root};
 
 fn libepx(kind: &str) -> PathBuf {
@@ -75,23 +75,7 @@ fn check_c_host(exe: &Path) {
             .any(|l| l.trim_start().starts_with("cpu") && l.contains("available")),
         "no available cpu EP listed:\n{stdout}"
     );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("output probabilities:"))
-        .unwrap_or_else(|| panic!("no output line:\n{stdout}"));
-    let values: Vec<f32> = line
-        .split(" values ")
-        .nth(1)
-        .expect("values")
-        .split_whitespace()
-        .map(|v| v.parse().expect("a number"))
-        .collect();
-    let want = reference_npy("mnist-cnn", "output");
-    let want = f32s(&want[0].1.data);
-    assert_eq!(values.len(), want.len(), "{line}");
-    for (i, (a, b)) in values.iter().zip(&want).enumerate() {
-        assert!((a - b).abs() <= 1e-5, "probabilities[{i}]: {a} vs {b}");
-    }
+    assert_printed_mnist_probabilities(&stdout);
     let placement = stdout
         .lines()
         .find_map(|l| l.strip_prefix("placement: "))

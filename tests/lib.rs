@@ -279,6 +279,27 @@ pub mod examples {
         found
     }
 
+    /// Checks the `output probabilities: ... values v0 v1 ...` line the C and C++ examples print
+    /// for mnist-cnn against the reference output, within 1e-5.
+    pub fn assert_printed_mnist_probabilities(stdout: &str) {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("output probabilities:"))
+            .unwrap_or_else(|| panic!("no output line:\n{stdout}"));
+        let got: Vec<f32> = line
+            .split(" values ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no values in `{line}`"))
+            .split_whitespace()
+            .map(|v| v.parse().expect("a number"))
+            .collect();
+        let want = f32s(&reference_npy("mnist-cnn", "output")[0].1.data);
+        assert_eq!(got.len(), want.len(), "{line}");
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-5, "probabilities[{i}]: {a} vs {b}");
+        }
+    }
+
     /// A `.npy` array as a tensor.
     pub fn tensor(a: &NpyArray) -> Tensor {
         Tensor::from_bytes(a.elem_type, &a.shape, &a.data).expect("npy data makes a tensor")

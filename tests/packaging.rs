@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use epx_tests::examples::{f32s, reference_npy};
+use epx_tests::examples::assert_printed_mnist_probabilities;
 use epx_tests::{TempDir, artifact_dir, repo_root};
 
 const PLUGINS: &str = "cuda,ort_cpu,openvino";
@@ -70,25 +70,6 @@ fn bundle(out: &Path) -> String {
     );
     assert!(out.join(format!("{name}.tar.gz")).is_file(), "{log}");
     name
-}
-
-fn check_probabilities(stdout: &str) {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("output probabilities:"))
-        .unwrap_or_else(|| panic!("no output line:\n{stdout}"));
-    let got: Vec<f32> = line
-        .split(" values ")
-        .nth(1)
-        .expect("values")
-        .split_whitespace()
-        .map(|v| v.parse().expect("a number"))
-        .collect();
-    let want = f32s(&reference_npy("mnist-cnn", "output")[0].1.data);
-    assert_eq!(got.len(), want.len());
-    for (a, b) in got.iter().zip(&want) {
-        assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
-    }
 }
 
 #[test]
@@ -174,7 +155,7 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
             "the C example does not list `{ep}` from the installed plugins:\n{stdout}"
         );
     }
-    check_probabilities(&stdout);
+    assert_printed_mnist_probabilities(&stdout);
 
     // The installed CLI finds the same plugins next to itself.
     let providers = run_ok(

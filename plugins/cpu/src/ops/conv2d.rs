@@ -73,11 +73,10 @@ impl Conv2d<'_> {
                     let oy1 = (oy0 + band).min(oh);
                     let width = (oy1 - oy0) * ow;
                     self.im2col(x_g, cg, oy0..oy1, &mut cols[..rows * width]);
-                    sgemm_into(
-                        mg,
-                        rows,
-                        width,
+                    sgemm_strided(
+                        (mg, rows, width),
                         w_g,
+                        (rows, 1),
                         &cols[..rows * width],
                         &mut o_g[oy0 * ow..],
                         plane_out,
@@ -226,7 +225,14 @@ impl ConvTranspose2d {
                 let w_g = &weights[g * cg * rows..][..cg * rows];
                 cols.fill(0.0);
                 // cols[r, p] = Σ_ci w_g[ci, r] · x_g[ci, p]: A is w_g transposed.
-                sgemm_strided(rows, cg, plane_in, w_g, (1, rows), x_g, &mut cols);
+                sgemm_strided(
+                    (rows, cg, plane_in),
+                    w_g,
+                    (1, rows),
+                    x_g,
+                    &mut cols,
+                    plane_in,
+                );
                 for mi in 0..mg {
                     let o_plane = &mut out[(n * self.m + g * mg + mi) * plane_out..][..plane_out];
                     for ky in 0..self.kh {
@@ -283,31 +289,34 @@ fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize)
     (lo.min(ow), hi)
 }
 
-/// `c[m, n] += a[m, k] · b[k, n]` where `a`'s element `(i, p)` is at `i * rs + p * cs`, and `b`
-/// and `c` are row-major and contiguous.
-pub fn sgemm_strided(
-    m: usize,
-    k: usize,
-    n: usize,
+/// Bytes of im2col columns built at a time.
+const COLS_BYTES: usize = 256 << 10;
+
+/// `c[m, n] += a[m, k] · b[k, n]`, `b` row-major and contiguous; `a`'s element `(i, p)` is at
+/// `i * rs + p * cs`, and `c` is row-major with row stride `ldc` (it may be a band of columns of
+/// a wider matrix).
+fn sgemm_strided(
+    (m, k, n): (usize, usize, usize),
     a: &[f32],
     (rs, cs): (usize, usize),
     b: &[f32],
     c: &mut [f32],
+    ldc: usize,
 ) {
-    let a_needed = if m == 0 || k == 0 {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let a_needed = if k == 0 {
         0
     } else {
         (m - 1) * rs + (k - 1) * cs + 1
     };
     assert!(
-        a.len() >= a_needed && b.len() >= k * n && c.len() >= m * n,
+        a.len() >= a_needed && b.len() >= k * n && c.len() >= (m - 1) * ldc + n,
         "sgemm: buffers too small"
     );
-    if m == 0 || n == 0 {
-        return;
-    }
     // SAFETY: every element the strides reach lies inside the buffers (asserted above); `c` is
-    // exclusively borrowed and row-major with stride n.
+    // exclusively borrowed.
     unsafe {
         matrixmultiply::sgemm(
             m,
@@ -322,41 +331,6 @@ pub fn sgemm_strided(
             1,
             1.0,
             c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
-}
-
-/// Bytes of im2col columns built at a time.
-const COLS_BYTES: usize = 256 << 10;
-
-/// `c[m, n] += a[m, k] · b[k, n]`, `a` and `b` row-major and contiguous, `c` row-major with row
-/// stride `ldc` (a band of columns of a wider matrix).
-fn sgemm_into(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
-    assert!(
-        a.len() >= m * k && b.len() >= k * n && (m == 0 || c.len() >= (m - 1) * ldc + n),
-        "sgemm: buffers too small"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    // SAFETY: every element reached through the strides lies inside the buffers (asserted
-    // above); `c` is exclusively borrowed.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            1.0,
-            c.as_mut_ptr(),
             ldc as isize,
             1,
         );
@@ -365,33 +339,7 @@ fn sgemm_into(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32],
 
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.
 pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    assert!(
-        a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
-        "sgemm: buffers too small"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    // SAFETY: the three buffers hold at least m×k, k×n and m×n elements (asserted above), with
-    // row-major strides (k, 1), (n, 1) and (n, 1); `c` is exclusively borrowed.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            1.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    sgemm_strided((m, k, n), a, (k, 1), b, c, n);
 }
 
 #[cfg(test)]

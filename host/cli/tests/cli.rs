@@ -256,7 +256,7 @@ fn partition_prints_the_placement_and_draws_it() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("11 nodes in 11 kernels (cpu: 9, relu_only: 2)"),
+        stdout.contains("11 nodes in 5 kernels (cpu: 9, relu_only: 2)"),
         "{stdout}"
     );
     assert!(

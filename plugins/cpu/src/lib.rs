@@ -3,6 +3,7 @@
 //! same code as a plugin library that loads through the ABI.
 
 pub mod control;
+mod fuse;
 pub mod kernel;
 pub mod ops;
 pub mod program;

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use epx_plugin_api::sdk::{self, Attribute, Error, GraphView};
 
 use crate::control;
+use crate::fuse::{EwOp, FusedChain, FusedOp, Operand, classify};
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
 use crate::tensor::{Tensor, TensorRef};
 
@@ -40,9 +41,15 @@ enum Source {
 
 struct Step {
     label: String,
+    /// The op type, or the fused operations.
+    kind: String,
     kernel: Box<dyn OpKernel>,
     inputs: Vec<Option<Source>>,
     outputs: Vec<Option<usize>>,
+    /// Slots no later step reads and that are not program outputs: freed after this step.
+    frees: Vec<usize>,
+    /// What the step is to the elementwise fuser: its operation and operand inputs.
+    ew: Option<(EwOp, Vec<usize>)>,
 }
 
 /// Nodes compiled once, run many times.
@@ -51,6 +58,46 @@ pub struct Program {
     constants: Vec<Tensor>,
     num_slots: usize,
     outputs: Vec<Source>,
+}
+
+/// Ops whose result is not a function of their inputs alone: never evaluated at compile time.
+const NOT_FOLDABLE: &[&str] = &[
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+    "Bernoulli",
+    "Multinomial",
+];
+
+/// Runs `kernel` at compile time when every input it reads is a constant; `None` when it
+/// cannot (or should not) be folded, including when it fails: the error then comes at run time,
+/// where it names the run.
+fn fold(
+    op_type: &str,
+    kernel: &dyn OpKernel,
+    srcs: &[Option<Source>],
+    constants: &[Tensor],
+) -> Option<Vec<Tensor>> {
+    if NOT_FOLDABLE.contains(&op_type) || is_control_flow(op_type) {
+        return None;
+    }
+    let mut args = Vec::with_capacity(srcs.len());
+    for s in srcs {
+        args.push(match s {
+            None => None,
+            Some(Source::Constant(i)) => Some(constants[*i].view()),
+            Some(_) => return None,
+        });
+    }
+    kernel.run(&args).ok()
+}
+
+/// Gives a dead value's large float buffer back for the next kernels.
+pub(crate) fn recycle(t: Tensor) {
+    if let Tensor::F32(a) = t {
+        crate::scratch::give(a.into_raw_vec_and_offset().0);
+    }
 }
 
 /// A shorter-lived view of a view (`TensorRef` is invariant in its lifetime).
@@ -86,6 +133,146 @@ fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
         Attribute::Graph(_) | Attribute::Unsupported(5 | 10) => AttrValue::Unsupported("graph"),
         Attribute::Unsupported(_) => AttrValue::Unsupported("unsupported attribute kind"),
     })
+}
+
+/// Longest chain of elementwise operations fused into one step.
+const MAX_CHAIN: usize = 24;
+
+/// Replaces runs of elementwise steps by fused chains ([`crate::fuse`]). A run is consecutive
+/// steps, each reading a value of the run before it; every value made inside the run except the
+/// last must be read inside it and nowhere else (not by later steps, not as a program output).
+fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
+    // Who reads each slot: step indices, and usize::MAX for a program output.
+    let mut readers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        for src in step.inputs.iter().flatten() {
+            if let Source::Slot(s) = src {
+                readers.entry(*s).or_default().push(i);
+            }
+        }
+    }
+    for src in outputs {
+        if let Source::Slot(s) = src {
+            readers.entry(*s).or_default().push(usize::MAX);
+        }
+    }
+    let out_slot = |step: &Step| match step.outputs.as_slice() {
+        [Some(s)] => Some(*s),
+        _ => None,
+    };
+    // Whether step `i` (fusable) reads an operand made by steps `start..i`.
+    let continues = |steps: &[Step], start: usize, i: usize| -> bool {
+        let Some((_, operands)) = &steps[i].ew else {
+            return false;
+        };
+        operands.iter().any(|&k| {
+            matches!(steps[i].inputs.get(k), Some(Some(Source::Slot(s)))
+                if (start..i).any(|j| out_slot(&steps[j]) == Some(*s)))
+        })
+    };
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        if steps[i].ew.is_none() || out_slot(&steps[i]).is_none() {
+            i += 1;
+            continue;
+        }
+        let mut end = i + 1;
+        while end < steps.len()
+            && end - i < MAX_CHAIN
+            && out_slot(&steps[end]).is_some()
+            && continues(&steps, i, end)
+        {
+            end += 1;
+        }
+        // Shrink until every value but the last stays inside and is used there.
+        let inside = |e: usize| {
+            (i..e - 1).all(|j| {
+                let r = out_slot(&steps[j])
+                    .and_then(|s| readers.get(&s))
+                    .map_or(&[][..], Vec::as_slice);
+                !r.is_empty() && r.iter().all(|&x| x > j && x < e)
+            })
+        };
+        while end > i + 1 && !inside(end) {
+            end -= 1;
+        }
+        if end - i >= 2 {
+            runs.push((i, end));
+        }
+        i = end;
+    }
+    if runs.is_empty() {
+        return steps;
+    }
+    let mut out = Vec::with_capacity(steps.len());
+    let mut steps = steps.into_iter().enumerate().peekable();
+    for (start, end) in runs {
+        while let Some((_, s)) = steps.next_if(|(k, _)| *k < start) {
+            out.push(s);
+        }
+        let run: Vec<Step> = (start..end).filter_map(|_| steps.next().map(|(_, s)| s)).collect();
+        out.push(fused_step(run));
+    }
+    out.extend(steps.map(|(_, s)| s));
+    out
+}
+
+/// One step for a run of fusable steps.
+fn fused_step(run: Vec<Step>) -> Step {
+    let made: Vec<Option<usize>> = run
+        .iter()
+        .map(|s| s.outputs.first().copied().flatten())
+        .collect();
+    let mut ext: Vec<Source> = Vec::new();
+    let mut operand = |src: Source| -> Operand {
+        if let Source::Slot(s) = src
+            && let Some(k) = made.iter().position(|m| *m == Some(s))
+        {
+            return Operand::Tmp(k);
+        }
+        let key = |x: &Source| match *x {
+            Source::Input(i) => (0, i),
+            Source::Constant(i) => (1, i),
+            Source::Slot(i) => (2, i),
+        };
+        let i = match ext.iter().position(|e| key(e) == key(&src)) {
+            Some(i) => i,
+            None => {
+                ext.push(src);
+                ext.len() - 1
+            }
+        };
+        Operand::Ext(i)
+    };
+    let first = run[0].label.clone();
+    let output = run[run.len() - 1].outputs.clone();
+    let mut ops = Vec::with_capacity(run.len());
+    for step in run {
+        let inputs: Vec<Option<Operand>> = step.inputs.iter().map(|s| s.map(&mut operand)).collect();
+        let (op, which) = step.ew.expect("only fusable steps are fused");
+        let operands = which
+            .iter()
+            .map(|&k| inputs[k].expect("operands are present"))
+            .collect();
+        ops.push(FusedOp {
+            op,
+            operands,
+            label: step.label,
+            kernel: step.kernel,
+            inputs,
+        });
+    }
+    let chain = FusedChain { ops };
+    Step {
+        label: format!("{first} (fused {})", chain.describe()),
+        kind: format!("fused {}", chain.describe()),
+        kernel: Box::new(chain),
+        inputs: ext.into_iter().map(Some).collect(),
+        outputs: output,
+        frees: Vec::new(),
+        ew: None,
+    }
 }
 
 impl Program {
@@ -172,6 +359,11 @@ impl Program {
                 num_outputs: node.outputs.len(),
                 input_types,
             };
+            let ew = classify(&def, |i| match srcs.get(i) {
+                Some(Some(Source::Constant(c))) => constants.get(*c),
+                _ => None,
+            })
+            .filter(|(_, operands)| operands.iter().all(|&k| matches!(srcs.get(k), Some(Some(_)))));
             let kernel: Box<dyn OpKernel> = if is_control_flow(node.op_type) {
                 control::build(graph, &node, &def, &graphs)?
             } else {
@@ -183,6 +375,18 @@ impl Program {
                 })?;
                 (schema.build)(&def).map_err(|e| op_error(&label, e))?
             };
+            // A node of constants only is evaluated once, here.
+            if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, &constants)
+                && values.len() >= node.outputs.iter().flatten().count()
+            {
+                for (v, t) in node.outputs.iter().zip(values) {
+                    if let Some(v) = v {
+                        constants.push(t);
+                        slot_of.insert(*v, Source::Constant(constants.len() - 1));
+                    }
+                }
+                continue;
+            }
             let mut outs = Vec::with_capacity(node.outputs.len());
             for v in &node.outputs {
                 outs.push(v.map(|v| {
@@ -193,10 +397,13 @@ impl Program {
                 }));
             }
             steps.push(Step {
+                kind: node.op_type.to_string(),
                 label,
                 kernel,
                 inputs: srcs,
                 outputs: outs,
+                frees: Vec::new(),
+                ew,
             });
         }
         let mut out_srcs = Vec::with_capacity(outputs.len());
@@ -220,6 +427,30 @@ impl Program {
                 }
             };
             out_srcs.push(src);
+        }
+        let mut steps = fuse_chains(steps, &out_srcs);
+        // Each slot dies after the last step that reads it, unless the run returns it.
+        let mut last_read: Vec<Option<usize>> = vec![None; num_slots];
+        for (i, step) in steps.iter().enumerate() {
+            for src in step.inputs.iter().flatten() {
+                if let Source::Slot(s) = src {
+                    last_read[*s] = Some(i);
+                }
+            }
+            // A value nobody reads dies right after the step that made it.
+            for s in step.outputs.iter().flatten() {
+                last_read[*s].get_or_insert(i);
+            }
+        }
+        for src in &out_srcs {
+            if let Source::Slot(s) = src {
+                last_read[*s] = None;
+            }
+        }
+        for (s, last) in last_read.into_iter().enumerate() {
+            if let Some(i) = last {
+                steps[i].frees.push(s);
+            }
         }
         Ok(Program {
             steps,
@@ -273,6 +504,7 @@ impl Program {
     pub fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         for step in &self.steps {
+            let _timer = profile::Timer::start(&step.kind, &step.label);
             let results = {
                 let mut args = Vec::with_capacity(step.inputs.len());
                 for src in &step.inputs {
@@ -294,6 +526,11 @@ impl Program {
                     })?);
                 }
             }
+            for &s in &step.frees {
+                if let Some(t) = slots[s].take() {
+                    recycle(t);
+                }
+            }
         }
         let mut outs = Vec::with_capacity(self.outputs.len());
         for (i, src) in self.outputs.iter().enumerate() {
@@ -309,5 +546,77 @@ impl Program {
             });
         }
         Ok(outs)
+    }
+}
+
+/// `EPX_CPU_PROFILE=1`: time spent per step kind (the op type, or the fused operations),
+/// summed over the process and printed to stderr at exit. For finding where a model's time goes.
+mod profile {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    /// Off, by step kind, or by node (`EPX_CPU_PROFILE=nodes`).
+    fn mode() -> u8 {
+        static MODE: OnceLock<u8> = OnceLock::new();
+        *MODE.get_or_init(|| match std::env::var("EPX_CPU_PROFILE").as_deref() {
+            Err(_) | Ok("" | "0") => 0,
+            Ok("nodes") => 2,
+            Ok(_) => 1,
+        })
+    }
+
+    fn totals() -> &'static Mutex<HashMap<String, (u32, Duration)>> {
+        static T: OnceLock<Mutex<HashMap<String, (u32, Duration)>>> = OnceLock::new();
+        T.get_or_init(|| {
+            extern "C" fn report() {
+                let Some(t) = T.get() else { return };
+                let Ok(t) = t.lock() else { return };
+                let mut rows: Vec<_> = t.iter().collect();
+                rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+                let all: Duration = rows.iter().map(|r| r.1.1).sum();
+                eprintln!("EPX_CPU_PROFILE: {:.1} ms in CPU EP steps", all.as_secs_f64() * 1e3);
+                for (k, (n, d)) in rows {
+                    eprintln!(
+                        "{:>10.2} ms {:>5.1}% {:>6}x  {k}",
+                        d.as_secs_f64() * 1e3,
+                        100.0 * d.as_secs_f64() / all.as_secs_f64().max(1e-12),
+                        n
+                    );
+                }
+            }
+            // SAFETY: registering a plain extern "C" function with no arguments.
+            unsafe { atexit(report) };
+            Mutex::new(HashMap::new())
+        })
+    }
+
+    unsafe extern "C" {
+        fn atexit(f: extern "C" fn()) -> i32;
+    }
+
+    pub(super) struct Timer<'a>(Option<(&'a str, Instant)>);
+
+    impl<'a> Timer<'a> {
+        pub(super) fn start(kind: &'a str, label: &'a str) -> Self {
+            match mode() {
+                0 => Timer(None),
+                1 => Timer(Some((kind, Instant::now()))),
+                _ => Timer(Some((label, Instant::now()))),
+            }
+        }
+    }
+
+    impl Drop for Timer<'_> {
+        fn drop(&mut self) {
+            if let Some((label, t0)) = self.0.take() {
+                let d = t0.elapsed();
+                if let Ok(mut t) = totals().lock() {
+                    let e = t.entry(label.to_string()).or_default();
+                    e.0 += 1;
+                    e.1 += d;
+                }
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use epx_plugin_api::sdk::{
 };
 
 use crate::program::{Program, is_control_flow, registry};
-use crate::tensor::{Tensor, TensorRef};
+use crate::tensor::TensorRef;
 
 /// Name the CPU EP registers under.
 pub const CPU_PROVIDER_NAME: &str = "cpu";
@@ -66,14 +66,16 @@ fn runnable_type(t: ElementType) -> bool {
 }
 
 impl Provider for CpuProvider {
+    /// Everything it supports, as one group: the host splits it into convex pieces, and each
+    /// piece runs as one program, its intermediate values never leaving the EP.
     fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> sdk::Result<Vec<Vec<u32>>> {
-        let mut groups = Vec::new();
+        let mut group = Vec::new();
         for &id in unclaimed {
             if supported(graph, id)? {
-                groups.push(vec![id]);
+                group.push(id);
             }
         }
-        Ok(groups)
+        Ok(if group.is_empty() { Vec::new() } else { vec![group] })
     }
 
     fn compile(
@@ -150,11 +152,7 @@ impl Kernel for CpuKernel {
                 .map_err(|e| Error::runtime(e.to_string()))?;
         }
         // The host has its copies: the float buffers go back for the next kernels.
-        for t in outputs {
-            if let Tensor::F32(a) = t {
-                crate::scratch::give(a.into_raw_vec_and_offset().0);
-            }
-        }
+        outputs.into_iter().for_each(crate::program::recycle);
         Ok(())
     }
 }

@@ -174,22 +174,25 @@ impl BatchNorm {
         let xs = xc
             .as_slice()
             .ok_or_else(|| OpError(format!("{op}: X not contiguous")))?;
+        // Runs of `inner` elements share one channel (per channel), or the parameters repeat
+        // every `c * inner` elements (spatial=0): contiguous loops either way.
+        let mut y: Vec<T> = Vec::with_capacity(xs.len());
         let per = c * inner;
-        let y: Vec<T> = xs
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let k = if per_channel {
-                    (i / inner.max(1)) % c.max(1)
-                } else {
-                    i % per.max(1)
-                };
-                match (a.get(k), b.get(k)) {
-                    (Some(&a), Some(&b)) => T::from_acc(v.to_acc() * a + b),
-                    _ => *v,
-                }
-            })
-            .collect();
+        if per_channel && inner > 0 && c > 0 {
+            for (r, chunk) in xs.chunks(inner).enumerate() {
+                let (a, b) = (a[r % c], b[r % c]);
+                y.extend(chunk.iter().map(|v| T::from_acc(v.to_acc() * a + b)));
+            }
+        } else if per > 0 {
+            for chunk in xs.chunks(per) {
+                y.extend(
+                    chunk
+                        .iter()
+                        .zip(a.iter().zip(&b))
+                        .map(|(v, (&a, &b))| T::from_acc(v.to_acc() * a + b)),
+                );
+            }
+        }
         Tensor::from_vec(shape, y)
     }
 }

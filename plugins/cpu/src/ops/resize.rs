@@ -321,6 +321,11 @@ fn run_resize(cfg: &Cfg, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tenso
 }
 
 fn resize_typed<T: Num>(cfg: &Cfg, x: ArrayViewD<'_, T>, p: &Plan) -> OpResult<Tensor> {
+    if cfg.mode == Mode::Nearest
+        && let Some(out) = nearest(cfg, &x, p)
+    {
+        return Tensor::from_vec(&p.out, out);
+    }
     let r = x.ndim();
     let mut shape = x.shape().to_vec();
     let mut data: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
@@ -370,6 +375,70 @@ fn resize_typed<T: Num>(cfg: &Cfg, x: ArrayViewD<'_, T>, p: &Plan) -> OpResult<T
         .map(|v| T::from_f64(if T::IS_FLOAT { v } else { v.round_ties_even() }))
         .collect();
     Tensor::from_vec(&shape, out)
+}
+
+/// Nearest-neighbour resampling as one gather: each output element copies the source element
+/// the per-axis index tables pick, and an output row that reads the same source row as the one
+/// before it is a copy of that row. `None` when some output position has no single source (an
+/// extrapolated `tf_crop_and_resize` sample), which the general path handles.
+fn nearest<T: Copy>(cfg: &Cfg, x: &ArrayViewD<'_, T>, p: &Plan) -> Option<Vec<T>> {
+    let xc = x.as_standard_layout();
+    let src = xc.as_slice()?;
+    let shape = x.shape();
+    let r = shape.len();
+    if r == 0 || p.out.len() != r {
+        return None;
+    }
+    // Per axis, the source offset of each output index.
+    let mut stride = 1;
+    let mut offsets: Vec<Vec<usize>> = vec![Vec::new(); r];
+    for a in (0..r).rev() {
+        let (in_w, out_w) = (shape[a], p.out[a]);
+        offsets[a] = if p.axes.contains(&a) {
+            let table = weights(cfg, in_w, out_w, p.scales[a], p.roi[a], p.roi[a + r]);
+            let mut o = Vec::with_capacity(out_w);
+            for e in table {
+                match e?.as_slice() {
+                    [(i, _)] if *i < in_w => o.push(i * stride),
+                    _ => return None,
+                }
+            }
+            o
+        } else if in_w == out_w {
+            (0..out_w).map(|i| i * stride).collect()
+        } else {
+            return None;
+        };
+        stride *= in_w;
+    }
+    let total: usize = p.out.iter().product();
+    let w = p.out[r - 1];
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return Some(out);
+    }
+    let last = &offsets[r - 1];
+    let mut index = vec![0usize; r - 1];
+    let mut prev: Option<usize> = None;
+    for _ in 0..total / w {
+        let base: usize = index.iter().zip(&offsets).map(|(&i, o)| o[i]).sum();
+        let start = out.len();
+        if prev == Some(base) {
+            out.extend_from_within(start - w..start);
+        } else {
+            let row = &src[base..];
+            out.extend(last.iter().map(|&o| row[o]));
+        }
+        prev = Some(base);
+        for d in (0..r - 1).rev() {
+            index[d] += 1;
+            if index[d] < p.out[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Some(out)
 }
 
 /// Per output position: `None` for an extrapolated sample, else the (source, weight) pairs.

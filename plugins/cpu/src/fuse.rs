@@ -1,0 +1,504 @@
+//! Fusion of f32 elementwise chains: a run of Add/Mul/Clip/HardSigmoid/... steps whose
+//! intermediate values nobody else reads becomes one step that walks the output once, in blocks
+//! small enough to stay in L1, instead of one full pass (and one full-size buffer) per operator.
+//!
+//! The fused step keeps the original kernels: when a run's inputs are not f32 or broadcast in a
+//! way the block walk does not cover, it runs them one after the other, with the same results.
+
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
+use crate::ops::fastmath::exp_f32;
+use crate::tensor::{Tensor, TensorRef};
+
+/// Elements per block: a few block registers per operator stay in L1.
+const BLOCK: usize = 512;
+
+/// An elementwise f32 operation the block walk computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum EwOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Relu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Sqrt,
+    Neg,
+    Abs,
+    Erf,
+    Identity,
+    HardSwish,
+    Clip(f32, f32),
+    HardSigmoid(f32, f32),
+    LeakyRelu(f32),
+}
+
+impl EwOp {
+    pub(crate) fn is_binary(self) -> bool {
+        matches!(self, EwOp::Add | EwOp::Sub | EwOp::Mul | EwOp::Div)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            EwOp::Add => "Add",
+            EwOp::Sub => "Sub",
+            EwOp::Mul => "Mul",
+            EwOp::Div => "Div",
+            EwOp::Relu => "Relu",
+            EwOp::Sigmoid => "Sigmoid",
+            EwOp::Tanh => "Tanh",
+            EwOp::Exp => "Exp",
+            EwOp::Sqrt => "Sqrt",
+            EwOp::Neg => "Neg",
+            EwOp::Abs => "Abs",
+            EwOp::Erf => "Erf",
+            EwOp::Identity => "Identity",
+            EwOp::HardSwish => "HardSwish",
+            EwOp::Clip(..) => "Clip",
+            EwOp::HardSigmoid(..) => "HardSigmoid",
+            EwOp::LeakyRelu(_) => "LeakyRelu",
+        }
+    }
+
+    /// The operation on one element, as the unfused kernels compute it.
+    #[inline(always)]
+    fn unary(self, x: f32) -> f32 {
+        match self {
+            EwOp::Relu => {
+                if x < 0.0 {
+                    0.0
+                } else {
+                    x
+                }
+            }
+            EwOp::Sigmoid => 1.0 / (1.0 + exp_f32(-x)),
+            EwOp::Tanh => x.tanh(),
+            EwOp::Exp => x.exp(),
+            EwOp::Sqrt => x.sqrt(),
+            EwOp::Neg => -x,
+            EwOp::Abs => x.abs(),
+            EwOp::Erf => libm::erf(f64::from(x)) as f32,
+            EwOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).max(0.0).min(1.0),
+            EwOp::Clip(lo, hi) => {
+                let v = if x < lo { lo } else { x };
+                if v > hi { hi } else { v }
+            }
+            EwOp::HardSigmoid(a, b) => (a * x + b).max(0.0).min(1.0),
+            EwOp::LeakyRelu(a) => {
+                if x < 0.0 {
+                    a * x
+                } else {
+                    x
+                }
+            }
+            EwOp::Identity | EwOp::Add | EwOp::Sub | EwOp::Mul | EwOp::Div => x,
+        }
+    }
+}
+
+/// What a node is to the fuser: its operation and which of its inputs are operands (the others
+/// are constant parameters already folded into the operation). `constant(i)` gives input `i`'s
+/// value when it is a compile-time constant.
+pub(crate) fn classify<'c>(
+    def: &NodeDef,
+    constant: impl Fn(usize) -> Option<&'c Tensor>,
+) -> Option<(EwOp, Vec<usize>)> {
+    if !(def.domain.is_empty() || def.domain == "ai.onnx") {
+        return None;
+    }
+    // Inputs whose type is known must be f32 (the run checks again).
+    if def
+        .input_types
+        .iter()
+        .flatten()
+        .any(|&t| t != epx_plugin_api::ElementType::Float)
+    {
+        return None;
+    }
+    let float = |name: &str, default: f32| def.attr_float_or(name, default).ok();
+    let scalar = |i: usize| -> Option<Option<f32>> {
+        if def.input_types.get(i).is_none_or(Option::is_none) {
+            return Some(None);
+        }
+        match constant(i)?.view() {
+            TensorRef::F32(a) if a.len() == 1 => a.iter().next().map(|&v| Some(v)),
+            _ => None,
+        }
+    };
+    let op = match def.op_type.as_str() {
+        // Before opset 7 these had their own broadcast rules.
+        "Add" if def.opset >= 7 => EwOp::Add,
+        "Sub" if def.opset >= 7 => EwOp::Sub,
+        "Mul" if def.opset >= 7 => EwOp::Mul,
+        "Div" if def.opset >= 7 => EwOp::Div,
+        "Relu" => EwOp::Relu,
+        "Sigmoid" => EwOp::Sigmoid,
+        "Tanh" => EwOp::Tanh,
+        "Exp" => EwOp::Exp,
+        "Sqrt" => EwOp::Sqrt,
+        "Neg" => EwOp::Neg,
+        "Abs" => EwOp::Abs,
+        "Erf" => EwOp::Erf,
+        "Identity" => EwOp::Identity,
+        "HardSwish" => EwOp::HardSwish,
+        "HardSigmoid" => EwOp::HardSigmoid(float("alpha", 0.2)?, float("beta", 0.5)?),
+        "LeakyRelu" => EwOp::LeakyRelu(float("alpha", 0.01)?),
+        "Clip" if def.opset < 11 => EwOp::Clip(
+            float("min", f32::NEG_INFINITY)?,
+            float("max", f32::INFINITY)?,
+        ),
+        "Clip" => EwOp::Clip(
+            scalar(1)?.unwrap_or(f32::NEG_INFINITY),
+            scalar(2)?.unwrap_or(f32::INFINITY),
+        ),
+        _ => return None,
+    };
+    let arity = if op.is_binary() { 2 } else { 1 };
+    if def.num_inputs < arity || def.num_outputs != 1 {
+        return None;
+    }
+    Some((op, (0..arity).collect()))
+}
+
+/// Where an operand of a fused operation comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Operand {
+    /// Input `i` of the fused step.
+    Ext(usize),
+    /// The result of operation `k` of the chain.
+    Tmp(usize),
+}
+
+/// One operation of a chain.
+pub(crate) struct FusedOp {
+    pub op: EwOp,
+    pub operands: Vec<Operand>,
+    /// The original node, run when the block walk does not apply.
+    pub label: String,
+    pub kernel: Box<dyn OpKernel>,
+    /// The original node's inputs (the operands and its constant parameters).
+    pub inputs: Vec<Option<Operand>>,
+}
+
+/// A chain of elementwise operations run as one step; its output is the last operation's.
+pub(crate) struct FusedChain {
+    pub ops: Vec<FusedOp>,
+}
+
+/// How an input of the chain lines up with the output, flattened in C order.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Same shape: element `p` is element `p`.
+    Full,
+    /// One element for all.
+    Scalar,
+    /// Constant over runs of `inner` elements: element `p` is `(p / inner) % period`
+    /// (a per-channel `[1, C, 1, 1]` against `[N, C, H, W]`).
+    Outer { inner: usize, period: usize },
+    /// Repeats every `period` elements: element `p` is `p % period` (a bias over the last axes).
+    Inner { period: usize },
+}
+
+/// The broadcast of all `shapes`, right-aligned; `None` when they do not broadcast.
+fn broadcast(shapes: &[&[usize]]) -> Option<Vec<usize>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        for (o, &d) in out[rank - s.len()..].iter_mut().zip(s.iter()) {
+            match (*o, d) {
+                (a, b) if a == b => {}
+                (1, b) => *o = b,
+                (_, 1) => {}
+                _ => return None,
+            }
+        }
+    }
+    Some(out)
+}
+
+fn layout(shape: &[usize], out: &[usize]) -> Option<Layout> {
+    let n: usize = shape.iter().product();
+    let total: usize = out.iter().product();
+    if n == total {
+        return Some(Layout::Full);
+    }
+    if n == 1 {
+        return Some(Layout::Scalar);
+    }
+    let rank = out.len();
+    let mut s = vec![1usize; rank - shape.len()];
+    s.extend_from_slice(shape);
+    // Trailing ones: constant over the inner block.
+    let k = s.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+    let inner: usize = out[k..].iter().product();
+    // Leading ones: repeats over the outer block.
+    let j = s.iter().position(|&d| d != 1).unwrap_or(rank);
+    if s[j..k] != out[j..k] {
+        return None;
+    }
+    let period: usize = s[j..k].iter().product();
+    Some(if inner == 1 {
+        Layout::Inner { period }
+    } else {
+        Layout::Outer { inner, period }
+    })
+}
+
+/// Fills `dst` with elements `p0..p0 + dst.len()` of a broadcast input.
+fn gather(src: &[f32], how: Layout, p0: usize, dst: &mut [f32]) {
+    match how {
+        Layout::Full => dst.copy_from_slice(&src[p0..p0 + dst.len()]),
+        Layout::Scalar => dst.fill(src[0]),
+        Layout::Outer { inner, period } => {
+            let mut p = p0;
+            let mut rest = dst;
+            while !rest.is_empty() {
+                let run = (inner - p % inner).min(rest.len());
+                let (head, tail) = rest.split_at_mut(run);
+                head.fill(src[(p / inner) % period]);
+                rest = tail;
+                p += run;
+            }
+        }
+        Layout::Inner { period } => {
+            let mut p = p0;
+            let mut rest = dst;
+            while !rest.is_empty() {
+                let at = p % period;
+                let run = (period - at).min(rest.len());
+                let (head, tail) = rest.split_at_mut(run);
+                head.copy_from_slice(&src[at..at + run]);
+                rest = tail;
+                p += run;
+            }
+        }
+    }
+}
+
+/// An operand's values for one block.
+#[derive(Clone, Copy)]
+enum Val<'a> {
+    Slice(&'a [f32]),
+    Scalar(f32),
+}
+
+fn apply(op: EwOp, args: &[Val<'_>], out: &mut [f32]) {
+    macro_rules! bin {
+        ($f:expr) => {{
+            let f = $f;
+            match (args[0], args[1]) {
+                (Val::Slice(a), Val::Slice(b)) => {
+                    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                        *o = f(x, y);
+                    }
+                }
+                (Val::Slice(a), Val::Scalar(y)) => {
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = f(x, y);
+                    }
+                }
+                (Val::Scalar(x), Val::Slice(b)) => {
+                    for (o, &y) in out.iter_mut().zip(b) {
+                        *o = f(x, y);
+                    }
+                }
+                (Val::Scalar(x), Val::Scalar(y)) => out.fill(f(x, y)),
+            }
+        }};
+    }
+    match op {
+        EwOp::Add => bin!(|x: f32, y: f32| x + y),
+        EwOp::Sub => bin!(|x: f32, y: f32| x - y),
+        EwOp::Mul => bin!(|x: f32, y: f32| x * y),
+        EwOp::Div => bin!(|x: f32, y: f32| x / y),
+        _ => match args[0] {
+            Val::Slice(a) => {
+                // One monomorphic loop per operation, so each vectorizes.
+                macro_rules! un {
+                    ($($p:pat),*) => {
+                        match op {
+                            $($p => {
+                                for (o, &x) in out.iter_mut().zip(a) {
+                                    *o = op.unary(x);
+                                }
+                            })*
+                        }
+                    };
+                }
+                un!(
+                    EwOp::Relu,
+                    EwOp::Sigmoid,
+                    EwOp::Tanh,
+                    EwOp::Exp,
+                    EwOp::Sqrt,
+                    EwOp::Neg,
+                    EwOp::Abs,
+                    EwOp::Erf,
+                    EwOp::Identity,
+                    EwOp::HardSwish,
+                    EwOp::Clip(..),
+                    EwOp::HardSigmoid(..),
+                    EwOp::LeakyRelu(_),
+                    EwOp::Add | EwOp::Sub | EwOp::Mul | EwOp::Div
+                )
+            }
+            Val::Scalar(x) => out.fill(op.unary(x)),
+        },
+    }
+}
+
+impl FusedChain {
+    /// A name for the fused step: its operations.
+    pub(crate) fn describe(&self) -> String {
+        let names: Vec<&str> = self.ops.iter().map(|o| o.op.name()).collect();
+        names.join("+")
+    }
+
+    /// The block walk, when every input is f32 and lines up with the output; `None` otherwise.
+    fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let mut arrays = Vec::with_capacity(inputs.len());
+        let mut used = vec![false; inputs.len()];
+        for op in &self.ops {
+            for o in &op.operands {
+                if let Operand::Ext(i) = o {
+                    used[*i] = true;
+                }
+            }
+        }
+        for (i, t) in inputs.iter().enumerate() {
+            arrays.push(match t {
+                Some(TensorRef::F32(a)) if used[i] => Some(a.as_slice()?),
+                _ if used[i] => return None,
+                _ => None,
+            });
+        }
+        let shapes: Vec<&[usize]> = inputs
+            .iter()
+            .zip(&used)
+            .filter(|(_, u)| **u)
+            .filter_map(|(t, _)| t.as_ref().map(TensorRef::shape))
+            .collect();
+        let out_shape = broadcast(&shapes)?;
+        let total: usize = out_shape.iter().product();
+        let mut layouts = Vec::with_capacity(inputs.len());
+        for (t, u) in inputs.iter().zip(&used) {
+            layouts.push(match t {
+                Some(t) if *u => Some(layout(t.shape(), &out_shape)?),
+                _ => None,
+            });
+        }
+        let n = self.ops.len();
+        // Filled block by block, in order: no zero-fill first.
+        let mut out = crate::scratch::take(total);
+        let mut regs = vec![0f32; n * BLOCK];
+        let mut staged = vec![0f32; inputs.len() * BLOCK];
+        let mut p0 = 0;
+        while p0 < total {
+            let len = BLOCK.min(total - p0);
+            for (i, l) in layouts.iter().enumerate() {
+                if let (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a)) =
+                    (l, arrays[i])
+                {
+                    gather(a, *l, p0, &mut staged[i * BLOCK..i * BLOCK + len]);
+                }
+            }
+            for (k, op) in self.ops.iter().enumerate() {
+                let (done, rest) = regs.split_at_mut(k * BLOCK);
+                let mut args = [Val::Scalar(0.0); 2];
+                for (a, o) in args.iter_mut().zip(&op.operands) {
+                    *a = match *o {
+                        Operand::Tmp(j) => Val::Slice(&done[j * BLOCK..j * BLOCK + len]),
+                        Operand::Ext(i) => match (layouts[i], arrays[i]) {
+                            (Some(Layout::Full), Some(x)) => Val::Slice(&x[p0..p0 + len]),
+                            (Some(Layout::Scalar), Some(x)) => Val::Scalar(x[0]),
+                            _ => Val::Slice(&staged[i * BLOCK..i * BLOCK + len]),
+                        },
+                    };
+                }
+                apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
+            }
+            out.extend_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
+            p0 += len;
+        }
+        Tensor::from_vec(&out_shape, out).ok()
+    }
+
+    /// The original kernels one after the other.
+    fn run_each(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Tensor> {
+        let mut results: Vec<Tensor> = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            let args: Vec<Option<TensorRef<'_>>> = op
+                .inputs
+                .iter()
+                .map(|o| match o {
+                    None => None,
+                    Some(Operand::Ext(i)) => inputs[*i].as_ref().map(crate::program::reborrow),
+                    Some(Operand::Tmp(k)) => Some(results[*k].view()),
+                })
+                .collect();
+            let mut out = op
+                .kernel
+                .run(&args)
+                .map_err(|e| OpError(format!("node `{}`: {e}", op.label)))?;
+            if out.is_empty() {
+                return Err(OpError(format!("node `{}` produced no output", op.label)));
+            }
+            results.push(out.swap_remove(0));
+        }
+        let last = results.pop().ok_or_else(|| OpError("empty chain".into()))?;
+        results.into_iter().for_each(crate::program::recycle);
+        Ok(last)
+    }
+}
+
+impl OpKernel for FusedChain {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        Ok(vec![match self.walk(inputs) {
+            Some(t) => t,
+            None => self.run_each(inputs)?,
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_of_broadcast_inputs() {
+        let out = [2, 3, 4, 5];
+        assert!(matches!(layout(&[2, 3, 4, 5], &out), Some(Layout::Full)));
+        assert!(matches!(layout(&[1], &out), Some(Layout::Scalar)));
+        assert!(matches!(
+            layout(&[1, 3, 1, 1], &out),
+            Some(Layout::Outer {
+                inner: 20,
+                period: 3
+            })
+        ));
+        assert!(matches!(
+            layout(&[4, 5], &out),
+            Some(Layout::Inner { period: 20 })
+        ));
+        assert!(matches!(
+            layout(&[2, 1, 1, 1], &out),
+            Some(Layout::Outer {
+                inner: 60,
+                period: 2
+            })
+        ));
+        // Broadcast in the middle: not a block pattern.
+        assert!(layout(&[2, 1, 4, 5], &out).is_none());
+        assert!(layout(&[3, 1, 5], &out).is_none());
+    }
+
+    #[test]
+    fn gather_repeats_and_spreads() {
+        let mut d = [0f32; 7];
+        gather(&[1., 2., 3.], Layout::Outer { inner: 2, period: 3 }, 3, &mut d);
+        assert_eq!(d, [2., 3., 3., 1., 1., 2., 2.]);
+        gather(&[1., 2., 3.], Layout::Inner { period: 3 }, 1, &mut d);
+        assert_eq!(d, [2., 3., 1., 2., 3., 1., 2.]);
+    }
+}

@@ -6,7 +6,7 @@
 //! way the block walk does not cover, it runs them one after the other, with the same results.
 
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
-use crate::ops::fastmath::exp_f32;
+use crate::ops::fastmath::{erf_f32, exp_f32};
 use crate::tensor::{Tensor, TensorRef};
 
 /// Elements per block: a few block registers per operator stay in L1.
@@ -61,7 +61,7 @@ impl EwOp {
         }
     }
 
-    /// The operation on one element, as the unfused kernels compute it.
+    /// The operation on one element, as the unfused kernels compute it (Erf: [`erf_f32`]).
     #[inline(always)]
     fn unary(self, x: f32) -> f32 {
         match self {
@@ -78,7 +78,7 @@ impl EwOp {
             EwOp::Sqrt => x.sqrt(),
             EwOp::Neg => -x,
             EwOp::Abs => x.abs(),
-            EwOp::Erf => libm::erf(f64::from(x)) as f32,
+            EwOp::Erf => erf_f32(x),
             EwOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).max(0.0).min(1.0),
             EwOp::Clip(lo, hi) => {
                 let v = if x < lo { lo } else { x };
@@ -283,6 +283,7 @@ enum Val<'a> {
     Scalar(f32),
 }
 
+#[inline(always)]
 fn apply(op: EwOp, args: &[Val<'_>], out: &mut [f32]) {
     macro_rules! bin {
         ($f:expr) => {{
@@ -348,6 +349,49 @@ fn apply(op: EwOp, args: &[Val<'_>], out: &mut [f32]) {
     }
 }
 
+crate::multiversion! {
+/// The chain over `total` output elements, block by block, appended to `out`.
+fn walk_blocks(
+    ops: &[FusedOp],
+    layouts: &[Option<Layout>],
+    arrays: &[Option<&[f32]>],
+    total: usize,
+    out: &mut Vec<f32>,
+) {
+    let n = ops.len();
+    let mut regs = vec![0f32; n * BLOCK];
+    let mut staged = vec![0f32; arrays.len() * BLOCK];
+    let mut p0 = 0;
+    while p0 < total {
+        let len = BLOCK.min(total - p0);
+        for (i, l) in layouts.iter().enumerate() {
+            if let (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a)) =
+                (l, arrays[i])
+            {
+                gather(a, *l, p0, &mut staged[i * BLOCK..i * BLOCK + len]);
+            }
+        }
+        for (k, op) in ops.iter().enumerate() {
+            let (done, rest) = regs.split_at_mut(k * BLOCK);
+            let mut args = [Val::Scalar(0.0); 2];
+            for (a, o) in args.iter_mut().zip(&op.operands) {
+                *a = match *o {
+                    Operand::Tmp(j) => Val::Slice(&done[j * BLOCK..j * BLOCK + len]),
+                    Operand::Ext(i) => match (layouts[i], arrays[i]) {
+                        (Some(Layout::Full), Some(x)) => Val::Slice(&x[p0..p0 + len]),
+                        (Some(Layout::Scalar), Some(x)) => Val::Scalar(x[0]),
+                        _ => Val::Slice(&staged[i * BLOCK..i * BLOCK + len]),
+                    },
+                };
+            }
+            apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
+        }
+        out.extend_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
+        p0 += len;
+    }
+}
+}
+
 impl FusedChain {
     /// A name for the fused step: its operations.
     pub(crate) fn describe(&self) -> String {
@@ -388,39 +432,8 @@ impl FusedChain {
                 _ => None,
             });
         }
-        let n = self.ops.len();
-        // Filled block by block, in order: no zero-fill first.
         let mut out = crate::scratch::take(total);
-        let mut regs = vec![0f32; n * BLOCK];
-        let mut staged = vec![0f32; inputs.len() * BLOCK];
-        let mut p0 = 0;
-        while p0 < total {
-            let len = BLOCK.min(total - p0);
-            for (i, l) in layouts.iter().enumerate() {
-                if let (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a)) =
-                    (l, arrays[i])
-                {
-                    gather(a, *l, p0, &mut staged[i * BLOCK..i * BLOCK + len]);
-                }
-            }
-            for (k, op) in self.ops.iter().enumerate() {
-                let (done, rest) = regs.split_at_mut(k * BLOCK);
-                let mut args = [Val::Scalar(0.0); 2];
-                for (a, o) in args.iter_mut().zip(&op.operands) {
-                    *a = match *o {
-                        Operand::Tmp(j) => Val::Slice(&done[j * BLOCK..j * BLOCK + len]),
-                        Operand::Ext(i) => match (layouts[i], arrays[i]) {
-                            (Some(Layout::Full), Some(x)) => Val::Slice(&x[p0..p0 + len]),
-                            (Some(Layout::Scalar), Some(x)) => Val::Scalar(x[0]),
-                            _ => Val::Slice(&staged[i * BLOCK..i * BLOCK + len]),
-                        },
-                    };
-                }
-                apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
-            }
-            out.extend_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
-            p0 += len;
-        }
+        walk_blocks(&self.ops, &layouts, &arrays, total, &mut out);
         Tensor::from_vec(&out_shape, out).ok()
     }
 

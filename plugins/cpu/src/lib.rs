@@ -9,6 +9,7 @@ pub mod ops;
 pub mod program;
 pub mod provider;
 pub mod scratch;
+mod simd;
 pub mod tensor;
 
 pub use provider::{CPU_PROVIDER_NAME, CpuFactory, CpuProvider, builtin_plugin_entry};

@@ -4,7 +4,7 @@
 //!   inner loop runs over a contiguous output row and vectorizes;
 //! - **1×1, stride 1, no padding**: the input planes already are the column matrix, one GEMM;
 //! - **everything else**: im2col built row by row (contiguous spans copied, padding zeroed, no
-//!   per-element index arithmetic), then one GEMM per group with `matrixmultiply`'s SGEMM.
+//!   per-element index arithmetic), then one GEMM per group with the `gemm` crate's SGEMM.
 //!
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
@@ -316,23 +316,28 @@ fn sgemm_strided(
         "sgemm: buffers too small"
     );
     // SAFETY: every element the strides reach lies inside the buffers (asserted above); `c` is
-    // exclusively borrowed.
+    // exclusively borrowed, so it overlaps neither `a` nor `b`.
     unsafe {
-        matrixmultiply::sgemm(
+        gemm::gemm(
             m,
-            k,
             n,
-            1.0,
-            a.as_ptr(),
-            rs as isize,
-            cs as isize,
-            b.as_ptr(),
-            n as isize,
-            1,
-            1.0,
+            k,
             c.as_mut_ptr(),
-            ldc as isize,
             1,
+            ldc as isize,
+            true,
+            a.as_ptr(),
+            cs as isize,
+            rs as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
 }

@@ -312,10 +312,17 @@ fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        if let (Unary::Sigmoid, TensorRef::F32(a)) = (u, x) {
+        if let (Unary::Sigmoid | Unary::Erf, TensorRef::F32(a)) = (u, x) {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
-                return one(Tensor::from_vec(a.shape(), super::fastmath::sigmoid(xs)));
+                let y = if u == Unary::Sigmoid {
+                    super::fastmath::sigmoid(xs)
+                } else {
+                    let mut y = crate::scratch::take(xs.len());
+                    super::fastmath::erf_slice(xs, &mut y);
+                    y
+                };
+                return one(Tensor::from_vec(a.shape(), y));
             }
         }
         one(dispatch_float!(

@@ -1,5 +1,5 @@
 //! Matrix products: MatMul (numpy `matmul`: batch broadcasting, 1-D promotion) and Gemm.
-//! f32/f64 use ndarray's `general_mat_mul`; integer types use a wrapping loop; f16/bf16 compute
+//! f32 goes through the `gemm` crate, f64 through ndarray's `general_mat_mul`; integer types use a wrapping loop; f16/bf16 compute
 //! in f32.
 
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, Axis, IxDyn, Zip};
@@ -37,6 +37,7 @@ pub trait MatElem: Num {
 }
 
 impl MatElem for f32 {
+    /// Through the `gemm` crate, which reads any strides (transposed views included).
     fn gemm(
         alpha: Self,
         a: &ArrayView2<'_, Self>,
@@ -44,7 +45,49 @@ impl MatElem for f32 {
         beta: Self,
         c: &mut ArrayViewMut2<'_, Self>,
     ) {
-        ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
+        let ((m, k), n) = (a.dim(), b.dim().1);
+        assert!(
+            b.dim().0 == k && c.dim() == (m, n),
+            "gemm: shapes {:?} · {:?} into {:?}",
+            a.dim(),
+            b.dim(),
+            c.dim()
+        );
+        if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 {
+            c.mapv_inplace(|v| if beta == 0.0 { 0.0 } else { v * beta });
+            return;
+        }
+        let (sa, sb, sc) = (a.strides(), b.strides(), c.strides());
+        let (sc0, sc1) = (sc[0], sc[1]);
+        // SAFETY: the three views are valid for every index within their shapes (checked to
+        // agree above) at their own strides; `c` is borrowed mutably, so it overlaps neither
+        // `a` nor `b`. dst = beta·dst + alpha·(a · b), dst read only when beta is not 0.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                sc1,
+                sc0,
+                beta != 0.0,
+                a.as_ptr(),
+                sa[1],
+                sa[0],
+                b.as_ptr(),
+                sb[1],
+                sb[0],
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
     }
 
     fn conv2d(

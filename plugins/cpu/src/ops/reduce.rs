@@ -91,6 +91,42 @@ fn gather_last<T: Num>(x: &ArrayViewD<'_, T>, axes: &[usize]) -> (Vec<T>, usize,
     (p.iter().copied().collect(), outer, inner)
 }
 
+/// Sum or mean of float data over consecutive axes followed by others (`[outer, reduced,
+/// inner]` with `inner > 1`): whole contiguous rows added into an f64 accumulator, instead of
+/// walking the data in a permuted order. `None` when the case does not apply.
+fn sum_middle<T: Num>(kind: Red, x: &ArrayViewD<'_, T>, axes: &[usize]) -> Option<Vec<T>> {
+    if !T::IS_FLOAT || !matches!(kind, Red::Sum | Red::Mean) || axes.is_empty() {
+        return None;
+    }
+    let mut sorted = axes.to_vec();
+    sorted.sort_unstable();
+    let (first, last) = (sorted[0], sorted[sorted.len() - 1]);
+    if last - first + 1 != sorted.len() {
+        return None;
+    }
+    let shape = x.shape();
+    let outer: usize = shape[..first].iter().product();
+    let red: usize = shape[first..=last].iter().product();
+    let inner: usize = shape[last + 1..].iter().product();
+    if inner <= 1 || red == 0 {
+        return None;
+    }
+    let data = x.as_slice()?;
+    let mut y = Vec::with_capacity(outer * inner);
+    let mut acc = vec![0f64; inner];
+    for block in data.chunks_exact(red * inner) {
+        acc.fill(0.0);
+        for row in block.chunks_exact(inner) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v.to_f64();
+            }
+        }
+        let div = if kind == Red::Mean { red as f64 } else { 1.0 };
+        y.extend(acc.iter().map(|&a| T::from_f64(a / div)));
+    }
+    Some(y)
+}
+
 fn out_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
     shape
         .iter()
@@ -111,6 +147,9 @@ fn reduce_typed<T: Num>(
     axes: &[usize],
     keepdims: bool,
 ) -> OpResult<Tensor> {
+    if let Some(y) = sum_middle(kind, x, axes) {
+        return Tensor::from_vec(&out_shape(x.shape(), axes, keepdims), y);
+    }
     let (data, outer, inner) = gather_last(x, axes);
     let y: Vec<T> = if inner == 0 {
         vec![reduce_chunk::<T>(kind, &[]); outer]

@@ -1,0 +1,41 @@
+//! Hot f32 loops compiled twice: for the baseline x86-64 the binary targets, and for AVX2 with
+//! FMA, chosen at run time by what the CPU has. The loops are written plainly; the compiler
+//! vectorizes them to the width the enabled features give (4 lanes baseline, 8 with AVX2).
+
+/// Whether the CPU has AVX2 and FMA (checked once; the std macro caches).
+#[inline]
+pub fn avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `multiversion! { pub fn name(args) -> R { body } }` defines `name` so that `body` runs
+/// compiled with AVX2 and FMA enabled where the CPU has them, and as baseline code elsewhere.
+/// Everything `body` calls that should benefit must be `#[inline(always)]`.
+#[macro_export]
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident ($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+        $(#[$m])* $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[inline(always)]
+            fn body($($a: $t),*) $(-> $r)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn wide($($a: $t),*) $(-> $r)? {
+                    body($($a),*)
+                }
+                if $crate::simd::avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA, checked just above.
+                    return unsafe { wide($($a),*) };
+                }
+            }
+            body($($a),*)
+        }
+    };
+}

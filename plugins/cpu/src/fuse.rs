@@ -509,7 +509,15 @@ mod tests {
     #[test]
     fn gather_repeats_and_spreads() {
         let mut d = [0f32; 7];
-        gather(&[1., 2., 3.], Layout::Outer { inner: 2, period: 3 }, 3, &mut d);
+        gather(
+            &[1., 2., 3.],
+            Layout::Outer {
+                inner: 2,
+                period: 3,
+            },
+            3,
+            &mut d,
+        );
         assert_eq!(d, [2., 3., 3., 1., 1., 2., 2.]);
         gather(&[1., 2., 3.], Layout::Inner { period: 3 }, 1, &mut d);
         assert_eq!(d, [2., 3., 1., 2., 3., 1., 2.]);

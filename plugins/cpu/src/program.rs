@@ -211,7 +211,9 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
         while let Some((_, s)) = steps.next_if(|(k, _)| *k < start) {
             out.push(s);
         }
-        let run: Vec<Step> = (start..end).filter_map(|_| steps.next().map(|(_, s)| s)).collect();
+        let run: Vec<Step> = (start..end)
+            .filter_map(|_| steps.next().map(|(_, s)| s))
+            .collect();
         out.push(fused_step(run));
     }
     out.extend(steps.map(|(_, s)| s));
@@ -249,7 +251,8 @@ fn fused_step(run: Vec<Step>) -> Step {
     let output = run[run.len() - 1].outputs.clone();
     let mut ops = Vec::with_capacity(run.len());
     for step in run {
-        let inputs: Vec<Option<Operand>> = step.inputs.iter().map(|s| s.map(&mut operand)).collect();
+        let inputs: Vec<Option<Operand>> =
+            step.inputs.iter().map(|s| s.map(&mut operand)).collect();
         let (op, which) = step.ew.expect("only fusable steps are fused");
         let operands = which
             .iter()
@@ -363,7 +366,11 @@ impl Program {
                 Some(Some(Source::Constant(c))) => constants.get(*c),
                 _ => None,
             })
-            .filter(|(_, operands)| operands.iter().all(|&k| matches!(srcs.get(k), Some(Some(_)))));
+            .filter(|(_, operands)| {
+                operands
+                    .iter()
+                    .all(|&k| matches!(srcs.get(k), Some(Some(_))))
+            });
             let kernel: Box<dyn OpKernel> = if is_control_flow(node.op_type) {
                 control::build(graph, &node, &def, &graphs)?
             } else {
@@ -575,7 +582,10 @@ mod profile {
                 let mut rows: Vec<_> = t.iter().collect();
                 rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
                 let all: Duration = rows.iter().map(|r| r.1.1).sum();
-                eprintln!("EPX_CPU_PROFILE: {:.1} ms in CPU EP steps", all.as_secs_f64() * 1e3);
+                eprintln!(
+                    "EPX_CPU_PROFILE: {:.1} ms in CPU EP steps",
+                    all.as_secs_f64() * 1e3
+                );
                 for (k, (n, d)) in rows {
                     eprintln!(
                         "{:>10.2} ms {:>5.1}% {:>6}x  {k}",

@@ -75,7 +75,11 @@ impl Provider for CpuProvider {
                 group.push(id);
             }
         }
-        Ok(if group.is_empty() { Vec::new() } else { vec![group] })
+        Ok(if group.is_empty() {
+            Vec::new()
+        } else {
+            vec![group]
+        })
     }
 
     fn compile(

@@ -35,6 +35,11 @@ impl Conv2d<'_> {
     /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
     /// `[m]`; returns `[n, m, oh, ow]`, C order.
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        run_conv2d(self, x, weights, bias)
+    }
+
+    #[inline(always)]
+    fn run_inline(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let (oh, ow) = (self.oh(), self.ow());
         let plane_out = oh * ow;
         let mut out = initial_output(self.n, self.m, plane_out, bias);
@@ -90,6 +95,7 @@ impl Conv2d<'_> {
 
     /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
     /// (0 in the padding).
+    #[inline(always)]
     fn im2col(&self, x_g: &[f32], cg: usize, oys: std::ops::Range<usize>, cols: &mut [f32]) {
         let ow = self.ow();
         let width = oys.len() * ow;
@@ -103,6 +109,35 @@ impl Conv2d<'_> {
                 for kx in 0..self.kw {
                     let row = &mut cols[r * width..][..width];
                     let (lo, hi) = valid_span(ow, sw, kx * dw, pw, self.w);
+                    r += 1;
+                    if sh == 1 && sw == 1 && ow == self.w {
+                        // Consecutive output rows read consecutive input rows at one shift: the
+                        // whole band is one contiguous copy, then the columns that fell outside
+                        // the image (in the padding) are zeroed.
+                        let rows_of =
+                            |oy: usize| (oy + ky * dh).checked_sub(ph).filter(|&i| i < self.h);
+                        let a = oys.clone().find(|&oy| rows_of(oy).is_some());
+                        let b = oys.clone().rev().find(|&oy| rows_of(oy).is_some());
+                        let (Some(a), Some(b), true) = (a, b, lo < hi) else {
+                            row.fill(0.0);
+                            continue;
+                        };
+                        let (d0, d1) = ((a - oys.start) * ow, (b + 1 - oys.start) * ow);
+                        row[..d0].fill(0.0);
+                        row[d1..].fill(0.0);
+                        let dst = &mut row[d0..d1];
+                        let s0 =
+                            (rows_of(a).unwrap_or(0) * self.w + kx * dw) as isize - pw as isize;
+                        let src_lo = s0.max(0) as usize;
+                        let src_hi = ((s0 + dst.len() as isize) as usize).min(plane.len());
+                        let off = (src_lo as isize - s0) as usize;
+                        dst[off..off + (src_hi - src_lo)].copy_from_slice(&plane[src_lo..src_hi]);
+                        for line in dst.chunks_exact_mut(ow) {
+                            zero_few(&mut line[..lo]);
+                            zero_few(&mut line[hi..]);
+                        }
+                        continue;
+                    }
                     for oy in oys.clone() {
                         let dst = &mut row[(oy - oys.start) * ow..][..ow];
                         let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
@@ -126,13 +161,13 @@ impl Conv2d<'_> {
                             }
                         }
                     }
-                    r += 1;
                 }
             }
         }
     }
 
     /// One input channel per output channel: accumulate each tap over whole output rows.
+    #[inline(always)]
     fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32]) {
         let (oh, ow) = (self.oh(), self.ow());
         let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
@@ -273,6 +308,27 @@ fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec
             out
         }
         None => crate::scratch::zeros(n * m * plane),
+    }
+}
+
+crate::multiversion! {
+/// [`Conv2d::run`], compiled for AVX2 where the CPU has it (the depthwise loops and im2col).
+fn run_conv2d(conv: &Conv2d<'_>, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    conv.run_inline(x, weights, bias)
+}
+}
+
+/// Zeroes a slice that is usually one or two elements long, without a `memset` call for those.
+#[inline(always)]
+fn zero_few(s: &mut [f32]) {
+    match s {
+        [] => {}
+        [a] => *a = 0.0,
+        [a, b] => {
+            *a = 0.0;
+            *b = 0.0;
+        }
+        _ => s.fill(0.0),
     }
 }
 

@@ -349,26 +349,58 @@ fn apply(op: EwOp, args: &[Val<'_>], out: &mut [f32]) {
     }
 }
 
+/// What [`FusedChain::plan`] found: the output shape and how each input is read.
+struct Plan<'a> {
+    out_shape: Vec<usize>,
+    layouts: Vec<Option<Layout>>,
+    /// The data of each used input; `None` for the primary input, read from [`Dst::InPlace`].
+    arrays: Vec<Option<&'a [f32]>>,
+}
+
+impl Plan<'_> {
+    /// Scratch elements [`walk_blocks`] needs: a block per operation and per input.
+    fn work_len(&self, ops: usize) -> usize {
+        (ops + self.arrays.len()) * BLOCK
+    }
+}
+
+/// Where the walk puts its results.
+enum Dst<'a> {
+    /// Appended to a vector.
+    Append(&'a mut Vec<f32>),
+    /// Over the primary input's own elements, which the chain reads first.
+    InPlace(&'a mut [f32]),
+}
+
 crate::multiversion! {
-/// The chain over `total` output elements, block by block, appended to `out`.
+/// The chain over output elements `base..base + total`, block by block, into `dst`.
+/// `work` is scratch space of at least [`Plan::work_len`] elements.
 fn walk_blocks(
     ops: &[FusedOp],
-    layouts: &[Option<Layout>],
-    arrays: &[Option<&[f32]>],
+    plan: &Plan<'_>,
+    base: usize,
     total: usize,
-    out: &mut Vec<f32>,
+    dst: Dst<'_>,
+    work: &mut [f32],
 ) {
+    let mut dst = dst;
+    let (layouts, arrays) = (&plan.layouts, &plan.arrays);
     let n = ops.len();
-    let mut regs = vec![0f32; n * BLOCK];
-    let mut staged = vec![0f32; arrays.len() * BLOCK];
-    let mut p0 = 0;
-    while p0 < total {
-        let len = BLOCK.min(total - p0);
+    let (regs, staged) = work.split_at_mut(n * BLOCK);
+    let mut q0 = 0;
+    while q0 < total {
+        let len = BLOCK.min(total - q0);
+        let p0 = base + q0;
         for (i, l) in layouts.iter().enumerate() {
-            if let (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a)) =
-                (l, arrays[i])
-            {
-                gather(a, *l, p0, &mut staged[i * BLOCK..i * BLOCK + len]);
+            let stage = &mut staged[i * BLOCK..i * BLOCK + len];
+            match (l, arrays[i], &dst) {
+                (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a), _) => {
+                    gather(a, *l, p0, stage);
+                }
+                (Some(Layout::Full), None, Dst::InPlace(seg)) => {
+                    stage.copy_from_slice(&seg[q0..q0 + len]);
+                }
+                _ => {}
             }
         }
         for (k, op) in ops.iter().enumerate() {
@@ -386,10 +418,65 @@ fn walk_blocks(
             }
             apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
         }
-        out.extend_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
-        p0 += len;
+        let last = &regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len];
+        match &mut dst {
+            Dst::Append(out) => out.extend_from_slice(last),
+            Dst::InPlace(seg) => seg[q0..q0 + len].copy_from_slice(last),
+        }
+        q0 += len;
     }
 }
+}
+
+/// A chain applied to the output of the kernel it follows, segment by segment, while that
+/// output is still in cache ([`crate::kernel::PostOp`]).
+pub(crate) struct ChainPost<'c, 'a, 'b> {
+    chain: &'c FusedChain,
+    inputs: &'a [Option<TensorRef<'b>>],
+    /// The chain input that is the kernel's output.
+    primary: usize,
+    plan: Option<Plan<'a>>,
+    work: Vec<f32>,
+}
+
+impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
+    pub(crate) fn new(
+        chain: &'c FusedChain,
+        inputs: &'a [Option<TensorRef<'b>>],
+        primary: usize,
+    ) -> Self {
+        ChainPost {
+            chain,
+            inputs,
+            primary,
+            plan: None,
+            work: Vec::new(),
+        }
+    }
+}
+
+impl crate::kernel::PostOp for ChainPost<'_, '_, '_> {
+    fn accepts(&mut self, shape: &[usize]) -> bool {
+        self.plan = self.chain.plan(self.inputs, Some((self.primary, shape)));
+        if let Some(plan) = &self.plan {
+            self.work = vec![0f32; plan.work_len(self.chain.ops.len())];
+        }
+        self.plan.is_some()
+    }
+
+    fn apply(&mut self, seg: &mut [f32], base: usize) {
+        if let Some(plan) = &self.plan {
+            let len = seg.len();
+            walk_blocks(
+                &self.chain.ops,
+                plan,
+                base,
+                len,
+                Dst::InPlace(seg),
+                &mut self.work,
+            );
+        }
+    }
 }
 
 impl FusedChain {
@@ -399,9 +486,15 @@ impl FusedChain {
         names.join("+")
     }
 
-    /// The block walk, when every input is f32 and lines up with the output; `None` otherwise.
-    fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
-        let mut arrays = Vec::with_capacity(inputs.len());
+    /// How the walk reads each input: the output shape, each used input's layout and data.
+    /// `primary` is an input given by shape only (the output of the kernel this chain is fused
+    /// into), which must have the output's shape. `None` when an input is not f32 or does not
+    /// line up with the output.
+    fn plan<'a>(
+        &self,
+        inputs: &'a [Option<TensorRef<'_>>],
+        primary: Option<(usize, &[usize])>,
+    ) -> Option<Plan<'a>> {
         let mut used = vec![false; inputs.len()];
         for op in &self.ops {
             for o in &op.operands {
@@ -410,31 +503,65 @@ impl FusedChain {
                 }
             }
         }
+        let mut arrays = Vec::with_capacity(inputs.len());
+        let mut shapes: Vec<&[usize]> = Vec::with_capacity(inputs.len());
         for (i, t) in inputs.iter().enumerate() {
-            arrays.push(match t {
-                Some(TensorRef::F32(a)) if used[i] => Some(a.as_slice()?),
-                _ if used[i] => return None,
-                _ => None,
-            });
+            if !used[i] {
+                arrays.push(None);
+            } else if let Some((_, shape)) = primary.filter(|(p, _)| *p == i) {
+                arrays.push(None);
+                shapes.push(shape);
+            } else if let Some(TensorRef::F32(a)) = t {
+                arrays.push(Some(a.as_slice()?));
+                shapes.push(a.shape());
+            } else {
+                return None;
+            }
         }
-        let shapes: Vec<&[usize]> = inputs
-            .iter()
-            .zip(&used)
-            .filter(|(_, u)| **u)
-            .filter_map(|(t, _)| t.as_ref().map(TensorRef::shape))
-            .collect();
         let out_shape = broadcast(&shapes)?;
-        let total: usize = out_shape.iter().product();
+        if primary.is_some_and(|(_, s)| s != out_shape.as_slice()) {
+            return None;
+        }
         let mut layouts = Vec::with_capacity(inputs.len());
-        for (t, u) in inputs.iter().zip(&used) {
-            layouts.push(match t {
-                Some(t) if *u => Some(layout(t.shape(), &out_shape)?),
+        for (i, t) in inputs.iter().enumerate() {
+            layouts.push(match (primary, t) {
+                _ if !used[i] => None,
+                (Some((p, _)), _) if p == i => Some(Layout::Full),
+                (_, Some(t)) => Some(layout(t.shape(), &out_shape)?),
                 _ => None,
             });
         }
+        Some(Plan {
+            out_shape,
+            layouts,
+            arrays,
+        })
+    }
+
+    /// The block walk, when every input is f32 and lines up with the output; `None` otherwise.
+    fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let plan = self.plan(inputs, None)?;
+        let total: usize = plan.out_shape.iter().product();
         let mut out = crate::scratch::take(total);
-        walk_blocks(&self.ops, &layouts, &arrays, total, &mut out);
-        Tensor::from_vec(&out_shape, out).ok()
+        let mut work = vec![0f32; plan.work_len(self.ops.len())];
+        walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
+        Tensor::from_vec(&plan.out_shape, out).ok()
+    }
+
+    /// Runs the chain with input `primary` taken from `value`, a tensor computed separately.
+    pub(crate) fn run_with(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        primary: usize,
+        value: &Tensor,
+    ) -> OpResult<Tensor> {
+        let mut all: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(crate::program::reborrow))
+            .collect();
+        all[primary] = Some(value.view());
+        let mut out = self.run(&all)?;
+        out.pop().ok_or_else(|| OpError("empty chain".into()))
     }
 
     /// The original kernels one after the other.

@@ -215,6 +215,27 @@ pub trait OpKernel: Send + Sync {
     /// per node output, in order (length num_outputs; optional trailing outputs may be computed
     /// anyway).
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>>;
+
+    /// Like [`run`](Self::run), applying `post` to output 0 as it is produced where this kernel
+    /// can; the flag says whether it did (when not, the caller applies it afterwards).
+    fn run_with_post(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        post: &mut dyn PostOp,
+    ) -> OpResult<(Vec<Tensor>, bool)> {
+        let _ = post;
+        Ok((self.run(inputs)?, false))
+    }
+}
+
+/// Elementwise work on a kernel's f32 output 0, done segment by segment while each segment is
+/// still in cache ([`OpKernel::run_with_post`]).
+pub trait PostOp {
+    /// Whether it applies to an output of this shape; asked once, before any segment.
+    fn accepts(&mut self, shape: &[usize]) -> bool;
+    /// Transforms, in place, the output elements `base..base + seg.len()` (flat, C order).
+    /// Each element is passed exactly once.
+    fn apply(&mut self, seg: &mut [f32], base: usize);
 }
 
 /// A kernel made from a closure.

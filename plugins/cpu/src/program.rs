@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use epx_plugin_api::sdk::{self, Attribute, Error, GraphView};
 
 use crate::control;
-use crate::fuse::{EwOp, FusedChain, FusedOp, Operand, classify};
+use crate::fuse::{ChainPost, EwOp, FusedChain, FusedOp, Operand, classify};
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
 use crate::tensor::{Tensor, TensorRef};
 
@@ -170,7 +170,7 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
                 if (start..i).any(|j| out_slot(&steps[j]) == Some(*s)))
         })
     };
-    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
     let mut i = 0;
     while i < steps.len() {
         if steps[i].ew.is_none() || out_slot(&steps[i]).is_none() {
@@ -197,8 +197,16 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
         while end > i + 1 && !inside(end) {
             end -= 1;
         }
-        if end - i >= 2 {
-            runs.push((i, end));
+        // A Conv whose output only this run reads: the run becomes its post-op.
+        let after_conv = i > 0
+            && steps[i - 1].kind == "Conv"
+            && out_slot(&steps[i - 1]).is_some_and(|s| {
+                readers
+                    .get(&s)
+                    .is_some_and(|r| r.iter().all(|&x| x >= i && x < end))
+            });
+        if end - i >= 2 || after_conv {
+            runs.push((i, end, after_conv));
         }
         i = end;
     }
@@ -207,21 +215,123 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
     }
     let mut out = Vec::with_capacity(steps.len());
     let mut steps = steps.into_iter().enumerate().peekable();
-    for (start, end) in runs {
+    for (start, end, after_conv) in runs {
         while let Some((_, s)) = steps.next_if(|(k, _)| *k < start) {
             out.push(s);
         }
         let run: Vec<Step> = (start..end)
             .filter_map(|_| steps.next().map(|(_, s)| s))
             .collect();
-        out.push(fused_step(run));
+        let chain = fused_step(run);
+        match out.pop() {
+            Some(conv) if after_conv => match with_post(conv, chain) {
+                Ok(step) => out.push(step),
+                Err((conv, chain)) => {
+                    out.push(conv);
+                    out.push(chain.into_step());
+                }
+            },
+            prev => {
+                out.extend(prev);
+                out.push(chain.into_step());
+            }
+        }
     }
     out.extend(steps.map(|(_, s)| s));
     out
 }
 
-/// One step for a run of fusable steps.
-fn fused_step(run: Vec<Step>) -> Step {
+/// A run of fusable steps as one chain, before it becomes a step.
+struct Chain {
+    chain: FusedChain,
+    first: String,
+    inputs: Vec<Source>,
+    outputs: Vec<Option<usize>>,
+}
+
+impl Chain {
+    fn into_step(self) -> Step {
+        let ops = self.chain.describe();
+        Step {
+            label: format!("{} (fused {ops})", self.first),
+            kind: format!("fused {ops}"),
+            kernel: Box::new(self.chain),
+            inputs: self.inputs.into_iter().map(Some).collect(),
+            outputs: self.outputs,
+            frees: Vec::new(),
+            ew: None,
+        }
+    }
+}
+
+/// A Conv step with `chain` applied to its output as it is produced ([`PostFused`]); both
+/// back when the chain does not read the Conv's output.
+fn with_post(conv: Step, chain: Chain) -> Result<Step, (Step, Chain)> {
+    let made = conv.outputs.first().copied().flatten();
+    let primary = chain
+        .inputs
+        .iter()
+        .position(|s| matches!((s, made), (Source::Slot(x), Some(m)) if *x == m));
+    let Some(primary) = primary else {
+        return Err((conv, chain));
+    };
+    let ops = chain.chain.describe();
+    let mut inputs = conv.inputs.clone();
+    // The Conv's output is never stored: the chain reads it from the Conv directly.
+    inputs.extend(
+        chain
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i != primary).then_some(*s)),
+    );
+    Ok(Step {
+        label: format!("{} (fused {ops})", conv.label),
+        kind: format!("Conv+{ops}"),
+        kernel: Box::new(PostFused {
+            first: conv.kernel,
+            first_inputs: conv.inputs.len(),
+            chain: chain.chain,
+            primary,
+        }),
+        inputs,
+        outputs: chain.outputs,
+        frees: Vec::new(),
+        ew: None,
+    })
+}
+
+/// A kernel followed by an elementwise chain over its output 0, applied inside the kernel
+/// where it can ([`OpKernel::run_with_post`]), else afterwards.
+struct PostFused {
+    first: Box<dyn OpKernel>,
+    first_inputs: usize,
+    chain: FusedChain,
+    /// The chain input that is the first kernel's output.
+    primary: usize,
+}
+
+impl OpKernel for PostFused {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
+        let (a, b) = inputs.split_at(self.first_inputs.min(inputs.len()));
+        let mut post = ChainPost::new(&self.chain, b, self.primary);
+        let (outs, applied) = self.first.run_with_post(a, &mut post)?;
+        let mut outs = outs.into_iter();
+        let y = outs
+            .next()
+            .ok_or_else(|| OpError("the fused kernel produced no output".into()))?;
+        outs.for_each(recycle);
+        if applied {
+            return Ok(vec![y]);
+        }
+        let r = self.chain.run_with(b, self.primary, &y);
+        recycle(y);
+        Ok(vec![r?])
+    }
+}
+
+/// One chain for a run of fusable steps.
+fn fused_step(run: Vec<Step>) -> Chain {
     let made: Vec<Option<usize>> = run
         .iter()
         .map(|s| s.outputs.first().copied().flatten())
@@ -266,15 +376,11 @@ fn fused_step(run: Vec<Step>) -> Step {
             inputs,
         });
     }
-    let chain = FusedChain { ops };
-    Step {
-        label: format!("{first} (fused {})", chain.describe()),
-        kind: format!("fused {}", chain.describe()),
-        kernel: Box::new(chain),
-        inputs: ext.into_iter().map(Some).collect(),
+    Chain {
+        chain: FusedChain { ops },
+        first,
+        inputs: ext,
         outputs: output,
-        frees: Vec::new(),
-        ew: None,
     }
 }
 

@@ -8,8 +8,10 @@ use super::util::{
     SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
 };
 use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
-use crate::tensor::Tensor;
+use epx_plugin_api::ElementType;
+
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, PostOp, Registry};
+use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, with_types};
 
 pub fn register(reg: &mut Registry) {
@@ -23,12 +25,15 @@ struct Conv {
 }
 
 impl Conv {
+    /// The convolution; `post` (when given) is applied to the output if the f32 2-D path runs,
+    /// which the flag reports.
     fn run_typed<T: MatElem>(
         &self,
         x: &ArrayViewD<'_, T>,
         w: &ArrayViewD<'_, T>,
         b: Option<ArrayViewD<'_, T>>,
-    ) -> OpResult<Tensor> {
+        post: Option<&mut dyn PostOp>,
+    ) -> OpResult<(Tensor, bool)> {
         let op = &self.op;
         let (xs, ws) = (x.shape(), w.shape());
         if xs.len() < 3 {
@@ -79,10 +84,10 @@ impl Conv {
                     geo: &geo,
                 };
                 let bf = bc.as_ref().and_then(|b| b.as_slice());
-                if let Some(out) = T::conv2d(&conv, xf, wf, bf) {
+                if let Some((out, applied)) = T::conv2d(&conv, xf, wf, bf, post) {
                     let shape = [nb, m, geo.out[0], geo.out[1]];
                     return ArrayD::from_shape_vec(IxDyn(&shape), out)
-                        .map(Tensor::from)
+                        .map(|a| (Tensor::from(a), applied))
                         .map_err(|e| OpError(format!("{op}: {e}")));
                 }
             }
@@ -162,7 +167,70 @@ impl Conv {
         let out: ArrayD<T> = out
             .into_shape_with_order(IxDyn(&shape))
             .map_err(|e| OpError(format!("{op}: {e}")))?;
-        Ok(out.into())
+        Ok((out.into(), false))
+    }
+
+    /// The convolution of one node: f32 and f64 directly, f16/bf16 through f32.
+    fn run_node(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        mut post: Option<&mut dyn PostOp>,
+    ) -> OpResult<(Vec<Tensor>, bool)> {
+        let op = &self.op;
+        let x = input(op, inputs, 0)?;
+        let w = input(op, inputs, 1)?;
+        let b = opt_input(inputs, 2);
+        let half = inputs
+            .iter()
+            .flatten()
+            .any(|t| matches!(t.elem_type(), ElementType::Float16 | ElementType::Bfloat16));
+        if !half {
+            let (t, applied) = with_types!(
+                x.clone(),
+                |xv| self.run_typed(
+                    &xv,
+                    &typed_like(op, w)?,
+                    b.map(|b| typed_like(op, b)).transpose()?,
+                    post.take(),
+                ),
+                [F32, F64],
+                op
+            )?;
+            return Ok((vec![t], applied));
+        }
+        let out = via_f32(inputs, |inputs| {
+            let x = input(op, inputs, 0)?;
+            let w = input(op, inputs, 1)?;
+            let b = opt_input(inputs, 2);
+            one(with_types!(
+                x.clone(),
+                |xv| self
+                    .run_typed(
+                        &xv,
+                        &typed_like(op, w)?,
+                        b.map(|b| typed_like(op, b)).transpose()?,
+                        None,
+                    )
+                    .map(|r| r.0),
+                [F32, F64],
+                op
+            ))
+        })?;
+        Ok((out, false))
+    }
+}
+
+impl OpKernel for Conv {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        self.run_node(inputs, None).map(|r| r.0)
+    }
+
+    fn run_with_post(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        post: &mut dyn PostOp,
+    ) -> OpResult<(Vec<Tensor>, bool)> {
+        self.run_node(inputs, Some(post))
     }
 }
 
@@ -174,24 +242,7 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         group: usize::try_from(group)
             .map_err(|_| n.error(format_args!("invalid group {group}")))?,
     };
-    Ok(kernel(move |inputs| {
-        via_f32(inputs, |inputs| {
-            let op = &conv.op;
-            let x = input(op, inputs, 0)?;
-            let w = input(op, inputs, 1)?;
-            let b = opt_input(inputs, 2);
-            one(with_types!(
-                x.clone(),
-                |xv| conv.run_typed(
-                    &xv,
-                    &typed_like(op, w)?,
-                    b.map(|b| typed_like(op, b)).transpose()?
-                ),
-                [F32, F64],
-                op
-            ))
-        })
-    }))
+    Ok(Box::new(conv))
 }
 
 #[cfg(test)]

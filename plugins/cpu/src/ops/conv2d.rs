@@ -9,6 +9,7 @@
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
 use super::util::Spatial;
+use crate::kernel::PostOp;
 
 /// Shapes and geometry of one 2-D convolution.
 pub struct Conv2d<'a> {
@@ -35,19 +36,49 @@ impl Conv2d<'_> {
     /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
     /// `[m]`; returns `[n, m, oh, ow]`, C order.
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-        run_conv2d(self, x, weights, bias)
+        run_conv2d(self, x, weights, bias, None).0
+    }
+
+    /// [`run`](Self::run), applying `post` to each part of the output as soon as it is final
+    /// (if `post` accepts the output shape); returns whether it did.
+    pub fn run_post(
+        &self,
+        x: &[f32],
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        post: Option<&mut dyn PostOp>,
+    ) -> (Vec<f32>, bool) {
+        run_conv2d(self, x, weights, bias, post)
     }
 
     #[inline(always)]
-    fn run_inline(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    fn run_inline(
+        &self,
+        x: &[f32],
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        post: Option<&mut dyn PostOp>,
+    ) -> (Vec<f32>, bool) {
         let (oh, ow) = (self.oh(), self.ow());
         let plane_out = oh * ow;
+        let mut post = post.filter(|_| plane_out > 0);
+        if let Some(p) = post.as_mut()
+            && !p.accepts(&[self.n, self.m, oh, ow])
+        {
+            post = None;
+        }
+        let applied = post.is_some();
         let mut out = initial_output(self.n, self.m, plane_out, bias);
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         if cg == 1 && mg == 1 {
             self.depthwise(x, weights, &mut out);
-            return out;
+            if let Some(p) = post {
+                for (i, plane) in out.chunks_exact_mut(plane_out).enumerate() {
+                    p.apply(plane, i * plane_out);
+                }
+            }
+            return (out, applied);
         }
         let rows = cg * self.kh * self.kw;
         let plane_in = self.h * self.w;
@@ -69,9 +100,36 @@ impl Conv2d<'_> {
             for g in 0..self.group {
                 let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
                 let w_g = &weights[g * mg * rows..][..mg * rows];
-                let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
+                let base = (n * self.m + g * mg) * plane_out;
+                let o_g = &mut out[base..][..mg * plane_out];
+                // Output columns `j0..j0 + width` of every channel of the group are final.
+                let mut done = |o_g: &mut [f32], j0: usize, width: usize| {
+                    if let Some(p) = post.as_mut() {
+                        for mm in 0..mg {
+                            let at = mm * plane_out + j0;
+                            p.apply(&mut o_g[at..at + width], base + at);
+                        }
+                    }
+                };
                 if pointwise {
-                    sgemm(mg, rows, plane_out, w_g, x_g, o_g);
+                    // With a post-op: in bands of columns, so each band is still in cache.
+                    let step = if applied {
+                        (2 * COLS_BYTES / (mg * 4).max(1)).max(64).min(plane_out)
+                    } else {
+                        plane_out
+                    };
+                    for j0 in (0..plane_out).step_by(step) {
+                        let width = step.min(plane_out - j0);
+                        sgemm_strided(
+                            (mg, rows, width),
+                            w_g,
+                            (rows, 1),
+                            (&x_g[j0..], plane_in),
+                            &mut o_g[j0..],
+                            plane_out,
+                        );
+                        done(o_g, j0, width);
+                    }
                     continue;
                 }
                 for oy0 in (0..oh).step_by(band) {
@@ -82,15 +140,16 @@ impl Conv2d<'_> {
                         (mg, rows, width),
                         w_g,
                         (rows, 1),
-                        &cols[..rows * width],
+                        (&cols[..rows * width], width),
                         &mut o_g[oy0 * ow..],
                         plane_out,
                     );
+                    done(o_g, oy0 * ow, width);
                 }
             }
         }
         crate::scratch::give(cols);
-        out
+        (out, applied)
     }
 
     /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
@@ -264,7 +323,7 @@ impl ConvTranspose2d {
                     (rows, cg, plane_in),
                     w_g,
                     (1, rows),
-                    x_g,
+                    (x_g, plane_in),
                     &mut cols,
                     plane_in,
                 );
@@ -313,8 +372,14 @@ fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec
 
 crate::multiversion! {
 /// [`Conv2d::run`], compiled for AVX2 where the CPU has it (the depthwise loops and im2col).
-fn run_conv2d(conv: &Conv2d<'_>, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-    conv.run_inline(x, weights, bias)
+fn run_conv2d(
+    conv: &Conv2d<'_>,
+    x: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    post: Option<&mut dyn PostOp>,
+) -> (Vec<f32>, bool) {
+    conv.run_inline(x, weights, bias, post)
 }
 }
 
@@ -348,14 +413,14 @@ fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize)
 /// Bytes of im2col columns built at a time.
 const COLS_BYTES: usize = 256 << 10;
 
-/// `c[m, n] += a[m, k] · b[k, n]`, `b` row-major and contiguous; `a`'s element `(i, p)` is at
-/// `i * rs + p * cs`, and `c` is row-major with row stride `ldc` (it may be a band of columns of
-/// a wider matrix).
+/// `c[m, n] += a[m, k] · b[k, n]`: `a`'s element `(i, p)` is at `i * rs + p * cs`; `b` and `c`
+/// are row-major with row strides `ldb` and `ldc` (each may be a band of columns of a wider
+/// matrix).
 fn sgemm_strided(
     (m, k, n): (usize, usize, usize),
     a: &[f32],
     (rs, cs): (usize, usize),
-    b: &[f32],
+    (b, ldb): (&[f32], usize),
     c: &mut [f32],
     ldc: usize,
 ) {
@@ -368,7 +433,11 @@ fn sgemm_strided(
         (m - 1) * rs + (k - 1) * cs + 1
     };
     assert!(
-        a.len() >= a_needed && b.len() >= k * n && c.len() >= (m - 1) * ldc + n,
+        a.len() >= a_needed
+            && (k == 0 || b.len() >= (k - 1) * ldb + n)
+            && ldb >= n
+            && ldc >= n
+            && c.len() >= (m - 1) * ldc + n,
         "sgemm: buffers too small"
     );
     // SAFETY: every element the strides reach lies inside the buffers (asserted above); `c` is
@@ -387,7 +456,7 @@ fn sgemm_strided(
             rs as isize,
             b.as_ptr(),
             1,
-            n as isize,
+            ldb as isize,
             1.0,
             1.0,
             false,
@@ -400,7 +469,7 @@ fn sgemm_strided(
 
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.
 pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    sgemm_strided((m, k, n), a, (k, 1), b, c, n);
+    sgemm_strided((m, k, n), a, (k, 1), (b, n), c, n);
 }
 
 #[cfg(test)]

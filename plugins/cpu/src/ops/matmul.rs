@@ -25,13 +25,15 @@ pub trait MatElem: Num {
         c: &mut ArrayViewMut2<'_, Self>,
     );
 
-    /// The 2-D convolution fast path ([`super::conv2d`]) where this type has one (f32).
+    /// The 2-D convolution fast path ([`super::conv2d`]) where this type has one (f32), with
+    /// whether it applied `post`.
     fn conv2d(
         _conv: &super::conv2d::Conv2d<'_>,
         _x: &[Self],
         _w: &[Self],
         _b: Option<&[Self]>,
-    ) -> Option<Vec<Self>> {
+        _post: Option<&mut dyn crate::kernel::PostOp>,
+    ) -> Option<(Vec<Self>, bool)> {
         None
     }
 }
@@ -95,8 +97,9 @@ impl MatElem for f32 {
         x: &[Self],
         w: &[Self],
         b: Option<&[Self]>,
-    ) -> Option<Vec<Self>> {
-        Some(conv.run(x, w, b))
+        post: Option<&mut dyn crate::kernel::PostOp>,
+    ) -> Option<(Vec<Self>, bool)> {
+        Some(conv.run_post(x, w, b, post))
     }
 }
 

@@ -125,8 +125,8 @@ impl Conv2d<'_> {
                             w_g,
                             (rows, 1),
                             (&x_g[j0..], plane_in),
-                            &mut o_g[j0..],
-                            plane_out,
+                            (&mut o_g[j0..], plane_out),
+                            true,
                         );
                         done(o_g, j0, width);
                     }
@@ -141,8 +141,8 @@ impl Conv2d<'_> {
                         w_g,
                         (rows, 1),
                         (&cols[..rows * width], width),
-                        &mut o_g[oy0 * ow..],
-                        plane_out,
+                        (&mut o_g[oy0 * ow..], plane_out),
+                        true,
                     );
                     done(o_g, oy0 * ow, width);
                 }
@@ -299,6 +299,11 @@ impl ConvTranspose2d {
     /// `[n, m, oh, ow]`. Per group: one GEMM `cols = Wᵀ · X` (taps × input pixels), then each tap's
     /// row is added into the output at its strided positions (col2im).
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        run_conv_transpose2d(self, x, weights, bias)
+    }
+
+    #[inline(always)]
+    fn run_inline(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let plane_out = self.oh * self.ow;
         let plane_in = self.h * self.w;
         let mut out = initial_output(self.n, self.m, plane_out, bias);
@@ -317,15 +322,14 @@ impl ConvTranspose2d {
             for g in 0..self.group {
                 let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
                 let w_g = &weights[g * cg * rows..][..cg * rows];
-                cols.fill(0.0);
                 // cols[r, p] = Σ_ci w_g[ci, r] · x_g[ci, p]: A is w_g transposed.
                 sgemm_strided(
                     (rows, cg, plane_in),
                     w_g,
                     (1, rows),
                     (x_g, plane_in),
-                    &mut cols,
-                    plane_in,
+                    (&mut cols, plane_in),
+                    false,
                 );
                 for mi in 0..mg {
                     let o_plane = &mut out[(n * self.m + g * mg + mi) * plane_out..][..plane_out];
@@ -383,6 +387,18 @@ fn run_conv2d(
 }
 }
 
+crate::multiversion! {
+/// [`ConvTranspose2d::run`], compiled for AVX2 where the CPU has it.
+fn run_conv_transpose2d(
+    conv: &ConvTranspose2d,
+    x: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    conv.run_inline(x, weights, bias)
+}
+}
+
 /// Zeroes a slice that is usually one or two elements long, without a `memset` call for those.
 #[inline(always)]
 fn zero_few(s: &mut [f32]) {
@@ -413,16 +429,16 @@ fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize)
 /// Bytes of im2col columns built at a time.
 const COLS_BYTES: usize = 256 << 10;
 
-/// `c[m, n] += a[m, k] · b[k, n]`: `a`'s element `(i, p)` is at `i * rs + p * cs`; `b` and `c`
-/// are row-major with row strides `ldb` and `ldc` (each may be a band of columns of a wider
-/// matrix).
+/// `c[m, n] += a[m, k] · b[k, n]` (`=` when not `accumulate`): `a`'s element `(i, p)` is at
+/// `i * rs + p * cs`; `b` and `c` are row-major with row strides `ldb` and `ldc` (each may be a
+/// band of columns of a wider matrix).
 fn sgemm_strided(
     (m, k, n): (usize, usize, usize),
     a: &[f32],
     (rs, cs): (usize, usize),
     (b, ldb): (&[f32], usize),
-    c: &mut [f32],
-    ldc: usize,
+    (c, ldc): (&mut [f32], usize),
+    accumulate: bool,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -450,7 +466,7 @@ fn sgemm_strided(
             c.as_mut_ptr(),
             1,
             ldc as isize,
-            true,
+            accumulate,
             a.as_ptr(),
             cs as isize,
             rs as isize,
@@ -469,7 +485,7 @@ fn sgemm_strided(
 
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.
 pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    sgemm_strided((m, k, n), a, (k, 1), (b, n), c, n);
+    sgemm_strided((m, k, n), a, (k, 1), (b, n), (c, n), true);
 }
 
 #[cfg(test)]

@@ -98,6 +98,20 @@ pub fn softmax_rows(x: &[f32], n: usize, log: bool, out: &mut [f32]) {
 }
 }
 
+/// `Σ f(v)` in f64 over 8 independent partial sums (so the loop vectorizes).
+#[inline(always)]
+fn sum_f64(v: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(f64::from(x));
+        }
+    }
+    acc.iter().sum::<f64>() + rest.iter().map(|&x| f(f64::from(x))).sum::<f64>()
+}
+
 /// Folds `v` with `f` over 8 independent lanes (so the loop vectorizes), then across them.
 #[inline(always)]
 fn lanes(v: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
@@ -137,16 +151,9 @@ pub fn layer_norm_rows(
         let mean = if rms {
             0.0
         } else {
-            row.iter().map(|&v| f64::from(v)).sum::<f64>() / cols as f64
+            sum_f64(row, |v| v) / cols as f64
         };
-        let var = row
-            .iter()
-            .map(|&v| {
-                let d = f64::from(v) - mean;
-                d * d
-            })
-            .sum::<f64>()
-            / cols as f64;
+        let var = sum_f64(row, |v| (v - mean) * (v - mean)) / cols as f64;
         let inv = 1.0 / (var + eps).sqrt();
         let (m, i) = (mean as f32, inv as f32);
         match bias {

@@ -62,7 +62,9 @@ impl EwOp {
     }
 
     /// The operation on one element, as the unfused kernels compute it (Erf: [`erf_f32`]).
+    /// `max(0).min(1)` rather than `clamp`: like the unfused kernels, NaN becomes 0 there.
     #[inline(always)]
+    #[allow(clippy::manual_clamp)]
     fn unary(self, x: f32) -> f32 {
         match self {
             EwOp::Relu => {

@@ -226,7 +226,8 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
         match out.pop() {
             Some(conv) if after_conv => match with_post(conv, chain) {
                 Ok(step) => out.push(step),
-                Err((conv, chain)) => {
+                Err(both) => {
+                    let (conv, chain) = *both;
                     out.push(conv);
                     out.push(chain.into_step());
                 }
@@ -266,14 +267,14 @@ impl Chain {
 
 /// A Conv step with `chain` applied to its output as it is produced ([`PostFused`]); both
 /// back when the chain does not read the Conv's output.
-fn with_post(conv: Step, chain: Chain) -> Result<Step, (Step, Chain)> {
+fn with_post(conv: Step, chain: Chain) -> Result<Step, Box<(Step, Chain)>> {
     let made = conv.outputs.first().copied().flatten();
     let primary = chain
         .inputs
         .iter()
         .position(|s| matches!((s, made), (Source::Slot(x), Some(m)) if *x == m));
     let Some(primary) = primary else {
-        return Err((conv, chain));
+        return Err(Box::new((conv, chain)));
     };
     let ops = chain.chain.describe();
     let mut inputs = conv.inputs.clone();
@@ -686,7 +687,7 @@ mod profile {
                 let Some(t) = T.get() else { return };
                 let Ok(t) = t.lock() else { return };
                 let mut rows: Vec<_> = t.iter().collect();
-                rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+                rows.sort_by_key(|r| std::cmp::Reverse(r.1.1));
                 let all: Duration = rows.iter().map(|r| r.1.1).sum();
                 eprintln!(
                     "EPX_CPU_PROFILE: {:.1} ms in CPU EP steps",

@@ -43,7 +43,7 @@ pub fn erf_f32(x: f32) -> f32 {
     p = p * x2 - 2.686_617e-2;
     p = p * x2 + 0.112_837_92;
     p = p * x2 - 0.376_126_38;
-    p = p * x2 + 1.128_379_2;
+    p = p * x2 + std::f32::consts::FRAC_2_SQRT_PI;
     let small = x * p;
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let mut q = 1.061_405_4f32;

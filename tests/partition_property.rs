@@ -157,7 +157,7 @@ impl Provider for RandProvider {
     }
 
     fn compile(&self, graph: &GraphView<'_>, sub: &SubgraphView<'_>) -> Result<Box<dyn Kernel>> {
-        CpuProvider.compile(graph, sub)
+        CpuProvider::default().compile(graph, sub)
     }
 }
 

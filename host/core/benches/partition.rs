@@ -72,7 +72,7 @@ impl Provider for OneGroup {
     }
 
     fn compile(&self, graph: &GraphView<'_>, sub: &SubgraphView<'_>) -> Result<Box<dyn Kernel>> {
-        CpuProvider.compile(graph, sub)
+        CpuProvider::default().compile(graph, sub)
     }
 }
 

@@ -11,6 +11,8 @@ use crate::tensor::{Tensor, TensorRef};
 
 /// Elements per block: a few block registers per operator stay in L1.
 const BLOCK: usize = 512;
+/// Elements below which a chain is not split across the intra-op pool.
+const PAR_MIN: usize = 32 << 10;
 
 /// An elementwise f32 operation the block walk computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -438,7 +440,6 @@ pub(crate) struct ChainPost<'c, 'a, 'b> {
     /// The chain input that is the kernel's output.
     primary: usize,
     plan: Option<Plan<'a>>,
-    work: Vec<f32>,
 }
 
 impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
@@ -452,7 +453,6 @@ impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
             inputs,
             primary,
             plan: None,
-            work: Vec::new(),
         }
     }
 }
@@ -460,23 +460,19 @@ impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
 impl crate::kernel::PostOp for ChainPost<'_, '_, '_> {
     fn accepts(&mut self, shape: &[usize]) -> bool {
         self.plan = self.chain.plan(self.inputs, Some((self.primary, shape)));
-        if let Some(plan) = &self.plan {
-            self.work = vec![0f32; plan.work_len(self.chain.ops.len())];
-        }
         self.plan.is_some()
     }
 
-    fn apply(&mut self, seg: &mut [f32], base: usize) {
+    fn work_len(&self) -> usize {
+        self.plan
+            .as_ref()
+            .map_or(0, |p| p.work_len(self.chain.ops.len()))
+    }
+
+    fn apply(&self, seg: &mut [f32], base: usize, work: &mut [f32]) {
         if let Some(plan) = &self.plan {
             let len = seg.len();
-            walk_blocks(
-                &self.chain.ops,
-                plan,
-                base,
-                len,
-                Dst::InPlace(seg),
-                &mut self.work,
-            );
+            walk_blocks(&self.chain.ops, plan, base, len, Dst::InPlace(seg), work);
         }
     }
 }
@@ -544,9 +540,23 @@ impl FusedChain {
     fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
         let plan = self.plan(inputs, None)?;
         let total: usize = plan.out_shape.iter().product();
-        let mut out = crate::scratch::take(total);
-        let mut work = vec![0f32; plan.work_len(self.ops.len())];
-        walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
+        let work_len = plan.work_len(self.ops.len());
+        let chunk = crate::par::chunk_len(total, PAR_MIN, BLOCK);
+        if chunk >= total {
+            let mut out = crate::scratch::take(total);
+            let mut work = vec![0f32; work_len];
+            walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
+            return Tensor::from_vec(&plan.out_shape, out).ok();
+        }
+        // Across the pool: each piece written in place (every input is read from its own
+        // array, none from the destination).
+        let mut out = crate::scratch::zeros(total);
+        crate::par::for_each_chunk(&mut out, chunk, |i, piece| {
+            let len = piece.len();
+            crate::par::with_work(work_len, |work| {
+                walk_blocks(&self.ops, &plan, i * chunk, len, Dst::InPlace(piece), work);
+            });
+        });
         Tensor::from_vec(&plan.out_shape, out).ok()
     }
 

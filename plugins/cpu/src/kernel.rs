@@ -229,13 +229,18 @@ pub trait OpKernel: Send + Sync {
 }
 
 /// Elementwise work on a kernel's f32 output 0, done segment by segment while each segment is
-/// still in cache ([`OpKernel::run_with_post`]).
-pub trait PostOp {
+/// still in cache ([`OpKernel::run_with_post`]). Segments may be applied from several threads at
+/// once (a kernel that splits its output across the intra-op pool applies each part where it is
+/// computed).
+pub trait PostOp: Sync {
     /// Whether it applies to an output of this shape; asked once, before any segment.
     fn accepts(&mut self, shape: &[usize]) -> bool;
-    /// Transforms, in place, the output elements `base..base + seg.len()` (flat, C order).
-    /// Each element is passed exactly once.
-    fn apply(&mut self, seg: &mut [f32], base: usize);
+    /// Scratch elements [`apply`](Self::apply) needs (asked after `accepts`).
+    fn work_len(&self) -> usize;
+    /// Transforms, in place, the output elements `base..base + seg.len()` (flat, C order),
+    /// using `work` (at least [`work_len`](Self::work_len) elements, contents unspecified) as
+    /// scratch. Each element is passed exactly once.
+    fn apply(&self, seg: &mut [f32], base: usize, work: &mut [f32]);
 }
 
 /// A kernel made from a closure.

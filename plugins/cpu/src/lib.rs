@@ -6,6 +6,7 @@ pub mod control;
 mod fuse;
 pub mod kernel;
 pub mod ops;
+mod par;
 pub mod program;
 pub mod provider;
 pub mod scratch;

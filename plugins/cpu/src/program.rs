@@ -205,7 +205,8 @@ fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
                     .get(&s)
                     .is_some_and(|r| r.iter().all(|&x| x >= i && x < end))
             });
-        if end - i >= 2 || after_conv {
+        // A single step is a chain too: the block walk splits it across the intra-op pool.
+        if end > i {
             runs.push((i, end, after_conv));
         }
         i = end;
@@ -615,6 +616,29 @@ impl Program {
     }
 
     /// Runs the program; returns its outputs.
+    /// Whether a step is a convolution, matrix product or recurrence: work worth sharing with
+    /// the intra-op pool whatever the input size.
+    pub fn has_heavy_steps(&self) -> bool {
+        const HEAVY: &[&str] = &[
+            "Conv",
+            "ConvTranspose",
+            "ConvInteger",
+            "QLinearConv",
+            "MatMul",
+            "MatMulInteger",
+            "QLinearMatMul",
+            "Gemm",
+            "Einsum",
+            "Attention",
+            "LSTM",
+            "GRU",
+            "RNN",
+        ];
+        self.steps
+            .iter()
+            .any(|s| s.kind.split('+').any(|k| HEAVY.contains(&k)))
+    }
+
     pub fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         for step in &self.steps {

@@ -8,6 +8,8 @@ use epx_plugin_api::sdk::{
     ProviderInfo, ProviderOptions, SubgraphView,
 };
 
+use std::sync::Arc;
+
 use crate::program::{Program, is_control_flow, registry};
 use crate::tensor::TensorRef;
 
@@ -29,16 +31,54 @@ impl ProviderFactory for CpuFactory {
         }
     }
 
-    fn create(&self, options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
+    fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
+        let threads = options
+            .take_parsed::<usize>("intra_op_num_threads", "a thread count (0: one per core)")?;
         options.finish()?;
-        Ok(Box::new(CpuProvider))
+        let threads = match threads {
+            None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            Some(n) if n > MAX_THREADS => {
+                return Err(Error::invalid_argument(format!(
+                    "cpu option `intra_op_num_threads`: {n} is more than {MAX_THREADS}"
+                )));
+            }
+            Some(n) => n,
+        };
+        CpuProvider::with_threads(threads).map(|p| Box::new(p) as Box<dyn Provider>)
     }
 }
 
+/// The most intra-op threads a CPU EP instance starts.
+pub const MAX_THREADS: usize = 1024;
+
 /// A CPU EP instance. Its `compile` fuses any group of supported nodes into one kernel, so other
 /// host-memory EPs built on these kernels can reuse it with their own capability answers.
+///
+/// With more than one intra-op thread it owns a thread pool, shared by its kernels: a kernel
+/// whose program has convolutions or matrix products, or large inputs, runs on the pool, and
+/// its kernels split their loops across it. [`CpuProvider::default`] runs everything on the
+/// caller's thread.
 #[derive(Debug, Default)]
-pub struct CpuProvider;
+pub struct CpuProvider {
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl CpuProvider {
+    /// An instance with `threads` intra-op threads (1: none of its own).
+    pub fn with_threads(threads: usize) -> sdk::Result<Self> {
+        let pool = if threads > 1 {
+            Some(Arc::new(crate::par::pool(threads).map_err(Error::runtime)?))
+        } else {
+            None
+        };
+        Ok(CpuProvider { pool })
+    }
+
+    /// The intra-op threads its kernels use.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+    }
+}
 
 fn is_default_domain(d: &str) -> bool {
     d.is_empty() || d == "ai.onnx"
@@ -88,8 +128,12 @@ impl Provider for CpuProvider {
         sub: &SubgraphView<'_>,
     ) -> sdk::Result<Box<dyn Kernel>> {
         let inputs: Vec<Option<u32>> = sub.inputs.iter().map(|&v| Some(v)).collect();
+        let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs)?;
+        let heavy = program.has_heavy_steps();
         Ok(Box::new(CpuKernel {
-            program: Program::compile(graph, sub.nodes, &inputs, sub.outputs)?,
+            program,
+            pool: self.pool.clone(),
+            heavy,
         }))
     }
 }
@@ -131,7 +175,13 @@ fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
 
 struct CpuKernel {
     program: Program,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// Whether the program has steps that split across the pool whatever the input size.
+    heavy: bool,
 }
+
+/// Input elements from which a program without heavy steps still runs on the pool.
+const POOL_MIN_ELEMENTS: usize = 64 << 10;
 
 impl Kernel for CpuKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
@@ -148,15 +198,29 @@ impl Kernel for CpuKernel {
                 None => None,
             });
         }
-        let outputs = self.program.run(&inputs).map_err(|e| Error::runtime(e.0))?;
+        // On the pool only when there is work to share: handing a tiny program to another
+        // thread costs more than running it.
+        let pool = self.pool.as_ref().filter(|_| {
+            self.heavy
+                || inputs.iter().flatten().map(|t| t.len()).sum::<usize>() >= POOL_MIN_ELEMENTS
+        });
+        let outputs = match pool {
+            Some(pool) => pool.install(|| self.program.run(&inputs)),
+            None => self.program.run(&inputs),
+        }
+        .map_err(|e| Error::runtime(e.0))?;
         for (i, t) in outputs.iter().enumerate() {
             let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
             let out = ctx.output(i, t.elem_type(), &shape)?;
             t.write_bytes(out)
                 .map_err(|e| Error::runtime(e.to_string()))?;
         }
-        // The host has its copies: the float buffers go back for the next kernels.
-        outputs.into_iter().for_each(crate::program::recycle);
+        // The host has its copies: the float buffers go back for the next kernels, on the
+        // threads that run them (without waiting for it).
+        match pool {
+            Some(pool) => pool.spawn(move || outputs.into_iter().for_each(crate::program::recycle)),
+            None => outputs.into_iter().for_each(crate::program::recycle),
+        }
         Ok(())
     }
 }

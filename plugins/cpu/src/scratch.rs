@@ -1,7 +1,8 @@
 //! Recycled f32 buffers. The kernels' large outputs and work buffers come from here and return
 //! here once the host has copied a kernel's outputs, so a run does not hand megabytes back to
 //! the allocator (and the OS) after every operator only to fault them in again for the next.
-//! Per thread (kernels run on the caller's thread), bounded in count and bytes.
+//! Per thread (a program runs on the caller's thread or, with intra-op threads, on one of its
+//! pool's), bounded in count and bytes.
 
 use std::cell::RefCell;
 

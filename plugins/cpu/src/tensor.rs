@@ -71,6 +71,16 @@ pub trait Elem:
 {
     const TYPE: ElementType;
     const SIZE: usize;
+    /// An empty vector with room for `len` elements (f32: a recycled buffer when one fits).
+    fn buffer(len: usize) -> Vec<Self> {
+        if std::any::TypeId::of::<Self>() == std::any::TypeId::of::<f32>() {
+            let v: Box<dyn std::any::Any> = Box::new(crate::scratch::take(len));
+            if let Ok(v) = v.downcast::<Vec<Self>>() {
+                return *v;
+            }
+        }
+        Vec::with_capacity(len)
+    }
     fn wrap(a: ArrayD<Self>) -> Tensor;
     fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_>;
     fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>>;

@@ -10,6 +10,7 @@
 
 use super::util::Spatial;
 use crate::kernel::PostOp;
+use crate::par::Disjoint;
 
 /// Shapes and geometry of one 2-D convolution.
 pub struct Conv2d<'a> {
@@ -67,17 +68,13 @@ impl Conv2d<'_> {
         {
             post = None;
         }
+        let post: Option<&dyn PostOp> = post.map(|p| &*p);
         let applied = post.is_some();
         let mut out = initial_output(self.n, self.m, plane_out, bias);
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         if cg == 1 && mg == 1 {
-            self.depthwise(x, weights, &mut out);
-            if let Some(p) = post {
-                for (i, plane) in out.chunks_exact_mut(plane_out).enumerate() {
-                    p.apply(plane, i * plane_out);
-                }
-            }
+            self.depthwise(x, weights, &mut out, post);
             return (out, applied);
         }
         let rows = cg * self.kh * self.kw;
@@ -88,67 +85,96 @@ impl Conv2d<'_> {
             && self.geo.pad_begin == [0, 0]
             && oh == self.h
             && ow == self.w;
-        // im2col in bands of output rows, about 256 KiB of columns each, so the column matrix
-        // stays in cache between being written and being multiplied.
-        let band = (COLS_BYTES / (rows * ow * 4).max(1)).clamp(1, oh.max(1));
-        let mut cols = if pointwise {
-            Vec::new()
+        let threads = crate::par::threads();
+        // The output columns of one group's planes that one task computes and finishes: for
+        // im2col, bands of output rows of about 256 KiB of columns, so the column matrix stays
+        // in cache between being written and being multiplied; for 1×1, bands of columns when a
+        // post-op is to run while they are in cache, or when the pool is to share them.
+        let ranges: Vec<(usize, usize)> = if pointwise {
+            let mut step = if applied {
+                (2 * COLS_BYTES / (mg * 4).max(1)).max(64)
+            } else {
+                plane_out
+            };
+            if threads > 1 {
+                step = step.min(crate::par::chunk_len(plane_out, 64, 16));
+            }
+            let step = step.clamp(1, plane_out.max(1));
+            (0..plane_out)
+                .step_by(step)
+                .map(|j0| (j0, step.min(plane_out - j0)))
+                .collect()
         } else {
-            crate::scratch::zeros(rows * band * ow)
+            let band = (COLS_BYTES / (rows * ow * 4).max(1)).clamp(1, oh.max(1));
+            (0..oh)
+                .step_by(band)
+                .map(|oy0| (oy0 * ow, band.min(oh - oy0) * ow))
+                .collect()
         };
-        for n in 0..self.n {
-            for g in 0..self.group {
-                let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
-                let w_g = &weights[g * mg * rows..][..mg * rows];
-                let base = (n * self.m + g * mg) * plane_out;
-                let o_g = &mut out[base..][..mg * plane_out];
-                // Output columns `j0..j0 + width` of every channel of the group are final.
-                let mut done = |o_g: &mut [f32], j0: usize, width: usize| {
-                    if let Some(p) = post.as_mut() {
-                        for mm in 0..mg {
-                            let at = mm * plane_out + j0;
-                            p.apply(&mut o_g[at..at + width], base + at);
-                        }
-                    }
-                };
-                if pointwise {
-                    // With a post-op: in bands of columns, so each band is still in cache.
-                    let step = if applied {
-                        (2 * COLS_BYTES / (mg * 4).max(1)).max(64).min(plane_out)
-                    } else {
-                        plane_out
-                    };
-                    for j0 in (0..plane_out).step_by(step) {
-                        let width = step.min(plane_out - j0);
-                        sgemm_strided(
-                            (mg, rows, width),
-                            w_g,
-                            (rows, 1),
-                            (&x_g[j0..], plane_in),
-                            (&mut o_g[j0..], plane_out),
-                            true,
-                        );
-                        done(o_g, j0, width);
-                    }
-                    continue;
-                }
-                for oy0 in (0..oh).step_by(band) {
-                    let oy1 = (oy0 + band).min(oh);
-                    let width = (oy1 - oy0) * ow;
-                    self.im2col(x_g, cg, oy0..oy1, &mut cols[..rows * width]);
-                    sgemm_strided(
+        let tasks = self.n * self.group * ranges.len();
+        // Enough tasks: the pool shares them, each GEMM on one thread. Too few: one after the
+        // other, each GEMM split across the pool instead.
+        let split = threads > 1 && tasks >= 2 * threads;
+        let inner = if split {
+            gemm::Parallelism::None
+        } else {
+            crate::par::gemm_parallelism()
+        };
+        let dst = Disjoint::new(&mut out);
+        let task = |t: usize| {
+            let (ng, (j0, width)) = (t / ranges.len(), ranges[t % ranges.len()]);
+            let (n, g) = (ng / self.group, ng % self.group);
+            let x_g = &x[(n * self.c + g * cg) * plane_in..][..cg * plane_in];
+            let w_g = &weights[g * mg * rows..][..mg * rows];
+            let base = (n * self.m + g * mg) * plane_out;
+            assert!(base + (mg - 1) * plane_out + j0 + width <= dst.len());
+            if pointwise {
+                // SAFETY: task `t` alone writes columns `j0..j0 + width` of the `mg` planes of
+                // its image and group, which lie inside `out` (asserted above).
+                unsafe {
+                    sgemm_raw(
                         (mg, rows, width),
                         w_g,
                         (rows, 1),
-                        (&cols[..rows * width], width),
-                        (&mut o_g[oy0 * ow..], plane_out),
+                        (&x_g[j0..], plane_in),
+                        (dst.as_mut_ptr(base + j0), plane_out),
                         true,
+                        inner,
                     );
-                    done(o_g, oy0 * ow, width);
                 }
+            } else {
+                with_cols(rows * width, |cols| {
+                    let oy0 = j0 / ow;
+                    self.im2col(x_g, cg, oy0..oy0 + width / ow, cols);
+                    // SAFETY: as for the 1×1 case: these columns are this task's alone.
+                    unsafe {
+                        sgemm_raw(
+                            (mg, rows, width),
+                            w_g,
+                            (rows, 1),
+                            (cols, width),
+                            (dst.as_mut_ptr(base + j0), plane_out),
+                            true,
+                            inner,
+                        );
+                    }
+                });
             }
+            if let Some(p) = post {
+                crate::par::with_work(p.work_len(), |work| {
+                    for mm in 0..mg {
+                        let at = base + mm * plane_out + j0;
+                        // SAFETY: as above, these columns are this task's alone.
+                        p.apply(unsafe { dst.slice(at, width) }, at, work);
+                    }
+                });
+            }
+        };
+        if split {
+            crate::par::for_each_index(tasks, task);
+        } else {
+            (0..tasks).for_each(task);
         }
-        crate::scratch::give(cols);
         (out, applied)
     }
 
@@ -225,21 +251,25 @@ impl Conv2d<'_> {
         }
     }
 
-    /// One input channel per output channel: accumulate each tap over whole output rows.
+    /// One input channel per output channel: accumulate each tap over whole output rows, then
+    /// apply `post` to the plane. Planes are shared across the pool.
     #[inline(always)]
-    fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32]) {
+    fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32], post: Option<&dyn PostOp>) {
         let (oh, ow) = (self.oh(), self.ow());
         let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
         let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
         let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
         let plane_in = self.h * self.w;
+        let plane_out = oh * ow;
+        if plane_out == 0 {
+            return;
+        }
         let spans: Vec<(usize, usize)> = (0..self.kw)
             .map(|kx| valid_span(ow, sw, kx * dw, pw, self.w))
             .collect();
-        for nc in 0..self.n * self.c {
+        crate::par::for_each_chunk(out, plane_out, |nc, o_plane| {
             let ch = nc % self.c;
             let plane = &x[nc * plane_in..][..plane_in];
-            let o_plane = &mut out[nc * oh * ow..][..oh * ow];
             let wk = &weights[ch * self.kh * self.kw..][..self.kh * self.kw];
             for oy in 0..oh {
                 let o_row = &mut o_plane[oy * ow..][..ow];
@@ -272,7 +302,10 @@ impl Conv2d<'_> {
                     }
                 }
             }
-        }
+            if let Some(p) = post {
+                crate::par::with_work(p.work_len(), |work| p.apply(o_plane, nc * plane_out, work));
+            }
+        });
     }
 }
 
@@ -330,9 +363,10 @@ impl ConvTranspose2d {
                     (x_g, plane_in),
                     (&mut cols, plane_in),
                     false,
+                    crate::par::gemm_parallelism(),
                 );
-                for mi in 0..mg {
-                    let o_plane = &mut out[(n * self.m + g * mg + mi) * plane_out..][..plane_out];
+                let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
+                crate::par::for_each_chunk(o_g, plane_out, |mi, o_plane| {
                     for ky in 0..self.kh {
                         for (kx, &(lo, hi)) in spans.iter().enumerate() {
                             let row = &cols[(mi * kn + ky * self.kw + kx) * plane_in..][..plane_in];
@@ -350,7 +384,7 @@ impl ConvTranspose2d {
                             }
                         }
                     }
-                }
+                });
             }
         }
         crate::scratch::give(cols);
@@ -439,6 +473,40 @@ fn sgemm_strided(
     (b, ldb): (&[f32], usize),
     (c, ldc): (&mut [f32], usize),
     accumulate: bool,
+    par: gemm::Parallelism,
+) {
+    assert!(
+        m == 0 || n == 0 || (ldc >= n && c.len() >= (m - 1) * ldc + n),
+        "sgemm: output too small"
+    );
+    // SAFETY: `c` is exclusively borrowed and holds every element written (asserted above).
+    unsafe {
+        sgemm_raw(
+            (m, k, n),
+            a,
+            (rs, cs),
+            (b, ldb),
+            (c.as_mut_ptr(), ldc),
+            accumulate,
+            par,
+        );
+    }
+}
+
+/// [`sgemm_strided`] into `c` given as a pointer, for tasks that write disjoint bands of columns
+/// of one output.
+///
+/// # Safety
+/// `c` must be valid for writes of the `m` rows of `n` elements at row stride `ldc >= n`, and no
+/// other thread may read or write those elements during the call.
+unsafe fn sgemm_raw(
+    (m, k, n): (usize, usize, usize),
+    a: &[f32],
+    (rs, cs): (usize, usize),
+    (b, ldb): (&[f32], usize),
+    (c, ldc): (*mut f32, usize),
+    accumulate: bool,
+    par: gemm::Parallelism,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -449,21 +517,17 @@ fn sgemm_strided(
         (m - 1) * rs + (k - 1) * cs + 1
     };
     assert!(
-        a.len() >= a_needed
-            && (k == 0 || b.len() >= (k - 1) * ldb + n)
-            && ldb >= n
-            && ldc >= n
-            && c.len() >= (m - 1) * ldc + n,
+        a.len() >= a_needed && (k == 0 || b.len() >= (k - 1) * ldb + n) && ldb >= n && ldc >= n,
         "sgemm: buffers too small"
     );
-    // SAFETY: every element the strides reach lies inside the buffers (asserted above); `c` is
-    // exclusively borrowed, so it overlaps neither `a` nor `b`.
+    // SAFETY: every element of `a` and `b` the strides reach lies inside them (asserted above);
+    // `c` is valid and exclusive by this function's contract, so it overlaps neither.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             ldc as isize,
             accumulate,
@@ -478,14 +542,40 @@ fn sgemm_strided(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            par,
         );
     }
 }
 
+thread_local! {
+    /// Each thread's im2col column buffer, kept between bands and runs.
+    static COLS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Calls `f` with this thread's column buffer of `len` elements. The buffer is out of the
+/// thread-local while `f` runs, so a nested use (a task the thread picks up while a split GEMM
+/// waits) gets a buffer of its own.
+fn with_cols<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let mut v = COLS.take();
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    let r = f(&mut v[..len]);
+    COLS.set(v);
+    r
+}
+
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.
 pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    sgemm_strided((m, k, n), a, (k, 1), (b, n), (c, n), true);
+    sgemm_strided(
+        (m, k, n),
+        a,
+        (k, 1),
+        (b, n),
+        (c, n),
+        true,
+        crate::par::gemm_parallelism(),
+    );
 }
 
 #[cfg(test)]

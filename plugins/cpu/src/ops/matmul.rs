@@ -87,7 +87,7 @@ impl MatElem for f32 {
                 false,
                 false,
                 false,
-                gemm::Parallelism::None,
+                crate::par::gemm_parallelism(),
             );
         }
     }

@@ -102,7 +102,13 @@ fn build_softmax(n: &NodeDef, kind: SoftKind) -> OpResult<Box<dyn OpKernel>> {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
                 let mut out = crate::scratch::zeros(xs.len());
-                super::fastmath::softmax_rows(xs, n, kind == SoftKind::LogSoftmax, &mut out);
+                let log = kind == SoftKind::LogSoftmax;
+                // Runs of rows shared across the intra-op pool.
+                let n1 = n.max(1);
+                let piece = crate::par::chunk_len(xs.len() / n1, (16 << 10) / n1, 1) * n1;
+                crate::par::for_each_chunk(&mut out, piece, |i, o| {
+                    super::fastmath::softmax_rows(&xs[i * piece..][..o.len()], n, log, o);
+                });
                 return one(Tensor::from_vec(a.shape(), out));
             }
         }
@@ -174,16 +180,27 @@ impl BatchNorm {
         let xs = xc
             .as_slice()
             .ok_or_else(|| OpError(format!("{op}: X not contiguous")))?;
+        if per_channel && inner > 0 && c > 0 {
+            // Per channel: runs of planes shared across the intra-op pool.
+            let mut y = T::zeroed(xs.len());
+            let planes = crate::par::chunk_len(xs.len() / inner, 1, 1);
+            crate::par::for_each_chunk(&mut y, planes * inner, |i, part| {
+                let src = &xs[i * planes * inner..][..part.len()];
+                for (r, (o, x)) in part.chunks_mut(inner).zip(src.chunks(inner)).enumerate() {
+                    let ch = (i * planes + r) % c;
+                    let (a, b) = (a[ch], b[ch]);
+                    o.iter_mut()
+                        .zip(x)
+                        .for_each(|(o, x)| *o = T::from_acc(x.to_acc() * a + b));
+                }
+            });
+            return Tensor::from_vec(shape, y);
+        }
         // Runs of `inner` elements share one channel (per channel), or the parameters repeat
         // every `c * inner` elements (spatial=0): contiguous loops either way.
         let mut y: Vec<T> = Vec::with_capacity(xs.len());
         let per = c * inner;
-        if per_channel && inner > 0 && c > 0 {
-            for (r, chunk) in xs.chunks(inner).enumerate() {
-                let (a, b) = (a[r % c], b[r % c]);
-                y.extend(chunk.iter().map(|v| T::from_acc(v.to_acc() * a + b)));
-            }
-        } else if per > 0 {
+        if per > 0 && !per_channel {
             for chunk in xs.chunks(per) {
                 y.extend(
                     chunk

@@ -159,7 +159,24 @@ fn layer_norm_f32(
         None => None,
     };
     let mut y = crate::scratch::zeros(xf.len());
-    let (means, invs) = super::fastmath::layer_norm_rows(xf, sf, bf, eps, rms, &mut y);
+    // Runs of rows shared across the intra-op pool; each run's statistics kept in order.
+    let cols = sf.len().max(1);
+    let piece = crate::par::chunk_len(xf.len() / cols, (16 << 10) / cols, 1) * cols;
+    let stats = std::sync::Mutex::new(Vec::new());
+    crate::par::for_each_chunk(&mut y, piece, |i, part| {
+        let x_part = &xf[i * piece..][..part.len()];
+        let st = super::fastmath::layer_norm_rows(x_part, sf, bf, eps, rms, part);
+        if let Ok(mut all) = stats.lock() {
+            all.push((i, st));
+        }
+    });
+    let mut stats = stats.into_inner().ok()?;
+    stats.sort_by_key(|(i, _)| *i);
+    let (mut means, mut invs) = (Vec::new(), Vec::new());
+    for (_, (m, v)) in stats {
+        means.extend(m);
+        invs.extend(v);
+    }
     let run = || -> OpResult<Vec<Tensor>> {
         let mut outs = vec![Tensor::from_vec(xs, y)?];
         if outputs > 1 {

@@ -203,6 +203,23 @@ fn build_pool(n: &NodeDef, kind: PoolKind) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// `f` folded over `v` (in the accumulator type) in eight interleaved partial results, then
+/// those folded together.
+fn lanes8<T: FloatElem>(v: &[T], init: T::Acc, f: impl Fn(T::Acc, T::Acc) -> T::Acc) -> T::Acc {
+    let mut acc = [init; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x.to_acc());
+        }
+    }
+    for (a, x) in acc.iter_mut().zip(rest) {
+        *a = f(*a, x.to_acc());
+    }
+    acc.into_iter().fold(init, f)
+}
+
 fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<Tensor> {
     let shape = x.shape();
     if shape.len() < 3 {
@@ -217,26 +234,30 @@ fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<
     let xs = xc
         .as_slice()
         .ok_or_else(|| OpError(format!("{op}: input not contiguous")))?;
-    let y: Vec<T> = xs
-        .chunks(plane)
-        .take(planes)
-        .map(|c| {
-            if max {
-                c.iter()
-                    .map(|v| v.to_acc())
-                    .fold(T::lit(f64::NEG_INFINITY), |a, b| {
-                        if b > a || num_traits::Float::is_nan(b) {
-                            b
-                        } else {
-                            a
-                        }
-                    })
+    // Runs of planes shared across the intra-op pool; each plane reduced in eight partial
+    // results, so the loop vectorizes.
+    let run = crate::par::chunk_len(planes, ((64 << 10) / plane).max(1), 1);
+    let y: Vec<T> = crate::par::build_vec(T::buffer(planes), planes, run, |start, out| {
+        for c in xs[start * plane..]
+            .chunks(plane)
+            .take(run.min(planes - start))
+        {
+            let v = if max {
+                let nan = c.iter().find(|v| num_traits::Float::is_nan(v.to_acc()));
+                match nan {
+                    Some(v) => v.to_acc(),
+                    None => lanes8(
+                        c,
+                        T::lit(f64::NEG_INFINITY),
+                        |a, b| if b > a { b } else { a },
+                    ),
+                }
             } else {
-                c.iter().map(|v| v.to_acc()).sum::<T::Acc>() / T::lit(plane as f64)
-            }
-        })
-        .map(T::from_acc)
-        .collect();
+                lanes8(c, T::lit(0.0), |a, b| a + b) / T::lit(plane as f64)
+            };
+            out.extend([T::from_acc(v)]);
+        }
+    });
     let mut out_shape = shape[..2].to_vec();
     out_shape.extend(std::iter::repeat_n(1, shape.len() - 2));
     let a =

@@ -381,7 +381,7 @@ fn resize_typed<T: Num>(cfg: &Cfg, x: ArrayViewD<'_, T>, p: &Plan) -> OpResult<T
 /// the per-axis index tables pick, and an output row that reads the same source row as the one
 /// before it is a copy of that row. `None` when some output position has no single source (an
 /// extrapolated `tf_crop_and_resize` sample), which the general path handles.
-fn nearest<T: Copy>(cfg: &Cfg, x: &ArrayViewD<'_, T>, p: &Plan) -> Option<Vec<T>> {
+fn nearest<T: crate::tensor::Elem>(cfg: &Cfg, x: &ArrayViewD<'_, T>, p: &Plan) -> Option<Vec<T>> {
     let xc = x.as_standard_layout();
     let src = xc.as_slice()?;
     let shape = x.shape();
@@ -413,31 +413,42 @@ fn nearest<T: Copy>(cfg: &Cfg, x: &ArrayViewD<'_, T>, p: &Plan) -> Option<Vec<T>
     }
     let total: usize = p.out.iter().product();
     let w = p.out[r - 1];
-    let mut out = Vec::with_capacity(total);
     if total == 0 {
-        return Some(out);
+        return Some(Vec::new());
     }
     let last = &offsets[r - 1];
-    let mut index = vec![0usize; r - 1];
-    let mut prev: Option<usize> = None;
-    for _ in 0..total / w {
-        let base: usize = index.iter().zip(&offsets).map(|(&i, o)| o[i]).sum();
-        let start = out.len();
-        if prev == Some(base) {
-            out.extend_from_within(start - w..start);
-        } else {
-            let row = &src[base..];
-            out.extend(last.iter().map(|&o| row[o]));
-        }
-        prev = Some(base);
+    let rows = total / w;
+    // Runs of output rows, shared across the intra-op pool.
+    let run = crate::par::chunk_len(rows, (16 << 10) / w, 1);
+    let out = crate::par::build_vec(T::buffer(total), total, run * w, |start, out| {
+        let r0 = start / w;
+        // The multi-index of row `r0` over the leading output axes.
+        let mut index = vec![0usize; r - 1];
+        let mut rest = r0;
         for d in (0..r - 1).rev() {
-            index[d] += 1;
-            if index[d] < p.out[d] {
-                break;
-            }
-            index[d] = 0;
+            index[d] = rest % p.out[d];
+            rest /= p.out[d];
         }
-    }
+        let mut prev: Option<usize> = None;
+        for _ in r0..(r0 + run).min(rows) {
+            let base: usize = index.iter().zip(&offsets).map(|(&i, o)| o[i]).sum();
+            let at = out.len();
+            if prev == Some(base) {
+                out.extend_from_within(at - w..at);
+            } else {
+                let row = &src[base..];
+                out.extend(last.iter().map(|&o| row[o]));
+            }
+            prev = Some(base);
+            for d in (0..r - 1).rev() {
+                index[d] += 1;
+                if index[d] < p.out[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+    });
     Some(out)
 }
 

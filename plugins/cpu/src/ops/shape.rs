@@ -183,9 +183,45 @@ fn concat_typed<T: Elem>(
             );
         }
     }
+    let slices: Option<Vec<&[T]>> = views.iter().map(|v| v.as_slice()).collect();
+    if let Some(parts) = slices {
+        // All C-contiguous: each output row is the inputs' blocks one after the other.
+        let inner: usize = first.shape()[axis + 1..].iter().product();
+        let outer: usize = first.shape()[..axis].iter().product();
+        let blocks: Vec<usize> = views.iter().map(|v| v.shape()[axis] * inner).collect();
+        let mut shape = first.shape().to_vec();
+        shape[axis] = views.iter().map(|v| v.shape()[axis]).sum();
+        let data = concat_rows(&parts, &blocks, outer);
+        return ndarray::ArrayD::from_shape_vec(shape, data)
+            .map(Tensor::from)
+            .map_err(|e| OpError(format!("{op}: {e}")));
+    }
     ndarray::concatenate(Axis(axis), &views)
         .map(Tensor::from)
         .map_err(|e| OpError(format!("{op}: {e}")))
+}
+
+/// `outer` rows, each input `i`'s `blocks[i]` elements of that row in turn, copied in pieces
+/// shared across the intra-op pool.
+fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> Vec<T> {
+    let row: usize = blocks.iter().sum();
+    let total = outer * row;
+    let piece = crate::par::chunk_len(total, 64 << 10, 16);
+    crate::par::build_vec(T::buffer(total), total, piece, |start, out| {
+        let end = (start + piece).min(total);
+        let mut pos = start;
+        while pos < end {
+            let (o, mut within) = (pos / row, pos % row);
+            let mut i = 0;
+            while within >= blocks[i] {
+                within -= blocks[i];
+                i += 1;
+            }
+            let take = (blocks[i] - within).min(end - pos);
+            out.extend_from_slice(&parts[i][o * blocks[i] + within..][..take]);
+            pos += take;
+        }
+    })
 }
 
 fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

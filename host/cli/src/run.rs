@@ -25,6 +25,9 @@ pub struct RunArgs {
     /// Time N runs after one warm-up run and print min/median/max.
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
+    /// Threads the CPU EP shares each kernel's work across (0: one per core, the default).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -43,20 +46,29 @@ pub struct PartitionArgs {
 }
 
 /// A session on the EPs given as `--ep` specs.
-fn session(env: Arc<Environment>, model: &Path, eps: &[String], strict: bool) -> Result<Session> {
+fn session(
+    env: Arc<Environment>,
+    model: &Path,
+    eps: &[String],
+    strict: bool,
+    threads: Option<usize>,
+) -> Result<Session> {
     let eps = eps
         .iter()
         .map(|s| parse_ep(s))
         .collect::<Result<Vec<_>>>()?;
-    Session::builder()?
+    let mut builder = Session::builder()?
         .with_environment(env)
         .with_execution_providers(eps)?
-        .with_strict_placement(strict)
-        .commit_from_file(model)
+        .with_strict_placement(strict);
+    if let Some(n) = threads {
+        builder = builder.with_intra_op_threads(n);
+    }
+    builder.commit_from_file(model)
 }
 
 pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let session = session(env, &args.model, &args.eps, args.strict)?;
+    let session = session(env, &args.model, &args.eps, args.strict, None)?;
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
@@ -96,7 +108,7 @@ fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
 }
 
 pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
-    let session = session(env, &args.model, &args.eps, false)?;
+    let session = session(env, &args.model, &args.eps, false, args.threads)?;
     let report = session.placement();
     let placement = report.node_counts();
     let summary: Vec<String> = placement

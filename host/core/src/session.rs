@@ -70,6 +70,7 @@ pub struct SessionBuilder {
     providers: Vec<ExecutionProvider>,
     strict: bool,
     device_outputs: Vec<String>,
+    intra_op_threads: Option<usize>,
 }
 
 /// A model ready to run.
@@ -102,6 +103,7 @@ impl Session {
             providers: Vec::new(),
             strict: false,
             device_outputs: Vec::new(),
+            intra_op_threads: None,
         })
     }
 }
@@ -126,6 +128,15 @@ impl SessionBuilder {
     /// (the error lists them). Requesting `cpu` explicitly allows it.
     pub fn with_strict_placement(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Threads the CPU EP shares a kernel's work across (its `intra_op_num_threads` option): 1
+    /// runs everything on the calling thread; 0, the default, one per core. It applies to the
+    /// fallback CPU EP and to a requested `cpu` EP that does not set the option itself. Vendor
+    /// EPs take their own threading options.
+    pub fn with_intra_op_threads(mut self, threads: usize) -> Self {
+        self.intra_op_threads = Some(threads);
         self
     }
 
@@ -158,6 +169,16 @@ impl SessionBuilder {
         };
         let _span = tracing::debug_span!("session", model = %model.source).entered();
         let mut requested = self.providers;
+        let threads_option = self
+            .intra_op_threads
+            .map(|n| ("intra_op_num_threads".to_string(), n.to_string()));
+        if let Some(opt) = &threads_option {
+            for ep in requested.iter_mut().filter(|ep| ep.name == "cpu") {
+                if !ep.options.iter().any(|(k, _)| k == &opt.0) {
+                    ep.options.insert(0, opt.clone());
+                }
+            }
+        }
         for d in env.default_providers() {
             if !requested.iter().any(|r| r.name == d.name) {
                 requested.push(d.clone());
@@ -188,7 +209,8 @@ impl SessionBuilder {
                 name: "cpu".into(),
                 message: "the built-in CPU EP is missing".into(),
             })?;
-        providers.push(ProviderInstance::create(builtin, cpu, &[])?);
+        let cpu_options: Vec<(String, String)> = threads_option.into_iter().collect();
+        providers.push(ProviderInstance::create(builtin, cpu, &cpu_options)?);
         let fallback = providers.len() - 1;
         let cpu_requested = providers[..fallback].iter().any(|p| p.name() == "cpu");
 

@@ -1,6 +1,7 @@
 //! epx's CPU EP on real models and on single kernels, against ONNX Runtime's CPU EP (through
-//! `ort`, on the `libonnxruntime` the adapter finds) and tract (`tract-onnx`), in one process and
-//! on one thread each.
+//! `ort`, on the `libonnxruntime` the adapter finds) and tract (`tract-onnx`), in one process, with
+//! the same number of intra-op threads for epx and ONNX Runtime (`--threads N`, 1 by default;
+//! tract runs on one).
 //!
 //! For every model: the same inputs go to all three; epx's outputs must match ONNX Runtime's
 //! within |a − b| ≤ 1e-4 + 1e-3·|b| before anything is timed (tract's difference is printed).
@@ -13,7 +14,7 @@
 //! chain) in GFLOP/s or GB/s, against ONNX Runtime on the same one-node models and against this
 //! core's measured FMA peak.
 //!
-//! Run: `bash tests/bench/run.sh [--runs N] [--only det,rec,minilm] [--no-micro]`.
+//! Run: `bash tests/bench/run.sh [--runs N] [--threads N] [--only det,rec,minilm] [--no-micro]`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +26,13 @@ use epx_tests::models::{float_value, model_bytes, node};
 use ort::environment::Environment as OrtEnvironment;
 use ort::session::Session as OrtSession;
 use ort::value::TensorRef;
+
+/// Intra-op threads for epx's CPU EP and ONNX Runtime (`--threads`).
+static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn threads() -> usize {
+    *THREADS.get().unwrap_or(&1)
+}
 
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("epx-bench: {msg}");
@@ -153,7 +161,10 @@ struct Epx {
 impl Epx {
     fn new(env: &std::sync::Arc<Environment>, model: &[u8], inputs: &[Input]) -> Self {
         let session = Session::builder()
-            .map(|b| b.with_environment(env.clone()))
+            .map(|b| {
+                b.with_environment(env.clone())
+                    .with_intra_op_threads(threads())
+            })
             .and_then(|b| b.commit_from_memory(model))
             .unwrap_or_else(|e| fail(format!("epx session: {e}")));
         Epx {
@@ -186,7 +197,7 @@ impl Ort {
     fn new(model: &[u8], inputs: &[Input]) -> Self {
         let session = OrtSession::builder(ort_env())
             .map_err(|e| e.to_string())
-            .and_then(|b| b.with_intra_threads(1).map_err(|e| e.to_string()))
+            .and_then(|b| b.with_intra_threads(threads()).map_err(|e| e.to_string()))
             .and_then(|mut b| b.commit_from_memory(model).map_err(|e| e.to_string()))
             .unwrap_or_else(|e| fail(format!("ORT session: {e}")));
         Ort {
@@ -313,6 +324,17 @@ fn time(f: impl FnOnce()) -> Duration {
     t.elapsed()
 }
 
+/// [`time`], after letting other engines' threads settle.
+fn time_settled(f: impl FnOnce()) -> Duration {
+    if threads() > 1 {
+        // The engine that ran before may leave its pool's workers spinning for a while (ONNX
+        // Runtime's do by default, rayon's briefly); let them go idle first, so that no engine
+        // is timed while another one's threads hold the cores.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    time(f)
+}
+
 /// Peak RSS of this process so far, in MiB (`VmHWM`).
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -410,7 +432,11 @@ fn rss_child(engine: &str, key: &str) {
 
 fn child_rss(engine: &str, key: &str) -> String {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
-    match Command::new(exe).args(["--rss", engine, key]).output() {
+    let n = threads().to_string();
+    match Command::new(exe)
+        .args(["--rss", engine, key, "--threads", &n])
+        .output()
+    {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
         _ => "?".into(),
     }
@@ -474,14 +500,14 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row
     }
     let (mut te, mut to, mut tt) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        te.push(time(|| {
+        te.push(time_settled(|| {
             epx.run();
         }));
-        to.push(time(|| {
+        to.push(time_settled(|| {
             ort.run(false);
         }));
         if let Some(t) = &tract {
-            tt.push(time(|| {
+            tt.push(time_settled(|| {
                 t.run();
             }));
         }
@@ -710,8 +736,12 @@ fn fma_peak_gflops() -> Option<f64> {
 
 fn bench_micro(env: &std::sync::Arc<Environment>) {
     let peak = fma_peak_gflops();
+    // The peak of the cores in use: one core's measured peak times the threads.
+    let peak = peak.map(|p| p * threads() as f64);
     println!(
-        "\nkernel micro-benchmarks (one thread; this core's FMA peak: {})",
+        "\nkernel micro-benchmarks ({} thread{}; FMA peak of those cores: {})",
+        threads(),
+        if threads() == 1 { "" } else { "s" },
         peak.map_or("unknown".into(), |p| format!("{p:.1} GFLOP/s"))
     );
     println!(
@@ -738,10 +768,10 @@ fn bench_micro(env: &std::sync::Arc<Environment>) {
         let runs = 15;
         let (mut te, mut to) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            te.push(time(|| {
+            te.push(time_settled(|| {
                 epx.run();
             }));
-            to.push(time(|| {
+            to.push(time_settled(|| {
                 ort.run(false);
             }));
         }
@@ -809,8 +839,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--rss") {
         match &args[1..] {
-            [engine, key] => rss_child(engine, key),
-            _ => fail("usage: epx-bench --rss ENGINE MODEL"),
+            [engine, key, flag, n] if flag == "--threads" => {
+                let _ = THREADS.set(n.parse().unwrap_or_else(|_| fail("--threads: a number")));
+                rss_child(engine, key)
+            }
+            _ => fail("usage: epx-bench --rss ENGINE MODEL --threads N"),
         }
         return;
     }
@@ -835,15 +868,25 @@ fn main() {
                     .map(str::to_string)
                     .collect()
             }
+            "--threads" => {
+                let n = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| fail("--threads needs a positive number"));
+                let _ = THREADS.set(n);
+            }
             "--no-micro" => micro = false,
             other => fail(format!("unknown argument `{other}`")),
         }
     }
     init_ort();
     let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
+    let n = threads();
     println!(
-        "epx CPU EP vs ONNX Runtime CPU EP (ort, 1 intra-op thread) vs tract, one thread each, \
-         {runs} timed runs after 2 warm-up runs"
+        "epx CPU EP vs ONNX Runtime CPU EP (ort) vs tract; {n} intra-op thread{} for epx and ORT, \
+         one for tract; {runs} timed runs after 2 warm-up runs",
+        if n == 1 { "" } else { "s" }
     );
     let rows: Vec<Row> = only.iter().map(|k| bench_model(k, runs, &env)).collect();
     println!(

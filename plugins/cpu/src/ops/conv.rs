@@ -344,4 +344,11 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.0, "Conv: unsupported element type int32");
     }
+
+    #[test]
+    fn conv_with_no_output_channels_is_empty() {
+        let w = Tensor::F32(ArrayD::zeros(IxDyn(&[0, 3, 3, 3])));
+        let out = run(NodeDef::new("Conv", 11), vec![iota(&[1, 3, 4, 4]), w]).unwrap();
+        assert_eq!(out[0].shape(), [1, 0, 2, 2]);
+    }
 }

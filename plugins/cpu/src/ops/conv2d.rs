@@ -77,6 +77,9 @@ impl Conv2d<'_> {
             self.depthwise(x, weights, &mut out, post);
             return (out, applied);
         }
+        if mg == 0 || out.is_empty() {
+            return (out, applied);
+        }
         let rows = cg * self.kh * self.kw;
         let plane_in = self.h * self.w;
         let pointwise = self.kh == 1

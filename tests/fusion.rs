@@ -5,42 +5,21 @@
 
 use epx::onnx::proto;
 use epx::{Environment, Session, Tensor};
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::{float_init, float_value, ints_attr, model_bytes, node, seeded_floats};
 
 const C: usize = 4;
 const H: usize = 5;
 const W: usize = 6;
 
 fn floats(seed: u32, n: usize) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
-        })
-        .collect()
-}
-
-fn init(name: &str, dims: &[i64], data: Vec<f32>) -> proto::TensorProto {
-    proto::TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(proto::tensor_proto::DataType::Float as i32),
-        float_data: data,
-        ..Default::default()
-    }
+    seeded_floats(seed, n, 4.0)
 }
 
 /// `y = hardswish(conv(x)) * s[c] + r[w]` and `z = relu(conv(x) + m[c, w])`, where `m`
 /// broadcasts over the height axis only.
 fn model() -> Vec<u8> {
     let mut conv = node("Conv", &["x", "w", "b"], &["c"]);
-    conv.attribute = vec![proto::AttributeProto {
-        name: Some("pads".into()),
-        ints: vec![1, 1, 1, 1],
-        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
-        ..Default::default()
-    }];
+    conv.attribute = vec![ints_attr("pads", &[1, 1, 1, 1])];
     let mut conv2 = conv.clone();
     conv2.name = Some("Conv_c2".into());
     conv2.output = vec!["c2".into()];
@@ -64,14 +43,14 @@ fn model() -> Vec<u8> {
             float_value("z", &[1, C as i64, H as i64, W as i64]),
         ],
         initializer: vec![
-            init("w", &[C as i64, C as i64, 3, 3], floats(1, C * C * 9)),
-            init("b", &[C as i64], floats(2, C)),
-            init("three", &[], vec![3.0]),
-            init("zero", &[], vec![0.0]),
-            init("six", &[], vec![6.0]),
-            init("s", &[1, C as i64, 1, 1], floats(3, C)),
-            init("r", &[W as i64], floats(4, W)),
-            init("m", &[C as i64, 1, W as i64], floats(5, C * W)),
+            float_init("w", &[C as i64, C as i64, 3, 3], floats(1, C * C * 9)),
+            float_init("b", &[C as i64], floats(2, C)),
+            float_init("three", &[], vec![3.0]),
+            float_init("zero", &[], vec![0.0]),
+            float_init("six", &[], vec![6.0]),
+            float_init("s", &[1, C as i64, 1, 1], floats(3, C)),
+            float_init("r", &[W as i64], floats(4, W)),
+            float_init("m", &[C as i64, 1, W as i64], floats(5, C * W)),
         ],
         ..Default::default()
     })

@@ -214,6 +214,49 @@ pub mod models {
         }
     }
 
+    /// An integer attribute.
+    pub fn int_attr(name: &str, v: i64) -> proto::AttributeProto {
+        proto::AttributeProto {
+            name: Some(name.into()),
+            i: Some(v),
+            r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+            ..Default::default()
+        }
+    }
+
+    /// An integer-list attribute.
+    pub fn ints_attr(name: &str, v: &[i64]) -> proto::AttributeProto {
+        proto::AttributeProto {
+            name: Some(name.into()),
+            ints: v.to_vec(),
+            r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
+            ..Default::default()
+        }
+    }
+
+    /// A float32 initializer.
+    pub fn float_init(name: &str, dims: &[i64], data: Vec<f32>) -> proto::TensorProto {
+        proto::TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(proto::tensor_proto::DataType::Float as i32),
+            float_data: data,
+            ..Default::default()
+        }
+    }
+
+    /// `n` deterministic pseudo-random floats in `[-scale, scale)` (a linear congruential
+    /// sequence from `seed`).
+    pub fn seeded_floats(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
     /// An opset-17 (IR 8) model around `graph`, encoded.
     pub fn model_bytes(graph: proto::GraphProto) -> Vec<u8> {
         proto::ModelProto {

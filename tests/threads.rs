@@ -5,44 +5,12 @@
 
 use epx::onnx::proto;
 use epx::{Environment, ExecutionProvider, Session, Tensor};
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::{
+    float_init, float_value, int_attr, ints_attr, model_bytes, node, seeded_floats,
+};
 
 fn floats(seed: u32, n: usize) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn init(name: &str, dims: &[i64], data: Vec<f32>) -> proto::TensorProto {
-    proto::TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(proto::tensor_proto::DataType::Float as i32),
-        float_data: data,
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
-        ..Default::default()
-    }
+    seeded_floats(seed, n, 1.0)
 }
 
 fn with(mut n: proto::NodeProto, attrs: Vec<proto::AttributeProto>) -> proto::NodeProto {
@@ -58,7 +26,7 @@ fn model() -> Vec<u8> {
         // 3×3, padded, with a fused hard-sigmoid-like chain: [1, 16, S, S].
         with(
             node("Conv", &["x", "w1", "b16"], &["c1"]),
-            vec![ints("pads", &[1, 1, 1, 1])],
+            vec![ints_attr("pads", &[1, 1, 1, 1])],
         ),
         node("Add", &["c1", "three"], &["c1a"]),
         node("Clip", &["c1a", "zero", "six"], &["c1b"]),
@@ -66,7 +34,7 @@ fn model() -> Vec<u8> {
         // Depthwise with Relu: [1, 16, S, S].
         with(
             node("Conv", &["c1c", "wd", "b16"], &["d"]),
-            vec![ints("pads", &[1, 1, 1, 1]), int("group", 16)],
+            vec![ints_attr("pads", &[1, 1, 1, 1]), int_attr("group", 16)],
         ),
         node("Relu", &["d"], &["dr"]),
         // 1×1: [1, 16, S, S].
@@ -74,12 +42,15 @@ fn model() -> Vec<u8> {
         // Strided 3×3: [1, 32, S/2, S/2].
         with(
             node("Conv", &["p", "ws", "b32"], &["s"]),
-            vec![ints("pads", &[1, 1, 1, 1]), ints("strides", &[2, 2])],
+            vec![
+                ints_attr("pads", &[1, 1, 1, 1]),
+                ints_attr("strides", &[2, 2]),
+            ],
         ),
         // ConvTranspose back up: [1, 16, S, S], then BatchNormalization.
         with(
             node("ConvTranspose", &["s", "wt", "b16"], &["u"]),
-            vec![ints("strides", &[2, 2])],
+            vec![ints_attr("strides", &[2, 2])],
         ),
         node(
             "BatchNormalization",
@@ -91,13 +62,16 @@ fn model() -> Vec<u8> {
         // [1, 64, S, S]
         with(
             node("Concat", &["bn", "p", "r"], &["cat"]),
-            vec![int("axis", 1)],
+            vec![int_attr("axis", 1)],
         ),
         node("Add", &["cat", "cat"], &["twice"]),
-        with(node("Softmax", &["twice"], &["sm"]), vec![int("axis", -1)]),
+        with(
+            node("Softmax", &["twice"], &["sm"]),
+            vec![int_attr("axis", -1)],
+        ),
         with(
             node("LayerNormalization", &["twice", "ln_s", "ln_b"], &["ln"]),
-            vec![int("axis", -1)],
+            vec![int_attr("axis", -1)],
         ),
         node("MatMul", &["ln", "wm"], &["mm"]),
     ];
@@ -111,28 +85,28 @@ fn model() -> Vec<u8> {
             float_value("mm", &[1, 64, s, 24]),
         ],
         initializer: vec![
-            init("w1", &[16, C, 3, 3], floats(1, 16 * C as usize * 9)),
-            init("b16", &[16], floats(2, 16)),
-            init("b32", &[32], floats(3, 32)),
-            init("three", &[], vec![3.0]),
-            init("zero", &[], vec![0.0]),
-            init("six", &[], vec![6.0]),
-            init("wd", &[16, 1, 3, 3], floats(4, 16 * 9)),
-            init("wp", &[16, 16, 1, 1], floats(5, 16 * 16)),
-            init("ws", &[32, 16, 3, 3], floats(6, 32 * 16 * 9)),
-            init("wt", &[32, 16, 2, 2], floats(7, 32 * 16 * 4)),
-            init("bn_s", &[16], floats(8, 16)),
-            init("bn_b", &[16], floats(9, 16)),
-            init("bn_m", &[16], floats(10, 16)),
-            init(
+            float_init("w1", &[16, C, 3, 3], floats(1, 16 * C as usize * 9)),
+            float_init("b16", &[16], floats(2, 16)),
+            float_init("b32", &[32], floats(3, 32)),
+            float_init("three", &[], vec![3.0]),
+            float_init("zero", &[], vec![0.0]),
+            float_init("six", &[], vec![6.0]),
+            float_init("wd", &[16, 1, 3, 3], floats(4, 16 * 9)),
+            float_init("wp", &[16, 16, 1, 1], floats(5, 16 * 16)),
+            float_init("ws", &[32, 16, 3, 3], floats(6, 32 * 16 * 9)),
+            float_init("wt", &[32, 16, 2, 2], floats(7, 32 * 16 * 4)),
+            float_init("bn_s", &[16], floats(8, 16)),
+            float_init("bn_b", &[16], floats(9, 16)),
+            float_init("bn_m", &[16], floats(10, 16)),
+            float_init(
                 "bn_v",
                 &[16],
                 floats(11, 16).iter().map(|v| v.abs() + 0.5).collect(),
             ),
-            init("scales", &[4], vec![1.0, 1.0, 2.0, 2.0]),
-            init("ln_s", &[s], floats(12, s as usize)),
-            init("ln_b", &[s], floats(13, s as usize)),
-            init("wm", &[s, 24], floats(14, s as usize * 24)),
+            float_init("scales", &[4], vec![1.0, 1.0, 2.0, 2.0]),
+            float_init("ln_s", &[s], floats(12, s as usize)),
+            float_init("ln_b", &[s], floats(13, s as usize)),
+            float_init("wm", &[s, 24], floats(14, s as usize * 24)),
         ],
         ..Default::default()
     })

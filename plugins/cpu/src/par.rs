@@ -22,15 +22,25 @@ thread_local! {
 }
 
 /// Calls `f` with this thread's scratch buffer of `len` elements (contents unspecified), kept
-/// between calls. The buffer is out of the thread-local while `f` runs, so a nested call (a task
-/// the thread picks up while it waits for others) gets a buffer of its own.
+/// between calls.
 pub fn with_work<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    let mut v = WORK.take();
+    with_buffer(&WORK, len, f)
+}
+
+/// Calls `f` with the first `len` elements of the thread-local buffer `key` (grown as needed,
+/// contents unspecified). The buffer is out of the thread-local while `f` runs, so a nested
+/// call (a task the thread picks up while it waits for others) gets a buffer of its own.
+pub fn with_buffer<R>(
+    key: &'static std::thread::LocalKey<Cell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    let mut v = key.take();
     if v.len() < len {
         v.resize(len, 0.0);
     }
     let r = f(&mut v[..len]);
-    WORK.set(v);
+    key.set(v);
     r
 }
 

@@ -73,11 +73,6 @@ impl CpuProvider {
         };
         Ok(CpuProvider { pool })
     }
-
-    /// The intra-op threads its kernels use.
-    pub fn threads(&self) -> usize {
-        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
-    }
 }
 
 fn is_default_domain(d: &str) -> bool {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use epx::onnx::proto;
 use epx::{ElementType, Environment, Session, Tensor};
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::{float_init, float_value, int_attr, ints_attr, model_bytes, node};
 use ort::environment::Environment as OrtEnvironment;
 use ort::session::Session as OrtSession;
 use ort::value::TensorRef;
@@ -533,31 +533,8 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row
 
 fn weight(name: &str, dims: &[i64], rng: &mut Rng) -> proto::TensorProto {
     let n: i64 = dims.iter().product();
-    proto::TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(proto::tensor_proto::DataType::Float as i32),
-        float_data: rng.floats(n as usize).iter().map(|v| v - 0.5).collect(),
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, v: i64) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, v: &[i64]) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
-        ..Default::default()
-    }
+    let data = rng.floats(n as usize).iter().map(|v| v - 0.5).collect();
+    float_init(name, dims, data)
 }
 
 /// A micro-benchmark: a small graph `x → ... → y` with weights, and its work per run.

@@ -555,17 +555,9 @@ thread_local! {
     static COLS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Calls `f` with this thread's column buffer of `len` elements. The buffer is out of the
-/// thread-local while `f` runs, so a nested use (a task the thread picks up while a split GEMM
-/// waits) gets a buffer of its own.
+/// Calls `f` with this thread's column buffer of `len` elements ([`crate::par::with_buffer`]).
 fn with_cols<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    let mut v = COLS.take();
-    if v.len() < len {
-        v.resize(len, 0.0);
-    }
-    let r = f(&mut v[..len]);
-    COLS.set(v);
-    r
+    crate::par::with_buffer(&COLS, len, f)
 }
 
 /// `c[m, n] += a[m, k] · b[k, n]`, all row-major and contiguous.

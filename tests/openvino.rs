@@ -168,6 +168,46 @@ fn models_match_the_cpu_ep_in_f32() {
     }
 }
 
+/// What OpenVINO's CPU device says it computes natively (`OPTIMIZATION_CAPABILITIES`, e.g.
+/// `FP32 BF16 INT8 BIN EXPORT_IMPORT`), asked directly through the C API rather than through the
+/// plugin under test.
+fn cpu_optimization_capabilities() -> Vec<String> {
+    use openvino_sys as sys;
+    use std::ffi::{CStr, CString, c_char};
+    let lib = std::fs::read_dir(runtime_dir())
+        .expect("runtime folder")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libopenvino_c.so"))
+        })
+        .expect("libopenvino_c.so in the runtime folder");
+    // The plugin may have opened the same file already; `load_from` then shares that handle.
+    let _ = sys::library::load_from(&lib);
+    let (device, key) = (c"CPU", CString::new("OPTIMIZATION_CAPABILITIES").unwrap());
+    let mut core = std::ptr::null_mut();
+    let mut value: *mut c_char = std::ptr::null_mut();
+    // SAFETY: the library is loaded; every out-pointer is valid; the core and the string are
+    // freed once, with OpenVINO's own functions.
+    unsafe {
+        assert_eq!(sys::ov_core_create(&mut core), sys::ov_status_e::OK);
+        let status = sys::ov_core_get_property(core, device.as_ptr(), key.as_ptr(), &mut value);
+        assert_eq!(
+            status,
+            sys::ov_status_e::OK,
+            "reading OPTIMIZATION_CAPABILITIES"
+        );
+        let caps = CStr::from_ptr(value).to_string_lossy().into_owned();
+        sys::ov_free(value);
+        sys::ov_core_free(core);
+        caps.split_whitespace().map(str::to_string).collect()
+    }
+}
+
+/// `precision=bf16` must reach OpenVINO. On a CPU that computes in bf16 (AVX-512 BF16, AMX) the
+/// results move a little; on one that cannot (AVX2 only), OpenVINO computes in f32 and the
+/// results must be exactly the f32 ones. The test asks the device which case it is in and says so.
 #[test]
 fn bf16_precision_changes_results_a_little() {
     use_fetched_runtime();
@@ -193,10 +233,30 @@ fn bf16_precision_changes_results_a_little() {
         .iter()
         .zip(&bf16_out)
         .any(|((_, a), (_, b))| f32s(a) != f32s(b));
-    assert!(
-        differs,
-        "precision=bf16 gave exactly the f32 results: the option did not reach OpenVINO"
-    );
+    let caps = cpu_optimization_capabilities();
+    if caps.iter().any(|c| c == "BF16") {
+        eprintln!(
+            "checked: the CPU computes in bf16 ({}): results must move",
+            caps.join(" ")
+        );
+        assert!(
+            differs,
+            "precision=bf16 gave exactly the f32 results on a CPU with BF16 in its \
+             OPTIMIZATION_CAPABILITIES ({}): the option did not reach OpenVINO",
+            caps.join(" ")
+        );
+    } else {
+        eprintln!(
+            "checked: the CPU has no bf16 ({}): results must equal f32",
+            caps.join(" ")
+        );
+        assert!(
+            !differs,
+            "precision=bf16 changed the results on a CPU without BF16 in its \
+             OPTIMIZATION_CAPABILITIES ({})",
+            caps.join(" ")
+        );
+    }
 }
 
 #[test]

@@ -115,6 +115,7 @@ impl ProviderFactory for OpenVinoFactory {
         check_device(&core, &device, &at)?;
         core.set_property(&device, "INFERENCE_PRECISION_HINT", precision)
             .map_err(|e| Error::invalid_argument(format!("{PROVIDER_NAME}: {e}")))?;
+        warn_without_native_precision(&core, &device, precision);
         if let Some(n) = threads.filter(|&n| n > 0) {
             core.set_property(&device, "INFERENCE_NUM_THREADS", &n.to_string())
                 .map_err(|e| Error::invalid_argument(format!("{PROVIDER_NAME}: {e}")))?;
@@ -142,6 +143,31 @@ fn parse_precision(s: &str) -> Option<&'static str> {
         "bf16" => Some("bf16"),
         "f16" | "fp16" => Some("f16"),
         _ => None,
+    }
+}
+
+/// OpenVINO takes a bf16 or f16 precision hint on a device that cannot compute in it, and runs
+/// in f32 without a word (a CPU without AVX-512 BF16 or AMX has no `BF16` in its
+/// `OPTIMIZATION_CAPABILITIES`). Say so, so that nobody reads f32 results as bf16 ones.
+fn warn_without_native_precision(core: &Core, device: &str, precision: &str) {
+    let wanted = match precision {
+        "bf16" => "BF16",
+        "f16" => "FP16",
+        _ => return,
+    };
+    match core.property(device, "OPTIMIZATION_CAPABILITIES") {
+        Ok(caps) if caps.split_whitespace().any(|c| c == wanted) => {}
+        Ok(caps) => sdk::log(
+            EpxLogLevel::Warn,
+            &format!(
+                "{PROVIDER_NAME}: precision={precision} asked, but device {device} lists no \
+                 {wanted} in OPTIMIZATION_CAPABILITIES ({caps}); OpenVINO computes in f32 there"
+            ),
+        ),
+        Err(e) => sdk::log(
+            EpxLogLevel::Warn,
+            &format!("{PROVIDER_NAME}: cannot tell whether {device} computes in {precision}: {e}"),
+        ),
     }
 }
 

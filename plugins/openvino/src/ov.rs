@@ -163,6 +163,26 @@ impl Core {
         check(status, &format!("setting {key}={value} on {device}"))
     }
 
+    /// A device property as OpenVINO prints it (`OPTIMIZATION_CAPABILITIES` reads
+    /// `FP32 INT8 BIN EXPORT_IMPORT` on a CPU without bf16).
+    pub fn property(&self, device: &str, key: &str) -> OvResult<String> {
+        let (d, k) = (c_string(device)?, c_string(key)?);
+        let mut value: *mut c_char = std::ptr::null_mut();
+        // SAFETY: valid handle, NUL-terminated strings borrowed for the call, valid out-pointer.
+        let status =
+            unsafe { sys::ov_core_get_property(self.0, d.as_ptr(), k.as_ptr(), &mut value) };
+        check(status, &format!("reading {key} of {device}"))?;
+        // SAFETY: on success `value` is NULL or a string OpenVINO allocated for us; it is copied,
+        // then freed once with OpenVINO's `ov_free`.
+        unsafe {
+            let s = text(value);
+            if !value.is_null() {
+                sys::ov_free(value);
+            }
+            Ok(s)
+        }
+    }
+
     /// Reads an ONNX model (all weights inside) through OpenVINO's ONNX frontend.
     pub fn read_onnx(&self, onnx: &[u8]) -> OvResult<Model> {
         let mut p = std::ptr::null_mut();

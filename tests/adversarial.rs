@@ -247,3 +247,34 @@ fn an_unknown_mode_names_the_valid_ones() {
     assert_eq!(s.skipped_providers().len(), 1);
     assert_good_mode_works(&env);
 }
+
+/// Declared shapes are hints, as in ONNX Runtime: a model whose declared output shape disagrees
+/// with what its nodes compute runs on the built-in CPU EP, with the computed shape (and a
+/// warning). The same disagreement coming from a plugin EP is an error above.
+#[test]
+fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("declared_wrong".into()),
+        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("r", &[1, 6]), float_value("y", &[6])],
+        ..Default::default()
+    });
+    let s = Session::builder()
+        .expect("builder")
+        .commit_from_memory(&bytes)
+        .expect("session");
+    for _ in 0..2 {
+        let out = s.run([("x", input())]).expect("run");
+        assert_eq!(out["r"].shape(), [2, 3]);
+        assert_eq!(out["y"].shape(), [2, 3]);
+        let y: Vec<f32> = out["y"]
+            .view::<f32>()
+            .expect("f32")
+            .iter()
+            .copied()
+            .collect();
+        let want: Vec<f32> = X.iter().map(|v| -v.max(0.0)).collect();
+        assert_eq!(y, want);
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use epx_plugin_api::abi::EpxStatusCode;
 
@@ -91,6 +91,12 @@ struct Kernel {
     /// The model's declared element type and static extents of each output, checked after
     /// every execute so a plugin returning nonsense is caught where it happens.
     expected: Vec<Declared>,
+    /// Whether a shape that disagrees with the declaration is only a warning: so for the
+    /// built-in CPU EP, the reference, whose outputs are what the nodes define; the model's
+    /// declaration is then what is wrong, and ONNX Runtime runs such models too.
+    lenient_shapes: bool,
+    /// Per output: the shape warning was logged already (once per session, not per run).
+    shape_warned: Vec<AtomicBool>,
 }
 
 /// What the model declares about a value: element type and static extents, where known.
@@ -293,6 +299,12 @@ impl SessionBuilder {
             kernels.push(Kernel {
                 compiled,
                 group: group.clone(),
+                lenient_shapes: group.provider == fallback,
+                shape_warned: group
+                    .outputs
+                    .iter()
+                    .map(|_| AtomicBool::new(false))
+                    .collect(),
                 expected,
             });
         }
@@ -744,7 +756,8 @@ impl Session {
         Ok(SessionOutputs { outputs })
     }
 
-    /// Checks a kernel output against the model's declared type and static shape.
+    /// Checks a kernel output against the model's declared type and static shape. A shape the
+    /// built-in CPU EP computed against the declaration is a warning, once per session.
     fn check_output(&self, kernel: &Kernel, index: usize, v: ValueId, out: &Value) -> Result<()> {
         let (want_type, want_dims) = &kernel.expected[index];
         let name = &self.model.graph.values[v].name;
@@ -775,10 +788,19 @@ impl Session {
                     .iter()
                     .map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string()))
                     .collect();
-                return Err(bad(format!(
-                    "output `{name}` has shape {shape:?}, but the model declares [{}]",
-                    want.join(", ")
-                )));
+                let want = want.join(", ");
+                if !kernel.lenient_shapes {
+                    return Err(bad(format!(
+                        "output `{name}` has shape {shape:?}, but the model declares [{want}]"
+                    )));
+                }
+                if !kernel.shape_warned[index].swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "value `{name}` has shape {shape:?} as its nodes compute it, but the \
+                         model declares [{want}]; the computed shape is used (said once per \
+                         session)"
+                    );
+                }
             }
         }
         Ok(())

@@ -71,6 +71,7 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
     }
     let ctx = Ctx { source, base_dir };
     let mut graph = ctx.graph(graph, &HashSet::new())?;
+    super::schema::check_graph(&graph, &opsets).map_err(|m| ctx.invalid(m))?;
     crate::infer::infer_element_types(&mut graph);
     crate::infer::infer_shapes(&mut graph);
     Ok(Model {

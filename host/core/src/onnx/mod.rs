@@ -2,6 +2,7 @@
 mod load;
 pub mod proto;
 pub mod save;
+mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -163,17 +163,126 @@ fn nested_graphs_may_read_outer_values() {
         output: vec![vi("t_out")],
         ..Default::default()
     };
-    let mut if_node = node("If", &["cond"], &["y"]);
-    if_node.attribute.push(proto::AttributeProto {
-        name: Some("then_branch".into()),
-        r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
-        g: Some(then_branch),
+    let else_branch = GraphProto {
+        name: Some("else".into()),
+        node: vec![node("Neg", &["x"], &["e_out"])],
+        output: vec![vi("e_out")],
         ..Default::default()
-    });
+    };
+    let mut if_node = node("If", &["cond"], &["y"]);
+    for (name, g) in [("then_branch", then_branch), ("else_branch", else_branch)] {
+        if_node.attribute.push(proto::AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+            g: Some(g),
+            ..Default::default()
+        });
+    }
     let m = model(vec![if_node], &["cond", "x"], &["y"]);
     let g = load(&m).unwrap().graph;
     let AttributeValue::Graph(body) = g.nodes[0].attribute("then_branch").unwrap() else {
         panic!()
     };
     assert_eq!(body.outer_refs, vec!["x".to_string()]);
+}
+
+fn int_attr(name: &str, v: i64) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn schema_error(m: &ModelProto) -> String {
+    match load(m) {
+        Err(e @ Error::InvalidGraph { .. }) => e.to_string(),
+        other => panic!("expected an invalid-graph error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_attribute_the_op_does_not_define_is_an_error() {
+    let mut gemm = node("Gemm", &["a", "b"], &["y"]);
+    gemm.attribute.push(int_attr("transb", 1));
+    let err = schema_error(&model(vec![gemm], &["a", "b"], &["y"]));
+    assert!(
+        err.contains("node `Gemm_y` (Gemm): Gemm (opset 13) has no attribute `transb` (did you mean `transB`?)"),
+        "{err}"
+    );
+    let mut softmax = node("Softmax", &["x"], &["y"]);
+    softmax.attribute.push(proto::AttributeProto {
+        name: Some("axes".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
+        ints: vec![1],
+        ..Default::default()
+    });
+    let err = schema_error(&model(vec![softmax], &["x"], &["y"]));
+    assert!(
+        err.contains("Softmax (opset 13) has no attribute `axes`; its attributes are: axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_attribute_of_the_wrong_kind_or_a_missing_required_one_is_an_error() {
+    let mut gemm = node("Gemm", &["a", "b"], &["y"]);
+    gemm.attribute.push(proto::AttributeProto {
+        name: Some("alpha".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        i: Some(2),
+        ..Default::default()
+    });
+    let err = schema_error(&model(vec![gemm], &["a", "b"], &["y"]));
+    assert!(
+        err.contains("attribute `alpha` of Gemm must be a float, but the model gives an int"),
+        "{err}"
+    );
+    let err = schema_error(&model(vec![node("Cast", &["x"], &["y"])], &["x"], &["y"]));
+    assert!(
+        err.contains("Cast (opset 13) needs the attribute `to` (an int)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn input_and_output_counts_are_held_to_the_schema() {
+    let err = schema_error(&model(
+        vec![node("Relu", &["x", "x"], &["y"])],
+        &["x"],
+        &["y"],
+    ));
+    assert!(
+        err.contains("node `Relu_y` (Relu) has 2 inputs; Relu (opset 14) takes 1"),
+        "{err}"
+    );
+    let err = schema_error(&model(
+        vec![node("Dropout", &["x"], &["y", "m", "z"])],
+        &["x"],
+        &["y"],
+    ));
+    assert!(
+        err.contains("has 3 outputs; Dropout (opset 13) gives 1 to 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_opset_older_than_the_op_is_an_error() {
+    let mut m = model(vec![node("Gelu", &["x"], &["y"])], &["x"], &["y"]);
+    let err = schema_error(&m);
+    assert!(
+        err.contains("ai.onnx has no Gelu before opset 20, and the model imports ai.onnx opset 17"),
+        "{err}"
+    );
+    m.opset_import[0].version = Some(20);
+    load(&m).expect("Gelu at opset 20");
+    // An op the table does not know is left to the EPs.
+    load(&model(
+        vec![node("NoSuchOp", &["x"], &["y"])],
+        &["x"],
+        &["y"],
+    ))
+    .expect("unknown op");
 }

@@ -1,0 +1,250 @@
+//! Every node is held against its operator's schema when a model is loaded, as ONNX Runtime
+//! does: an attribute the operator does not define (a misspelled `transb` on Gemm), one of the
+//! wrong kind, a missing required one, more or fewer inputs or outputs than the operator takes,
+//! or an opset older than the operator's first version are errors naming node and attribute —
+//! never a run with another meaning. The schemas are ONNX's (ai.onnx, ai.onnx.ml, previews) and
+//! ONNX Runtime's `com.microsoft`, generated into `schemas/schemas.tsv` by
+//! `schemas/make_schemas.py`. Operators the table does not know (custom domains, ops newer than
+//! it) are left to the EPs, which say themselves whether they run them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+use crate::ir::{AttributeValue, Graph, Node};
+
+const TABLE: &str = include_str!("schemas/schemas.tsv");
+
+/// One version of one operator.
+#[derive(Debug)]
+struct Schema {
+    since: i64,
+    inputs: (usize, usize),
+    outputs: (usize, usize),
+    /// name, AttributeProto type number, required
+    attributes: Vec<(&'static str, u8, bool)>,
+}
+
+type Table = HashMap<(&'static str, &'static str), Vec<Schema>>;
+
+fn table() -> &'static Table {
+    static PARSED: OnceLock<Table> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        let mut t: Table = HashMap::new();
+        for line in TABLE
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            // The table is generated and checked by the tests below; a malformed line is skipped
+            // rather than trusted.
+            if let Some((key, schema)) = parse_line(line) {
+                t.entry(key).or_default().push(schema);
+            }
+        }
+        for versions in t.values_mut() {
+            versions.sort_by_key(|s| s.since);
+        }
+        t
+    })
+}
+
+fn parse_line(line: &'static str) -> Option<((&'static str, &'static str), Schema)> {
+    let cols: Vec<&'static str> = line.split('\t').collect();
+    let [domain, op, since, min_in, max_in, min_out, max_out, attrs] = cols[..] else {
+        return None;
+    };
+    let count = |s: &str| -> Option<usize> {
+        if s == "*" {
+            Some(usize::MAX)
+        } else {
+            s.parse().ok()
+        }
+    };
+    let mut attributes = Vec::new();
+    for a in attrs.split(',').filter(|a| !a.is_empty()) {
+        let (name, kind) = a.split_once(':')?;
+        let required = kind.ends_with('!');
+        attributes.push((name, kind.trim_end_matches('!').parse().ok()?, required));
+    }
+    Some((
+        (domain, op),
+        Schema {
+            since: since.parse().ok()?,
+            inputs: (count(min_in)?, count(max_in)?),
+            outputs: (count(min_out)?, count(max_out)?),
+            attributes,
+        },
+    ))
+}
+
+/// The AttributeProto type number of a parsed attribute, and its name for messages.
+fn kind_of(v: &AttributeValue) -> (u8, &'static str) {
+    match v {
+        AttributeValue::Float(_) => (1, "a float"),
+        AttributeValue::Int(_) => (2, "an int"),
+        AttributeValue::String(_) => (3, "a string"),
+        AttributeValue::Tensor(_) => (4, "a tensor"),
+        AttributeValue::Graph(_) => (5, "a graph"),
+        AttributeValue::Floats(_) => (6, "floats"),
+        AttributeValue::Ints(_) => (7, "ints"),
+        AttributeValue::Strings(_) => (8, "strings"),
+        AttributeValue::Tensors(_) => (9, "tensors"),
+        AttributeValue::Graphs(_) => (10, "graphs"),
+        AttributeValue::Other("sparse tensor") => (11, "a sparse tensor"),
+        AttributeValue::Other("type proto") => (13, "a type proto"),
+        AttributeValue::Other(other) => (0, other),
+    }
+}
+
+fn kind_name(code: u8) -> &'static str {
+    match code {
+        1 => "a float",
+        2 => "an int",
+        3 => "a string",
+        4 => "a tensor",
+        5 => "a graph",
+        6 => "floats",
+        7 => "ints",
+        8 => "strings",
+        9 => "tensors",
+        10 => "graphs",
+        11 => "a sparse tensor",
+        12 => "sparse tensors",
+        13 => "a type proto",
+        14 => "type protos",
+        _ => "of an unknown kind",
+    }
+}
+
+/// Checks every node of `graph` and of the graphs nested in its attributes against the schema
+/// its domain's imported opset selects. The error names the node and what is wrong.
+pub(crate) fn check_graph(graph: &Graph, opsets: &BTreeMap<String, i64>) -> Result<(), String> {
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let Some(&opset) = opsets.get(&node.domain) {
+            check_node(node, i, opset)?;
+        }
+        for a in &node.attributes {
+            match &a.value {
+                AttributeValue::Graph(g) => check_graph(g, opsets)?,
+                AttributeValue::Graphs(gs) => gs.iter().try_for_each(|g| check_graph(g, opsets))?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_node(node: &Node, index: usize, opset: i64) -> Result<(), String> {
+    let Some(versions) = table().get(&(node.domain.as_str(), node.op_type.as_str())) else {
+        return Ok(());
+    };
+    let domain = if node.domain.is_empty() {
+        "ai.onnx"
+    } else {
+        &node.domain
+    };
+    let label = if node.name.is_empty() {
+        format!("#{index} ({})", node.op_type)
+    } else {
+        format!("`{}` ({})", node.name, node.op_type)
+    };
+    let Some(schema) = versions.iter().rev().find(|s| s.since <= opset) else {
+        let first = versions.first().map_or(0, |s| s.since);
+        return Err(format!(
+            "node {label}: {domain} has no {} before opset {first}, and the model imports \
+             {domain} opset {opset}",
+            node.op_type
+        ));
+    };
+    let range = |(lo, hi): (usize, usize)| {
+        if hi == usize::MAX {
+            format!("at least {lo}")
+        } else if lo == hi {
+            format!("{lo}")
+        } else {
+            format!("{lo} to {hi}")
+        }
+    };
+    let (n_in, n_out) = (node.inputs.len(), node.outputs.len());
+    if n_in < schema.inputs.0 || n_in > schema.inputs.1 {
+        return Err(format!(
+            "node {label} has {n_in} inputs; {} (opset {}) takes {}",
+            node.op_type,
+            schema.since,
+            range(schema.inputs)
+        ));
+    }
+    if n_out < schema.outputs.0 || n_out > schema.outputs.1 {
+        return Err(format!(
+            "node {label} has {n_out} outputs; {} (opset {}) gives {}",
+            node.op_type,
+            schema.since,
+            range(schema.outputs)
+        ));
+    }
+    for a in &node.attributes {
+        let Some(&(_, want, _)) = schema.attributes.iter().find(|(n, ..)| *n == a.name) else {
+            let known: Vec<&str> = schema.attributes.iter().map(|(n, ..)| *n).collect();
+            let close = known
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(&a.name))
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "node {label}: {} (opset {}) has no attribute `{}`{close}; its attributes are: {}",
+                node.op_type,
+                schema.since,
+                a.name,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        };
+        let (got, got_name) = kind_of(&a.value);
+        if got != want {
+            return Err(format!(
+                "node {label}: attribute `{}` of {} must be {}, but the model gives {got_name}",
+                a.name,
+                node.op_type,
+                kind_name(want)
+            ));
+        }
+    }
+    for &(name, kind, required) in &schema.attributes {
+        if required && !node.attributes.iter().any(|a| a.name == name) {
+            return Err(format!(
+                "node {label}: {} (opset {}) needs the attribute `{name}` ({})",
+                node.op_type,
+                schema.since,
+                kind_name(kind)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_parses_whole() {
+        let lines = TABLE
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
+        let parsed: usize = table().values().map(Vec::len).sum();
+        assert_eq!(parsed, lines, "every line of schemas.tsv parses");
+        let gemm = &table()[&("", "Gemm")];
+        let last = gemm.last().expect("Gemm versions");
+        assert_eq!(last.inputs, (2, 3));
+        assert!(
+            last.attributes
+                .iter()
+                .any(|(n, k, _)| *n == "transB" && *k == 2)
+        );
+        assert!(table().contains_key(&("com.microsoft", "FusedConv")));
+        assert!(table().contains_key(&("ai.onnx.ml", "TreeEnsembleClassifier")));
+    }
+}

@@ -67,7 +67,7 @@ impl EwOp {
     /// `max(0).min(1)` rather than `clamp`: like the unfused kernels, NaN becomes 0 there.
     #[inline(always)]
     #[allow(clippy::manual_clamp)]
-    fn unary(self, x: f32) -> f32 {
+    pub(crate) fn unary(self, x: f32) -> f32 {
         match self {
             EwOp::Relu => {
                 if x < 0.0 {

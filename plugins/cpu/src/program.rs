@@ -482,12 +482,14 @@ impl Program {
             let kernel: Box<dyn OpKernel> = if is_control_flow(node.op_type) {
                 control::build(graph, &node, &def, &graphs)?
             } else {
-                let schema = reg.lookup("", node.op_type, node.opset).ok_or_else(|| {
-                    Error::not_implemented(format!(
-                        "node `{label}`: op {} (opset {}) is not supported",
-                        node.op_type, node.opset
-                    ))
-                })?;
+                let schema = reg
+                    .lookup(node.domain, node.op_type, node.opset)
+                    .ok_or_else(|| {
+                        Error::not_implemented(format!(
+                            "node `{label}`: op {} (opset {}) is not supported",
+                            node.op_type, node.opset
+                        ))
+                    })?;
                 (schema.build)(&def).map_err(|e| op_error(&label, e))?
             };
             // A node of constants only is evaluated once, here.

@@ -75,10 +75,6 @@ impl CpuProvider {
     }
 }
 
-fn is_default_domain(d: &str) -> bool {
-    d.is_empty() || d == "ai.onnx"
-}
-
 /// Element types that can cross the ABI as DLPack tensors and that the CPU kernels hold.
 fn runnable_type(t: ElementType) -> bool {
     use ElementType::*;
@@ -137,9 +133,6 @@ impl Provider for CpuProvider {
 /// entirely) on element types its kernels hold.
 fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
     let node = graph.node(id)?;
-    if !is_default_domain(node.domain) {
-        return Ok(false);
-    }
     // Values of a type the kernels cannot hold (strings, sequences) stay unclaimed.
     for v in node.inputs.iter().chain(&node.outputs).flatten() {
         if graph
@@ -165,7 +158,9 @@ fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
         // No body visible: a host older than ABI 1.1 does not show nested graphs.
         return Ok(bodies > 0);
     }
-    Ok(registry().lookup("", node.op_type, node.opset).is_some())
+    Ok(registry()
+        .lookup(node.domain, node.op_type, node.opset)
+        .is_some())
 }
 
 struct CpuKernel {

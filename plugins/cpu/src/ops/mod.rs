@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod bitwise;
+pub mod contrib;
 pub mod conv;
 pub mod conv2d;
 pub mod elementwise;
@@ -46,6 +47,7 @@ pub fn register_all(reg: &mut Registry) {
     normalization::register(reg);
     nn::register(reg);
     quant::register(reg);
+    contrib::register(reg);
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's

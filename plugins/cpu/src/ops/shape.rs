@@ -129,6 +129,11 @@ fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Te
         .into())
 }
 
+/// `x` with its axes permuted (`perm` must be a permutation of its axes).
+pub(crate) fn transpose(op: &str, x: &TensorRef<'_>, perm: &[usize]) -> OpResult<Tensor> {
+    dispatch_all!(x.clone(), |a| transpose_typed(a, perm), op)
+}
+
 fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let perm_attr = n.attr_ints("perm")?;

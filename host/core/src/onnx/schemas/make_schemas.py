@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes schemas.tsv: for every operator version of ONNX (onnx==1.22.0: ai.onnx, ai.onnx.ml,
-ai.onnx.preview, ai.onnx.preview.training) and of ONNX Runtime's own domain (onnxruntime==1.31.1:
-com.microsoft), the attributes it defines and the input and output counts it allows. The host
+ai.onnx.preview, ai.onnx.preview.training) and of ONNX Runtime's own operators (onnxruntime==1.31.1:
+com.microsoft, and its additions to the default domain), the attributes it defines and the input and output counts it allows. The host
 checks every node against it when it loads a model, as ONNX Runtime does.
 
     python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1
@@ -17,7 +17,9 @@ import onnx.defs
 import onnxruntime
 from onnxruntime.capi import onnxruntime_pybind11_state as ort
 
-ORT_DOMAINS = {"com.microsoft"}
+# ONNX Runtime also registers a few operators of its own in the default domain
+# (LayerNormalization and SimplifiedLayerNormalization at opset 1, among others).
+ORT_DOMAINS = {"", "com.microsoft"}
 INF = 2**31 - 1
 
 

@@ -1,0 +1,752 @@
+//! ONNX Runtime's own operators (`com.microsoft`, and the two it registers in the default
+//! domain at opset 1), as ONNX Runtime's optimizer, quantization tools and transformer optimizer
+//! write them into the models they save. Each is defined by ONNX Runtime's
+//! `docs/ContribOperators.md`; here each is built from the CPU EP's reference kernels of the
+//! ONNX operators it fuses, wired by a small [`Composite`], so the two cannot drift apart.
+//! FusedConv keeps the convolution's fast path: its activation runs inside the convolution,
+//! band by band, as a [`PostOp`].
+
+use std::collections::HashMap;
+
+use super::util::{input, opt_input};
+use crate::fuse::EwOp;
+use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, OpSchema, PostOp, Registry};
+use crate::tensor::{Tensor, TensorRef};
+
+const MS: &str = "com.microsoft";
+
+fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
+    reg.add(OpSchema {
+        op_type,
+        domain: MS,
+        since_version: 1,
+        until_version: i64::MAX,
+        build,
+    });
+}
+
+pub fn register(reg: &mut Registry) {
+    add_ms(reg, "FusedConv", build_fused_conv);
+    add_ms(reg, "FusedGemm", build_fused_gemm);
+    add_ms(reg, "FusedMatMul", build_fused_matmul);
+    add_ms(reg, "Gelu", |n| {
+        let mut c = Composite::new(n);
+        let y = c.step("Gelu", 20, &[], &[Some(Arg::In(0))])?;
+        c.finish(vec![Some(y)])
+    });
+    add_ms(reg, "BiasGelu", |n| {
+        let mut c = Composite::new(n);
+        let sum = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+        let y = c.step("Gelu", 20, &[], &[Some(sum)])?;
+        c.finish(vec![Some(y)])
+    });
+    add_ms(reg, "FastGelu", |n| {
+        let mut c = Composite::new(n);
+        let x = if n.num_inputs > 1 {
+            c.step_if_present(1, "Add", 14, &[Some(Arg::In(0)), Some(Arg::In(1))])?
+        } else {
+            Arg::In(0)
+        };
+        let tanh = [("approximate", AttrValue::String(b"tanh".to_vec()))];
+        let y = c.step("Gelu", 20, &tanh, &[Some(x)])?;
+        c.finish(vec![Some(y)])
+    });
+    add_ms(reg, "QuickGelu", |n| {
+        let alpha = n.attr_float_or("alpha", 1.702)?;
+        let mut c = Composite::new(n);
+        let a = c.constant(Tensor::scalar(alpha));
+        let ax = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(a)])?;
+        let s = c.step("Sigmoid", 13, &[], &[Some(ax)])?;
+        let y = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(s)])?;
+        c.finish(vec![Some(y)])
+    });
+    add_ms(reg, "BiasAdd", |n| {
+        let mut c = Composite::new(n);
+        let xb = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+        let y = c.step("Add", 14, &[], &[Some(xb), Some(Arg::In(2))])?;
+        c.finish(vec![Some(y)])
+    });
+    add_ms(reg, "SkipLayerNormalization", |n| build_skip_norm(n, false));
+    add_ms(reg, "SkipSimplifiedLayerNormalization", |n| {
+        build_skip_norm(n, true)
+    });
+    // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them.
+    super::add(reg, "LayerNormalization", 1, |n| build_norm(n, false));
+    super::add(reg, "SimplifiedLayerNormalization", 1, |n| {
+        build_norm(n, true)
+    });
+}
+
+/// An input of a composite step: an input of the node, the output of an earlier step, or a
+/// constant made when the node was built.
+#[derive(Clone, Copy, Debug)]
+enum Arg {
+    In(usize),
+    Out(usize, usize),
+    Const(usize),
+}
+
+struct Step {
+    kernel: Box<dyn OpKernel>,
+    args: Vec<Option<Arg>>,
+    /// Runs only when this node input is present (optional inputs such as FastGelu's bias).
+    when_present: Option<usize>,
+}
+
+/// A node computed as a few reference kernels in a row.
+struct Composite<'n> {
+    node: &'n NodeDef,
+    steps: Vec<Step>,
+    constants: Vec<Tensor>,
+}
+
+struct CompositeKernel {
+    op: String,
+    steps: Vec<Step>,
+    constants: Vec<Tensor>,
+    outputs: Vec<Option<Arg>>,
+}
+
+impl<'n> Composite<'n> {
+    fn new(node: &'n NodeDef) -> Self {
+        Composite {
+            node,
+            steps: Vec::new(),
+            constants: Vec::new(),
+        }
+    }
+
+    fn constant(&mut self, t: Tensor) -> Arg {
+        self.constants.push(t);
+        Arg::Const(self.constants.len() - 1)
+    }
+
+    /// Adds a step running the ONNX op `op_type` at `opset` with `attrs`; returns its output 0.
+    fn step(
+        &mut self,
+        op_type: &str,
+        opset: i64,
+        attrs: &[(&str, AttrValue)],
+        args: &[Option<Arg>],
+    ) -> OpResult<Arg> {
+        self.step_n(op_type, opset, attrs, args, 1, None)
+    }
+
+    /// A one-input-dependent step: `Arg::In(0)` passes through when node input `present` is
+    /// absent (an optional bias).
+    fn step_if_present(
+        &mut self,
+        present: usize,
+        op_type: &str,
+        opset: i64,
+        args: &[Option<Arg>],
+    ) -> OpResult<Arg> {
+        self.step_n(op_type, opset, &[], args, 1, Some(present))
+    }
+
+    fn step_n(
+        &mut self,
+        op_type: &str,
+        opset: i64,
+        attrs: &[(&str, AttrValue)],
+        args: &[Option<Arg>],
+        outputs: usize,
+        when_present: Option<usize>,
+    ) -> OpResult<Arg> {
+        let def = NodeDef {
+            name: self.node.name.clone(),
+            op_type: op_type.to_string(),
+            domain: String::new(),
+            opset,
+            attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect::<HashMap<_, _>>(),
+            num_inputs: args.len(),
+            num_outputs: outputs,
+            input_types: Vec::new(),
+        };
+        let kernel = crate::program::registry().build(&def).map_err(|e| {
+            self.node
+                .error(format_args!("building its {op_type} part: {e}"))
+        })?;
+        self.steps.push(Step {
+            kernel,
+            args: args.to_vec(),
+            when_present,
+        });
+        Ok(Arg::Out(self.steps.len() - 1, 0))
+    }
+
+    fn finish(self, outputs: Vec<Option<Arg>>) -> OpResult<Box<dyn OpKernel>> {
+        Ok(Box::new(CompositeKernel {
+            op: self.node.op_type.clone(),
+            steps: self.steps,
+            constants: self.constants,
+            outputs,
+        }))
+    }
+}
+
+impl CompositeKernel {
+    fn resolve<'a>(
+        &'a self,
+        arg: Arg,
+        inputs: &'a [Option<TensorRef<'_>>],
+        done: &'a [Option<Vec<Tensor>>],
+    ) -> OpResult<Option<TensorRef<'a>>> {
+        Ok(match arg {
+            Arg::In(i) => opt_input(inputs, i).map(TensorRef::reborrow),
+            Arg::Const(c) => Some(self.constants[c].view()),
+            Arg::Out(s, o) => match &done[s] {
+                // A skipped optional step passes its first argument through.
+                None => match self.steps[s].args.first().copied().flatten() {
+                    Some(a) => self.resolve(a, inputs, done)?,
+                    None => None,
+                },
+                Some(outs) => Some(
+                    outs.get(o)
+                        .ok_or_else(|| OpError(format!("{}: part {s} has no output {o}", self.op)))?
+                        .view(),
+                ),
+            },
+        })
+    }
+}
+
+impl OpKernel for CompositeKernel {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let mut done: Vec<Option<Vec<Tensor>>> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            if step
+                .when_present
+                .is_some_and(|i| opt_input(inputs, i).is_none())
+            {
+                done.push(None);
+                continue;
+            }
+            let out = {
+                let mut args = Vec::with_capacity(step.args.len());
+                for a in &step.args {
+                    args.push(match a {
+                        Some(a) => self.resolve(*a, inputs, &done)?,
+                        None => None,
+                    });
+                }
+                step.kernel.run(&args)?
+            };
+            done.push(Some(out));
+        }
+        let mut result = Vec::with_capacity(self.outputs.len());
+        for o in &self.outputs {
+            result.push(match o {
+                None => Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0]))),
+                Some(a) => match self.resolve(*a, inputs, &done)? {
+                    Some(t) => t.to_owned(),
+                    None => bail_missing(&self.op)?,
+                },
+            });
+        }
+        Ok(result)
+    }
+}
+
+fn bail_missing(op: &str) -> OpResult<Tensor> {
+    Err(OpError(format!(
+        "{op}: an output depends on an absent input"
+    )))
+}
+
+/// The activation of FusedConv / FusedGemm: `activation` and `activation_params`.
+fn activation(n: &NodeDef) -> OpResult<Option<EwOp>> {
+    let Some(name) = n.attr_string("activation")? else {
+        return Ok(None);
+    };
+    let params = n.attr_floats("activation_params")?.unwrap_or_default();
+    let p = |i: usize, default: f32| params.get(i).copied().unwrap_or(default);
+    Ok(Some(match name.as_str() {
+        "Relu" => EwOp::Relu,
+        "Sigmoid" => EwOp::Sigmoid,
+        "Tanh" => EwOp::Tanh,
+        "LeakyRelu" => EwOp::LeakyRelu(p(0, 0.01)),
+        "Clip" => EwOp::Clip(p(0, f32::MIN), p(1, f32::MAX)),
+        "HardSigmoid" => EwOp::HardSigmoid(p(0, 0.2), p(1, 0.5)),
+        other => {
+            return Err(n.error(format_args!(
+                "activation `{other}` is not one of Relu, Sigmoid, Tanh, LeakyRelu, Clip, \
+                 HardSigmoid"
+            )));
+        }
+    }))
+}
+
+/// The node's attributes less the activation ones, for the ONNX op it fuses.
+fn base_attrs(n: &NodeDef) -> Vec<(&str, AttrValue)> {
+    n.attributes
+        .iter()
+        .filter(|(k, _)| !k.starts_with("activation"))
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect()
+}
+
+/// Applies one activation to each element of an f32 output.
+struct Activation(EwOp);
+
+impl PostOp for Activation {
+    fn accepts(&mut self, _shape: &[usize]) -> bool {
+        true
+    }
+    fn work_len(&self) -> usize {
+        0
+    }
+    fn apply(&self, seg: &mut [f32], _base: usize, _work: &mut [f32]) {
+        for x in seg {
+            *x = self.0.unary(*x);
+        }
+    }
+}
+
+/// Runs `act` over output 0 of `outs` (f32 only: the fused ops are float ops; other float types
+/// go through f32, as their reference kernels do).
+fn activate(op: &str, act: EwOp, outs: &mut [Tensor]) -> OpResult<()> {
+    let Some(first) = outs.first_mut() else {
+        return Err(OpError(format!("{op}: no output")));
+    };
+    match first {
+        Tensor::F32(a) => a.mapv_inplace(|x| act.unary(x)),
+        other => {
+            let ty = other.elem_type();
+            let f = other.view().cast(epx_plugin_api::ElementType::Float)?;
+            let Tensor::F32(mut a) = f else {
+                return Err(OpError(format!("{op}: cannot compute in f32")));
+            };
+            a.mapv_inplace(|x| act.unary(x));
+            *other = Tensor::F32(a).view().cast(ty)?;
+        }
+    }
+    Ok(())
+}
+
+/// `act(Conv(X, W, B) + Z)`.
+struct FusedConv {
+    op: String,
+    conv: Box<dyn OpKernel>,
+    add: Box<dyn OpKernel>,
+    act: Option<EwOp>,
+}
+
+impl OpKernel for FusedConv {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let conv_inputs = &inputs[..inputs.len().min(3)];
+        let z = opt_input(inputs, 3);
+        let mut outs = match (self.act, z) {
+            (Some(act), None) => {
+                let mut post = Activation(act);
+                let (mut outs, applied) = self.conv.run_with_post(conv_inputs, &mut post)?;
+                if !applied {
+                    activate(&self.op, act, &mut outs)?;
+                }
+                return Ok(outs);
+            }
+            _ => self.conv.run(conv_inputs)?,
+        };
+        if let Some(z) = z {
+            let y = outs
+                .first()
+                .ok_or_else(|| OpError(format!("{}: no output", self.op)))?;
+            let sum = self.add.run(&[Some(y.view()), Some(z.reborrow())])?;
+            outs = sum;
+        }
+        if let Some(act) = self.act {
+            activate(&self.op, act, &mut outs)?;
+        }
+        Ok(outs)
+    }
+}
+
+fn sub_kernel(
+    n: &NodeDef,
+    op_type: &str,
+    opset: i64,
+    attrs: Vec<(&str, AttrValue)>,
+    num_inputs: usize,
+) -> OpResult<Box<dyn OpKernel>> {
+    let def = NodeDef {
+        name: n.name.clone(),
+        op_type: op_type.to_string(),
+        domain: String::new(),
+        opset,
+        attributes: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        num_inputs,
+        num_outputs: 1,
+        input_types: n.input_types.clone(),
+    };
+    crate::program::registry()
+        .build(&def)
+        .map_err(|e| n.error(format_args!("building its {op_type} part: {e}")))
+}
+
+fn build_fused_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    Ok(Box::new(FusedConv {
+        op: n.op_type.clone(),
+        conv: sub_kernel(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3))?,
+        add: sub_kernel(n, "Add", 14, Vec::new(), 2)?,
+        act: activation(n)?,
+    }))
+}
+
+/// `act(Gemm(A, B, C))`.
+fn build_fused_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let gemm = sub_kernel(n, "Gemm", 13, base_attrs(n), n.num_inputs)?;
+    let act = activation(n)?;
+    let op = n.op_type.clone();
+    Ok(crate::kernel::kernel(move |inputs| {
+        let mut outs = gemm.run(inputs)?;
+        if let Some(act) = act {
+            activate(&op, act, &mut outs)?;
+        }
+        Ok(outs)
+    }))
+}
+
+/// `alpha * MatMul(A', B')`, where `'` swaps the last two axes when `transA` / `transB` is set;
+/// `transBatchA` / `transBatchB` move the batch axes (all but the last two) behind them.
+fn build_fused_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let alpha = n.attr_float_or("alpha", 1.0)?;
+    let flags = [
+        n.attr_int_or("transA", 0)? != 0,
+        n.attr_int_or("transB", 0)? != 0,
+    ];
+    let batch = [
+        n.attr_int_or("transBatchA", 0)? != 0,
+        n.attr_int_or("transBatchB", 0)? != 0,
+    ];
+    let matmul = sub_kernel(n, "MatMul", 13, Vec::new(), 2)?;
+    let op = n.op_type.clone();
+    Ok(crate::kernel::kernel(move |inputs| {
+        let mut prepared = Vec::with_capacity(2);
+        for (i, (&trans, &trans_batch)) in flags.iter().zip(&batch).enumerate() {
+            let t = input(&op, inputs, i)?;
+            prepared.push(fused_operand(&op, t, trans, trans_batch)?);
+        }
+        let views: Vec<Option<TensorRef<'_>>> = prepared
+            .iter()
+            .zip(inputs)
+            .map(|(p, orig)| match p {
+                Some(t) => Some(t.view()),
+                None => orig.as_ref().map(TensorRef::reborrow),
+            })
+            .collect();
+        let mut outs = matmul.run(&views)?;
+        if alpha != 1.0 {
+            let a = alpha;
+            match outs.first_mut() {
+                Some(Tensor::F32(y)) => y.mapv_inplace(|v| v * a),
+                Some(Tensor::F64(y)) => y.mapv_inplace(|v| v * f64::from(a)),
+                Some(other) => {
+                    let ty = other.elem_type();
+                    let Tensor::F32(mut y) =
+                        other.view().cast(epx_plugin_api::ElementType::Float)?
+                    else {
+                        return Err(OpError(format!("{op}: cannot scale in f32")));
+                    };
+                    y.mapv_inplace(|v| v * a);
+                    *other = Tensor::F32(y).view().cast(ty)?;
+                }
+                None => return Err(OpError(format!("{op}: no output"))),
+            }
+        }
+        Ok(outs)
+    }))
+}
+
+/// One FusedMatMul operand in the layout MatMul reads, or `None` when it already is.
+fn fused_operand(
+    op: &str,
+    t: &TensorRef<'_>,
+    trans: bool,
+    trans_batch: bool,
+) -> OpResult<Option<Tensor>> {
+    let rank = t.ndim();
+    if rank < 2 || (!trans && !trans_batch) {
+        if trans && rank < 2 {
+            return Err(OpError(format!(
+                "{op}: a transposed operand needs rank >= 2, got shape {:?}",
+                t.shape()
+            )));
+        }
+        return Ok(None);
+    }
+    // transBatch: the operand is stored [M, B.., K] (its row axis first) and read as
+    // [B.., M, K]; the batch axes move ahead of it.
+    let mut perm: Vec<usize> = (0..rank).collect();
+    if trans_batch {
+        perm = (1..rank - 1).chain([0, rank - 1]).collect();
+    }
+    if trans {
+        perm.swap(rank - 2, rank - 1);
+    }
+    let transposed = super::shape::transpose(op, t, &perm)?;
+    Ok(Some(transposed))
+}
+
+/// ONNX Runtime's opset-1 LayerNormalization / SimplifiedLayerNormalization in the default
+/// domain: the ONNX LayerNormalization / RMSNormalization of later opsets.
+fn build_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
+    let (op, opset) = if rms {
+        ("RMSNormalization", 23)
+    } else {
+        ("LayerNormalization", 17)
+    };
+    let attrs: Vec<(&str, AttrValue)> = n
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let def = NodeDef {
+        name: n.name.clone(),
+        op_type: op.to_string(),
+        domain: String::new(),
+        opset,
+        attributes: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        num_inputs: n.num_inputs,
+        num_outputs: if rms { 1 } else { n.num_outputs },
+        input_types: n.input_types.clone(),
+    };
+    crate::program::registry()
+        .build(&def)
+        .map_err(|e| n.error(format_args!("building its {op} part: {e}")))
+}
+
+/// SkipLayerNormalization (input, skip, gamma, beta?, bias?) → (output, mean?, inv_std_var?,
+/// input_skip_bias_sum?): a LayerNormalization (or, simplified, RMSNormalization) over the last
+/// axis of `input + skip + bias`.
+fn build_skip_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
+    let eps = n.attr_float_or("epsilon", 1e-12)?;
+    let mut c = Composite::new(n);
+    let sum = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+    let bias_input = if rms { 3 } else { 4 };
+    let sum = if n.num_inputs > bias_input {
+        c.step_if_present(
+            bias_input,
+            "Add",
+            14,
+            &[Some(sum), Some(Arg::In(bias_input))],
+        )?
+    } else {
+        sum
+    };
+    let attrs = [
+        ("axis", AttrValue::Int(-1)),
+        ("epsilon", AttrValue::Float(eps)),
+    ];
+    let outputs = if rms {
+        // RMSNormalization gives no statistics: output 1 (mean) does not exist for the
+        // simplified op, output 2 (inv_std_var) is refused below.
+        let y = c.step_n(
+            "RMSNormalization",
+            23,
+            &attrs,
+            &[Some(sum), Some(Arg::In(2))],
+            1,
+            None,
+        )?;
+        if n.num_outputs > 1 && n.num_outputs < 4 {
+            return Err(n.error(
+                "the mean and inv_std_var outputs of SkipSimplifiedLayerNormalization are not \
+                 computed; only output 0 and input_skip_bias_sum (output 3)",
+            ));
+        }
+        let mut outs = vec![Some(y)];
+        if n.num_outputs == 4 {
+            outs.extend([None, None, Some(sum)]);
+        }
+        outs
+    } else {
+        let mut args = vec![Some(sum), Some(Arg::In(2))];
+        if n.num_inputs > 3 {
+            args.push(Some(Arg::In(3)));
+        }
+        let stats = n.num_outputs.clamp(1, 3);
+        let y = c.step_n("LayerNormalization", 17, &attrs, &args, stats, None)?;
+        let Arg::Out(s, _) = y else {
+            return Err(OpError("unreachable".into()));
+        };
+        let mut outs: Vec<Option<Arg>> = (0..stats).map(|o| Some(Arg::Out(s, o))).collect();
+        if n.num_outputs == 4 {
+            outs.push(Some(sum));
+        }
+        outs
+    };
+    c.finish(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{ArrayD, IxDyn};
+
+    fn ms(op: &str) -> NodeDef {
+        let mut n = NodeDef::new(op, 1);
+        n.domain = MS.into();
+        n
+    }
+
+    fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap())
+    }
+
+    fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> Vec<Vec<f32>> {
+        let outputs = n.num_outputs;
+        let n = n.with_io(inputs.len(), outputs);
+        let k = crate::kernel::Registry::with_all_ops().build(&n).unwrap();
+        let refs: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .map(|t| t.as_ref().map(Tensor::view))
+            .collect();
+        k.run(&refs)
+            .unwrap()
+            .iter()
+            .map(|t| t.as_array::<f32>().unwrap().iter().copied().collect())
+            .collect()
+    }
+
+    fn close(a: &[f32], b: &[f32], tol: f32) {
+        assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= tol, "{a:?} vs {b:?}");
+        }
+    }
+
+    fn gelu(x: f32) -> f32 {
+        0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2))
+    }
+
+    #[test]
+    fn gelu_family() {
+        let x = [-2.0, -0.5, 0.0, 1.0, 3.0];
+        let b = [0.5, 0.5, -0.5, 0.0, 1.0];
+        let y = run(
+            ms("BiasGelu"),
+            vec![Some(f32s(&[5], &x)), Some(f32s(&[5], &b))],
+        );
+        let want: Vec<f32> = x.iter().zip(&b).map(|(x, b)| gelu(x + b)).collect();
+        close(&y[0], &want, 1e-6);
+        // FastGelu: the tanh form, with and without its optional bias.
+        let tanh_gelu = |x: f32| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        };
+        let y = run(ms("FastGelu"), vec![Some(f32s(&[5], &x))]);
+        close(&y[0], &x.map(tanh_gelu), 1e-6);
+        let y = run(
+            ms("FastGelu"),
+            vec![Some(f32s(&[5], &x)), Some(f32s(&[5], &b))],
+        );
+        let want: Vec<f32> = x.iter().zip(&b).map(|(x, b)| tanh_gelu(x + b)).collect();
+        close(&y[0], &want, 1e-6);
+        let y = run(
+            ms("QuickGelu").with_attr("alpha", AttrValue::Float(1.5)),
+            vec![Some(f32s(&[5], &x))],
+        );
+        close(&y[0], &x.map(|x| x / (1.0 + (-1.5 * x).exp())), 1e-6);
+    }
+
+    #[test]
+    fn skip_layer_normalization_and_its_sum_output() {
+        let x = [1.0, 2.0, 3.0, 4.0, -1.0, 0.0, 1.0, 2.0];
+        let skip = [0.5; 8];
+        let gamma = [1.0, 2.0, 1.0, 0.5];
+        let beta = [0.0, 0.0, 1.0, 0.0];
+        let bias = [0.0, 1.0, 0.0, -1.0];
+        let mut n = ms("SkipLayerNormalization").with_attr("epsilon", AttrValue::Float(1e-5));
+        n.num_outputs = 4;
+        let out = run(
+            n,
+            vec![
+                Some(f32s(&[1, 2, 4], &x)),
+                Some(f32s(&[1, 2, 4], &skip)),
+                Some(f32s(&[4], &gamma)),
+                Some(f32s(&[4], &beta)),
+                Some(f32s(&[4], &bias)),
+            ],
+        );
+        let mut want = Vec::new();
+        let mut sums = Vec::new();
+        for row in 0..2 {
+            let s: Vec<f32> = (0..4)
+                .map(|i| x[row * 4 + i] + skip[row * 4 + i] + bias[i])
+                .collect();
+            let mean = s.iter().sum::<f32>() / 4.0;
+            let var = s.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 4.0;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            want.extend((0..4).map(|i| (s[i] - mean) * inv * gamma[i] + beta[i]));
+            sums.extend(s);
+        }
+        close(&out[0], &want, 1e-5);
+        close(&out[3], &sums, 0.0);
+        // The simplified form: x / rms(x) * gamma over the same sum.
+        let out = run(
+            ms("SkipSimplifiedLayerNormalization").with_attr("epsilon", AttrValue::Float(1e-5)),
+            vec![
+                Some(f32s(&[1, 2, 4], &x)),
+                Some(f32s(&[1, 2, 4], &skip)),
+                Some(f32s(&[4], &gamma)),
+                Some(f32s(&[4], &bias)),
+            ],
+        );
+        let want: Vec<f32> = sums
+            .chunks(4)
+            .flat_map(|s| {
+                let rms = (s.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-5).sqrt();
+                (0..4).map(move |i| s[i] / rms * gamma[i])
+            })
+            .collect();
+        close(&out[0], &want, 1e-5);
+    }
+
+    #[test]
+    fn fused_conv_with_sum_and_activation() {
+        // 1x1 convolution of a 1-channel 2x2 image by weight 2, bias 1, plus Z, LeakyRelu(0.1).
+        let n = ms("FusedConv")
+            .with_attr("activation", AttrValue::String(b"LeakyRelu".to_vec()))
+            .with_attr("activation_params", AttrValue::Floats(vec![0.1]));
+        let x = f32s(&[1, 1, 2, 2], &[1.0, -2.0, 3.0, -4.0]);
+        let w = f32s(&[1, 1, 1, 1], &[2.0]);
+        let b = f32s(&[1], &[1.0]);
+        let z = f32s(&[1, 1, 2, 2], &[0.0, 1.0, -10.0, 0.0]);
+        let y = run(
+            n.clone(),
+            vec![Some(x.clone()), Some(w.clone()), Some(b.clone()), Some(z)],
+        );
+        close(&y[0], &[3.0, -0.2, -0.3, -0.7], 1e-6);
+        let y = run(n, vec![Some(x), Some(w), Some(b)]);
+        close(&y[0], &[3.0, -0.3, 7.0, -0.7], 1e-6);
+        let bad = ms("FusedConv").with_attr("activation", AttrValue::String(b"Swish".to_vec()));
+        let err = crate::kernel::Registry::with_all_ops()
+            .build(&bad.with_io(2, 1))
+            .err()
+            .expect("an unknown activation is refused");
+        assert!(err.0.contains("activation `Swish` is not one of"), "{err}");
+    }
+
+    #[test]
+    fn fused_matmul_transposes_and_scales() {
+        // A stored transposed [K=3, M=2], B stored transposed [N=2, K=3].
+        let at = f32s(&[3, 2], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        let bt = f32s(&[2, 3], &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
+        let n = ms("FusedMatMul")
+            .with_attr("transA", AttrValue::Int(1))
+            .with_attr("transB", AttrValue::Int(1))
+            .with_attr("alpha", AttrValue::Float(0.5));
+        let y = run(n, vec![Some(at), Some(bt)]);
+        // A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,0]]: A·B = [[4,2],[10,5]], halved.
+        close(&y[0], &[2.0, 1.0, 5.0, 2.5], 0.0);
+        // transBatchA: A stored [M=1, B=2, K=2] is read as [2, 1, 2].
+        let a = f32s(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = f32s(&[2, 2, 1], &[1.0, 1.0, 1.0, 0.0]);
+        let n = ms("FusedMatMul").with_attr("transBatchA", AttrValue::Int(1));
+        let y = run(n, vec![Some(a), Some(b)]);
+        close(&y[0], &[3.0, 3.0], 0.0);
+    }
+}

@@ -293,12 +293,21 @@ pub mod examples {
         models_dir().join(format!("{model}.onnx"))
     }
 
-    /// The `<model>.<kind>.<name>.npy` files next to a model (`kind` is `input` or `output`),
-    /// by value name, sorted.
+    /// The `<model>.<kind>.<name>.npy` files next to a model in `examples/models` (`kind` is
+    /// `input` or `output`), by value name, sorted.
     pub fn reference_npy(model: &str, kind: &str) -> Vec<(String, NpyArray)> {
+        reference_npy_in(&models_dir(), model, kind)
+    }
+
+    /// [`reference_npy`] for a model in `dir`.
+    pub fn reference_npy_in(
+        dir: &std::path::Path,
+        model: &str,
+        kind: &str,
+    ) -> Vec<(String, NpyArray)> {
         let prefix = format!("{model}.{kind}.");
-        let mut found: Vec<(String, NpyArray)> = std::fs::read_dir(models_dir())
-            .expect("read examples/models")
+        let mut found: Vec<(String, NpyArray)> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let file = e.file_name().to_string_lossy().into_owned();
@@ -317,7 +326,7 @@ pub mod examples {
         assert!(
             !found.is_empty(),
             "no {prefix}*.npy files in {}",
-            models_dir().display()
+            dir.display()
         );
         found
     }

@@ -51,15 +51,9 @@ pub fn register(reg: &mut Registry) {
         let y = c.step("Gelu", 20, &tanh, &[Some(x)])?;
         c.finish(vec![Some(y)])
     });
-    add_ms(reg, "QuickGelu", |n| {
-        let alpha = n.attr_float_or("alpha", 1.702)?;
-        let mut c = Composite::new(n);
-        let a = c.constant(Tensor::scalar(alpha));
-        let ax = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(a)])?;
-        let s = c.step("Sigmoid", 13, &[], &[Some(ax)])?;
-        let y = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(s)])?;
-        c.finish(vec![Some(y)])
-    });
+    add_ms(reg, "QuickGelu", |n| build_swish(n, 1.702));
+    // ONNX's own Swish (opset 24) is the same function with alpha 1 by default.
+    super::add(reg, "Swish", 24, |n| build_swish(n, 1.0));
     add_ms(reg, "BiasAdd", |n| {
         let mut c = Composite::new(n);
         let xb = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
@@ -75,6 +69,19 @@ pub fn register(reg: &mut Registry) {
     super::add(reg, "SimplifiedLayerNormalization", 1, |n| {
         build_norm(n, true)
     });
+}
+
+/// `x * sigmoid(alpha * x)`, computed in the input's type.
+fn build_swish(n: &NodeDef, default_alpha: f32) -> OpResult<Box<dyn OpKernel>> {
+    let alpha = n.attr_float_or("alpha", default_alpha)?;
+    let mut c = Composite::new(n);
+    let a = c.constant(Tensor::scalar(alpha));
+    // alpha as the input's type: Mul needs both operands of one type.
+    let a = c.step("CastLike", 19, &[], &[Some(a), Some(Arg::In(0))])?;
+    let ax = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(a)])?;
+    let s = c.step("Sigmoid", 13, &[], &[Some(ax)])?;
+    let y = c.step("Mul", 14, &[], &[Some(Arg::In(0)), Some(s)])?;
+    c.finish(vec![Some(y)])
 }
 
 /// An input of a composite step: an input of the node, the output of an earlier step, or a

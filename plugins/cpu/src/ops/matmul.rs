@@ -13,6 +13,7 @@ use crate::{bail, with_types};
 pub fn register(reg: &mut Registry) {
     add(reg, "MatMul", 1, build_matmul);
     add(reg, "Gemm", 1, build_gemm);
+    add(reg, "Det", 11, build_det);
 }
 
 /// Element types with a matrix product `c = alpha * a @ b + beta * c`.
@@ -246,6 +247,70 @@ fn build_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             ))
         })
     }))
+}
+
+/// Det: the determinant of each `[M, M]` matrix of `[*, M, M]`, by LU decomposition with
+/// partial pivoting in f64, cast back to the input's float type.
+fn build_det(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let shape = x.shape();
+        let r = shape.len();
+        if r < 2 || shape[r - 1] != shape[r - 2] {
+            bail!("{op}: the input must be [*, M, M], got shape {shape:?}");
+        }
+        let m = shape[r - 1];
+        let values = super::util::float_values(&op, "X", x)?;
+        let mut dets = Vec::with_capacity(values.len() / (m * m).max(1));
+        let mut a = vec![0.0f64; m * m];
+        for mat in values.chunks_exact((m * m).max(1)) {
+            if m == 0 {
+                dets.push(1.0);
+                continue;
+            }
+            a.copy_from_slice(mat);
+            dets.push(determinant(&mut a, m));
+        }
+        if m == 0 {
+            dets.truncate(shape[..r - 2].iter().product());
+        }
+        one(super::util::tensor_from_f64(
+            x.elem_type(),
+            &shape[..r - 2],
+            dets,
+        ))
+    }))
+}
+
+/// The determinant of the row-major `m`×`m` matrix `a` (overwritten with its LU factors).
+fn determinant(a: &mut [f64], m: usize) -> f64 {
+    let mut det = 1.0;
+    for col in 0..m {
+        let pivot = (col..m)
+            .max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs()))
+            .unwrap_or(col);
+        if a[pivot * m + col] == 0.0 {
+            return 0.0;
+        }
+        if pivot != col {
+            for k in 0..m {
+                a.swap(pivot * m + k, col * m + k);
+            }
+            det = -det;
+        }
+        let p = a[col * m + col];
+        det *= p;
+        for row in col + 1..m {
+            let f = a[row * m + col] / p;
+            if f != 0.0 {
+                for k in col..m {
+                    a[row * m + k] -= f * a[col * m + k];
+                }
+            }
+        }
+    }
+    det
 }
 
 fn as_2d<'x, T>(

@@ -29,6 +29,7 @@ pub fn register(reg: &mut Registry) {
     add(reg, "Constant", 1, build_constant);
     add(reg, "ConstantOfShape", 9, build_constant_of_shape);
     add(reg, "Cast", 1, build_cast);
+    add(reg, "BitCast", 26, build_bitcast);
     add(reg, "CastLike", 15, build_cast_like);
     add(reg, "Expand", 8, build_expand);
     add(reg, "Tile", 6, build_tile);
@@ -127,6 +128,27 @@ fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Te
         .as_standard_layout()
         .into_owned()
         .into())
+}
+
+/// BitCast: the same bytes (little endian) read as another type of the same width.
+fn build_bitcast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let code = n.req_int("to")?;
+    let to = i32::try_from(code)
+        .ok()
+        .and_then(ElementType::from_onnx)
+        .ok_or_else(|| n.error(format_args!("unknown element type code {code}")))?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let from = x.elem_type();
+        if from.byte_size().is_none() || from.byte_size() != to.byte_size() {
+            bail!("{op}: {from} and {to} do not have the same bit width");
+        }
+        let owned = x.to_owned();
+        let mut bytes = vec![0u8; owned.byte_len()];
+        owned.write_bytes(&mut bytes)?;
+        one(Tensor::from_bytes(to, x.shape(), &bytes))
+    }))
 }
 
 /// `x` with its axes permuted (`perm` must be a permutation of its axes).

@@ -116,3 +116,42 @@ fn fused_conv_chains_compute_what_the_ops_define() {
         }
     }
 }
+
+/// The hot loops exist twice, for AVX2+FMA and for the baseline x86-64; both must compute what
+/// the ops define. The test above runs the copy this CPU selects; this one runs it again in a
+/// child process with `EPX_CPU_SIMD=baseline`, and says which copies were checked. (The `gemm`
+/// crate's own AVX-512 / AVX2 choice cannot be forced from here: it follows the CPU.)
+#[test]
+fn the_baseline_copies_compute_the_same() {
+    if std::env::var_os("EPX_CPU_SIMD").is_some() {
+        return; // the child itself
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(exe)
+        .args([
+            "fused_conv_chains_compute_what_the_ops_define",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("EPX_CPU_SIMD", "baseline")
+        .output()
+        .expect("run the test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    #[cfg(target_arch = "x86_64")]
+    let wide =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = false;
+    if wide {
+        eprintln!(
+            "checked: the AVX2+FMA copies (this CPU has them) and the baseline copies (forced)"
+        );
+    } else {
+        eprintln!("checked: the baseline copies only (this CPU has no AVX2+FMA)");
+    }
+}

@@ -2,9 +2,21 @@
 //! FMA, chosen at run time by what the CPU has. The loops are written plainly; the compiler
 //! vectorizes them to the width the enabled features give (4 lanes baseline, 8 with AVX2).
 
-/// Whether the CPU has AVX2 and FMA (checked once; the std macro caches).
+/// The environment variable that forces the baseline copies of the hot loops even where the CPU
+/// has AVX2 and FMA: `EPX_CPU_SIMD=baseline`. Any other value, or none, uses what the CPU has.
+/// Tests run both copies on one machine with it; read once per process.
+pub const ENV_SIMD: &str = "EPX_CPU_SIMD";
+
+/// Whether the AVX2+FMA copies run: the CPU has AVX2 and FMA, and [`ENV_SIMD`] does not force
+/// the baseline (checked once per process).
 #[inline]
 pub fn avx2_fma() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| cpu_has_avx2_fma() && std::env::var(ENV_SIMD).as_deref() != Ok("baseline"))
+}
+
+/// Whether the CPU itself has AVX2 and FMA.
+fn cpu_has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")

@@ -164,22 +164,18 @@ fn check_node(node: &Node, index: usize, opset: i64) -> Result<(), String> {
             format!("{lo} to {hi}")
         }
     };
-    let (n_in, n_out) = (node.inputs.len(), node.outputs.len());
-    if n_in < schema.inputs.0 || n_in > schema.inputs.1 {
-        return Err(format!(
-            "node {label} has {n_in} inputs; {} (opset {}) takes {}",
-            node.op_type,
-            schema.since,
-            range(schema.inputs)
-        ));
-    }
-    if n_out < schema.outputs.0 || n_out > schema.outputs.1 {
-        return Err(format!(
-            "node {label} has {n_out} outputs; {} (opset {}) gives {}",
-            node.op_type,
-            schema.since,
-            range(schema.outputs)
-        ));
+    for (what, verb, n, (lo, hi)) in [
+        ("inputs", "takes", node.inputs.len(), schema.inputs),
+        ("outputs", "gives", node.outputs.len(), schema.outputs),
+    ] {
+        if n < lo || n > hi {
+            return Err(format!(
+                "node {label} has {n} {what}; {} (opset {}) {verb} {}",
+                node.op_type,
+                schema.since,
+                range((lo, hi))
+            ));
+        }
     }
     for a in &node.attributes {
         let Some(&(_, want, _)) = schema.attributes.iter().find(|(n, ..)| *n == a.name) else {

@@ -160,23 +160,8 @@ impl<'n> Composite<'n> {
         outputs: usize,
         when_present: Option<usize>,
     ) -> OpResult<Arg> {
-        let def = NodeDef {
-            name: self.node.name.clone(),
-            op_type: op_type.to_string(),
-            domain: String::new(),
-            opset,
-            attributes: attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<HashMap<_, _>>(),
-            num_inputs: args.len(),
-            num_outputs: outputs,
-            input_types: Vec::new(),
-        };
-        let kernel = crate::program::registry().build(&def).map_err(|e| {
-            self.node
-                .error(format_args!("building its {op_type} part: {e}"))
-        })?;
+        let attrs = attrs.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let kernel = reference_kernel(self.node, op_type, opset, attrs, args.len(), outputs)?;
         self.steps.push(Step {
             kernel,
             args: args.to_vec(),
@@ -371,22 +356,28 @@ impl OpKernel for FusedConv {
     }
 }
 
-fn sub_kernel(
+/// The CPU EP's kernel for the ONNX op `op_type` at `opset`, as a part of node `n`.
+fn reference_kernel(
     n: &NodeDef,
     op_type: &str,
     opset: i64,
     attrs: Vec<(&str, AttrValue)>,
     num_inputs: usize,
+    num_outputs: usize,
 ) -> OpResult<Box<dyn OpKernel>> {
     let def = NodeDef {
         name: n.name.clone(),
         op_type: op_type.to_string(),
         domain: String::new(),
         opset,
-        attributes: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        attributes: attrs
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<HashMap<_, _>>(),
         num_inputs,
-        num_outputs: 1,
-        input_types: n.input_types.clone(),
+        num_outputs,
+        // A part's inputs are partly the other parts' outputs, of no declared type.
+        input_types: Vec::new(),
     };
     crate::program::registry()
         .build(&def)
@@ -396,15 +387,15 @@ fn sub_kernel(
 fn build_fused_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(Box::new(FusedConv {
         op: n.op_type.clone(),
-        conv: sub_kernel(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3))?,
-        add: sub_kernel(n, "Add", 14, Vec::new(), 2)?,
+        conv: reference_kernel(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3), 1)?,
+        add: reference_kernel(n, "Add", 14, Vec::new(), 2, 1)?,
         act: activation(n)?,
     }))
 }
 
 /// `act(Gemm(A, B, C))`.
 fn build_fused_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let gemm = sub_kernel(n, "Gemm", 13, base_attrs(n), n.num_inputs)?;
+    let gemm = reference_kernel(n, "Gemm", 13, base_attrs(n), n.num_inputs, 1)?;
     let act = activation(n)?;
     let op = n.op_type.clone();
     Ok(crate::kernel::kernel(move |inputs| {
@@ -428,7 +419,7 @@ fn build_fused_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         n.attr_int_or("transBatchA", 0)? != 0,
         n.attr_int_or("transBatchB", 0)? != 0,
     ];
-    let matmul = sub_kernel(n, "MatMul", 13, Vec::new(), 2)?;
+    let matmul = reference_kernel(n, "MatMul", 13, Vec::new(), 2, 1)?;
     let op = n.op_type.clone();
     Ok(crate::kernel::kernel(move |inputs| {
         let mut prepared = Vec::with_capacity(2);
@@ -505,24 +496,13 @@ fn build_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
     } else {
         ("LayerNormalization", 17)
     };
-    let attrs: Vec<(&str, AttrValue)> = n
+    let attrs = n
         .attributes
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
         .collect();
-    let def = NodeDef {
-        name: n.name.clone(),
-        op_type: op.to_string(),
-        domain: String::new(),
-        opset,
-        attributes: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-        num_inputs: n.num_inputs,
-        num_outputs: if rms { 1 } else { n.num_outputs },
-        input_types: n.input_types.clone(),
-    };
-    crate::program::registry()
-        .build(&def)
-        .map_err(|e| n.error(format_args!("building its {op} part: {e}")))
+    let outputs = if rms { 1 } else { n.num_outputs };
+    reference_kernel(n, op, opset, attrs, n.num_inputs, outputs)
 }
 
 /// SkipLayerNormalization (input, skip, gamma, beta?, bias?) → (output, mean?, inv_std_var?,

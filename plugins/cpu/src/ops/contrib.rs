@@ -136,7 +136,8 @@ impl<'n> Composite<'n> {
         attrs: &[(&str, AttrValue)],
         args: &[Option<Arg>],
     ) -> OpResult<Arg> {
-        self.step_n(op_type, opset, attrs, args, 1, None)
+        let s = self.step_n(op_type, opset, attrs, args, 1, None)?;
+        Ok(Arg::Out(s, 0))
     }
 
     /// A one-input-dependent step: `Arg::In(0)` passes through when node input `present` is
@@ -148,7 +149,8 @@ impl<'n> Composite<'n> {
         opset: i64,
         args: &[Option<Arg>],
     ) -> OpResult<Arg> {
-        self.step_n(op_type, opset, &[], args, 1, Some(present))
+        let s = self.step_n(op_type, opset, &[], args, 1, Some(present))?;
+        Ok(Arg::Out(s, 0))
     }
 
     fn step_n(
@@ -159,7 +161,7 @@ impl<'n> Composite<'n> {
         args: &[Option<Arg>],
         outputs: usize,
         when_present: Option<usize>,
-    ) -> OpResult<Arg> {
+    ) -> OpResult<usize> {
         let attrs = attrs.iter().map(|(k, v)| (*k, v.clone())).collect();
         let kernel = reference_kernel(self.node, op_type, opset, attrs, args.len(), outputs)?;
         self.steps.push(Step {
@@ -167,7 +169,7 @@ impl<'n> Composite<'n> {
             args: args.to_vec(),
             when_present,
         });
-        Ok(Arg::Out(self.steps.len() - 1, 0))
+        Ok(self.steps.len() - 1)
     }
 
     fn finish(self, outputs: Vec<Option<Arg>>) -> OpResult<Box<dyn OpKernel>> {
@@ -530,14 +532,17 @@ fn build_skip_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
     let outputs = if rms {
         // RMSNormalization gives no statistics: output 1 (mean) does not exist for the
         // simplified op, output 2 (inv_std_var) is refused below.
-        let y = c.step_n(
-            "RMSNormalization",
-            23,
-            &attrs,
-            &[Some(sum), Some(Arg::In(2))],
-            1,
-            None,
-        )?;
+        let y = Arg::Out(
+            c.step_n(
+                "RMSNormalization",
+                23,
+                &attrs,
+                &[Some(sum), Some(Arg::In(2))],
+                1,
+                None,
+            )?,
+            0,
+        );
         if n.num_outputs > 1 && n.num_outputs < 4 {
             return Err(n.error(
                 "the mean and inv_std_var outputs of SkipSimplifiedLayerNormalization are not \
@@ -555,10 +560,7 @@ fn build_skip_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
             args.push(Some(Arg::In(3)));
         }
         let stats = n.num_outputs.clamp(1, 3);
-        let y = c.step_n("LayerNormalization", 17, &attrs, &args, stats, None)?;
-        let Arg::Out(s, _) = y else {
-            return Err(OpError("unreachable".into()));
-        };
+        let s = c.step_n("LayerNormalization", 17, &attrs, &args, stats, None)?;
         let mut outs: Vec<Option<Arg>> = (0..stats).map(|o| Some(Arg::Out(s, o))).collect();
         if n.num_outputs == 4 {
             outs.push(Some(sum));

@@ -69,7 +69,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 1
+#define EPX_ABI_VERSION_MINOR 2
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -256,6 +256,15 @@ enum DLDataTypeCode
     DL_DATA_TYPE_CODE_BFLOAT = 4,
     DL_DATA_TYPE_CODE_COMPLEX = 5,
     DL_DATA_TYPE_CODE_BOOL = 6,
+    /**
+     * The 8-bit and 4-bit floats of DLPack 1.1 (codes 7–9, 15 and 16 have no ONNX type).
+     */
+    DL_DATA_TYPE_CODE_FLOAT8_E4M3FN = 10,
+    DL_DATA_TYPE_CODE_FLOAT8_E4M3FNUZ = 11,
+    DL_DATA_TYPE_CODE_FLOAT8_E5M2 = 12,
+    DL_DATA_TYPE_CODE_FLOAT8_E5M2FNUZ = 13,
+    DL_DATA_TYPE_CODE_FLOAT8_E8M0FNU = 14,
+    DL_DATA_TYPE_CODE_FLOAT4_E2M1FN = 17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -299,6 +308,9 @@ enum EpxElementType
     EPX_ELEMENT_TYPE_UINT4 = 21,
     EPX_ELEMENT_TYPE_INT4 = 22,
     EPX_ELEMENT_TYPE_FLOAT4_E2M1 = 23,
+    EPX_ELEMENT_TYPE_FLOAT8_E8M0 = 24,
+    EPX_ELEMENT_TYPE_UINT2 = 25,
+    EPX_ELEMENT_TYPE_INT2 = 26,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -11,7 +11,7 @@ use epx::manifest::ManifestError;
 use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, PluginLoadErrorKind, Session, Tensor};
 use epx_plugin_api::abi::{EpxStatusCode, EpxVersion};
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::{float_value, int_attr, model_bytes, node};
 use epx_tests::{TempDir, fixture_library, manifest};
 use prost::Message;
 
@@ -208,6 +208,51 @@ fn good_plugin_runs_relu_and_matches_cpu() {
 
 // ---------------------------------------------------------------------------------------------
 // One test per broken fixture
+
+/// x → Relu → r; Cast(r) to float8e4m3fn → q; Cast(q) to float → y (opset 19).
+fn relu_float8_model() -> Vec<u8> {
+    let cast = |input: &str, output: &str, to: proto::tensor_proto::DataType| {
+        let mut n = node("Cast", &[input], &[output]);
+        n.attribute.push(int_attr("to", to as i64));
+        n
+    };
+    let graph = proto::GraphProto {
+        name: Some("relu_float8".into()),
+        node: vec![
+            node("Relu", &["x"], &["r"]),
+            cast("r", "q", proto::tensor_proto::DataType::Float8e4m3fn),
+            cast("q", "y", proto::tensor_proto::DataType::Float),
+        ],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
+        ..Default::default()
+    };
+    let mut model = proto::ModelProto::decode(model_bytes(graph).as_slice()).expect("model");
+    model.ir_version = Some(9);
+    model.opset_import[0].version = Some(19);
+    model.encode_to_vec()
+}
+
+#[test]
+fn a_1_0_plugin_is_not_offered_nodes_with_element_types_newer_than_its_abi() {
+    let dir = dir_with_good_plugin("older-types");
+    let env = env_for(&dir);
+    // relu_only claims every node it is offered; the host offers it only the Relu, because
+    // the Casts touch a float8 value, which a 1.0 plugin cannot read.
+    let s = Session::builder()
+        .unwrap()
+        .with_environment(env.clone())
+        .with_execution_providers([ExecutionProvider::new("relu_only")
+            .with_option("claim_all", "true")
+            .error_on_failure()])
+        .unwrap()
+        .commit_from_memory(&relu_float8_model())
+        .expect("session");
+    assert_eq!(s.node_placement(), ["relu_only", "cpu", "cpu"]);
+    // Every value of relu(x) is exact in float8e4m3fn.
+    let want: Vec<f32> = X.iter().map(|x| x.max(0.0)).collect();
+    assert_close(&run_y(&s), &want, 0.0);
+}
 
 #[test]
 fn abi_too_new_is_refused_and_its_descriptor_released() {

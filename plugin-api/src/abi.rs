@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 1;
+pub const EPX_ABI_VERSION_MINOR: u32 = 2;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 

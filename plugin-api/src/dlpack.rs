@@ -81,6 +81,13 @@ pub enum DLDataTypeCode {
     Bfloat = 4,
     Complex = 5,
     Bool = 6,
+    /// The 8-bit and 4-bit floats of DLPack 1.1 (codes 7–9, 15 and 16 have no ONNX type).
+    Float8E4M3FN = 10,
+    Float8E4M3FNUZ = 11,
+    Float8E5M2 = 12,
+    Float8E5M2FNUZ = 13,
+    Float8E8M0FNU = 14,
+    Float4E2M1FN = 17,
 }
 
 /// An element type: a `DLDataTypeCode` value, the bits of one lane, and the number of lanes.

@@ -32,11 +32,14 @@ pub enum ElementType {
     Uint4 = 21,
     Int4 = 22,
     Float4E2M1 = 23,
+    Float8E8M0 = 24,
+    Uint2 = 25,
+    Int2 = 26,
 }
 
 impl ElementType {
     /// Every element type, in code order.
-    pub const ALL: [ElementType; 24] = [
+    pub const ALL: [ElementType; 27] = [
         Self::Undefined,
         Self::Float,
         Self::Uint8,
@@ -61,6 +64,9 @@ impl ElementType {
         Self::Uint4,
         Self::Int4,
         Self::Float4E2M1,
+        Self::Float8E8M0,
+        Self::Uint2,
+        Self::Int2,
     ];
 
     /// The type for an ONNX `TensorProto.DataType` code, if the code is known.
@@ -78,15 +84,49 @@ impl ElementType {
     /// Size of one element in bytes, for types stored one element per whole byte count.
     /// `None` for strings, sub-byte types and `Undefined`.
     pub fn byte_size(self) -> Option<usize> {
+        match self.bits()? {
+            b if b >= 8 => Some(b / 8),
+            _ => None,
+        }
+    }
+
+    /// Bits of one element: 2 and 4 for the packed types, `None` for strings and `Undefined`.
+    pub fn bits(self) -> Option<usize> {
         use ElementType::*;
         Some(match self {
-            Bool | Uint8 | Int8 | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ => 1,
-            Uint16 | Int16 | Float16 | Bfloat16 => 2,
-            Float | Int32 | Uint32 => 4,
-            Double | Int64 | Uint64 | Complex64 => 8,
-            Complex128 => 16,
-            Undefined | String | Uint4 | Int4 | Float4E2M1 => return None,
+            Uint2 | Int2 => 2,
+            Uint4 | Int4 | Float4E2M1 => 4,
+            Bool | Uint8 | Int8 | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ
+            | Float8E8M0 => 8,
+            Uint16 | Int16 | Float16 | Bfloat16 => 16,
+            Float | Int32 | Uint32 => 32,
+            Double | Int64 | Uint64 | Complex64 => 64,
+            Complex128 => 128,
+            Undefined | String => return None,
         })
+    }
+
+    /// Bytes that `count` elements occupy. Types narrower than a byte are packed as ONNX and
+    /// DLPack pack them: the first element in the lowest bits of the first byte, the last byte
+    /// padded with zero bits. `None` for strings, `Undefined`, or on overflow.
+    pub fn storage_bytes(self, count: usize) -> Option<usize> {
+        let bits = self.bits()?;
+        if bits >= 8 {
+            count.checked_mul(bits / 8)
+        } else {
+            Some(count.div_ceil(8 / bits))
+        }
+    }
+
+    /// The ABI minor version (of major 1) from which tensors of this type cross the ABI: the
+    /// host does not offer nodes that touch such values to a plugin built for an older one.
+    pub fn since_abi_minor(self) -> u32 {
+        use ElementType::*;
+        match self {
+            Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Float8E8M0 | Uint4
+            | Int4 | Float4E2M1 | Uint2 | Int2 => 2,
+            _ => 0,
+        }
     }
 
     /// The lower-case name ONNX and numpy users know (`float32`, `int64`, `bool`, ...).
@@ -117,6 +157,9 @@ impl ElementType {
             Uint4 => "uint4",
             Int4 => "int4",
             Float4E2M1 => "float4e2m1",
+            Float8E8M0 => "float8e8m0",
+            Uint2 => "uint2",
+            Int2 => "int2",
         }
     }
 
@@ -140,7 +183,17 @@ impl ElementType {
             Bool => (C::Bool, 8),
             Complex64 => (C::Complex, 64),
             Complex128 => (C::Complex, 128),
-            _ => return None,
+            Float8E4M3FN => (C::Float8E4M3FN, 8),
+            Float8E4M3FNUZ => (C::Float8E4M3FNUZ, 8),
+            Float8E5M2 => (C::Float8E5M2, 8),
+            Float8E5M2FNUZ => (C::Float8E5M2FNUZ, 8),
+            Float8E8M0 => (C::Float8E8M0FNU, 8),
+            Float4E2M1 => (C::Float4E2M1FN, 4),
+            Uint4 => (C::UInt, 4),
+            Int4 => (C::Int, 4),
+            Uint2 => (C::UInt, 2),
+            Int2 => (C::Int, 2),
+            Undefined | String => return None,
         };
         Some(DLDataType {
             code: code as u8,
@@ -161,6 +214,12 @@ impl ElementType {
         const BFLOAT: u8 = DLDataTypeCode::Bfloat as u8;
         const BOOL: u8 = DLDataTypeCode::Bool as u8;
         const COMPLEX: u8 = DLDataTypeCode::Complex as u8;
+        const E4M3FN: u8 = DLDataTypeCode::Float8E4M3FN as u8;
+        const E4M3FNUZ: u8 = DLDataTypeCode::Float8E4M3FNUZ as u8;
+        const E5M2: u8 = DLDataTypeCode::Float8E5M2 as u8;
+        const E5M2FNUZ: u8 = DLDataTypeCode::Float8E5M2FNUZ as u8;
+        const E8M0: u8 = DLDataTypeCode::Float8E8M0FNU as u8;
+        const E2M1: u8 = DLDataTypeCode::Float4E2M1FN as u8;
         Some(match (dt.code, dt.bits) {
             (FLOAT, 32) => Float,
             (FLOAT, 64) => Double,
@@ -177,6 +236,16 @@ impl ElementType {
             (BOOL, 8) => Bool,
             (COMPLEX, 64) => Complex64,
             (COMPLEX, 128) => Complex128,
+            (E4M3FN, 8) => Float8E4M3FN,
+            (E4M3FNUZ, 8) => Float8E4M3FNUZ,
+            (E5M2, 8) => Float8E5M2,
+            (E5M2FNUZ, 8) => Float8E5M2FNUZ,
+            (E8M0, 8) => Float8E8M0,
+            (E2M1, 4) => Float4E2M1,
+            (UINT, 4) => Uint4,
+            (INT, 4) => Int4,
+            (UINT, 2) => Uint2,
+            (INT, 2) => Int2,
             _ => return None,
         })
     }
@@ -199,7 +268,7 @@ mod tests {
             assert_eq!(ElementType::from_onnx(i as i32), Some(*t));
         }
         assert_eq!(ElementType::from_onnx(-1), None);
-        assert_eq!(ElementType::from_onnx(24), None);
+        assert_eq!(ElementType::from_onnx(27), None);
     }
 
     #[test]
@@ -207,8 +276,20 @@ mod tests {
         for t in ElementType::ALL {
             if let Some(dl) = t.to_dlpack() {
                 assert_eq!(ElementType::from_dlpack(dl), Some(t), "{t}");
-                assert_eq!(usize::from(dl.bits) / 8, t.byte_size().unwrap(), "{t}");
+                assert_eq!(Some(usize::from(dl.bits)), t.bits(), "{t}");
             }
         }
+    }
+
+    #[test]
+    fn packed_types_round_up_to_whole_bytes() {
+        assert_eq!(ElementType::Int4.storage_bytes(5), Some(3));
+        assert_eq!(ElementType::Uint2.storage_bytes(5), Some(2));
+        assert_eq!(ElementType::Uint2.storage_bytes(0), Some(0));
+        assert_eq!(ElementType::Float.storage_bytes(3), Some(12));
+        assert_eq!(ElementType::Double.storage_bytes(usize::MAX), None);
+        assert_eq!(ElementType::String.storage_bytes(1), None);
+        assert_eq!(ElementType::Int4.byte_size(), None);
+        assert_eq!(ElementType::Float8E8M0.byte_size(), Some(1));
     }
 }

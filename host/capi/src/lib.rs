@@ -1011,7 +1011,7 @@ fn tensor_from_dl(t: &DLTensor, name: &str) -> Res<Tensor> {
     }
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let bytes = count
-        .and_then(|c| elem.byte_size().and_then(|s| c.checked_mul(s)))
+        .and_then(|c| elem.storage_bytes(c))
         .ok_or_else(|| invalid(format!("{what}: shape {shape:?} is too large")))?;
     let offset = usize::try_from(t.byte_offset)
         .map_err(|_| invalid(format!("{what}: byte_offset too large")))?;

@@ -213,7 +213,17 @@ fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Tenso
                 names.join(", ")
             )));
         }
-        let arr = npy::read_npy(Path::new(file)).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let mut arr =
+            npy::read_npy(Path::new(file)).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        if let Some(ty) = specs
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.elem_type)
+        {
+            arr = arr
+                .as_type(ty)
+                .map_err(|e| Error::InvalidInput(format!("--input {name}={file}: {e}")))?;
+        }
         let t = Tensor::from_bytes(arr.elem_type, &arr.shape, &arr.data)?;
         out.push((name.to_string(), t));
     }

@@ -86,6 +86,133 @@ fn run_writes_outputs_that_match_the_reference() {
     }
 }
 
+/// x: bfloat16 [3]; y = Cast(x) to float, q = Cast(x) to float8e4m3fn, i = Cast(x) to int4.
+fn narrow_types_model() -> Vec<u8> {
+    use epx::onnx::proto::{self, tensor_proto::DataType};
+    use prost::Message;
+    let value = |name: &str, ty: DataType| proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(ty as i32),
+                    shape: Some(proto::TensorShapeProto {
+                        dim: vec![proto::tensor_shape_proto::Dimension {
+                            value: Some(proto::tensor_shape_proto::dimension::Value::DimValue(3)),
+                            ..Default::default()
+                        }],
+                    }),
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let cast = |out: &str, to: DataType| proto::NodeProto {
+        op_type: Some("Cast".into()),
+        input: vec!["x".into()],
+        output: vec![out.into()],
+        attribute: vec![proto::AttributeProto {
+            name: Some("to".into()),
+            i: Some(to as i64),
+            r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    proto::ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(proto::GraphProto {
+            name: Some("narrow".into()),
+            node: vec![
+                cast("y", DataType::Float),
+                cast("q", DataType::Float8e4m3fn),
+                cast("i", DataType::Int4),
+            ],
+            input: vec![value("x", DataType::Bfloat16)],
+            output: vec![
+                value("y", DataType::Float),
+                value("q", DataType::Float8e4m3fn),
+                value("i", DataType::Int4),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// A `.npy` file as numpy writes one: version 1.0, header padded to 64 bytes.
+fn npy_bytes(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// numpy saves `ml_dtypes` arrays as raw bytes (`<V2`, `<V1`): the CLI reads them as the type
+/// the model declares and writes narrow outputs the same way, one element per byte.
+#[test]
+fn ml_dtypes_npy_files_go_in_and_come_out() {
+    let dir = Scratch::new("narrow");
+    let model = dir.0.join("narrow.onnx");
+    std::fs::write(&model, narrow_types_model()).unwrap();
+    // np.save(f, np.array([1.0, -2.0, 3.5], ml_dtypes.bfloat16))
+    let x = dir.0.join("x.npy");
+    std::fs::write(
+        &x,
+        npy_bytes("<V2", "(3,)", &[0x80, 0x3f, 0x00, 0xc0, 0x60, 0x40]),
+    )
+    .unwrap();
+    let out_dir = dir.0.join("out");
+    let out = epx(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("input  x: bfloat16 [3]"), "{stdout}");
+    let y = epx::npy::read_npy(&out_dir.join("y.npy")).unwrap();
+    let floats: Vec<f32> = y
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(floats, [1.0, -2.0, 3.5]);
+    // float8e4m3fn codes of 1, -2, 3.5; int4 codes of 1, -2, 3 (truncated), one per byte.
+    for (name, codes) in [("q", [0x38u8, 0xc0, 0x46]), ("i", [0x01, 0x0e, 0x03])] {
+        let bytes = std::fs::read(out_dir.join(format!("{name}.npy"))).unwrap();
+        assert!(text(&bytes).contains("'descr': '|V1'"), "{name}");
+        assert_eq!(&bytes[bytes.len() - 3..], codes, "{name}");
+    }
+    // A raw 2-byte array given for a float32 input is refused with the reason.
+    let out = epx(&[
+        "run",
+        "examples/models/mnist-cnn.onnx",
+        "--input",
+        &format!("image={}", x.display()),
+    ]);
+    let line = assert_one_error_line(&out);
+    assert!(
+        line.contains("raw 2-byte elements") && line.contains("float32"),
+        "{line}"
+    );
+}
+
 #[test]
 fn run_makes_random_inputs_when_none_are_given() {
     let out = epx(&["run", "examples/models/mnist-cnn.onnx"]);
@@ -196,8 +323,18 @@ fn providers_and_doctor_report_a_plugin_folder() {
 
     let out = epx(&["doctor", "--plugin-dir", folder]);
     assert!(out.status.success(), "{}", text(&out.stdout));
+    // The copied CPU plugin is built with this checkout's SDK, so it declares the ABI the
+    // header (and the host) speaks.
+    let header = std::fs::read_to_string(repo().join("include/epx_plugin.h")).unwrap();
+    let minor = header
+        .lines()
+        .find_map(|l| l.strip_prefix("#define EPX_ABI_VERSION_MINOR "))
+        .expect("the header defines the ABI minor version");
     assert!(
-        text(&out.stdout).contains("✓ loads: plugin cpu 0.1.0, ABI 1.1"),
+        text(&out.stdout).contains(&format!(
+            "✓ loads: plugin cpu 0.1.0, ABI 1.{}",
+            minor.trim()
+        )),
         "{}",
         text(&out.stdout)
     );

@@ -53,15 +53,16 @@ impl DeviceTensor {
         elem_type: ElementType,
         shape: &[usize],
     ) -> Result<Self> {
-        let size = elem_type.byte_size().ok_or_else(|| {
-            Error::Run(format!(
+        if elem_type == ElementType::String || elem_type == ElementType::Undefined {
+            return Err(Error::Run(format!(
                 "{elem_type} tensors cannot be placed in {}'s memory",
                 provider.name()
-            ))
-        })?;
+            )));
+        }
         let bytes = shape
             .iter()
-            .try_fold(size, |acc, &d| acc.checked_mul(d))
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .and_then(|count| elem_type.storage_bytes(count))
             .ok_or_else(|| Error::Run(format!("tensor shape {shape:?} overflows")))?;
         let ptr = provider.allocate(bytes.max(1), DEVICE_ALIGNMENT)?;
         Ok(DeviceTensor {

@@ -32,6 +32,63 @@ pub struct NpyArray {
     pub shape: Vec<usize>,
     /// little-endian, C order
     pub data: Vec<u8>,
+    /// The file's dtype was raw bytes (`V1`, `V2`): numpy saves `ml_dtypes` arrays (bfloat16,
+    /// the 8-bit floats, the 4- and 2-bit types) this way. `elem_type` is then `uint8` or
+    /// `uint16` until [`NpyArray::as_type`] names the type the bytes hold.
+    pub untyped: bool,
+}
+
+impl NpyArray {
+    /// The array read as `ty`: for raw-byte (`untyped`) arrays, the `ml_dtypes` type of that
+    /// width (`V2`: bfloat16; `V1`: an 8-bit float, or a 4- or 2-bit type one element per byte,
+    /// which is packed here as ONNX packs it). Typed arrays come back unchanged.
+    pub fn as_type(self, ty: ElementType) -> Result<NpyArray, NpyError> {
+        if !self.untyped {
+            return Ok(self);
+        }
+        let width = self.elem_type.byte_size().unwrap_or(0);
+        let mismatch = || NpyError::UntypedBytes {
+            width,
+            elem_type: ty,
+        };
+        let data = match ty.bits() {
+            Some(bits) if bits == width * 8 && ml_dtypes_only(ty) => self.data,
+            Some(bits @ (2 | 4)) if width == 1 => {
+                let per = 8 / bits;
+                let mut packed = vec![0u8; self.data.len().div_ceil(per)];
+                for (i, c) in self.data.iter().enumerate() {
+                    packed[i / per] |= (c & ((1 << bits) - 1)) << ((i % per) * bits);
+                }
+                packed
+            }
+            _ => return Err(mismatch()),
+        };
+        Ok(NpyArray {
+            elem_type: ty,
+            shape: self.shape,
+            data,
+            untyped: false,
+        })
+    }
+}
+
+/// The types numpy lacks and `ml_dtypes` adds, saved as raw bytes.
+fn ml_dtypes_only(ty: ElementType) -> bool {
+    use ElementType::*;
+    matches!(
+        ty,
+        Bfloat16
+            | Float8E4M3FN
+            | Float8E4M3FNUZ
+            | Float8E5M2
+            | Float8E5M2FNUZ
+            | Float8E8M0
+            | Float4E2M1
+            | Int4
+            | Uint4
+            | Int2
+            | Uint2
+    )
 }
 
 /// What went wrong reading or writing a `.npy` file.
@@ -89,7 +146,17 @@ pub enum NpyError {
         expected: usize,
         found: usize,
     },
-    /// An element type numpy has no dtype for (bfloat16, float8, 4-bit types, strings).
+    /// A raw-byte array read as a type of another width.
+    #[error(
+        "the array holds raw {width}-byte elements (numpy's form of an ml_dtypes array), which \
+         cannot be read as {elem_type}: save it with the ml_dtypes type the model declares \
+         (bfloat16 as 2 bytes; the 8-bit floats and the 4- and 2-bit types as 1)"
+    )]
+    UntypedBytes {
+        width: usize,
+        elem_type: ElementType,
+    },
+    /// An element type numpy has no dtype for (strings).
     #[error("element type {elem_type} cannot be written to a .npy file: {reason}")]
     UnsupportedElementType {
         elem_type: ElementType,
@@ -169,6 +236,8 @@ struct Dtype {
     /// Bytes per byte-swapped unit (half of `size` for complex numbers).
     unit: usize,
     big_endian: bool,
+    /// Raw bytes (`V1`, `V2`).
+    untyped: bool,
 }
 
 /// Parses the bytes of a `.npy` file.
@@ -250,6 +319,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, NpyError> {
         elem_type: dtype.elem_type,
         shape,
         data,
+        untyped: dtype.untyped,
     })
 }
 
@@ -260,13 +330,12 @@ pub fn encode_npy(
     data: &[u8],
 ) -> Result<Vec<u8>, NpyError> {
     let descr = descr_for(elem_type)?;
-    let size = elem_type
-        .byte_size()
-        .ok_or(NpyError::UnsupportedElementType {
-            elem_type,
-            reason: "it has no whole-byte element size",
+    let count = byte_count(shape, 1)?;
+    let expected = elem_type
+        .storage_bytes(count)
+        .ok_or_else(|| NpyError::ShapeTooLarge {
+            shape: shape.to_vec(),
         })?;
-    let expected = byte_count(shape, size)?;
     if data.len() != expected {
         return Err(NpyError::DataLength {
             elem_type,
@@ -309,6 +378,10 @@ pub fn encode_npy(
     out.extend_from_slice(header.as_bytes());
     if elem_type == ElementType::Bool {
         out.extend(data.iter().map(|&b| u8::from(b != 0)));
+    } else if let Some(bits) = elem_type.bits().filter(|&b| b < 8) {
+        // One element per byte, as ml_dtypes holds them.
+        let per = 8 / bits;
+        out.extend((0..count).map(|i| (data[i / per] >> ((i % per) * bits)) & ((1 << bits) - 1)));
     } else {
         out.extend_from_slice(data);
     }
@@ -333,12 +406,10 @@ fn descr_for(elem_type: ElementType) -> Result<&'static str, NpyError> {
         Double => "<f8",
         Complex64 => "<c8",
         Complex128 => "<c16",
-        Bfloat16 => {
-            return Err(NpyError::UnsupportedElementType {
-                elem_type,
-                reason: "numpy has no bfloat16 dtype; convert to float32 first",
-            });
-        }
+        // As numpy saves ml_dtypes arrays: raw bytes of the element's width.
+        Bfloat16 => "<V2",
+        Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Float8E8M0 | Float4E2M1
+        | Uint4 | Int4 | Uint2 | Int2 => "|V1",
         String => {
             return Err(NpyError::UnsupportedElementType {
                 elem_type,
@@ -349,12 +420,6 @@ fn descr_for(elem_type: ElementType) -> Result<&'static str, NpyError> {
             return Err(NpyError::UnsupportedElementType {
                 elem_type,
                 reason: "the element type is undefined",
-            });
-        }
-        Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Uint4 | Int4 | Float4E2M1 => {
-            return Err(NpyError::UnsupportedElementType {
-                elem_type,
-                reason: "numpy has no dtype for it",
             });
         }
     })
@@ -414,10 +479,12 @@ fn parse_descr(descr: &str) -> Result<Dtype, NpyError> {
                 "unicode-string arrays are not supported, only numeric and bool",
             ));
         }
+        ('V', Some(1)) => Uint8,
+        ('V', Some(2)) => Uint16,
         ('V', _) => {
             return Err(unsupported(
-                "raw void / record data is not supported (bfloat16 and float8 arrays from \
-                 ml_dtypes are saved this way; convert them to float32 first)",
+                "raw void data of this width is not read (only 1- and 2-byte elements, as \
+                 numpy saves ml_dtypes' bfloat16, float8 and 4-bit arrays)",
             ));
         }
         ('M' | 'm', _) => {
@@ -455,11 +522,13 @@ fn parse_descr(descr: &str) -> Result<Dtype, NpyError> {
             "'|' (no byte order) is only valid for 1-byte types; use '<' or '>'",
         ));
     }
+    // Raw bytes are bit patterns, swapped as units of their width like any number.
     Ok(Dtype {
         elem_type,
         size,
         unit,
         big_endian,
+        untyped: kind == 'V',
     })
 }
 
@@ -960,7 +1029,8 @@ mod tests {
                     NpyArray {
                         elem_type,
                         shape: shape.to_vec(),
-                        data
+                        data,
+                        untyped: false,
                     },
                     "{elem_type}"
                 );
@@ -1014,9 +1084,9 @@ mod tests {
             "{e}"
         );
 
-        let e = write_npy(&path, ElementType::Bfloat16, &[1], &[0, 0]).unwrap_err();
+        let e = write_npy(&path, ElementType::String, &[1], &[0, 0]).unwrap_err();
         assert!(
-            e.to_string().contains("bfloat16") && e.to_string().contains("a.npy"),
+            e.to_string().contains("string") && e.to_string().contains("a.npy"),
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1037,19 +1107,69 @@ mod tests {
         assert!(e.to_string().contains("structured"), "{e}");
     }
 
+    /// `np.save` of `ml_dtypes` arrays: `np.array([1.0, -2.0], ml_dtypes.bfloat16)` and
+    /// `np.array([-1, 7, -8], ml_dtypes.int4)`, as numpy 2 writes them.
+    #[test]
+    fn ml_dtypes_arrays_read_as_the_declared_type() {
+        let bf16 = encode_raw("<V2", "(2,)", &[0x80, 0x3f, 0x00, 0xc0]);
+        let a = parse_npy(&bf16).unwrap();
+        assert!(a.untyped);
+        let a = a.as_type(ElementType::Bfloat16).unwrap();
+        assert_eq!(a.elem_type, ElementType::Bfloat16);
+        assert_eq!(a.data, [0x80, 0x3f, 0x00, 0xc0]);
+        let e = parse_npy(&bf16)
+            .unwrap()
+            .as_type(ElementType::Float8E4M3FN)
+            .unwrap_err();
+        assert!(e.to_string().contains("raw 2-byte elements"), "{e}");
+
+        let int4 = encode_raw("<V1", "(3,)", &[0x0f, 0x07, 0x08]);
+        let a = parse_npy(&int4)
+            .unwrap()
+            .as_type(ElementType::Int4)
+            .unwrap();
+        assert_eq!(
+            (a.elem_type, a.data.as_slice()),
+            (ElementType::Int4, &[0x7f, 0x08][..])
+        );
+        // Written back one element per byte, as ml_dtypes holds them.
+        let out = encode_npy(ElementType::Int4, &[3], &a.data).unwrap();
+        let back = parse_npy(&out).unwrap();
+        assert_eq!(back.data, [0x0f, 0x07, 0x08]);
+        assert_eq!(back.as_type(ElementType::Int4).unwrap().data, [0x7f, 0x08]);
+        // A typed array is not reinterpreted.
+        let f = parse_npy(&encode_npy(ElementType::Uint8, &[1], &[3]).unwrap()).unwrap();
+        assert_eq!(
+            f.as_type(ElementType::Int4).unwrap().elem_type,
+            ElementType::Uint8
+        );
+    }
+
+    fn encode_raw(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
     #[test]
     fn write_errors() {
-        let e = encode_npy(ElementType::Bfloat16, &[1], &[0, 0]).unwrap_err();
+        let e = encode_npy(ElementType::String, &[1], &[0]).unwrap_err();
         assert!(matches!(
             e,
             NpyError::UnsupportedElementType {
-                elem_type: ElementType::Bfloat16,
+                elem_type: ElementType::String,
                 ..
             }
         ));
-        assert!(e.to_string().contains("bfloat16"), "{e}");
-        assert!(encode_npy(ElementType::String, &[1], &[0]).is_err());
-        assert!(encode_npy(ElementType::Int4, &[2], &[0]).is_err());
+        assert!(encode_npy(ElementType::Int4, &[3], &[0]).is_err());
         let e = encode_npy(ElementType::Float, &[2, 2], &[0; 15]).unwrap_err();
         assert!(
             matches!(

@@ -32,8 +32,9 @@ pub(crate) fn partition(
     let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut raw_groups: Vec<(usize, Vec<NodeId>)> = Vec::new();
     for (pi, p) in providers.iter().enumerate() {
+        let minor = p.library.abi_version.minor;
         let unclaimed: Vec<u32> = (0..g.nodes.len())
-            .filter(|&n| owner[n].is_none())
+            .filter(|&n| owner[n].is_none() && readable_by(g, n, minor))
             .map(|n| n as u32)
             .collect();
         if unclaimed.is_empty() {
@@ -99,6 +100,19 @@ pub(crate) fn partition(
                 .map_err(|_| Error::Run("internal: fused groups form a cycle".into()))
         }
     }
+}
+
+/// Whether a plugin built for ABI minor version `minor` can read every value node `n` touches:
+/// element types added in later minor versions are never shown to it as a node's values.
+fn readable_by(g: &Graph, n: NodeId, minor: u32) -> bool {
+    let node = &g.nodes[n];
+    node.all_inputs()
+        .chain(node.outputs.iter().flatten().copied())
+        .all(|v| {
+            g.values[v]
+                .elem_type()
+                .is_none_or(|t| t.since_abi_minor() <= minor)
+        })
 }
 
 /// Splits every group by level: a node's level is the largest number of group changes on a

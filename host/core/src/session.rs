@@ -422,14 +422,11 @@ fn report(
         .map(|(i, c)| {
             let v = &g.values[c.value];
             let bytes = v.shape().and_then(|s| {
-                let size = v.elem_type()?.byte_size()? as u64;
-                s.iter().try_fold(size, |acc, d| {
-                    if let Dim::Known(k) = d {
-                        acc.checked_mul(*k)
-                    } else {
-                        None
-                    }
-                })
+                let count = s.iter().try_fold(1usize, |acc, d| match d {
+                    Dim::Known(k) => acc.checked_mul(usize::try_from(*k).ok()?),
+                    _ => None,
+                })?;
+                v.elem_type()?.storage_bytes(count).map(|b| b as u64)
             });
             CopyPlacement {
                 value: v.name.clone(),

@@ -62,12 +62,9 @@ impl Tensor {
                 data: Storage::Strings(vec![Vec::new(); count]),
             });
         }
-        let size = elem_type
-            .byte_size()
-            .ok_or_else(|| Error::InvalidInput(format!("{elem_type} tensors are not supported")))?;
-        let len = count
-            .checked_mul(size)
-            .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
+        let len = elem_type.storage_bytes(count).ok_or_else(|| {
+            Error::InvalidInput(format!("{elem_type} tensor of shape {shape:?} overflows"))
+        })?;
         Ok(Tensor {
             elem_type,
             shape: shape.to_vec(),

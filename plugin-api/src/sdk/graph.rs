@@ -94,11 +94,8 @@ impl<'a> TensorView<'a> {
                 expect = expect.saturating_mul(*d);
             }
         }
-        let size = elem_type
-            .byte_size()
-            .ok_or_else(|| Error::not_implemented(format!("{elem_type} tensors")))?;
-        let bytes = count
-            .checked_mul(size)
+        let bytes = elem_type
+            .storage_bytes(count)
             .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
         let data: &[u8] = if bytes == 0 && t.data.is_null() {
             &[]
@@ -527,7 +524,7 @@ impl<'a> KernelContext<'a> {
             usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
         });
         let bytes = count
-            .and_then(|c| elem_type.byte_size().and_then(|s| c.checked_mul(s)))
+            .and_then(|c| elem_type.storage_bytes(c))
             .ok_or_else(|| Error::invalid_argument("bad output shape"))?;
         if bytes == 0 {
             return Ok(&mut []);

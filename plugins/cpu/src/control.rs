@@ -145,7 +145,7 @@ fn count(t: &TensorRef<'_>, what: &str) -> OpResult<i64> {
 
 /// Slice `index` of `t` along `axis` (the axis removed).
 fn slice(t: &TensorRef<'_>, axis: usize, index: usize) -> OpResult<Tensor> {
-    crate::dispatch_all!(
+    crate::dispatch_any!(
         reborrow(t),
         |v| Ok(Tensor::from(v.index_axis(Axis(axis), index).to_owned())),
         "Scan"
@@ -174,7 +174,7 @@ fn stack(items: &[Tensor], axis: usize) -> OpResult<Tensor> {
     let Some(first) = items.first() else {
         return Tensor::from_vec::<f32>(&[0], Vec::new());
     };
-    crate::dispatch_all!(first.view(), |v| stack_typed(v, items, axis), "stack")
+    crate::dispatch_any!(first.view(), |v| stack_typed(v, items, axis), "stack")
 }
 
 fn normalize(axis: i64, rank: usize, what: &str) -> OpResult<usize> {

@@ -5,6 +5,7 @@
 pub mod control;
 mod fuse;
 pub mod kernel;
+pub mod narrow;
 pub mod ops;
 mod par;
 pub mod program;

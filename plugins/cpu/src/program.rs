@@ -102,21 +102,7 @@ pub(crate) fn recycle(t: Tensor) {
 
 /// A shorter-lived view of a view (`TensorRef` is invariant in its lifetime).
 pub(crate) fn reborrow<'b>(t: &'b TensorRef<'_>) -> TensorRef<'b> {
-    match t {
-        TensorRef::F32(a) => TensorRef::F32(a.view()),
-        TensorRef::F64(a) => TensorRef::F64(a.view()),
-        TensorRef::F16(a) => TensorRef::F16(a.view()),
-        TensorRef::BF16(a) => TensorRef::BF16(a.view()),
-        TensorRef::I8(a) => TensorRef::I8(a.view()),
-        TensorRef::I16(a) => TensorRef::I16(a.view()),
-        TensorRef::I32(a) => TensorRef::I32(a.view()),
-        TensorRef::I64(a) => TensorRef::I64(a.view()),
-        TensorRef::U8(a) => TensorRef::U8(a.view()),
-        TensorRef::U16(a) => TensorRef::U16(a.view()),
-        TensorRef::U32(a) => TensorRef::U32(a.view()),
-        TensorRef::U64(a) => TensorRef::U64(a.view()),
-        TensorRef::Bool(a) => TensorRef::Bool(a.view()),
-    }
+    t.reborrow()
 }
 
 fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {

@@ -11,7 +11,7 @@ use epx_plugin_api::sdk::{
 use std::sync::Arc;
 
 use crate::program::{Program, is_control_flow, registry};
-use crate::tensor::TensorRef;
+use crate::tensor::{Tensor, TensorRef, packed_bits};
 
 /// Name the CPU EP registers under.
 pub const CPU_PROVIDER_NAME: &str = "cpu";
@@ -75,25 +75,11 @@ impl CpuProvider {
     }
 }
 
-/// Element types that can cross the ABI as DLPack tensors and that the CPU kernels hold.
+/// Element types that can cross the ABI as DLPack tensors and that the CPU kernels hold:
+/// every fixed-size ONNX type but the complex ones.
 fn runnable_type(t: ElementType) -> bool {
     use ElementType::*;
-    matches!(
-        t,
-        Float
-            | Double
-            | Float16
-            | Bfloat16
-            | Int8
-            | Int16
-            | Int32
-            | Int64
-            | Uint8
-            | Uint16
-            | Uint32
-            | Uint64
-            | Bool
-    )
+    !matches!(t, Undefined | String | Complex64 | Complex128)
 }
 
 impl Provider for CpuProvider {
@@ -175,17 +161,29 @@ const POOL_MIN_ELEMENTS: usize = 64 << 10;
 
 impl Kernel for CpuKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
-        let mut inputs = Vec::with_capacity(ctx.input_count());
+        // Types packed several to a byte are unpacked into copies; the rest are borrowed.
+        let mut unpacked: Vec<Option<Tensor>> = Vec::with_capacity(ctx.input_count());
         for i in 0..ctx.input_count() {
-            inputs.push(match ctx.input(i)? {
-                Some(t) => {
+            unpacked.push(match ctx.input(i)? {
+                Some(t) if packed_bits(t.elem_type).is_some() => Some(
+                    Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
+                        .map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?,
+                ),
+                _ => None,
+            });
+        }
+        let mut inputs = Vec::with_capacity(ctx.input_count());
+        for (i, copy) in unpacked.iter().enumerate() {
+            inputs.push(match (copy, ctx.input(i)?) {
+                (Some(copy), _) => Some(copy.view()),
+                (None, Some(t)) => {
                     let dims = t.dims();
                     Some(
                         TensorRef::from_bytes(t.elem_type, &dims, t.data)
                             .map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?,
                     )
                 }
-                None => None,
+                (None, None) => None,
             });
         }
         // On the pool only when there is work to share: handing a tiny program to another

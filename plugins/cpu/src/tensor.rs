@@ -7,6 +7,9 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::kernel::{OpError, OpResult};
+use crate::narrow::{
+    F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, NarrowCast, U2, U4,
+};
 
 /// An owned tensor.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +27,16 @@ pub enum Tensor {
     U32(ArrayD<u32>),
     U64(ArrayD<u64>),
     Bool(ArrayD<bool>),
+    F8E4M3FN(ArrayD<F8E4M3FN>),
+    F8E4M3FNUZ(ArrayD<F8E4M3FNUZ>),
+    F8E5M2(ArrayD<F8E5M2>),
+    F8E5M2FNUZ(ArrayD<F8E5M2FNUZ>),
+    F8E8M0(ArrayD<F8E8M0>),
+    F4E2M1(ArrayD<F4E2M1>),
+    I4(ArrayD<I4>),
+    U4(ArrayD<U4>),
+    I2(ArrayD<I2>),
+    U2(ArrayD<U2>),
 }
 
 /// A borrowed tensor.
@@ -42,6 +55,16 @@ pub enum TensorRef<'a> {
     U32(ArrayViewD<'a, u32>),
     U64(ArrayViewD<'a, u64>),
     Bool(ArrayViewD<'a, bool>),
+    F8E4M3FN(ArrayViewD<'a, F8E4M3FN>),
+    F8E4M3FNUZ(ArrayViewD<'a, F8E4M3FNUZ>),
+    F8E5M2(ArrayViewD<'a, F8E5M2>),
+    F8E5M2FNUZ(ArrayViewD<'a, F8E5M2FNUZ>),
+    F8E8M0(ArrayViewD<'a, F8E8M0>),
+    F4E2M1(ArrayViewD<'a, F4E2M1>),
+    I4(ArrayViewD<'a, I4>),
+    U4(ArrayViewD<'a, U4>),
+    I2(ArrayViewD<'a, I2>),
+    U2(ArrayViewD<'a, U2>),
 }
 
 /// A scalar in a wide form, the pivot of [`Elem`] casts.
@@ -87,6 +110,10 @@ pub trait Elem:
     fn to_scalar(self) -> Scalar;
     /// Converts like a C cast / numpy `astype` (floats to ints truncate, ints wrap).
     fn from_scalar(s: Scalar) -> Self;
+    /// As [`Elem::from_scalar`], with the rounding of a cast into a narrow float spelled out.
+    fn from_scalar_with(s: Scalar, _cast: NarrowCast) -> Self {
+        Self::from_scalar(s)
+    }
     /// Reads from exactly `SIZE` little-endian bytes.
     fn read_le(b: &[u8]) -> Self;
     /// Writes into exactly `SIZE` bytes, little-endian.
@@ -224,6 +251,95 @@ impl Elem for bool {
     }
 }
 
+fn scalar_f64(s: Scalar) -> f64 {
+    match s {
+        Scalar::F(v) => v,
+        Scalar::I(v) => v as f64,
+        Scalar::U(v) => v as f64,
+        Scalar::B(v) => f64::from(u8::from(v)),
+    }
+}
+
+fn scalar_i64(s: Scalar) -> i64 {
+    match s {
+        Scalar::F(v) => v as i64,
+        Scalar::I(v) => v,
+        Scalar::U(v) => v as i64,
+        Scalar::B(v) => i64::from(v),
+    }
+}
+
+/// The `Elem` plumbing every narrow type shares: one byte per element in memory.
+macro_rules! impl_elem_narrow {
+    ($t:ident, |$x:ident| $to:expr, |$s:ident, $cast:ident| $from:expr, |$c:ident| $read:expr, |$y:ident| $code:expr) => {
+        impl Elem for $t {
+            const TYPE: ElementType = $t::TYPE;
+            const SIZE: usize = 1;
+            fn wrap(a: ArrayD<Self>) -> Tensor {
+                Tensor::$t(a)
+            }
+            fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_> {
+                TensorRef::$t(a)
+            }
+            fn unwrap_ref<'a>(t: &TensorRef<'a>) -> Option<ArrayViewD<'a, Self>> {
+                match t {
+                    TensorRef::$t(a) => Some(a.clone()),
+                    _ => None,
+                }
+            }
+            fn to_scalar(self) -> Scalar {
+                let $x = self;
+                $to
+            }
+            fn from_scalar(s: Scalar) -> Self {
+                Self::from_scalar_with(s, NarrowCast::default())
+            }
+            fn from_scalar_with($s: Scalar, $cast: NarrowCast) -> Self {
+                $from
+            }
+            /// Reads the element's code (its bits, unpacked) from one byte.
+            fn read_le(b: &[u8]) -> Self {
+                let $c = b.first().copied().unwrap_or_default();
+                $read
+            }
+            fn write_le(self, out: &mut [u8]) {
+                let $y = self;
+                if let Some(o) = out.first_mut() {
+                    *o = $code;
+                }
+            }
+        }
+    };
+}
+
+macro_rules! impl_elem_narrow_float {
+    ($($t:ident),+) => {$(
+        impl_elem_narrow!(
+            $t,
+            |x| Scalar::F(f64::from(x.to_f32())),
+            |s, cast| $t::from_f64_with(scalar_f64(s), cast),
+            |c| $t(c),
+            |x| x.0
+        );
+    )+};
+}
+
+impl_elem_narrow_float!(F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, F4E2M1);
+
+macro_rules! impl_elem_narrow_int {
+    ($($t:ident => $kind:ident),+) => {$(
+        impl_elem_narrow!(
+            $t,
+            |x| impl_elem_num!(@to $kind, x.0),
+            |s, _cast| $t::wrapping(scalar_i64(s)),
+            |c| $t::from_code(c),
+            |x| x.code()
+        );
+    )+};
+}
+
+impl_elem_narrow_int!(I4 => I, U4 => U, I2 => I, U2 => U);
+
 impl<T: Elem> From<ArrayD<T>> for Tensor {
     fn from(a: ArrayD<T>) -> Tensor {
         T::wrap(a)
@@ -259,6 +375,23 @@ macro_rules! dispatch_all {
             |$v| $body,
             [
                 F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool
+            ],
+            $op
+        )
+    };
+}
+
+/// Dispatch over every element type, the narrow ones (8-bit floats, 4- and 2-bit types) too:
+/// for the ops that only move elements (reshapes, transposes, control flow).
+#[macro_export]
+macro_rules! dispatch_any {
+    ($t:expr, |$v:ident| $body:expr, $op:expr) => {
+        $crate::with_types!(
+            $t,
+            |$v| $body,
+            [
+                F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, Bool, F8E4M3FN,
+                F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, F4E2M1, I4, U4, I2, U2
             ],
             $op
         )
@@ -324,6 +457,16 @@ macro_rules! owned_all {
             Tensor::U32($v) => $body,
             Tensor::U64($v) => $body,
             Tensor::Bool($v) => $body,
+            Tensor::F8E4M3FN($v) => $body,
+            Tensor::F8E4M3FNUZ($v) => $body,
+            Tensor::F8E5M2($v) => $body,
+            Tensor::F8E5M2FNUZ($v) => $body,
+            Tensor::F8E8M0($v) => $body,
+            Tensor::F4E2M1($v) => $body,
+            Tensor::I4($v) => $body,
+            Tensor::U4($v) => $body,
+            Tensor::I2($v) => $body,
+            Tensor::U2($v) => $body,
         }
     };
 }
@@ -344,6 +487,16 @@ macro_rules! ref_all {
             TensorRef::U32($v) => $body,
             TensorRef::U64($v) => $body,
             TensorRef::Bool($v) => $body,
+            TensorRef::F8E4M3FN($v) => $body,
+            TensorRef::F8E4M3FNUZ($v) => $body,
+            TensorRef::F8E5M2($v) => $body,
+            TensorRef::F8E5M2FNUZ($v) => $body,
+            TensorRef::F8E8M0($v) => $body,
+            TensorRef::F4E2M1($v) => $body,
+            TensorRef::I4($v) => $body,
+            TensorRef::U4($v) => $body,
+            TensorRef::I2($v) => $body,
+            TensorRef::U2($v) => $body,
         }
     };
 }
@@ -365,6 +518,16 @@ macro_rules! by_type {
             ElementType::Uint32 => $f::<u32>($($args),*),
             ElementType::Uint64 => $f::<u64>($($args),*),
             ElementType::Bool => $f::<bool>($($args),*),
+            ElementType::Float8E4M3FN => $f::<F8E4M3FN>($($args),*),
+            ElementType::Float8E4M3FNUZ => $f::<F8E4M3FNUZ>($($args),*),
+            ElementType::Float8E5M2 => $f::<F8E5M2>($($args),*),
+            ElementType::Float8E5M2FNUZ => $f::<F8E5M2FNUZ>($($args),*),
+            ElementType::Float8E8M0 => $f::<F8E8M0>($($args),*),
+            ElementType::Float4E2M1 => $f::<F4E2M1>($($args),*),
+            ElementType::Int4 => $f::<I4>($($args),*),
+            ElementType::Uint4 => $f::<U4>($($args),*),
+            ElementType::Int2 => $f::<I2>($($args),*),
+            ElementType::Uint2 => $f::<U2>($($args),*),
             other => Err(OpError(format!("unsupported element type {other}"))),
         }
     };
@@ -379,18 +542,20 @@ pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
 }
 
 fn expected_len(ty: ElementType, shape: &[usize], got: usize) -> OpResult<usize> {
-    let size = ty
-        .byte_size()
-        .ok_or_else(|| OpError(format!("unsupported element type {ty}")))?;
-    let want = checked_numel(shape)?
-        .checked_mul(size)
-        .ok_or_else(|| OpError(format!("shape {shape:?} has too many bytes")))?;
+    let want = ty
+        .storage_bytes(checked_numel(shape)?)
+        .ok_or_else(|| OpError(format!("{ty} tensor of shape {shape:?} has no byte form")))?;
     if want != got {
         return Err(OpError(format!(
             "{ty} tensor of shape {shape:?} needs {want} bytes, got {got}"
         )));
     }
     Ok(want)
+}
+
+/// The bits of one element of a type packed several to a byte (2 or 4), else `None`.
+pub fn packed_bits(ty: ElementType) -> Option<usize> {
+    ty.bits().filter(|&b| b < 8)
 }
 
 fn check_bools(bytes: &[u8]) -> OpResult<()> {
@@ -404,7 +569,13 @@ fn check_bools(bytes: &[u8]) -> OpResult<()> {
 }
 
 fn copy_from_bytes<T: Elem>(shape: &[usize], bytes: &[u8]) -> OpResult<Tensor> {
-    let v: Vec<T> = bytes.chunks_exact(T::SIZE).map(T::read_le).collect();
+    let v: Vec<T> = match packed_bits(T::TYPE) {
+        Some(bits) => crate::narrow::unpack(bits, checked_numel(shape)?, bytes)
+            .into_iter()
+            .map(|c| T::read_le(&[c]))
+            .collect(),
+        None => bytes.chunks_exact(T::SIZE).map(T::read_le).collect(),
+    };
     ArrayD::from_shape_vec(IxDyn(shape), v)
         .map(T::wrap)
         .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
@@ -435,6 +606,15 @@ fn view_from_bytes<'a, T: Elem>(shape: &[usize], bytes: &'a [u8]) -> OpResult<Te
 }
 
 fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
+    if let Some(bits) = packed_bits(T::TYPE) {
+        let codes = a.iter().map(|x| {
+            let mut b = [0u8];
+            x.write_le(&mut b);
+            b[0]
+        });
+        crate::narrow::pack(bits, codes, out);
+        return;
+    }
     if cfg!(target_endian = "little") && T::SIZE == std::mem::size_of::<T>() {
         if let Some(s) = a.as_slice() {
             // SAFETY: every `Elem` is a plain number (or `bool`, one byte 0/1) with no padding
@@ -451,12 +631,12 @@ fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
     }
 }
 
-fn cast_view<S: Elem, D: Elem>(a: &ArrayViewD<'_, S>) -> ArrayD<D> {
-    a.mapv(|x| D::from_scalar(x.to_scalar()))
+fn cast_view<S: Elem, D: Elem>(a: &ArrayViewD<'_, S>, cast: NarrowCast) -> ArrayD<D> {
+    a.mapv(|x| D::from_scalar_with(x.to_scalar(), cast))
 }
 
-fn cast_to<D: Elem>(t: &TensorRef<'_>) -> OpResult<Tensor> {
-    Ok(ref_all!(t, |a| D::wrap(cast_view::<_, D>(a))))
+fn cast_to<D: Elem>(t: &TensorRef<'_>, cast: NarrowCast) -> OpResult<Tensor> {
+    Ok(ref_all!(t, |a| D::wrap(cast_view::<_, D>(a, cast))))
 }
 
 impl Tensor {
@@ -506,8 +686,9 @@ impl Tensor {
         Ok(())
     }
 
+    /// Bytes of the tensor's little-endian form (narrow types packed as ONNX packs them).
     pub fn byte_len(&self) -> usize {
-        self.len() * self.elem_type().byte_size().unwrap_or(0)
+        self.elem_type().storage_bytes(self.len()).unwrap_or(0)
     }
 
     /// A scalar (0-d) tensor.
@@ -544,6 +725,16 @@ impl<'a> TensorRef<'a> {
             TensorRef::U32(_) => ElementType::Uint32,
             TensorRef::U64(_) => ElementType::Uint64,
             TensorRef::Bool(_) => ElementType::Bool,
+            TensorRef::F8E4M3FN(_) => ElementType::Float8E4M3FN,
+            TensorRef::F8E4M3FNUZ(_) => ElementType::Float8E4M3FNUZ,
+            TensorRef::F8E5M2(_) => ElementType::Float8E5M2,
+            TensorRef::F8E5M2FNUZ(_) => ElementType::Float8E5M2FNUZ,
+            TensorRef::F8E8M0(_) => ElementType::Float8E8M0,
+            TensorRef::F4E2M1(_) => ElementType::Float4E2M1,
+            TensorRef::I4(_) => ElementType::Int4,
+            TensorRef::U4(_) => ElementType::Uint4,
+            TensorRef::I2(_) => ElementType::Int2,
+            TensorRef::U2(_) => ElementType::Uint2,
         }
     }
 
@@ -574,6 +765,11 @@ impl<'a> TensorRef<'a> {
         expected_len(ty, shape, bytes.len())?;
         if ty == ElementType::Bool {
             check_bools(bytes)?;
+        }
+        if packed_bits(ty).is_some() {
+            return Err(OpError(format!(
+                "{ty} elements are packed several to a byte: copy them with Tensor::from_bytes"
+            )));
         }
         by_type!(ty, view_from_bytes, (shape, bytes))
     }
@@ -618,10 +814,15 @@ impl<'a> TensorRef<'a> {
     /// Converts to `ty` like ONNX `Cast` (floats to ints truncate toward zero, ints wrap, nonzero
     /// to bool is true).
     pub fn cast(&self, ty: ElementType) -> OpResult<Tensor> {
+        self.cast_with(ty, NarrowCast::default())
+    }
+
+    /// [`TensorRef::cast`] with the saturation and rounding of casts into narrow floats given.
+    pub fn cast_with(&self, ty: ElementType, cast: NarrowCast) -> OpResult<Tensor> {
         if ty == self.elem_type() {
             return Ok(self.to_owned());
         }
-        by_type!(ty, cast_to, (self))
+        by_type!(ty, cast_to, (self, cast))
     }
 
     /// The elements of an integer tensor as `i64` (for shapes, axes, indices).
@@ -634,6 +835,10 @@ impl<'a> TensorRef<'a> {
             TensorRef::U8(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
             TensorRef::U16(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
             TensorRef::U32(a) => Ok(a.iter().map(|&x| i64::from(x)).collect()),
+            TensorRef::I4(a) => Ok(a.iter().map(|x| i64::from(x.0)).collect()),
+            TensorRef::U4(a) => Ok(a.iter().map(|x| i64::from(x.0)).collect()),
+            TensorRef::I2(a) => Ok(a.iter().map(|x| i64::from(x.0)).collect()),
+            TensorRef::U2(a) => Ok(a.iter().map(|x| i64::from(x.0)).collect()),
             other => Err(OpError(format!(
                 "{what} must be an int32 or int64 tensor, got {}",
                 other.elem_type()

@@ -203,7 +203,7 @@ pub(crate) fn dl_parts(t: &DLTensor) -> sdk::Result<(ElementType, Vec<i64>, *mut
         usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
     });
     let bytes = count
-        .and_then(|c| elem.byte_size().and_then(|s| c.checked_mul(s)))
+        .and_then(|c| elem.storage_bytes(c))
         .ok_or_else(|| Error::invalid_argument("bad tensor shape"))?;
     let offset = usize::try_from(t.byte_offset)
         .map_err(|_| Error::invalid_argument("byte_offset too large"))?;

@@ -520,12 +520,9 @@ impl Ctx<'_> {
             }
             return Tensor::from_strings(&shape, t.string_data.clone());
         }
-        let size = ty
-            .byte_size()
-            .ok_or_else(|| self.err(format!("{ty} tensors are not supported")))?;
-        let nbytes = count
-            .checked_mul(size)
-            .ok_or_else(|| self.err("tensor too large"))?;
+        let nbytes = ty
+            .storage_bytes(count)
+            .ok_or_else(|| self.err(format!("{ty} tensor of shape {shape:?} is too large")))?;
         let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
         let bytes: Vec<u8> = if external {
             self.external_data(t, nbytes)?
@@ -679,8 +676,15 @@ fn typed_field_bytes(
                 .iter()
                 .for_each(|v| out.extend_from_slice(&(*v as u16).to_le_bytes()));
         }
-        Int8 | Uint8 | Bool | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ => {
+        Int8 | Uint8 | Bool | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ
+        | Float8E8M0 => {
             check(&t.int32_data, count, "int32_data")?;
+            t.int32_data.iter().for_each(|v| out.push(*v as u8));
+        }
+        // Sub-byte types: each int32 holds one byte of packed elements.
+        Uint4 | Int4 | Float4E2M1 | Uint2 | Int2 => {
+            let bytes = ty.storage_bytes(count).unwrap_or(0);
+            check(&t.int32_data, bytes, "int32_data")?;
             t.int32_data.iter().for_each(|v| out.push(*v as u8));
         }
         other => return Err(format!("{other} tensors are not supported")),

@@ -14,6 +14,7 @@ use super::util::{
 use super::{add, one};
 use crate::bail;
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::narrow::{I2, I4, NarrowCast, U2, U4};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -34,11 +35,32 @@ fn int_range(op: &str, ty: ElementType) -> OpResult<(i64, i64)> {
         ElementType::Int16 => (i16::MIN.into(), i16::MAX.into()),
         ElementType::Uint16 => (0, u16::MAX.into()),
         ElementType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+        ElementType::Int4 => (I4::MIN, I4::MAX),
+        ElementType::Uint4 => (U4::MIN, U4::MAX),
+        ElementType::Int2 => (I2::MIN, I2::MAX),
+        ElementType::Uint2 => (U2::MIN, U2::MAX),
         other => bail!("{op}: unsupported quantized element type {other}"),
     })
 }
 
-/// The integer values of a quantized tensor (8/16/32-bit integers).
+/// The 8- and 4-bit floats a tensor can be quantized to.
+fn is_narrow_float(ty: ElementType) -> bool {
+    use ElementType::*;
+    matches!(
+        ty,
+        Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Float4E2M1
+    )
+}
+
+/// A float8 zero point must be zero (ONNX: the formula keeps it only for symmetry).
+fn check_float8_zero(op: &str, ty: ElementType, zp: &[f64]) -> OpResult<()> {
+    if ty != ElementType::Float4E2M1 && zp.iter().any(|&z| z != 0.0) {
+        bail!("{op}: a {ty} zero point must be zero");
+    }
+    Ok(())
+}
+
+/// The integer values of a quantized tensor (2- to 32-bit integers).
 fn int_values(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<Vec<i64>> {
     int_range(op, t.elem_type()).map_err(|_| {
         OpError(format!(
@@ -125,6 +147,10 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let block_size = n.attr_int_or("block_size", 0)?;
     let out_dtype = n.attr_int_or("output_dtype", 0)?;
     let precision = n.attr_int_or("precision", 0)?;
+    let cast = NarrowCast {
+        saturate: n.attr_int_or("saturate", 1)? != 0,
+        ..NarrowCast::default()
+    };
     let out_attr = if out_dtype == 0 {
         None
     } else {
@@ -148,12 +174,43 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (None, Some(t)) => t,
             (None, None) => ElementType::Uint8,
         };
-        let (lo, hi) = int_range(&op, out_ty)?;
         let xv = match x.elem_type() {
             ElementType::Int32 => x.to_f64_vec(),
             _ => float_values(&op, "x", x)?,
         };
         let sv = float_values(&op, "y_scale", scale)?;
+        let wide = x.elem_type() == ElementType::Double
+            || precision == i64::from(ElementType::Double.onnx_code());
+        let divide = |v: f64, s: f64| {
+            if wide {
+                v / s
+            } else {
+                f64::from(v as f32 / s as f32)
+            }
+        };
+        let pidx = param_index(&op, x.shape(), scale.shape(), axis, block_size)?;
+        if is_narrow_float(out_ty) {
+            let zv = match zp {
+                Some(z) => {
+                    check_zp_shape(&op, scale, z)?;
+                    z.to_f64_vec()
+                }
+                None => vec![0.0; sv.len()],
+            };
+            check_float8_zero(&op, out_ty, &zv)?;
+            let y: Vec<f64> = xv
+                .iter()
+                .zip(&pidx)
+                .map(|(&v, &k)| {
+                    let q = divide(v, sv.get(k).copied().unwrap_or(1.0));
+                    q + zv.get(k).copied().unwrap_or(0.0)
+                })
+                .collect();
+            return one(Tensor::from_vec(x.shape(), y)?
+                .view()
+                .cast_with(out_ty, cast));
+        }
+        let (lo, hi) = int_range(&op, out_ty)?;
         let zv = match zp {
             Some(z) => {
                 check_zp_shape(&op, scale, z)?;
@@ -161,20 +218,12 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             None => vec![0; sv.len()],
         };
-        let pidx = param_index(&op, x.shape(), scale.shape(), axis, block_size)?;
         // The division runs in the precision of x (or of the `precision` attribute).
-        let wide = x.elem_type() == ElementType::Double
-            || precision == i64::from(ElementType::Double.onnx_code());
         let y: Vec<i64> = xv
             .iter()
             .zip(&pidx)
             .map(|(&v, &k)| {
-                let s = sv.get(k).copied().unwrap_or(1.0);
-                let q = if wide {
-                    v / s
-                } else {
-                    f64::from(v as f32 / s as f32)
-                };
+                let q = divide(v, sv.get(k).copied().unwrap_or(1.0));
                 let z = zv.get(k).copied().unwrap_or(0);
                 // NaN saturates to 0 like a C cast of NaN would be undefined; use 0.
                 let r = if q.is_nan() { 0.0 } else { q.round_ties_even() };
@@ -201,9 +250,17 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let scale = input(&op, inputs, 1)?;
-        let xv = int_values(&op, "x", x)?;
+        let narrow = is_narrow_float(x.elem_type());
+        let xv: Vec<f64> = if narrow {
+            x.to_f64_vec()
+        } else {
+            int_values(&op, "x", x)?
+                .into_iter()
+                .map(|v| v as f64)
+                .collect()
+        };
         let sv = float_values(&op, "x_scale", scale)?;
-        let zv = match opt_input(inputs, 2) {
+        let zv: Vec<f64> = match opt_input(inputs, 2) {
             Some(z) => {
                 check_zp_shape(&op, scale, z)?;
                 if z.elem_type() != x.elem_type() {
@@ -213,9 +270,18 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                         z.elem_type()
                     );
                 }
-                int_values(&op, "x_zero_point", z)?
+                if narrow {
+                    let zv = z.to_f64_vec();
+                    check_float8_zero(&op, x.elem_type(), &zv)?;
+                    zv
+                } else {
+                    int_values(&op, "x_zero_point", z)?
+                        .into_iter()
+                        .map(|v| v as f64)
+                        .collect()
+                }
             }
-            None => vec![0; sv.len()],
+            None => vec![0.0; sv.len()],
         };
         let pidx = param_index(&op, x.shape(), scale.shape(), axis, block_size)?;
         let out_ty = out_attr.unwrap_or(scale.elem_type());
@@ -226,7 +292,7 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .iter()
             .zip(&pidx)
             .map(|(&v, &k)| {
-                let d = (v - zv.get(k).copied().unwrap_or(0)) as f64;
+                let d = v - zv.get(k).copied().unwrap_or(0.0);
                 d * sv.get(k).copied().unwrap_or(0.0)
             })
             .collect();

@@ -11,8 +11,9 @@ use super::util::{
 };
 use super::{add, one};
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::narrow::{E8m0Round, NarrowCast};
 use crate::tensor::{Elem, Tensor, TensorRef};
-use crate::{bail, dispatch_all, with_types};
+use crate::{bail, dispatch_all, dispatch_any, with_types};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "Reshape", 1, build_reshape);
@@ -45,7 +46,7 @@ pub fn reshape_ref(op: &str, t: &TensorRef<'_>, shape: &[usize]) -> OpResult<Ten
             .map_err(|_| OpError(format!("{op}: cannot reshape {:?} to {shape:?}", a.shape())))?;
         Ok(r.into_owned().into())
     }
-    dispatch_all!(t.clone(), |a| go(op, &a, shape), op)
+    dispatch_any!(t.clone(), |a| go(op, &a, shape), op)
 }
 
 /// Resolves a Reshape target (0 copies the input dim unless `allowzero`, one -1 is inferred).
@@ -153,7 +154,7 @@ fn build_bitcast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 /// `x` with its axes permuted (`perm` must be a permutation of its axes).
 pub(crate) fn transpose(op: &str, x: &TensorRef<'_>, perm: &[usize]) -> OpResult<Tensor> {
-    dispatch_all!(x.clone(), |a| transpose_typed(a, perm), op)
+    dispatch_any!(x.clone(), |a| transpose_typed(a, perm), op)
 }
 
 fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -181,7 +182,7 @@ fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 out
             }
         };
-        one(dispatch_all!(x.clone(), |a| transpose_typed(a, &perm), &op))
+        one(dispatch_any!(x.clone(), |a| transpose_typed(a, &perm), &op))
     }))
 }
 
@@ -512,7 +513,7 @@ fn build_constant_of_shape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     };
     Ok(kernel(move |inputs| {
         let shape = shape_input(&op, input(&op, inputs, 0)?)?;
-        one(dispatch_all!(value.view(), |v| fill(v, &shape), &op))
+        one(dispatch_any!(value.view(), |v| fill(v, &shape), &op))
     }))
 }
 
@@ -547,25 +548,41 @@ fn cast_target(n: &NodeDef) -> OpResult<ElementType> {
 fn check_castable(op: &str, ty: ElementType) -> OpResult<()> {
     use ElementType::*;
     match ty {
-        Float | Double | Float16 | Bfloat16 | Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16
-        | Uint32 | Uint64 | Bool => Ok(()),
-        other => Err(OpError(format!(
-            "{op}: casting to {other} is not supported"
-        ))),
+        Undefined | String | Complex64 | Complex128 => {
+            Err(OpError(format!("{op}: casting to {ty} is not supported")))
+        }
+        _ => Ok(()),
     }
+}
+
+/// The `saturate` and `round_mode` attributes of Cast and CastLike (opsets 19 and 25).
+fn narrow_cast(n: &NodeDef) -> OpResult<NarrowCast> {
+    let round = n.attr_string_or("round_mode", "up")?;
+    Ok(NarrowCast {
+        saturate: n.attr_int_or("saturate", 1)? != 0,
+        e8m0_round: E8m0Round::parse(&round).ok_or_else(|| {
+            n.error(format_args!(
+                "round_mode `{round}` is not one of up, down, nearest"
+            ))
+        })?,
+    })
 }
 
 fn build_cast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let to = cast_target(n)?;
-    Ok(kernel(move |inputs| one(input(&op, inputs, 0)?.cast(to))))
+    let mode = narrow_cast(n)?;
+    Ok(kernel(move |inputs| {
+        one(input(&op, inputs, 0)?.cast_with(to, mode))
+    }))
 }
 
 fn build_cast_like(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
+    let mode = narrow_cast(n)?;
     Ok(kernel(move |inputs| {
         let to = input(&op, inputs, 1)?.elem_type();
-        one(input(&op, inputs, 0)?.cast(to))
+        one(input(&op, inputs, 0)?.cast_with(to, mode))
     }))
 }
 

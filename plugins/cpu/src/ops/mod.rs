@@ -17,6 +17,7 @@ pub mod norm;
 pub mod normalization;
 pub mod pool;
 pub mod quant;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
@@ -47,6 +48,7 @@ pub fn register_all(reg: &mut Registry) {
     normalization::register(reg);
     nn::register(reg);
     quant::register(reg);
+    recurrent::register(reg);
     contrib::register(reg);
 }
 

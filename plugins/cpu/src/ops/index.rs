@@ -8,8 +8,8 @@ use epx_plugin_api::ElementType;
 use ndarray::ArrayViewD;
 
 use super::util::{
-    Num, c_strides, checked_numel, for_each_index, input, normalize_axis, opt_input, scalar_i64,
-    typed_like,
+    Num, c_strides, checked_numel, for_each_index, input, normalize_axis, opt_input, same_type,
+    scalar_i64, typed_like,
 };
 use super::{add, one};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
@@ -32,6 +32,102 @@ pub fn register(reg: &mut Registry) {
     add(reg, "CumSum", 11, build_cumsum);
     add(reg, "CumProd", 26, build_cumprod);
     add(reg, "ReverseSequence", 10, build_reverse_sequence);
+    add(reg, "TensorScatter", 24, build_tensor_scatter);
+}
+
+/// `cache` with `update` written along `axis` from `starts[batch]` (each batch row its own
+/// start), wrapping round the axis when `circular`.
+fn tensor_scatter_typed<T: Elem>(
+    op: &str,
+    cache: ArrayViewD<'_, T>,
+    update: &TensorRef<'_>,
+    axis: usize,
+    starts: &[i64],
+    circular: bool,
+) -> OpResult<Tensor> {
+    let upd = typed_like::<T>(op, update)?;
+    let shape = cache.shape().to_vec();
+    let max_len = shape[axis];
+    let seq = upd.shape()[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let per_batch: usize = shape[1..axis].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut out: Vec<T> = cache.iter().copied().collect();
+    let src: Vec<T> = upd.iter().copied().collect();
+    for o in 0..outer {
+        let start = starts[o / per_batch.max(1)];
+        for s in 0..seq {
+            let pos = start + s as i64;
+            let pos = if circular {
+                pos.rem_euclid(max_len as i64)
+            } else {
+                pos
+            };
+            let pos = usize::try_from(pos).ok().filter(|&p| p < max_len).ok_or_else(|| {
+                OpError(format!(
+                    "{op}: writing position {pos} is outside the cache's {max_len} positions (mode linear)"
+                ))
+            })?;
+            let d = (o * max_len + pos) * inner;
+            let u = (o * seq + s) * inner;
+            out[d..d + inner].copy_from_slice(&src[u..u + inner]);
+        }
+    }
+    Tensor::from_vec(&shape, out)
+}
+
+fn build_tensor_scatter(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = n.attr_int_or("axis", -2)?;
+    let circular = match n.attr_string_or("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        other => return Err(n.error(format_args!("mode `{other}` is not linear or circular"))),
+    };
+    Ok(kernel(move |inputs| {
+        let cache = input(&op, inputs, 0)?;
+        let update = input(&op, inputs, 1)?;
+        let rank = cache.ndim();
+        let ax = normalize_axis(&op, axis, rank)?;
+        if ax == 0 {
+            bail!("{op}: axis {axis} is the batch axis; the sequence axis must come after it");
+        }
+        same_type(&op, cache, update)?;
+        let ok = update.ndim() == rank
+            && (0..rank).all(|d| {
+                if d == ax {
+                    update.shape()[d] <= cache.shape()[d]
+                } else {
+                    update.shape()[d] == cache.shape()[d]
+                }
+            });
+        if !ok {
+            bail!(
+                "{op}: update of shape {:?} does not fit the cache of shape {:?} along axis {ax}",
+                update.shape(),
+                cache.shape()
+            );
+        }
+        let batch = cache.shape()[0];
+        let starts = match opt_input(inputs, 2) {
+            Some(w) => {
+                let v = w.to_i64_vec(&format!("{op}: write_indices"))?;
+                if v.len() != batch {
+                    bail!(
+                        "{op}: write_indices has {} values for a batch of {batch}",
+                        v.len()
+                    );
+                }
+                v
+            }
+            None => vec![0; batch],
+        };
+        one(dispatch_all!(
+            cache.clone(),
+            |a| tensor_scatter_typed(&op, a, update, ax, &starts, circular),
+            &op
+        ))
+    }))
 }
 
 /// Normalizes an index in `[-dim, dim)` to `[0, dim)`.

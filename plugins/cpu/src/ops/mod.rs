@@ -6,6 +6,7 @@ pub mod bitwise;
 pub mod contrib;
 pub mod conv;
 pub mod conv2d;
+pub mod detection;
 pub mod elementwise;
 pub mod fastmath;
 pub mod index;
@@ -23,6 +24,7 @@ pub mod resize;
 pub mod rnn;
 pub mod shape;
 pub mod signal;
+pub mod training;
 pub mod util;
 
 use crate::kernel::{BuildFn, OpResult, OpSchema, Registry};
@@ -50,6 +52,8 @@ pub fn register_all(reg: &mut Registry) {
     quant::register(reg);
     recurrent::register(reg);
     contrib::register(reg);
+    detection::register(reg);
+    training::register(reg);
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's

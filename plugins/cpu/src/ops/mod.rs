@@ -13,6 +13,7 @@ pub mod index;
 pub mod layout;
 pub mod loss;
 pub mod matmul;
+pub mod ml;
 pub mod nn;
 pub mod norm;
 pub mod normalization;
@@ -24,7 +25,9 @@ pub mod resize;
 pub mod rnn;
 pub mod shape;
 pub mod signal;
+pub mod svm;
 pub mod training;
+pub mod trees;
 pub mod util;
 
 use crate::kernel::{BuildFn, OpResult, OpSchema, Registry};
@@ -52,6 +55,9 @@ pub fn register_all(reg: &mut Registry) {
     quant::register(reg);
     recurrent::register(reg);
     contrib::register(reg);
+    ml::register(reg);
+    trees::register(reg);
+    svm::register(reg);
     detection::register(reg);
     training::register(reg);
 }

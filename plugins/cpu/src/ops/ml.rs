@@ -1,0 +1,633 @@
+//! The `ai.onnx.ml` operators on numeric tensors: the preprocessing ops scikit-learn pipelines
+//! convert to (Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder, ArrayFeatureExtractor,
+//! FeatureVectorizer, LabelEncoder on numbers) and the linear models. Tree ensembles live in
+//! `trees.rs`, SVMs in `svm.rs`.
+//!
+//! Like ONNX Runtime, the models compute in f32 and return float32, whatever numeric type the
+//! features come in.
+
+use epx_plugin_api::ElementType;
+
+use super::one;
+use super::util::input;
+use crate::bail;
+use crate::kernel::{
+    AttrValue, BuildFn, NodeDef, OpError, OpKernel, OpResult, OpSchema, Registry, kernel,
+};
+use crate::tensor::{Tensor, TensorRef};
+
+pub(crate) const ML: &str = "ai.onnx.ml";
+
+pub(crate) fn add_ml(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
+    reg.add(OpSchema {
+        op_type,
+        domain: ML,
+        since_version: since,
+        until_version: i64::MAX,
+        build,
+    });
+}
+
+pub fn register(reg: &mut Registry) {
+    add_ml(reg, "Scaler", 1, build_scaler);
+    add_ml(reg, "Normalizer", 1, build_normalizer);
+    add_ml(reg, "Binarizer", 1, build_binarizer);
+    add_ml(reg, "Imputer", 1, build_imputer);
+    add_ml(reg, "OneHotEncoder", 1, build_one_hot_encoder);
+    add_ml(
+        reg,
+        "ArrayFeatureExtractor",
+        1,
+        build_array_feature_extractor,
+    );
+    add_ml(reg, "FeatureVectorizer", 1, build_feature_vectorizer);
+    add_ml(reg, "LinearRegressor", 1, build_linear_regressor);
+    add_ml(reg, "LinearClassifier", 1, build_linear_classifier);
+    add_ml(reg, "LabelEncoder", 1, build_label_encoder);
+}
+
+/// The features of an ML op's input as f32 (any numeric type), with its shape.
+pub(crate) fn features(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<f32>> {
+    match t.elem_type() {
+        ElementType::Float => Ok(t.as_f32()?.iter().copied().collect()),
+        ElementType::Double
+        | ElementType::Int64
+        | ElementType::Int32
+        | ElementType::Float16
+        | ElementType::Bfloat16 => Ok(t.to_f64_vec().into_iter().map(|v| v as f32).collect()),
+        other => bail!("{op}: features of type {other} are not numeric"),
+    }
+}
+
+/// `(rows, columns)` of a 1-D (one row) or 2-D feature input.
+pub(crate) fn rows_cols(op: &str, t: &TensorRef<'_>) -> OpResult<(usize, usize)> {
+    match *t.shape() {
+        [c] => Ok((1, c)),
+        [n, c] => Ok((n, c)),
+        ref s => bail!("{op}: features must be 1-D or 2-D, got shape {s:?}"),
+    }
+}
+
+pub(crate) fn floats_attr(n: &NodeDef, name: &str) -> OpResult<Vec<f32>> {
+    Ok(n.attr_floats(name)?.unwrap_or_default())
+}
+
+/// `post_transform` of the ML models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PostTransform {
+    None,
+    Softmax,
+    Logistic,
+    SoftmaxZero,
+    Probit,
+}
+
+impl PostTransform {
+    pub(crate) fn parse(n: &NodeDef) -> OpResult<Self> {
+        Self::from_name(n, &n.attr_string_or("post_transform", "NONE")?)
+    }
+
+    pub(crate) fn from_name(n: &NodeDef, s: &str) -> OpResult<Self> {
+        Ok(match s {
+            "NONE" => PostTransform::None,
+            "SOFTMAX" => PostTransform::Softmax,
+            "LOGISTIC" => PostTransform::Logistic,
+            "SOFTMAX_ZERO" => PostTransform::SoftmaxZero,
+            "PROBIT" => PostTransform::Probit,
+            other => {
+                return Err(n.error(format_args!(
+                    "post_transform `{other}` is not one of NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT"
+                )));
+            }
+        })
+    }
+
+    /// Applies the transform to one row of scores, in place.
+    pub(crate) fn apply(self, row: &mut [f32]) {
+        match self {
+            PostTransform::None => {}
+            PostTransform::Logistic => row.iter_mut().for_each(|v| *v = logistic(*v)),
+            PostTransform::Softmax => softmax(row, false),
+            PostTransform::SoftmaxZero => softmax(row, true),
+            PostTransform::Probit => row.iter_mut().for_each(|v| *v = probit(*v)),
+        }
+    }
+}
+
+/// 1 / (1 + e^-x), computed as ONNX Runtime does (on |x|, mirrored for negative x).
+pub(crate) fn logistic(x: f32) -> f32 {
+    let v = 1.0 / (1.0 + (-x.abs()).exp());
+    if x < 0.0 { 1.0 - v } else { v }
+}
+
+/// Softmax of a row; with `zero`, entries that are exactly 0 stay 0 (SOFTMAX_ZERO).
+pub(crate) fn softmax(row: &mut [f32], zero: bool) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for v in row.iter_mut() {
+        if zero && *v == 0.0 {
+            continue;
+        }
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in row.iter_mut() {
+        if !(zero && *v == 0.0) {
+            *v = if sum == 0.0 { 0.0 } else { *v / sum };
+        }
+    }
+}
+
+/// √2 · erfinv(2x − 1): the quantile of the standard normal distribution.
+pub(crate) fn probit(x: f32) -> f32 {
+    std::f32::consts::SQRT_2 * erf_inv(2.0 * x - 1.0)
+}
+
+/// The inverse error function, by Winitzki's approximation refined as ONNX Runtime refines it.
+fn erf_inv(x: f32) -> f32 {
+    let sgn = if x < 0.0 { -1.0f32 } else { 1.0 };
+    let x = (1.0 - x) * (1.0 + x);
+    let log = x.ln();
+    let v = 2.0 / (std::f32::consts::PI * 0.147) + 0.5 * log;
+    let v2 = 1.0 / 0.147 * log;
+    let v3 = -v + (v * v - v2).sqrt();
+    sgn * v3.sqrt()
+}
+
+fn float_out(shape: &[usize], v: Vec<f32>) -> OpResult<Tensor> {
+    Tensor::from_vec(shape, v)
+}
+
+/// One value for every column, or one value for all of them.
+fn per_column(op: &str, what: &str, v: &[f32], cols: usize) -> OpResult<Vec<f32>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; cols]),
+        n if n == cols => Ok(v.to_vec()),
+        n => bail!("{op}: {what} has {n} values for {cols} columns"),
+    }
+}
+
+fn build_scaler(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let offset = floats_attr(n, "offset")?;
+    let scale = floats_attr(n, "scale")?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let cols = x.shape().last().copied().unwrap_or(1);
+        let off = if offset.is_empty() {
+            vec![0.0; cols]
+        } else {
+            per_column(&op, "offset", &offset, cols)?
+        };
+        let sc = if scale.is_empty() {
+            vec![1.0; cols]
+        } else {
+            per_column(&op, "scale", &scale, cols)?
+        };
+        let mut v = features(&op, x)?;
+        for (i, e) in v.iter_mut().enumerate() {
+            let c = i % cols.max(1);
+            *e = (*e - off[c]) * sc[c];
+        }
+        one(float_out(x.shape(), v))
+    }))
+}
+
+fn build_normalizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let norm = n.attr_string_or("norm", "MAX")?;
+    if !matches!(norm.as_str(), "MAX" | "L1" | "L2") {
+        return Err(n.error(format_args!("norm `{norm}` is not one of MAX, L1, L2")));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let (_, cols) = rows_cols(&op, x)?;
+        let mut v = features(&op, x)?;
+        for row in v.chunks_mut(cols.max(1)) {
+            match norm.as_str() {
+                "MAX" => {
+                    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    if m != 0.0 {
+                        row.iter_mut().for_each(|e| *e /= m);
+                    }
+                }
+                "L1" => {
+                    let s: f32 = row.iter().map(|e| e.abs()).sum();
+                    if s != 0.0 {
+                        row.iter_mut().for_each(|e| *e /= s);
+                    }
+                }
+                _ => {
+                    let s = row.iter().map(|e| e * e).sum::<f32>().sqrt();
+                    if s != 0.0 {
+                        row.iter_mut().for_each(|e| *e /= s);
+                    }
+                }
+            }
+        }
+        one(float_out(x.shape(), v))
+    }))
+}
+
+fn build_binarizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let threshold = f64::from(n.attr_float_or("threshold", 0.0)?);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let v: Vec<f64> = x
+            .to_f64_vec()
+            .into_iter()
+            .map(|e| if e > threshold { 1.0 } else { 0.0 })
+            .collect();
+        one(super::util::tensor_from_f64(x.elem_type(), x.shape(), v))
+    }))
+}
+
+fn build_imputer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let floats = floats_attr(n, "imputed_value_floats")?;
+    let ints = n.attr_ints("imputed_value_int64s")?.unwrap_or_default();
+    let replaced_f = n.attr_float_or("replaced_value_float", 0.0)?;
+    let replaced_i = n.attr_int_or("replaced_value_int64", 0)?;
+    if floats.is_empty() == ints.is_empty() {
+        return Err(n.error("needs exactly one of imputed_value_floats, imputed_value_int64s"));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let cols = x.shape().last().copied().unwrap_or(1).max(1);
+        if x.elem_type() == ElementType::Int64 {
+            if ints.is_empty() {
+                bail!("{op}: int64 features need imputed_value_int64s");
+            }
+            let fill = if ints.len() == 1 {
+                vec![ints[0]; cols]
+            } else if ints.len() == cols {
+                ints.clone()
+            } else {
+                bail!(
+                    "{op}: imputed_value_int64s has {} values for {cols} columns",
+                    ints.len()
+                );
+            };
+            let mut v = x.as_i64()?.iter().copied().collect::<Vec<_>>();
+            for (i, e) in v.iter_mut().enumerate() {
+                if *e == replaced_i {
+                    *e = fill[i % cols];
+                }
+            }
+            return one(Tensor::from_vec(x.shape(), v));
+        }
+        if floats.is_empty() {
+            bail!("{op}: {} features need imputed_value_floats", x.elem_type());
+        }
+        let fill = per_column(&op, "imputed_value_floats", &floats, cols)?;
+        let mut v = features(&op, x)?;
+        for (i, e) in v.iter_mut().enumerate() {
+            let hole = if replaced_f.is_nan() {
+                e.is_nan()
+            } else {
+                *e == replaced_f
+            };
+            if hole {
+                *e = fill[i % cols];
+            }
+        }
+        one(float_out(x.shape(), v))
+    }))
+}
+
+fn build_one_hot_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let cats = n.attr_ints("cats_int64s")?.unwrap_or_default();
+    if cats.is_empty() {
+        return Err(n.error(if n.has_attr("cats_strings") {
+            "string categories need string tensors, which the CPU EP does not hold yet"
+        } else {
+            "needs cats_int64s"
+        }));
+    }
+    let zeros = n.attr_int_or("zeros", 1)? != 0;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let values: Vec<f64> = match x.elem_type() {
+            ElementType::Int64 | ElementType::Int32 | ElementType::Float | ElementType::Double => {
+                x.to_f64_vec()
+            }
+            other => bail!("{op}: input of type {other} is not supported"),
+        };
+        let k = cats.len();
+        let mut out = vec![0f32; values.len() * k];
+        for (i, &v) in values.iter().enumerate() {
+            let key = v as i64;
+            // A category listed twice counts at its last place, as in ONNX Runtime.
+            match cats.iter().rposition(|&c| c == key) {
+                Some(j) => out[i * k + j] = 1.0,
+                None if zeros => {}
+                None => bail!("{op}: value {v} is not among the categories and zeros is 0"),
+            }
+        }
+        let mut shape = x.shape().to_vec();
+        shape.push(k);
+        one(float_out(&shape, out))
+    }))
+}
+
+fn build_array_feature_extractor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let idx = input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: indices"))?;
+        if idx.is_empty() {
+            bail!("{op}: no indices given");
+        }
+        let last = x.shape().last().copied().unwrap_or(0);
+        let cols: Vec<usize> = idx
+            .iter()
+            .map(|&i| {
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < last)
+                    .ok_or_else(|| {
+                        OpError(format!(
+                            "{op}: index {i} is outside the last axis of size {last}"
+                        ))
+                    })
+            })
+            .collect::<OpResult<_>>()?;
+        let mut shape = x.shape().to_vec();
+        if shape.len() <= 1 {
+            shape = vec![1, cols.len()];
+        } else if let Some(l) = shape.last_mut() {
+            *l = cols.len();
+        }
+        let owned = x.to_owned();
+        let mut bytes = vec![0u8; owned.byte_len()];
+        owned.write_bytes(&mut bytes)?;
+        let size = x
+            .elem_type()
+            .byte_size()
+            .ok_or_else(|| OpError(format!("{op}: unsupported element type {}", x.elem_type())))?;
+        let rows = x.len() / last.max(1);
+        let mut out = Vec::with_capacity(rows * cols.len() * size);
+        for r in 0..rows {
+            for &c in &cols {
+                let at = (r * last + c) * size;
+                out.extend_from_slice(&bytes[at..at + size]);
+            }
+        }
+        one(Tensor::from_bytes(x.elem_type(), &shape, &out))
+    }))
+}
+
+fn build_feature_vectorizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let dims: Vec<usize> = n
+        .attr_ints("inputdimensions")?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| {
+            usize::try_from(d).map_err(|_| n.error(format_args!("negative input dimension {d}")))
+        })
+        .collect::<OpResult<_>>()?;
+    Ok(kernel(move |inputs| {
+        if inputs.len() != dims.len() {
+            bail!(
+                "{op}: {} inputs for {} inputdimensions",
+                inputs.len(),
+                dims.len()
+            );
+        }
+        let total: usize = dims.iter().sum();
+        let mut rows = None;
+        let mut parts = Vec::with_capacity(dims.len());
+        for i in 0..dims.len() {
+            let x = input(&op, inputs, i)?;
+            let (n, c) = match *x.shape() {
+                [] => (1, 1),
+                [c] => (1, c),
+                ref s => (s[..s.len() - 1].iter().product(), s[s.len() - 1]),
+            };
+            if *rows.get_or_insert(n) != n {
+                bail!(
+                    "{op}: input {i} has {n} rows, the first has {}",
+                    rows.unwrap_or(0)
+                );
+            }
+            parts.push((features(&op, x)?, c));
+        }
+        let n = rows.unwrap_or(1);
+        let mut out = vec![0f32; n * total];
+        for r in 0..n {
+            let mut at = r * total;
+            for ((v, c), &d) in parts.iter().zip(&dims) {
+                // Each input is cut or zero-padded to its declared width.
+                for j in 0..d.min(*c) {
+                    out[at + j] = v[r * c + j];
+                }
+                at += d;
+            }
+        }
+        one(float_out(&[n, total], out))
+    }))
+}
+
+/// `scores[r][t] = intercept[t] + Σ_f x[r][f] · coef[t][f]`, in f32.
+pub(crate) fn linear_scores(
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    coef: &[f32],
+    intercepts: &[f32],
+    targets: usize,
+) -> Vec<f32> {
+    let mut out = vec![0f32; rows * targets];
+    for r in 0..rows {
+        let xr = &x[r * cols..(r + 1) * cols];
+        for t in 0..targets {
+            let w = &coef[t * cols..(t + 1) * cols];
+            let dot: f32 = xr.iter().zip(w).map(|(a, b)| a * b).sum();
+            out[r * targets + t] = dot + intercepts.get(t).copied().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let coef = floats_attr(n, "coefficients")?;
+    let intercepts = floats_attr(n, "intercepts")?;
+    let targets = usize::try_from(n.attr_int_or("targets", 1)?)
+        .ok()
+        .filter(|&t| t > 0)
+        .ok_or_else(|| n.error("targets must be positive"))?;
+    let post = PostTransform::parse(n)?;
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let (rows, cols) = rows_cols(&op, x)?;
+        if coef.len() != targets * cols {
+            bail!(
+                "{op}: {} coefficients for {targets} targets of {cols} features",
+                coef.len()
+            );
+        }
+        let mut s = linear_scores(&features(&op, x)?, rows, cols, &coef, &intercepts, targets);
+        for row in s.chunks_mut(targets) {
+            post.apply(row);
+        }
+        one(float_out(&[rows, targets], s))
+    }))
+}
+
+/// Class labels of a classifier: integers (strings are not held by the CPU EP yet).
+pub(crate) fn int_labels(n: &NodeDef) -> OpResult<Vec<i64>> {
+    match n.attr_ints("classlabels_ints")? {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ if n.has_attr("classlabels_strings") => Err(
+            n.error("string class labels need string tensors, which the CPU EP does not hold yet")
+        ),
+        _ => Err(n.error("needs classlabels_ints")),
+    }
+}
+
+fn build_linear_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let coef = floats_attr(n, "coefficients")?;
+    let intercepts = floats_attr(n, "intercepts")?;
+    let labels = int_labels(n)?;
+    let post = PostTransform::parse(n)?;
+    let classes = if intercepts.is_empty() {
+        labels.len()
+    } else {
+        intercepts.len()
+    };
+    if classes == 0 || coef.len() % classes != 0 {
+        return Err(n.error(format_args!(
+            "{} coefficients do not split into {classes} classes",
+            coef.len()
+        )));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let (rows, cols) = rows_cols(&op, x)?;
+        if coef.len() != classes * cols {
+            bail!(
+                "{op}: {} coefficients for {classes} classes of {cols} features",
+                coef.len()
+            );
+        }
+        let scores = linear_scores(&features(&op, x)?, rows, cols, &coef, &intercepts, classes);
+        let (labels_out, scores_out, width) = classify(&scores, rows, classes, &labels, post, true);
+        Ok(vec![
+            Tensor::from_vec(&[rows], labels_out)?,
+            float_out(&[rows, width], scores_out)?,
+        ])
+    }))
+}
+
+/// Labels and output scores of a linear classifier from raw scores `[rows, classes]`: the
+/// label of the highest score (the first on ties); with one score column and two labels, the
+/// positive label when the score is above 0, and two output columns, the first the complement
+/// of the second.
+pub(crate) fn classify(
+    scores: &[f32],
+    rows: usize,
+    classes: usize,
+    labels: &[i64],
+    post: PostTransform,
+    binary_two_columns: bool,
+) -> (Vec<i64>, Vec<f32>, usize) {
+    let binary = classes == 1 && labels.len() == 2;
+    let width = if binary && binary_two_columns {
+        2
+    } else {
+        classes
+    };
+    let mut out_labels = Vec::with_capacity(rows);
+    let mut out = Vec::with_capacity(rows * width);
+    for r in 0..rows {
+        let mut row = scores[r * classes..(r + 1) * classes].to_vec();
+        if binary {
+            // As ONNX Runtime: the raw score and its complement to 1 (the transform is not
+            // applied to a single score), or its probit.
+            let s = row[0];
+            out_labels.push(if s > 0.0 { labels[1] } else { labels[0] });
+            let (neg, pos) = match post {
+                PostTransform::Probit => {
+                    let p = super::ml::probit(s);
+                    (1.0 - p, p)
+                }
+                _ => (1.0 - s, s),
+            };
+            if width == 2 {
+                out.extend([neg, pos]);
+            } else {
+                out.push(pos);
+            }
+            continue;
+        }
+        let best = row
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
+        out_labels.push(labels.get(best).copied().unwrap_or(best as i64));
+        post.apply(&mut row);
+        out.extend(row);
+    }
+    (out_labels, out, width)
+}
+
+fn build_label_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    // Numeric keys and values: the list attributes (opset 2) or the tensor ones (opset 4).
+    let list = |name: &str| -> OpResult<Option<Vec<f64>>> {
+        Ok(match n.attributes.get(name) {
+            Some(AttrValue::Ints(v)) => Some(v.iter().map(|&x| x as f64).collect()),
+            Some(AttrValue::Floats(v)) => Some(v.iter().map(|&x| f64::from(x)).collect()),
+            Some(AttrValue::Tensor(t)) => Some(t.view().to_f64_vec()),
+            Some(AttrValue::Strings(_)) => {
+                return Err(n.error(format_args!(
+                    "{name}: string keys and values need string tensors, which the CPU EP does not hold yet"
+                )));
+            }
+            _ => None,
+        })
+    };
+    let keys = list("keys_int64s")?
+        .or(list("keys_floats")?)
+        .or(list("keys_tensor")?)
+        .ok_or_else(|| n.error("needs numeric keys (keys_int64s, keys_floats or keys_tensor)"))?;
+    let (values, out_ty) = if let Some(v) = list("values_int64s")? {
+        (v, ElementType::Int64)
+    } else if let Some(v) = list("values_floats")? {
+        (v, ElementType::Float)
+    } else if let Some(AttrValue::Tensor(t)) = n.attributes.get("values_tensor") {
+        (t.view().to_f64_vec(), t.elem_type())
+    } else {
+        return Err(n.error("needs numeric values (values_int64s, values_floats or values_tensor)"));
+    };
+    if keys.len() != values.len() {
+        return Err(n.error(format_args!(
+            "{} keys for {} values",
+            keys.len(),
+            values.len()
+        )));
+    }
+    let default = match n.attributes.get("default_tensor") {
+        Some(AttrValue::Tensor(t)) => t.view().to_f64_vec().first().copied().unwrap_or(0.0),
+        _ if out_ty == ElementType::Int64 => n.attr_int_or("default_int64", -1)? as f64,
+        _ => f64::from(n.attr_float_or("default_float", -0.0)?),
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let v: Vec<f64> = x
+            .to_f64_vec()
+            .into_iter()
+            .map(|k| {
+                keys.iter()
+                    .position(|&key| key == k || (key.is_nan() && k.is_nan()))
+                    .map_or(default, |i| values[i])
+            })
+            .collect();
+        one(super::util::tensor_from_f64(out_ty, x.shape(), v))
+    }))
+}

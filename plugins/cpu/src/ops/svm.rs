@@ -1,0 +1,358 @@
+//! Support vector machines: SVMClassifier and SVMRegressor (ai.onnx.ml 1), in libsvm's form:
+//! one-vs-one decision values and votes, Platt-scaled pairwise probabilities coupled into class
+//! probabilities, or a linear model when there are no support vectors. Computed in f32 like
+//! ONNX Runtime, decision values summed in f64.
+
+use super::ml::{PostTransform, add_ml, features, floats_attr, int_labels, logistic, rows_cols};
+use super::one;
+use super::util::input;
+use crate::bail;
+use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::tensor::Tensor;
+
+pub fn register(reg: &mut Registry) {
+    add_ml(reg, "SVMClassifier", 1, build_classifier);
+    add_ml(reg, "SVMRegressor", 1, build_regressor);
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    Linear,
+    Poly { gamma: f32, coef0: f32, degree: f32 },
+    Rbf { gamma: f32 },
+    Sigmoid { gamma: f32, coef0: f32 },
+}
+
+impl Kernel {
+    fn parse(n: &NodeDef) -> OpResult<Self> {
+        let p = floats_attr(n, "kernel_params")?;
+        let (gamma, coef0, degree) = match p.as_slice() {
+            [] => (0.0, 0.0, 0.0),
+            [g, c, d, ..] => (*g, *c, *d),
+            _ => return Err(n.error("kernel_params must hold gamma, coef0 and degree")),
+        };
+        Ok(match n.attr_string_or("kernel_type", "LINEAR")?.as_str() {
+            "LINEAR" => Kernel::Linear,
+            "POLY" => Kernel::Poly {
+                gamma,
+                coef0,
+                degree,
+            },
+            "RBF" => Kernel::Rbf { gamma },
+            "SIGMOID" => Kernel::Sigmoid { gamma, coef0 },
+            other => {
+                return Err(n.error(format_args!(
+                    "kernel_type `{other}` is not one of LINEAR, POLY, RBF, SIGMOID"
+                )));
+            }
+        })
+    }
+
+    fn eval(self, a: &[f32], b: &[f32]) -> f32 {
+        let dot = || a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        match self {
+            Kernel::Linear => dot(),
+            Kernel::Poly {
+                gamma,
+                coef0,
+                degree,
+            } => {
+                let v = gamma * dot() + coef0;
+                if degree == 2.0 {
+                    v * v
+                } else if degree == 3.0 {
+                    v * v * v
+                } else {
+                    v.powf(degree)
+                }
+            }
+            Kernel::Rbf { gamma } => {
+                let d: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+                (-gamma * d).exp()
+            }
+            Kernel::Sigmoid { gamma, coef0 } => (gamma * dot() + coef0).tanh(),
+        }
+    }
+}
+
+/// Support vectors (`[count, features]`), or none for the linear form.
+struct Vectors {
+    data: Vec<f32>,
+    count: usize,
+    features: usize,
+}
+
+fn vectors(n: &NodeDef, count: usize) -> OpResult<Vectors> {
+    let data = floats_attr(n, "support_vectors")?;
+    if count == 0 {
+        return Ok(Vectors {
+            data,
+            count,
+            features: 0,
+        });
+    }
+    if data.len() % count != 0 {
+        return Err(n.error(format_args!(
+            "{} support vector values do not split into {count} vectors",
+            data.len()
+        )));
+    }
+    Ok(Vectors {
+        features: data.len() / count,
+        data,
+        count,
+    })
+}
+
+/// libsvm's pairwise coupling: class probabilities from the pairwise ones `r[i][j]`.
+fn couple(k: usize, r: &[f32]) -> Vec<f32> {
+    let mut q = vec![0f32; k * k];
+    let mut p = vec![1.0 / k as f32; k];
+    for i in 0..k {
+        for j in 0..i {
+            q[i * k + i] += r[j * k + i] * r[j * k + i];
+            q[i * k + j] = q[j * k + i];
+        }
+        for j in i + 1..k {
+            q[i * k + i] += r[j * k + i] * r[j * k + i];
+            q[i * k + j] = -r[j * k + i] * r[i * k + j];
+        }
+    }
+    let eps = 0.005 / k as f32;
+    let mut qp = vec![0f32; k];
+    for _ in 0..100 {
+        let mut pqp = 0f32;
+        for t in 0..k {
+            qp[t] = (0..k).map(|j| q[t * k + j] * p[j]).sum();
+            pqp += p[t] * qp[t];
+        }
+        if qp.iter().all(|&v| (v - pqp).abs() < eps) {
+            break;
+        }
+        for t in 0..k {
+            let diff = (-qp[t] + pqp) / q[t * k + t];
+            p[t] += diff;
+            pqp = (pqp + diff * (diff * q[t * k + t] + 2.0 * qp[t])) / (1.0 + diff) / (1.0 + diff);
+            for j in 0..k {
+                qp[j] = (qp[j] + diff * q[t * k + j]) / (1.0 + diff);
+                p[j] /= 1.0 + diff;
+            }
+        }
+    }
+    p
+}
+
+fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let labels = int_labels(n)?;
+    let k = labels.len();
+    let coef = floats_attr(n, "coefficients")?;
+    let rho = floats_attr(n, "rho")?;
+    let prob_a = floats_attr(n, "prob_a")?;
+    let prob_b = floats_attr(n, "prob_b")?;
+    let per_class: Vec<usize> = n
+        .attr_ints("vectors_per_class")?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| usize::try_from(v).map_err(|_| n.error("vectors_per_class must not be negative")))
+        .collect::<OpResult<_>>()?;
+    let sv = vectors(n, per_class.iter().sum())?;
+    let post = PostTransform::parse(n)?;
+    let mut kern = Kernel::parse(n)?;
+    if rho.is_empty() {
+        return Err(n.error("needs rho"));
+    }
+    if prob_a.len() != prob_b.len() {
+        return Err(n.error("prob_a and prob_b differ in length"));
+    }
+    let svc = sv.count > 0;
+    let pairs = k * k.saturating_sub(1) / 2;
+    if svc {
+        if per_class.len() != k {
+            return Err(n.error(format_args!(
+                "vectors_per_class has {} entries for {k} classes",
+                per_class.len()
+            )));
+        }
+        if coef.len() != k.saturating_sub(1) * sv.count || rho.len() < pairs {
+            return Err(n.error(format_args!(
+                "{} coefficients and {} rho values do not fit {k} classes of {} support vectors",
+                coef.len(),
+                rho.len(),
+                sv.count
+            )));
+        }
+        if !prob_a.is_empty() && prob_a.len() < pairs {
+            return Err(n.error("prob_a needs one value per pair of classes"));
+        }
+    } else {
+        kern = Kernel::Linear;
+        if k == 0 || coef.len() % k != 0 {
+            return Err(n.error(format_args!(
+                "{} coefficients do not split into {k} classes",
+                coef.len()
+            )));
+        }
+    }
+    let starts: Vec<usize> = per_class
+        .iter()
+        .scan(0, |s, &c| {
+            let at = *s;
+            *s += c;
+            Some(at)
+        })
+        .collect();
+    let all_positive = coef.iter().all(|&c| c >= 0.0);
+    let proba = svc && !prob_a.is_empty();
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let (rows, cols) = rows_cols(&op, x)?;
+        let xv = features(&op, x)?;
+        let need = if svc { sv.features } else { coef.len() / k };
+        if cols != need {
+            bail!("{op}: the model has {need} features, the input {cols}");
+        }
+        let width = if svc && !proba {
+            if k > 2 { pairs } else { 2 }
+        } else {
+            k
+        };
+        let mut out_labels = Vec::with_capacity(rows);
+        let mut out = Vec::with_capacity(rows * width);
+        let mut ker = vec![0f32; sv.count];
+        for r in 0..rows {
+            let xr = &xv[r * cols..(r + 1) * cols];
+            if !svc {
+                // Linear form: one score per class, rho[0] added to each.
+                let scores: Vec<f32> = (0..k)
+                    .map(|c| {
+                        let w = &coef[c * cols..(c + 1) * cols];
+                        xr.iter().zip(w).map(|(a, b)| a * b).sum::<f32>() + rho[0]
+                    })
+                    .collect();
+                let best = scores
+                    .iter()
+                    .enumerate()
+                    .fold(0, |b, (i, &v)| if v > scores[b] { i } else { b });
+                let top = scores[best];
+                out_labels.push(
+                    if k == 2 && ((all_positive && top >= 0.5) || (top > 0.0 && !all_positive)) {
+                        labels[1]
+                    } else {
+                        labels[best]
+                    },
+                );
+                let mut row = scores;
+                post.apply(&mut row);
+                out.extend(row);
+                continue;
+            }
+            for (v, kv) in ker.iter_mut().enumerate() {
+                *kv = kern.eval(xr, &sv.data[v * sv.features..(v + 1) * sv.features]);
+            }
+            let mut votes = vec![0usize; k];
+            let mut decisions = Vec::with_capacity(pairs);
+            let mut pair = 0;
+            for i in 0..k {
+                for j in i + 1..k {
+                    let mut d = 0f64;
+                    for v in starts[i]..starts[i] + per_class[i] {
+                        d += f64::from(coef[(j - 1) * sv.count + v] * ker[v]);
+                    }
+                    for v in starts[j]..starts[j] + per_class[j] {
+                        d += f64::from(coef[i * sv.count + v] * ker[v]);
+                    }
+                    d += f64::from(rho[pair]);
+                    votes[if d > 0.0 { i } else { j }] += 1;
+                    decisions.push(d as f32);
+                    pair += 1;
+                }
+            }
+            let winner = votes
+                .iter()
+                .enumerate()
+                .fold(0, |b, (i, &v)| if v > votes[b] { i } else { b });
+            out_labels.push(labels[winner]);
+            if proba {
+                let mut pr = vec![0f32; k * k];
+                let mut pair = 0;
+                for i in 0..k {
+                    for j in i + 1..k {
+                        let v = 1.0 - logistic(decisions[pair] * prob_a[pair] + prob_b[pair]);
+                        let v = v.clamp(1e-7, 1.0 - 1e-7);
+                        pr[i * k + j] = v;
+                        pr[j * k + i] = 1.0 - v;
+                        pair += 1;
+                    }
+                }
+                let mut p = couple(k, &pr);
+                post.apply(&mut p);
+                out.extend(p);
+            } else if k <= 2 {
+                let d = decisions.first().copied().unwrap_or(0.0);
+                out.extend(match post {
+                    PostTransform::None => [-d, d],
+                    _ => [1.0 - d, d],
+                });
+            } else {
+                post.apply(&mut decisions);
+                out.extend(decisions);
+            }
+        }
+        Ok(vec![
+            Tensor::from_vec(&[rows], out_labels)?,
+            Tensor::from_vec(&[rows, width], out)?,
+        ])
+    }))
+}
+
+fn build_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let coef = floats_attr(n, "coefficients")?;
+    let rho = floats_attr(n, "rho")?;
+    let count = usize::try_from(n.attr_int_or("n_supports", 0)?)
+        .map_err(|_| n.error("n_supports must not be negative"))?;
+    let sv = vectors(n, count)?;
+    let one_class = n.attr_int_or("one_class", 0)? != 0;
+    let kern = if count > 0 {
+        Kernel::parse(n)?
+    } else {
+        Kernel::Linear
+    };
+    if count > 0 && coef.len() != count {
+        return Err(n.error(format_args!(
+            "{} coefficients for {count} support vectors",
+            coef.len()
+        )));
+    }
+    let bias = rho.first().copied().unwrap_or(0.0);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let (rows, cols) = rows_cols(&op, x)?;
+        let xv = features(&op, x)?;
+        let need = if count > 0 { sv.features } else { coef.len() };
+        if cols != need {
+            bail!("{op}: the model has {need} features, the input {cols}");
+        }
+        let mut out = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let xr = &xv[r * cols..(r + 1) * cols];
+            let y = if count > 0 {
+                (0..count)
+                    .map(|v| {
+                        coef[v] * kern.eval(xr, &sv.data[v * sv.features..(v + 1) * sv.features])
+                    })
+                    .sum::<f32>()
+                    + bias
+            } else {
+                xr.iter().zip(&coef).map(|(a, b)| a * b).sum::<f32>() + bias
+            };
+            out.push(if one_class {
+                if y > 0.0 { 1.0 } else { -1.0 }
+            } else {
+                y
+            });
+        }
+        one(Tensor::from_vec(&[rows, 1], out))
+    }))
+}

@@ -17,6 +17,14 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
   ort-transformers-encoder  the same encoder through ONNX Runtime's transformer optimizer
                       (`onnxruntime.transformers.optimizer`, model_type bert), then saved at the
                       extended level: SkipLayerNormalization, BiasGelu
+  dynamic-int8-ocr-block  a block in the style of PP-OCR's recognizer (a squeeze-and-excite
+                      GlobalAveragePool, HardSigmoid, a [3, 2] AveragePool, Swish), quantized by
+                      `onnxruntime.quantization.quantize_dynamic` with int8 weights: every
+                      float result is requantized by DynamicQuantizeLinear, so an op that
+                      rounds differently from ONNX Runtime moves the output by whole steps
+  ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
+                      the float ops whose last bits the block above depends on, each of which
+                      must give ONNX Runtime's results bit for bit (its NCHW kernels)
 """
 
 import collections
@@ -133,6 +141,94 @@ def encoder():
     os.remove(fused_src)
 
 
+def dynamic_int8_block():
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(SEED)
+    C, E = 16, 8
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSigmoid", ["c0"], ["h0"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["c0", "h0"], ["a0"]),
+        # Squeeze and excite.
+        helper.make_node("GlobalAveragePool", ["a0"], ["g"]),
+        helper.make_node("Conv", ["g", "w1"], ["s1"]),
+        helper.make_node("Relu", ["s1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["s2"]),
+        helper.make_node("HardSigmoid", ["s2"], ["h2"], alpha=0.2, beta=0.5),
+        helper.make_node("Mul", ["a0", "h2"], ["a1"]),
+        helper.make_node("AveragePool", ["a1"], ["p"], kernel_shape=[3, 2], strides=[3, 2]),
+        helper.make_node("Conv", ["p", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c3"], ["sg"]),
+        helper.make_node("Mul", ["c3", "sg"], ["sw"]),
+        helper.make_node("Conv", ["sw", "w4"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dynamic_int8_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 48, 160])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w("w0", C, 3, 3, 3), w("w1", E, C, 1, 1), w("w2", C, E, 1, 1),
+         w("w3", C, C, 3, 3, scale=0.1), w("w4", 4, C, 1, 1)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    src = os.path.join(HERE, "block.src.onnx")
+    onnx.save(model, src)
+    path = os.path.join(HERE, "dynamic-int8-ocr-block.onnx")
+    quantize_dynamic(src, path, weight_type=QuantType.QInt8)
+    os.remove(src)
+    # Dark strokes on a light, noisy background, normalized to [-1, 1] as PaddleOCR does.
+    img = np.ones((48, 160), np.float32)
+    for k in range(12):
+        img[12:36, 4 + 13 * k : 7 + 13 * k] = 0.1
+        img[12:15, 4 + 13 * k : 14 + 13 * k] = 0.1
+    img += rng.normal(0, 0.05, img.shape).astype(np.float32)
+    x = np.repeat(((img - 0.5) / 0.5)[None, None], 3, axis=1).astype(np.float32)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": x})
+    np.save(os.path.join(HERE, "dynamic-int8-ocr-block.input.x.npy"), x)
+    np.save(os.path.join(HERE, "dynamic-int8-ocr-block.output.y.npy"), y)
+    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+    print(f"dynamic-int8-ocr-block: {dict(ops)}")
+
+
+def rounding():
+    rng = np.random.default_rng(SEED)
+    nodes = [
+        helper.make_node("Sigmoid", ["s"], ["sigmoid"]),
+        helper.make_node("GlobalAveragePool", ["p"], ["global_average"]),
+        helper.make_node("AveragePool", ["p"], ["average"], kernel_shape=[3, 2], strides=[3, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ort_rounding",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [4096]),
+         helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 32, 12, 41])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+         for n in ["sigmoid", "global_average", "average"]],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path = os.path.join(HERE, "ort-rounding.onnx")
+    onnx.save(model, path)
+    inputs = {
+        "s": np.concatenate([np.linspace(-20, 20, 2048), rng.normal(0, 4, 2048)]).astype(np.float32),
+        "p": rng.normal(0, 1, (1, 32, 12, 41)).astype(np.float32),
+    }
+    # Its NCHW kernels: at ORT_ENABLE_ALL its NCHWc layout rewrite sums pools channel-blocked,
+    # in yet another order (the dynamic-int8 block has no float Conv, so no rewrite applies).
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    for k, v in inputs.items():
+        np.save(os.path.join(HERE, f"ort-rounding.input.{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
+        np.save(os.path.join(HERE, f"ort-rounding.output.{o.name}.npy"), v)
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -140,6 +236,8 @@ def main():
     optimize(os.path.join(EXAMPLES, "mlp-int.onnx"), "ort-opt-mlp-int",
              {"x": np.load(os.path.join(EXAMPLES, "mlp-int.input.x.npy"))})
     encoder()
+    dynamic_int8_block()
+    rounding()
 
 
 if __name__ == "__main__":

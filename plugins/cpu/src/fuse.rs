@@ -6,7 +6,7 @@
 //! way the block walk does not cover, it runs them one after the other, with the same results.
 
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
-use crate::ops::fastmath::{erf_f32, exp_f32};
+use crate::ops::fastmath::{erf_f32, sigmoid_f32};
 use crate::tensor::{Tensor, TensorRef};
 
 /// Elements per block: a few block registers per operator stay in L1.
@@ -76,7 +76,7 @@ impl EwOp {
                     x
                 }
             }
-            EwOp::Sigmoid => 1.0 / (1.0 + exp_f32(-x)),
+            EwOp::Sigmoid => sigmoid_f32(x),
             EwOp::Tanh => x.tanh(),
             EwOp::Exp => x.exp(),
             EwOp::Sqrt => x.sqrt(),

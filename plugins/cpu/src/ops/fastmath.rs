@@ -62,11 +62,35 @@ pub fn erf_slice(x: &[f32], out: &mut Vec<f32>) {
 }
 }
 
+/// The logistic function `1 / (1 + e^-x)` as ONNX Runtime computes it on x86-64 (MLAS's
+/// rational approximation: an odd degree-9 numerator over an even degree-10 denominator in
+/// x², evaluated with fused multiply-adds, on x clamped to ±18). Dynamically quantized models
+/// requantize what follows a Sigmoid or a Swish, so the last bit matters there; the
+/// approximation is within 2 ulp of the exact value. NaN stays NaN.
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+pub fn sigmoid_f32(x: f32) -> f32 {
+    let x = x.clamp(-18.0, 18.0);
+    let x2 = x * x;
+    let mut p = x2.mul_add(4.370_310_125_798_01e-11, 1.156_273_244_599_42e-7);
+    p = x2.mul_add(p, 6.085_748_646_001_43e-5);
+    p = x2.mul_add(p, 8.513_771_333_047_01e-3);
+    p = x2.mul_add(p, 2.482_879_470_615_29e-1);
+    let p = x * p;
+    let mut q = x2.mul_add(6.102_473_897_556_81e-13, 5.761_021_369_934_27e-9);
+    q = x2.mul_add(q, 6.291_067_850_170_40e-6);
+    q = x2.mul_add(q, 1.701_988_173_740_94e-3);
+    q = x2.mul_add(q, 1.168_176_569_044_53e-1);
+    q = x2.mul_add(q, 9.931_519_210_231_80e-1);
+    let r = p / q + 0.5;
+    if r < 0.0 { 0.0 } else { r }
+}
+
 crate::multiversion! {
-/// `1 / (1 + e^-x)` of each element.
+/// [`sigmoid_f32`] of each element.
 pub fn sigmoid(x: &[f32]) -> Vec<f32> {
     let mut out = crate::scratch::take(x.len());
-    out.extend(x.iter().map(|&v| 1.0 / (1.0 + exp_f32(-v))));
+    out.extend(x.iter().map(|&v| sigmoid_f32(v)));
     out
 }
 }

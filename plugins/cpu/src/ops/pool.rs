@@ -153,14 +153,38 @@ impl Pool {
             .as_slice()
             .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
         let nout = w.padded_counts.len();
+        // ONNX Runtime sums 2-D windows column by column (each column top to bottom, then the
+        // columns left to right) where its vector kernel applies, and row by row elsewhere.
+        // The same order gives the same roundings, which requantizing models amplify.
+        let spatial = &x.shape()[2..];
+        let by_columns = spatial.len() == 2
+            && geo.dilations.iter().all(|&d| d == 1)
+            && geo.strides[1] <= 2
+            && geo.kernel.iter().all(|&k| k <= 32)
+            && spatial[1] + geo.pad_begin[1] + geo.pad_end[1] <= 2048 - 16;
+        let width = spatial.last().copied().unwrap_or(1).max(1);
+        let at = |xp: &[T], off: usize| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc());
         let mut y = Vec::with_capacity(planes * nout);
         for xp in xs.chunks(plane.max(1)).take(planes) {
             for o in 0..nout {
                 let taps = w.taps.get(w.ranges[o]..w.ranges[o + 1]).unwrap_or(&[]);
-                let sum: T::Acc = taps
-                    .iter()
-                    .map(|&(off, _)| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc()))
-                    .sum();
+                let sum: T::Acc = if by_columns && !taps.is_empty() {
+                    // The taps are row-major over a rectangle: `cols` per row.
+                    let row0 = taps[0].0 / width;
+                    let cols = taps.iter().take_while(|t| t.0 / width == row0).count();
+                    let mut total = T::lit(0.0);
+                    for c in 0..cols {
+                        let col = taps[c..]
+                            .iter()
+                            .step_by(cols)
+                            .fold(T::lit(0.0), |a, &(off, _)| a + at(xp, off));
+                        total = if c == 0 { col } else { total + col };
+                    }
+                    total
+                } else {
+                    taps.iter()
+                        .fold(T::lit(0.0), |a, &(off, _)| a + at(xp, off))
+                };
                 let count = if self.count_include_pad {
                     w.padded_counts[o]
                 } else {
@@ -220,6 +244,26 @@ fn lanes8<T: FloatElem>(v: &[T], init: T::Acc, f: impl Fn(T::Acc, T::Acc) -> T::
     acc.into_iter().fold(init, f)
 }
 
+/// The sum of `v` in the order ONNX Runtime's global pooling adds it: four lanes over the
+/// whole groups of four, the lanes added as `(l0 + l2) + (l1 + l3)`, then the tail one by one.
+/// Dynamically quantized models requantize the result, so an order that rounds differently
+/// can move a quantized value by a step and the model's output by far more than an ulp.
+fn sum4<T: FloatElem>(v: &[T]) -> T::Acc {
+    let mut acc = [T::lit(0.0); 4];
+    let chunks = v.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a = *a + x.to_acc();
+        }
+    }
+    let mut s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    for x in rest {
+        s = s + x.to_acc();
+    }
+    s
+}
+
 fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<Tensor> {
     let shape = x.shape();
     if shape.len() < 3 {
@@ -253,7 +297,7 @@ fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<
                     ),
                 }
             } else {
-                lanes8(c, T::lit(0.0), |a, b| a + b) / T::lit(plane as f64)
+                sum4(c) / T::lit(plane as f64)
             };
             out.extend([T::from_acc(v)]);
         }

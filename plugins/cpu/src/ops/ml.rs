@@ -547,17 +547,17 @@ pub(crate) fn classify(
     for r in 0..rows {
         let mut row = scores[r * classes..(r + 1) * classes].to_vec();
         if binary {
-            // As ONNX Runtime: the raw score and its complement to 1 (the transform is not
-            // applied to a single score), or its probit.
+            // The score (after LOGISTIC or PROBIT, which map it to a probability) and its
+            // complement to 1, as ONNX Runtime lays them out. ONNX Runtime skips LOGISTIC on
+            // a single score; the definition does not.
             let s = row[0];
             out_labels.push(if s > 0.0 { labels[1] } else { labels[0] });
-            let (neg, pos) = match post {
-                PostTransform::Probit => {
-                    let p = super::ml::probit(s);
-                    (1.0 - p, p)
-                }
-                _ => (1.0 - s, s),
+            let p = match post {
+                PostTransform::Logistic => logistic(s),
+                PostTransform::Probit => probit(s),
+                _ => s,
             };
+            let (neg, pos) = (1.0 - p, p);
             if width == 2 {
                 out.extend([neg, pos]);
             } else {

@@ -22,6 +22,10 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       `onnxruntime.quantization.quantize_dynamic` with int8 weights: every
                       float result is requantized by DynamicQuantizeLinear, so an op that
                       rounds differently from ONNX Runtime moves the output by whole steps
+  ort-qoperator-cnn   a small CNN quantized by `quantize_static` in the QOperator format:
+                      QLinearConv, QLinearMatMul and ONNX Runtime's QLinearAdd, QLinearMul,
+                      QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool, QLinearConcat,
+                      QLinearGlobalAveragePool
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -229,6 +233,69 @@ def rounding():
         np.save(os.path.join(HERE, f"ort-rounding.output.{o.name}.npy"), v)
 
 
+def qoperator_cnn():
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(SEED)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c0"], ["l0"], alpha=0.1),
+        helper.make_node("Conv", ["l0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "l0"], ["a1"]),
+        helper.make_node("Sigmoid", ["a1"], ["s1"]),
+        helper.make_node("Mul", ["a1", "s1"], ["m1"]),
+        helper.make_node("AveragePool", ["m1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["p1", "c2"], ["k"], axis=1),
+        helper.make_node("GlobalAveragePool", ["k"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "w3"], ["mm"]),
+        helper.make_node("Add", ["mm", "b3"], ["y"]),
+    ]
+    inits = [w("w0", 8, 3, 3, 3), w("b0", 8, scale=0.1), w("w1", 8, 8, 3, 3, scale=0.1),
+             w("b1", 8, scale=0.1), w("w2", 8, 8, 3, 3, scale=0.1), w("b2", 8, scale=0.1),
+             w("w3", 16, 5), w("b3", 5, scale=0.1)]
+    graph = helper.make_graph(
+        nodes,
+        "qoperator_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = os.path.join(HERE, "qoperator.src.onnx")
+    onnx.save(model, src)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(
+                [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+            )
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = os.path.join(HERE, "ort-qoperator-cnn.onnx")
+    quantize_static(src, path, Calibration(), quant_format=QuantFormat.QOperator,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    os.remove(src)
+    x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.save(os.path.join(HERE, "ort-qoperator-cnn.input.x.npy"), x)
+    np.save(os.path.join(HERE, "ort-qoperator-cnn.output.y.npy"), y)
+    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+    print(f"ort-qoperator-cnn: {dict(ops)}")
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -238,6 +305,7 @@ def main():
     encoder()
     dynamic_int8_block()
     rounding()
+    qoperator_cnn()
 
 
 if __name__ == "__main__":

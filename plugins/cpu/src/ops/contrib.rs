@@ -64,11 +64,160 @@ pub fn register(reg: &mut Registry) {
     add_ms(reg, "SkipSimplifiedLayerNormalization", |n| {
         build_skip_norm(n, true)
     });
+    // The quantized operators its QOperator format writes: dequantize, the float op, quantize.
+    add_ms(reg, "QLinearAdd", |n| qlinear_binary(n, "Add"));
+    add_ms(reg, "QLinearMul", |n| qlinear_binary(n, "Mul"));
+    add_ms(reg, "QLinearSigmoid", |n| {
+        qlinear_unary(n, "Sigmoid", 13, &[])
+    });
+    add_ms(reg, "QLinearLeakyRelu", |n| {
+        let alpha = n.attr_float_or("alpha", 0.01)?;
+        qlinear_unary(n, "LeakyRelu", 16, &[("alpha", AttrValue::Float(alpha))])
+    });
+    add_ms(reg, "QLinearAveragePool", |n| {
+        let mut attrs = Vec::new();
+        for name in [
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ] {
+            if let Some(v) = n.attributes.get(name) {
+                attrs.push((name, v.clone()));
+            }
+        }
+        channels_first(n)?;
+        qlinear_unary(n, "AveragePool", 19, &attrs)
+    });
+    add_ms(reg, "QLinearGlobalAveragePool", |n| {
+        channels_first(n)?;
+        qlinear_unary(n, "GlobalAveragePool", 1, &[])
+    });
+    add_ms(reg, "QLinearConcat", build_qlinear_concat);
+    add_ms(reg, "QuantizeLinear", |n| ms_quantize(n, "QuantizeLinear"));
+    add_ms(reg, "DequantizeLinear", |n| {
+        ms_quantize(n, "DequantizeLinear")
+    });
     // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them.
     super::add(reg, "LayerNormalization", 1, |n| build_norm(n, false));
     super::add(reg, "SimplifiedLayerNormalization", 1, |n| {
         build_norm(n, true)
     });
+}
+
+/// `channels_last` of the quantized pools: only the ONNX layout (NCHW) is taken.
+fn channels_first(n: &NodeDef) -> OpResult<()> {
+    if n.attr_int_or("channels_last", 0)? != 0 {
+        return Err(n.error("channels_last=1 (NHWC) is not supported; the CPU EP pools NCHW"));
+    }
+    Ok(())
+}
+
+/// The quantized type of a QLinear op's output: its zero point's, else its first input's.
+fn quantized_type(n: &NodeDef, zero_point: usize, data: usize) -> AttrValue {
+    let ty = n
+        .input_types
+        .get(zero_point)
+        .copied()
+        .flatten()
+        .or_else(|| n.input_types.get(data).copied().flatten())
+        .unwrap_or(epx_plugin_api::ElementType::Uint8);
+    AttrValue::Int(i64::from(ty.onnx_code()))
+}
+
+/// QLinearAdd / QLinearMul: `(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`.
+fn qlinear_binary(n: &NodeDef, op: &str) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let dq = |c: &mut Composite<'_>, i: usize| {
+        c.step(
+            "DequantizeLinear",
+            21,
+            &[],
+            &[Some(Arg::In(i)), Some(Arg::In(i + 1)), Some(Arg::In(i + 2))],
+        )
+    };
+    let a = dq(&mut c, 0)?;
+    let b = dq(&mut c, 3)?;
+    let y = c.step(op, 14, &[], &[Some(a), Some(b)])?;
+    let out = [("output_dtype", quantized_type(n, 7, 0))];
+    let q = c.step(
+        "QuantizeLinear",
+        21,
+        &out,
+        &[Some(y), Some(Arg::In(6)), Some(Arg::In(7))],
+    )?;
+    c.finish(vec![Some(q)])
+}
+
+/// A QLinear op of one tensor: `(X, X_scale, X_zp, Y_scale, Y_zp)`.
+fn qlinear_unary(
+    n: &NodeDef,
+    op: &str,
+    opset: i64,
+    attrs: &[(&str, AttrValue)],
+) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let x = c.step(
+        "DequantizeLinear",
+        21,
+        &[],
+        &[Some(Arg::In(0)), Some(Arg::In(1)), Some(Arg::In(2))],
+    )?;
+    let y = c.step(op, opset, attrs, &[Some(x)])?;
+    let out = [("output_dtype", quantized_type(n, 4, 0))];
+    let q = c.step(
+        "QuantizeLinear",
+        21,
+        &out,
+        &[Some(y), Some(Arg::In(3)), Some(Arg::In(4))],
+    )?;
+    c.finish(vec![Some(q)])
+}
+
+/// QLinearConcat: `(Y_scale, Y_zp, X1, X1_scale, X1_zp, X2, ...)` along `axis`.
+fn build_qlinear_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let parts = n.num_inputs.saturating_sub(2);
+    if parts == 0 || parts % 3 != 0 {
+        return Err(n.error(format_args!(
+            "needs Y_scale, Y_zp and (X, X_scale, X_zp) triples, got {} inputs",
+            n.num_inputs
+        )));
+    }
+    let axis = n.attr_int("axis")?.ok_or_else(|| n.error("needs `axis`"))?;
+    let mut c = Composite::new(n);
+    let mut xs = Vec::with_capacity(parts / 3);
+    for k in 0..parts / 3 {
+        let i = 2 + 3 * k;
+        xs.push(Some(c.step(
+            "DequantizeLinear",
+            21,
+            &[],
+            &[Some(Arg::In(i)), Some(Arg::In(i + 1)), Some(Arg::In(i + 2))],
+        )?));
+    }
+    let y = c.step("Concat", 13, &[("axis", AttrValue::Int(axis))], &xs)?;
+    let out = [("output_dtype", quantized_type(n, 1, 2))];
+    let q = c.step(
+        "QuantizeLinear",
+        21,
+        &out,
+        &[Some(y), Some(Arg::In(0)), Some(Arg::In(1))],
+    )?;
+    c.finish(vec![Some(q)])
+}
+
+/// com.microsoft QuantizeLinear / DequantizeLinear: ONNX's, per tensor or per `axis`.
+fn ms_quantize(n: &NodeDef, op: &str) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let mut attrs = Vec::new();
+    if let Some(axis) = n.attr_int("axis")? {
+        attrs.push(("axis", AttrValue::Int(axis)));
+    }
+    let args: Vec<Option<Arg>> = (0..n.num_inputs.max(2)).map(|i| Some(Arg::In(i))).collect();
+    let y = c.step(op, 21, &attrs, &args)?;
+    c.finish(vec![Some(y)])
 }
 
 /// `x * sigmoid(alpha * x)`, computed in the input's type.

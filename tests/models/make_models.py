@@ -26,6 +26,8 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       QLinearConv, QLinearMatMul and ONNX Runtime's QLinearAdd, QLinearMul,
                       QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool, QLinearConcat,
                       QLinearGlobalAveragePool
+  ort-opt-dynamic-mlp an MLP quantized by `quantize_dynamic` (int8 weights), then saved at the
+                      extended level: DynamicQuantizeMatMul
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -296,6 +298,40 @@ def qoperator_cnn():
     print(f"ort-qoperator-cnn: {dict(ops)}")
 
 
+def dynamic_mlp():
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(SEED)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["m0"]),
+        helper.make_node("Add", ["m0", "b0"], ["a0"]),
+        helper.make_node("Relu", ["a0"], ["r0"]),
+        helper.make_node("MatMul", ["r0", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dynamic_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w("w0", 16, 12), w("b0", 12, scale=0.1), w("w1", 12, 5), w("b1", 5, scale=0.1)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = os.path.join(HERE, "dynamic_mlp.src.onnx")
+    quantized = os.path.join(HERE, "dynamic_mlp.q.onnx")
+    onnx.save(model, src)
+    quantize_dynamic(src, quantized, weight_type=QuantType.QInt8)
+    optimize(quantized, "ort-opt-dynamic-mlp",
+             {"x": rng.normal(0, 1, (2, 6, 16)).astype(np.float32)})
+    os.remove(src)
+    os.remove(quantized)
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -306,6 +342,7 @@ def main():
     dynamic_int8_block()
     rounding()
     qoperator_cnn()
+    dynamic_mlp()
 
 
 if __name__ == "__main__":

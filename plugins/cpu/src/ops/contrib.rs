@@ -96,6 +96,10 @@ pub fn register(reg: &mut Registry) {
         qlinear_unary(n, "GlobalAveragePool", 1, &[])
     });
     add_ms(reg, "QLinearConcat", build_qlinear_concat);
+    add_ms(reg, "DynamicQuantizeMatMul", build_dynamic_quantize_matmul);
+    add_ms(reg, "MatMulIntegerToFloat", build_matmul_integer_to_float);
+    add_ms(reg, "BiasSoftmax", build_bias_softmax);
+    add_ms(reg, "NhwcMaxPool", build_nhwc_max_pool);
     add_ms(reg, "QuantizeLinear", |n| ms_quantize(n, "QuantizeLinear"));
     add_ms(reg, "DequantizeLinear", |n| {
         ms_quantize(n, "DequantizeLinear")
@@ -206,6 +210,121 @@ fn build_qlinear_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         &[Some(y), Some(Arg::In(0)), Some(Arg::In(1))],
     )?;
     c.finish(vec![Some(q)])
+}
+
+/// `MatMulInteger(a, b, a_zp, b_zp)` as float, times `a_scale · b_scale`, plus an optional
+/// bias: the unfused graph `quantize_dynamic` writes, in its order of operations.
+fn integer_matmul_to_float(
+    c: &mut Composite<'_>,
+    a: Arg,
+    a_scale: Arg,
+    a_zp: Option<Arg>,
+    b: (usize, usize, usize),
+    bias: usize,
+) -> OpResult<Arg> {
+    let (b, b_scale, b_zp) = b;
+    let prod = c.step(
+        "MatMulInteger",
+        10,
+        &[],
+        &[Some(a), Some(Arg::In(b)), a_zp, Some(Arg::In(b_zp))],
+    )?;
+    let float = c.step("Cast", 19, &[("to", AttrValue::Int(1))], &[Some(prod)])?;
+    let scale = c.step("Mul", 14, &[], &[Some(a_scale), Some(Arg::In(b_scale))])?;
+    let y = c.step("Mul", 14, &[], &[Some(float), Some(scale)])?;
+    c.step_if_present(bias, "Add", 14, &[Some(y), Some(Arg::In(bias))])
+}
+
+/// DynamicQuantizeMatMul `(A, B, b_scale, b_zero_point, bias)`: A quantized to uint8 from its
+/// own range, then an integer product scaled back to float.
+fn build_dynamic_quantize_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let q = c.step_n(
+        "DynamicQuantizeLinear",
+        11,
+        &[],
+        &[Some(Arg::In(0))],
+        3,
+        None,
+    )?;
+    let y = integer_matmul_to_float(
+        &mut c,
+        Arg::Out(q, 0),
+        Arg::Out(q, 1),
+        Some(Arg::Out(q, 2)),
+        (1, 2, 3),
+        4,
+    )?;
+    c.finish(vec![Some(y)])
+}
+
+/// MatMulIntegerToFloat `(A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)`.
+fn build_matmul_integer_to_float(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let y = integer_matmul_to_float(
+        &mut c,
+        Arg::In(0),
+        Arg::In(2),
+        Some(Arg::In(4)),
+        (1, 3, 5),
+        6,
+    )?;
+    c.finish(vec![Some(y)])
+}
+
+/// BiasSoftmax `(data, bias)`: `Softmax(data + bias)` along `axis` (default 1).
+fn build_bias_softmax(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let axis = n.attr_int_or("axis", 1)?;
+    let mut c = Composite::new(n);
+    let sum = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+    let y = c.step(
+        "Softmax",
+        13,
+        &[("axis", AttrValue::Int(axis))],
+        &[Some(sum)],
+    )?;
+    c.finish(vec![Some(y)])
+}
+
+/// NhwcMaxPool: MaxPool of a channels-last 4-D tensor (uint8 or int8).
+fn build_nhwc_max_pool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut attrs = Vec::new();
+    for name in [
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ] {
+        if let Some(v) = n.attributes.get(name) {
+            attrs.push((name, v.clone()));
+        }
+    }
+    let rank = n.attr_ints("kernel_shape")?.map_or(2, |k| k.len()) + 2;
+    let to_nchw: Vec<i64> = std::iter::once(0)
+        .chain(std::iter::once(rank as i64 - 1))
+        .chain(1..rank as i64 - 1)
+        .collect();
+    let to_nhwc: Vec<i64> = std::iter::once(0)
+        .chain(2..rank as i64)
+        .chain(std::iter::once(1))
+        .collect();
+    let mut c = Composite::new(n);
+    let x = c.step(
+        "Transpose",
+        13,
+        &[("perm", AttrValue::Ints(to_nchw))],
+        &[Some(Arg::In(0))],
+    )?;
+    let p = c.step("MaxPool", 12, &attrs, &[Some(x)])?;
+    let y = c.step(
+        "Transpose",
+        13,
+        &[("perm", AttrValue::Ints(to_nhwc))],
+        &[Some(p)],
+    )?;
+    c.finish(vec![Some(y)])
 }
 
 /// com.microsoft QuantizeLinear / DequantizeLinear: ONNX's, per tensor or per `axis`.
@@ -886,5 +1005,56 @@ mod tests {
         let n = ms("FusedMatMul").with_attr("transBatchA", AttrValue::Int(1));
         let y = run(n, vec![Some(a), Some(b)]);
         close(&y[0], &[3.0, 3.0], 0.0);
+    }
+
+    #[test]
+    fn bias_softmax_and_integer_matmul_to_float() {
+        let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.0, 1.0]);
+        let bias = f32s(&[3], &[0.5, -0.5, 0.0]);
+        let y = run(
+            ms("BiasSoftmax").with_attr("axis", AttrValue::Int(-1)),
+            vec![Some(x), Some(bias)],
+        );
+        let row = |v: [f32; 3]| {
+            let e: Vec<f32> = v.iter().map(|x| x.exp()).collect();
+            let s: f32 = e.iter().sum();
+            e.into_iter().map(|x| x / s).collect::<Vec<_>>()
+        };
+        let want: Vec<f32> = [row([1.5, 1.5, 3.0]), row([-0.5, -0.5, 1.0])].concat();
+        close(&y[0], &want, 1e-6);
+
+        // [1, 2] u8 (zero point 1) times [2, 2] i8, scaled by 0.5 · 0.25, plus a bias.
+        let a = Tensor::from_vec(&[1, 2], vec![3u8, 5]).unwrap();
+        let b = Tensor::from_vec(&[2, 2], vec![1i8, -2, 4, 3]).unwrap();
+        let n = ms("MatMulIntegerToFloat");
+        let y = run(
+            n,
+            vec![
+                Some(a),
+                Some(b),
+                Some(Tensor::scalar(0.5f32)),
+                Some(Tensor::scalar(0.25f32)),
+                Some(Tensor::scalar(1u8)),
+                None,
+                Some(f32s(&[2], &[1.0, -1.0])),
+            ],
+        );
+        // (3-1)·1 + (5-1)·4 = 18, (3-1)·-2 + (5-1)·3 = 8.
+        close(&y[0], &[18.0 * 0.125 + 1.0, 8.0 * 0.125 - 1.0], 0.0);
+    }
+
+    #[test]
+    fn nhwc_max_pool_pools_channels_last() {
+        // [1, 2, 2, 2] NHWC: channel 0 holds 1..4, channel 1 holds 10..40.
+        let x = Tensor::from_vec(&[1, 2, 2, 2], vec![1u8, 10, 2, 20, 3, 30, 4, 40]).unwrap();
+        let n = ms("NhwcMaxPool").with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]));
+        let k = crate::kernel::Registry::with_all_ops()
+            .build(&n.with_io(1, 1))
+            .unwrap();
+        let y = k.run(&[Some(x.view())]).unwrap();
+        assert_eq!(
+            y[0],
+            Tensor::from_vec(&[1, 1, 1, 2], vec![4u8, 40]).unwrap()
+        );
     }
 }

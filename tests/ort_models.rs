@@ -8,7 +8,7 @@ use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
 
-const MODELS: [(&str, f32); 6] = [
+const MODELS: [(&str, f32); 8] = [
     ("ort-opt-mnist-cnn", 1e-5),
     ("ort-opt-mlp-int", 0.0),
     ("ort-opt-encoder", 1e-4),
@@ -16,6 +16,8 @@ const MODELS: [(&str, f32); 6] = [
     // Quantized end to end: every intermediate is an integer, equal to ONNX Runtime's.
     ("ort-qoperator-cnn", 0.0),
     ("ort-opt-dynamic-mlp", 1e-6),
+    ("ort-matmul-nbits-asym", 1e-5),
+    ("ort-matmul-nbits-sym", 1e-5),
 ];
 
 #[test]

@@ -3,7 +3,8 @@
 optimizations (`SessionOptions.optimized_model_filepath`), so that they carry its `com.microsoft`
 operators, each with a fixed input and ONNX Runtime's output for it.
 
-    python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1 numpy sympy
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1 numpy sympy \
+        onnx_ir
     /tmp/v/bin/python tests/models/make_models.py
 
 Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. Models:
@@ -28,6 +29,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       QLinearGlobalAveragePool
   ort-opt-dynamic-mlp an MLP quantized by `quantize_dynamic` (int8 weights), then saved at the
                       extended level: DynamicQuantizeMatMul
+  ort-matmul-nbits-asym / -sym  a two-layer MLP with its weights quantized to int4 blocks of
+                      16 by ONNX Runtime's `MatMulNBitsQuantizer` (asymmetric: packed zero
+                      points; symmetric: the default zero point 8): MatMulNBits
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -332,6 +336,41 @@ def dynamic_mlp():
     os.remove(quantized)
 
 
+def matmul_nbits():
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(SEED)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["m0"]),
+        helper.make_node("Relu", ["m0"], ["r0"]),
+        helper.make_node("MatMul", ["r0", "w1"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w("w0", 64, 48), w("w1", 48, 40)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.normal(0, 1, (2, 5, 64)).astype(np.float32)
+    for name, symmetric in [("ort-matmul-nbits-asym", False), ("ort-matmul-nbits-sym", True)]:
+        q = MatMulNBitsQuantizer(onnx.ModelProto.FromString(model.SerializeToString()),
+                                 block_size=16, is_symmetric=symmetric)
+        q.process()
+        path = os.path.join(HERE, f"{name}.onnx")
+        q.model.save_model_to_file(path)
+        (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.save(os.path.join(HERE, f"{name}.input.x.npy"), x)
+        np.save(os.path.join(HERE, f"{name}.output.y.npy"), y)
+        ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+        print(f"{name}: {dict(ops)}")
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -343,6 +382,7 @@ def main():
     rounding()
     qoperator_cnn()
     dynamic_mlp()
+    matmul_nbits()
 
 
 if __name__ == "__main__":

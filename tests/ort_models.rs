@@ -8,7 +8,7 @@ use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
 
-const MODELS: [(&str, f32); 8] = [
+const MODELS: [(&str, f32); 9] = [
     ("ort-opt-mnist-cnn", 1e-5),
     ("ort-opt-mlp-int", 0.0),
     ("ort-opt-encoder", 1e-4),
@@ -18,6 +18,7 @@ const MODELS: [(&str, f32); 8] = [
     ("ort-opt-dynamic-mlp", 1e-6),
     ("ort-matmul-nbits-asym", 1e-5),
     ("ort-matmul-nbits-sym", 1e-5),
+    ("ort-contrib-transformer", 2e-5),
 ];
 
 #[test]

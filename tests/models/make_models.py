@@ -32,6 +32,10 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
   ort-matmul-nbits-asym / -sym  a two-layer MLP with its weights quantized to int4 blocks of
                       16 by ONNX Runtime's `MatMulNBitsQuantizer` (asymmetric: packed zero
                       points; symmetric: the default zero point 8): MatMulNBits
+  ort-contrib-transformer  a transformer layer written with ONNX Runtime's own operators, as
+                      its transformer tools and LLM exports write them: EmbedLayerNormalization
+                      (its mask_index feeding Attention), Attention with packed QKV weights,
+                      MultiHeadAttention (bias, key padding mask; causal), RotaryEmbedding
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -371,6 +375,63 @@ def matmul_nbits():
         print(f"{name}: {dict(ops)}")
 
 
+def contrib_transformer():
+    rng = np.random.default_rng(SEED)
+    B, S, H, N, V, P = 2, 5, 16, 2, 30, 12
+
+    def f(*shape):
+        return rng.normal(0, 0.5, shape).astype(np.float32)
+
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("EmbedLayerNormalization",
+                         ["ids", "seg", "wemb", "pemb", "semb", "gamma", "beta", "mask"],
+                         ["emb", "mask_index", "emb_sum"], domain=ms, epsilon=1e-5),
+        helper.make_node("Attention", ["emb", "w", "bqkv", "mask_index"], ["att"], domain=ms,
+                         num_heads=N),
+        helper.make_node("MultiHeadAttention", ["att", "att", "att", "bmha", "kpm"], ["mha"],
+                         domain=ms, num_heads=N),
+        helper.make_node("RotaryEmbedding", ["mha", "pos", "cos", "sin"], ["rot"], domain=ms,
+                         num_heads=N),
+        helper.make_node("MultiHeadAttention", ["rot", "rot", "rot"], ["y"], domain=ms,
+                         num_heads=N, unidirectional=1),
+    ]
+    freq = 1 / 10000 ** (np.arange(0, H // N, 2) / (H // N))
+    angles = np.outer(np.arange(P), freq)
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("wemb", f(V, H)), ("pemb", f(P, H)), ("semb", f(2, H)), ("gamma", 1 + f(H)),
+        ("beta", f(H)), ("w", f(H, 3 * H)), ("bqkv", f(3 * H)), ("bmha", f(3 * H)),
+        ("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]]
+    ints = lambda n, t: helper.make_tensor_value_info(n, t, [B, S])  # noqa: E731
+    outs = ["y", "emb_sum", "mask_index", "att", "mha", "rot"]
+    graph = helper.make_graph(
+        nodes,
+        "contrib_transformer",
+        [ints("ids", TensorProto.INT32), ints("seg", TensorProto.INT32),
+         ints("mask", TensorProto.INT32), ints("kpm", TensorProto.INT32),
+         ints("pos", TensorProto.INT64)],
+        [helper.make_tensor_value_info(o, TensorProto.INT32 if o == "mask_index"
+                                       else TensorProto.FLOAT, None) for o in outs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ms, 1)], ir_version=8)
+    path = os.path.join(HERE, "ort-contrib-transformer.onnx")
+    onnx.save(model, path)
+    feeds = {
+        "ids": rng.integers(0, V, (B, S)).astype(np.int32),
+        "seg": rng.integers(0, 2, (B, S)).astype(np.int32),
+        "mask": np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32),
+        "kpm": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], np.int32),
+        "pos": np.tile(np.arange(S), (B, 1)).astype(np.int64),
+    }
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for k, v in feeds.items():
+        np.save(os.path.join(HERE, f"ort-contrib-transformer.input.{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), sess.run(None, feeds)):
+        np.save(os.path.join(HERE, f"ort-contrib-transformer.output.{o.name}.npy"), v)
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -383,6 +444,7 @@ def main():
     qoperator_cnn()
     dynamic_mlp()
     matmul_nbits()
+    contrib_transformer()
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ use crate::fuse::EwOp;
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, OpSchema, PostOp, Registry};
 use crate::tensor::{Tensor, TensorRef};
 
-const MS: &str = "com.microsoft";
+pub(super) const MS: &str = "com.microsoft";
 
-fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
+pub(super) fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
     reg.add(OpSchema {
         op_type,
         domain: MS,
@@ -782,7 +782,7 @@ impl OpKernel for FusedConv {
 }
 
 /// The CPU EP's kernel for the ONNX op `op_type` at `opset`, as a part of node `n`.
-fn reference_kernel(
+pub(super) fn reference_kernel(
     n: &NodeDef,
     op_type: &str,
     opset: i64,

@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod bitwise;
 pub mod contrib;
+pub mod contrib_attention;
 pub mod conv;
 pub mod conv2d;
 pub mod detection;
@@ -55,6 +56,7 @@ pub fn register_all(reg: &mut Registry) {
     quant::register(reg);
     recurrent::register(reg);
     contrib::register(reg);
+    contrib_attention::register(reg);
     ml::register(reg);
     trees::register(reg);
     svm::register(reg);

@@ -1,0 +1,534 @@
+//! ONNX Runtime's attention operators for transformer exports: Attention (BERT's, with packed
+//! QKV weights), MultiHeadAttention, RotaryEmbedding and EmbedLayerNormalization, in the
+//! `com.microsoft` domain. Each prepares its inputs and runs the CPU EP's ONNX kernels
+//! (Attention 23, RotaryEmbedding 23, LayerNormalization 17), so the two families cannot give
+//! different answers.
+
+use epx_plugin_api::ElementType;
+
+use super::contrib::{add_ms, reference_kernel};
+use super::util::{input, opt_input};
+use crate::bail;
+use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, Registry};
+use crate::tensor::{Tensor, TensorRef};
+
+pub fn register(reg: &mut Registry) {
+    add_ms(reg, "MultiHeadAttention", build_mha);
+    add_ms(reg, "Attention", build_bert_attention);
+    add_ms(reg, "RotaryEmbedding", build_rotary);
+    add_ms(reg, "EmbedLayerNormalization", build_embed_layer_norm);
+}
+
+fn f32_values(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<Vec<f32>> {
+    match t.elem_type() {
+        ElementType::Float | ElementType::Float16 | ElementType::Bfloat16 | ElementType::Double => {
+            Ok(t.to_f64_vec().into_iter().map(|v| v as f32).collect())
+        }
+        other => bail!("{op}: {what} must be a float tensor, got {other}"),
+    }
+}
+
+/// The additive mask `[B, 1, 1, L]` of a key padding mask: `[B, L]` of 1 (attend) / 0 (skip),
+/// or `[B]` lengths (keys from the length on are skipped).
+fn padding_mask(
+    op: &str,
+    m: &TensorRef<'_>,
+    b: usize,
+    l: usize,
+    filter: f32,
+) -> OpResult<Vec<f32>> {
+    let v = m.to_i64_vec(&format!("{op}: mask"))?;
+    match *m.shape() {
+        [bb, ll] if bb == b && ll == l => Ok(v
+            .iter()
+            .map(|&x| if x == 0 { filter } else { 0.0 })
+            .collect()),
+        [bb] if bb == b => Ok((0..b * l)
+            .map(|i| {
+                if (i % l) as i64 >= v[i / l] {
+                    filter
+                } else {
+                    0.0
+                }
+            })
+            .collect()),
+        ref s => bail!("{op}: a mask of shape {s:?} is not supported (only [{b}, {l}] or [{b}])"),
+    }
+}
+
+/// `a + b` for masks broadcast to `[B, H', S, L]` (`a` is `[B, 1, 1, L]`).
+fn combine_masks(
+    op: &str,
+    pad: Option<Vec<f32>>,
+    bias: Option<&TensorRef<'_>>,
+    dims: (usize, usize, usize, usize),
+) -> OpResult<Option<Tensor>> {
+    let (b, h, s, l) = dims;
+    let bias = match bias {
+        Some(t) => {
+            let sh = t.shape();
+            let ok = sh.len() == 4
+                && (sh[0] == 1 || sh[0] == b)
+                && (sh[1] == 1 || sh[1] == h)
+                && sh[2] == s
+                && sh[3] == l;
+            if !ok {
+                bail!(
+                    "{op}: attention_bias of shape {sh:?} does not broadcast to [{b}, {h}, {s}, {l}]"
+                );
+            }
+            Some((f32_values(op, "attention_bias", t)?, sh[0], sh[1]))
+        }
+        None => None,
+    };
+    Ok(match (pad, bias) {
+        (None, None) => None,
+        (Some(p), None) => Some(Tensor::from_vec(&[b, 1, 1, l], p)?),
+        (pad, Some((bv, bb, bh))) => {
+            let mut out = vec![0f32; b * bh * s * l];
+            for bi in 0..b {
+                for hi in 0..bh {
+                    for si in 0..s {
+                        for li in 0..l {
+                            let src = ((if bb == 1 { 0 } else { bi } * bh + hi) * s + si) * l + li;
+                            let p = pad.as_ref().map_or(0.0, |p| p[bi * l + li]);
+                            out[((bi * bh + hi) * s + si) * l + li] = bv[src] + p;
+                        }
+                    }
+                }
+            }
+            Some(Tensor::from_vec(&[b, bh, s, l], out)?)
+        }
+    })
+}
+
+fn attention_kernel(n: &NodeDef, heads: usize, outputs: usize) -> OpResult<Box<dyn OpKernel>> {
+    let mut attrs = vec![
+        ("q_num_heads", AttrValue::Int(heads as i64)),
+        ("kv_num_heads", AttrValue::Int(heads as i64)),
+        (
+            "is_causal",
+            AttrValue::Int(n.attr_int_or("unidirectional", 0)?),
+        ),
+    ];
+    if let Some(s) = n.attr_float("scale")?.filter(|&s| s != 0.0) {
+        attrs.push(("scale", AttrValue::Float(s)));
+    }
+    reference_kernel(n, "Attention", 23, attrs, 6, outputs)
+}
+
+fn heads_attr(n: &NodeDef) -> OpResult<usize> {
+    usize::try_from(n.req_int("num_heads")?)
+        .ok()
+        .filter(|&h| h > 0)
+        .ok_or_else(|| n.error("num_heads must be positive"))
+}
+
+struct Mha {
+    op: String,
+    heads: usize,
+    filter: f32,
+    attention: Box<dyn OpKernel>,
+}
+
+/// MultiHeadAttention `(query, key, value, bias, key_padding_mask, attention_bias, past_key,
+/// past_value)` with 3-D query, key and value.
+fn build_mha(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let heads = heads_attr(n)?;
+    Ok(Box::new(Mha {
+        op: n.op_type.clone(),
+        heads,
+        filter: n.attr_float_or("mask_filter_value", -10000.0)?,
+        attention: attention_kernel(n, heads, n.num_outputs.clamp(1, 3))?,
+    }))
+}
+
+impl OpKernel for Mha {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let q = input(op, inputs, 0)?;
+        let (Some(k), Some(v)) = (opt_input(inputs, 1), opt_input(inputs, 2)) else {
+            bail!("{op}: packed QKV (no key and value inputs) is not supported");
+        };
+        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        if qs.len() != 3 || ks.len() != 3 || vs.len() != 3 {
+            bail!("{op}: query, key and value must be 3-D, got {qs:?}, {ks:?}, {vs:?}");
+        }
+        let (b, s, d, l, dv) = (qs[0], qs[1], qs[2], ks[1], vs[2]);
+        let mut qv = f32_values(op, "query", q)?;
+        let mut kv = f32_values(op, "key", k)?;
+        let mut vv = f32_values(op, "value", v)?;
+        if let Some(bias) = opt_input(inputs, 3) {
+            let bias = f32_values(op, "bias", bias)?;
+            if bias.len() != 2 * d + dv {
+                bail!(
+                    "{op}: bias has {} values, {} needed",
+                    bias.len(),
+                    2 * d + dv
+                );
+            }
+            let add = |x: &mut [f32], part: &[f32]| {
+                for row in x.chunks_mut(part.len()) {
+                    row.iter_mut().zip(part).for_each(|(a, b)| *a += b);
+                }
+            };
+            add(&mut qv, &bias[..d]);
+            add(&mut kv, &bias[d..2 * d]);
+            add(&mut vv, &bias[2 * d..]);
+        }
+        let past = opt_input(inputs, 6).map(|p| p.shape().get(2).copied().unwrap_or(0));
+        let total = l + past.unwrap_or(0);
+        let pad = match opt_input(inputs, 4) {
+            Some(m) => Some(padding_mask(op, m, b, total, self.filter)?),
+            None => None,
+        };
+        let mask = combine_masks(op, pad, opt_input(inputs, 5), (b, self.heads, s, total))?;
+        let (q, k, v) = (
+            Tensor::from_vec(qs, qv)?,
+            Tensor::from_vec(ks, kv)?,
+            Tensor::from_vec(vs, vv)?,
+        );
+        let ty = inputs[0]
+            .as_ref()
+            .map_or(ElementType::Float, |t| t.elem_type());
+        let mut past_k = opt_input(inputs, 6)
+            .map(|t| t.cast(ElementType::Float))
+            .transpose()?;
+        let mut past_v = opt_input(inputs, 7)
+            .map(|t| t.cast(ElementType::Float))
+            .transpose()?;
+        let args = [
+            Some(q.view()),
+            Some(k.view()),
+            Some(v.view()),
+            mask.as_ref().map(Tensor::view),
+            past_k.as_mut().map(|t| t.view()),
+            past_v.as_mut().map(|t| t.view()),
+        ];
+        let out = self.attention.run(&args)?;
+        out.into_iter().map(|t| t.view().cast(ty)).collect()
+    }
+}
+
+struct BertAttention {
+    op: String,
+    heads: usize,
+    sizes: Option<[usize; 3]>,
+    filter: f32,
+    matmul: Box<dyn OpKernel>,
+    attention: Box<dyn OpKernel>,
+}
+
+/// Attention `(input, weights, bias, mask_index, past, attention_bias)`: Q, K and V from one
+/// packed projection, then multi-head attention.
+fn build_bert_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let heads = heads_attr(n)?;
+    if n.attr_int_or("do_rotary", 0)? != 0 {
+        return Err(n.error("do_rotary=1 is not supported"));
+    }
+    let sizes = match n.attr_ints("qkv_hidden_sizes")? {
+        Some(v) if v.len() == 3 && v.iter().all(|&x| x > 0) => {
+            Some([v[0] as usize, v[1] as usize, v[2] as usize])
+        }
+        Some(v) => {
+            return Err(n.error(format_args!(
+                "qkv_hidden_sizes {v:?} must be 3 positive sizes"
+            )));
+        }
+        None => None,
+    };
+    Ok(Box::new(BertAttention {
+        op: n.op_type.clone(),
+        heads,
+        sizes,
+        filter: n.attr_float_or("mask_filter_value", -10000.0)?,
+        matmul: reference_kernel(n, "MatMul", 13, Vec::new(), 2, 1)?,
+        attention: attention_kernel(n, heads, 1)?,
+    }))
+}
+
+impl OpKernel for BertAttention {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let x = input(op, inputs, 0)?;
+        if opt_input(inputs, 4).is_some() {
+            bail!(
+                "{op}: the past input is not supported; use MultiHeadAttention's past_key/past_value"
+            );
+        }
+        let ty = x.elem_type();
+        let x32 = x.cast(ElementType::Float)?;
+        let w32 = input(op, inputs, 1)?.cast(ElementType::Float)?;
+        let [b, s, _] = *x.shape() else {
+            bail!(
+                "{op}: input must be [batch, sequence, hidden], got {:?}",
+                x.shape()
+            );
+        };
+        let total = w32.shape().get(1).copied().unwrap_or(0);
+        let [dq, dk, dv] = self.sizes.unwrap_or([total / 3; 3]);
+        if dq + dk + dv != total || dq != dk {
+            bail!("{op}: weights of {total} columns do not split into Q, K, V of {dq}, {dk}, {dv}");
+        }
+        let proj = self
+            .matmul
+            .run(&[Some(x32.view()), Some(w32.view())])?
+            .remove(0);
+        let mut p = f32_values(op, "projection", &proj.view())?;
+        if let Some(bias) = opt_input(inputs, 2) {
+            let bias = f32_values(op, "bias", bias)?;
+            if bias.len() != total {
+                bail!("{op}: bias has {} values for {total} columns", bias.len());
+            }
+            for row in p.chunks_mut(total) {
+                row.iter_mut().zip(&bias).for_each(|(a, c)| *a += c);
+            }
+        }
+        let split = |from: usize, width: usize| -> OpResult<Tensor> {
+            let v: Vec<f32> = p
+                .chunks(total)
+                .flat_map(|row| row[from..from + width].iter().copied())
+                .collect();
+            Tensor::from_vec(&[b, s, width], v)
+        };
+        let (q, k, v) = (split(0, dq)?, split(dq, dk)?, split(dq + dk, dv)?);
+        let pad = match opt_input(inputs, 3) {
+            Some(m) if m.ndim() == 3 => {
+                // [B, S, L] of 1 / 0.
+                let mv = m.to_i64_vec(&format!("{op}: mask_index"))?;
+                if m.shape() != [b, s, s] {
+                    bail!(
+                        "{op}: a 3-D mask_index must be [{b}, {s}, {s}], got {:?}",
+                        m.shape()
+                    );
+                }
+                let add: Vec<f32> = mv
+                    .iter()
+                    .map(|&x| if x == 0 { self.filter } else { 0.0 })
+                    .collect();
+                let t = Tensor::from_vec(&[b, 1, s, s], add)?;
+                let bias = opt_input(inputs, 5)
+                    .map(|t| t.cast(ElementType::Float))
+                    .transpose()?;
+                let joined = match bias {
+                    Some(bt) => {
+                        let add = reference_kernel_add(op)?;
+                        add.run(&[Some(t.view()), Some(bt.view())])?.remove(0)
+                    }
+                    None => t,
+                };
+                let out = self.attention.run(&[
+                    Some(q.view()),
+                    Some(k.view()),
+                    Some(v.view()),
+                    Some(joined.view()),
+                    None,
+                    None,
+                ])?;
+                return out.into_iter().map(|t| t.view().cast(ty)).collect();
+            }
+            Some(m) => Some(padding_mask(op, m, b, s, self.filter)?),
+            None => None,
+        };
+        let mask = combine_masks(op, pad, opt_input(inputs, 5), (b, self.heads, s, s))?;
+        let out = self.attention.run(&[
+            Some(q.view()),
+            Some(k.view()),
+            Some(v.view()),
+            mask.as_ref().map(Tensor::view),
+            None,
+            None,
+        ])?;
+        out.into_iter().map(|t| t.view().cast(ty)).collect()
+    }
+}
+
+fn reference_kernel_add(op: &str) -> OpResult<Box<dyn OpKernel>> {
+    crate::program::registry()
+        .build(&NodeDef::new("Add", 14).with_io(2, 1))
+        .map_err(|e| OpError(format!("{op}: {e}")))
+}
+
+struct MsRotary {
+    op: String,
+    rotary: Box<dyn OpKernel>,
+}
+
+/// RotaryEmbedding `(input, position_ids, cos_cache, sin_cache)`: ONNX's RotaryEmbedding with
+/// its inputs reordered; a one-element position_ids is the first position of every sequence.
+fn build_rotary(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut attrs = Vec::new();
+    for name in ["interleaved", "num_heads", "rotary_embedding_dim"] {
+        if let Some(v) = n.attributes.get(name) {
+            attrs.push((name, v.clone()));
+        }
+    }
+    if n.attr_int_or("is_packed_batching", 0)? != 0 {
+        return Err(n.error("is_packed_batching=1 is not supported"));
+    }
+    Ok(Box::new(MsRotary {
+        op: n.op_type.clone(),
+        rotary: reference_kernel(n, "RotaryEmbedding", 23, attrs, 4, 1)?,
+    }))
+}
+
+impl OpKernel for MsRotary {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let x = input(op, inputs, 0)?;
+        let pos = input(op, inputs, 1)?;
+        let (b, s) = match *x.shape() {
+            [b, s, _] => (b, s),
+            [b, _, s, _] => (b, s),
+            ref sh => bail!("{op}: input must be 3-D or 4-D, got {sh:?}"),
+        };
+        let pv = pos.to_i64_vec(&format!("{op}: position_ids"))?;
+        let ids: Vec<i64> = if pv.len() == 1 {
+            (0..b * s).map(|i| pv[0] + (i % s) as i64).collect()
+        } else if pv.len() == b * s {
+            pv
+        } else {
+            bail!(
+                "{op}: position_ids of shape {:?} is not [{b}, {s}] or [1]",
+                pos.shape()
+            );
+        };
+        let ids = Tensor::from_vec(&[b, s], ids)?;
+        self.rotary.run(&[
+            Some(x.reborrow()),
+            opt_input(inputs, 2).map(TensorRef::reborrow),
+            opt_input(inputs, 3).map(TensorRef::reborrow),
+            Some(ids.view()),
+        ])
+    }
+}
+
+struct EmbedLayerNorm {
+    op: String,
+    outputs: usize,
+    norm: Box<dyn OpKernel>,
+}
+
+/// EmbedLayerNormalization `(input_ids, segment_ids, word_embedding, position_embedding,
+/// segment_embedding, gamma, beta, mask, position_ids)`: the sum of the three embeddings,
+/// layer-normalized; the mask's row sums as `mask_index`; the sum itself as `embedding_sum`.
+fn build_embed_layer_norm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let eps = n.attr_float_or("epsilon", 1e-12)?;
+    Ok(Box::new(EmbedLayerNorm {
+        op: n.op_type.clone(),
+        outputs: n.num_outputs.clamp(1, 3),
+        norm: reference_kernel(
+            n,
+            "LayerNormalization",
+            17,
+            vec![
+                ("axis", AttrValue::Int(-1)),
+                ("epsilon", AttrValue::Float(eps)),
+            ],
+            3,
+            1,
+        )?,
+    }))
+}
+
+impl OpKernel for EmbedLayerNorm {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let ids = input(op, inputs, 0)?;
+        let [b, s] = *ids.shape() else {
+            bail!(
+                "{op}: input_ids must be [batch, sequence], got {:?}",
+                ids.shape()
+            );
+        };
+        let word = input(op, inputs, 2)?;
+        let posemb = input(op, inputs, 3)?;
+        let h = word.shape().last().copied().unwrap_or(0);
+        let table = |t: &TensorRef<'_>, what: &str| -> OpResult<(Vec<f32>, usize)> {
+            if t.ndim() != 2 || t.shape()[1] != h {
+                bail!("{op}: {what} must be [rows, {h}], got {:?}", t.shape());
+            }
+            Ok((f32_values(op, what, t)?, t.shape()[0]))
+        };
+        let (wv, wrows) = table(word, "word_embedding")?;
+        let (pv, prows) = table(posemb, "position_embedding")?;
+        let seg = match (opt_input(inputs, 1), opt_input(inputs, 4)) {
+            (Some(ids), Some(t)) => Some((
+                ids.to_i64_vec(&format!("{op}: segment_ids"))?,
+                table(t, "segment_embedding")?,
+            )),
+            _ => None,
+        };
+        let idv = ids.to_i64_vec(&format!("{op}: input_ids"))?;
+        let positions: Vec<i64> = match opt_input(inputs, 8) {
+            Some(p) => {
+                let v = p.to_i64_vec(&format!("{op}: position_ids"))?;
+                if v.len() == s {
+                    (0..b * s).map(|i| v[i % s]).collect()
+                } else if v.len() == b * s {
+                    v
+                } else {
+                    bail!(
+                        "{op}: position_ids of shape {:?} is not [{b}, {s}] or [1, {s}]",
+                        p.shape()
+                    );
+                }
+            }
+            None => (0..b * s).map(|i| (i % s) as i64).collect(),
+        };
+        let row = |rows: usize, i: i64, what: &str| -> OpResult<std::ops::Range<usize>> {
+            let i = usize::try_from(i)
+                .ok()
+                .filter(|&i| i < rows)
+                .ok_or_else(|| {
+                    OpError(format!(
+                        "{op}: {what} {i} is outside the table's {rows} rows"
+                    ))
+                })?;
+            Ok(i * h..(i + 1) * h)
+        };
+        let mut sum = vec![0f32; b * s * h];
+        for t in 0..b * s {
+            let out = &mut sum[t * h..(t + 1) * h];
+            let w = row(wrows, idv[t], "input id")?;
+            let p = row(prows, positions[t], "position")?;
+            for ((o, a), c) in out.iter_mut().zip(&wv[w]).zip(&pv[p]) {
+                *o = a + c;
+            }
+            if let Some((sids, (sv, srows))) = &seg {
+                let r = row(*srows, sids[t], "segment id")?;
+                for (o, c) in out.iter_mut().zip(&sv[r]) {
+                    *o += c;
+                }
+            }
+        }
+        let sum = Tensor::from_vec(&[b, s, h], sum)?;
+        let normed = self
+            .norm
+            .run(&[
+                Some(sum.view()),
+                opt_input(inputs, 5).map(TensorRef::reborrow),
+                opt_input(inputs, 6).map(TensorRef::reborrow),
+            ])?
+            .remove(0);
+        let mask_index: Vec<i32> = match opt_input(inputs, 7) {
+            Some(m) => {
+                let mv = m.to_i64_vec(&format!("{op}: mask"))?;
+                if mv.len() != b * s {
+                    bail!("{op}: mask of shape {:?} is not [{b}, {s}]", m.shape());
+                }
+                mv.chunks(s.max(1))
+                    .map(|r| r.iter().sum::<i64>() as i32)
+                    .collect()
+            }
+            None => vec![0; b],
+        };
+        let ty = word.elem_type();
+        let mut out = vec![normed.view().cast(ty)?, Tensor::from_vec(&[b], mask_index)?];
+        if self.outputs > 2 {
+            out.push(sum.view().cast(ty)?);
+        }
+        out.truncate(self.outputs);
+        Ok(out)
+    }
+}

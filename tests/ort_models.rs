@@ -8,7 +8,7 @@ use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
 
-const MODELS: [(&str, f32); 9] = [
+const MODELS: [(&str, f32); 13] = [
     ("ort-opt-mnist-cnn", 1e-5),
     ("ort-opt-mlp-int", 0.0),
     ("ort-opt-encoder", 1e-4),
@@ -19,6 +19,10 @@ const MODELS: [(&str, f32); 9] = [
     ("ort-matmul-nbits-asym", 1e-5),
     ("ort-matmul-nbits-sym", 1e-5),
     ("ort-contrib-transformer", 2e-5),
+    ("ort-gqa-prompt", 1e-5),
+    ("ort-gqa-prompt-rotary", 1e-5),
+    ("ort-gqa-decode-rotary", 1e-5),
+    ("ort-gqa-window", 1e-5),
 ];
 
 #[test]

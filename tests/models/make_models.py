@@ -36,6 +36,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       its transformer tools and LLM exports write them: EmbedLayerNormalization
                       (its mask_index feeding Attention), Attention with packed QKV weights,
                       MultiHeadAttention (bias, key padding mask; causal), RotaryEmbedding
+  ort-gqa-*           GroupQueryAttention as LLM exports use it (4 query heads over 2 KV heads):
+                      a first prompt, with rotary embedding, one decoding step over a KV
+                      cache of sequences of different lengths, and a local window
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -432,6 +435,53 @@ def contrib_transformer():
         np.save(os.path.join(HERE, f"ort-contrib-transformer.output.{o.name}.npy"), v)
 
 
+def gqa():
+    rng = np.random.default_rng(SEED)
+    B, N, KV, HD = 2, 4, 2, 16
+    freq = 1 / 10000 ** (np.arange(0, HD, 2) / HD)
+    angles = np.outer(np.arange(16), freq)
+    caches = [numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+              numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin")]
+
+    def one(name, s, rotary, past_len, seqlens, total, window=-1):
+        inputs = ["q", "k", "v", "pk", "pv", "seqlens", "total"] + (["cos", "sin"] if rotary else [])
+        node = helper.make_node("GroupQueryAttention", inputs, ["y", "present_key", "present_value"],
+                                domain="com.microsoft", num_heads=N, kv_num_heads=KV,
+                                do_rotary=int(rotary), local_window_size=window)
+        vi = helper.make_tensor_value_info
+        F, I = TensorProto.FLOAT, TensorProto.INT32
+        graph = helper.make_graph(
+            [node], "gqa",
+            [vi("q", F, [B, s, N * HD]), vi("k", F, [B, s, KV * HD]), vi("v", F, [B, s, KV * HD]),
+             vi("pk", F, [B, KV, past_len, HD]), vi("pv", F, [B, KV, past_len, HD]),
+             vi("seqlens", I, [B]), vi("total", I, [])],
+            [vi(o, F, None) for o in ["y", "present_key", "present_value"]],
+            caches if rotary else [],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)],
+                                  ir_version=8)
+        path = os.path.join(HERE, f"{name}.onnx")
+        onnx.save(model, path)
+
+        def f(*shape):
+            return rng.normal(0, 1, shape).astype(np.float32)
+
+        feeds = {"q": f(B, s, N * HD), "k": f(B, s, KV * HD), "v": f(B, s, KV * HD),
+                 "pk": f(B, KV, past_len, HD), "pv": f(B, KV, past_len, HD),
+                 "seqlens": np.array(seqlens, np.int32), "total": np.array(total, np.int32)}
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        for k, v in feeds.items():
+            np.save(os.path.join(HERE, f"{name}.input.{k}.npy"), v)
+        for o, v in zip(sess.get_outputs(), sess.run(None, feeds)):
+            np.save(os.path.join(HERE, f"{name}.output.{o.name}.npy"), v)
+
+    one("ort-gqa-prompt", 4, False, 0, [3, 3], 4)
+    one("ort-gqa-prompt-rotary", 4, True, 0, [3, 3], 4)
+    one("ort-gqa-decode-rotary", 1, True, 6, [5, 3], 6)
+    one("ort-gqa-window", 4, False, 0, [3, 3], 4, window=2)
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -445,6 +495,7 @@ def main():
     dynamic_mlp()
     matmul_nbits()
     contrib_transformer()
+    gqa()
 
 
 if __name__ == "__main__":

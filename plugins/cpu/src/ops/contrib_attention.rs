@@ -17,6 +17,7 @@ pub fn register(reg: &mut Registry) {
     add_ms(reg, "Attention", build_bert_attention);
     add_ms(reg, "RotaryEmbedding", build_rotary);
     add_ms(reg, "EmbedLayerNormalization", build_embed_layer_norm);
+    add_ms(reg, "GroupQueryAttention", build_gqa);
 }
 
 fn f32_values(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<Vec<f32>> {
@@ -530,5 +531,253 @@ impl OpKernel for EmbedLayerNorm {
         }
         out.truncate(self.outputs);
         Ok(out)
+    }
+}
+
+struct Gqa {
+    op: String,
+    heads: usize,
+    kv_heads: usize,
+    scale: Option<f32>,
+    window: i64,
+    softcap: f32,
+    /// RotaryEmbedding kernels for the query and key heads (`do_rotary`).
+    rotary: Option<(Box<dyn OpKernel>, Box<dyn OpKernel>)>,
+}
+
+/// GroupQueryAttention `(query, key, value, past_key, past_value, seqlens_k,
+/// total_sequence_length, cos_cache, sin_cache)`: causal attention of grouped KV heads over a
+/// KV cache, each sequence of the batch `seqlens_k[b] + 1` tokens long in total; the new keys
+/// and values are written into the cache at the end of each sequence's past.
+fn build_gqa(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let heads = heads_attr(n)?;
+    let kv_heads = usize::try_from(n.req_int("kv_num_heads")?)
+        .ok()
+        .filter(|&k| k > 0 && heads % k == 0)
+        .ok_or_else(|| n.error("kv_num_heads must be a positive divisor of num_heads"))?;
+    if n.attr_int_or("smooth_softmax", 0)? != 0 {
+        return Err(n.error("smooth_softmax=1 is not supported"));
+    }
+    let rotary = if n.attr_int_or("do_rotary", 0)? != 0 {
+        let interleaved = AttrValue::Int(n.attr_int_or("rotary_interleaved", 0)?);
+        let make = |h: usize| {
+            reference_kernel(
+                n,
+                "RotaryEmbedding",
+                23,
+                vec![
+                    ("interleaved", interleaved.clone()),
+                    ("num_heads", AttrValue::Int(h as i64)),
+                ],
+                4,
+                1,
+            )
+        };
+        Some((make(heads)?, make(kv_heads)?))
+    } else {
+        None
+    };
+    Ok(Box::new(Gqa {
+        op: n.op_type.clone(),
+        heads,
+        kv_heads,
+        scale: n.attr_float("scale")?.filter(|&s| s != 0.0),
+        window: n.attr_int_or("local_window_size", -1)?,
+        softcap: n.attr_float_or("softcap", 0.0)?,
+        rotary,
+    }))
+}
+
+impl OpKernel for Gqa {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let op = &self.op;
+        let q_in = input(op, inputs, 0)?;
+        let [b, s, _] = *q_in.shape() else {
+            bail!(
+                "{op}: query must be [batch, sequence, hidden], got {:?}",
+                q_in.shape()
+            );
+        };
+        let ty = q_in.elem_type();
+        let (heads, kvh) = (self.heads, self.kv_heads);
+        // Q, K, V as f32, [B, S, heads·hd] / [B, S, kv·hd]; packed QKV when key is absent.
+        let (mut q, mut k, v, hd) = match (opt_input(inputs, 1), opt_input(inputs, 2)) {
+            (Some(k), Some(v)) => {
+                let d = q_in.shape()[2];
+                if d % heads != 0 {
+                    bail!("{op}: query width {d} does not split into {heads} heads");
+                }
+                let hd = d / heads;
+                if k.shape() != [b, s, kvh * hd] || v.shape() != [b, s, kvh * hd] {
+                    bail!(
+                        "{op}: key {:?} and value {:?} must be [{b}, {s}, {}]",
+                        k.shape(),
+                        v.shape(),
+                        kvh * hd
+                    );
+                }
+                (
+                    f32_values(op, "query", q_in)?,
+                    f32_values(op, "key", k)?,
+                    f32_values(op, "value", v)?,
+                    hd,
+                )
+            }
+            _ => {
+                let d = q_in.shape()[2];
+                if d % (heads + 2 * kvh) != 0 {
+                    bail!("{op}: packed QKV width {d} does not split into {heads}+2×{kvh} heads");
+                }
+                let hd = d / (heads + 2 * kvh);
+                let all = f32_values(op, "packed QKV", q_in)?;
+                let part = |from: usize, w: usize| -> Vec<f32> {
+                    all.chunks(d)
+                        .flat_map(|r| r[from..from + w].iter().copied())
+                        .collect()
+                };
+                (
+                    part(0, heads * hd),
+                    part(heads * hd, kvh * hd),
+                    part((heads + kvh) * hd, kvh * hd),
+                    hd,
+                )
+            }
+        };
+        let seqlens = input(op, inputs, 5)?.to_i64_vec(&format!("{op}: seqlens_k"))?;
+        if seqlens.len() != b {
+            bail!(
+                "{op}: seqlens_k has {} values for a batch of {b}",
+                seqlens.len()
+            );
+        }
+        let total_len =
+            super::util::scalar_i64(op, "total_sequence_length", input(op, inputs, 6)?)?;
+        let total_len = usize::try_from(total_len)
+            .map_err(|_| OpError(format!("{op}: negative total_sequence_length")))?;
+        let past_k = opt_input(inputs, 3);
+        let past_buf = past_k.map_or(0, |p| p.shape().get(2).copied().unwrap_or(0));
+        if let Some(p) = past_k {
+            if p.ndim() != 4 || p.shape()[0] != b || p.shape()[1] != kvh || p.shape()[3] != hd {
+                bail!(
+                    "{op}: past_key of shape {:?} is not [{b}, {kvh}, past, {hd}]",
+                    p.shape()
+                );
+            }
+        }
+        let present_len = past_buf.max(total_len);
+        // The first prompt fills every sequence from position 0 (right-padded to S).
+        let first_prompt = total_len == s;
+        let past_of = |bi: usize| -> OpResult<usize> {
+            let total = usize::try_from(seqlens[bi] + 1)
+                .map_err(|_| OpError(format!("{op}: seqlens_k[{bi}] is negative")))?;
+            if first_prompt {
+                return Ok(0);
+            }
+            total.checked_sub(s).ok_or_else(|| {
+                OpError(format!(
+                    "{op}: sequence {bi} is {total} tokens long, shorter than the {s} new ones"
+                ))
+            })
+        };
+        let mut pasts = Vec::with_capacity(b);
+        for bi in 0..b {
+            let p = past_of(bi)?;
+            if p + s > present_len {
+                bail!(
+                    "{op}: sequence {bi} needs {} cache positions, the cache has {present_len}",
+                    p + s
+                );
+            }
+            pasts.push(p);
+        }
+        if let Some((rq, rk)) = &self.rotary {
+            let pos: Vec<i64> = (0..b * s).map(|i| (pasts[i / s] + i % s) as i64).collect();
+            let pos = Tensor::from_vec(&[b, s], pos)?;
+            let (cos, sin) = (opt_input(inputs, 7), opt_input(inputs, 8));
+            let rot = |kern: &dyn OpKernel, x: Vec<f32>, width: usize| -> OpResult<Vec<f32>> {
+                let t = Tensor::from_vec(&[b, s, width], x)?;
+                let out = kern.run(&[
+                    Some(t.view()),
+                    cos.map(TensorRef::reborrow),
+                    sin.map(TensorRef::reborrow),
+                    Some(pos.view()),
+                ])?;
+                f32_values(op, "rotated", &out[0].view())
+            };
+            q = rot(rq.as_ref(), q, heads * hd)?;
+            k = rot(rk.as_ref(), k, kvh * hd)?;
+        }
+        // The caches: each sequence's past, then its new keys and values; zeros after.
+        let cache = |past: Option<&TensorRef<'_>>, new: &[f32]| -> OpResult<Vec<f32>> {
+            let mut c = vec![0f32; b * kvh * present_len * hd];
+            if let Some(p) = past {
+                let pv = f32_values(op, "past", p)?;
+                for bh in 0..b * kvh {
+                    for t in 0..pasts[bh / kvh].min(past_buf) {
+                        let (dst, src) = ((bh * present_len + t) * hd, (bh * past_buf + t) * hd);
+                        c[dst..dst + hd].copy_from_slice(&pv[src..src + hd]);
+                    }
+                }
+            }
+            for (bi, &past) in pasts.iter().enumerate() {
+                for si in 0..s {
+                    for h in 0..kvh {
+                        let src = ((bi * s + si) * kvh + h) * hd;
+                        let dst = ((bi * kvh + h) * present_len + past + si) * hd;
+                        c[dst..dst + hd].copy_from_slice(&new[src..src + hd]);
+                    }
+                }
+            }
+            Ok(c)
+        };
+        let ck = cache(past_k, &k)?;
+        let cv = cache(opt_input(inputs, 4), &v)?;
+        let scale = self.scale.unwrap_or(1.0 / (hd as f32).sqrt());
+        let group = heads / kvh;
+        let mut out = vec![0f32; b * s * heads * hd];
+        let mut scores = vec![0f32; present_len];
+        for bi in 0..b {
+            let total = (seqlens[bi] + 1) as usize;
+            for si in 0..s {
+                let pos = pasts[bi] + si;
+                let last = pos.min(total.saturating_sub(1));
+                let first = if self.window > 0 {
+                    (pos + 1).saturating_sub(self.window as usize)
+                } else {
+                    0
+                };
+                for h in 0..heads {
+                    let kh = h / group;
+                    let qv = &q[((bi * s + si) * heads + h) * hd..][..hd];
+                    let mut max = f32::NEG_INFINITY;
+                    for j in first..=last {
+                        let kr = &ck[((bi * kvh + kh) * present_len + j) * hd..][..hd];
+                        let mut d = qv.iter().zip(kr).map(|(a, c)| a * c).sum::<f32>() * scale;
+                        if self.softcap > 0.0 {
+                            d = self.softcap * (d / self.softcap).tanh();
+                        }
+                        scores[j] = d;
+                        max = max.max(d);
+                    }
+                    let mut sum = 0f32;
+                    for sc in &mut scores[first..=last] {
+                        *sc = (*sc - max).exp();
+                        sum += *sc;
+                    }
+                    let o = &mut out[((bi * s + si) * heads + h) * hd..][..hd];
+                    for j in first..=last {
+                        let w = scores[j] / sum;
+                        let vr = &cv[((bi * kvh + kh) * present_len + j) * hd..][..hd];
+                        o.iter_mut().zip(vr).for_each(|(a, c)| *a += w * c);
+                    }
+                }
+            }
+        }
+        let cast = |shape: &[usize], v: Vec<f32>| Tensor::from_vec(shape, v)?.view().cast(ty);
+        Ok(vec![
+            cast(&[b, s, heads * hd], out)?,
+            cast(&[b, kvh, present_len, hd], ck)?,
+            cast(&[b, kvh, present_len, hd], cv)?,
+        ])
     }
 }

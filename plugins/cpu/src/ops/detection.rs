@@ -1,13 +1,172 @@
-//! Object-detection post-processing: NonMaxSuppression (opsets 10, 11).
+//! Object detection: NonMaxSuppression (opsets 10, 11) and RoiAlign (opsets 10, 16, 22).
 
-use super::util::{float_values, input, opt_input};
+use super::util::{float_values, input, opt_input, tensor_from_f64};
 use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "NonMaxSuppression", 10, build_nms);
+    add(reg, "RoiAlign", 10, build_roi_align);
+}
+
+/// One bilinear sample: the four neighbours' offsets in a plane and their weights.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    at: [usize; 4],
+    w: [f64; 4],
+}
+
+fn bilinear(y: f64, x: f64, h: usize, w: usize) -> Sample {
+    if y < -1.0 || y > h as f64 || x < -1.0 || x > w as f64 {
+        return Sample::default();
+    }
+    let (mut y, mut x) = (y.max(0.0), x.max(0.0));
+    let (mut y0, mut x0) = (y as usize, x as usize);
+    let y1 = if y0 >= h - 1 {
+        y0 = h - 1;
+        y = y0 as f64;
+        y0
+    } else {
+        y0 + 1
+    };
+    let x1 = if x0 >= w - 1 {
+        x0 = w - 1;
+        x = x0 as f64;
+        x0
+    } else {
+        x0 + 1
+    };
+    let (ly, lx) = (y - y0 as f64, x - x0 as f64);
+    let (hy, hx) = (1.0 - ly, 1.0 - lx);
+    Sample {
+        at: [y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1],
+        w: [hy * hx, hy * lx, ly * hx, ly * lx],
+    }
+}
+
+fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let default_mode = if n.opset >= 16 {
+        "half_pixel"
+    } else {
+        "output_half_pixel"
+    };
+    let half_pixel =
+        match n
+            .attr_string_or("coordinate_transformation_mode", default_mode)?
+            .as_str()
+        {
+            "half_pixel" => true,
+            "output_half_pixel" => false,
+            other => return Err(n.error(format_args!(
+                "coordinate_transformation_mode `{other}` is not half_pixel or output_half_pixel"
+            ))),
+        };
+    let max = match n.attr_string_or("mode", "avg")?.as_str() {
+        "avg" => false,
+        "max" => true,
+        other => return Err(n.error(format_args!("mode `{other}` is not avg or max"))),
+    };
+    let positive = |name: &str| -> OpResult<usize> {
+        usize::try_from(n.attr_int_or(name, 1)?)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| n.error(format_args!("{name} must be positive")))
+    };
+    let (oh, ow) = (positive("output_height")?, positive("output_width")?);
+    let ratio = usize::try_from(n.attr_int_or("sampling_ratio", 0)?)
+        .map_err(|_| n.error("sampling_ratio must not be negative"))?;
+    let scale = f64::from(n.attr_float_or("spatial_scale", 1.0)?);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let rois = input(&op, inputs, 1)?;
+        let idx = input(&op, inputs, 2)?.to_i64_vec(&format!("{op}: batch_indices"))?;
+        let [nb, c, h, w] = *x.shape() else {
+            bail!("{op}: X must be [N, C, H, W], got {:?}", x.shape());
+        };
+        if h == 0 || w == 0 {
+            bail!("{op}: X has an empty plane {:?}", x.shape());
+        }
+        let k = rois.shape().first().copied().unwrap_or(0);
+        if rois.shape() != [k, 4] || idx.len() != k {
+            bail!(
+                "{op}: rois {:?} and batch_indices of {} must be [num_rois, 4] and [num_rois]",
+                rois.shape(),
+                idx.len()
+            );
+        }
+        let xv = float_values(&op, "X", x)?;
+        let rv = float_values(&op, "rois", rois)?;
+        let mut out = vec![0f64; k * c * oh * ow];
+        let mut samples = Vec::new();
+        for r in 0..k {
+            let b = usize::try_from(idx[r])
+                .ok()
+                .filter(|&b| b < nb)
+                .ok_or_else(|| OpError(format!("{op}: batch index {} is out of range", idx[r])))?;
+            let off = if half_pixel { 0.5 } else { 0.0 };
+            let roi = &rv[r * 4..r * 4 + 4];
+            let (x0, y0) = (roi[0] * scale - off, roi[1] * scale - off);
+            let (mut rw, mut rh) = (roi[2] * scale - off - x0, roi[3] * scale - off - y0);
+            if !half_pixel {
+                rw = rw.max(1.0);
+                rh = rh.max(1.0);
+            }
+            let (bh, bw) = (rh / oh as f64, rw / ow as f64);
+            let gh = if ratio > 0 {
+                ratio
+            } else {
+                (rh / oh as f64).ceil().max(0.0) as usize
+            };
+            let gw = if ratio > 0 {
+                ratio
+            } else {
+                (rw / ow as f64).ceil().max(0.0) as usize
+            };
+            let count = (gh * gw).max(1) as f64;
+            samples.clear();
+            for ph in 0..oh {
+                for pw in 0..ow {
+                    for iy in 0..gh {
+                        let yy = y0 + ph as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
+                        for ix in 0..gw {
+                            let xx = x0 + pw as f64 * bw + (ix as f64 + 0.5) * bw / gw as f64;
+                            samples.push(bilinear(yy, xx, h, w));
+                        }
+                    }
+                }
+            }
+            let per_bin = gh * gw;
+            for ch in 0..c {
+                let plane = &xv[(b * c + ch) * h * w..(b * c + ch + 1) * h * w];
+                for bin in 0..oh * ow {
+                    let bin_samples = &samples[bin * per_bin..(bin + 1) * per_bin];
+                    let v = if max {
+                        // As ONNX Runtime: the largest weighted neighbour, over the samples.
+                        bin_samples
+                            .iter()
+                            .map(|s| {
+                                (0..4)
+                                    .map(|i| s.w[i] * plane[s.at[i]])
+                                    .fold(f64::NEG_INFINITY, f64::max)
+                            })
+                            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                            .unwrap_or(0.0)
+                    } else {
+                        bin_samples
+                            .iter()
+                            .map(|s| (0..4).map(|i| s.w[i] * plane[s.at[i]]).sum::<f64>())
+                            .sum::<f64>()
+                            / count
+                    };
+                    out[((r * c + ch) * oh * ow) + bin] = v;
+                }
+            }
+        }
+        one(tensor_from_f64(x.elem_type(), &[k, c, oh, ow], out))
+    }))
 }
 
 /// A box as (x_min, y_min, x_max, y_max).

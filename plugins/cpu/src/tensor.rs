@@ -533,6 +533,19 @@ macro_rules! by_type {
     };
 }
 
+/// `len` zeros, or an error (instead of an abort) when the memory cannot be had: for sizes a
+/// model's attributes or scalar inputs choose.
+pub fn zeros_checked<T: Clone + Default>(len: usize, what: &str) -> OpResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        OpError(format!(
+            "{what} needs {len} elements, more memory than can be allocated"
+        ))
+    })?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
 /// Number of elements of a shape, failing on overflow.
 pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
     shape

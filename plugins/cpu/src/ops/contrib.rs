@@ -327,11 +327,12 @@ impl MatMulNBits {
         let b = b
             .get::<u8>()
             .ok_or_else(|| OpError(format!("{op}: B must be uint8, got {}", b.elem_type())))?;
-        if b.len() != cols * blocks * blob {
+        let need = cols.checked_mul(blocks).and_then(|v| v.checked_mul(blob));
+        if need != Some(b.len()) {
             bail!(
                 "{op}: B has {} bytes, [N={cols}, {blocks} blocks, {blob}] needs {}",
                 b.len(),
-                cols * blocks * blob
+                need.map_or("more than memory holds".to_string(), |v| v.to_string())
             );
         }
         let b: Vec<u8> = b.iter().copied().collect();

@@ -708,8 +708,16 @@ impl OpKernel for Gqa {
             k = rot(rk.as_ref(), k, kvh * hd)?;
         }
         // The caches: each sequence's past, then its new keys and values; zeros after.
+        let cache_len = [b, kvh, present_len, hd]
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| {
+                OpError(format!(
+                    "{op}: a KV cache of {present_len} positions is too large"
+                ))
+            })?;
         let cache = |past: Option<&TensorRef<'_>>, new: &[f32]| -> OpResult<Vec<f32>> {
-            let mut c = vec![0f32; b * kvh * present_len * hd];
+            let mut c: Vec<f32> = crate::tensor::zeros_checked(cache_len, op)?;
             if let Some(p) = past {
                 let pv = f32_values(op, "past", p)?;
                 for bh in 0..b * kvh {
@@ -735,7 +743,7 @@ impl OpKernel for Gqa {
         let scale = self.scale.unwrap_or(1.0 / (hd as f32).sqrt());
         let group = heads / kvh;
         let mut out = vec![0f32; b * s * heads * hd];
-        let mut scores = vec![0f32; present_len];
+        let mut scores: Vec<f32> = crate::tensor::zeros_checked(present_len, op)?;
         for bi in 0..b {
             let total = (seqlens[bi] + 1) as usize;
             for si in 0..s {

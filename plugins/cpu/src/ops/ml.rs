@@ -316,7 +316,11 @@ fn build_one_hot_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             other => bail!("{op}: input of type {other} is not supported"),
         };
         let k = cats.len();
-        let mut out = vec![0f32; values.len() * k];
+        let len = values
+            .len()
+            .checked_mul(k)
+            .ok_or_else(|| OpError(format!("{op}: the output is too large")))?;
+        let mut out: Vec<f32> = crate::tensor::zeros_checked(len, &op)?;
         for (i, &v) in values.iter().enumerate() {
             let key = v as i64;
             // A category listed twice counts at its last place, as in ONNX Runtime.
@@ -397,7 +401,10 @@ fn build_feature_vectorizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 dims.len()
             );
         }
-        let total: usize = dims.iter().sum();
+        let total = dims
+            .iter()
+            .try_fold(0usize, |a, &d| a.checked_add(d))
+            .ok_or_else(|| OpError(format!("{op}: inputdimensions add up past memory")))?;
         let mut rows = None;
         let mut parts = Vec::with_capacity(dims.len());
         for i in 0..dims.len() {
@@ -416,7 +423,10 @@ fn build_feature_vectorizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             parts.push((features(&op, x)?, c));
         }
         let n = rows.unwrap_or(1);
-        let mut out = vec![0f32; n * total];
+        let len = n
+            .checked_mul(total)
+            .ok_or_else(|| OpError(format!("{op}: the output is too large")))?;
+        let mut out: Vec<f32> = crate::tensor::zeros_checked(len, &op)?;
         for r in 0..n {
             let mut at = r * total;
             for ((v, c), &d) in parts.iter().zip(&dims) {

@@ -87,6 +87,59 @@ struct Forest {
 }
 
 impl Forest {
+    /// Checks that every walk from a root ends at a leaf: children in range, and no branch
+    /// reachable from itself (a hostile model could otherwise make evaluation loop forever).
+    fn validate(&self, n: &NodeDef) -> OpResult<()> {
+        let child_ok = |c: u32| {
+            if c & LEAF != 0 {
+                ((c & !LEAF) as usize) < self.leaves.len()
+            } else {
+                (c as usize) < self.branches.len()
+            }
+        };
+        // 0: not seen, 1: on the current path, 2: done.
+        let mut state = vec![0u8; self.branches.len()];
+        for &root in &self.roots {
+            if !child_ok(root) {
+                return Err(n.error("a tree root is out of range"));
+            }
+            if root & LEAF != 0 || state[root as usize] == 2 {
+                continue;
+            }
+            let mut stack = vec![(root, false)];
+            while let Some((at, children_done)) = stack.pop() {
+                let i = at as usize;
+                if children_done {
+                    state[i] = 2;
+                    continue;
+                }
+                if state[i] == 2 {
+                    continue;
+                }
+                state[i] = 1;
+                stack.push((at, true));
+                let b = &self.branches[i];
+                for c in [b.if_true, b.if_false] {
+                    if !child_ok(c) {
+                        return Err(n.error(format_args!("branch {i} has a child out of range")));
+                    }
+                    if c & LEAF == 0 {
+                        match state[c as usize] {
+                            1 => {
+                                return Err(n.error(format_args!(
+                                    "the trees have a cycle through branch {c}"
+                                )));
+                            }
+                            0 => stack.push((c, false)),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Adds the weights of the leaf `x` reaches in every tree to `acc` (one slot per target,
     /// with a flag saying whether any leaf wrote it).
     fn evaluate(&self, x: &[f64], agg: Aggregate, acc: &mut [(f64, bool)]) {
@@ -329,6 +382,7 @@ fn legacy_forest(n: &NodeDef, prefix: &str, targets: usize) -> OpResult<Forest> 
         forest.weights.extend(w);
         forest.leaves.push((start, forest.weights.len() as u32));
     }
+    forest.validate(n)?;
     Ok(forest)
 }
 
@@ -542,6 +596,7 @@ fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         };
         forest.roots.push(root);
     }
+    forest.validate(n)?;
     let agg = match n.attr_int_or("aggregate_function", 1)? {
         0 => Aggregate::Average,
         1 => Aggregate::Sum,
@@ -571,4 +626,48 @@ fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             ty => one(t.view().cast(ty)),
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regressor(true_ids: Vec<i64>) -> NodeDef {
+        let mut n = NodeDef::new("TreeEnsembleRegressor", 3);
+        n.domain = super::super::ml::ML.into();
+        let ints = |v: Vec<i64>| AttrValue::Ints(v);
+        let modes = AttrValue::Strings(vec![
+            b"BRANCH_LEQ".to_vec(),
+            b"LEAF".to_vec(),
+            b"LEAF".to_vec(),
+        ]);
+        n.with_attr("nodes_treeids", ints(vec![0, 0, 0]))
+            .with_attr("nodes_nodeids", ints(vec![0, 1, 2]))
+            .with_attr("nodes_featureids", ints(vec![0, 0, 0]))
+            .with_attr("nodes_values", AttrValue::Floats(vec![0.5, 0.0, 0.0]))
+            .with_attr("nodes_modes", modes)
+            .with_attr("nodes_truenodeids", ints(true_ids))
+            .with_attr("nodes_falsenodeids", ints(vec![2, 0, 0]))
+            .with_attr("target_treeids", ints(vec![0, 0]))
+            .with_attr("target_nodeids", ints(vec![1, 2]))
+            .with_attr("target_ids", ints(vec![0, 0]))
+            .with_attr("target_weights", AttrValue::Floats(vec![-1.0, 1.0]))
+            .with_io(1, 1)
+    }
+
+    #[test]
+    fn a_tree_is_walked_and_a_cyclic_one_refused() {
+        let k = crate::kernel::Registry::with_all_ops()
+            .build(&regressor(vec![1, 0, 0]))
+            .unwrap();
+        let x = Tensor::from_vec(&[2, 1], vec![0.25f32, 0.75]).unwrap();
+        let y = k.run(&[Some(x.view())]).unwrap();
+        assert_eq!(y[0], Tensor::from_vec(&[2, 1], vec![-1.0f32, 1.0]).unwrap());
+        // The root's true branch is the root itself: evaluation would never end.
+        let e = crate::kernel::Registry::with_all_ops()
+            .build(&regressor(vec![0, 0, 0]))
+            .err()
+            .unwrap();
+        assert!(e.0.contains("cycle"), "{e}");
+    }
 }

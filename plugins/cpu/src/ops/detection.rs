@@ -1,4 +1,5 @@
-//! Object detection: NonMaxSuppression (opsets 10, 11) and RoiAlign (opsets 10, 16, 22).
+//! Object detection: NonMaxSuppression (opsets 10, 11), RoiAlign (opsets 10, 16, 22) and the
+//! deformable convolution of detection backbones, DeformConv (opset 19, 2-D).
 
 use super::util::{float_values, input, opt_input, tensor_from_f64};
 use super::{add, one};
@@ -9,6 +10,145 @@ use crate::tensor::{Tensor, TensorRef};
 pub fn register(reg: &mut Registry) {
     add(reg, "NonMaxSuppression", 10, build_nms);
     add(reg, "RoiAlign", 10, build_roi_align);
+    add(reg, "DeformConv", 19, build_deform_conv);
+}
+
+/// `plane` (`h × w`) at the real point `(y, x)`, bilinearly, with zeros outside.
+fn sample_zero_padded(plane: &[f64], h: usize, w: usize, y: f64, x: f64) -> f64 {
+    let (y0, x0) = (y.floor(), x.floor());
+    let (dy, dx) = (y - y0, x - x0);
+    let mut v = 0.0;
+    for (yy, wy) in [(y0, 1.0 - dy), (y0 + 1.0, dy)] {
+        for (xx, wx) in [(x0, 1.0 - dx), (x0 + 1.0, dx)] {
+            if yy >= 0.0 && xx >= 0.0 && (yy as usize) < h && (xx as usize) < w && wy * wx != 0.0 {
+                v += wy * wx * plane[yy as usize * w + xx as usize];
+            }
+        }
+    }
+    v
+}
+
+fn build_deform_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let positive = |name: &str| -> OpResult<usize> {
+        usize::try_from(n.attr_int_or(name, 1)?)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| n.error(format_args!("{name} must be positive")))
+    };
+    let (group, offset_group) = (positive("group")?, positive("offset_group")?);
+    let list = |name: &str, default: Vec<i64>| -> OpResult<Vec<usize>> {
+        n.attr_ints(name)?
+            .unwrap_or(default)
+            .into_iter()
+            .map(|v| {
+                usize::try_from(v).map_err(|_| n.error(format_args!("{name} must not be negative")))
+            })
+            .collect()
+    };
+    let strides = list("strides", vec![1, 1])?;
+    let dilations = list("dilations", vec![1, 1])?;
+    let pads = list("pads", vec![0, 0, 0, 0])?;
+    if strides.len() != 2 || dilations.len() != 2 || pads.len() != 4 {
+        return Err(n.error("only 2-D deformable convolution is supported"));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let wt = input(&op, inputs, 1)?;
+        let off = input(&op, inputs, 2)?;
+        let [nb, ic, h, w] = *x.shape() else {
+            bail!("{op}: X must be [N, C, H, W], got {:?}", x.shape());
+        };
+        let [oc, icg, kh, kw] = *wt.shape() else {
+            bail!("{op}: W must be [M, C/group, kH, kW], got {:?}", wt.shape());
+        };
+        let [ob, oc2, oh, ow] = *off.shape() else {
+            bail!(
+                "{op}: offset must be [N, 2·offset_group·kH·kW, oH, oW], got {:?}",
+                off.shape()
+            );
+        };
+        let taps = kh * kw;
+        if icg * group != ic || oc % group != 0 || ic % offset_group != 0 {
+            bail!(
+                "{op}: X {:?} and W {:?} do not fit group {group} / offset_group {offset_group}",
+                x.shape(),
+                wt.shape()
+            );
+        }
+        if ob != nb || oc2 != 2 * offset_group * taps {
+            bail!(
+                "{op}: offset of shape {:?} does not fit {offset_group} offset groups of {kh}×{kw}",
+                off.shape()
+            );
+        }
+        let reach = |size: usize, k: usize, d: usize, p0: usize, p1: usize, st: usize| {
+            (size + p0 + p1)
+                .checked_sub((k - 1) * d + 1)
+                .map(|v| v / st + 1)
+        };
+        if reach(h, kh, dilations[0], pads[0], pads[2], strides[0]) != Some(oh)
+            || reach(w, kw, dilations[1], pads[1], pads[3], strides[1]) != Some(ow)
+        {
+            bail!(
+                "{op}: an output of {oh}×{ow} does not follow from the input, kernel, pads and strides"
+            );
+        }
+        let xv = float_values(&op, "X", x)?;
+        let wv = float_values(&op, "W", wt)?;
+        let ov = float_values(&op, "offset", off)?;
+        let mv = match opt_input(inputs, 4) {
+            Some(m) if m.len() == nb * offset_group * taps * oh * ow => {
+                Some(float_values(&op, "mask", m)?)
+            }
+            Some(m) => bail!(
+                "{op}: mask of shape {:?} is not [N, offset_group·kH·kW, oH, oW]",
+                m.shape()
+            ),
+            None => None,
+        };
+        let bias = match opt_input(inputs, 3) {
+            Some(b) if b.len() == oc => float_values(&op, "B", b)?,
+            Some(b) => bail!("{op}: B has {} values for {oc} output channels", b.len()),
+            None => vec![0.0; oc],
+        };
+        let (ocg, icog) = (oc / group, ic / offset_group);
+        let mut out = vec![0f64; nb * oc * oh * ow];
+        for b in 0..nb {
+            for o in 0..oc {
+                let g = o / ocg;
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let mut acc = bias[o];
+                        for c in 0..icg {
+                            let ch = g * icg + c;
+                            let og = ch / icog;
+                            let plane = &xv[(b * ic + ch) * h * w..][..h * w];
+                            for t in 0..taps {
+                                let (ky, kx) = (t / kw, t % kw);
+                                let at = |k: usize| ((b * oc2 + k) * oh + i) * ow + j;
+                                let dy = ov[at((og * taps + t) * 2)];
+                                let dx = ov[at((og * taps + t) * 2 + 1)];
+                                let y = (strides[0] * i + ky * dilations[0]) as f64
+                                    - pads[0] as f64
+                                    + dy;
+                                let xx = (strides[1] * j + kx * dilations[1]) as f64
+                                    - pads[1] as f64
+                                    + dx;
+                                let m = mv.as_ref().map_or(1.0, |m| {
+                                    m[((b * offset_group * taps + og * taps + t) * oh + i) * ow + j]
+                                });
+                                let wgt = wv[((o * icg + c) * kh + ky) * kw + kx];
+                                acc += wgt * m * sample_zero_padded(plane, h, w, y, xx);
+                            }
+                        }
+                        out[((b * oc + o) * oh + i) * ow + j] = acc;
+                    }
+                }
+            }
+        }
+        one(tensor_from_f64(x.elem_type(), &[nb, oc, oh, ow], out))
+    }))
 }
 
 /// One bilinear sample: the four neighbours' offsets in a plane and their weights.

@@ -214,9 +214,69 @@ impl BatchNorm {
     }
 }
 
+/// BatchNormalization with `training_mode=1` (opset 14+): normalized by the batch's own mean
+/// and (biased) variance per channel; the running statistics move towards them by `momentum`.
+fn build_batchnorm_training(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let eps = f64::from(n.attr_float_or("epsilon", 1e-5)?);
+    let momentum = f64::from(n.attr_float_or("momentum", 0.9)?);
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let shape = x.shape().to_vec();
+        if shape.len() < 2 {
+            crate::bail!("{op}: X must have a channel axis, got shape {shape:?}");
+        }
+        let (n, c) = (shape[0], shape[1]);
+        let inner: usize = shape[2..].iter().product();
+        let xv = super::util::float_values(&op, "X", x)?;
+        let param = |i: usize, what: &str| -> OpResult<Vec<f64>> {
+            let t = input(&op, inputs, i)?;
+            let v = super::util::float_values(&op, what, t)?;
+            if v.len() != c {
+                crate::bail!("{op}: {what} has {} values for {c} channels", v.len());
+            }
+            Ok(v)
+        };
+        let (scale, bias) = (param(1, "scale")?, param(2, "B")?);
+        let (run_mean, run_var) = (param(3, "input_mean")?, param(4, "input_var")?);
+        let count = (n * inner).max(1) as f64;
+        let mut mean = vec![0f64; c];
+        let mut var = vec![0f64; c];
+        for (i, v) in xv.iter().enumerate() {
+            mean[(i / inner.max(1)) % c] += v;
+        }
+        mean.iter_mut().for_each(|m| *m /= count);
+        for (i, v) in xv.iter().enumerate() {
+            let ch = (i / inner.max(1)) % c;
+            var[ch] += (v - mean[ch]) * (v - mean[ch]);
+        }
+        var.iter_mut().for_each(|v| *v /= count);
+        let y: Vec<f64> = xv
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let ch = (i / inner.max(1)) % c;
+                (v - mean[ch]) / (var[ch] + eps).sqrt() * scale[ch] + bias[ch]
+            })
+            .collect();
+        let moved = |run: &[f64], now: &[f64]| -> Vec<f64> {
+            run.iter()
+                .zip(now)
+                .map(|(r, m)| r * momentum + m * (1.0 - momentum))
+                .collect()
+        };
+        let stat_ty = input(&op, inputs, 3)?.elem_type();
+        Ok(vec![
+            super::util::tensor_from_f64(x.elem_type(), &shape, y)?,
+            super::util::tensor_from_f64(stat_ty, &[c], moved(&run_mean, &mean))?,
+            super::util::tensor_from_f64(stat_ty, &[c], moved(&run_var, &var))?,
+        ])
+    }))
+}
+
 fn build_batchnorm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     if n.attr_int_or("training_mode", 0)? != 0 {
-        return Err(n.error("training_mode=1 is not supported (inference only)"));
+        return build_batchnorm_training(n);
     }
     if n.opset < 7 && n.attr_int_or("is_test", 0)? == 0 && n.num_outputs > 1 {
         return Err(n.error("training mode (is_test=0) is not supported (inference only)"));
@@ -349,8 +409,21 @@ mod tests {
             e.0.contains("BatchNormalization: var must have shape [2], got [3]"),
             "{e}"
         );
-        let t = n.with_attr("training_mode", AttrValue::Int(1));
-        let e = Registry::with_all_ops().build(&t).err().unwrap();
-        assert!(e.0.contains("training_mode=1 is not supported"), "{e}");
+        // Training mode normalizes by the batch's statistics and moves the running ones.
+        let t = n
+            .with_attr("training_mode", AttrValue::Int(1))
+            .with_attr("momentum", AttrValue::Float(0.5))
+            .with_io(5, 3);
+        let x = Tensor::F32(array![[1.0f32, 3.0], [3.0, 5.0]].into_dyn());
+        let ones = Tensor::F32(array![1.0f32, 1.0].into_dyn());
+        let zeros = Tensor::F32(array![0.0f32, 0.0].into_dyn());
+        let out = run(t, vec![x, ones.clone(), zeros.clone(), zeros, ones]).unwrap();
+        // Per channel: means 2 and 4, variances 1.
+        let y: Vec<f32> = out[0].as_array::<f32>().unwrap().iter().copied().collect();
+        for (got, want) in y.iter().zip([-1.0f32, -1.0, 1.0, 1.0]) {
+            assert!((got - want).abs() < 1e-4, "{y:?}");
+        }
+        assert_eq!(out[1], Tensor::F32(array![1.0f32, 2.0].into_dyn()));
+        assert_eq!(out[2], Tensor::F32(array![1.0f32, 1.0].into_dyn()));
     }
 }

@@ -436,17 +436,66 @@ fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     if n.opset < 7 && n.attr_int_or("is_test", 0)? == 0 && outputs > 1 {
         return Err(n.error("training mode (is_test=0) is not supported"));
     }
+    let seed = n.attr_int("seed")?;
+    // Draws of one kernel: each run takes the next from one sequence.
+    let draws = std::sync::atomic::AtomicU64::new(0);
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        if let Some(t) = opt_input(inputs, 2) {
-            let train = t.expect_type::<bool>(&format!("{op}: training_mode"))?;
-            if train.iter().any(|&b| b) {
-                bail!("{op}: training_mode=true is not supported");
+        let training = match opt_input(inputs, 2) {
+            Some(t) => t
+                .expect_type::<bool>(&format!("{op}: training_mode"))?
+                .iter()
+                .any(|&b| b),
+            None => false,
+        };
+        let ratio = match opt_input(inputs, 1) {
+            Some(r) if training => {
+                let v = super::util::float_values(&op, "ratio", r)?;
+                match v.as_slice() {
+                    [r] if (0.0..1.0).contains(r) => *r,
+                    _ => bail!("{op}: ratio must be one value in [0, 1), got {v:?}"),
+                }
+            }
+            _ if training => 0.5,
+            _ => 0.0,
+        };
+        if ratio == 0.0 {
+            let mut out = vec![x.to_owned()];
+            if outputs > 1 {
+                out.push(Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true)));
+            }
+            return Ok(out);
+        }
+        // Training with a positive ratio: drop each element with probability `ratio` and
+        // scale the kept ones by 1 / (1 - ratio). SplitMix64 from `seed` (or a fresh one).
+        let run = draws.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut state = match seed {
+            Some(s) => s as u64,
+            None => {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u64(run);
+                h.finish()
             }
         }
-        let mut out = vec![x.to_owned()];
+        .wrapping_add(run.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut next = move || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let keep: Vec<bool> = (0..x.len()).map(|_| next() >= ratio).collect();
+        let xv = x.to_f64_vec();
+        let y: Vec<f64> = xv
+            .iter()
+            .zip(&keep)
+            .map(|(v, &k)| if k { v / (1.0 - ratio) } else { 0.0 })
+            .collect();
+        let mut out = vec![super::util::tensor_from_f64(x.elem_type(), x.shape(), y)?];
         if outputs > 1 {
-            out.push(Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true)));
+            out.push(Tensor::from_vec(x.shape(), keep)?);
         }
         Ok(out)
     }))

@@ -8,7 +8,7 @@ use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
 
-const MODELS: [(&str, f32); 13] = [
+const MODELS: [(&str, f32); 15] = [
     ("ort-opt-mnist-cnn", 1e-5),
     ("ort-opt-mlp-int", 0.0),
     ("ort-opt-encoder", 1e-4),
@@ -23,6 +23,8 @@ const MODELS: [(&str, f32); 13] = [
     ("ort-gqa-prompt-rotary", 1e-5),
     ("ort-gqa-decode-rotary", 1e-5),
     ("ort-gqa-window", 1e-5),
+    ("ort-mha-past", 1e-5),
+    ("ort-mha-past-causal", 1e-5),
 ];
 
 #[test]

@@ -36,6 +36,8 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       its transformer tools and LLM exports write them: EmbedLayerNormalization
                       (its mask_index feeding Attention), Attention with packed QKV weights,
                       MultiHeadAttention (bias, key padding mask; causal), RotaryEmbedding
+  ort-mha-past / -causal  MultiHeadAttention over past_key / past_value (the KV cache of
+                      decoder exports), plain and causal
   ort-gqa-*           GroupQueryAttention as LLM exports use it (4 query heads over 2 KV heads):
                       a first prompt, with rotary embedding, one decoding step over a KV
                       cache of sequences of different lengths, and a local window
@@ -482,6 +484,38 @@ def gqa():
     one("ort-gqa-window", 4, False, 0, [3, 3], 4, window=2)
 
 
+def mha_past():
+    rng = np.random.default_rng(SEED)
+    B, S, P, N, HD = 2, 3, 4, 2, 8
+    D = N * HD
+    vi = helper.make_tensor_value_info
+    F = TensorProto.FLOAT
+    for name, causal in [("ort-mha-past", 0), ("ort-mha-past-causal", 1)]:
+        node = helper.make_node(
+            "MultiHeadAttention", ["q", "k", "v", "", "", "", "pk", "pv"],
+            ["y", "present_key", "present_value"], domain="com.microsoft", num_heads=N,
+            unidirectional=causal)
+        graph = helper.make_graph(
+            [node], "mha_past",
+            [vi("q", F, [B, S, D]), vi("k", F, [B, S, D]), vi("v", F, [B, S, D]),
+             vi("pk", F, [B, N, P, HD]), vi("pv", F, [B, N, P, HD])],
+            [vi(o, F, None) for o in ["y", "present_key", "present_value"]],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)],
+                                  ir_version=8)
+        path = os.path.join(HERE, f"{name}.onnx")
+        onnx.save(model, path)
+        feeds = {k: rng.normal(0, 1, s).astype(np.float32) for k, s in [
+            ("q", (B, S, D)), ("k", (B, S, D)), ("v", (B, S, D)),
+            ("pk", (B, N, P, HD)), ("pv", (B, N, P, HD))]}
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        for k, v in feeds.items():
+            np.save(os.path.join(HERE, f"{name}.input.{k}.npy"), v)
+        for o, v in zip(sess.get_outputs(), sess.run(None, feeds)):
+            np.save(os.path.join(HERE, f"{name}.output.{o.name}.npy"), v)
+
+
 def main():
     rng = np.random.default_rng(SEED)
     optimize(os.path.join(EXAMPLES, "mnist-cnn.onnx"), "ort-opt-mnist-cnn",
@@ -496,6 +530,7 @@ def main():
     matmul_nbits()
     contrib_transformer()
     gqa()
+    mha_past()
 
 
 if __name__ == "__main__":

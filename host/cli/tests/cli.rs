@@ -146,20 +146,6 @@ fn narrow_types_model() -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// A `.npy` file as numpy writes one: version 1.0, header padded to 64 bytes.
-fn npy_bytes(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(data);
-    out
-}
-
 /// numpy saves `ml_dtypes` arrays as raw bytes (`<V2`, `<V1`): the CLI reads them as the type
 /// the model declares and writes narrow outputs the same way, one element per byte.
 #[test]
@@ -167,13 +153,12 @@ fn ml_dtypes_npy_files_go_in_and_come_out() {
     let dir = Scratch::new("narrow");
     let model = dir.0.join("narrow.onnx");
     std::fs::write(&model, narrow_types_model()).unwrap();
-    // np.save(f, np.array([1.0, -2.0, 3.5], ml_dtypes.bfloat16))
+    // As np.save(f, np.array([1.0, -2.0, 3.5], ml_dtypes.bfloat16)) writes it: '<V2'.
     let x = dir.0.join("x.npy");
-    std::fs::write(
-        &x,
-        npy_bytes("<V2", "(3,)", &[0x80, 0x3f, 0x00, 0xc0, 0x60, 0x40]),
-    )
-    .unwrap();
+    let bf16 = [0x80, 0x3f, 0x00, 0xc0, 0x60, 0x40];
+    let bytes = epx::npy::encode_npy(epx::ElementType::Bfloat16, &[3], &bf16).unwrap();
+    assert!(text(&bytes).contains("'descr': '<V2'"));
+    std::fs::write(&x, bytes).unwrap();
     let out_dir = dir.0.join("out");
     let out = epx(&[
         "run",

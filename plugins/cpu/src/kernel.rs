@@ -144,6 +144,29 @@ impl NodeDef {
         Ok(self.attr_int(name)?.unwrap_or(default))
     }
 
+    /// A count attribute (heads, targets, sizes): `None` when absent, an error unless positive.
+    pub fn attr_count(&self, name: &str) -> OpResult<Option<usize>> {
+        match self.attr_int(name)? {
+            None => Ok(None),
+            Some(v) => usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .map(Some)
+                .ok_or_else(|| self.error(format_args!("{name} must be positive, got {v}"))),
+        }
+    }
+
+    /// [`NodeDef::attr_count`] with a default for an absent attribute.
+    pub fn attr_count_or(&self, name: &str, default: usize) -> OpResult<usize> {
+        Ok(self.attr_count(name)?.unwrap_or(default))
+    }
+
+    /// [`NodeDef::attr_count`] of a required attribute.
+    pub fn req_count(&self, name: &str) -> OpResult<usize> {
+        self.attr_count(name)?
+            .ok_or_else(|| self.error(format_args!("missing required attribute '{name}'")))
+    }
+
     pub fn attr_ints(&self, name: &str) -> OpResult<Option<Vec<i64>>> {
         match self.attributes.get(name) {
             None => Ok(None),

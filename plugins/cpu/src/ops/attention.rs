@@ -296,17 +296,6 @@ impl Attention {
     }
 }
 
-fn opt_count(n: &NodeDef, name: &str) -> OpResult<Option<usize>> {
-    match n.attr_int(name)? {
-        None => Ok(None),
-        Some(v) => usize::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| n.error(format_args!("{name} must be positive, got {v}"))),
-    }
-}
-
 fn build_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let qk_mode = n.attr_int_or("qk_matmul_output_mode", 0)?;
     if !(0..=3).contains(&qk_mode) {
@@ -318,8 +307,8 @@ fn build_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         op: n.op_type.clone(),
         scale: n.attr_float("scale")?.map(f64::from),
         is_causal: n.attr_int_or("is_causal", 0)? != 0,
-        q_heads: opt_count(n, "q_num_heads")?,
-        kv_heads: opt_count(n, "kv_num_heads")?,
+        q_heads: n.attr_count("q_num_heads")?,
+        kv_heads: n.attr_count("kv_num_heads")?,
         softcap: n.attr_float("softcap")?.map(f64::from),
         qk_mode,
         outputs: n.num_outputs,
@@ -455,7 +444,7 @@ fn build_rotary(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         interleaved: n.attr_int_or("interleaved", 0)? != 0,
         rotary_dim: usize::try_from(rd)
             .map_err(|_| n.error(format_args!("rotary_embedding_dim must be >= 0, got {rd}")))?,
-        num_heads: opt_count(n, "num_heads")?,
+        num_heads: n.attr_count("num_heads")?,
     };
     Ok(kernel(move |inputs| r.run(inputs)))
 }

@@ -118,13 +118,6 @@ fn attention_kernel(n: &NodeDef, heads: usize, outputs: usize) -> OpResult<Box<d
     reference_kernel(n, "Attention", 23, attrs, 6, outputs)
 }
 
-fn heads_attr(n: &NodeDef) -> OpResult<usize> {
-    usize::try_from(n.req_int("num_heads")?)
-        .ok()
-        .filter(|&h| h > 0)
-        .ok_or_else(|| n.error("num_heads must be positive"))
-}
-
 struct Mha {
     op: String,
     heads: usize,
@@ -135,7 +128,7 @@ struct Mha {
 /// MultiHeadAttention `(query, key, value, bias, key_padding_mask, attention_bias, past_key,
 /// past_value)` with 3-D query, key and value.
 fn build_mha(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let heads = heads_attr(n)?;
+    let heads = n.req_count("num_heads")?;
     Ok(Box::new(Mha {
         op: n.op_type.clone(),
         heads,
@@ -223,7 +216,7 @@ struct BertAttention {
 /// Attention `(input, weights, bias, mask_index, past, attention_bias)`: Q, K and V from one
 /// packed projection, then multi-head attention.
 fn build_bert_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let heads = heads_attr(n)?;
+    let heads = n.req_count("num_heads")?;
     if n.attr_int_or("do_rotary", 0)? != 0 {
         return Err(n.error("do_rotary=1 is not supported"));
     }
@@ -550,7 +543,7 @@ struct Gqa {
 /// KV cache, each sequence of the batch `seqlens_k[b] + 1` tokens long in total; the new keys
 /// and values are written into the cache at the end of each sequence's past.
 fn build_gqa(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let heads = heads_attr(n)?;
+    let heads = n.req_count("num_heads")?;
     let kv_heads = usize::try_from(n.req_int("kv_num_heads")?)
         .ok()
         .filter(|&k| k > 0 && heads % k == 0)

@@ -30,13 +30,10 @@ fn sample_zero_padded(plane: &[f64], h: usize, w: usize, y: f64, x: f64) -> f64 
 
 fn build_deform_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let positive = |name: &str| -> OpResult<usize> {
-        usize::try_from(n.attr_int_or(name, 1)?)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| n.error(format_args!("{name} must be positive")))
-    };
-    let (group, offset_group) = (positive("group")?, positive("offset_group")?);
+    let (group, offset_group) = (
+        n.attr_count_or("group", 1)?,
+        n.attr_count_or("offset_group", 1)?,
+    );
     let list = |name: &str, default: Vec<i64>| -> OpResult<Vec<usize>> {
         n.attr_ints(name)?
             .unwrap_or(default)
@@ -209,13 +206,10 @@ fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         "max" => true,
         other => return Err(n.error(format_args!("mode `{other}` is not avg or max"))),
     };
-    let positive = |name: &str| -> OpResult<usize> {
-        usize::try_from(n.attr_int_or(name, 1)?)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| n.error(format_args!("{name} must be positive")))
-    };
-    let (oh, ow) = (positive("output_height")?, positive("output_width")?);
+    let (oh, ow) = (
+        n.attr_count_or("output_height", 1)?,
+        n.attr_count_or("output_width", 1)?,
+    );
     let ratio = usize::try_from(n.attr_int_or("sampling_ratio", 0)?)
         .map_err(|_| n.error("sampling_ratio must not be negative"))?;
     let scale = f64::from(n.attr_float_or("spatial_scale", 1.0)?);

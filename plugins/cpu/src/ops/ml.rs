@@ -466,10 +466,7 @@ fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let coef = floats_attr(n, "coefficients")?;
     let intercepts = floats_attr(n, "intercepts")?;
-    let targets = usize::try_from(n.attr_int_or("targets", 1)?)
-        .ok()
-        .filter(|&t| t > 0)
-        .ok_or_else(|| n.error("targets must be positive"))?;
+    let targets = n.attr_count_or("targets", 1)?;
     let post = PostTransform::parse(n)?;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
@@ -488,14 +485,15 @@ fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-/// Class labels of a classifier: integers (strings are not held by the CPU EP yet).
-pub(crate) fn int_labels(n: &NodeDef) -> OpResult<Vec<i64>> {
-    match n.attr_ints("classlabels_ints")? {
+/// Class labels of a classifier from the integer list `attr` (`classlabels_ints`, or the tree
+/// ensembles' `classlabels_int64s`); string labels are not held by the CPU EP yet.
+pub(crate) fn int_labels(n: &NodeDef, attr: &str) -> OpResult<Vec<i64>> {
+    match n.attr_ints(attr)? {
         Some(v) if !v.is_empty() => Ok(v),
         _ if n.has_attr("classlabels_strings") => Err(
             n.error("string class labels need string tensors, which the CPU EP does not hold yet")
         ),
-        _ => Err(n.error("needs classlabels_ints")),
+        _ => Err(n.error(format_args!("needs {attr}"))),
     }
 }
 
@@ -503,7 +501,7 @@ fn build_linear_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let coef = floats_attr(n, "coefficients")?;
     let intercepts = floats_attr(n, "intercepts")?;
-    let labels = int_labels(n)?;
+    let labels = int_labels(n, "classlabels_ints")?;
     let post = PostTransform::parse(n)?;
     let classes = if intercepts.is_empty() {
         labels.len()

@@ -144,7 +144,7 @@ fn couple(k: usize, r: &[f32]) -> Vec<f32> {
 
 fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let labels = int_labels(n)?;
+    let labels = int_labels(n, "classlabels_ints")?;
     let k = labels.len();
     let coef = floats_attr(n, "coefficients")?;
     let rho = floats_attr(n, "rho")?;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::ml::{PostTransform, add_ml, floats_attr, logistic, rows_cols};
+use super::ml::{PostTransform, add_ml, floats_attr, int_labels, logistic, rows_cols};
 use super::one;
 use super::util::input;
 use crate::bail;
@@ -237,6 +237,16 @@ fn ints(n: &NodeDef, name: &str) -> OpResult<Vec<i64>> {
     Ok(n.attr_ints(name)?.unwrap_or_default())
 }
 
+/// Checks that each list of `lists` has `count` entries, one per node.
+fn one_per_node(n: &NodeDef, count: usize, lists: &[(&str, usize)]) -> OpResult<()> {
+    match lists.iter().find(|(_, len)| *len != count) {
+        Some((name, len)) => {
+            Err(n.error(format_args!("{name} has {len} entries for {count} nodes")))
+        }
+        None => Ok(()),
+    }
+}
+
 fn to_u32(n: &NodeDef, what: &str, v: i64) -> OpResult<u32> {
     u32::try_from(v)
         .ok()
@@ -256,19 +266,17 @@ fn legacy_forest(n: &NodeDef, prefix: &str, targets: usize) -> OpResult<Forest> 
     let false_ids = ints(n, "nodes_falsenodeids")?;
     let missing = ints(n, "nodes_missing_value_tracks_true")?;
     let count = tree_ids.len();
-    for (name, len) in [
-        ("nodes_nodeids", node_ids.len()),
-        ("nodes_featureids", features.len()),
-        ("nodes_modes", modes.len()),
-        ("nodes_truenodeids", true_ids.len()),
-        ("nodes_falsenodeids", false_ids.len()),
-    ] {
-        if len != count {
-            return Err(n.error(format_args!(
-                "{name} has {len} entries, nodes_treeids has {count}"
-            )));
-        }
-    }
+    one_per_node(
+        n,
+        count,
+        &[
+            ("nodes_nodeids", node_ids.len()),
+            ("nodes_featureids", features.len()),
+            ("nodes_modes", modes.len()),
+            ("nodes_truenodeids", true_ids.len()),
+            ("nodes_falsenodeids", false_ids.len()),
+        ],
+    )?;
     if (!values.is_empty() && values.len() != count)
         || (!missing.is_empty() && missing.len() != count)
     {
@@ -388,10 +396,7 @@ fn legacy_forest(n: &NodeDef, prefix: &str, targets: usize) -> OpResult<Forest> 
 
 fn build_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let targets = usize::try_from(n.attr_int_or("n_targets", 1)?)
-        .ok()
-        .filter(|&t| t > 0)
-        .ok_or_else(|| n.error("n_targets must be positive"))?;
+    let targets = n.attr_count_or("n_targets", 1)?;
     let forest = legacy_forest(n, "target", targets)?;
     let agg = Aggregate::parse(n, &n.attr_string_or("aggregate_function", "SUM")?)?;
     let base = values_attr(n, "base_values")?;
@@ -409,7 +414,7 @@ fn build_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let labels = int_labels_tree(n)?;
+    let labels = int_labels(n, "classlabels_int64s")?;
     let classes = labels.len();
     let forest = legacy_forest(n, "class", classes)?;
     let base = values_attr(n, "base_values")?;
@@ -463,16 +468,6 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-fn int_labels_tree(n: &NodeDef) -> OpResult<Vec<i64>> {
-    match n.attr_ints("classlabels_int64s")? {
-        Some(v) if !v.is_empty() => Ok(v),
-        _ if n.has_attr("classlabels_strings") => Err(
-            n.error("string class labels need string tensors, which the CPU EP does not hold yet")
-        ),
-        _ => Err(n.error("needs classlabels_int64s")),
-    }
-}
-
 /// TreeEnsemble (opset 5): nodes and leaves in separate arrays, modes as a uint8 tensor.
 fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
@@ -495,23 +490,20 @@ fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let missing = ints(n, "nodes_missing_value_tracks_true")?;
     let leaf_targets = ints(n, "leaf_targetids")?;
     let roots = ints(n, "tree_roots")?;
-    let targets = usize::try_from(n.req_int("n_targets")?)
-        .ok()
-        .filter(|&t| t > 0)
-        .ok_or_else(|| n.error("n_targets must be positive"))?;
+    let targets = n.req_count("n_targets")?;
     let count = features.len();
-    for (name, len) in [
-        ("nodes_splits", splits.len()),
-        ("nodes_modes", modes.len()),
-        ("nodes_truenodeids", true_ids.len()),
-        ("nodes_falsenodeids", false_ids.len()),
-        ("nodes_trueleafs", true_leaf.len()),
-        ("nodes_falseleafs", false_leaf.len()),
-    ] {
-        if len != count {
-            return Err(n.error(format_args!("{name} has {len} entries for {count} nodes")));
-        }
-    }
+    one_per_node(
+        n,
+        count,
+        &[
+            ("nodes_splits", splits.len()),
+            ("nodes_modes", modes.len()),
+            ("nodes_truenodeids", true_ids.len()),
+            ("nodes_falsenodeids", false_ids.len()),
+            ("nodes_trueleafs", true_leaf.len()),
+            ("nodes_falseleafs", false_leaf.len()),
+        ],
+    )?;
     if leaf_targets.len() != leaf_w.len() {
         return Err(n.error("leaf_targetids and leaf_weights differ in length"));
     }

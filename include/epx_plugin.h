@@ -37,6 +37,12 @@ typedef struct EpxGraph EpxGraph;
  */
 typedef struct EpxKernelContext EpxKernelContext;
 
+/**
+ * Opaque (ABI 1.3): a value of any kind (tensor, strings included; sequence; map; optional);
+ * read it and make one through the value_* functions of EpxHostApi.
+ */
+typedef struct EpxValue EpxValue;
+
 /* Declared ahead for epx_plugin_entry below; defined further down. */
 struct EpxStatus;
 struct EpxHostApi;
@@ -69,7 +75,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 2
+#define EPX_ABI_VERSION_MINOR 3
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -101,6 +107,13 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
  * threads at once. Without it the host serializes calls to each kernel's `execute`.
  */
 #define EPX_PROVIDER_CONCURRENT_KERNELS 1
+
+/**
+ * (ABI 1.3) The DLPack type code of a string tensor's `DLTensor`: its `data` points at one
+ * [`EpxStr`] per element (C order) and `bits` is `8 * sizeof(EpxStr)`. DLPack has no string
+ * type; this form is epx's own and only ever appears where a string value is expected.
+ */
+#define EPX_DLPACK_STRING_CODE 3
 
 /**
  * Log levels of [`EpxHostApi::log`]; they map onto `tracing` levels.
@@ -441,6 +454,12 @@ typedef struct EpxValueInfo {
      * The node producing this value, or [`EPX_VALUE_NONE`] for graph inputs and initializers.
      */
     uint32_t producer;
+    /**
+     * (ABI 1.3) An [`EpxValueKind`]: tensor, sequence, map or optional, as declared or
+     * inferred; 0 when not known. For a non-tensor, `elem_type` is the element type of the
+     * tensors inside (0 when not known) and `rank` is -1.
+     */
+    uint32_t kind;
 } EpxValueInfo;
 
 /**
@@ -507,8 +526,8 @@ typedef struct EpxAttribute {
     const int64_t *ints;
     const struct EpxStr *strings;
     /**
-     * A `Tensor` attribute, in host memory; NULL otherwise. String tensors are not
-     * representable in DLPack and come as NULL with `kind` Tensor.
+     * A `Tensor` attribute, in host memory; NULL otherwise. From ABI 1.3 a string tensor comes
+     * in the form of [`EPX_DLPACK_STRING_CODE`] (NULL before).
      */
     const struct DLTensor *tensor;
     /**
@@ -662,6 +681,78 @@ typedef struct EpxHostApi {
     struct EpxStatus *(*graph_outputs)(const EpxGraph *graph,
                                        const uint32_t **out_ids,
                                        size_t *out_len);
+    /**
+     * (ABI 1.3) Input `index` as a value of any kind, borrowed for the call; `*out` NULL for an
+     * absent optional input. Host-memory inputs only.
+     */
+    struct EpxStatus *(*kernel_input_value)(const EpxKernelContext *ctx,
+                                            size_t index,
+                                            const EpxValue **out);
+    /**
+     * (ABI 1.3) Sets output `index` to `value` (made with a `value_new_*` function), taking it
+     * over whatever the outcome. Instead of `kernel_output` for that output.
+     */
+    struct EpxStatus *(*kernel_output_value)(EpxKernelContext *ctx, size_t index, EpxValue *value);
+    /**
+     * (ABI 1.3) The [`EpxValueKind`] of a value; 0 for NULL.
+     */
+    uint32_t (*value_kind)(const EpxValue *value);
+    /**
+     * (ABI 1.3) The tensor a tensor value holds, in host memory, borrowed from the value. A
+     * string tensor comes in the form of [`EPX_DLPACK_STRING_CODE`].
+     */
+    struct EpxStatus *(*value_tensor)(const EpxValue *value, const struct DLTensor **out);
+    /**
+     * (ABI 1.3) A sequence's length and the ONNX element type of its tensors (0 when the
+     * sequence holds maps or the type is not known).
+     */
+    struct EpxStatus *(*value_sequence)(const EpxValue *value, size_t *len, int32_t *elem_type);
+    /**
+     * (ABI 1.3) Item `index` of a sequence, borrowed from it.
+     */
+    struct EpxStatus *(*value_sequence_at)(const EpxValue *value, size_t index, const EpxValue **out);
+    /**
+     * (ABI 1.3) A map's keys and values: two 1-D tensor values of one length, borrowed.
+     */
+    struct EpxStatus *(*value_map)(const EpxValue *value,
+                                   const EpxValue **keys,
+                                   const EpxValue **values);
+    /**
+     * (ABI 1.3) An optional's value, borrowed; `*out` NULL when it holds none.
+     */
+    struct EpxStatus *(*value_optional)(const EpxValue *value, const EpxValue **out);
+    /**
+     * (ABI 1.3) A new host-memory tensor value of the given type and shape, with a copy of
+     * `data` (C order; `ndim` extents in `shape`), or zeros when `data` is NULL. For strings
+     * (`dtype.code` [`EPX_DLPACK_STRING_CODE`]) `data` points at one [`EpxStr`] per element.
+     */
+    struct EpxStatus *(*value_new_tensor)(struct DLDataType dtype,
+                                          int32_t ndim,
+                                          const int64_t *shape,
+                                          const void *data,
+                                          EpxValue **out);
+    /**
+     * (ABI 1.3) A new sequence of `num_items` values, taking them over whatever the outcome.
+     * `elem_type` is the ONNX element type of its tensors (needed when it is empty; 0 for a
+     * sequence of maps).
+     */
+    struct EpxStatus *(*value_new_sequence)(int32_t elem_type,
+                                            EpxValue *const *items,
+                                            size_t num_items,
+                                            EpxValue **out);
+    /**
+     * (ABI 1.3) A new map from 1-D `keys` (int64 or string) to 1-D `values` of the same length,
+     * taking both over whatever the outcome.
+     */
+    struct EpxStatus *(*value_new_map)(EpxValue *keys, EpxValue *values, EpxValue **out);
+    /**
+     * (ABI 1.3) A new optional holding `value` (taken over), or none when `value` is NULL.
+     */
+    struct EpxStatus *(*value_new_optional)(EpxValue *value, EpxValue **out);
+    /**
+     * (ABI 1.3) Frees a value made with a `value_new_*` function and not handed over.
+     */
+    void (*value_release)(EpxValue *value);
 } EpxHostApi;
 
 /**

@@ -15,8 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use epx::onnx::{load_model_file, load_tensor_bytes};
-use epx::{ElementType, Environment, Session, Tensor};
+use epx::ir::ValueType;
+use epx::onnx::{load_model_file, load_value_bytes};
+use epx::{ElementType, Environment, Session, Tensor, Value};
 
 const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-5;
@@ -71,18 +72,16 @@ fn run_case(env: &Arc<Environment>, dir: &Path) -> (CaseInfo, Result<(), String>
         })
         .collect();
     let op = CaseInfo { op, domain, types };
-    let inputs: Vec<String> = model
-        .graph
-        .inputs
-        .iter()
-        .map(|&v| model.graph.values[v].name.clone())
-        .collect();
-    let outputs: Vec<String> = model
-        .graph
-        .outputs
-        .iter()
-        .map(|&v| model.graph.values[v].name.clone())
-        .collect();
+    let named = |ids: &[usize]| -> Vec<(String, ValueType)> {
+        ids.iter()
+            .map(|&v| {
+                let v = &model.graph.values[v];
+                (v.name.clone(), v.ty.clone())
+            })
+            .collect()
+    };
+    let inputs = named(&model.graph.inputs);
+    let outputs = named(&model.graph.outputs);
     let session = match Session::builder()
         .and_then(|b| b.with_environment(env.clone()).commit_from_model(model))
     {
@@ -108,16 +107,16 @@ fn run_case(env: &Arc<Environment>, dir: &Path) -> (CaseInfo, Result<(), String>
     sets.sort();
     for set in sets {
         let result = (|| -> Result<(), String> {
-            let feed = read_tensors(&set, "input", &inputs).map_err(|e| strip(&e, dir))?;
-            let expected = read_tensors(&set, "output", &outputs).map_err(|e| strip(&e, dir))?;
+            let feed = read_values(&set, "input", &inputs).map_err(|e| strip(&e, dir))?;
+            let expected = read_values(&set, "output", &outputs).map_err(|e| strip(&e, dir))?;
             let got = session
                 .run(feed)
                 .map_err(|e| first_line(&format!("run: {e}")))?;
             for (name, want) in &expected {
                 let have = got
-                    .get(name)
+                    .value(name)
                     .ok_or_else(|| format!("output `{name}` missing"))?;
-                compare(name, have, want)?;
+                compare_value(name, have, want)?;
             }
             Ok(())
         })();
@@ -143,22 +142,23 @@ fn first_line(s: &str) -> String {
     }
 }
 
-/// `input_K.pb` (or `output_K.pb`) of a data set, named after the model's K-th input/output.
-fn read_tensors(
+/// `input_K.pb` (or `output_K.pb`) of a data set, named after the model's K-th input/output
+/// and read as its type (a `TensorProto`, or a `SequenceProto`, `MapProto`, `OptionalProto`).
+fn read_values(
     set: &Path,
     prefix: &str,
-    names: &[String],
-) -> Result<Vec<(String, Tensor)>, String> {
+    names: &[(String, ValueType)],
+) -> Result<Vec<(String, Value)>, String> {
     let mut out = Vec::new();
-    for (k, name) in names.iter().enumerate() {
+    for (k, (name, ty)) in names.iter().enumerate() {
         let path = set.join(format!("{prefix}_{k}.pb"));
         if !path.exists() {
             continue;
         }
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (_, t) = load_tensor_bytes(&bytes, &format!("test data {prefix}_{k}.pb"))
+        let (_, v) = load_value_bytes(&bytes, ty, &format!("test data {prefix}_{k}.pb"))
             .map_err(|e| first_line(&e.to_string()))?;
-        out.push((name.clone(), t));
+        out.push((name.clone(), v));
     }
     Ok(out)
 }
@@ -179,6 +179,47 @@ fn as_f64(t: &Tensor) -> Option<Vec<f64>> {
             .collect(),
         _ => return None,
     })
+}
+
+/// Values compare by kind, then item by item; tensors as [`compare`] does.
+fn compare_value(name: &str, have: &Value, want: &Value) -> Result<(), String> {
+    match (have, want) {
+        (Value::Host(h), Value::Host(w)) => compare(name, h, w),
+        (Value::Sequence(h), Value::Sequence(w)) => {
+            if h.len() != w.len() {
+                return Err(format!(
+                    "output `{name}`: a sequence of {} items instead of {}",
+                    h.len(),
+                    w.len()
+                ));
+            }
+            for (i, (a, b)) in h.items().iter().zip(w.items()).enumerate() {
+                compare_value(&format!("{name}[{i}]"), a, b)?;
+            }
+            Ok(())
+        }
+        (Value::Map(h), Value::Map(w)) => {
+            compare(&format!("{name} keys"), h.keys(), w.keys())?;
+            compare(&format!("{name} values"), h.values(), w.values())
+        }
+        (Value::Optional(h), Value::Optional(w)) => match (h, w) {
+            (Some(a), Some(b)) => compare_value(name, a, b),
+            (None, None) => Ok(()),
+            _ => Err(format!(
+                "output `{name}`: {} instead of {}",
+                have.type_name(),
+                want.type_name()
+            )),
+        },
+        // ONNX test data stores an optional's value without its wrapper at times.
+        (Value::Optional(Some(a)), b) => compare_value(name, a, b),
+        (a, Value::Optional(Some(b))) => compare_value(name, a, b),
+        _ => Err(format!(
+            "output `{name}`: {} instead of {}",
+            have.type_name(),
+            want.type_name()
+        )),
+    }
 }
 
 fn compare(name: &str, have: &Tensor, want: &Tensor) -> Result<(), String> {

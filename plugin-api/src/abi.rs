@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 2;
+pub const EPX_ABI_VERSION_MINOR: u32 = 3;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -38,6 +38,45 @@ pub const EPX_VALUE_INITIALIZER: u32 = 4;
 /// Flag of [`EpxProviderFactory::flags`]: a kernel of this EP may be executed from several
 /// threads at once. Without it the host serializes calls to each kernel's `execute`.
 pub const EPX_PROVIDER_CONCURRENT_KERNELS: u32 = 1;
+
+/// (ABI 1.3) The DLPack type code of a string tensor's `DLTensor`: its `data` points at one
+/// [`EpxStr`] per element (C order) and `bits` is `8 * sizeof(EpxStr)`. DLPack has no string
+/// type; this form is epx's own and only ever appears where a string value is expected.
+pub const EPX_DLPACK_STRING_CODE: u8 = 3;
+
+/// (ABI 1.3) What an [`EpxValue`] is ([`EpxHostApi::value_kind`]) and, in
+/// [`EpxValueInfo::kind`], what the graph declares a value to be.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EpxValueKind {
+    /// Not known (value infos only).
+    Unknown = 0,
+    /// A tensor of any element type, strings included.
+    Tensor = 1,
+    /// An ONNX `sequence`: zero or more values of one type.
+    Sequence = 2,
+    /// An ONNX `map` (`ai.onnx.ml`): a 1-D key tensor and a 1-D value tensor of one length.
+    Map = 3,
+    /// An ONNX `optional`: one value or none.
+    Optional = 4,
+    /// A sparse tensor (value infos only; no value of this kind crosses the ABI).
+    SparseTensor = 5,
+}
+
+impl EpxValueKind {
+    pub fn from_raw(raw: u32) -> Option<Self> {
+        use EpxValueKind::*;
+        Some(match raw {
+            0 => Unknown,
+            1 => Tensor,
+            2 => Sequence,
+            3 => Map,
+            4 => Optional,
+            5 => SparseTensor,
+            _ => return None,
+        })
+    }
+}
 
 /// Log levels of [`EpxHostApi::log`]; they map onto `tracing` levels.
 #[repr(u32)]
@@ -199,6 +238,16 @@ pub struct EpxKernelContext {
     _private: [u8; 0],
 }
 
+/// (ABI 1.3) A value of any kind: a tensor (strings included), sequence, map or optional. Opaque:
+/// read it with the `value_*` functions of [`EpxHostApi`]. The host owns a value it hands out
+/// (borrowed for the call); a value made with a `value_new_*` function belongs to the plugin
+/// until it is given to another `value_new_*` function or to `kernel_output_value`, or freed with
+/// `value_release`.
+#[repr(C)]
+pub struct EpxValue {
+    _private: [u8; 0],
+}
+
 /// One node of a graph, as [`EpxHostApi::graph_node`] describes it. All pointers borrow from the
 /// graph and live as long as the graph handle they came from.
 #[repr(C)]
@@ -242,6 +291,10 @@ pub struct EpxValueInfo {
     pub flags: u32,
     /// The node producing this value, or [`EPX_VALUE_NONE`] for graph inputs and initializers.
     pub producer: u32,
+    /// (ABI 1.3) An [`EpxValueKind`]: tensor, sequence, map or optional, as declared or
+    /// inferred; 0 when not known. For a non-tensor, `elem_type` is the element type of the
+    /// tensors inside (0 when not known) and `rank` is -1.
+    pub kind: u32,
 }
 
 /// Attribute kinds, numbered as ONNX numbers `AttributeProto.AttributeType`.
@@ -284,8 +337,8 @@ pub struct EpxAttribute {
     pub floats: *const f32,
     pub ints: *const i64,
     pub strings: *const EpxStr,
-    /// A `Tensor` attribute, in host memory; NULL otherwise. String tensors are not
-    /// representable in DLPack and come as NULL with `kind` Tensor.
+    /// A `Tensor` attribute, in host memory; NULL otherwise. From ABI 1.3 a string tensor comes
+    /// in the form of [`EPX_DLPACK_STRING_CODE`] (NULL before).
     pub tensor: *const DLTensor,
     /// (ABI 1.1) A `Graph` attribute: the nested graph, readable with the same graph functions
     /// and living as long as the graph it belongs to; NULL otherwise. Values it reads from
@@ -449,6 +502,99 @@ pub struct EpxHostApi {
             out_len: *mut usize,
         ) -> *mut EpxStatus,
     >,
+
+    /// (ABI 1.3) Input `index` as a value of any kind, borrowed for the call; `*out` NULL for an
+    /// absent optional input. Host-memory inputs only.
+    pub kernel_input_value: Option<
+        unsafe extern "C" fn(
+            ctx: *const EpxKernelContext,
+            index: usize,
+            out: *mut *const EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) Sets output `index` to `value` (made with a `value_new_*` function), taking it
+    /// over whatever the outcome. Instead of `kernel_output` for that output.
+    pub kernel_output_value: Option<
+        unsafe extern "C" fn(
+            ctx: *mut EpxKernelContext,
+            index: usize,
+            value: *mut EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) The [`EpxValueKind`] of a value; 0 for NULL.
+    pub value_kind: Option<unsafe extern "C" fn(value: *const EpxValue) -> u32>,
+    /// (ABI 1.3) The tensor a tensor value holds, in host memory, borrowed from the value. A
+    /// string tensor comes in the form of [`EPX_DLPACK_STRING_CODE`].
+    pub value_tensor: Option<
+        unsafe extern "C" fn(value: *const EpxValue, out: *mut *const DLTensor) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A sequence's length and the ONNX element type of its tensors (0 when the
+    /// sequence holds maps or the type is not known).
+    pub value_sequence: Option<
+        unsafe extern "C" fn(
+            value: *const EpxValue,
+            len: *mut usize,
+            elem_type: *mut i32,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) Item `index` of a sequence, borrowed from it.
+    pub value_sequence_at: Option<
+        unsafe extern "C" fn(
+            value: *const EpxValue,
+            index: usize,
+            out: *mut *const EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A map's keys and values: two 1-D tensor values of one length, borrowed.
+    pub value_map: Option<
+        unsafe extern "C" fn(
+            value: *const EpxValue,
+            keys: *mut *const EpxValue,
+            values: *mut *const EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) An optional's value, borrowed; `*out` NULL when it holds none.
+    pub value_optional: Option<
+        unsafe extern "C" fn(value: *const EpxValue, out: *mut *const EpxValue) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A new host-memory tensor value of the given type and shape, with a copy of
+    /// `data` (C order; `ndim` extents in `shape`), or zeros when `data` is NULL. For strings
+    /// (`dtype.code` [`EPX_DLPACK_STRING_CODE`]) `data` points at one [`EpxStr`] per element.
+    pub value_new_tensor: Option<
+        unsafe extern "C" fn(
+            dtype: DLDataType,
+            ndim: i32,
+            shape: *const i64,
+            data: *const c_void,
+            out: *mut *mut EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A new sequence of `num_items` values, taking them over whatever the outcome.
+    /// `elem_type` is the ONNX element type of its tensors (needed when it is empty; 0 for a
+    /// sequence of maps).
+    pub value_new_sequence: Option<
+        unsafe extern "C" fn(
+            elem_type: i32,
+            items: *const *mut EpxValue,
+            num_items: usize,
+            out: *mut *mut EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A new map from 1-D `keys` (int64 or string) to 1-D `values` of the same length,
+    /// taking both over whatever the outcome.
+    pub value_new_map: Option<
+        unsafe extern "C" fn(
+            keys: *mut EpxValue,
+            values: *mut EpxValue,
+            out: *mut *mut EpxValue,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) A new optional holding `value` (taken over), or none when `value` is NULL.
+    pub value_new_optional: Option<
+        unsafe extern "C" fn(value: *mut EpxValue, out: *mut *mut EpxValue) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.3) Frees a value made with a `value_new_*` function and not handed over.
+    pub value_release: Option<unsafe extern "C" fn(value: *mut EpxValue)>,
 }
 
 /// A compiled kernel: one fused group, ready to run. Made by `EpxProvider::compile`.

@@ -125,7 +125,18 @@ impl ElementType {
         match self {
             Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Float8E8M0 | Uint4
             | Int4 | Float4E2M1 | Uint2 | Int2 => 2,
+            String => 3,
             _ => 0,
+        }
+    }
+
+    /// The name ONNX's type strings use (`float`, `double`, `int64`, `string`, ...), as in
+    /// ONNX Runtime's `tensor(float)`.
+    pub fn onnx_name(self) -> &'static str {
+        match self {
+            ElementType::Float => "float",
+            ElementType::Double => "double",
+            other => other.name(),
         }
     }
 

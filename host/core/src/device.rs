@@ -1,4 +1,4 @@
-//! Tensors in an EP's own memory, and values that may live on the host or on a device.
+//! Tensors in an EP's own memory.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -141,44 +141,5 @@ impl DeviceTensor {
         self.provider.copy_to_host(&self.dl(), &mut view.dl)?;
         drop(view);
         Ok(host)
-    }
-}
-
-/// A value during a run: in host memory or in a device EP's memory.
-#[derive(Debug)]
-pub enum Value {
-    Host(Tensor),
-    Device(DeviceTensor),
-}
-
-impl Value {
-    pub fn elem_type(&self) -> ElementType {
-        match self {
-            Value::Host(t) => t.elem_type(),
-            Value::Device(t) => t.elem_type(),
-        }
-    }
-
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            Value::Host(t) => t.shape(),
-            Value::Device(t) => t.shape(),
-        }
-    }
-
-    /// The value in host memory, copied there if it lives on a device.
-    pub fn into_host(self) -> Result<Tensor> {
-        match self {
-            Value::Host(t) => Ok(t),
-            Value::Device(t) => t.to_host(),
-        }
-    }
-
-    /// Size of the data in bytes.
-    pub fn byte_len(&self) -> usize {
-        match self {
-            Value::Host(t) => t.bytes().map_or(0, <[u8]>::len),
-            Value::Device(t) => t.byte_len(),
-        }
     }
 }

@@ -163,9 +163,7 @@ pub fn infer_element_types(g: &mut Graph) {
         let mut found = Vec::new();
         for (k, out) in node.outputs.iter().enumerate() {
             let Some(out) = *out else { continue };
-            if g.values[out].elem_type().is_some()
-                || matches!(g.values[out].ty, ValueType::Other(_))
-            {
+            if g.values[out].elem_type().is_some() || g.values[out].ty.is_non_tensor() {
                 continue;
             }
             let ty = match rule(&node.op_type, k) {
@@ -261,7 +259,7 @@ pub fn infer_shapes(g: &mut Graph) {
                 continue;
             };
             let value = &g.values[out];
-            if value.shape().is_some() || matches!(value.ty, ValueType::Other(_)) {
+            if value.shape().is_some() || value.ty.is_non_tensor() {
                 continue;
             }
             updates.push((out, shape.clone()));

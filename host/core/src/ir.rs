@@ -56,8 +56,17 @@ pub enum ValueType {
         elem_type: Option<ElementType>,
         shape: Option<Vec<Dim>>,
     },
-    /// A sequence, map, optional or sparse tensor (kept for later; not run yet).
-    Other(String),
+    /// A sequence of values of one type.
+    Sequence(Box<ValueType>),
+    /// A map (`ai.onnx.ml`) from int64 or string keys to values.
+    Map {
+        key: ElementType,
+        value: Box<ValueType>,
+    },
+    /// A value of the inner type, or none.
+    Optional(Box<ValueType>),
+    /// A sparse tensor (declared by models; no op here makes or reads one).
+    SparseTensor,
     /// Nothing declared.
     Unknown,
 }
@@ -75,6 +84,43 @@ pub struct Value {
     pub is_graph_output: bool,
     /// The shape in `ty` was inferred by the host, not declared by the model.
     pub shape_inferred: bool,
+}
+
+impl ValueType {
+    /// Whether the value is something other than a tensor (a sequence, map, optional or
+    /// sparse tensor); `false` for tensors and for values of unknown type.
+    pub fn is_non_tensor(&self) -> bool {
+        !matches!(self, ValueType::Tensor { .. } | ValueType::Unknown)
+    }
+
+    /// The element type of the tensors this type holds, however deeply nested.
+    pub fn innermost_elem_type(&self) -> Option<ElementType> {
+        match self {
+            ValueType::Tensor { elem_type, .. } => *elem_type,
+            ValueType::Sequence(t) | ValueType::Optional(t) => t.innermost_elem_type(),
+            ValueType::Map { value, .. } => value.innermost_elem_type(),
+            ValueType::SparseTensor | ValueType::Unknown => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ValueType {
+    /// As ONNX spells types: `tensor(float)`, `seq(tensor(int64))`, `map(string,tensor(float))`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueType::Tensor {
+                elem_type: Some(t), ..
+            } => write!(f, "tensor({})", t.onnx_name()),
+            ValueType::Tensor {
+                elem_type: None, ..
+            } => write!(f, "tensor"),
+            ValueType::Sequence(t) => write!(f, "seq({t})"),
+            ValueType::Map { key, value } => write!(f, "map({},{value})", key.onnx_name()),
+            ValueType::Optional(t) => write!(f, "optional({t})"),
+            ValueType::SparseTensor => write!(f, "sparse_tensor"),
+            ValueType::Unknown => write!(f, "unknown"),
+        }
+    }
 }
 
 impl Value {

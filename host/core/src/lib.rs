@@ -33,10 +33,12 @@ pub mod plugin;
 pub mod resolve;
 pub mod session;
 pub mod tensor;
+pub mod value;
 
-pub use device::{DeviceTensor, Value};
+pub use device::DeviceTensor;
 pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};
 pub use error::{Error, PluginLoadErrorKind, Result};
 pub use placement::PlacementReport;
 pub use session::{ExecutionProvider, Session, SessionBuilder, SessionOutputs, ValueSpec};
 pub use tensor::{ElementType, Tensor, TensorElement};
+pub use value::{Map, Sequence, Value};

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Graph, NodeId, ValueId};
 use crate::plugin::ProviderInstance;
 use crate::plugin::host_api::AbiGraph;
+use crate::tensor::ElementType;
 
 /// A fused group: nodes one EP runs as one kernel, with the values crossing its border.
 #[derive(Clone, Debug)]
@@ -102,16 +103,42 @@ pub(crate) fn partition(
     }
 }
 
+/// Ops whose inputs or outputs are sequences, maps or optionals whatever the model declares.
+const NON_TENSOR_OPS: &[&str] = &[
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceAt",
+    "SequenceInsert",
+    "SequenceErase",
+    "SequenceLength",
+    "SequenceMap",
+    "SplitToSequence",
+    "ConcatFromSequence",
+    "Optional",
+    "OptionalHasElement",
+    "OptionalGetElement",
+    "ZipMap",
+    "DictVectorizer",
+    "CastMap",
+];
+
 /// Whether a plugin built for ABI minor version `minor` can read every value node `n` touches:
-/// element types added in later minor versions are never shown to it as a node's values.
+/// element types added in later minor versions (strings from 1.3), and sequences, maps and
+/// optionals (from 1.3), are never shown to it as a node's values.
 fn readable_by(g: &Graph, n: NodeId, minor: u32) -> bool {
     let node = &g.nodes[n];
+    let values_minor = ElementType::String.since_abi_minor();
+    if minor < values_minor && NON_TENSOR_OPS.contains(&node.op_type.as_str()) {
+        return false;
+    }
     node.all_inputs()
         .chain(node.outputs.iter().flatten().copied())
         .all(|v| {
-            g.values[v]
-                .elem_type()
-                .is_none_or(|t| t.since_abi_minor() <= minor)
+            let ty = &g.values[v].ty;
+            (minor >= values_minor || !ty.is_non_tensor())
+                && ty
+                    .innermost_elem_type()
+                    .is_none_or(|t| t.since_abi_minor() <= minor)
         })
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use epx_plugin_api::abi::EpxStatusCode;
 
-use crate::device::{DeviceTensor, Value};
+use crate::device::DeviceTensor;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Model, ValueId};
@@ -18,6 +18,7 @@ use crate::plan::{self, Action, Plan, Source, Space};
 use crate::plugin::host_api::AbiGraph;
 use crate::plugin::{CompiledKernel, ProviderInstance};
 use crate::tensor::{ElementType, Tensor};
+use crate::value::Value;
 
 /// An EP requested for a session, by name (`cuda`, or `plugin/ep` to pick one plugin), with
 /// string options.
@@ -479,11 +480,21 @@ impl SessionOutputs {
         self.outputs.is_empty()
     }
 
-    /// The host-memory outputs.
+    /// An output of any kind: a tensor (host or device), sequence, map or optional.
+    pub fn value(&self, name: &str) -> Option<&Value> {
+        self.outputs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Every output, by name, in the model's order.
+    pub fn values(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.outputs.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// The host-memory tensor outputs.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
         self.outputs.iter().filter_map(|(n, v)| match v {
             Value::Host(t) => Some((n.as_str(), t)),
-            Value::Device(_) => None,
+            _ => None,
         })
     }
 }
@@ -630,16 +641,18 @@ impl Session {
         edges
     }
 
-    /// Runs the model. Every graph input must be given, by name.
-    pub fn run<S: AsRef<str>>(
+    /// Runs the model. Every graph input must be given, by name: tensors, or [`Value`]s for
+    /// inputs that are sequences, maps or optionals.
+    pub fn run<S: AsRef<str>, V: Into<Value>>(
         &self,
-        inputs: impl IntoIterator<Item = (S, Tensor)>,
+        inputs: impl IntoIterator<Item = (S, V)>,
     ) -> Result<SessionOutputs> {
         let g = &self.model.graph;
         let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
         let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();
-        for (name, tensor) in inputs {
+        for (name, value) in inputs {
             let name = name.as_ref();
+            let value: Value = value.into();
             let id = g
                 .value_id(name)
                 .filter(|id| g.values[*id].is_graph_input)
@@ -652,8 +665,8 @@ impl Session {
             if homes[id].is_some() {
                 return Err(Error::InvalidInput(format!("input `{name}` given twice")));
             }
-            self.check_input(id, &tensor)?;
-            homes[id] = Some(Value::Host(tensor));
+            self.check_input(id, &value)?;
+            homes[id] = Some(value);
         }
         if let Some(&missing) = g.inputs.iter().find(|&&i| homes[i].is_none()) {
             return Err(Error::InvalidInput(format!(
@@ -729,15 +742,16 @@ impl Session {
                 Source::Copy(c) => &mut copies[c],
             };
             let value = match (slot.take(), &g.values[o].initializer) {
-                (Some(Value::Host(t)), _) if used_again => {
-                    *slot = Some(Value::Host(t.clone()));
-                    Value::Host(t)
-                }
                 (Some(Value::Device(_)), _) if used_again => {
                     return Err(Error::Run(format!(
                         "output `{}` is listed twice and kept on a device",
                         g.values[o].name
                     )));
+                }
+                (Some(v), _) if used_again => {
+                    let copy = v.try_clone()?;
+                    *slot = Some(v);
+                    copy
                 }
                 (Some(v), _) => v,
                 (None, Some(init)) => Value::Host(init.clone()),
@@ -765,16 +779,21 @@ impl Session {
             code: EpxStatusCode::InvalidGraph,
             message,
         };
-        if let Some(t) = want_type {
-            if *t != out.elem_type() {
+        if let (Some(t), Some(have)) = (want_type, out.elem_type()) {
+            if *t != have {
                 return Err(bad(format!(
-                    "output `{name}` is {}, but the model declares {t}",
-                    out.elem_type()
+                    "output `{name}` is {have}, but the model declares {t}"
                 )));
             }
         }
-        if let Some(dims) = want_dims {
-            let shape = out.shape();
+        let declared = &self.model.graph.values[v].ty;
+        if !out.fits(declared) {
+            return Err(bad(format!(
+                "output `{name}` is a {}, but the model declares {declared}",
+                out.type_name()
+            )));
+        }
+        if let (Some(dims), Some(shape)) = (want_dims, out.shape()) {
             let ok = dims.len() == shape.len()
                 && dims
                     .iter()
@@ -812,17 +831,28 @@ impl Session {
             .join(", ")
     }
 
-    fn check_input(&self, id: ValueId, t: &Tensor) -> Result<()> {
+    fn check_input(&self, id: ValueId, value: &Value) -> Result<()> {
         let v = &self.model.graph.values[id];
-        if let Some(ty) = v.elem_type() {
-            if ty != t.elem_type() {
+        if let (Some(want), Value::Host(t)) = (v.elem_type(), value) {
+            if want != t.elem_type() {
                 return Err(Error::InvalidInput(format!(
-                    "input `{}` must be {ty}, got {}",
+                    "input `{}` must be {want}, got {}",
                     v.name,
                     t.elem_type()
                 )));
             }
         }
+        if !value.fits(&v.ty) {
+            return Err(Error::InvalidInput(format!(
+                "input `{}` must be a {}, got a {}",
+                v.name,
+                v.ty,
+                value.type_name()
+            )));
+        }
+        let Value::Host(t) = value else {
+            return Ok(());
+        };
         if let Some(shape) = v.shape() {
             let ok = shape.len() == t.shape().len()
                 && shape

@@ -6,6 +6,7 @@ use crate::abi::*;
 use crate::dlpack::{DLDevice, DLDeviceType, DLTensor};
 use crate::dtype::ElementType;
 use crate::sdk::status::{Error, Result, take_status};
+use crate::sdk::value::{OwnedValue, StringTensorView, ValueRef, is_string_dtype};
 
 fn missing(name: &str) -> Error {
     Error::new(
@@ -132,6 +133,8 @@ pub enum Attribute<'a> {
     Int(i64),
     String(&'a [u8]),
     Tensor(TensorView<'a>),
+    /// (ABI 1.3) A string tensor.
+    StringTensor(StringTensorView<'a>),
     Floats(&'a [f32]),
     Ints(&'a [i64]),
     Strings(Vec<&'a [u8]>),
@@ -176,6 +179,8 @@ pub struct ValueView<'a> {
     pub shape: Option<&'a [i64]>,
     pub flags: u32,
     pub producer: Option<u32>,
+    /// (ABI 1.3) Tensor, sequence, map or optional; `Unknown` from older hosts.
+    pub kind: EpxValueKind,
 }
 
 impl ValueView<'_> {
@@ -312,6 +317,11 @@ impl<'a> GraphView<'a> {
             shape,
             flags: info.flags,
             producer: (info.producer != EPX_VALUE_NONE).then_some(info.producer),
+            kind: if info.struct_size >= crate::epx_field_end!(EpxValueInfo, kind) {
+                EpxValueKind::from_raw(info.kind).unwrap_or(EpxValueKind::Unknown)
+            } else {
+                EpxValueKind::Unknown
+            },
         })
     }
 
@@ -354,7 +364,14 @@ impl<'a> GraphView<'a> {
                 }
                 k if k == EpxAttributeKind::Tensor as u32 && !a.tensor.is_null() => {
                     // SAFETY: the tensor borrows from the graph for the call.
-                    Attribute::Tensor(unsafe { TensorView::from_dl(&*a.tensor) }?)
+                    let t = unsafe { &*a.tensor };
+                    if is_string_dtype(t.dtype) {
+                        // SAFETY: as above; the strings borrow from the graph too.
+                        Attribute::StringTensor(unsafe { StringTensorView::from_dl(t) }?)
+                    } else {
+                        // SAFETY: as above.
+                        Attribute::Tensor(unsafe { TensorView::from_dl(t) }?)
+                    }
                 }
                 k => Attribute::Unsupported(k),
             };
@@ -365,6 +382,19 @@ impl<'a> GraphView<'a> {
 
     /// The data of an initializer.
     pub fn initializer(&self, value: u32) -> Result<TensorView<'a>> {
+        let t = self.initializer_raw(value)?;
+        // SAFETY: the pointers in `t` borrow from the graph, which lives for 'a.
+        unsafe { TensorView::from_dl(&t) }
+    }
+
+    /// (ABI 1.3) The strings of a string initializer.
+    pub fn string_initializer(&self, value: u32) -> Result<StringTensorView<'a>> {
+        let t = self.initializer_raw(value)?;
+        // SAFETY: the pointers in `t` borrow from the graph, which lives for 'a.
+        unsafe { StringTensorView::from_dl(&t) }
+    }
+
+    fn initializer_raw(&self, value: u32) -> Result<DLTensor> {
         let f =
             host_fn!(self.api, graph_initializer).ok_or_else(|| missing("graph_initializer"))?;
         let mut t = DLTensor {
@@ -382,8 +412,7 @@ impl<'a> GraphView<'a> {
         };
         // SAFETY: valid handle; `t` is a valid out-struct.
         unsafe { take_status(f(self.raw, value, &mut t)) }?;
-        // SAFETY: the pointers in `t` borrow from the graph, which lives for 'a.
-        unsafe { TensorView::from_dl(&t) }
+        Ok(t)
     }
 
     /// The subgraph serialized as a standalone ONNX model.
@@ -486,6 +515,30 @@ impl<'a> KernelContext<'a> {
             Some(t) => Ok(Some(unsafe { TensorView::from_dl(t) }?)),
             None => Ok(None),
         }
+    }
+
+    /// Whether the host speaks ABI 1.3's values ([`Self::input_value`], [`Self::set_output`]).
+    pub fn supports_values(&self) -> bool {
+        host_fn!(self.api, kernel_input_value).is_some()
+            && host_fn!(self.api, value_release).is_some()
+    }
+
+    /// (ABI 1.3) Input `index` as a value of any kind (string tensors, sequences, maps,
+    /// optionals, and plain tensors too); `None` for an absent optional input. Host memory only.
+    pub fn input_value(&self, index: usize) -> Result<Option<ValueRef<'a>>> {
+        let mut v: *const EpxValue = std::ptr::null();
+        host_call!(self.api, kernel_input_value(self.raw, index, &mut v))?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the host keeps inputs alive for the whole call.
+        unsafe { crate::sdk::value::read_value(self.api, v) }.map(Some)
+    }
+
+    /// (ABI 1.3) Sets output `index` to a value of any kind (instead of [`Self::output`]).
+    pub fn set_output(&mut self, index: usize, value: &OwnedValue) -> Result<()> {
+        let raw = crate::sdk::value::make_value(self.api, value)?;
+        host_call!(self.api, kernel_output_value(self.raw, index, raw))
     }
 
     /// Allocates output `index` and returns it as a raw DLTensor in the EP's memory space.

@@ -8,6 +8,7 @@
 mod graph;
 mod options;
 mod status;
+mod value;
 
 use std::ffi::{CString, c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -19,6 +20,7 @@ pub use options::ProviderOptions;
 pub use status::{
     Error, Result, cstr_or_empty, guard, guard_value, into_raw_status, panic_message, take_status,
 };
+pub use value::{OwnedValue, STRING_DTYPE, StringTensorView, ValueRef, is_string_dtype};
 
 use crate::abi::*;
 use crate::dlpack::{DLDeviceType, DLTensor};

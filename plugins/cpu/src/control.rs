@@ -1,10 +1,11 @@
-//! Control flow: `If`, `Loop` and `Scan`, whose bodies are nested graphs compiled into
+//! Control flow: `If`, `Loop`, `Scan` and `SequenceMap`, whose bodies are nested graphs compiled into
 //! [`Program`]s. The values a body reads from enclosing graphs arrive as the node's implicit
 //! inputs, after its explicit ones.
 
 /// The control-flow ops the CPU EP runs (outside the kernel registry, since their bodies are
 /// compiled as programs) and the first opset each is supported at.
-pub const CONTROL_FLOW_OPSETS: [(&str, i64); 3] = [("If", 1), ("Loop", 1), ("Scan", 9)];
+pub const CONTROL_FLOW_OPSETS: [(&str, i64); 4] =
+    [("If", 1), ("Loop", 1), ("Scan", 9), ("SequenceMap", 17)];
 
 use std::collections::HashMap;
 
@@ -109,6 +110,11 @@ pub(crate) fn build(
                 output_reverse: ints("scan_output_directions", scan_outputs)?,
             })
         }
+        "SequenceMap" => Box::new(SequenceMap {
+            label: def.name.clone(),
+            body: body("body")?,
+            explicit,
+        }),
         other => {
             return Err(Error::not_implemented(format!(
                 "{other} is not a control-flow op"
@@ -186,6 +192,68 @@ fn normalize(axis: i64, rank: usize, what: &str) -> OpResult<usize> {
         Err(OpError(format!(
             "{what}: axis {axis} out of range for rank {rank}"
         )))
+    }
+}
+
+/// Runs the body once per item of the input sequences (the first input, and every additional
+/// input that is a sequence; tensors are passed whole), collecting each output into a sequence.
+struct SequenceMap {
+    label: String,
+    body: Program,
+    explicit: usize,
+}
+
+impl OpKernel for SequenceMap {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let err = |m: String| OpError(format!("SequenceMap `{}`: {m}", self.label));
+        let explicit: Vec<&TensorRef<'_>> = (0..self.explicit)
+            .map(|i| {
+                inputs
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| err(format!("input {i} is missing")))
+            })
+            .collect::<OpResult<_>>()?;
+        let first = explicit[0].as_sequence("SequenceMap input 0")?;
+        let len = first.items.len();
+        for (i, t) in explicit.iter().enumerate().skip(1) {
+            if let TensorRef::Seq(s) = t {
+                if s.items.len() != len {
+                    return Err(err(format!(
+                        "input sequence {i} has {} items, input 0 has {len}",
+                        s.items.len()
+                    )));
+                }
+            }
+        }
+        let outer = inputs.get(self.explicit..).unwrap_or(&[]);
+        let mut outs: Vec<Vec<Tensor>> = vec![Vec::with_capacity(len); self.body.num_outputs()];
+        for k in 0..len {
+            let mut args: Vec<Option<TensorRef<'_>>> =
+                Vec::with_capacity(self.explicit + outer.len());
+            for t in &explicit {
+                args.push(Some(match t {
+                    TensorRef::Seq(s) => s.items[k].view(),
+                    t => t.reborrow(),
+                }));
+            }
+            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            for (o, t) in outs.iter_mut().zip(self.body.run(&args)?) {
+                o.push(t);
+            }
+        }
+        Ok(outs
+            .into_iter()
+            .map(|items| {
+                let elem_type = items
+                    .first()
+                    .map_or(first.elem_type, |t: &Tensor| t.elem_type());
+                Tensor::Seq(std::sync::Arc::new(crate::tensor::Sequence {
+                    elem_type,
+                    items,
+                }))
+            })
+            .collect())
     }
 }
 

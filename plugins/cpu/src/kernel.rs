@@ -205,6 +205,25 @@ impl NodeDef {
         }
     }
 
+    /// A strings attribute, each UTF-8.
+    pub fn attr_strings(&self, name: &str) -> OpResult<Option<Vec<String>>> {
+        match self.attributes.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Strings(v)) => v
+                .iter()
+                .map(|s| {
+                    String::from_utf8(s.clone()).map_err(|_| {
+                        self.error(format_args!(
+                            "attribute '{name}' holds bytes that are not UTF-8"
+                        ))
+                    })
+                })
+                .collect::<OpResult<Vec<_>>>()
+                .map(Some),
+            Some(other) => Err(self.type_error(name, "strings", other)),
+        }
+    }
+
     pub fn attr_string_or(&self, name: &str, default: &str) -> OpResult<String> {
         Ok(self
             .attr_string(name)?
@@ -301,6 +320,13 @@ pub struct OpSchema {
     pub build: BuildFn,
 }
 
+impl OpSchema {
+    /// Builds the kernel for a node; ops that move elements also take string tensors.
+    pub fn make(&self, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+        (self.build)(node).map(|k| crate::ops::strings::wrap(&node.op_type, k))
+    }
+}
+
 impl fmt::Debug for OpSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpSchema")
@@ -359,7 +385,7 @@ impl Registry {
     /// Looks up and builds the kernel for a node.
     pub fn build(&self, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         match self.lookup(&node.domain, &node.op_type, node.opset) {
-            Some(s) => (s.build)(node),
+            Some(s) => s.make(node),
             None => Err(OpError(format!(
                 "no CPU kernel for {}:{} at opset {}",
                 if node.domain.is_empty() {

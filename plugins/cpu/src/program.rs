@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk::{self, Attribute, Error, GraphView};
 
 use crate::control;
@@ -105,6 +106,21 @@ pub(crate) fn reborrow<'b>(t: &'b TensorRef<'_>) -> TensorRef<'b> {
     t.reborrow()
 }
 
+/// An initializer's data, copied (string initializers come in the ABI's string form).
+fn initializer(
+    graph: &GraphView<'_>,
+    v: u32,
+    elem_type: Option<ElementType>,
+) -> Result<Tensor, OpError> {
+    let e = |e: sdk::Error| OpError(e.to_string());
+    if elem_type == Some(ElementType::String) {
+        let t = graph.string_initializer(v).map_err(e)?;
+        return Tensor::strings_from_bytes(&t.dims(), t.iter());
+    }
+    let t = graph.initializer(v).map_err(e)?;
+    Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
+}
+
 fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
     Ok(match a {
         Attribute::Float(f) => AttrValue::Float(f),
@@ -115,6 +131,9 @@ fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
         Attribute::Strings(v) => AttrValue::Strings(v.into_iter().map(<[u8]>::to_vec).collect()),
         Attribute::Tensor(t) => {
             AttrValue::Tensor(Tensor::from_bytes(t.elem_type, &t.dims(), t.data)?)
+        }
+        Attribute::StringTensor(t) => {
+            AttrValue::Tensor(Tensor::strings_from_bytes(&t.dims(), t.iter())?)
         }
         Attribute::Graph(_) | Attribute::Unsupported(5 | 10) => AttrValue::Unsupported("graph"),
         Attribute::Unsupported(_) => AttrValue::Unsupported("unsupported attribute kind"),
@@ -429,8 +448,7 @@ impl Program {
                 let src = match slot_of.get(&v) {
                     Some(s) => *s,
                     None if info.is_initializer() => {
-                        let t = graph.initializer(v)?;
-                        let owned = Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
+                        let owned = initializer(graph, v, info.elem_type)
                             .map_err(|e| op_error(&label, e))?;
                         constants.push(owned);
                         let s = Source::Constant(constants.len() - 1);
@@ -476,7 +494,7 @@ impl Program {
                             node.op_type, node.opset
                         ))
                     })?;
-                (schema.build)(&def).map_err(|e| op_error(&label, e))?
+                schema.make(&def).map_err(|e| op_error(&label, e))?
             };
             // A node of constants only is evaluated once, here.
             if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, &constants)
@@ -515,11 +533,8 @@ impl Program {
                 Some(s) => *s,
                 // A graph output that is an initializer of this graph.
                 None if graph.value(v)?.is_initializer() => {
-                    let t = graph.initializer(v)?;
-                    constants.push(
-                        Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
-                            .map_err(|e| op_error("output", e))?,
-                    );
+                    let ty = graph.value(v)?.elem_type;
+                    constants.push(initializer(graph, v, ty).map_err(|e| op_error("output", e))?);
                     Source::Constant(constants.len() - 1)
                 }
                 None => {

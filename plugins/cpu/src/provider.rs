@@ -4,14 +4,15 @@
 use epx_plugin_api::ElementType;
 use epx_plugin_api::dlpack::DLDeviceType;
 use epx_plugin_api::sdk::{
-    self, Attribute, Error, GraphView, Kernel, KernelContext, Provider, ProviderFactory,
-    ProviderInfo, ProviderOptions, SubgraphView,
+    self, Attribute, Error, GraphView, Kernel, KernelContext, OwnedValue, Provider,
+    ProviderFactory, ProviderInfo, ProviderOptions, SubgraphView, TensorView, ValueRef,
 };
 
 use std::sync::Arc;
 
+use crate::kernel::OpError;
 use crate::program::{Program, is_control_flow, registry};
-use crate::tensor::{Tensor, TensorRef, packed_bits};
+use crate::tensor::{MapValue, Sequence, Tensor, TensorRef, packed_bits};
 
 /// Name the CPU EP registers under.
 pub const CPU_PROVIDER_NAME: &str = "cpu";
@@ -75,11 +76,10 @@ impl CpuProvider {
     }
 }
 
-/// Element types that can cross the ABI as DLPack tensors and that the CPU kernels hold:
-/// every fixed-size ONNX type but the complex ones.
+/// Element types the CPU kernels hold: every ONNX type but the complex ones.
 fn runnable_type(t: ElementType) -> bool {
     use ElementType::*;
-    !matches!(t, Undefined | String | Complex64 | Complex128)
+    !matches!(t, Undefined | Complex64 | Complex128)
 }
 
 impl Provider for CpuProvider {
@@ -119,7 +119,7 @@ impl Provider for CpuProvider {
 /// entirely) on element types its kernels hold.
 fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
     let node = graph.node(id)?;
-    // Values of a type the kernels cannot hold (strings, sequences) stay unclaimed.
+    // Values of a type the kernels cannot hold (complex numbers) stay unclaimed.
     for v in node.inputs.iter().chain(&node.outputs).flatten() {
         if graph
             .value(*v)?
@@ -161,28 +161,34 @@ const POOL_MIN_ELEMENTS: usize = 64 << 10;
 
 impl Kernel for CpuKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
-        // Types packed several to a byte are unpacked into copies; the rest are borrowed.
-        let mut unpacked: Vec<Option<Tensor>> = Vec::with_capacity(ctx.input_count());
-        for i in 0..ctx.input_count() {
-            unpacked.push(match ctx.input(i)? {
-                Some(t) if packed_bits(t.elem_type).is_some() => Some(
-                    Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
+        // Numeric tensors are borrowed; strings, types packed several to a byte, and
+        // sequences, maps and optionals are copied into the EP's own form.
+        let n = ctx.input_count();
+        let mut owned: Vec<Option<Tensor>> = Vec::with_capacity(n);
+        let mut borrowed: Vec<Option<TensorView<'_>>> = Vec::with_capacity(n);
+        let values = ctx.supports_values();
+        for i in 0..n {
+            let bad = |e: OpError| Error::invalid_argument(format!("input {i}: {e}"));
+            let (o, b) = match if values {
+                ctx.input_value(i)?
+            } else {
+                ctx.input(i)?.map(ValueRef::Tensor)
+            } {
+                None => (None, None),
+                Some(ValueRef::Tensor(t)) if packed_bits(t.elem_type).is_none() => (None, Some(t)),
+                Some(v) => (Some(from_value(&v).map_err(bad)?), None),
+            };
+            owned.push(o);
+            borrowed.push(b);
+        }
+        let mut inputs = Vec::with_capacity(n);
+        for (i, (o, b)) in owned.iter().zip(&borrowed).enumerate() {
+            inputs.push(match (o, b) {
+                (Some(t), _) => Some(t.view()),
+                (None, Some(t)) => Some(
+                    TensorRef::from_bytes(t.elem_type, &t.dims(), t.data)
                         .map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?,
                 ),
-                _ => None,
-            });
-        }
-        let mut inputs = Vec::with_capacity(ctx.input_count());
-        for (i, copy) in unpacked.iter().enumerate() {
-            inputs.push(match (copy, ctx.input(i)?) {
-                (Some(copy), _) => Some(copy.view()),
-                (None, Some(t)) => {
-                    let dims = t.dims();
-                    Some(
-                        TensorRef::from_bytes(t.elem_type, &dims, t.data)
-                            .map_err(|e| Error::invalid_argument(format!("input {i}: {e}")))?,
-                    )
-                }
                 (None, None) => None,
             });
         }
@@ -198,6 +204,10 @@ impl Kernel for CpuKernel {
         }
         .map_err(|e| Error::runtime(e.0))?;
         for (i, t) in outputs.iter().enumerate() {
+            if !t.is_numeric_tensor() {
+                ctx.set_output(i, &to_value(t).map_err(|e| Error::runtime(e.0))?)?;
+                continue;
+            }
             let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
             let out = ctx.output(i, t.elem_type(), &shape)?;
             t.write_bytes(out)
@@ -211,6 +221,57 @@ impl Kernel for CpuKernel {
         }
         Ok(())
     }
+}
+
+/// A host value in the CPU EP's form (a copy).
+fn from_value(v: &ValueRef<'_>) -> Result<Tensor, OpError> {
+    Ok(match v {
+        ValueRef::Tensor(t) => Tensor::from_bytes(t.elem_type, &t.dims(), t.data)?,
+        ValueRef::Strings(s) => Tensor::strings_from_bytes(&s.dims(), s.iter())?,
+        ValueRef::Sequence { elem_type, items } => Tensor::Seq(Arc::new(Sequence {
+            elem_type: *elem_type,
+            items: items.iter().map(from_value).collect::<Result<_, _>>()?,
+        })),
+        ValueRef::Map { keys, values } => Tensor::Map(Arc::new(MapValue {
+            keys: from_value(keys)?,
+            values: from_value(values)?,
+        })),
+        ValueRef::Optional(v) => Tensor::Opt(match v {
+            Some(v) => Some(Arc::new(from_value(v)?)),
+            None => None,
+        }),
+    })
+}
+
+/// A CPU EP value in the ABI's form.
+fn to_value(t: &Tensor) -> Result<OwnedValue, OpError> {
+    Ok(match t {
+        Tensor::Str(a) => OwnedValue::Strings {
+            shape: a.shape().iter().map(|&d| d as i64).collect(),
+            strings: a.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        },
+        Tensor::Seq(s) => OwnedValue::Sequence {
+            elem_type: s.elem_type,
+            items: s.items.iter().map(to_value).collect::<Result<_, _>>()?,
+        },
+        Tensor::Map(m) => OwnedValue::Map {
+            keys: Box::new(to_value(&m.keys)?),
+            values: Box::new(to_value(&m.values)?),
+        },
+        Tensor::Opt(v) => OwnedValue::Optional(match v {
+            Some(v) => Some(Box::new(to_value(v)?)),
+            None => None,
+        }),
+        t => {
+            let mut data = vec![0u8; t.byte_len()];
+            t.write_bytes(&mut data)?;
+            OwnedValue::Tensor {
+                elem_type: t.elem_type(),
+                shape: t.shape().iter().map(|&d| d as i64).collect(),
+                data,
+            }
+        }
+    })
 }
 
 epx_plugin_api::plugin_entry! {

@@ -4,6 +4,8 @@
 
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
+use std::sync::Arc;
+
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::kernel::{OpError, OpResult};
@@ -37,6 +39,30 @@ pub enum Tensor {
     U4(ArrayD<U4>),
     I2(ArrayD<I2>),
     U2(ArrayD<U2>),
+    /// A string tensor (ONNX strings are UTF-8 here; other bytes are refused at the boundary).
+    Str(ArrayD<String>),
+    /// A sequence of tensors: not a tensor, but a value that flows along an edge like one.
+    Seq(Arc<Sequence>),
+    /// A map (`ai.onnx.ml`): parallel 1-D key and value tensors.
+    Map(Arc<MapValue>),
+    /// An optional: a tensor or sequence, or nothing.
+    Opt(Option<Arc<Tensor>>),
+}
+
+/// The value of an ONNX `sequence(T)`: its items (tensors, or maps for `ai.onnx.ml`'s
+/// `seq(map(K, V))`) and the element type of `T`, known even when the sequence is empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequence {
+    pub elem_type: ElementType,
+    pub items: Vec<Tensor>,
+}
+
+/// The value of an ONNX `map(K, V)`: keys (int64 or string) and values, both 1-D and of one
+/// length, in insertion order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapValue {
+    pub keys: Tensor,
+    pub values: Tensor,
 }
 
 /// A borrowed tensor.
@@ -65,6 +91,10 @@ pub enum TensorRef<'a> {
     U4(ArrayViewD<'a, U4>),
     I2(ArrayViewD<'a, I2>),
     U2(ArrayViewD<'a, U2>),
+    Str(ArrayViewD<'a, String>),
+    Seq(&'a Arc<Sequence>),
+    Map(&'a Arc<MapValue>),
+    Opt(Option<&'a Arc<Tensor>>),
 }
 
 /// A scalar in a wide form, the pivot of [`Elem`] casts.
@@ -359,7 +389,7 @@ macro_rules! with_types {
             __other => Err($crate::kernel::OpError(format!(
                 "{}: unsupported element type {}",
                 $op,
-                __other.elem_type()
+                __other.type_name()
             ))),
         };
         __r
@@ -442,7 +472,7 @@ macro_rules! dispatch_int {
 
 /// Dispatch over an owned tensor's variants (every type), binding `&ArrayD<T>`.
 macro_rules! owned_all {
-    ($t:expr, |$v:ident| $body:expr) => {
+    ($t:expr, |$v:ident| $body:expr, |$o:ident| $other:expr) => {
         match $t {
             Tensor::F32($v) => $body,
             Tensor::F64($v) => $body,
@@ -467,12 +497,13 @@ macro_rules! owned_all {
             Tensor::U4($v) => $body,
             Tensor::I2($v) => $body,
             Tensor::U2($v) => $body,
+            $o => $other,
         }
     };
 }
 
 macro_rules! ref_all {
-    ($t:expr, |$v:ident| $body:expr) => {
+    ($t:expr, |$v:ident| $body:expr, |$o:ident| $other:expr) => {
         match $t {
             TensorRef::F32($v) => $body,
             TensorRef::F64($v) => $body,
@@ -497,6 +528,7 @@ macro_rules! ref_all {
             TensorRef::U4($v) => $body,
             TensorRef::I2($v) => $body,
             TensorRef::U2($v) => $body,
+            $o => $other,
         }
     };
 }
@@ -644,12 +676,108 @@ fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
     }
 }
 
+/// ONNX's Cast from strings: decimal numbers, `NaN`, `INF`/`inf`/`infinity` (signed), and for
+/// bool the numbers (non-zero is true) as well as `true`/`false`.
+fn parse_strings<D: Elem>(a: &ArrayViewD<'_, String>) -> OpResult<Tensor> {
+    let parse = |s: &String| -> OpResult<D> {
+        let t = s.trim();
+        let lower = t.to_ascii_lowercase();
+        let float = |x: f64| Ok(D::from_scalar(Scalar::F(x)));
+        match lower.trim_start_matches(['+', '-']) {
+            "nan" => return float(f64::NAN),
+            "inf" | "infinity" => {
+                return float(if lower.starts_with('-') {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                });
+            }
+            _ => {}
+        }
+        if D::TYPE == ElementType::Bool {
+            match lower.as_str() {
+                "true" => return Ok(D::from_scalar(Scalar::B(true))),
+                "false" => return Ok(D::from_scalar(Scalar::B(false))),
+                _ => {}
+            }
+        }
+        let integral = !matches!(
+            D::TYPE,
+            ElementType::Float | ElementType::Double | ElementType::Float16 | ElementType::Bfloat16
+        ) && D::TYPE != ElementType::Bool;
+        if integral {
+            if let Ok(i) = t.parse::<i64>() {
+                return Ok(D::from_scalar(Scalar::I(i)));
+            }
+            if let Ok(u) = t.parse::<u64>() {
+                return Ok(D::from_scalar(Scalar::U(u)));
+            }
+        }
+        t.parse::<f64>()
+            .map(|x| D::from_scalar(Scalar::F(x)))
+            .map_err(|_| OpError(format!("cannot cast the string {s:?} to {}", D::TYPE)))
+    };
+    let v: Vec<D> = a.iter().map(parse).collect::<OpResult<_>>()?;
+    Tensor::from_vec(a.shape(), v)
+}
+
+/// ONNX's Cast to strings: integers in decimal, floats in their shortest exact form (`NaN`,
+/// `INF`, `-INF` for the special values), bools as `0`/`1`... as ONNX Runtime writes them.
+fn format_strings(t: &TensorRef<'_>) -> OpResult<Tensor> {
+    fn float(x: f64, single: bool) -> String {
+        if x.is_nan() {
+            "NaN".into()
+        } else if x.is_infinite() {
+            if x > 0.0 { "INF".into() } else { "-INF".into() }
+        } else if single {
+            format!("{}", x as f32)
+        } else {
+            format!("{x}")
+        }
+    }
+    let single = t.elem_type() != ElementType::Double;
+    let v: Vec<String> = match t {
+        TensorRef::Str(a) => a.iter().cloned().collect(),
+        TensorRef::Seq(_) | TensorRef::Map(_) | TensorRef::Opt(_) => {
+            return Err(OpError(format!(
+                "{} cannot be cast to string",
+                t.type_name()
+            )));
+        }
+        _ => ref_all!(
+            t,
+            |a| a
+                .iter()
+                .map(|x| match x.to_scalar() {
+                    Scalar::I(i) => i.to_string(),
+                    Scalar::U(u) => u.to_string(),
+                    Scalar::B(b) => u8::from(b).to_string(),
+                    Scalar::F(f) => float(f, single),
+                })
+                .collect(),
+            |_o| Vec::new()
+        ),
+    };
+    Tensor::strings(t.shape(), v)
+}
+
 fn cast_view<S: Elem, D: Elem>(a: &ArrayViewD<'_, S>, cast: NarrowCast) -> ArrayD<D> {
     a.mapv(|x| D::from_scalar_with(x.to_scalar(), cast))
 }
 
 fn cast_to<D: Elem>(t: &TensorRef<'_>, cast: NarrowCast) -> OpResult<Tensor> {
-    Ok(ref_all!(t, |a| D::wrap(cast_view::<_, D>(a, cast))))
+    ref_all!(
+        t,
+        |a| Ok(D::wrap(cast_view::<_, D>(a, cast))),
+        |o| match o {
+            TensorRef::Str(a) => parse_strings::<D>(a),
+            other => Err(OpError(format!(
+                "{} cannot be cast to {}",
+                other.type_name(),
+                D::TYPE
+            ))),
+        }
+    )
 }
 
 impl Tensor {
@@ -657,17 +785,69 @@ impl Tensor {
         self.view().elem_type()
     }
 
+    /// Whether this is a tensor of a numeric (or bool) element type: one with a byte form.
+    pub fn is_numeric_tensor(&self) -> bool {
+        !matches!(
+            self,
+            Tensor::Str(_) | Tensor::Seq(_) | Tensor::Map(_) | Tensor::Opt(_)
+        )
+    }
+
+    /// What the value is, for messages (see [`TensorRef::type_name`]).
+    pub fn type_name(&self) -> String {
+        self.view().type_name()
+    }
+
+    /// A string tensor from raw bytes, which must be UTF-8 (ONNX strings are; refusing other
+    /// bytes beats changing them).
+    pub fn strings_from_bytes<'b>(
+        shape: &[usize],
+        items: impl Iterator<Item = &'b [u8]>,
+    ) -> OpResult<Tensor> {
+        let v = items
+            .enumerate()
+            .map(|(i, b)| {
+                String::from_utf8(b.to_vec()).map_err(|_| {
+                    OpError(format!(
+                        "string element {i} is not UTF-8: {:?}",
+                        String::from_utf8_lossy(b)
+                    ))
+                })
+            })
+            .collect::<OpResult<Vec<_>>>()?;
+        Tensor::strings(shape, v)
+    }
+
+    /// A string tensor.
+    pub fn strings(shape: &[usize], v: Vec<String>) -> OpResult<Tensor> {
+        ArrayD::from_shape_vec(IxDyn(shape), v)
+            .map(Tensor::Str)
+            .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
+    }
+
     pub fn shape(&self) -> &[usize] {
-        owned_all!(self, |a| a.shape())
+        owned_all!(self, |a| a.shape(), |o| match o {
+            Tensor::Str(a) => a.shape(),
+            _ => &[],
+        })
     }
 
     pub fn view(&self) -> TensorRef<'_> {
-        owned_all!(self, |a| Elem::wrap_ref(a.view()))
+        owned_all!(self, |a| Elem::wrap_ref(a.view()), |o| match o {
+            Tensor::Str(a) => TensorRef::Str(a.view()),
+            Tensor::Seq(s) => TensorRef::Seq(s),
+            Tensor::Map(m) => TensorRef::Map(m),
+            Tensor::Opt(v) => TensorRef::Opt(v.as_ref()),
+            _ => unreachable!("numeric variants are matched above"),
+        })
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        owned_all!(self, |a| a.len())
+        owned_all!(self, |a| a.len(), |o| match o {
+            Tensor::Str(a) => a.len(),
+            _ => 0,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -695,7 +875,9 @@ impl Tensor {
                 out.len()
             )));
         }
-        owned_all!(self, |a| write_elems(a, out));
+        owned_all!(self, |a| write_elems(a, out), |o| {
+            return Err(OpError(format!("{} has no byte form", o.type_name())));
+        });
         Ok(())
     }
 
@@ -748,11 +930,60 @@ impl<'a> TensorRef<'a> {
             TensorRef::U4(_) => ElementType::Uint4,
             TensorRef::I2(_) => ElementType::Int2,
             TensorRef::U2(_) => ElementType::Uint2,
+            TensorRef::Str(_) => ElementType::String,
+            TensorRef::Seq(_) | TensorRef::Map(_) | TensorRef::Opt(_) => ElementType::Undefined,
+        }
+    }
+
+    /// What the value is, for messages: its element type, or `sequence`, `map`, `optional`.
+    pub fn type_name(&self) -> String {
+        match self {
+            TensorRef::Seq(s) => format!("a sequence of {}", s.elem_type),
+            TensorRef::Map(m) => format!(
+                "a map from {} to {}",
+                m.keys.elem_type(),
+                m.values.elem_type()
+            ),
+            TensorRef::Opt(_) => "an optional".to_string(),
+            t => t.elem_type().to_string(),
+        }
+    }
+
+    /// Whether this is a tensor (of any element type), not a sequence, map or optional.
+    pub fn is_tensor(&self) -> bool {
+        !matches!(
+            self,
+            TensorRef::Seq(_) | TensorRef::Map(_) | TensorRef::Opt(_)
+        )
+    }
+
+    /// The strings of a string tensor.
+    pub fn as_strings(&self, what: &str) -> OpResult<ArrayViewD<'a, String>> {
+        match self {
+            TensorRef::Str(a) => Ok(a.clone()),
+            other => Err(OpError(format!(
+                "{what} must be a string tensor, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// The sequence this value is.
+    pub fn as_sequence(&self, what: &str) -> OpResult<&'a Arc<Sequence>> {
+        match self {
+            TensorRef::Seq(s) => Ok(s),
+            other => Err(OpError(format!(
+                "{what} must be a sequence, got {}",
+                other.type_name()
+            ))),
         }
     }
 
     pub fn shape(&self) -> &[usize] {
-        ref_all!(self, |a| a.shape())
+        ref_all!(self, |a| a.shape(), |o| match o {
+            TensorRef::Str(a) => a.shape(),
+            _ => &[],
+        })
     }
 
     pub fn ndim(&self) -> usize {
@@ -761,7 +992,10 @@ impl<'a> TensorRef<'a> {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        ref_all!(self, |a| a.len())
+        ref_all!(self, |a| a.len(), |o| match o {
+            TensorRef::Str(a) => a.len(),
+            _ => 0,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -788,12 +1022,24 @@ impl<'a> TensorRef<'a> {
     }
 
     pub fn to_owned(&self) -> Tensor {
-        ref_all!(self, |a| Elem::wrap(a.to_owned()))
+        ref_all!(self, |a| Elem::wrap(a.to_owned()), |o| match o {
+            TensorRef::Str(a) => Tensor::Str(a.to_owned()),
+            TensorRef::Seq(s) => Tensor::Seq(Arc::clone(s)),
+            TensorRef::Map(m) => Tensor::Map(Arc::clone(m)),
+            TensorRef::Opt(v) => Tensor::Opt(v.cloned()),
+            _ => unreachable!("numeric variants are matched above"),
+        })
     }
 
     /// A view with a shorter lifetime.
     pub fn reborrow(&self) -> TensorRef<'_> {
-        ref_all!(self, |a| Elem::wrap_ref(a.view()))
+        ref_all!(self, |a| Elem::wrap_ref(a.view()), |o| match o {
+            TensorRef::Str(a) => TensorRef::Str(a.view()),
+            TensorRef::Seq(s) => TensorRef::Seq(s),
+            TensorRef::Map(m) => TensorRef::Map(m),
+            TensorRef::Opt(v) => TensorRef::Opt(*v),
+            _ => unreachable!("numeric variants are matched above"),
+        })
     }
 
     /// The typed view, if the tensor holds `T`.
@@ -832,8 +1078,11 @@ impl<'a> TensorRef<'a> {
 
     /// [`TensorRef::cast`] with the saturation and rounding of casts into narrow floats given.
     pub fn cast_with(&self, ty: ElementType, cast: NarrowCast) -> OpResult<Tensor> {
-        if ty == self.elem_type() {
+        if ty == self.elem_type() && self.is_tensor() {
             return Ok(self.to_owned());
+        }
+        if ty == ElementType::String {
+            return format_strings(self);
         }
         by_type!(ty, cast_to, (self, cast))
     }
@@ -861,15 +1110,19 @@ impl<'a> TensorRef<'a> {
 
     /// The elements as `f64` (any numeric type).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        ref_all!(self, |a| a
-            .iter()
-            .map(|x| match x.to_scalar() {
-                Scalar::F(v) => v,
-                Scalar::I(v) => v as f64,
-                Scalar::U(v) => v as f64,
-                Scalar::B(v) => f64::from(u8::from(v)),
-            })
-            .collect())
+        ref_all!(
+            self,
+            |a| a
+                .iter()
+                .map(|x| match x.to_scalar() {
+                    Scalar::F(v) => v,
+                    Scalar::I(v) => v as f64,
+                    Scalar::U(v) => v as f64,
+                    Scalar::B(v) => f64::from(u8::from(v)),
+                })
+                .collect(),
+            |_o| Vec::new()
+        )
     }
 }
 

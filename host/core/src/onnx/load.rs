@@ -10,6 +10,7 @@ use super::proto;
 use crate::error::{Error, Result};
 use crate::ir::*;
 use crate::tensor::{ElementType, Tensor};
+use crate::value::{Map, Sequence, Value as DynValue};
 
 /// Oldest IR version accepted (the first with opset imports).
 pub const MIN_IR_VERSION: i64 = 3;
@@ -98,12 +99,171 @@ pub fn load_tensor_bytes(bytes: &[u8], source: &str) -> Result<(String, Tensor)>
     Ok((t.name.clone().unwrap_or_default(), tensor))
 }
 
+/// Decodes a serialized value of type `ty` as ONNX test data stores it: a `TensorProto`, or a
+/// `SequenceProto`, `MapProto` or `OptionalProto` for those types.
+pub fn load_value_bytes(bytes: &[u8], ty: &ValueType, source: &str) -> Result<(String, DynValue)> {
+    let ctx = Ctx {
+        source,
+        base_dir: None,
+    };
+    let not = |what: &str, e: prost::DecodeError| Error::Model {
+        source_name: source.to_string(),
+        message: format!("not a {what}: {e}"),
+    };
+    match ty {
+        ValueType::Sequence(_) => {
+            let p = proto::SequenceProto::decode(bytes).map_err(|e| not("SequenceProto", e))?;
+            Ok((
+                p.name.clone().unwrap_or_default(),
+                ctx.sequence_value(&p, 0)?,
+            ))
+        }
+        ValueType::Map { .. } => {
+            let p = proto::MapProto::decode(bytes).map_err(|e| not("MapProto", e))?;
+            Ok((p.name.clone().unwrap_or_default(), ctx.map_value(&p, 0)?))
+        }
+        ValueType::Optional(_) => {
+            let p = proto::OptionalProto::decode(bytes).map_err(|e| not("OptionalProto", e))?;
+            Ok((
+                p.name.clone().unwrap_or_default(),
+                ctx.optional_value(&p, 0)?,
+            ))
+        }
+        _ => {
+            let (name, t) = load_tensor_bytes(bytes, source)?;
+            Ok((name, DynValue::Host(t)))
+        }
+    }
+}
+
+/// A map's values, stored as a sequence of scalars (or of one 1-D tensor), as one 1-D tensor.
+fn map_values(s: Sequence, len: usize) -> std::result::Result<Tensor, String> {
+    let tensors = s
+        .tensors()
+        .ok_or_else(|| "map values must be tensors".to_string())?;
+    if let [one] = tensors.as_slice() {
+        if one.shape() == [len] {
+            return Ok((*one).clone());
+        }
+    }
+    let Some(first) = tensors.first() else {
+        return Tensor::zeros(s.elem_type().unwrap_or(ElementType::Float), &[0])
+            .map_err(|e| e.to_string());
+    };
+    if tensors
+        .iter()
+        .any(|t| t.len() != 1 || t.elem_type() != first.elem_type())
+    {
+        return Err("map values must be scalars of one type".into());
+    }
+    match first.strings() {
+        Some(_) => Tensor::from_strings(
+            &[tensors.len()],
+            tensors
+                .iter()
+                .map(|t| t.strings().map_or_else(Vec::new, |s| s[0].clone()))
+                .collect(),
+        ),
+        None => {
+            let bytes: Vec<u8> = tensors
+                .iter()
+                .flat_map(|t| t.bytes().unwrap_or_default().to_vec())
+                .collect();
+            Tensor::from_bytes(first.elem_type(), &[tensors.len()], &bytes)
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Deepest nesting of sequences, maps and optionals read from data.
+const MAX_VALUE_DEPTH: usize = 32;
+
 struct Ctx<'a> {
     source: &'a str,
     base_dir: Option<&'a Path>,
 }
 
 impl Ctx<'_> {
+    fn sequence_value(&self, p: &proto::SequenceProto, depth: usize) -> Result<DynValue> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(self.err("values nested more than 32 deep"));
+        }
+        let mut items = Vec::new();
+        let mut elem_type = None;
+        match p.elem_type.unwrap_or(0) {
+            1 => {
+                for t in &p.tensor_values {
+                    let t = self.tensor(t)?;
+                    elem_type = Some(t.elem_type());
+                    items.push(DynValue::Host(t));
+                }
+            }
+            3 => {
+                for s in &p.sequence_values {
+                    items.push(self.sequence_value(s, depth + 1)?);
+                }
+            }
+            4 => {
+                for m in &p.map_values {
+                    items.push(self.map_value(m, depth + 1)?);
+                }
+            }
+            5 => {
+                for o in &p.optional_values {
+                    items.push(self.optional_value(o, depth + 1)?);
+                }
+            }
+            0 if p.tensor_values.is_empty()
+                && p.sequence_values.is_empty()
+                && p.map_values.is_empty()
+                && p.optional_values.is_empty() => {}
+            2 => return Err(self.err("sequences of sparse tensors are not supported")),
+            other => return Err(self.err(format!("SequenceProto elem_type {other} is unknown"))),
+        }
+        Ok(DynValue::Sequence(
+            Sequence::new(elem_type, items).map_err(|e| self.err(e.to_string()))?,
+        ))
+    }
+
+    fn map_value(&self, p: &proto::MapProto, depth: usize) -> Result<DynValue> {
+        let keys = if p.key_type == Some(ElementType::String.onnx_code()) {
+            let n = p.string_keys.len();
+            Tensor::from_strings(&[n], p.string_keys.clone())?
+        } else {
+            Tensor::from_array(ndarray::Array1::from(p.keys.clone()))
+        };
+        let values = match &p.values {
+            Some(seq) => match self.sequence_value(seq, depth + 1)? {
+                DynValue::Sequence(s) => map_values(s, keys.len()).map_err(|m| self.err(m))?,
+                _ => return Err(self.err("map values must be a sequence")),
+            },
+            None => return Err(self.err("MapProto has no values")),
+        };
+        Ok(DynValue::Map(
+            Map::new(keys, values).map_err(|e| self.err(e.to_string()))?,
+        ))
+    }
+
+    fn optional_value(&self, p: &proto::OptionalProto, depth: usize) -> Result<DynValue> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(self.err("values nested more than 32 deep"));
+        }
+        let inner = if let Some(t) = &p.tensor_value {
+            Some(DynValue::Host(self.tensor(t)?))
+        } else if let Some(s) = &p.sequence_value {
+            Some(self.sequence_value(s, depth + 1)?)
+        } else if let Some(m) = &p.map_value {
+            Some(self.map_value(m, depth + 1)?)
+        } else if let Some(o) = &p.optional_value {
+            Some(self.optional_value(o, depth + 1)?)
+        } else if p.sparse_tensor_value.is_some() {
+            return Err(self.err("optional sparse tensors are not supported"));
+        } else {
+            None
+        };
+        Ok(DynValue::Optional(inner.map(Box::new)))
+    }
+
     fn err(&self, message: impl Into<String>) -> Error {
         Error::Model {
             source_name: self.source.to_string(),
@@ -415,10 +575,20 @@ impl Ctx<'_> {
                         .collect()
                 }),
             },
-            Some(V::SequenceType(_)) => ValueType::Other("sequence".into()),
-            Some(V::MapType(_)) => ValueType::Other("map".into()),
-            Some(V::OptionalType(_)) => ValueType::Other("optional".into()),
-            Some(V::SparseTensorType(_)) => ValueType::Other("sparse tensor".into()),
+            Some(V::SequenceType(st)) => {
+                ValueType::Sequence(Box::new(self.value_type(st.elem_type.as_deref())))
+            }
+            Some(V::MapType(mt)) => ValueType::Map {
+                key: mt
+                    .key_type
+                    .and_then(ElementType::from_onnx)
+                    .unwrap_or(ElementType::Undefined),
+                value: Box::new(self.value_type(mt.value_type.as_deref())),
+            },
+            Some(V::OptionalType(ot)) => {
+                ValueType::Optional(Box::new(self.value_type(ot.elem_type.as_deref())))
+            }
+            Some(V::SparseTensorType(_)) => ValueType::SparseTensor,
             None => ValueType::Unknown,
         }
     }

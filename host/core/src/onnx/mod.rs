@@ -8,4 +8,5 @@ pub(crate) mod testing;
 
 pub use load::{
     MAX_IR_VERSION, MIN_IR_VERSION, load_model_bytes, load_model_file, load_tensor_bytes,
+    load_value_bytes,
 };

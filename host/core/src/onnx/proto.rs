@@ -400,6 +400,60 @@ pub mod tensor_proto {
     }
 }
 
+/// A sequence value (`onnx-data.proto`), as ONNX test data stores one.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SequenceProto {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    /// 1 tensor, 2 sparse tensor, 3 sequence, 4 map, 5 optional.
+    #[prost(int32, optional, tag = "2")]
+    pub elem_type: Option<i32>,
+    #[prost(message, repeated, tag = "3")]
+    pub tensor_values: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "4")]
+    pub sparse_tensor_values: Vec<SparseTensorProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub sequence_values: Vec<SequenceProto>,
+    #[prost(message, repeated, tag = "6")]
+    pub map_values: Vec<MapProto>,
+    #[prost(message, repeated, tag = "7")]
+    pub optional_values: Vec<OptionalProto>,
+}
+
+/// A map value (`onnx-data.proto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MapProto {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(int32, optional, tag = "2")]
+    pub key_type: Option<i32>,
+    #[prost(int64, repeated, packed = "false", tag = "3")]
+    pub keys: Vec<i64>,
+    #[prost(bytes = "vec", repeated, tag = "4")]
+    pub string_keys: Vec<Vec<u8>>,
+    #[prost(message, optional, tag = "5")]
+    pub values: Option<SequenceProto>,
+}
+
+/// An optional value (`onnx-data.proto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OptionalProto {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(int32, optional, tag = "2")]
+    pub elem_type: Option<i32>,
+    #[prost(message, optional, tag = "3")]
+    pub tensor_value: Option<TensorProto>,
+    #[prost(message, optional, tag = "4")]
+    pub sparse_tensor_value: Option<SparseTensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub sequence_value: Option<Box<SequenceProto>>,
+    #[prost(message, optional, boxed, tag = "6")]
+    pub map_value: Option<Box<MapProto>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    pub optional_value: Option<Box<OptionalProto>>,
+}
+
 /// A sparse tensor in COO form.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SparseTensorProto {

@@ -10,10 +10,11 @@ use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value, into_raw_status
 
 use std::sync::Arc;
 
-use crate::device::{DeviceTensor, Value};
-use crate::ir::{AttributeValue, Dim, Graph, Model};
+use crate::device::DeviceTensor;
+use crate::ir::{AttributeValue, Dim, Graph, Model, ValueType};
 use crate::plugin::ProviderInstance;
 use crate::tensor::{ElementType, Tensor};
+use crate::value::{Map, Sequence, Value};
 
 static HOST_VERSION: &std::ffi::CStr = c"0.1.0";
 
@@ -40,6 +41,19 @@ pub(crate) fn host_api() -> &'static EpxHostApi {
             kernel_output: Some(kernel_output),
             graph_inputs: Some(graph_inputs),
             graph_outputs: Some(graph_outputs),
+            kernel_input_value: Some(kernel_input_value),
+            kernel_output_value: Some(kernel_output_value),
+            value_kind: Some(value_kind),
+            value_tensor: Some(value_tensor),
+            value_sequence: Some(value_sequence),
+            value_sequence_at: Some(value_sequence_at),
+            value_map: Some(value_map),
+            value_optional: Some(value_optional),
+            value_new_tensor: Some(value_new_tensor),
+            value_new_sequence: Some(value_new_sequence),
+            value_new_map: Some(value_new_map),
+            value_new_optional: Some(value_new_optional),
+            value_release: Some(value_release),
         })
     })
     .0
@@ -87,19 +101,33 @@ unsafe extern "C" fn host_status_create(code: u32, message: EpxStr) -> *mut EpxS
     })
 }
 
-/// A host tensor described as a DLTensor; owns the shape array the DLTensor points at.
+/// A host tensor described as a DLTensor; owns the shape array (and, for strings, the
+/// `EpxStr` array) the DLTensor points at.
 pub(crate) struct DlView {
     pub(crate) dl: DLTensor,
     _shape: Vec<i64>,
+    _strings: Vec<EpxStr>,
 }
 
 impl DlView {
-    /// Describes `t` (which must outlive the view and not move its buffer). `None` for strings.
+    /// Describes `t` (which must outlive the view and not move its buffers). A string tensor
+    /// comes in the ABI 1.3 string form; `None` for a type with no form at all.
     pub(crate) fn of(t: &Tensor) -> Option<Box<DlView>> {
-        let dtype = t.elem_type().to_dlpack()?;
+        let (dtype, strings) = match t.strings() {
+            Some(s) => (
+                epx_plugin_api::sdk::STRING_DTYPE,
+                s.iter().map(|b| EpxStr::from_bytes(b)).collect::<Vec<_>>(),
+            ),
+            None => (t.elem_type().to_dlpack()?, Vec::new()),
+        };
         let mut shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+        let data = if t.strings().is_some() {
+            strings.as_ptr().cast_mut().cast::<c_void>()
+        } else {
+            t.data_ptr().cast_mut().cast::<c_void>()
+        };
         let dl = DLTensor {
-            data: t.data_ptr().cast_mut().cast::<c_void>(),
+            data,
             device: DLDevice::CPU,
             ndim: shape.len() as i32,
             dtype,
@@ -107,7 +135,11 @@ impl DlView {
             strides: std::ptr::null_mut(),
             byte_offset: 0,
         };
-        Some(Box::new(DlView { dl, _shape: shape }))
+        Some(Box::new(DlView {
+            dl,
+            _shape: shape,
+            _strings: strings,
+        }))
     }
 }
 
@@ -131,6 +163,7 @@ struct AbiValue {
     dims: Vec<i64>,
     rank: i64,
     elem_type: i32,
+    kind: u32,
     flags: u32,
     producer: u32,
     initializer: Option<Box<DlView>>,
@@ -202,7 +235,8 @@ impl<'m> AbiGraph<'m> {
                         -1
                     },
                     dims,
-                    elem_type: v.elem_type().map_or(0, ElementType::onnx_code),
+                    elem_type: v.ty.innermost_elem_type().map_or(0, ElementType::onnx_code),
+                    kind: value_kind_of(&v.ty) as u32,
                     flags,
                     producer: id32(v.producer),
                     initializer: v.initializer.as_ref().and_then(DlView::of),
@@ -221,6 +255,17 @@ impl<'m> AbiGraph<'m> {
 
     pub(crate) fn as_raw(&self) -> *const EpxGraph {
         (self as *const Self).cast::<EpxGraph>()
+    }
+}
+
+fn value_kind_of(ty: &ValueType) -> EpxValueKind {
+    match ty {
+        ValueType::Tensor { .. } => EpxValueKind::Tensor,
+        ValueType::Sequence(_) => EpxValueKind::Sequence,
+        ValueType::Map { .. } => EpxValueKind::Map,
+        ValueType::Optional(_) => EpxValueKind::Optional,
+        ValueType::SparseTensor => EpxValueKind::SparseTensor,
+        ValueType::Unknown => EpxValueKind::Unknown,
     }
 }
 
@@ -418,6 +463,7 @@ unsafe extern "C" fn graph_value(
             dims: a.dims.as_ptr(),
             flags: a.flags,
             producer: a.producer,
+            kind: a.kind,
         };
         // SAFETY: plugin contract on `out`.
         unsafe { write_sized(out, info) }
@@ -472,7 +518,7 @@ unsafe extern "C" fn graph_initializer(
         let i = index(&g.values, value as usize, "value")?;
         let view = g.values[i].initializer.as_ref().ok_or_else(|| {
             SdkError::invalid_argument(format!(
-                "value `{}` is not an initializer with numeric data",
+                "value `{}` is not an initializer with tensor data",
                 g.graph.values[i].name
             ))
         })?;
@@ -548,17 +594,6 @@ pub(crate) enum CallTensor {
 }
 
 impl CallTensor {
-    fn of(v: &Value) -> Result<CallTensor, String> {
-        Ok(match v {
-            Value::Host(t) => {
-                CallTensor::Host(DlView::of(t).ok_or_else(|| {
-                    format!("{} tensors cannot cross the plugin ABI", t.elem_type())
-                })?)
-            }
-            Value::Device(t) => CallTensor::Device(Box::new(t.dl())),
-        })
-    }
-
     fn dl_mut(&mut self) -> &mut DLTensor {
         match self {
             CallTensor::Host(v) => &mut v.dl,
@@ -567,34 +602,233 @@ impl CallTensor {
     }
 }
 
-/// One kernel call's inputs and the outputs the kernel allocated.
+/// What an `EpxValue *` points at. Handles the host hands out borrow the session's values;
+/// handles a plugin makes (`value_new_*`) own theirs until handed over.
+pub(crate) struct ValueHandle {
+    made_by_plugin: bool,
+    node: HandleNode,
+}
+
+enum HandleNode {
+    /// `view` points into `owned` or into a session value that outlives the handle.
+    Tensor {
+        view: Box<DlView>,
+        owned: Option<Tensor>,
+    },
+    Sequence {
+        elem_type: Option<ElementType>,
+        items: Vec<ValueHandle>,
+    },
+    Map {
+        keys: Box<ValueHandle>,
+        values: Box<ValueHandle>,
+    },
+    Optional(Option<Box<ValueHandle>>),
+}
+
+impl ValueHandle {
+    /// Describes a host value for a plugin to read; the value must outlive the handle.
+    fn borrow(v: &Value) -> Result<Box<ValueHandle>, String> {
+        let node = match v {
+            Value::Host(t) => HandleNode::Tensor {
+                view: DlView::of(t)
+                    .ok_or_else(|| format!("{} tensors cannot cross the ABI", t.elem_type()))?,
+                owned: None,
+            },
+            Value::Device(_) => {
+                return Err("a device tensor is read with kernel_input, not as a value".into());
+            }
+            Value::Sequence(s) => HandleNode::Sequence {
+                elem_type: s.elem_type(),
+                items: s
+                    .items()
+                    .iter()
+                    .map(|v| ValueHandle::borrow(v).map(|h| *h))
+                    .collect::<Result<_, _>>()?,
+            },
+            Value::Map(m) => HandleNode::Map {
+                keys: ValueHandle::borrow_tensor(m.keys())?,
+                values: ValueHandle::borrow_tensor(m.values())?,
+            },
+            Value::Optional(v) => HandleNode::Optional(match v {
+                Some(v) => Some(ValueHandle::borrow(v)?),
+                None => None,
+            }),
+        };
+        Ok(Box::new(ValueHandle {
+            made_by_plugin: false,
+            node,
+        }))
+    }
+
+    fn borrow_tensor(t: &Tensor) -> Result<Box<ValueHandle>, String> {
+        Ok(Box::new(ValueHandle {
+            made_by_plugin: false,
+            node: HandleNode::Tensor {
+                view: DlView::of(t)
+                    .ok_or_else(|| format!("{} tensors cannot cross the ABI", t.elem_type()))?,
+                owned: None,
+            },
+        }))
+    }
+
+    fn owned_tensor(t: Tensor) -> Result<Box<ValueHandle>, SdkError> {
+        let view = DlView::of(&t)
+            .ok_or_else(|| SdkError::not_implemented(format!("{} values", t.elem_type())))?;
+        Ok(Box::new(ValueHandle {
+            made_by_plugin: true,
+            node: HandleNode::Tensor {
+                view,
+                owned: Some(t),
+            },
+        }))
+    }
+
+    fn kind(&self) -> EpxValueKind {
+        match self.node {
+            HandleNode::Tensor { .. } => EpxValueKind::Tensor,
+            HandleNode::Sequence { .. } => EpxValueKind::Sequence,
+            HandleNode::Map { .. } => EpxValueKind::Map,
+            HandleNode::Optional(_) => EpxValueKind::Optional,
+        }
+    }
+
+    /// The host value a plugin built.
+    fn into_value(self) -> Result<Value, SdkError> {
+        let bad = |m: &str| SdkError::invalid_argument(m.to_string());
+        Ok(match self.node {
+            HandleNode::Tensor { owned: Some(t), .. } => Value::Host(t),
+            HandleNode::Tensor { owned: None, .. } => {
+                return Err(bad(
+                    "a value the host lent cannot be handed back as an output",
+                ));
+            }
+            HandleNode::Sequence { elem_type, items } => {
+                let items = items
+                    .into_iter()
+                    .map(ValueHandle::into_value)
+                    .collect::<Result<Vec<_>, _>>()?;
+                Value::Sequence(
+                    Sequence::new(elem_type, items)
+                        .map_err(|e| SdkError::invalid_argument(e.to_string()))?,
+                )
+            }
+            HandleNode::Map { keys, values } => {
+                let tensor = |h: Box<ValueHandle>| match h.into_value()? {
+                    Value::Host(t) => Ok(t),
+                    _ => Err(bad("map keys and values must be tensors")),
+                };
+                Value::Map(
+                    Map::new(tensor(keys)?, tensor(values)?)
+                        .map_err(|e| SdkError::invalid_argument(e.to_string()))?,
+                )
+            }
+            HandleNode::Optional(v) => Value::Optional(match v {
+                Some(v) => Some(Box::new(v.into_value()?)),
+                None => None,
+            }),
+        })
+    }
+}
+
+/// # Safety
+/// `v` is NULL or a live handle.
+unsafe fn handle<'a>(v: *const EpxValue) -> Result<&'a ValueHandle, SdkError> {
+    // SAFETY: the caller's contract.
+    unsafe { v.cast::<ValueHandle>().as_ref() }
+        .ok_or_else(|| SdkError::invalid_argument("NULL value"))
+}
+
+/// Takes over a value a plugin made.
+///
+/// # Safety
+/// `v` is NULL or a live handle, not used by the caller afterwards.
+unsafe fn take_handle(v: *mut EpxValue) -> Result<Box<ValueHandle>, SdkError> {
+    // SAFETY: the caller's contract.
+    let h = unsafe { handle(v) }?;
+    if !h.made_by_plugin {
+        return Err(SdkError::invalid_argument(
+            "this value belongs to the host (it was lent for the call); only values made with \
+             value_new_* can be handed over",
+        ));
+    }
+    // SAFETY: made by `Box::into_raw` in a `value_new_*` function and owned by the caller.
+    Ok(unsafe { Box::from_raw(v.cast::<ValueHandle>()) })
+}
+
+fn out_ptr<T>(out: *mut T) -> Result<*mut T, SdkError> {
+    if out.is_null() {
+        Err(SdkError::invalid_argument("NULL out-pointer"))
+    } else {
+        Ok(out)
+    }
+}
+
+/// One input of a kernel call: the session's value, its tensor view when it is a tensor, and
+/// (made when a plugin first asks) its value handle.
+struct CallInput<'t> {
+    value: &'t Value,
+    tensor: Option<CallTensor>,
+    handle: Option<Box<ValueHandle>>,
+}
+
+/// One kernel call's inputs and the outputs the kernel produced.
 pub(crate) struct KernelCall<'t> {
-    inputs: Vec<Option<CallTensor>>,
-    pub(crate) outputs: Vec<Option<(Value, CallTensor)>>,
+    inputs: Vec<Option<CallInput<'t>>>,
+    pub(crate) outputs: Vec<Option<(Value, Option<CallTensor>)>>,
     /// Where outputs are allocated: `None` for host memory, else the device EP.
     device: Option<&'t Arc<ProviderInstance>>,
-    _borrow: std::marker::PhantomData<&'t Value>,
 }
 
 impl<'t> KernelCall<'t> {
     /// Inputs borrow `inputs` for the call; outputs go to `device`'s memory, or the host's.
+    /// `abi_minor` is the plugin's: strings and non-tensor values reach plugins of 1.3 on.
     pub(crate) fn new(
         inputs: &[Option<&'t Value>],
         num_outputs: usize,
         device: Option<&'t Arc<ProviderInstance>>,
+        abi_minor: u32,
     ) -> Result<Self, String> {
-        let mut views = Vec::with_capacity(inputs.len());
+        let mut call_inputs = Vec::with_capacity(inputs.len());
         for v in inputs {
-            views.push(match v {
+            call_inputs.push(match v {
                 None => None,
-                Some(v) => Some(CallTensor::of(v)?),
+                Some(value) => {
+                    let old = abi_minor < ElementType::String.since_abi_minor();
+                    let tensor = match value {
+                        Value::Host(t) if old && t.elem_type() == ElementType::String => {
+                            return Err(format!(
+                                "a string tensor cannot reach a plugin built for ABI 1.{abi_minor} \
+                                 (strings cross from ABI 1.3)"
+                            ));
+                        }
+                        Value::Host(t) => {
+                            Some(CallTensor::Host(DlView::of(t).ok_or_else(|| {
+                                format!("{} tensors cannot cross the plugin ABI", t.elem_type())
+                            })?))
+                        }
+                        Value::Device(t) => Some(CallTensor::Device(Box::new(t.dl()))),
+                        other if old => {
+                            return Err(format!(
+                                "a {} cannot reach a plugin built for ABI 1.{abi_minor} \
+                                 (sequences, maps and optionals cross from ABI 1.3)",
+                                other.type_name()
+                            ));
+                        }
+                        _ => None,
+                    };
+                    Some(CallInput {
+                        value,
+                        tensor,
+                        handle: None,
+                    })
+                }
             });
         }
         Ok(KernelCall {
-            inputs: views,
+            inputs: call_inputs,
             outputs: (0..num_outputs).map(|_| None).collect(),
             device,
-            _borrow: std::marker::PhantomData,
         })
     }
 
@@ -607,21 +841,30 @@ impl<'t> KernelCall<'t> {
         &self,
         elem: ElementType,
         shape: &[usize],
-    ) -> Result<(Value, CallTensor), SdkError> {
+    ) -> Result<(Value, Option<CallTensor>), SdkError> {
         let oom = |e: crate::error::Error| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string());
         match self.device {
             None => {
                 let tensor = Tensor::zeros(elem, shape).map_err(oom)?;
                 let view = DlView::of(&tensor)
                     .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
-                Ok((Value::Host(tensor), CallTensor::Host(view)))
+                Ok((Value::Host(tensor), Some(CallTensor::Host(view))))
             }
             Some(p) => {
                 let t = DeviceTensor::allocate(p, elem, shape).map_err(oom)?;
                 let dl = Box::new(t.dl());
-                Ok((Value::Device(t), CallTensor::Device(dl)))
+                Ok((Value::Device(t), Some(CallTensor::Device(dl))))
             }
         }
+    }
+
+    fn free_output(&self, i: usize) -> Result<(), SdkError> {
+        if self.outputs[i].is_some() {
+            return Err(SdkError::invalid_argument(format!(
+                "output {i} was already produced in this call"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -652,13 +895,48 @@ unsafe extern "C" fn kernel_input(
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
         let i = index(&c.inputs, index_, "input")?;
-        if out.is_null() {
-            return Err(SdkError::invalid_argument("NULL out-pointer"));
-        }
-        let p = c.inputs[i]
-            .as_mut()
-            .map_or(std::ptr::null(), |v| v.dl_mut() as *const DLTensor);
+        let out = out_ptr(out)?;
+        let p = match c.inputs[i].as_mut() {
+            None => std::ptr::null(),
+            Some(CallInput {
+                tensor: Some(t), ..
+            }) => t.dl_mut() as *const DLTensor,
+            Some(input) => {
+                return Err(SdkError::invalid_argument(format!(
+                    "input {i} is a {}, not a tensor: read it with kernel_input_value",
+                    input.value.type_name()
+                )));
+            }
+        };
         // SAFETY: `out` checked non-null.
+        unsafe { *out = p };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn kernel_input_value(
+    ctx: *const EpxKernelContext,
+    index_: usize,
+    out: *mut *const EpxValue,
+) -> *mut EpxStatus {
+    guard("kernel_input_value", || {
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.inputs, index_, "input")?;
+        let out = out_ptr(out)?;
+        let p = match c.inputs[i].as_mut() {
+            None => std::ptr::null(),
+            Some(input) => {
+                if input.handle.is_none() {
+                    input.handle =
+                        Some(ValueHandle::borrow(input.value).map_err(SdkError::invalid_argument)?);
+                }
+                input.handle.as_deref().map_or(std::ptr::null(), |h| {
+                    (h as *const ValueHandle).cast::<EpxValue>()
+                })
+            }
+        };
+        // SAFETY: `out` checked non-null; the handle lives until the call ends.
         unsafe { *out = p };
         Ok(())
     })
@@ -676,10 +954,11 @@ unsafe extern "C" fn kernel_output(
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
         let i = index(&c.outputs, index_, "output")?;
-        if c.outputs[i].is_some() {
-            return Err(SdkError::invalid_argument(format!(
-                "output {i} was already allocated in this call"
-            )));
+        c.free_output(i)?;
+        if epx_plugin_api::sdk::is_string_dtype(dtype) {
+            return Err(SdkError::not_implemented(
+                "string outputs are made with value_new_tensor and set with kernel_output_value",
+            ));
         }
         let elem = ElementType::from_dlpack(dtype).ok_or_else(|| {
             SdkError::not_implemented(format!(
@@ -687,33 +966,360 @@ unsafe extern "C" fn kernel_output(
                 dtype.code, dtype.bits, dtype.lanes
             ))
         })?;
-        let ndim = usize::try_from(ndim)
-            .map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
-        let dims: &[i64] = if ndim == 0 {
-            &[]
-        } else if shape.is_null() {
-            return Err(SdkError::invalid_argument("NULL shape"));
-        } else {
-            // SAFETY: plugin contract: `shape` holds `ndim` extents.
-            unsafe { std::slice::from_raw_parts(shape, ndim) }
-        };
-        let mut ushape = Vec::with_capacity(ndim);
-        for &d in dims {
-            ushape.push(usize::try_from(d).map_err(|_| {
-                SdkError::invalid_argument(format!("negative extent {d} in output shape {dims:?}"))
-            })?);
-        }
-        if out.is_null() {
-            return Err(SdkError::invalid_argument("NULL out-pointer"));
-        }
+        // SAFETY: plugin contract: `shape` holds `ndim` extents.
+        let ushape = unsafe { read_shape(ndim, shape) }?;
+        let out = out_ptr(out)?;
         let (value, mut view) = c.allocate(elem, &ushape)?;
-        let p: *mut DLTensor = view.dl_mut();
+        let p: *mut DLTensor = view
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |v| v.dl_mut() as *mut DLTensor);
         c.outputs[i] = Some((value, view));
-        if out.is_null() {
-            return Err(SdkError::invalid_argument("NULL out-pointer"));
-        }
         // SAFETY: `out` checked non-null; the DLTensor lives in the call until it ends.
         unsafe { *out = p };
         Ok(())
+    })
+}
+
+/// # Safety
+/// `shape` is NULL or points at `ndim` extents.
+unsafe fn read_shape(ndim: i32, shape: *const i64) -> Result<Vec<usize>, SdkError> {
+    let ndim = usize::try_from(ndim)
+        .map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
+    let dims: &[i64] = if ndim == 0 {
+        &[]
+    } else if shape.is_null() {
+        return Err(SdkError::invalid_argument("NULL shape"));
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(shape, ndim) }
+    };
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                SdkError::invalid_argument(format!("negative extent {d} in shape {dims:?}"))
+            })
+        })
+        .collect()
+}
+
+unsafe extern "C" fn kernel_output_value(
+    ctx: *mut EpxKernelContext,
+    index_: usize,
+    value: *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("kernel_output_value", || {
+        // SAFETY: plugin contract: `value` is a value it made and hands over.
+        let v = unsafe { take_handle(value) }?;
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.outputs, index_, "output")?;
+        c.free_output(i)?;
+        if c.device.is_some() {
+            return Err(SdkError::invalid_argument(
+                "an EP with its own memory produces tensors with kernel_output",
+            ));
+        }
+        c.outputs[i] = Some((v.into_value()?, None));
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn value_kind(value: *const EpxValue) -> u32 {
+    guard_value(0, || {
+        // SAFETY: host API contract: `value` is NULL or a live handle.
+        unsafe { handle(value) }.map_or(0, |h| h.kind() as u32)
+    })
+}
+
+unsafe extern "C" fn value_tensor(
+    value: *const EpxValue,
+    out: *mut *const DLTensor,
+) -> *mut EpxStatus {
+    guard("value_tensor", || {
+        // SAFETY: host API contract.
+        let h = unsafe { handle(value) }?;
+        let out = out_ptr(out)?;
+        let HandleNode::Tensor { view, .. } = &h.node else {
+            return Err(SdkError::invalid_argument("the value is not a tensor"));
+        };
+        // SAFETY: `out` checked non-null; the view lives as long as the handle.
+        unsafe { *out = &view.dl };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn value_sequence(
+    value: *const EpxValue,
+    len: *mut usize,
+    elem_type: *mut i32,
+) -> *mut EpxStatus {
+    guard("value_sequence", || {
+        // SAFETY: host API contract.
+        let h = unsafe { handle(value) }?;
+        let HandleNode::Sequence {
+            elem_type: ty,
+            items,
+        } = &h.node
+        else {
+            return Err(SdkError::invalid_argument("the value is not a sequence"));
+        };
+        let (len, elem_type) = (out_ptr(len)?, out_ptr(elem_type)?);
+        // SAFETY: both checked non-null.
+        unsafe {
+            *len = items.len();
+            *elem_type = ty.map_or(0, ElementType::onnx_code);
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn value_sequence_at(
+    value: *const EpxValue,
+    index_: usize,
+    out: *mut *const EpxValue,
+) -> *mut EpxStatus {
+    guard("value_sequence_at", || {
+        // SAFETY: host API contract.
+        let h = unsafe { handle(value) }?;
+        let HandleNode::Sequence { items, .. } = &h.node else {
+            return Err(SdkError::invalid_argument("the value is not a sequence"));
+        };
+        let i = index(items, index_, "sequence item")?;
+        let out = out_ptr(out)?;
+        // SAFETY: `out` checked non-null; the item lives as long as the sequence.
+        unsafe { *out = (&items[i] as *const ValueHandle).cast::<EpxValue>() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn value_map(
+    value: *const EpxValue,
+    keys: *mut *const EpxValue,
+    values: *mut *const EpxValue,
+) -> *mut EpxStatus {
+    guard("value_map", || {
+        // SAFETY: host API contract.
+        let h = unsafe { handle(value) }?;
+        let HandleNode::Map { keys: k, values: v } = &h.node else {
+            return Err(SdkError::invalid_argument("the value is not a map"));
+        };
+        let (keys, values) = (out_ptr(keys)?, out_ptr(values)?);
+        // SAFETY: both checked non-null; the parts live as long as the map.
+        unsafe {
+            *keys = (&**k as *const ValueHandle).cast::<EpxValue>();
+            *values = (&**v as *const ValueHandle).cast::<EpxValue>();
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn value_optional(
+    value: *const EpxValue,
+    out: *mut *const EpxValue,
+) -> *mut EpxStatus {
+    guard("value_optional", || {
+        // SAFETY: host API contract.
+        let h = unsafe { handle(value) }?;
+        let HandleNode::Optional(inner) = &h.node else {
+            return Err(SdkError::invalid_argument("the value is not an optional"));
+        };
+        let out = out_ptr(out)?;
+        // SAFETY: `out` checked non-null; the inner value lives as long as the optional.
+        unsafe {
+            *out = inner.as_deref().map_or(std::ptr::null(), |v| {
+                (v as *const ValueHandle).cast::<EpxValue>()
+            })
+        };
+        Ok(())
+    })
+}
+
+/// Hands a new handle to the plugin.
+fn give(h: Box<ValueHandle>, out: *mut *mut EpxValue) -> Result<(), SdkError> {
+    let out = out_ptr(out)?;
+    // SAFETY: `out` checked non-null.
+    unsafe { *out = Box::into_raw(h).cast::<EpxValue>() };
+    Ok(())
+}
+
+unsafe extern "C" fn value_new_tensor(
+    dtype: DLDataType,
+    ndim: i32,
+    shape: *const i64,
+    data: *const c_void,
+    out: *mut *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("value_new_tensor", || {
+        // SAFETY: plugin contract: `shape` holds `ndim` extents.
+        let ushape = unsafe { read_shape(ndim, shape) }?;
+        let count = ushape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| SdkError::invalid_argument(format!("shape {ushape:?} overflows")))?;
+        let bad = |e: crate::error::Error| SdkError::invalid_argument(e.to_string());
+        let tensor = if epx_plugin_api::sdk::is_string_dtype(dtype) {
+            let strings = if count == 0 || data.is_null() {
+                vec![Vec::new(); count]
+            } else {
+                // SAFETY: plugin contract: `data` points at `count` EpxStr, each valid.
+                unsafe {
+                    std::slice::from_raw_parts(data.cast::<EpxStr>(), count)
+                        .iter()
+                        .map(|s| s.as_bytes().to_vec())
+                        .collect()
+                }
+            };
+            Tensor::from_strings(&ushape, strings).map_err(bad)?
+        } else {
+            let elem = ElementType::from_dlpack(dtype).ok_or_else(|| {
+                SdkError::not_implemented(format!(
+                    "dtype (code {}, bits {}, lanes {})",
+                    dtype.code, dtype.bits, dtype.lanes
+                ))
+            })?;
+            let mut t = Tensor::zeros(elem, &ushape)
+                .map_err(|e| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string()))?;
+            if !data.is_null() {
+                let bytes = t
+                    .bytes_mut()
+                    .ok_or_else(|| SdkError::not_implemented(format!("{elem} values")))?;
+                // SAFETY: plugin contract: `data` holds the tensor's bytes, C order.
+                let src = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), bytes.len()) };
+                if elem == ElementType::Bool && src.iter().any(|&b| b > 1) {
+                    return Err(SdkError::invalid_argument(
+                        "a bool tensor holds a byte other than 0 or 1",
+                    ));
+                }
+                bytes.copy_from_slice(src);
+            }
+            t
+        };
+        give(ValueHandle::owned_tensor(tensor)?, out)
+    })
+}
+
+unsafe extern "C" fn value_new_sequence(
+    elem_type: i32,
+    items: *const *mut EpxValue,
+    num_items: usize,
+    out: *mut *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("value_new_sequence", || {
+        let raw: &[*mut EpxValue] = if num_items == 0 {
+            &[]
+        } else if items.is_null() {
+            return Err(SdkError::invalid_argument("NULL items"));
+        } else {
+            // SAFETY: plugin contract: `items` holds `num_items` values.
+            unsafe { std::slice::from_raw_parts(items, num_items) }
+        };
+        // Every item is taken over, also when one of them is refused.
+        let mut taken = Vec::with_capacity(raw.len());
+        let mut refused = None;
+        for &v in raw {
+            // SAFETY: plugin contract: each is a value it made and hands over.
+            match unsafe { take_handle(v) } {
+                Ok(h) => taken.push(*h),
+                Err(e) => refused = refused.or(Some(e)),
+            }
+        }
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        let elem = match elem_type {
+            0 => None,
+            code => Some(ElementType::from_onnx(code).ok_or_else(|| {
+                SdkError::invalid_argument(format!("unknown element type {code}"))
+            })?),
+        };
+        for h in &taken {
+            if let (HandleNode::Tensor { view, .. }, Some(want)) = (&h.node, elem) {
+                let have = if epx_plugin_api::sdk::is_string_dtype(view.dl.dtype) {
+                    Some(ElementType::String)
+                } else {
+                    ElementType::from_dlpack(view.dl.dtype)
+                };
+                if have != Some(want) {
+                    return Err(SdkError::invalid_argument(format!(
+                        "a sequence of {want} tensors cannot hold a {} tensor",
+                        have.map_or("?".into(), |t| t.to_string())
+                    )));
+                }
+            }
+        }
+        give(
+            Box::new(ValueHandle {
+                made_by_plugin: true,
+                node: HandleNode::Sequence {
+                    elem_type: elem,
+                    items: taken,
+                },
+            }),
+            out,
+        )
+    })
+}
+
+unsafe extern "C" fn value_new_map(
+    keys: *mut EpxValue,
+    values: *mut EpxValue,
+    out: *mut *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("value_new_map", || {
+        // SAFETY: plugin contract: both are values it made and hands over.
+        let (k, v) = unsafe { (take_handle(keys), take_handle(values)) };
+        let (k, v) = (k?, v?);
+        // Checked here, where the plugin can be told, rather than at the output.
+        fn tensor(h: &ValueHandle) -> Result<&Tensor, SdkError> {
+            match &h.node {
+                HandleNode::Tensor { owned: Some(t), .. } => Ok(t),
+                _ => Err(SdkError::invalid_argument(
+                    "map keys and values must be tensors",
+                )),
+            }
+        }
+        Map::check(tensor(&k)?, tensor(&v)?)
+            .map_err(|e| SdkError::invalid_argument(e.to_string()))?;
+        give(
+            Box::new(ValueHandle {
+                made_by_plugin: true,
+                node: HandleNode::Map { keys: k, values: v },
+            }),
+            out,
+        )
+    })
+}
+
+unsafe extern "C" fn value_new_optional(
+    value: *mut EpxValue,
+    out: *mut *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("value_new_optional", || {
+        let inner = if value.is_null() {
+            None
+        } else {
+            // SAFETY: plugin contract: a value it made and hands over.
+            Some(unsafe { take_handle(value) }?)
+        };
+        give(
+            Box::new(ValueHandle {
+                made_by_plugin: true,
+                node: HandleNode::Optional(inner),
+            }),
+            out,
+        )
+    })
+}
+
+unsafe extern "C" fn value_release(value: *mut EpxValue) {
+    guard_value((), || {
+        if value.is_null() {
+            return;
+        }
+        // SAFETY: plugin contract: a value it made and has not handed over.
+        match unsafe { take_handle(value) } {
+            Ok(h) => drop(h),
+            Err(e) => tracing::warn!(target: "epx::plugin", "value_release: {e}"),
+        }
     })
 }

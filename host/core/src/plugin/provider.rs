@@ -10,8 +10,8 @@ use epx_plugin_api::sdk::take_status;
 
 use super::host_api::{AbiGraph, KernelCall};
 use super::library::{PluginLibrary, ProviderDescription};
-use crate::device::Value;
 use crate::error::{Error, Result};
+use crate::value::Value;
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const DLTensor, *mut DLTensor) -> *mut EpxStatus;
 
@@ -434,7 +434,8 @@ impl CompiledKernel {
     pub(crate) fn execute(&self, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let name = self.provider.name();
         let device = (!self.provider.description.uses_host_memory()).then_some(&self.provider);
-        let mut call = KernelCall::new(inputs, self.num_outputs, device)
+        let minor = self.provider.library.abi_version.minor;
+        let mut call = KernelCall::new(inputs, self.num_outputs, device, minor)
             .map_err(|m| nonsense(name, "execute", m))?;
         let _guard = self
             .serialize

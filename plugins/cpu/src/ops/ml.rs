@@ -6,6 +6,8 @@
 //! Like ONNX Runtime, the models compute in f32 and return float32, whatever numeric type the
 //! features come in.
 
+use std::collections::HashMap;
+
 use epx_plugin_api::ElementType;
 
 use super::one;
@@ -299,16 +301,21 @@ fn build_imputer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_one_hot_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let cats = n.attr_ints("cats_int64s")?.unwrap_or_default();
-    if cats.is_empty() {
-        return Err(n.error(if n.has_attr("cats_strings") {
-            "string categories need string tensors, which the CPU EP does not hold yet"
-        } else {
-            "needs cats_int64s"
-        }));
+    let cat_strings = n.attr_strings("cats_strings")?.unwrap_or_default();
+    if cats.is_empty() && cat_strings.is_empty() {
+        return Err(n.error("needs cats_int64s or cats_strings"));
     }
     let zeros = n.attr_int_or("zeros", 1)? != 0;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
+        if let TensorRef::Str(a) = x {
+            return one(super::ml_values::one_hot_strings(
+                &op,
+                a,
+                &cat_strings,
+                zeros,
+            ));
+        }
         let values: Vec<f64> = match x.elem_type() {
             ElementType::Int64 | ElementType::Int32 | ElementType::Float | ElementType::Double => {
                 x.to_f64_vec()
@@ -485,15 +492,53 @@ fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-/// Class labels of a classifier from the integer list `attr` (`classlabels_ints`, or the tree
-/// ensembles' `classlabels_int64s`); string labels are not held by the CPU EP yet.
-pub(crate) fn int_labels(n: &NodeDef, attr: &str) -> OpResult<Vec<i64>> {
-    match n.attr_ints(attr)? {
-        Some(v) if !v.is_empty() => Ok(v),
-        _ if n.has_attr("classlabels_strings") => Err(
-            n.error("string class labels need string tensors, which the CPU EP does not hold yet")
-        ),
-        _ => Err(n.error(format_args!("needs {attr}"))),
+/// The class labels of a classifier: `classlabels_strings`, or the integer list `attr`
+/// (`classlabels_ints`, or the tree ensembles' `classlabels_int64s`).
+#[derive(Clone, Debug)]
+pub(crate) enum ClassLabels {
+    Ints(Vec<i64>),
+    Strings(Vec<String>),
+}
+
+impl ClassLabels {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            ClassLabels::Ints(v) => v.len(),
+            ClassLabels::Strings(v) => v.len(),
+        }
+    }
+
+    /// The label tensor (1-D) of the chosen classes; a class past the integer labels is its own
+    /// index, as in ONNX Runtime.
+    pub(crate) fn tensor(&self, picks: &[usize]) -> OpResult<Tensor> {
+        match self {
+            ClassLabels::Ints(v) => Tensor::from_vec(
+                &[picks.len()],
+                picks
+                    .iter()
+                    .map(|&i| v.get(i).copied().unwrap_or(i as i64))
+                    .collect(),
+            ),
+            ClassLabels::Strings(v) => Tensor::strings(
+                &[picks.len()],
+                picks
+                    .iter()
+                    .map(|&i| {
+                        v.get(i).cloned().ok_or_else(|| {
+                            OpError(format!("class {i} has no label ({} labels)", v.len()))
+                        })
+                    })
+                    .collect::<OpResult<_>>()?,
+            ),
+        }
+    }
+}
+
+pub(crate) fn class_labels(n: &NodeDef, attr: &str) -> OpResult<ClassLabels> {
+    match (n.attr_ints(attr)?, n.attr_strings("classlabels_strings")?) {
+        (Some(v), _) if !v.is_empty() => Ok(ClassLabels::Ints(v)),
+        (_, Some(v)) if !v.is_empty() => Ok(ClassLabels::Strings(v)),
+        _ => Err(n.error(format_args!("needs {attr} or classlabels_strings"))),
     }
 }
 
@@ -501,7 +546,7 @@ fn build_linear_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let coef = floats_attr(n, "coefficients")?;
     let intercepts = floats_attr(n, "intercepts")?;
-    let labels = int_labels(n, "classlabels_ints")?;
+    let labels = class_labels(n, "classlabels_ints")?;
     let post = PostTransform::parse(n)?;
     let classes = if intercepts.is_empty() {
         labels.len()
@@ -524,9 +569,9 @@ fn build_linear_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             );
         }
         let scores = linear_scores(&features(&op, x)?, rows, cols, &coef, &intercepts, classes);
-        let (labels_out, scores_out, width) = classify(&scores, rows, classes, &labels, post, true);
+        let (picks, scores_out, width) = classify(&scores, rows, classes, labels.len(), post, true);
         Ok(vec![
-            Tensor::from_vec(&[rows], labels_out)?,
+            labels.tensor(&picks)?,
             float_out(&[rows, width], scores_out)?,
         ])
     }))
@@ -540,11 +585,11 @@ pub(crate) fn classify(
     scores: &[f32],
     rows: usize,
     classes: usize,
-    labels: &[i64],
+    num_labels: usize,
     post: PostTransform,
     binary_two_columns: bool,
-) -> (Vec<i64>, Vec<f32>, usize) {
-    let binary = classes == 1 && labels.len() == 2;
+) -> (Vec<usize>, Vec<f32>, usize) {
+    let binary = classes == 1 && num_labels == 2;
     let width = if binary && binary_two_columns {
         2
     } else {
@@ -559,7 +604,7 @@ pub(crate) fn classify(
             // complement to 1, as ONNX Runtime lays them out. ONNX Runtime skips LOGISTIC on
             // a single score; the definition does not.
             let s = row[0];
-            out_labels.push(if s > 0.0 { labels[1] } else { labels[0] });
+            out_labels.push(usize::from(s > 0.0));
             let p = match post {
                 PostTransform::Logistic => logistic(s),
                 PostTransform::Probit => probit(s),
@@ -577,42 +622,95 @@ pub(crate) fn classify(
             .iter()
             .enumerate()
             .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
-        out_labels.push(labels.get(best).copied().unwrap_or(best as i64));
+        out_labels.push(best);
         post.apply(&mut row);
         out.extend(row);
     }
     (out_labels, out, width)
 }
 
+/// A LabelEncoder key or value: a number (int64 and float keys compare as f64, NaN equal to
+/// NaN, -0 equal to 0) or a string.
+#[derive(Clone, Debug, PartialEq)]
+enum Label {
+    Num(f64),
+    Str(String),
+}
+
+impl Label {
+    /// Hashable form: canonical f64 bits, or the string.
+    fn key(&self) -> (u64, &str) {
+        match self {
+            Label::Num(x) if x.is_nan() => (f64::NAN.to_bits(), ""),
+            Label::Num(x) if *x == 0.0 => (0, ""),
+            Label::Num(x) => (x.to_bits(), ""),
+            Label::Str(s) => (u64::MAX, s.as_str()),
+        }
+    }
+}
+
+/// The labels of a LabelEncoder attribute and their element type.
+fn labels(n: &NodeDef, name: &str) -> OpResult<Option<(Vec<Label>, ElementType)>> {
+    Ok(match n.attributes.get(name) {
+        None => None,
+        Some(AttrValue::Ints(v)) => Some((
+            v.iter().map(|&x| Label::Num(x as f64)).collect(),
+            ElementType::Int64,
+        )),
+        Some(AttrValue::Floats(v)) => Some((
+            v.iter().map(|&x| Label::Num(f64::from(x))).collect(),
+            ElementType::Float,
+        )),
+        Some(AttrValue::Strings(_)) => Some((
+            n.attr_strings(name)?
+                .unwrap_or_default()
+                .into_iter()
+                .map(Label::Str)
+                .collect(),
+            ElementType::String,
+        )),
+        Some(AttrValue::Tensor(t)) => Some((tensor_labels(&t.view()), t.elem_type())),
+        Some(other) => {
+            return Err(n.error(format_args!(
+                "attribute '{name}' must be a list or a tensor, got {other:?}"
+            )));
+        }
+    })
+}
+
+fn tensor_labels(t: &TensorRef<'_>) -> Vec<Label> {
+    match t {
+        TensorRef::Str(a) => a.iter().cloned().map(Label::Str).collect(),
+        t => t.to_f64_vec().into_iter().map(Label::Num).collect(),
+    }
+}
+
 fn build_label_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    // Numeric keys and values: the list attributes (opset 2) or the tensor ones (opset 4).
-    let list = |name: &str| -> OpResult<Option<Vec<f64>>> {
-        Ok(match n.attributes.get(name) {
-            Some(AttrValue::Ints(v)) => Some(v.iter().map(|&x| x as f64).collect()),
-            Some(AttrValue::Floats(v)) => Some(v.iter().map(|&x| f64::from(x)).collect()),
-            Some(AttrValue::Tensor(t)) => Some(t.view().to_f64_vec()),
-            Some(AttrValue::Strings(_)) => {
-                return Err(n.error(format_args!(
-                    "{name}: string keys and values need string tensors, which the CPU EP does not hold yet"
-                )));
+    if n.opset < 2 {
+        return build_label_encoder_1(n);
+    }
+    let pick = |names: [&str; 4], what: &str| -> OpResult<(Vec<Label>, ElementType)> {
+        for name in names {
+            if let Some(l) = labels(n, name)? {
+                return Ok(l);
             }
-            _ => None,
-        })
+        }
+        Err(n.error(format_args!("needs {what} ({})", names.join(", "))))
     };
-    let keys = list("keys_int64s")?
-        .or(list("keys_floats")?)
-        .or(list("keys_tensor")?)
-        .ok_or_else(|| n.error("needs numeric keys (keys_int64s, keys_floats or keys_tensor)"))?;
-    let (values, out_ty) = if let Some(v) = list("values_int64s")? {
-        (v, ElementType::Int64)
-    } else if let Some(v) = list("values_floats")? {
-        (v, ElementType::Float)
-    } else if let Some(AttrValue::Tensor(t)) = n.attributes.get("values_tensor") {
-        (t.view().to_f64_vec(), t.elem_type())
-    } else {
-        return Err(n.error("needs numeric values (values_int64s, values_floats or values_tensor)"));
-    };
+    let (keys, key_ty) = pick(
+        ["keys_int64s", "keys_floats", "keys_strings", "keys_tensor"],
+        "keys",
+    )?;
+    let (values, out_ty) = pick(
+        [
+            "values_int64s",
+            "values_floats",
+            "values_strings",
+            "values_tensor",
+        ],
+        "values",
+    )?;
     if keys.len() != values.len() {
         return Err(n.error(format_args!(
             "{} keys for {} values",
@@ -621,21 +719,103 @@ fn build_label_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         )));
     }
     let default = match n.attributes.get("default_tensor") {
-        Some(AttrValue::Tensor(t)) => t.view().to_f64_vec().first().copied().unwrap_or(0.0),
-        _ if out_ty == ElementType::Int64 => n.attr_int_or("default_int64", -1)? as f64,
-        _ => f64::from(n.attr_float_or("default_float", -0.0)?),
+        Some(AttrValue::Tensor(t)) => tensor_labels(&t.view())
+            .into_iter()
+            .next()
+            .ok_or_else(|| n.error("default_tensor is empty"))?,
+        _ => match out_ty {
+            ElementType::String => Label::Str(n.attr_string_or("default_string", "_Unused")?),
+            ElementType::Int64 => Label::Num(n.attr_int_or("default_int64", -1)? as f64),
+            _ => Label::Num(f64::from(n.attr_float_or("default_float", -0.0)?)),
+        },
     };
+    let mut table: HashMap<(u64, String), usize> = HashMap::with_capacity(keys.len());
+    for (i, k) in keys.iter().enumerate() {
+        let (bits, s) = k.key();
+        // The first of repeated keys wins, as a linear search would find it.
+        table.entry((bits, s.to_string())).or_insert(i);
+    }
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
-        let v: Vec<f64> = x
-            .to_f64_vec()
-            .into_iter()
-            .map(|k| {
-                keys.iter()
-                    .position(|&key| key == k || (key.is_nan() && k.is_nan()))
-                    .map_or(default, |i| values[i])
+        let is_str = matches!(x, TensorRef::Str(_));
+        if is_str != (key_ty == ElementType::String) {
+            bail!(
+                "{op}: the keys are {key_ty}, but the input is {}",
+                x.type_name()
+            );
+        }
+        let mut probe = (0u64, String::new());
+        let out: Vec<&Label> = tensor_labels(x)
+            .iter()
+            .map(|l| {
+                let (bits, s) = l.key();
+                probe.0 = bits;
+                probe.1.clear();
+                probe.1.push_str(s);
+                table.get(&probe).map_or(&default, |&i| &values[i])
             })
             .collect();
-        one(super::util::tensor_from_f64(out_ty, x.shape(), v))
+        one(labels_tensor(out_ty, x.shape(), out))
+    }))
+}
+
+/// A tensor of `ty` from labels (numbers for numeric types, strings for strings).
+fn labels_tensor(ty: ElementType, shape: &[usize], labels: Vec<&Label>) -> OpResult<Tensor> {
+    if ty == ElementType::String {
+        let v = labels
+            .into_iter()
+            .map(|l| match l {
+                Label::Str(s) => Ok(s.clone()),
+                Label::Num(x) => Err(OpError(format!("a number {x} where a string is expected"))),
+            })
+            .collect::<OpResult<_>>()?;
+        return Tensor::strings(shape, v);
+    }
+    let v = labels
+        .into_iter()
+        .map(|l| match l {
+            Label::Num(x) => Ok(*x),
+            Label::Str(s) => Err(OpError(format!(
+                "a string {s:?} where a number is expected"
+            ))),
+        })
+        .collect::<OpResult<_>>()?;
+    super::util::tensor_from_f64(ty, shape, v)
+}
+
+/// LabelEncoder 1: `classes_strings` maps int64 index ↔ string, in the input's direction.
+fn build_label_encoder_1(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let classes = n
+        .attr_strings("classes_strings")?
+        .ok_or_else(|| n.error("needs classes_strings"))?;
+    let default_int = n.attr_int_or("default_int64", -1)?;
+    let default_string = n.attr_string_or("default_string", "_Unused")?;
+    let index: HashMap<String, i64> = classes
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, s)| (s.clone(), i as i64))
+        .collect();
+    Ok(kernel(move |inputs| {
+        let x = input("LabelEncoder", inputs, 0)?;
+        match x {
+            TensorRef::Str(a) => one(Ok(Tensor::I64(
+                a.map(|s| index.get(s).copied().unwrap_or(default_int)),
+            ))),
+            t => {
+                let v: Vec<String> = t
+                    .to_i64_vec("LabelEncoder input")?
+                    .into_iter()
+                    .map(|i| {
+                        usize::try_from(i)
+                            .ok()
+                            .and_then(|i| classes.get(i))
+                            .cloned()
+                            .unwrap_or_else(|| default_string.clone())
+                    })
+                    .collect();
+                one(Tensor::strings(t.shape(), v))
+            }
+        }
     }))
 }

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod ml;
+pub mod ml_values;
 pub mod nn;
 pub mod norm;
 pub mod normalization;
@@ -24,8 +25,10 @@ pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
+pub mod strings;
 pub mod svm;
 pub mod training;
 pub mod trees;
@@ -58,10 +61,13 @@ pub fn register_all(reg: &mut Registry) {
     contrib::register(reg);
     contrib_attention::register(reg);
     ml::register(reg);
+    ml_values::register(reg);
     trees::register(reg);
     svm::register(reg);
     detection::register(reg);
     training::register(reg);
+    strings::register(reg);
+    sequence::register(reg);
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's

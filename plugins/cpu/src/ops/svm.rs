@@ -3,7 +3,7 @@
 //! probabilities, or a linear model when there are no support vectors. Computed in f32 like
 //! ONNX Runtime, decision values summed in f64.
 
-use super::ml::{PostTransform, add_ml, features, floats_attr, int_labels, logistic, rows_cols};
+use super::ml::{PostTransform, add_ml, class_labels, features, floats_attr, logistic, rows_cols};
 use super::one;
 use super::util::input;
 use crate::bail;
@@ -144,7 +144,7 @@ fn couple(k: usize, r: &[f32]) -> Vec<f32> {
 
 fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let labels = int_labels(n, "classlabels_ints")?;
+    let labels = class_labels(n, "classlabels_ints")?;
     let k = labels.len();
     let coef = floats_attr(n, "coefficients")?;
     let rho = floats_attr(n, "rho")?;
@@ -237,9 +237,9 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 let top = scores[best];
                 out_labels.push(
                     if k == 2 && ((all_positive && top >= 0.5) || (top > 0.0 && !all_positive)) {
-                        labels[1]
+                        1
                     } else {
-                        labels[best]
+                        best
                     },
                 );
                 let mut row = scores;
@@ -272,7 +272,7 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .iter()
                 .enumerate()
                 .fold(0, |b, (i, &v)| if v > votes[b] { i } else { b });
-            out_labels.push(labels[winner]);
+            out_labels.push(winner);
             if proba {
                 let mut pr = vec![0f32; k * k];
                 let mut pair = 0;
@@ -300,7 +300,7 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
         }
         Ok(vec![
-            Tensor::from_vec(&[rows], out_labels)?,
+            labels.tensor(&out_labels)?,
             Tensor::from_vec(&[rows, width], out)?,
         ])
     }))

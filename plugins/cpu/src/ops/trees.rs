@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::ml::{PostTransform, add_ml, floats_attr, int_labels, logistic, rows_cols};
+use super::ml::{PostTransform, add_ml, class_labels, floats_attr, logistic, rows_cols};
 use super::one;
 use super::util::input;
 use crate::bail;
@@ -414,7 +414,7 @@ fn build_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
-    let labels = int_labels(n, "classlabels_int64s")?;
+    let labels = class_labels(n, "classlabels_int64s")?;
     let classes = labels.len();
     let forest = legacy_forest(n, "class", classes)?;
     let base = values_attr(n, "base_values")?;
@@ -438,7 +438,7 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 } else {
                     s > 0.0
                 };
-                out_labels.push(labels[usize::from(positive)]);
+                out_labels.push(usize::from(positive));
                 let pair = match post {
                     PostTransform::None if all_positive => [1.0 - s, s],
                     PostTransform::None => [-s, s],
@@ -456,13 +456,13 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .iter()
                 .enumerate()
                 .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
-            out_labels.push(labels[best]);
+            out_labels.push(best);
             let mut r = row.to_vec();
             post.apply(&mut r);
             out.extend(r);
         }
         Ok(vec![
-            Tensor::from_vec(&[rows], out_labels)?,
+            labels.tensor(&out_labels)?,
             Tensor::from_vec(&[rows, classes], out)?,
         ])
     }))

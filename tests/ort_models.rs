@@ -3,7 +3,7 @@
 //! FusedGemm, FusedMatMul, Gelu, BiasGelu) and its opset-1 LayerNormalization. The CPU EP must
 //! run every node of each and give ONNX Runtime's outputs.
 
-use epx::{ElementType, Session};
+use epx::{ElementType, Session, Value, valuefile};
 use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
@@ -131,5 +131,122 @@ fn check_against_onnx_runtime(dir: &Path, model: &str, tolerance: impl Fn(f32) -
                 "{model}/{name}"
             );
         }
+    }
+}
+
+/// The value file of `name` in `dir`: `name.npy`, `name.json` or the folder `name`.
+fn value_file(dir: &Path, name: &str) -> std::path::PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let base = dir.join(safe);
+    for p in [base.with_extension("npy"), base.with_extension("json")] {
+        if p.exists() {
+            return p;
+        }
+    }
+    assert!(
+        base.is_dir(),
+        "no value file for `{name}` in {}",
+        dir.display()
+    );
+    base
+}
+
+/// Floats within `1e-5` (relative above 1), everything else exactly; sequences item by item,
+/// maps key by key in order.
+fn assert_same_value(what: &str, have: &Value, want: &Value) {
+    match (have, want) {
+        (Value::Host(h), Value::Host(w)) => {
+            assert_eq!(h.elem_type(), w.elem_type(), "{what}: element type");
+            assert_eq!(h.shape(), w.shape(), "{what}: shape");
+            match (h.as_slice::<f32>(), w.as_slice::<f32>()) {
+                (Some(a), Some(b)) => {
+                    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                        assert!(
+                            (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                            "{what}[{i}]: {x} vs ONNX Runtime's {y}"
+                        );
+                    }
+                }
+                _ => assert_eq!(h, w, "{what}"),
+            }
+        }
+        (Value::Sequence(h), Value::Sequence(w)) => {
+            assert_eq!(h.len(), w.len(), "{what}: sequence length");
+            for (i, (a, b)) in h.items().iter().zip(w.items()).enumerate() {
+                assert_same_value(&format!("{what}[{i}]"), a, b);
+            }
+        }
+        (Value::Map(h), Value::Map(w)) => {
+            assert_eq!(h.keys(), w.keys(), "{what}: map keys");
+            assert_same_value(
+                &format!("{what} values"),
+                &Value::Host(h.values().clone()),
+                &Value::Host(w.values().clone()),
+            );
+        }
+        _ => panic!(
+            "{what}: {} vs ONNX Runtime's {}",
+            have.type_name(),
+            want.type_name()
+        ),
+    }
+}
+
+/// scikit-learn pipelines with string columns, a text pipeline (StringNormalizer, Tokenizer,
+/// TfIdfVectorizer), a map input (DictVectorizer) and the default ZipMap output (a sequence of
+/// maps), with int64 and string class labels: `tests/models/sklearn-values/<model>/`, values in
+/// the form `epx run` reads (`epx::valuefile`).
+#[test]
+fn scikit_learn_models_with_strings_sequences_and_maps_match_onnx_runtime() {
+    let root = repo_root().join("tests/models/sklearn-values");
+    let mut models: Vec<_> = std::fs::read_dir(&root)
+        .expect("tests/models/sklearn-values")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    models.sort();
+    assert!(models.len() >= 5, "{models:?}");
+    for dir in &models {
+        let model = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let session = Session::builder()
+            .expect("builder")
+            .with_strict_placement(true)
+            .commit_from_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let feeds: Vec<(String, Value)> = session
+            .inputs()
+            .iter()
+            .map(|spec| {
+                let path = value_file(&dir.join("input"), &spec.name);
+                let v = valuefile::read_value(&path, &spec.ty)
+                    .unwrap_or_else(|e| panic!("{model}: {e}"));
+                (spec.name.clone(), v)
+            })
+            .collect();
+        let got = session
+            .run(feeds)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        for spec in session.outputs() {
+            let path = value_file(&dir.join("output"), &spec.name);
+            let want =
+                valuefile::read_value(&path, &spec.ty).unwrap_or_else(|e| panic!("{model}: {e}"));
+            let have = got.value(&spec.name).expect("output");
+            assert_same_value(&format!("{model}/{}", spec.name), have, &want);
+        }
+        eprintln!("{model}: every output matches ONNX Runtime's ({})", {
+            let kinds: Vec<String> = got
+                .values()
+                .map(|(n, v)| format!("{n}: {}", v.type_name()))
+                .collect();
+            kinds.join(", ")
+        });
     }
 }

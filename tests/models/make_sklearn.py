@@ -6,22 +6,37 @@ TreeEnsemble*, Scaler, Normalizer, Imputer, OneHotEncoder, ArrayFeatureExtractor
 FeatureVectorizer, ...).
 
     python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1 \
-        skl2onnx==1.20.0 scikit-learn==1.9.1 numpy
+        skl2onnx==1.20.0 scikit-learn==1.9.1 pandas numpy
     /tmp/v/bin/python tests/models/make_sklearn.py
 
 Files: `sklearn/<model>.onnx`, `sklearn/<model>.input.<name>.npy`,
-`sklearn/<model>.output.<name>.npy`. Classifiers are converted without their ZipMap (their
+`sklearn/<model>.output.<name>.npy`. Classifiers there are converted without their ZipMap (their
 probabilities come out as a tensor).
+
+The models with string, sequence and map values (string columns, a text pipeline, DictVectorizer,
+classifiers with their default ZipMap output) go to `sklearn-values/<model>/`: `model.onnx`, and
+`input/` and `output/` holding each value in the form `epx run` reads and writes (a `.npy` per
+tensor, strings as numpy unicode arrays; a `.json` object per map; a folder of items per
+sequence).
+
+ONNX Runtime needs an installed locale for StringNormalizer's default `en_US`, and this machine
+has only `C.utf8`: the text pipeline's StringNormalizer is given `locale = "C"`. (epx lowers case
+by Unicode's rules whatever the locale, except for the Turkic ones, which it refuses.)
 """
 
 import collections
+import json
 import os
 import re
+import shutil
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from skl2onnx import to_onnx
+from skl2onnx import convert_sklearn, to_onnx
+from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTensorType
+from sklearn.feature_extraction import DictVectorizer
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_classification, make_regression
 from sklearn.decomposition import PCA
@@ -50,6 +65,7 @@ from sklearn.svm import SVC, SVR, LinearSVC
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sklearn")
+VALUES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sklearn-values")
 SEED = 20261201
 OPSETS = {"": 17, "ai.onnx.ml": 3}
 
@@ -88,6 +104,89 @@ def save(name, model, x, options=None):
         np.save(os.path.join(HERE, f"{name}.output.{safe(o.name)}.npy"), np.asarray(v))
     ops = collections.Counter(f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in onx.graph.node)
     print(f"{name}: {dict(ops)}")
+
+
+def write_value(base, v):
+    """A value in the form `epx run` reads: .npy, .json object, or a folder of items."""
+    if isinstance(v, dict):
+        with open(base + ".json", "w") as f:
+            json.dump({str(k): (float(x) if isinstance(x, (float, np.floating)) else x) for k, x in v.items()}, f)
+            f.write("\n")
+    elif isinstance(v, list):
+        os.makedirs(base)
+        for i, item in enumerate(v):
+            write_value(os.path.join(base, str(i)), item)
+    else:
+        a = np.asarray(v)
+        if a.dtype == object:
+            a = a.astype(str)
+        np.save(base + ".npy", a)
+
+
+def save_values(name, onx, feeds):
+    """A model with non-tensor values, its inputs and ONNX Runtime's outputs, under VALUES."""
+    for n in onx.graph.node:
+        if n.op_type == "StringNormalizer":
+            n.attribute.append(onnx.helper.make_attribute("locale", "C"))
+    root = os.path.join(VALUES, name)
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "input"))
+    os.makedirs(os.path.join(root, "output"))
+    onnx.save(onx, os.path.join(root, "model.onnx"))
+    sess = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, feeds)
+    for k, v in feeds.items():
+        write_value(os.path.join(root, "input", safe(k)), v)
+    for o, v in zip(sess.get_outputs(), outputs):
+        write_value(os.path.join(root, "output", safe(o.name)), v)
+    ops = collections.Counter(f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in onx.graph.node)
+    print(f"{name}: {dict(ops)}")
+
+
+def value_models(xc, yc):
+    opsets = {"": 17, "ai.onnx.ml": 3}
+    test = xc[:6]
+    # Default conversions: probabilities as a ZipMap (a sequence of maps), int and string labels.
+    save_values("logistic-zipmap", to_onnx(LogisticRegression().fit(xc, yc), xc[:1], target_opset=opsets), {"X": test})
+    names = np.array(["setosa", "versicolor", "virginica"])[yc]
+    forest = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=SEED).fit(xc, names)
+    save_values("random-forest-string-labels", to_onnx(forest, xc[:1], target_opset=opsets), {"X": test})
+
+    # A string column one-hot encoded beside scaled numeric columns.
+    rng = np.random.default_rng(SEED)
+    colors = np.array(["red", "green", "blue", "amber"])[rng.integers(0, 4, size=len(xc))].reshape(-1, 1)
+    num = xc[:, :2]
+    pipe = make_pipeline(
+        ColumnTransformer([("num", StandardScaler(), ["a", "b"]), ("cat", OneHotEncoder(handle_unknown="ignore"), ["color"])]),
+        LogisticRegression(),
+    )
+    import pandas as pd  # column transformers over named columns need a data frame to fit
+
+    df = pd.DataFrame({"a": num[:, 0], "b": num[:, 1], "color": colors[:, 0]})
+    pipe.fit(df, yc)
+    onx = convert_sklearn(
+        pipe,
+        initial_types=[("a", FloatTensorType([None, 1])), ("b", FloatTensorType([None, 1])), ("color", StringTensorType([None, 1]))],
+        target_opset=opsets,
+        options={LogisticRegression: {"zipmap": False}},
+    )
+    save_values("onehot-string-column", onx, {"a": num[:6, :1], "b": num[:6, 1:2], "color": colors[:6]})
+
+    # A text pipeline: StringNormalizer, com.microsoft Tokenizer, TfIdfVectorizer, a classifier.
+    texts = np.array(
+        ["the cat sat on the mat", "dogs chase cats", "a bird in the hand", "the dog barks loudly",
+         "cats and dogs and birds", "quiet mat for a cat", "Birds sing at dawn", "THE DOG SLEEPS"]
+    )
+    labels = np.array([0, 1, 0, 1, 1, 0, 0, 1])
+    text = make_pipeline(TfidfVectorizer(), LogisticRegression()).fit(np.tile(texts, 4), np.tile(labels, 4))
+    onx = convert_sklearn(text, initial_types=[("text", StringTensorType([None]))], target_opset=opsets)
+    save_values("tfidf-text", onx, {"text": texts})
+
+    # A map input: DictVectorizer.
+    rows = [{"a": 1.0, "b": 2.0}, {"b": 1.0, "c": 3.0}, {"a": 0.5, "c": 1.0}] * 5
+    dv = make_pipeline(DictVectorizer(sparse=False), LogisticRegression()).fit(rows, [0, 1, 1] * 5)
+    onx = convert_sklearn(dv, initial_types=[("x", DictionaryType(StringTensorType([1]), FloatTensorType([1])))], target_opset=opsets)
+    save_values("dict-vectorizer", onx, {"x": {"a": 1.0, "c": 2.0}})
 
 
 def main():
@@ -143,6 +242,8 @@ def main():
         ]
     )
     save("impute-onehot-logistic", make_pipeline(columns, LogisticRegression()).fit(mixed, yc), mixed[:16], {LogisticRegression: nozip})
+
+    value_models(xc, yc)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epx::npy;
-use epx::{ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, ValueSpec};
+use epx::valuefile;
+use epx::{
+    ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, Value, ValueSpec,
+};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -124,34 +126,32 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
     );
 
     let inputs = make_inputs(&session, &args.inputs)?;
-    for (name, t) in &inputs {
-        println!("input  {name}: {} {:?}", t.elem_type(), t.shape());
+    for (name, v) in &inputs {
+        println!("input  {name}: {}", describe(v));
     }
-    let outputs = session.run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))?;
-    for (name, t) in outputs.iter() {
-        println!(
-            "output {name}: {} {:?} {}",
-            t.elem_type(),
-            t.shape(),
-            summarize(t)
-        );
+    let feed = || -> Result<Vec<(&str, Value)>> {
+        inputs
+            .iter()
+            .map(|(n, v)| Ok((n.as_str(), v.try_clone()?)))
+            .collect()
+    };
+    let outputs = session.run(feed()?)?;
+    for (name, v) in outputs.values() {
+        println!("output {name}: {}", describe(v));
     }
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.clone(),
             source,
         })?;
-        for (name, t) in outputs.iter() {
-            let path = dir.join(format!("{}.npy", safe_file_name(name)));
-            let bytes = t.bytes().ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "output `{name}`: {} tensors cannot be written as .npy",
-                    t.elem_type()
-                ))
-            })?;
-            npy::write_npy(&path, t.elem_type(), t.shape(), bytes)
-                .map_err(|e| Error::InvalidInput(e.to_string()))?;
-            println!("wrote {}", path.display());
+        for (name, v) in outputs.values() {
+            let written = valuefile::write_value(&dir.join(safe_file_name(name)), v)?;
+            if written.is_empty() {
+                println!("output {name} is an empty optional: nothing written");
+            }
+            for path in written {
+                println!("wrote {}", path.display());
+            }
         }
     }
     if let Some(n) = args.repeat {
@@ -160,10 +160,7 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         }
         let mut times: Vec<Duration> = Vec::with_capacity(n);
         for _ in 0..n {
-            let feed: Vec<(&str, Tensor)> = inputs
-                .iter()
-                .map(|(k, t)| (k.as_str(), t.clone()))
-                .collect();
+            let feed = feed()?;
             let start = Instant::now();
             session.run(feed)?;
             times.push(start.elapsed());
@@ -199,41 +196,85 @@ pub fn safe_file_name(name: &str) -> String {
     }
 }
 
-fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Tensor)>> {
+fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Value)>> {
     let specs = session.inputs();
     let mut out = Vec::new();
     for g in given {
         let (name, file) = g
             .split_once('=')
             .ok_or_else(|| Error::InvalidInput(format!("--input `{g}` is not NAME=FILE.npy")))?;
-        if !specs.iter().any(|s| s.name == name) {
+        let Some(spec) = specs.iter().find(|s| s.name == name) else {
             let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
             return Err(Error::InvalidInput(format!(
                 "the model has no input `{name}`; its inputs: {}",
                 names.join(", ")
             )));
-        }
-        let mut arr =
-            npy::read_npy(Path::new(file)).map_err(|e| Error::InvalidInput(e.to_string()))?;
-        if let Some(ty) = specs
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.elem_type)
-        {
-            arr = arr
-                .as_type(ty)
-                .map_err(|e| Error::InvalidInput(format!("--input {name}={file}: {e}")))?;
-        }
-        let t = Tensor::from_bytes(arr.elem_type, &arr.shape, &arr.data)?;
-        out.push((name.to_string(), t));
+        };
+        let v = valuefile::read_value(Path::new(file), &spec.ty)
+            .map_err(|e| Error::InvalidInput(format!("--input {name}={file}: {e}")))?;
+        out.push((name.to_string(), v));
     }
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     for spec in &specs {
         if !out.iter().any(|(n, _)| n == &spec.name) {
-            out.push((spec.name.clone(), random_input(spec, &mut rng)?));
+            if spec.ty.is_non_tensor() {
+                return Err(Error::InvalidInput(format!(
+                    "input `{}` is a {}; random data is only made for tensors, give it with \
+                     --input (a folder of .npy items for a sequence, a .json object for a map)",
+                    spec.name, spec.ty
+                )));
+            }
+            out.push((
+                spec.name.clone(),
+                Value::Host(random_input(spec, &mut rng)?),
+            ));
         }
     }
     Ok(out)
+}
+
+/// One line about a value: type, shape and a summary of a tensor; the items of others.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Host(t) => format!("{} {:?} {}", t.elem_type(), t.shape(), summarize(t)),
+        Value::Device(t) => format!("{} {:?} (on its device)", t.elem_type(), t.shape()),
+        Value::Sequence(s) => {
+            let items: Vec<String> = s.items().iter().take(3).map(describe).collect();
+            format!(
+                "{} of {} item{}{}{}",
+                v.type_name(),
+                s.len(),
+                if s.len() == 1 { "" } else { "s" },
+                if items.is_empty() {
+                    String::new()
+                } else {
+                    format!(": [{}", items.join("; "))
+                },
+                match s.len() {
+                    0 => "",
+                    1..=3 => "]",
+                    _ => "; …]",
+                }
+            )
+        }
+        Value::Map(m) => {
+            let json = valuefile::map_json(m).unwrap_or_default();
+            let short: String = json.chars().take(120).collect();
+            format!(
+                "{} of {} entr{} {short}{}",
+                v.type_name(),
+                m.len(),
+                if m.len() == 1 { "y" } else { "ies" },
+                if json.chars().count() > 120 {
+                    "…"
+                } else {
+                    ""
+                }
+            )
+        }
+        Value::Optional(Some(inner)) => format!("optional: {}", describe(inner)),
+        Value::Optional(None) => "optional: empty".into(),
+    }
 }
 
 struct XorShift(u64);
@@ -355,6 +396,20 @@ fn summarize(t: &Tensor) -> String {
             let v: Vec<f64> = s.iter().map(|x| x.to_f64()).collect();
             stats(&v)
         }),
+        ElementType::String => {
+            let items: Vec<String> = t
+                .strings()
+                .unwrap_or_default()
+                .iter()
+                .take(6)
+                .map(|b| format!("{:?}", String::from_utf8_lossy(b)))
+                .collect();
+            format!(
+                "[{}{}]",
+                items.join(", "),
+                if t.len() > 6 { ", …" } else { "" }
+            )
+        }
         _ => String::new(),
     }
 }

@@ -414,3 +414,68 @@ fn partition_prints_the_placement_and_draws_it() {
         "{line}"
     );
 }
+
+/// A text model (string input) whose probabilities come out as a sequence of maps: the string
+/// `.npy` goes in, the label `.npy` and one `.json` per row come out, equal to ONNX Runtime's.
+#[test]
+fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
+    let dir = Scratch::new("values");
+    let model = "tests/models/sklearn-values/tfidf-text";
+    let out = epx(&[
+        "run",
+        &format!("{model}/model.onnx"),
+        "--input",
+        &format!("text={model}/input/text.npy"),
+        "--output-dir",
+        dir.0.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("input  text: string [8] [\"the cat sat on the mat\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("output output_probability: seq(map(int64,tensor(float))) of 8 items"),
+        "{stdout}"
+    );
+    let want =
+        std::fs::read_to_string(repo().join(format!("{model}/output/output_probability/0.json")))
+            .unwrap();
+    let got = std::fs::read_to_string(dir.0.join("output_probability/0.json")).unwrap();
+    let numbers = |s: &str| -> Vec<f64> {
+        s.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == 'e'))
+            .filter_map(|t| t.parse().ok())
+            .collect()
+    };
+    let (g, w) = (numbers(&got), numbers(&want));
+    assert_eq!(g.len(), w.len(), "{got} vs {want}");
+    for (a, b) in g.iter().zip(&w) {
+        assert!((a - b).abs() < 1e-6, "{got} vs {want}");
+    }
+    let label = epx::npy::read_npy(&dir.0.join("output_label.npy")).unwrap();
+    let want =
+        epx::npy::read_npy(&repo().join(format!("{model}/output/output_label.npy"))).unwrap();
+    assert_eq!(label.data, want.data);
+
+    // A map input is a JSON object; a missing one is named, not made up.
+    let dv = "tests/models/sklearn-values/dict-vectorizer/model.onnx";
+    let out = epx(&[
+        "run",
+        dv,
+        "--input",
+        "x=tests/models/sklearn-values/dict-vectorizer/input/x.json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout)
+            .contains("input  x: map(string,tensor(float)) of 2 entries {\"a\": 1.0, \"c\": 2.0}"),
+        "{}",
+        text(&out.stdout)
+    );
+    let line = assert_one_error_line(&epx(&["run", dv]));
+    assert!(
+        line.contains("input `x` is a map(string,tensor(float))"),
+        "{line}"
+    );
+}

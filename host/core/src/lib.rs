@@ -34,6 +34,7 @@ pub mod resolve;
 pub mod session;
 pub mod tensor;
 pub mod value;
+pub mod valuefile;
 
 pub use device::DeviceTensor;
 pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};

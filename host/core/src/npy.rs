@@ -36,6 +36,9 @@ pub struct NpyArray {
     /// the 8-bit floats, the 4- and 2-bit types) this way. `elem_type` is then `uint8` or
     /// `uint16` until [`NpyArray::as_type`] names the type the bytes hold.
     pub untyped: bool,
+    /// The elements of a string array (`elem_type` string, `data` empty): numpy's unicode
+    /// (`<U`) strings as UTF-8, or its byte strings (`|S`) as they are, NUL padding removed.
+    pub strings: Vec<Vec<u8>>,
 }
 
 impl NpyArray {
@@ -68,6 +71,7 @@ impl NpyArray {
             shape: self.shape,
             data,
             untyped: false,
+            strings: Vec::new(),
         })
     }
 }
@@ -238,6 +242,8 @@ struct Dtype {
     big_endian: bool,
     /// Raw bytes (`V1`, `V2`).
     untyped: bool,
+    /// Strings: numpy's unicode (UTF-32, `true`) or byte strings, `size` bytes each.
+    text: Option<bool>,
 }
 
 /// Parses the bytes of a `.npy` file.
@@ -315,12 +321,87 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, NpyError> {
             *b = u8::from(*b != 0);
         }
     }
+    let strings = match dtype.text {
+        None => Vec::new(),
+        Some(unicode) => decode_strings(&data, dtype.size.max(1), unicode)?,
+    };
+    if dtype.text.is_some() {
+        data = Vec::new();
+    }
     Ok(NpyArray {
         elem_type: dtype.elem_type,
         shape,
         data,
         untyped: dtype.untyped,
+        strings,
     })
+}
+
+/// The strings of a unicode (UTF-32 little-endian after byte swapping) or byte-string array,
+/// without their NUL padding.
+fn decode_strings(data: &[u8], size: usize, unicode: bool) -> Result<Vec<Vec<u8>>, NpyError> {
+    data.chunks_exact(size)
+        .enumerate()
+        .map(|(i, item)| {
+            if !unicode {
+                let end = item.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                return Ok(item[..end].to_vec());
+            }
+            let mut s = String::new();
+            for unit in item.chunks_exact(4) {
+                let code = u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]);
+                if code == 0 {
+                    continue;
+                }
+                s.push(char::from_u32(code).ok_or_else(|| NpyError::BadHeader {
+                    reason: format!("string element {i} holds {code:#x}, not a Unicode scalar"),
+                    header: String::new(),
+                })?);
+            }
+            // numpy pads with NULs at the end only; inner NULs are kept by Python too, but a
+            // trailing run is padding.
+            Ok(s.trim_end_matches('\0').as_bytes().to_vec())
+        })
+        .collect()
+}
+
+/// Encodes strings (UTF-8) as a numpy unicode (`<U`) array, as `np.array([...])` makes one.
+pub fn encode_npy_strings(shape: &[usize], strings: &[Vec<u8>]) -> Result<Vec<u8>, NpyError> {
+    let count = byte_count(shape, 1)?;
+    if count != strings.len() {
+        return Err(NpyError::DataLength {
+            elem_type: ElementType::String,
+            shape: shape.to_vec(),
+            expected: count,
+            found: strings.len(),
+        });
+    }
+    let texts: Vec<std::borrow::Cow<'_, str>> =
+        strings.iter().map(|s| String::from_utf8_lossy(s)).collect();
+    if strings.iter().any(|s| std::str::from_utf8(s).is_err()) {
+        return Err(NpyError::UnsupportedElementType {
+            elem_type: ElementType::String,
+            reason: "a string is not UTF-8, which numpy's unicode arrays cannot hold",
+        });
+    }
+    let width = texts
+        .iter()
+        .map(|t| t.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut data = Vec::with_capacity(count * width * 4);
+    for t in &texts {
+        let mut n = 0;
+        for c in t.chars() {
+            data.extend_from_slice(&u32::from(c).to_le_bytes());
+            n += 1;
+        }
+        data.extend(std::iter::repeat_n(0u8, (width - n) * 4));
+    }
+    let mut out = preamble(&format!("<U{width}"), shape, data.len())?;
+    out.extend_from_slice(&data);
+    Ok(out)
 }
 
 /// Encodes `data` (little-endian, C order) as the bytes of a `.npy` file.
@@ -345,6 +426,21 @@ pub fn encode_npy(
         });
     }
 
+    let mut out = preamble(descr, shape, data.len())?;
+    if elem_type == ElementType::Bool {
+        out.extend(data.iter().map(|&b| u8::from(b != 0)));
+    } else if let Some(bits) = elem_type.bits().filter(|&b| b < 8) {
+        // One element per byte, as ml_dtypes holds them.
+        let per = 8 / bits;
+        out.extend((0..count).map(|i| (data[i / per] >> ((i % per) * bits)) & ((1 << bits) - 1)));
+    } else {
+        out.extend_from_slice(data);
+    }
+    Ok(out)
+}
+
+/// The magic, version, header length and header of a `.npy` file, padded as numpy pads them.
+fn preamble(descr: &str, shape: &[usize], data_len: usize) -> Result<Vec<u8>, NpyError> {
     let dims = match shape {
         [] => "()".to_owned(),
         [d] => format!("({d},)"),
@@ -371,20 +467,11 @@ pub fn encode_npy(
         shape: shape.to_vec(),
     })?;
 
-    let mut out = Vec::with_capacity(total + data.len());
+    let mut out = Vec::with_capacity(total + data_len);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[major, 0]);
     out.extend_from_slice(&header_len.to_le_bytes()[..len_bytes]);
     out.extend_from_slice(header.as_bytes());
-    if elem_type == ElementType::Bool {
-        out.extend(data.iter().map(|&b| u8::from(b != 0)));
-    } else if let Some(bits) = elem_type.bits().filter(|&b| b < 8) {
-        // One element per byte, as ml_dtypes holds them.
-        let per = 8 / bits;
-        out.extend((0..count).map(|i| (data[i / per] >> ((i % per) * bits)) & ((1 << bits) - 1)));
-    } else {
-        out.extend_from_slice(data);
-    }
     Ok(out)
 }
 
@@ -469,15 +556,21 @@ fn parse_descr(descr: &str) -> Result<Dtype, NpyError> {
                  array instead",
             ));
         }
-        ('S' | 'a', _) => {
-            return Err(unsupported(
-                "byte-string arrays are not supported, only numeric and bool",
-            ));
+        ('S' | 'a' | 'U', Some(n)) => {
+            let unicode = kind == 'U';
+            let size = if unicode { n.checked_mul(4) } else { Some(n) }
+                .ok_or_else(|| unsupported("the string width is too large"))?;
+            return Ok(Dtype {
+                elem_type: String,
+                size,
+                unit: if unicode { 4 } else { 1 },
+                big_endian: order == '>' || (order == '=' && cfg!(target_endian = "big")),
+                untyped: false,
+                text: Some(unicode),
+            });
         }
-        ('U', _) => {
-            return Err(unsupported(
-                "unicode-string arrays are not supported, only numeric and bool",
-            ));
+        ('S' | 'a' | 'U', None) => {
+            return Err(unsupported("a string dtype needs a width, as in '<U8'"));
         }
         ('V', Some(1)) => Uint8,
         ('V', Some(2)) => Uint16,
@@ -529,6 +622,7 @@ fn parse_descr(descr: &str) -> Result<Dtype, NpyError> {
         unit,
         big_endian,
         untyped: kind == 'V',
+        text: None,
     })
 }
 
@@ -1031,6 +1125,7 @@ mod tests {
                         shape: shape.to_vec(),
                         data,
                         untyped: false,
+                        strings: Vec::new(),
                     },
                     "{elem_type}"
                 );

@@ -9,7 +9,7 @@ use epx_plugin_api::abi::EpxStatusCode;
 use crate::device::DeviceTensor;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
-use crate::ir::{Dim, Model, ValueId};
+use crate::ir::{Dim, Model, ValueId, ValueType};
 use crate::partition::{Group, partition};
 use crate::placement::{
     CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider,
@@ -526,6 +526,8 @@ pub struct ValueSpec {
     pub shape: Option<Vec<Option<u64>>>,
     /// Symbolic extent names, where the model gives them.
     pub symbols: Vec<Option<String>>,
+    /// The declared type: tensor, sequence, map or optional.
+    pub ty: ValueType,
 }
 
 impl Session {
@@ -537,6 +539,7 @@ impl Session {
         let val = &self.model.graph.values[v];
         let shape = val.shape();
         ValueSpec {
+            ty: val.ty.clone(),
             name: val.name.clone(),
             elem_type: val.elem_type(),
             shape: shape.map(|s| {

@@ -16,7 +16,7 @@ use crate::tensor::{Tensor, TensorRef};
 
 pub(super) const MS: &str = "com.microsoft";
 
-pub(super) fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
+pub(crate) fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
     reg.add(OpSchema {
         op_type,
         domain: MS,

@@ -123,6 +123,82 @@ pub fn register(reg: &mut crate::kernel::Registry) {
     add(reg, "StringSplit", 20, build_split);
     add(reg, "RegexFullMatch", 20, build_regex);
     add(reg, "TfIdfVectorizer", 9, build_tfidf);
+    super::contrib::add_ms(reg, "Tokenizer", build_tokenizer);
+}
+
+/// How ONNX Runtime's Tokenizer finds tokens.
+enum TokenRule {
+    /// Every match of the expression is a token.
+    Matches(regex::Regex),
+    /// Text between matches of any separator expression is a token.
+    Separators(regex::Regex),
+    /// One token per character (a single empty separator).
+    Chars,
+}
+
+/// `com.microsoft` Tokenizer (what skl2onnx's text vectorizers emit): splits each string into
+/// tokens along a new last axis, padded with `pad_value`; tokens shorter than `mincharnum`
+/// characters are dropped; `mark` brackets each list with U+0002 and U+0003.
+fn build_tokenizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    const OP: &str = "Tokenizer";
+    let mark = n.req_int("mark")? != 0;
+    let pad = n
+        .attr_string("pad_value")?
+        .ok_or_else(|| OpError(format!("{OP}: missing required attribute 'pad_value'")))?;
+    let min_chars = n.req_count("mincharnum")?;
+    let compile = |p: &str| {
+        regex::Regex::new(p).map_err(|e| OpError(format!("{OP}: bad expression {p:?}: {e}")))
+    };
+    let rule = match (n.attr_string("tokenexp")?, n.attr_strings("separators")?) {
+        (Some(exp), _) if !exp.is_empty() => TokenRule::Matches(compile(&exp)?),
+        (_, Some(seps)) if seps.len() == 1 && seps[0].is_empty() => TokenRule::Chars,
+        (_, Some(seps)) if !seps.is_empty() => {
+            if seps.iter().any(String::is_empty) {
+                bail!("{OP}: an empty separator is only allowed alone (one token per character)");
+            }
+            let alt: Vec<String> = seps.iter().map(|s| format!("(?:{s})")).collect();
+            TokenRule::Separators(compile(&alt.join("|"))?)
+        }
+        _ => bail!("{OP}: needs tokenexp or separators"),
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(OP, inputs, 0)?.as_strings("Tokenizer input")?;
+        if !matches!(x.ndim(), 1 | 2) {
+            bail!(
+                "{OP}: the input must have shape [C] or [N, C], got {:?}",
+                x.shape()
+            );
+        }
+        let long_enough = |t: &&str| t.chars().count() >= min_chars;
+        let lists: Vec<Vec<&str>> = x
+            .iter()
+            .map(|s| {
+                let mut tokens: Vec<&str> = match &rule {
+                    TokenRule::Matches(re) => re.find_iter(s).map(|m| m.as_str()).collect(),
+                    TokenRule::Separators(re) => re.split(s).filter(|t| !t.is_empty()).collect(),
+                    TokenRule::Chars => s
+                        .char_indices()
+                        .map(|(i, c)| &s[i..i + c.len_utf8()])
+                        .collect(),
+                };
+                tokens.retain(long_enough);
+                if mark {
+                    tokens.insert(0, "\u{2}");
+                    tokens.push("\u{3}");
+                }
+                tokens
+            })
+            .collect();
+        let width = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let mut shape = x.shape().to_vec();
+        shape.push(width);
+        let mut flat = Vec::with_capacity(lists.len() * width);
+        for l in &lists {
+            flat.extend(l.iter().map(|t| (*t).to_string()));
+            flat.extend(std::iter::repeat_n(pad.clone(), width - l.len()));
+        }
+        one(Tensor::strings(&shape, flat))
+    }))
 }
 
 #[derive(Clone, Copy, PartialEq)]

@@ -106,6 +106,13 @@ typedef struct EpxEnv EpxEnv;
 typedef struct EpxError EpxError;
 
 /**
+ * A value owned by the application (ABI-independent): a host tensor (strings included), a
+ * sequence, a map or an optional. Made with the `epx_value_new_*` functions and freed with
+ * [`epx_value_free`]; values read from a run's outputs belong to the outputs.
+ */
+typedef struct EpxHostValue EpxHostValue;
+
+/**
  * The outputs of one run, in host memory, in the model's output order. Free with
  * [`epx_outputs_free`].
  */
@@ -483,6 +490,185 @@ struct EpxError *epx_outputs_dltensor(const struct EpxOutputs *outputs,
  * `outputs` is NULL or from a run, freed only once.
  */
 void epx_outputs_free(struct EpxOutputs *outputs);
+
+/**
+ * A new tensor value: a copy of `tensor`'s data (numeric and bool types; `name` is ignored).
+ *
+ * # Safety
+ * `tensor` points at a valid [`EpxTensorRef`]; `out` writable.
+ */
+struct EpxError *epx_value_new_tensor(const struct EpxTensorRef *tensor, struct EpxHostValue **out);
+
+/**
+ * A new string tensor value of `ndim` extents `shape`, from one NUL-terminated UTF-8 string
+ * per element (C order), copied.
+ *
+ * # Safety
+ * `strings` holds as many valid C strings as the shape has elements; `shape` holds `ndim`
+ * extents; `out` writable.
+ */
+struct EpxError *epx_value_new_strings(const char *const *strings,
+                                       const int64_t *shape,
+                                       size_t ndim,
+                                       struct EpxHostValue **out);
+
+/**
+ * A new sequence of `n_items` values, taken over (freed by it, whatever the outcome).
+ * `elem_type` is the `EpxElementType` of its tensors (needed for an empty sequence; 0 for a
+ * sequence of maps).
+ *
+ * # Safety
+ * `items` holds `n_items` live values the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_sequence(int32_t elem_type,
+                                        struct EpxHostValue *const *items,
+                                        size_t n_items,
+                                        struct EpxHostValue **out);
+
+/**
+ * A new map from 1-D `keys` (int64 or string) to 1-D `values` of the same length, both taken
+ * over.
+ *
+ * # Safety
+ * `keys` and `values` are live tensor values the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_map(struct EpxHostValue *keys,
+                                   struct EpxHostValue *values,
+                                   struct EpxHostValue **out);
+
+/**
+ * A new optional holding `value` (taken over), or none when `value` is NULL.
+ *
+ * # Safety
+ * `value` is NULL or a live value the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_optional(struct EpxHostValue *value, struct EpxHostValue **out);
+
+/**
+ * Frees a value made with an `epx_value_new_*` function and not handed to another. NULL is a
+ * no-op. Values read from outputs belong to the outputs; do not free them.
+ *
+ * # Safety
+ * `value` is NULL or a value the caller owns, freed only once.
+ */
+void epx_value_free(struct EpxHostValue *value);
+
+/**
+ * What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+ *
+ * # Safety
+ * `value` is NULL or a live value.
+ */
+uint32_t epx_value_kind(const struct EpxHostValue *value);
+
+/**
+ * A tensor value as element type, shape and data, valid as long as the value (`name` is
+ * NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
+ * [`epx_value_string`].
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_tensor(const struct EpxHostValue *value, struct EpxTensorRef *out);
+
+/**
+ * Element `index` (C order) of a string tensor value: `*data` and `*len` receive its bytes
+ * (UTF-8, not NUL-terminated), valid as long as the value. `*count` (may be NULL) receives the
+ * number of elements.
+ *
+ * # Safety
+ * `value` is a live value; `data` and `len` writable; `count` NULL or writable.
+ */
+struct EpxError *epx_value_string(const struct EpxHostValue *value,
+                                  size_t index,
+                                  const char **data,
+                                  size_t *len,
+                                  size_t *count);
+
+/**
+ * The number of items of a sequence value (0 for NULL or another kind).
+ *
+ * # Safety
+ * `value` is NULL or a live value.
+ */
+size_t epx_value_sequence_len(const struct EpxHostValue *value);
+
+/**
+ * Item `index` of a sequence value, borrowed from it.
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_sequence_at(const struct EpxHostValue *value,
+                                       size_t index,
+                                       const struct EpxHostValue **out);
+
+/**
+ * A map value's keys and values (two 1-D tensor values of one length), borrowed from it.
+ *
+ * # Safety
+ * `value` is a live value; `keys` and `values` writable.
+ */
+struct EpxError *epx_value_map(const struct EpxHostValue *value,
+                               const struct EpxHostValue **keys,
+                               const struct EpxHostValue **values);
+
+/**
+ * An optional value's content, borrowed from it: `*out` is NULL when it holds none.
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_optional(const struct EpxHostValue *value,
+                                    const struct EpxHostValue **out);
+
+/**
+ * Runs the model on `n_inputs` values of any kind named `input_names[i]` (copied; the caller
+ * keeps them). Read the outputs with [`epx_outputs_value`] (every kind) or the tensor getters.
+ *
+ * # Safety
+ * `session` is a live session; `input_names` and `inputs` hold `n_inputs` C strings and live
+ * values; `out` writable.
+ */
+struct EpxError *epx_session_run_values(const struct EpxSession *session,
+                                        const char *const *input_names,
+                                        const struct EpxHostValue *const *inputs,
+                                        size_t n_inputs,
+                                        struct EpxOutputs **out);
+
+/**
+ * Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)
+ * receives its name.
+ *
+ * # Safety
+ * `outputs` is live outputs; `value` writable; `name` NULL or writable.
+ */
+struct EpxError *epx_outputs_value(const struct EpxOutputs *outputs,
+                                   size_t index,
+                                   const char **name,
+                                   const struct EpxHostValue **value);
+
+/**
+ * The declared type of model input `index` as ONNX spells it (`tensor(float)`,
+ * `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
+ * [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `type_name` writable.
+ */
+struct EpxError *epx_session_input_type(const struct EpxSession *session,
+                                        size_t index,
+                                        char **type_name);
+
+/**
+ * As [`epx_session_input_type`], for model output `index`.
+ *
+ * # Safety
+ * `session` is a live session; `type_name` writable.
+ */
+struct EpxError *epx_session_output_type(const struct EpxSession *session,
+                                         size_t index,
+                                         char **type_name);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -254,6 +254,52 @@ fn a_1_0_plugin_is_not_offered_nodes_with_element_types_newer_than_its_abi() {
     assert_close(&run_y(&s), &want, 0.0);
 }
 
+/// Relu, then its result through a sequence: SequenceConstruct, SequenceAt (position 0).
+fn relu_sequence_model() -> Vec<u8> {
+    let zero = proto::TensorProto {
+        name: Some("zero".into()),
+        data_type: Some(proto::tensor_proto::DataType::Int64 as i32),
+        int64_data: vec![0],
+        ..Default::default()
+    };
+    let graph = proto::GraphProto {
+        name: Some("relu_sequence".into()),
+        node: vec![
+            node("Relu", &["x"], &["r"]),
+            node("SequenceConstruct", &["r"], &["s"]),
+            node("SequenceAt", &["s", "zero"], &["y"]),
+        ],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
+        initializer: vec![zero],
+        ..Default::default()
+    };
+    let mut model = proto::ModelProto::decode(model_bytes(graph).as_slice()).expect("model");
+    model.ir_version = Some(9);
+    model.opset_import[0].version = Some(19);
+    model.encode_to_vec()
+}
+
+#[test]
+fn a_1_0_plugin_is_not_offered_nodes_that_make_or_read_sequences() {
+    let dir = dir_with_good_plugin("older-values");
+    let env = env_for(&dir);
+    // relu_only (ABI 1.0) claims every node it is offered; the sequence ops are not offered to
+    // it, although the model declares no type for the sequence between them.
+    let s = Session::builder()
+        .unwrap()
+        .with_environment(env.clone())
+        .with_execution_providers([ExecutionProvider::new("relu_only")
+            .with_option("claim_all", "true")
+            .error_on_failure()])
+        .unwrap()
+        .commit_from_memory(&relu_sequence_model())
+        .expect("session");
+    assert_eq!(s.node_placement(), ["relu_only", "cpu", "cpu"]);
+    let want: Vec<f32> = X.iter().map(|x| x.max(0.0)).collect();
+    assert_close(&run_y(&s), &want, 0.0);
+}
+
 #[test]
 fn abi_too_new_is_refused_and_its_descriptor_released() {
     let dir = dir_with_good_plugin("abi-too-new");

@@ -8,6 +8,9 @@
     outputs = session.run({"image": np.zeros((1, 1, 28, 28), np.float32)})
     print(session.placement()["nodes"])
 
+Values beyond numeric tensors: string tensors are numpy unicode arrays (`np.array(["a", "b"])`),
+sequences are lists, maps are dicts, and an optional is its value or None, in both directions.
+
 Failures raise epx.EpxError, carrying libepx's error code and message. libepx is found through
 `Library(path)`, the EPX_LIBRARY environment variable, the installed prefix next to this file
 (`<prefix>/lib/libepx.so` for `<prefix>/share/epx/python/epx.py`), then the system's library
@@ -94,7 +97,33 @@ _SIGNATURES = {
     "epx_outputs_count": (ctypes.c_size_t, [_P]),
     "epx_outputs_get": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(_TensorRef)]),
     "epx_outputs_free": (None, [_P]),
+    "epx_session_input_type": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_session_output_type": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_value_new_tensor": (_P, [ctypes.POINTER(_TensorRef), ctypes.POINTER(_P)]),
+    "epx_value_new_strings": (_P, [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int64),
+                                   ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_value_new_sequence": (_P, [ctypes.c_int32, ctypes.POINTER(_P), ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_value_new_map": (_P, [_P, _P, ctypes.POINTER(_P)]),
+    "epx_value_new_optional": (_P, [_P, ctypes.POINTER(_P)]),
+    "epx_value_free": (None, [_P]),
+    "epx_value_kind": (ctypes.c_uint32, [_P]),
+    "epx_value_tensor": (_P, [_P, ctypes.POINTER(_TensorRef)]),
+    "epx_value_string": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
+    "epx_value_sequence_len": (ctypes.c_size_t, [_P]),
+    "epx_value_sequence_at": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_value_map": (_P, [_P, ctypes.POINTER(_P), ctypes.POINTER(_P)]),
+    "epx_value_optional": (_P, [_P, ctypes.POINTER(_P)]),
+    "epx_session_run_values": (_P, [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_P),
+                                    ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "epx_outputs_value": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_P)]),
 }
+
+# EpxValueKind (epx_plugin.h).
+_TENSOR, _SEQUENCE, _MAP, _OPTIONAL = 1, 2, 3, 4
+# ONNX's type names (as in `tensor(float)`) ↔ EpxElementType.
+_ONNX_NAMES = {"float": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
+               "string": 8, "bool": 9, "float16": 10, "double": 11, "uint32": 12, "uint64": 13}
 
 
 class Library:
@@ -251,6 +280,15 @@ class Session:
                        for i in range(self._lib.epx_session_input_count(self._ptr))]
         self.outputs = [self._value(self._lib.epx_session_output, i)
                         for i in range(self._lib.epx_session_output_count(self._ptr))]
+        for i, d in enumerate(self.inputs):
+            d["type"] = self._type(self._lib.epx_session_input_type, i)
+        for i, d in enumerate(self.outputs):
+            d["type"] = self._type(self._lib.epx_session_output_type, i)
+
+    def _type(self, fn, i):
+        text = _P()
+        self._lib.check(fn(self._ptr, i, ctypes.byref(text)))
+        return self._lib.take_string(text)
 
     def _value(self, fn, i):
         d = _ValueDesc()
@@ -258,35 +296,117 @@ class Session:
         return _describe(d)
 
     def run(self, feeds):
-        """Runs on `feeds` ({input name: array-like}); returns {output name: numpy array}."""
-        refs = (_TensorRef * len(feeds))()
-        keep = []
-        for ref, (name, value) in zip(refs, feeds.items()):
-            arr = np.ascontiguousarray(value)
-            code = _CODES.get(arr.dtype)
-            if code is None:
-                raise EpxError(8, f"input `{name}`: numpy dtype {arr.dtype} has no epx element type")
-            shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
-            keep += [arr, shape]
-            ref.name, ref.elem_type = _text(name), code
-            ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
-            ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
-        out = _P()
-        self._lib.check(self._lib.epx_session_run(self._ptr, refs, len(feeds), ctypes.byref(out)))
+        """Runs on `feeds` ({input name: value}); returns {output name: value}. Tensors are
+        numpy arrays (strings as unicode arrays), sequences lists, maps dicts, optionals their
+        value or None."""
+        types = {d["name"]: d["type"] for d in self.inputs}
+        made = []
+        try:
+            for name, value in feeds.items():
+                made.append(self._make(value, types.get(name, ""), f"input `{name}`"))
+            names = (ctypes.c_char_p * len(feeds))(*[_text(n) for n in feeds])
+            values = (_P * len(made))(*made)
+            out = _P()
+            self._lib.check(self._lib.epx_session_run_values(
+                self._ptr, names, values, len(made), ctypes.byref(out)))
+        finally:
+            for v in made:
+                self._lib.epx_value_free(v)
         try:
             result = {}
             for i in range(self._lib.epx_outputs_count(out)):
-                t = _TensorRef()
-                self._lib.check(self._lib.epx_outputs_get(out, i, ctypes.byref(t)))
-                dtype = _DTYPES.get(t.elem_type)
-                if dtype is None:
-                    raise EpxError(9, f"output {t.name.decode()}: element type {t.elem_type} has no numpy dtype")
-                shape = tuple(t.shape[k] for k in range(t.ndim))
-                raw = ctypes.string_at(t.data, t.byte_len) if t.byte_len else b""
-                result[t.name.decode()] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+                name, value = ctypes.c_char_p(), _P()
+                self._lib.check(self._lib.epx_outputs_value(out, i, ctypes.byref(name), ctypes.byref(value)))
+                result[name.value.decode()] = self._read(value.value)
             return result
         finally:
             self._lib.epx_outputs_free(out)
+
+    def _made(self, fn, *args):
+        out = _P()
+        self._lib.check(fn(*args, ctypes.byref(out)))
+        return out.value
+
+    def _make(self, value, ty, what):
+        """A libepx value (owned by the caller) from a Python value of declared type `ty`."""
+        lib = self._lib
+        if ty.startswith("optional("):
+            if value is None:
+                return self._made(lib.epx_value_new_optional, None)
+            inner = self._make(value, ty[len("optional("):-1], what)
+            return self._made(lib.epx_value_new_optional, inner)
+        if isinstance(value, dict) or ty.startswith("map("):
+            key_ty, _, val_ty = ty[len("map("):-1].partition(",")
+            keys = list(value.keys())
+            if key_ty == "string" or (not key_ty and keys and isinstance(keys[0], str)):
+                k = np.array([str(x) for x in keys], dtype=str)
+            else:
+                k = np.array(keys, dtype=np.int64)
+            vdtype = {"tensor(double)": np.float64, "tensor(int64)": np.int64,
+                      "tensor(string)": str}.get(val_ty, np.float32)
+            v = np.array(list(value.values()), dtype=vdtype)
+            kv = self._make(k, "", what)
+            return self._made(lib.epx_value_new_map, kv, self._make(v, "", what))
+        if isinstance(value, (list, tuple)) and ty.startswith("seq("):
+            inner = ty[len("seq("):-1]
+            items = [self._make(v, inner, f"{what}[{k}]") for k, v in enumerate(value)]
+            elem = _ONNX_NAMES.get(inner[len("tensor("):-1], 0) if inner.startswith("tensor(") else 0
+            arr = (_P * len(items))(*items)
+            return self._made(lib.epx_value_new_sequence, elem, arr, len(items))
+        arr = np.ascontiguousarray(value)
+        shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
+        if arr.dtype.kind == "O" and not all(isinstance(x, str) for x in arr.reshape(-1)):
+            raise EpxError(8, f"{what}: numpy dtype object has no epx element type "
+                              "(object arrays are read only when every element is a str)")
+        if arr.dtype.kind in "USO":
+            texts = [_text(x.decode() if isinstance(x, bytes) else x) for x in arr.reshape(-1)]
+            strs = (ctypes.c_char_p * len(texts))(*texts)
+            return self._made(lib.epx_value_new_strings, strs, shape, arr.ndim)
+        code = _CODES.get(arr.dtype)
+        if code is None:
+            raise EpxError(8, f"{what}: numpy dtype {arr.dtype} has no epx element type")
+        ref = _TensorRef()
+        ref.name, ref.elem_type = None, code
+        ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
+        ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
+        return self._made(lib.epx_value_new_tensor, ctypes.byref(ref))
+
+    def _read(self, v):
+        """A Python value from a libepx value borrowed from the outputs."""
+        lib = self._lib
+        kind = lib.epx_value_kind(v)
+        if kind == _SEQUENCE:
+            items = []
+            for k in range(lib.epx_value_sequence_len(v)):
+                item = _P()
+                lib.check(lib.epx_value_sequence_at(v, k, ctypes.byref(item)))
+                items.append(self._read(item.value))
+            return items
+        if kind == _MAP:
+            k, val = _P(), _P()
+            lib.check(lib.epx_value_map(v, ctypes.byref(k), ctypes.byref(val)))
+            return {(x.item() if hasattr(x, "item") else x): (y.item() if hasattr(y, "item") else y)
+                    for x, y in zip(self._read(k.value), self._read(val.value))}
+        if kind == _OPTIONAL:
+            inner = _P()
+            lib.check(lib.epx_value_optional(v, ctypes.byref(inner)))
+            return None if not inner.value else self._read(inner.value)
+        t = _TensorRef()
+        lib.check(lib.epx_value_tensor(v, ctypes.byref(t)))
+        shape = tuple(t.shape[k] for k in range(t.ndim))
+        if t.elem_type == _ONNX_NAMES["string"]:
+            count, data, n = ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+            lib.check(lib.epx_value_string(v, 0, None, None, ctypes.byref(count)))
+            texts = []
+            for k in range(count.value):
+                lib.check(lib.epx_value_string(v, k, ctypes.byref(data), ctypes.byref(n), None))
+                texts.append(ctypes.string_at(data, n.value).decode() if n.value else "")
+            return np.array(texts, dtype=str).reshape(shape)
+        dtype = _DTYPES.get(t.elem_type)
+        if dtype is None:
+            raise EpxError(9, f"element type {t.elem_type} has no numpy dtype")
+        raw = ctypes.string_at(t.data, t.byte_len) if t.byte_len else b""
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
     def placement(self):
         """The placement report (nodes, groups, copies, fallbacks, skipped_providers) as a dict."""

@@ -143,6 +143,37 @@ def save_values(name, onx, feeds):
     print(f"{name}: {dict(ops)}")
 
 
+def ml_node_model(node, inputs, outputs):
+    """A one-node ai.onnx.ml model."""
+    g = onnx.helper.make_graph([node], node.op_type, inputs, outputs)
+    m = onnx.helper.make_model(
+        g, opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 1)]
+    )
+    m.ir_version = 9
+    return m
+
+
+def map_models():
+    """CastMap and CategoryMapper, which no skl2onnx converter emits, as one-node models."""
+    h, T = onnx.helper, onnx.TensorProto
+    int_map = h.make_value_info("m", h.make_map_type_proto(T.INT64, h.make_tensor_type_proto(T.FLOAT, None)))
+    feeds = {"m": {5: 1.5, 1: 2.5, 3: -1.0}}
+    for name, attrs, ty in [
+        ("castmap-dense-float", dict(cast_to="TO_FLOAT", map_form="DENSE"), T.FLOAT),
+        ("castmap-sparse-int64", dict(cast_to="TO_INT64", map_form="SPARSE", max_map=6), T.INT64),
+        ("castmap-dense-string", dict(cast_to="TO_STRING"), T.STRING),
+    ]:
+        node = h.make_node("CastMap", ["m"], ["y"], domain="ai.onnx.ml", **attrs)
+        save_values(name, ml_node_model(node, [int_map], [h.make_tensor_value_info("y", ty, None)]), feeds)
+    mapper = dict(domain="ai.onnx.ml", cats_int64s=[1, 2, 3], cats_strings=["a", "b", "c"], default_int64=-7, default_string="none")
+    node = h.make_node("CategoryMapper", ["x"], ["y"], **mapper)
+    m = ml_node_model(node, [h.make_tensor_value_info("x", T.STRING, None)], [h.make_tensor_value_info("y", T.INT64, None)])
+    save_values("category-mapper-to-int", m, {"x": np.array([["a", "z"], ["c", "b"]])})
+    node = h.make_node("CategoryMapper", ["x"], ["y"], **mapper)
+    m = ml_node_model(node, [h.make_tensor_value_info("x", T.INT64, None)], [h.make_tensor_value_info("y", T.STRING, None)])
+    save_values("category-mapper-to-string", m, {"x": np.array([3, 9, 1], dtype=np.int64)})
+
+
 def value_models(xc, yc):
     opsets = {"": 17, "ai.onnx.ml": 3}
     test = xc[:6]
@@ -187,6 +218,7 @@ def value_models(xc, yc):
     dv = make_pipeline(DictVectorizer(sparse=False), LogisticRegression()).fit(rows, [0, 1, 1] * 5)
     onx = convert_sklearn(dv, initial_types=[("x", DictionaryType(StringTensorType([1]), FloatTensorType([1])))], target_opset=opsets)
     save_values("dict-vectorizer", onx, {"x": {"a": 1.0, "c": 2.0}})
+    map_models()
 
 
 def main():

@@ -69,4 +69,40 @@ raises(5, "colour", lambda: epx.Session(env, path("add.onnx"), providers=[("cpu"
 raises(8, "image", lambda: s.run({"imag": np.zeros((1, 1, 28, 28), np.float32)}))
 raises(8, "must have shape [1, 1, 28, 28]", lambda: s.run({"image": np.zeros((1, 1, 28, 27), np.float32)}))
 raises(8, "dtype", lambda: s.run({"image": np.zeros(3, dtype=object)}))
+# Strings, sequences and maps (tests/models/sklearn-values, with ONNX Runtime's outputs).
+values = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "sklearn-values")
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-5 * max(1.0, abs(b))
+
+
+import json  # noqa: E402
+
+text = epx.Session(env, os.path.join(values, "tfidf-text", "model.onnx"))
+assert text.inputs[0]["type"] == "tensor(string)", text.inputs
+assert text.outputs[1]["type"] == "seq(map(int64,tensor(float)))", text.outputs
+words = np.load(os.path.join(values, "tfidf-text", "input", "text.npy"))
+out = text.run({"text": words})
+probs = out["output_probability"]
+assert isinstance(probs, list) and len(probs) == len(words), probs
+for k, row in enumerate(probs):
+    with open(os.path.join(values, "tfidf-text", "output", "output_probability", f"{k}.json")) as f:
+        want = {int(key): v for key, v in json.load(f).items()}
+    assert row.keys() == want.keys() and all(close(row[c], want[c]) for c in want), (row, want)
+print("ok   tfidf-text: numpy unicode input, a list of dicts out, equal to ONNX Runtime's")
+
+forest = epx.Session(env, os.path.join(values, "random-forest-string-labels", "model.onnx"))
+out = forest.run({"X": np.load(os.path.join(values, "random-forest-string-labels", "input", "X.npy"))})
+want = np.load(os.path.join(values, "random-forest-string-labels", "output", "output_label.npy"))
+assert out["output_label"].dtype.kind == "U" and list(out["output_label"]) == list(want), out
+assert set(out["output_probability"][0]) == {"setosa", "versicolor", "virginica"}, out
+print("ok   string class labels come back as a numpy unicode array, probabilities keyed by them")
+
+dv = epx.Session(env, os.path.join(values, "dict-vectorizer", "model.onnx"))
+out = dv.run({"x": {"a": 1.0, "c": 2.0}})
+want = np.load(os.path.join(values, "dict-vectorizer", "output", "output_label.npy"))
+assert np.array_equal(out["output_label"], want), (out, want)
+print("ok   a dict goes in as a map")
+
 print("ALL OK")

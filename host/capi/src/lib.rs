@@ -16,7 +16,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use epx_host::{ElementType, Environment, ExecutionProvider, Session, Tensor};
+use epx_host::{
+    ElementType, Environment, ExecutionProvider, Map, Sequence, Session, Tensor, Value,
+};
+use epx_plugin_api::abi::EpxValueKind;
 use epx_plugin_api::dlpack::{DLDevice, DLDeviceType, DLTensor};
 
 /// The version of libepx: the `epx` crates' version.
@@ -823,9 +826,22 @@ pub struct EpxTensorRef {
 
 struct OutputRow {
     name: CString,
-    tensor: Tensor,
+    value: EpxHostValue,
     shape: Vec<i64>,
-    dl: DLTensor,
+    /// For numeric tensor outputs, a DLTensor over the value's data.
+    dl: Option<DLTensor>,
+}
+
+impl OutputRow {
+    fn tensor(&self) -> Res<&Tensor> {
+        match &self.value.node {
+            HostNode::Tensor(t) if t.bytes().is_some() => Ok(t),
+            _ => Err(invalid(format!(
+                "output `{}` is not a numeric tensor: read it with epx_outputs_value",
+                self.name.to_string_lossy()
+            ))),
+        }
+    }
 }
 
 /// The outputs of one run, in host memory, in the model's output order. Free with
@@ -852,7 +868,7 @@ fn element_type(code: i32, what: &str) -> Res<ElementType> {
 
 fn run_session(
     session: *const EpxSession,
-    inputs: Vec<(String, Tensor)>,
+    inputs: Vec<(String, Value)>,
     out: *mut *mut EpxOutputs,
 ) -> Res<()> {
     if out.is_null() {
@@ -863,53 +879,77 @@ fn run_session(
     let outputs = s.session.run(inputs)?;
     let mut rows = Vec::with_capacity(outputs.len());
     for (name, value) in outputs {
-        let tensor = value.into_host()?;
-        if tensor.bytes().is_none() {
-            return Err(EpxError::new(
-                EpxErrorCode::Run,
-                format!("output `{name}` is a string tensor, which the C API cannot return"),
-            ));
-        }
-        let shape: Vec<i64> = tensor.shape().iter().map(|&d| d as i64).collect();
-        let dtype = tensor.elem_type().to_dlpack().ok_or_else(|| {
-            EpxError::new(
-                EpxErrorCode::Run,
-                format!(
-                    "output `{name}` has type {}, which has no DLPack form",
-                    tensor.elem_type()
-                ),
-            )
-        })?;
+        let value = EpxHostValue::of(value)?;
+        let (shape, dl) = match &value.node {
+            HostNode::Tensor(t) if t.bytes().is_some() => {
+                let dtype = t.elem_type().to_dlpack().ok_or_else(|| {
+                    EpxError::new(
+                        EpxErrorCode::Run,
+                        format!(
+                            "output `{name}` has type {}, which has no DLPack form",
+                            t.elem_type()
+                        ),
+                    )
+                })?;
+                let dl = DLTensor {
+                    data: std::ptr::null_mut(),
+                    device: DLDevice {
+                        device_type: DLDeviceType::Cpu as i32,
+                        device_id: 0,
+                    },
+                    ndim: 0,
+                    dtype,
+                    shape: std::ptr::null_mut(),
+                    strides: std::ptr::null_mut(),
+                    byte_offset: 0,
+                };
+                (t.shape().iter().map(|&d| d as i64).collect(), Some(dl))
+            }
+            _ => (Vec::new(), None),
+        };
         rows.push(OutputRow {
             name: c_string(&name),
-            tensor,
+            value,
             shape,
-            dl: DLTensor {
-                data: std::ptr::null_mut(),
-                device: DLDevice {
-                    device_type: DLDeviceType::Cpu as i32,
-                    device_id: 0,
-                },
-                ndim: 0,
-                dtype,
-                shape: std::ptr::null_mut(),
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
+            dl,
         });
     }
     let mut boxed = Box::new(EpxOutputs { rows });
     // The rows no longer move: point each DLTensor at its own data and shape.
     for row in &mut boxed.rows {
-        row.dl.ndim = row.shape.len() as i32;
-        row.dl.shape = row.shape.as_mut_ptr();
-        row.dl.data = row
-            .tensor
-            .bytes()
-            .map_or(std::ptr::null_mut(), |b| b.as_ptr().cast_mut().cast());
+        let data = match &row.value.node {
+            HostNode::Tensor(t) => t
+                .bytes()
+                .map_or(std::ptr::null_mut(), |b| b.as_ptr().cast_mut().cast()),
+            _ => std::ptr::null_mut(),
+        };
+        if let Some(dl) = row.dl.as_mut() {
+            dl.ndim = row.shape.len() as i32;
+            dl.shape = row.shape.as_mut_ptr();
+            dl.data = data;
+        }
     }
     // SAFETY: `out` is not NULL (checked above) and is the caller's out-parameter.
     unsafe { put(out, "out", Box::into_raw(boxed)) }
+}
+
+/// A tensor from an [`EpxTensorRef`] (data copied).
+///
+/// # Safety
+/// The pointers in `r` are valid as [`EpxTensorRef`] describes.
+unsafe fn tensor_from_ref(r: &EpxTensorRef, what: &str) -> Res<Tensor> {
+    let elem = element_type(r.elem_type, what)?;
+    if elem == ElementType::String {
+        return Err(invalid(format!(
+            "{what}: string tensors are made with epx_value_new_strings"
+        )));
+    }
+    // SAFETY: the caller's contract.
+    let dims = unsafe { slice(r.shape, r.ndim, &format!("{what} shape")) }?;
+    let shape = shape_of(dims, what)?;
+    // SAFETY: as above.
+    let data = unsafe { slice(r.data.cast::<u8>(), r.byte_len, &format!("{what} data")) }?;
+    Ok(Tensor::from_bytes(elem, &shape, data)?)
 }
 
 /// Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
@@ -933,14 +973,9 @@ pub unsafe extern "C" fn epx_session_run(
         for (i, r) in refs.iter().enumerate() {
             // SAFETY: as above.
             let name = unsafe { text(r.name, &format!("inputs[{i}].name")) }?;
-            let what = format!("input `{name}`");
-            let elem = element_type(r.elem_type, &what)?;
             // SAFETY: as above.
-            let dims = unsafe { slice(r.shape, r.ndim, &format!("{what} shape")) }?;
-            let shape = shape_of(dims, &what)?;
-            // SAFETY: as above.
-            let data = unsafe { slice(r.data.cast::<u8>(), r.byte_len, &format!("{what} data")) }?;
-            tensors.push((name.to_string(), Tensor::from_bytes(elem, &shape, data)?));
+            let t = unsafe { tensor_from_ref(r, &format!("input `{name}`")) }?;
+            tensors.push((name.to_string(), Value::Host(t)));
         }
         run_session(session, tensors, out)
     })
@@ -972,7 +1007,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
             let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
             // SAFETY: as above.
             let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(format!("inputs[{i}] is NULL")))?;
-            tensors.push((name.to_string(), tensor_from_dl(t, name)?));
+            tensors.push((name.to_string(), Value::Host(tensor_from_dl(t, name)?)));
         }
         run_session(session, tensors, out)
     })
@@ -1062,10 +1097,11 @@ pub unsafe extern "C" fn epx_outputs_get(
 ) -> *mut EpxError {
     guard("epx_outputs_get", || {
         let row = output_row(outputs, index)?;
-        let bytes = row.tensor.bytes().unwrap_or(&[]);
+        let tensor = row.tensor()?;
+        let bytes = tensor.bytes().unwrap_or(&[]);
         let r = EpxTensorRef {
             name: row.name.as_ptr(),
-            elem_type: row.tensor.elem_type() as i32,
+            elem_type: tensor.elem_type() as i32,
             shape: if row.shape.is_empty() {
                 std::ptr::null()
             } else {
@@ -1098,8 +1134,13 @@ pub unsafe extern "C" fn epx_outputs_dltensor(
             // SAFETY: the caller's contract; not NULL.
             unsafe { name.write(row.name.as_ptr()) };
         }
+        row.tensor()?;
+        let dl = row
+            .dl
+            .as_ref()
+            .ok_or_else(|| invalid("output has no DLPack form"))?;
         // SAFETY: the caller's contract.
-        unsafe { put(tensor, "tensor", &row.dl as *const DLTensor) }
+        unsafe { put(tensor, "tensor", dl as *const DLTensor) }
     })
 }
 
@@ -1113,6 +1154,592 @@ pub unsafe extern "C" fn epx_outputs_free(outputs: *mut EpxOutputs) {
         // SAFETY: the caller's contract.
         guard_value((), || drop(unsafe { Box::from_raw(outputs) }));
     }
+}
+
+/// A value owned by the application (ABI-independent): a host tensor (strings included), a
+/// sequence, a map or an optional. Made with the `epx_value_new_*` functions and freed with
+/// [`epx_value_free`]; values read from a run's outputs belong to the outputs.
+pub struct EpxHostValue {
+    node: HostNode,
+}
+
+enum HostNode {
+    Tensor(Tensor),
+    Sequence(Option<ElementType>, Vec<EpxHostValue>),
+    Map(Box<EpxHostValue>, Box<EpxHostValue>),
+    Optional(Option<Box<EpxHostValue>>),
+}
+
+impl EpxHostValue {
+    fn of(v: Value) -> Res<EpxHostValue> {
+        Ok(EpxHostValue {
+            node: match v {
+                Value::Host(t) => HostNode::Tensor(t),
+                Value::Device(t) => HostNode::Tensor(t.to_host()?),
+                Value::Sequence(s) => {
+                    let elem = s.elem_type();
+                    HostNode::Sequence(
+                        elem,
+                        s.into_items()
+                            .into_iter()
+                            .map(EpxHostValue::of)
+                            .collect::<Res<_>>()?,
+                    )
+                }
+                Value::Map(m) => {
+                    let (k, v) = m.into_parts();
+                    HostNode::Map(
+                        Box::new(EpxHostValue {
+                            node: HostNode::Tensor(k),
+                        }),
+                        Box::new(EpxHostValue {
+                            node: HostNode::Tensor(v),
+                        }),
+                    )
+                }
+                Value::Optional(v) => HostNode::Optional(match v {
+                    Some(v) => Some(Box::new(EpxHostValue::of(*v)?)),
+                    None => None,
+                }),
+            },
+        })
+    }
+
+    /// A copy as a session value.
+    fn to_value(&self) -> Res<Value> {
+        Ok(match &self.node {
+            HostNode::Tensor(t) => Value::Host(t.clone()),
+            HostNode::Sequence(elem, items) => Value::Sequence(Sequence::new(
+                *elem,
+                items
+                    .iter()
+                    .map(EpxHostValue::to_value)
+                    .collect::<Res<_>>()?,
+            )?),
+            HostNode::Map(k, v) => Value::Map(Map::new(k.tensor()?.clone(), v.tensor()?.clone())?),
+            HostNode::Optional(v) => Value::Optional(match v {
+                Some(v) => Some(Box::new(v.to_value()?)),
+                None => None,
+            }),
+        })
+    }
+
+    fn tensor(&self) -> Res<&Tensor> {
+        match &self.node {
+            HostNode::Tensor(t) => Ok(t),
+            _ => Err(invalid("the value is not a tensor")),
+        }
+    }
+
+    fn kind(&self) -> EpxValueKind {
+        match self.node {
+            HostNode::Tensor(_) => EpxValueKind::Tensor,
+            HostNode::Sequence(..) => EpxValueKind::Sequence,
+            HostNode::Map(..) => EpxValueKind::Map,
+            HostNode::Optional(_) => EpxValueKind::Optional,
+        }
+    }
+}
+
+fn give_value(v: EpxHostValue, out: *mut *mut EpxHostValue) -> Res<()> {
+    // SAFETY: the caller's out-parameter (checked for NULL by `put`).
+    unsafe { put(out, "out", Box::into_raw(Box::new(v))) }
+}
+
+/// Takes over values passed by the caller: every non-NULL pointer is freed whatever the
+/// outcome, so the caller never frees them.
+///
+/// # Safety
+/// Each pointer is NULL or a live value the caller owns and stops using.
+unsafe fn take_values(ptrs: &[*mut EpxHostValue]) -> Vec<Option<EpxHostValue>> {
+    ptrs.iter()
+        // SAFETY: the caller's contract.
+        .map(|&p| (!p.is_null()).then(|| *unsafe { Box::from_raw(p) }))
+        .collect()
+}
+
+/// A new tensor value: a copy of `tensor`'s data (numeric and bool types; `name` is ignored).
+///
+/// # Safety
+/// `tensor` points at a valid [`EpxTensorRef`]; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_new_tensor(
+    tensor: *const EpxTensorRef,
+    out: *mut *mut EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_new_tensor", || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { object(tensor, "tensor") }?;
+        // SAFETY: as above.
+        let t = unsafe { tensor_from_ref(r, "tensor") }?;
+        give_value(
+            EpxHostValue {
+                node: HostNode::Tensor(t),
+            },
+            out,
+        )
+    })
+}
+
+/// A new string tensor value of `ndim` extents `shape`, from one NUL-terminated UTF-8 string
+/// per element (C order), copied.
+///
+/// # Safety
+/// `strings` holds as many valid C strings as the shape has elements; `shape` holds `ndim`
+/// extents; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_new_strings(
+    strings: *const *const c_char,
+    shape: *const i64,
+    ndim: usize,
+    out: *mut *mut EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_new_strings", || {
+        // SAFETY: the caller's contract.
+        let dims = unsafe { slice(shape, ndim, "shape") }?;
+        let shape = shape_of(dims, "strings")?;
+        let count = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| invalid(format!("shape {shape:?} is too large")))?;
+        // SAFETY: as above.
+        let ptrs = unsafe { slice(strings, count, "strings") }?;
+        let mut v = Vec::with_capacity(count);
+        for (i, &p) in ptrs.iter().enumerate() {
+            // SAFETY: as above.
+            v.push(
+                unsafe { text(p, &format!("strings[{i}]")) }?
+                    .as_bytes()
+                    .to_vec(),
+            );
+        }
+        give_value(
+            EpxHostValue {
+                node: HostNode::Tensor(Tensor::from_strings(&shape, v)?),
+            },
+            out,
+        )
+    })
+}
+
+/// A new sequence of `n_items` values, taken over (freed by it, whatever the outcome).
+/// `elem_type` is the `EpxElementType` of its tensors (needed for an empty sequence; 0 for a
+/// sequence of maps).
+///
+/// # Safety
+/// `items` holds `n_items` live values the caller owns; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_new_sequence(
+    elem_type: i32,
+    items: *const *mut EpxHostValue,
+    n_items: usize,
+    out: *mut *mut EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_new_sequence", || {
+        // SAFETY: the caller's contract.
+        let ptrs = unsafe { slice(items, n_items, "items") }?;
+        // SAFETY: as above.
+        let taken = unsafe { take_values(ptrs) };
+        let items: Vec<EpxHostValue> = taken
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| v.ok_or_else(|| invalid(format!("items[{i}] is NULL"))))
+            .collect::<Res<_>>()?;
+        let elem = match elem_type {
+            0 => None,
+            code => Some(element_type(code, "elem_type")?),
+        };
+        // The same checks as a session's sequences.
+        Sequence::new(
+            elem,
+            items
+                .iter()
+                .map(EpxHostValue::to_value)
+                .collect::<Res<_>>()?,
+        )?;
+        if let Some(want) = elem {
+            if let Some(bad) = items
+                .iter()
+                .filter_map(|v| v.tensor().ok())
+                .find(|t| t.elem_type() != want)
+            {
+                return Err(invalid(format!(
+                    "a sequence of {want} tensors cannot hold a {} tensor",
+                    bad.elem_type()
+                )));
+            }
+        }
+        give_value(
+            EpxHostValue {
+                node: HostNode::Sequence(elem, items),
+            },
+            out,
+        )
+    })
+}
+
+/// A new map from 1-D `keys` (int64 or string) to 1-D `values` of the same length, both taken
+/// over.
+///
+/// # Safety
+/// `keys` and `values` are live tensor values the caller owns; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_new_map(
+    keys: *mut EpxHostValue,
+    values: *mut EpxHostValue,
+    out: *mut *mut EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_new_map", || {
+        // SAFETY: the caller's contract.
+        let mut taken = unsafe { take_values(&[keys, values]) }.into_iter();
+        let k = taken
+            .next()
+            .flatten()
+            .ok_or_else(|| invalid("`keys` is NULL"))?;
+        let v = taken
+            .next()
+            .flatten()
+            .ok_or_else(|| invalid("`values` is NULL"))?;
+        Map::check(k.tensor()?, v.tensor()?)?;
+        give_value(
+            EpxHostValue {
+                node: HostNode::Map(Box::new(k), Box::new(v)),
+            },
+            out,
+        )
+    })
+}
+
+/// A new optional holding `value` (taken over), or none when `value` is NULL.
+///
+/// # Safety
+/// `value` is NULL or a live value the caller owns; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_new_optional(
+    value: *mut EpxHostValue,
+    out: *mut *mut EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_new_optional", || {
+        // SAFETY: the caller's contract.
+        let inner = unsafe { take_values(&[value]) }.pop().flatten();
+        give_value(
+            EpxHostValue {
+                node: HostNode::Optional(inner.map(Box::new)),
+            },
+            out,
+        )
+    })
+}
+
+/// Frees a value made with an `epx_value_new_*` function and not handed to another. NULL is a
+/// no-op. Values read from outputs belong to the outputs; do not free them.
+///
+/// # Safety
+/// `value` is NULL or a value the caller owns, freed only once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_free(value: *mut EpxHostValue) {
+    if !value.is_null() {
+        // SAFETY: the caller's contract.
+        guard_value((), || drop(unsafe { Box::from_raw(value) }));
+    }
+}
+
+/// What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+///
+/// # Safety
+/// `value` is NULL or a live value.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_kind(value: *const EpxHostValue) -> u32 {
+    guard_value(0, || {
+        // SAFETY: the caller's contract.
+        unsafe { value.as_ref() }.map_or(0, |v| v.kind() as u32)
+    })
+}
+
+/// A tensor value as element type, shape and data, valid as long as the value (`name` is
+/// NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
+/// [`epx_value_string`].
+///
+/// # Safety
+/// `value` is a live value; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_tensor(
+    value: *const EpxHostValue,
+    out: *mut EpxTensorRef,
+) -> *mut EpxError {
+    guard("epx_value_tensor", || {
+        // SAFETY: the caller's contract.
+        let t = unsafe { object(value, "value") }?.tensor()?;
+        let bytes = t.bytes();
+        let shape = value_shape(value)?;
+        // SAFETY: as above.
+        unsafe {
+            put(
+                out,
+                "out",
+                EpxTensorRef {
+                    name: std::ptr::null(),
+                    elem_type: t.elem_type() as i32,
+                    shape: if shape.is_empty() {
+                        std::ptr::null()
+                    } else {
+                        shape.as_ptr()
+                    },
+                    ndim: shape.len(),
+                    data: bytes.map_or(std::ptr::null(), |b| b.as_ptr().cast()),
+                    byte_len: bytes.map_or(0, <[u8]>::len),
+                },
+            )
+        }
+    })
+}
+
+/// The shape of a tensor value as `i64`s, kept in a per-value cache so the pointer handed out
+/// lives as long as the value.
+fn value_shape<'a>(value: *const EpxHostValue) -> Res<&'a [i64]> {
+    // SAFETY: the caller's contract (the public functions pass theirs on).
+    let v = unsafe { object(value, "value") }?;
+    let t = v.tensor()?;
+    // `Tensor` keeps its shape as usize; on 64-bit targets it has the layout of i64 extents.
+    const _: () = assert!(std::mem::size_of::<usize>() == std::mem::size_of::<i64>());
+    if t.shape().iter().any(|&d| i64::try_from(d).is_err()) {
+        return Err(invalid("an extent does not fit in int64"));
+    }
+    // SAFETY: usize and i64 have one size and alignment (asserted), every extent fits (checked),
+    // and the slice borrows the tensor, which lives as long as the value.
+    Ok(unsafe { std::slice::from_raw_parts(t.shape().as_ptr().cast::<i64>(), t.shape().len()) })
+}
+
+/// Element `index` (C order) of a string tensor value: `*data` and `*len` receive its bytes
+/// (UTF-8, not NUL-terminated), valid as long as the value. `*count` (may be NULL) receives the
+/// number of elements.
+///
+/// # Safety
+/// `value` is a live value; `data` and `len` writable; `count` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_string(
+    value: *const EpxHostValue,
+    index: usize,
+    data: *mut *const c_char,
+    len: *mut usize,
+    count: *mut usize,
+) -> *mut EpxError {
+    guard("epx_value_string", || {
+        // SAFETY: the caller's contract.
+        let t = unsafe { object(value, "value") }?.tensor()?;
+        let strings = t
+            .strings()
+            .ok_or_else(|| invalid("not a string tensor: read it with epx_value_tensor"))?;
+        if !count.is_null() {
+            // SAFETY: the caller's contract; not NULL.
+            unsafe { count.write(strings.len()) };
+        }
+        // Only the count asked for.
+        if data.is_null() && len.is_null() {
+            return Ok(());
+        }
+        let s = strings.get(index).ok_or_else(|| {
+            invalid(format!(
+                "index {index} out of range ({} strings)",
+                strings.len()
+            ))
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { put(data, "data", s.as_ptr().cast::<c_char>()) }?;
+        // SAFETY: as above.
+        unsafe { put(len, "len", s.len()) }
+    })
+}
+
+/// The number of items of a sequence value (0 for NULL or another kind).
+///
+/// # Safety
+/// `value` is NULL or a live value.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_sequence_len(value: *const EpxHostValue) -> usize {
+    guard_value(0, || {
+        // SAFETY: the caller's contract.
+        match unsafe { value.as_ref() }.map(|v| &v.node) {
+            Some(HostNode::Sequence(_, items)) => items.len(),
+            _ => 0,
+        }
+    })
+}
+
+/// Item `index` of a sequence value, borrowed from it.
+///
+/// # Safety
+/// `value` is a live value; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_sequence_at(
+    value: *const EpxHostValue,
+    index: usize,
+    out: *mut *const EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_sequence_at", || {
+        // SAFETY: the caller's contract.
+        let HostNode::Sequence(_, items) = &unsafe { object(value, "value") }?.node else {
+            return Err(invalid("the value is not a sequence"));
+        };
+        let item = items.get(index).ok_or_else(|| {
+            invalid(format!(
+                "index {index} out of range ({} items)",
+                items.len()
+            ))
+        })?;
+        // SAFETY: as above.
+        unsafe { put(out, "out", item as *const EpxHostValue) }
+    })
+}
+
+/// A map value's keys and values (two 1-D tensor values of one length), borrowed from it.
+///
+/// # Safety
+/// `value` is a live value; `keys` and `values` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_map(
+    value: *const EpxHostValue,
+    keys: *mut *const EpxHostValue,
+    values: *mut *const EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_map", || {
+        // SAFETY: the caller's contract.
+        let HostNode::Map(k, v) = &unsafe { object(value, "value") }?.node else {
+            return Err(invalid("the value is not a map"));
+        };
+        // SAFETY: as above.
+        unsafe { put(keys, "keys", &**k as *const EpxHostValue) }?;
+        // SAFETY: as above.
+        unsafe { put(values, "values", &**v as *const EpxHostValue) }
+    })
+}
+
+/// An optional value's content, borrowed from it: `*out` is NULL when it holds none.
+///
+/// # Safety
+/// `value` is a live value; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_value_optional(
+    value: *const EpxHostValue,
+    out: *mut *const EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_value_optional", || {
+        // SAFETY: the caller's contract.
+        let HostNode::Optional(inner) = &unsafe { object(value, "value") }?.node else {
+            return Err(invalid("the value is not an optional"));
+        };
+        let p = inner
+            .as_deref()
+            .map_or(std::ptr::null(), |v| v as *const EpxHostValue);
+        // SAFETY: as above.
+        unsafe { put(out, "out", p) }
+    })
+}
+
+/// Runs the model on `n_inputs` values of any kind named `input_names[i]` (copied; the caller
+/// keeps them). Read the outputs with [`epx_outputs_value`] (every kind) or the tensor getters.
+///
+/// # Safety
+/// `session` is a live session; `input_names` and `inputs` hold `n_inputs` C strings and live
+/// values; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run_values(
+    session: *const EpxSession,
+    input_names: *const *const c_char,
+    inputs: *const *const EpxHostValue,
+    n_inputs: usize,
+    out: *mut *mut EpxOutputs,
+) -> *mut EpxError {
+    guard("epx_session_run_values", || {
+        // SAFETY: the caller's contract for every pointer below.
+        let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
+        // SAFETY: as above.
+        let values = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        let mut feed = Vec::with_capacity(n_inputs);
+        for (i, (&n, &v)) in names.iter().zip(values).enumerate() {
+            // SAFETY: as above.
+            let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
+            // SAFETY: as above.
+            let v = unsafe { object(v, &format!("inputs[{i}]")) }?;
+            feed.push((name.to_string(), v.to_value()?));
+        }
+        run_session(session, feed, out)
+    })
+}
+
+/// Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)
+/// receives its name.
+///
+/// # Safety
+/// `outputs` is live outputs; `value` writable; `name` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_outputs_value(
+    outputs: *const EpxOutputs,
+    index: usize,
+    name: *mut *const c_char,
+    value: *mut *const EpxHostValue,
+) -> *mut EpxError {
+    guard("epx_outputs_value", || {
+        let row = output_row(outputs, index)?;
+        if !name.is_null() {
+            // SAFETY: the caller's contract; not NULL.
+            unsafe { name.write(row.name.as_ptr()) };
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(value, "value", &row.value as *const EpxHostValue) }
+    })
+}
+
+/// The declared type of model input `index` as ONNX spells it (`tensor(float)`,
+/// `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
+/// [`epx_string_free`].
+///
+/// # Safety
+/// `session` is a live session; `type_name` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_input_type(
+    session: *const EpxSession,
+    index: usize,
+    type_name: *mut *mut c_char,
+) -> *mut EpxError {
+    guard("epx_session_input_type", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { object(session, "session") }?;
+        declared_type(&s.session.inputs(), index, "input", type_name)
+    })
+}
+
+/// As [`epx_session_input_type`], for model output `index`.
+///
+/// # Safety
+/// `session` is a live session; `type_name` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_output_type(
+    session: *const EpxSession,
+    index: usize,
+    type_name: *mut *mut c_char,
+) -> *mut EpxError {
+    guard("epx_session_output_type", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { object(session, "session") }?;
+        declared_type(&s.session.outputs(), index, "output", type_name)
+    })
+}
+
+fn declared_type(
+    specs: &[epx_host::ValueSpec],
+    index: usize,
+    kind: &str,
+    out: *mut *mut c_char,
+) -> Res<()> {
+    let spec = specs.get(index).ok_or_else(|| {
+        invalid(format!(
+            "{kind} index {index} out of range (the model has {})",
+            specs.len()
+        ))
+    })?;
+    // SAFETY: the caller's out-parameter.
+    unsafe { put(out, "type_name", c_string(&spec.ty.to_string()).into_raw()) }
 }
 
 #[cfg(test)]

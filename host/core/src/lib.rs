@@ -15,6 +15,25 @@
 //! println!("{:?}", outputs["y"]);
 //! # Ok::<(), epx::Error>(())
 //! ```
+//!
+//! Values other than tensors (ONNX's sequences, maps and optionals, as scikit-learn models and
+//! text pipelines use them) are [`Value`]s, in and out:
+//!
+//! ```no_run
+//! use epx::{ElementType, Session, Tensor, Value};
+//! let session = Session::builder()?.commit_from_file("text-classifier.onnx")?;
+//! let text = Tensor::from_strings(&[2], vec![b"a good day".to_vec(), b"rain again".to_vec()])?;
+//! let outputs = session.run([("text", text)])?;
+//! if let Some(Value::Sequence(rows)) = outputs.value("output_probability") {
+//!     for row in rows.items() {
+//!         if let Value::Map(m) = row {
+//!             println!("{:?} -> {:?}", m.keys(), m.values());
+//!         }
+//!     }
+//! }
+//! # let _ = ElementType::Float;
+//! # Ok::<(), epx::Error>(())
+//! ```
 
 pub mod device;
 pub mod discover;

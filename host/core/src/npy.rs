@@ -1188,15 +1188,36 @@ mod tests {
     }
 
     #[test]
+    fn unicode_strings_round_trip_as_numpy_writes_them() {
+        let words = vec!["caf\u{e9}".as_bytes().to_vec(), Vec::new(), b"ab".to_vec()];
+        let bytes = encode_npy_strings(&[3], &words).unwrap();
+        // numpy's unicode arrays: UTF-32LE, as wide as the longest string.
+        assert!(String::from_utf8_lossy(&bytes).contains("'descr': '<U4'"));
+        let back = parse_npy(&bytes).unwrap();
+        assert_eq!(
+            (back.elem_type, back.shape, back.strings),
+            (ElementType::String, vec![3], words)
+        );
+        assert!(
+            encode_npy_strings(&[1], &[vec![0xff]]).is_err(),
+            "not UTF-8"
+        );
+    }
+
+    #[test]
     fn unsupported_dtypes_are_named() {
-        for (bytes, descr) in [(S10, "|S10"), (OBJECT, "|O")] {
-            let e = parse_npy(bytes).unwrap_err();
-            assert!(
-                matches!(&e, NpyError::UnsupportedDtype { descr: d, .. } if d == descr),
-                "{e}"
-            );
-            assert!(e.to_string().contains(descr), "{e}");
-        }
+        // Byte strings are read (numpy's `np.array([b"ab"])` saves `|S2`; this file says S10).
+        let s = parse_npy(S10).unwrap();
+        assert_eq!(
+            (s.elem_type, s.strings),
+            (ElementType::String, vec![b"ab".to_vec()])
+        );
+        let e = parse_npy(OBJECT).unwrap_err();
+        assert!(
+            matches!(&e, NpyError::UnsupportedDtype { descr: d, .. } if d == "|O"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("|O"), "{e}");
         let e = parse_npy(STRUCTURED).unwrap_err();
         assert!(matches!(e, NpyError::UnsupportedDtype { .. }), "{e}");
         assert!(e.to_string().contains("structured"), "{e}");
@@ -1356,7 +1377,7 @@ mod tests {
                 "{header:?} gave {e}"
             );
         }
-        let bad_descrs = ["", "<", "<f3", "<i16", "<x4", ">M8", "|f4", "<U5", "<f4x"];
+        let bad_descrs = ["", "<", "<f3", "<i16", "<x4", ">M8", "|f4", "<U", "<f4x"];
         for descr in bad_descrs {
             let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (2,)}}");
             let e = parse_npy(&with_header(&header, &[0; 8])).unwrap_err();

@@ -106,7 +106,7 @@ impl Map {
     }
 
     /// The checks of [`Map::new`].
-    pub(crate) fn check(keys: &Tensor, values: &Tensor) -> Result<()> {
+    pub fn check(keys: &Tensor, values: &Tensor) -> Result<()> {
         if !matches!(keys.elem_type(), ElementType::Int64 | ElementType::String) {
             return Err(Error::InvalidInput(format!(
                 "map keys must be int64 or string, got {}",

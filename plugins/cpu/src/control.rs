@@ -62,12 +62,10 @@ pub(crate) fn build(
             })
         }
         "Scan" => {
-            if def.opset < 9 {
-                return Err(Error::not_implemented(format!(
-                    "Scan `{}`: opset {} (with sequence_lens and a batch axis) is not supported; opset 9 and later are",
-                    def.name, def.opset
-                )));
-            }
+            // Opset 8 puts an optional sequence_lens first and a batch axis before the
+            // sequence axis of every input and output.
+            let batched = def.opset < 9;
+            let explicit = if batched { explicit - 1 } else { explicit };
             let scan_inputs = def
                 .attr_int("num_scan_inputs")
                 .map_err(|e| Error::invalid_graph(e.0))?
@@ -98,17 +96,41 @@ pub(crate) fn build(
             };
             let states = explicit - scan_inputs;
             let scan_outputs = def.num_outputs.saturating_sub(states);
-            Box::new(Scan {
+            let scan = Scan {
                 label: def.name.clone(),
                 body: body("body")?,
                 states,
                 scan_inputs,
                 explicit,
-                input_axes: ints("scan_input_axes", scan_inputs)?,
-                input_reverse: ints("scan_input_directions", scan_inputs)?,
-                output_axes: ints("scan_output_axes", scan_outputs)?,
-                output_reverse: ints("scan_output_directions", scan_outputs)?,
-            })
+                input_axes: if batched {
+                    vec![0; scan_inputs]
+                } else {
+                    ints("scan_input_axes", scan_inputs)?
+                },
+                input_reverse: ints(
+                    if batched {
+                        "directions"
+                    } else {
+                        "scan_input_directions"
+                    },
+                    scan_inputs,
+                )?,
+                output_axes: if batched {
+                    vec![0; scan_outputs]
+                } else {
+                    ints("scan_output_axes", scan_outputs)?
+                },
+                output_reverse: if batched {
+                    vec![0; scan_outputs]
+                } else {
+                    ints("scan_output_directions", scan_outputs)?
+                },
+            };
+            if batched {
+                Box::new(BatchedScan(scan))
+            } else {
+                Box::new(scan)
+            }
         }
         "SequenceMap" => Box::new(SequenceMap {
             label: def.name.clone(),
@@ -354,6 +376,115 @@ struct Scan {
     input_reverse: Vec<i64>,
     output_axes: Vec<i64>,
     output_reverse: Vec<i64>,
+}
+
+/// Scan of opset 8: input 0 is the optional `sequence_lens` (one length per batch entry), and
+/// every state and scan input and output has a leading batch axis. Each batch entry runs as an
+/// opset-9 scan over its first `sequence_lens[b]` steps; scan outputs are zero past its length.
+struct BatchedScan(Scan);
+
+/// `t` narrowed to `0..len` along `axis`.
+fn prefix(t: &Tensor, axis: usize, len: usize) -> OpResult<Tensor> {
+    crate::dispatch_any!(
+        t.view(),
+        |v| Ok(Tensor::from(
+            v.slice_axis(Axis(axis), ndarray::Slice::from(0..len))
+                .to_owned()
+        )),
+        "Scan"
+    )
+}
+
+/// `t` padded with zeros to `len` along `axis`.
+fn pad_to(t: Tensor, axis: usize, len: usize) -> OpResult<Tensor> {
+    let have = t.shape().get(axis).copied().unwrap_or(0);
+    if have >= len {
+        return Ok(t);
+    }
+    let mut shape = t.shape().to_vec();
+    shape[axis] = len - have;
+    crate::dispatch_any!(
+        t.view(),
+        |v| {
+            let zeros = ndarray::ArrayD::from_elem(ndarray::IxDyn(&shape), Default::default());
+            ndarray::concatenate(Axis(axis), &[v.view(), zeros.view()])
+                .map(Tensor::from)
+                .map_err(|e| OpError(format!("Scan: {e}")))
+        },
+        "Scan"
+    )
+}
+
+impl OpKernel for BatchedScan {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let scan = &self.0;
+        let err = |m: String| OpError(format!("Scan `{}`: {m}", scan.label));
+        let explicit: Vec<&TensorRef<'_>> = (1..=scan.explicit)
+            .map(|i| {
+                inputs
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| err(format!("input {i} is missing")))
+            })
+            .collect::<OpResult<_>>()?;
+        let batch = explicit
+            .first()
+            .and_then(|t| t.shape().first().copied())
+            .ok_or_else(|| err("inputs need a batch axis".into()))?;
+        if explicit.iter().any(|t| t.shape().first() != Some(&batch)) {
+            return Err(err("inputs have different batch sizes".into()));
+        }
+        let max_len = explicit[scan.states..]
+            .first()
+            .and_then(|t| t.shape().get(1).copied())
+            .unwrap_or(0);
+        let lens: Vec<usize> = match inputs.first().and_then(Option::as_ref) {
+            None => vec![max_len; batch],
+            Some(l) => l
+                .to_i64_vec("Scan sequence_lens")?
+                .into_iter()
+                .map(|n| {
+                    usize::try_from(n)
+                        .ok()
+                        .filter(|&n| n <= max_len)
+                        .ok_or_else(|| err(format!("sequence length {n} is outside 0..={max_len}")))
+                })
+                .collect::<OpResult<_>>()?,
+        };
+        if lens.len() != batch {
+            return Err(err(format!(
+                "{} sequence_lens for a batch of {batch}",
+                lens.len()
+            )));
+        }
+        let outer = inputs.get(1 + scan.explicit..).unwrap_or(&[]);
+        let mut per_output: Vec<Vec<Tensor>> = Vec::new();
+        for (b, &len) in lens.iter().enumerate() {
+            let mut owned = Vec::with_capacity(explicit.len());
+            for (i, t) in explicit.iter().enumerate() {
+                let entry = slice(t, 0, b)?;
+                owned.push(if i >= scan.states {
+                    prefix(&entry, 0, len)?
+                } else {
+                    entry
+                });
+            }
+            let mut args: Vec<Option<TensorRef<'_>>> =
+                owned.iter().map(|t| Some(t.view())).collect();
+            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            let outs = scan.run(&args)?;
+            per_output.resize_with(outs.len(), Vec::new);
+            for (k, t) in outs.into_iter().enumerate() {
+                let t = if k >= scan.states {
+                    pad_to(t, 0, max_len)?
+                } else {
+                    t
+                };
+                per_output[k].push(t);
+            }
+        }
+        per_output.iter().map(|items| stack(items, 0)).collect()
+    }
 }
 
 impl OpKernel for Scan {

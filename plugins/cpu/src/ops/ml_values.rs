@@ -164,6 +164,19 @@ fn build_cast_map(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         };
         let width = picks.len();
         let values = gather("CastMap", &m.values, &picks, &[1, width])?;
+        if to == ElementType::String && values.elem_type() != ElementType::String {
+            // As ONNX Runtime writes them (C++'s std::to_string): six decimals for floats.
+            let text: Vec<String> = match &values {
+                Tensor::F32(a) => a.iter().map(|x| format!("{x:.6}")).collect(),
+                t => t
+                    .view()
+                    .to_f64_vec()
+                    .iter()
+                    .map(|x| format!("{x:.6}"))
+                    .collect(),
+            };
+            return one(Tensor::strings(&[1, width], text));
+        }
         one(values.view().cast(to))
     }))
 }

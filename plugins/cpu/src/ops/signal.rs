@@ -21,6 +21,80 @@ pub fn register(reg: &mut Registry) {
     add(reg, "BlackmanWindow", 17, |n| {
         build_window(n, Window::Blackman)
     });
+    add(reg, "MelWeightMatrix", 17, build_mel_weight_matrix);
+}
+
+/// The first float of a scalar input.
+fn scalar_f64(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<f64> {
+    match float_values(op, what, t)?.as_slice() {
+        [v] => Ok(*v),
+        _ => bail!("{op}: {what} must be a scalar, got shape {:?}", t.shape()),
+    }
+}
+
+/// Triangular filters evenly spaced on the mel scale (`mel = 2595 log10(1 + f / 700)`), as
+/// ONNX defines them: `num_mel_bins + 2` edges from the lower to the upper frequency, each
+/// mapped to the spectrogram bin `floor((dft_length + 1) * f / sample_rate)`; output
+/// `[dft_length / 2 + 1, num_mel_bins]`.
+fn build_mel_weight_matrix(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    const OP: &str = "MelWeightMatrix";
+    let code = n.attr_int_or("output_datatype", 1)?;
+    let ty = i32::try_from(code)
+        .ok()
+        .and_then(ElementType::from_onnx)
+        .filter(|t| *t != ElementType::Undefined && *t != ElementType::String)
+        .ok_or_else(|| n.error(format_args!("unsupported output_datatype {code}")))?;
+    Ok(kernel(move |inputs: &[Option<TensorRef<'_>>]| {
+        let count = |i: usize, what: &str| -> OpResult<usize> {
+            let v = scalar_i64(OP, what, input(OP, inputs, i)?)?;
+            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
+                crate::kernel::OpError(format!("{OP}: {what} must be positive, got {v}"))
+            })
+        };
+        let mels = count(0, "num_mel_bins")?;
+        let dft = count(1, "dft_length")?;
+        let rate = count(2, "sample_rate")? as f64;
+        let lo = scalar_f64(OP, "lower_edge_hertz", input(OP, inputs, 3)?)?;
+        let hi = scalar_f64(OP, "upper_edge_hertz", input(OP, inputs, 4)?)?;
+        if !(0.0..=hi).contains(&lo) || hi > rate / 2.0 + f64::EPSILON * rate {
+            bail!(
+                "{OP}: need 0 <= lower_edge_hertz ({lo}) <= upper_edge_hertz ({hi}) <= sample_rate / 2 ({})",
+                rate / 2.0
+            );
+        }
+        let bins = dft / 2 + 1;
+        let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
+        let (mlo, mhi) = (mel(lo), mel(hi));
+        let step = (mhi - mlo) / (mels + 2) as f64;
+        let edges: Vec<usize> = (0..mels + 2)
+            .map(|i| {
+                let hz = 700.0 * (10f64.powf((i as f64 * step + mlo) / 2595.0) - 1.0);
+                (((dft + 1) as f64 * hz) / rate).floor().max(0.0) as usize
+            })
+            .collect();
+        if edges.iter().any(|&e| e >= bins) {
+            bail!("{OP}: a filter edge falls past the {bins} spectrogram bins");
+        }
+        let mut out = crate::tensor::zeros_checked::<f64>(
+            bins.checked_mul(mels)
+                .ok_or_else(|| crate::kernel::OpError(format!("{OP}: too large")))?,
+            OP,
+        )?;
+        for m in 0..mels {
+            let (left, center, right) = (edges[m], edges[m + 1], edges[m + 2]);
+            if center == left {
+                out[center * mels + m] = 1.0;
+            } else {
+                for j in left..=center {
+                    out[j * mels + m] = (j - left) as f64 / (center - left) as f64;
+                }
+            }
+            for j in center..right {
+                out[j * mels + m] = (right - j) as f64 / (right - center) as f64;
+            }
+        }
+        one(tensor_from_f64(ty, &[bins, mels], out))
+    }))
 }
 
 /// The DFT of `x` (complex, as (re, im) pairs) with `n` output bins (`x` is zero-padded or

@@ -345,6 +345,38 @@ def dynamic_mlp():
     os.remove(quantized)
 
 
+def dynamic_lstm():
+    """A bidirectional LSTM quantized by quantize_dynamic: ONNX Runtime's DynamicQuantizeLSTM
+    (int8 weights, per-tensor scales; activations quantized to uint8 as it runs). Batch 1: with
+    more rows, ONNX Runtime quantizes each thread's share of the batch on its own."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(SEED + 7)
+    hidden, inp, seq = 8, 6, 5
+
+    def w(name, *shape, scale=0.4):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"],
+                            hidden_size=hidden, direction="bidirectional")
+    graph = helper.make_graph(
+        [node],
+        "dynamic_lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 1, inp])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [w("W", 2, 4 * hidden, inp), w("R", 2, 4 * hidden, hidden), w("B", 2, 8 * hidden, scale=0.1)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = os.path.join(HERE, "dynamic_lstm.src.onnx")
+    quantized = os.path.join(HERE, "dynamic_lstm.q.onnx")
+    onnx.save(model, src)
+    quantize_dynamic(src, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM"])
+    optimize(quantized, "ort-dynamic-quantize-lstm",
+             {"x": rng.normal(0, 1, (seq, 1, inp)).astype(np.float32)})
+    os.remove(src)
+    os.remove(quantized)
+
+
 def matmul_nbits():
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -527,6 +559,7 @@ def main():
     rounding()
     qoperator_cnn()
     dynamic_mlp()
+    dynamic_lstm()
     matmul_nbits()
     contrib_transformer()
     gqa()

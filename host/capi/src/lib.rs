@@ -1161,6 +1161,11 @@ pub unsafe extern "C" fn epx_outputs_free(outputs: *mut EpxOutputs) {
 /// [`epx_value_free`]; values read from a run's outputs belong to the outputs.
 pub struct EpxHostValue {
     node: HostNode,
+    /// A tensor's extents as `int64`, made when first asked for (they live as long as the value).
+    dims: std::sync::OnceLock<Vec<i64>>,
+    /// Made by an `epx_value_new_*` function and not yet handed to another: the caller may
+    /// pass it on or free it. Values inside others and values of outputs are not the caller's.
+    caller_owns: bool,
 }
 
 enum HostNode {
@@ -1173,6 +1178,8 @@ enum HostNode {
 impl EpxHostValue {
     fn of(v: Value) -> Res<EpxHostValue> {
         Ok(EpxHostValue {
+            dims: std::sync::OnceLock::new(),
+            caller_owns: false,
             node: match v {
                 Value::Host(t) => HostNode::Tensor(t),
                 Value::Device(t) => HostNode::Tensor(t.to_host()?),
@@ -1190,9 +1197,13 @@ impl EpxHostValue {
                     let (k, v) = m.into_parts();
                     HostNode::Map(
                         Box::new(EpxHostValue {
+                            dims: std::sync::OnceLock::new(),
+                            caller_owns: false,
                             node: HostNode::Tensor(k),
                         }),
                         Box::new(EpxHostValue {
+                            dims: std::sync::OnceLock::new(),
+                            caller_owns: false,
                             node: HostNode::Tensor(v),
                         }),
                     )
@@ -1241,7 +1252,8 @@ impl EpxHostValue {
     }
 }
 
-fn give_value(v: EpxHostValue, out: *mut *mut EpxHostValue) -> Res<()> {
+fn give_value(mut v: EpxHostValue, out: *mut *mut EpxHostValue) -> Res<()> {
+    v.caller_owns = true;
     // SAFETY: the caller's out-parameter (checked for NULL by `put`).
     unsafe { put(out, "out", Box::into_raw(Box::new(v))) }
 }
@@ -1251,11 +1263,35 @@ fn give_value(v: EpxHostValue, out: *mut *mut EpxHostValue) -> Res<()> {
 ///
 /// # Safety
 /// Each pointer is NULL or a live value the caller owns and stops using.
-unsafe fn take_values(ptrs: &[*mut EpxHostValue]) -> Vec<Option<EpxHostValue>> {
-    ptrs.iter()
-        // SAFETY: the caller's contract.
-        .map(|&p| (!p.is_null()).then(|| *unsafe { Box::from_raw(p) }))
-        .collect()
+unsafe fn take_values(ptrs: &[*mut EpxHostValue]) -> Res<Vec<EpxHostValue>> {
+    let mut seen = std::collections::HashSet::with_capacity(ptrs.len());
+    let mut taken = Vec::with_capacity(ptrs.len());
+    let mut problem = None;
+    for (i, &p) in ptrs.iter().enumerate() {
+        if p.is_null() {
+            problem.get_or_insert_with(|| invalid(format!("value {i} is NULL")));
+        } else if !seen.insert(p) {
+            // Taken once already: freeing it again would be a double free.
+            problem.get_or_insert_with(|| invalid(format!("value {i} is given twice")));
+        // SAFETY: the caller's contract: a live value.
+        } else if !unsafe { &*p }.caller_owns {
+            problem.get_or_insert_with(|| {
+                invalid(format!(
+                    "value {i} belongs to another value or to a run's outputs; only values \
+                     made with epx_value_new_* can be handed over"
+                ))
+            });
+        } else {
+            // SAFETY: the caller's contract: a value it owns, seen here for the first time.
+            let mut v = *unsafe { Box::from_raw(p) };
+            v.caller_owns = false;
+            taken.push(v);
+        }
+    }
+    match problem {
+        Some(e) => Err(e),
+        None => Ok(taken),
+    }
 }
 
 /// A new tensor value: a copy of `tensor`'s data (numeric and bool types; `name` is ignored).
@@ -1274,6 +1310,8 @@ pub unsafe extern "C" fn epx_value_new_tensor(
         let t = unsafe { tensor_from_ref(r, "tensor") }?;
         give_value(
             EpxHostValue {
+                dims: std::sync::OnceLock::new(),
+                caller_owns: false,
                 node: HostNode::Tensor(t),
             },
             out,
@@ -1315,6 +1353,8 @@ pub unsafe extern "C" fn epx_value_new_strings(
         }
         give_value(
             EpxHostValue {
+                dims: std::sync::OnceLock::new(),
+                caller_owns: false,
                 node: HostNode::Tensor(Tensor::from_strings(&shape, v)?),
             },
             out,
@@ -1339,24 +1379,16 @@ pub unsafe extern "C" fn epx_value_new_sequence(
         // SAFETY: the caller's contract.
         let ptrs = unsafe { slice(items, n_items, "items") }?;
         // SAFETY: as above.
-        let taken = unsafe { take_values(ptrs) };
-        let items: Vec<EpxHostValue> = taken
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| v.ok_or_else(|| invalid(format!("items[{i}] is NULL"))))
-            .collect::<Res<_>>()?;
+        let items = unsafe { take_values(ptrs) }?;
         let elem = match elem_type {
             0 => None,
             code => Some(element_type(code, "elem_type")?),
         };
-        // The same checks as a session's sequences.
-        Sequence::new(
-            elem,
-            items
-                .iter()
-                .map(EpxHostValue::to_value)
-                .collect::<Res<_>>()?,
-        )?;
+        if let Some(first) = items.first() {
+            if items.iter().any(|v| v.kind() != first.kind()) {
+                return Err(invalid("sequence items must all be of one kind"));
+            }
+        }
         if let Some(want) = elem {
             if let Some(bad) = items
                 .iter()
@@ -1371,6 +1403,8 @@ pub unsafe extern "C" fn epx_value_new_sequence(
         }
         give_value(
             EpxHostValue {
+                dims: std::sync::OnceLock::new(),
+                caller_owns: false,
                 node: HostNode::Sequence(elem, items),
             },
             out,
@@ -1391,18 +1425,15 @@ pub unsafe extern "C" fn epx_value_new_map(
 ) -> *mut EpxError {
     guard("epx_value_new_map", || {
         // SAFETY: the caller's contract.
-        let mut taken = unsafe { take_values(&[keys, values]) }.into_iter();
-        let k = taken
-            .next()
-            .flatten()
-            .ok_or_else(|| invalid("`keys` is NULL"))?;
-        let v = taken
-            .next()
-            .flatten()
-            .ok_or_else(|| invalid("`values` is NULL"))?;
+        let mut taken = unsafe { take_values(&[keys, values]) }?.into_iter();
+        let (Some(k), Some(v)) = (taken.next(), taken.next()) else {
+            return Err(invalid("a map needs keys and values"));
+        };
         Map::check(k.tensor()?, v.tensor()?)?;
         give_value(
             EpxHostValue {
+                dims: std::sync::OnceLock::new(),
+                caller_owns: false,
                 node: HostNode::Map(Box::new(k), Box::new(v)),
             },
             out,
@@ -1421,9 +1452,16 @@ pub unsafe extern "C" fn epx_value_new_optional(
 ) -> *mut EpxError {
     guard("epx_value_new_optional", || {
         // SAFETY: the caller's contract.
-        let inner = unsafe { take_values(&[value]) }.pop().flatten();
+        let inner = if value.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { take_values(&[value]) }?.pop()
+        };
         give_value(
             EpxHostValue {
+                dims: std::sync::OnceLock::new(),
+                caller_owns: false,
                 node: HostNode::Optional(inner.map(Box::new)),
             },
             out,
@@ -1439,8 +1477,14 @@ pub unsafe extern "C" fn epx_value_new_optional(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_value_free(value: *mut EpxHostValue) {
     if !value.is_null() {
-        // SAFETY: the caller's contract.
-        guard_value((), || drop(unsafe { Box::from_raw(value) }));
+        guard_value((), || {
+            // SAFETY: the caller's contract: a live value. One it does not own (inside another
+            // value, or an output's) is left alone rather than freed under its owner.
+            if unsafe { &*value }.caller_owns {
+                // SAFETY: made by `give_value`, owned by the caller, freed once.
+                drop(unsafe { Box::from_raw(value) });
+            }
+        });
     }
 }
 
@@ -1469,9 +1513,10 @@ pub unsafe extern "C" fn epx_value_tensor(
 ) -> *mut EpxError {
     guard("epx_value_tensor", || {
         // SAFETY: the caller's contract.
-        let t = unsafe { object(value, "value") }?.tensor()?;
+        let v = unsafe { object(value, "value") }?;
+        let t = v.tensor()?;
         let bytes = t.bytes();
-        let shape = value_shape(value)?;
+        let shape = value_shape(v)?;
         // SAFETY: as above.
         unsafe {
             put(
@@ -1494,20 +1539,11 @@ pub unsafe extern "C" fn epx_value_tensor(
     })
 }
 
-/// The shape of a tensor value as `i64`s, kept in a per-value cache so the pointer handed out
-/// lives as long as the value.
-fn value_shape<'a>(value: *const EpxHostValue) -> Res<&'a [i64]> {
-    // SAFETY: the caller's contract (the public functions pass theirs on).
-    let v = unsafe { object(value, "value") }?;
+/// A tensor value's extents as `int64`, kept in the value.
+fn value_shape(v: &EpxHostValue) -> Res<&[i64]> {
     let t = v.tensor()?;
-    // `Tensor` keeps its shape as usize; on 64-bit targets it has the layout of i64 extents.
-    const _: () = assert!(std::mem::size_of::<usize>() == std::mem::size_of::<i64>());
-    if t.shape().iter().any(|&d| i64::try_from(d).is_err()) {
-        return Err(invalid("an extent does not fit in int64"));
-    }
-    // SAFETY: usize and i64 have one size and alignment (asserted), every extent fits (checked),
-    // and the slice borrows the tensor, which lives as long as the value.
-    Ok(unsafe { std::slice::from_raw_parts(t.shape().as_ptr().cast::<i64>(), t.shape().len()) })
+    Ok(v.dims
+        .get_or_init(|| t.shape().iter().map(|&d| d as i64).collect()))
 }
 
 /// Element `index` (C order) of a string tensor value: `*data` and `*len` receive its bytes

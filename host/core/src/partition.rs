@@ -131,6 +131,19 @@ fn readable_by(g: &Graph, n: NodeId, minor: u32) -> bool {
     if minor < values_minor && NON_TENSOR_OPS.contains(&node.op_type.as_str()) {
         return false;
     }
+    // A control-flow node is readable only when its bodies are: the plugin runs them.
+    let bodies_readable = node.attributes.iter().all(|a| match &a.value {
+        crate::ir::AttributeValue::Graph(body) => {
+            (0..body.nodes.len()).all(|b| readable_by(body, b, minor))
+        }
+        crate::ir::AttributeValue::Graphs(bodies) => bodies
+            .iter()
+            .all(|body| (0..body.nodes.len()).all(|b| readable_by(body, b, minor))),
+        _ => true,
+    });
+    if !bodies_readable {
+        return false;
+    }
     node.all_inputs()
         .chain(node.outputs.iter().flatten().copied())
         .all(|v| {

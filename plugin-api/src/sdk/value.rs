@@ -53,13 +53,32 @@ impl<'a> StringTensorView<'a> {
             unsafe { std::slice::from_raw_parts(t.shape, ndim) }
         };
         let count = element_count(shape)?;
+        if !t.strides.is_null() {
+            // SAFETY: DLTensor contract: a non-NULL `strides` holds `ndim` entries.
+            let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+            let mut expect: i64 = 1;
+            for (s, d) in strides.iter().zip(shape).rev() {
+                if *d != 1 && *s != expect {
+                    return Err(Error::not_implemented(
+                        "strided (non-compact) string tensors are not supported",
+                    ));
+                }
+                expect = expect.saturating_mul(*d);
+            }
+        }
+        let offset = usize::try_from(t.byte_offset)
+            .ok()
+            .filter(|o| o % std::mem::size_of::<EpxStr>() == 0)
+            .ok_or_else(|| Error::invalid_argument("byte_offset is not a whole EpxStr"))?;
         let strings: &[EpxStr] = if count == 0 {
             &[]
         } else if t.data.is_null() {
             return Err(Error::invalid_argument("tensor data is NULL"));
         } else {
-            // SAFETY: the string form: data points at `count` EpxStr living for 'a.
-            unsafe { std::slice::from_raw_parts(t.data.cast::<EpxStr>(), count) }
+            // SAFETY: the string form: data + byte_offset points at `count` EpxStr living for 'a.
+            unsafe {
+                std::slice::from_raw_parts(t.data.cast::<u8>().add(offset).cast::<EpxStr>(), count)
+            }
         };
         Ok(StringTensorView { shape, strings })
     }
@@ -268,6 +287,15 @@ fn make<'h>(api: &'h EpxHostApi, value: &OwnedValue) -> Result<Made<'h>> {
             let dtype = elem_type.to_dlpack().ok_or_else(|| {
                 Error::not_implemented(format!("{elem_type} tensors have no DLPack form"))
             })?;
+            // The host reads as many bytes as the shape needs: they must be there.
+            let need = element_count(shape)?;
+            if elem_type.storage_bytes(need) != Some(data.len()) {
+                return Err(Error::invalid_argument(format!(
+                    "a {elem_type} tensor of shape {shape:?} needs {:?} bytes, the value holds {}",
+                    elem_type.storage_bytes(need),
+                    data.len()
+                )));
+            }
             let f = value_fn!(api, value_new_tensor)?;
             // SAFETY: arguments point at locals alive for the call; values passed over are ours.
             unsafe {
@@ -281,6 +309,13 @@ fn make<'h>(api: &'h EpxHostApi, value: &OwnedValue) -> Result<Made<'h>> {
             }?;
         }
         OwnedValue::Strings { shape, strings } => {
+            let need = element_count(shape)?;
+            if need != strings.len() {
+                return Err(Error::invalid_argument(format!(
+                    "a string tensor of shape {shape:?} needs {need} strings, the value holds {}",
+                    strings.len()
+                )));
+            }
             let f = value_fn!(api, value_new_tensor)?;
             let strs: Vec<EpxStr> = strings.iter().map(|s| EpxStr::from_bytes(s)).collect();
             // SAFETY: arguments point at locals alive for the call; values passed over are ours.

@@ -455,10 +455,21 @@ unsafe extern "C" fn graph_value(
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.values, value as usize, "value")?;
         let (v, a) = (&g.graph.values[i], &g.values[i]);
+        // A reader without `kind` (ABI < 1.3) would take a sequence's element type for a
+        // tensor's: it sees "not known" instead.
+        let sees_kind = !out.is_null()
+            // SAFETY: plugin contract: `out` starts with its struct_size.
+            && unsafe { (*out).struct_size } >= epx_plugin_api::epx_field_end!(EpxValueInfo, kind);
+        let non_tensor =
+            a.kind != EpxValueKind::Tensor as u32 && a.kind != EpxValueKind::Unknown as u32;
         let info = EpxValueInfo {
             struct_size: std::mem::size_of::<EpxValueInfo>(),
             name: EpxStr::new(&v.name),
-            elem_type: a.elem_type,
+            elem_type: if non_tensor && !sees_kind {
+                0
+            } else {
+                a.elem_type
+            },
             rank: a.rank,
             dims: a.dims.as_ptr(),
             flags: a.flags,
@@ -682,6 +693,15 @@ impl ValueHandle {
                 owned: Some(t),
             },
         }))
+    }
+
+    /// The handle as part of another value: the plugin may still read it (through the value
+    /// holding it) but no longer hand it over or release it.
+    fn into_part(self) -> ValueHandle {
+        ValueHandle {
+            made_by_plugin: false,
+            node: self.node,
+        }
     }
 
     fn kind(&self) -> EpxValueKind {
@@ -1159,7 +1179,15 @@ unsafe extern "C" fn value_new_tensor(
         let bad = |e: crate::error::Error| SdkError::invalid_argument(e.to_string());
         let tensor = if epx_plugin_api::sdk::is_string_dtype(dtype) {
             let strings = if count == 0 || data.is_null() {
-                vec![Vec::new(); count]
+                let mut v = Vec::new();
+                v.try_reserve_exact(count).map_err(|_| {
+                    SdkError::new(
+                        EpxStatusCode::OutOfMemory,
+                        format!("{count} strings do not fit in memory"),
+                    )
+                })?;
+                v.resize(count, Vec::new());
+                v
             } else {
                 // SAFETY: plugin contract: `data` points at `count` EpxStr, each valid.
                 unsafe {
@@ -1213,13 +1241,21 @@ unsafe extern "C" fn value_new_sequence(
             // SAFETY: plugin contract: `items` holds `num_items` values.
             unsafe { std::slice::from_raw_parts(items, num_items) }
         };
-        // Every item is taken over, also when one of them is refused.
+        // Every item is taken over, also when one of them is refused; one given twice is taken
+        // once (freeing it twice would corrupt the heap).
         let mut taken = Vec::with_capacity(raw.len());
         let mut refused = None;
+        let mut seen = std::collections::HashSet::with_capacity(raw.len());
         for &v in raw {
+            if !seen.insert(v) {
+                refused = refused.or(Some(SdkError::invalid_argument(
+                    "a value is given twice in one sequence",
+                )));
+                continue;
+            }
             // SAFETY: plugin contract: each is a value it made and hands over.
             match unsafe { take_handle(v) } {
-                Ok(h) => taken.push(*h),
+                Ok(h) => taken.push((*h).into_part()),
                 Err(e) => refused = refused.or(Some(e)),
             }
         }
@@ -1266,9 +1302,16 @@ unsafe extern "C" fn value_new_map(
     out: *mut *mut EpxValue,
 ) -> *mut EpxStatus {
     guard("value_new_map", || {
+        if keys == values {
+            // SAFETY: plugin contract: a value it made and hands over (taken once).
+            drop(unsafe { take_handle(keys) });
+            return Err(SdkError::invalid_argument(
+                "a map's keys and values must be two values",
+            ));
+        }
         // SAFETY: plugin contract: both are values it made and hands over.
         let (k, v) = unsafe { (take_handle(keys), take_handle(values)) };
-        let (k, v) = (k?, v?);
+        let (k, v) = (Box::new((*k?).into_part()), Box::new((*v?).into_part()));
         // Checked here, where the plugin can be told, rather than at the output.
         fn tensor(h: &ValueHandle) -> Result<&Tensor, SdkError> {
             match &h.node {
@@ -1299,7 +1342,7 @@ unsafe extern "C" fn value_new_optional(
             None
         } else {
             // SAFETY: plugin contract: a value it made and hands over.
-            Some(unsafe { take_handle(value) }?)
+            Some(Box::new((*unsafe { take_handle(value) }?).into_part()))
         };
         give(
             Box::new(ValueHandle {
@@ -1322,4 +1365,77 @@ unsafe extern "C" fn value_release(value: *mut EpxValue) {
             Err(e) => tracing::warn!(target: "epx::plugin", "value_release: {e}"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new int64 tensor value `[v]`, owned by the caller.
+    fn scalar_value(v: i64) -> *mut EpxValue {
+        let mut out = std::ptr::null_mut();
+        let shape = [1i64];
+        // SAFETY: shape holds 1 extent and data one i64, both alive for the call.
+        let status = unsafe {
+            value_new_tensor(
+                ElementType::Int64.to_dlpack().unwrap(),
+                1,
+                shape.as_ptr(),
+                (&v as *const i64).cast(),
+                &mut out,
+            )
+        };
+        assert!(status.is_null());
+        out
+    }
+
+    fn failed(status: *mut EpxStatus) -> bool {
+        // SAFETY: a status from a host function.
+        unsafe { epx_plugin_api::sdk::take_status(status) }.is_err()
+    }
+
+    #[test]
+    fn values_handed_over_twice_or_from_inside_another_are_refused_not_freed() {
+        // One value twice in a sequence: refused, taken once.
+        let a = scalar_value(1);
+        let mut seq = std::ptr::null_mut();
+        // SAFETY: two pointers to one live value; the call takes it (once).
+        assert!(failed(unsafe {
+            value_new_sequence(0, [a, a].as_ptr(), 2, &mut seq)
+        }));
+        assert!(seq.is_null());
+
+        // An item read back from a sequence is part of it: releasing or handing it over fails
+        // and leaves it to the sequence, which frees it once.
+        let b = scalar_value(2);
+        // SAFETY: one live value, handed over.
+        assert!(!failed(unsafe {
+            value_new_sequence(0, [b].as_ptr(), 1, &mut seq)
+        }));
+        let mut item: *const EpxValue = std::ptr::null();
+        // SAFETY: a live sequence of one item.
+        assert!(!failed(unsafe { value_sequence_at(seq, 0, &mut item) }));
+        let mut opt = std::ptr::null_mut();
+        // SAFETY: `item` is live (inside `seq`); the call must refuse it.
+        assert!(failed(unsafe {
+            value_new_optional(item.cast_mut(), &mut opt)
+        }));
+        // SAFETY: as above; a no-op with a warning.
+        unsafe { value_release(item.cast_mut()) };
+        // SAFETY: the sequence is the caller's; it still holds its item.
+        assert!(!failed(unsafe { value_sequence_at(seq, 0, &mut item) }));
+        let mut t: *const DLTensor = std::ptr::null();
+        // SAFETY: a live tensor value.
+        assert!(!failed(unsafe { value_tensor(item, &mut t) }));
+        // SAFETY: `t` points at one int64.
+        assert_eq!(unsafe { *(*t).data.cast::<i64>() }, 2);
+        // SAFETY: owned by the caller, released once.
+        unsafe { value_release(seq) };
+
+        // A map of one value as both keys and values: refused.
+        let k = scalar_value(3);
+        let mut map = std::ptr::null_mut();
+        // SAFETY: one live value twice; taken once.
+        assert!(failed(unsafe { value_new_map(k, k, &mut map) }));
+    }
 }

@@ -308,14 +308,7 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             bail!("{op}: x must be float32, got {}", x.elem_type());
         }
         let xv: Vec<f32> = x.to_f64_vec().into_iter().map(|v| v as f32).collect();
-        let max = xv.iter().copied().fold(0.0f32, f32::max);
-        let min = xv.iter().copied().fold(0.0f32, f32::min);
-        let scale = (max - min) / 255.0;
-        let zp = if scale == 0.0 {
-            0.0
-        } else {
-            (-min / scale).round_ties_even().clamp(0.0, 255.0)
-        };
+        let (scale, zp) = dynamic_u8_params(&xv);
         let y: Vec<u8> = xv
             .iter()
             .map(|&v| {
@@ -332,6 +325,35 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             Tensor::scalar(zp as u8),
         ])
     }))
+}
+
+/// DynamicQuantizeLinear's uint8 scale and zero point for `xv`: its range widened to hold 0,
+/// over 255 steps, the zero point rounded half to even.
+pub(crate) fn dynamic_u8_params(xv: &[f32]) -> (f32, f32) {
+    let max = xv.iter().copied().fold(0.0f32, f32::max);
+    let min = xv.iter().copied().fold(0.0f32, f32::min);
+    let scale = (max - min) / 255.0;
+    let zp = if scale == 0.0 {
+        0.0
+    } else {
+        (-min / scale).round_ties_even().clamp(0.0, 255.0)
+    };
+    (scale, zp)
+}
+
+/// `xv` quantized to uint8 from its own range and back (what a product with dynamically
+/// quantized activations sees), in place.
+pub(crate) fn fake_quantize_u8(xv: &mut [f64]) {
+    let f: Vec<f32> = xv.iter().map(|&v| v as f32).collect();
+    let (scale, zp) = dynamic_u8_params(&f);
+    if scale == 0.0 {
+        xv.iter_mut().for_each(|v| *v = 0.0);
+        return;
+    }
+    for (v, x) in xv.iter_mut().zip(f) {
+        let q = ((x / scale).round_ties_even() + zp).clamp(0.0, 255.0);
+        *v = f64::from(q - zp) * f64::from(scale);
+    }
 }
 
 /// `t - zp` as an f64 tensor; `zp` is a scalar or per-`axis` (1-D of `t.shape()[axis]`).

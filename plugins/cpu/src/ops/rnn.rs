@@ -14,6 +14,87 @@ pub fn register(reg: &mut Registry) {
     add(reg, "RNN", 7, |n| build(n, Cell::Rnn));
     add(reg, "GRU", 7, |n| build(n, Cell::Gru));
     add(reg, "LSTM", 7, |n| build(n, Cell::Lstm));
+    super::contrib::add_ms(reg, "DynamicQuantizeLSTM", build_dynamic_quantize_lstm);
+}
+
+/// ONNX Runtime's DynamicQuantizeLSTM: an LSTM whose W (`[dirs, input, 4h]`) and R
+/// (`[dirs, h, 4h]`) are int8 or uint8 with per-direction or per-column scales and zero points
+/// (inputs 8–11), and whose products take X and the hidden state quantized to uint8 from their
+/// own range (X over all its steps, the state at each step, one batch row at a time).
+fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let lstm = Rnn {
+        fake_quant: true,
+        ..build_rnn(n, Cell::Lstm)?
+    };
+    let outputs = n.num_outputs;
+    Ok(kernel(move |inputs| {
+        let op = "DynamicQuantizeLSTM";
+        let (dirs, h, g) = (lstm.dirs, lstm.hidden, 4);
+        let weights = |i: usize, scale_i: usize, what: &str| -> OpResult<Tensor> {
+            let q = input(op, inputs, i)?;
+            let &[d, rows, cols] = q.shape() else {
+                bail!("{op}: {what} must have rank 3, got {:?}", q.shape());
+            };
+            if d != dirs || cols != g * h {
+                bail!(
+                    "{op}: {what} must have shape [{dirs}, ?, {}], got {:?}",
+                    g * h,
+                    q.shape()
+                );
+            }
+            let qv = q.to_i64_vec(&format!("{op}: {what}"))?;
+            let per = |t: Option<&TensorRef<'_>>, name: &str, default: f64| -> OpResult<Vec<f64>> {
+                let v = match t {
+                    None => return Ok(vec![default; dirs * cols]),
+                    Some(t) => t.to_f64_vec(),
+                };
+                match v.len() {
+                    l if l == dirs => Ok(v
+                        .iter()
+                        .flat_map(|&x| std::iter::repeat_n(x, cols))
+                        .collect()),
+                    l if l == dirs * cols => Ok(v),
+                    l => bail!(
+                        "{op}: {name} has {l} values; it needs {dirs} or {}",
+                        dirs * cols
+                    ),
+                }
+            };
+            let scale = per(
+                Some(input(op, inputs, scale_i)?),
+                &format!("{what}_scale"),
+                1.0,
+            )?;
+            let zp = per(
+                opt_input(inputs, scale_i + 1),
+                &format!("{what}_zero_point"),
+                0.0,
+            )?;
+            // Dequantized and transposed to ONNX's [dirs, 4h, rows].
+            let mut out = crate::tensor::zeros_checked::<f32>(dirs * cols * rows, op)?;
+            for dd in 0..dirs {
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let k = dd * cols + c;
+                        let v = (qv[(dd * rows + r) * cols + c] as f64 - zp[k]) * scale[k];
+                        out[(dd * cols + c) * rows + r] = v as f32;
+                    }
+                }
+            }
+            Tensor::from_vec(&[dirs, cols, rows], out)
+        };
+        let w = weights(1, 8, "W")?;
+        let r = weights(2, 10, "R")?;
+        let mut args: Vec<Option<TensorRef<'_>>> = inputs
+            .iter()
+            .take(8)
+            .map(|t| t.as_ref().map(TensorRef::reborrow))
+            .collect();
+        args.resize(8, None);
+        args[1] = Some(w.view());
+        args[2] = Some(r.view());
+        lstm.run(&args, outputs)
+    }))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,9 +236,17 @@ struct Rnn {
     layout: i64,
     linear_before_reset: bool,
     input_forget: bool,
+    /// Products see X and the hidden state quantized to uint8 and back (DynamicQuantizeLSTM).
+    fake_quant: bool,
 }
 
 fn build(n: &NodeDef, cell: Cell) -> OpResult<Box<dyn OpKernel>> {
+    let r = build_rnn(n, cell)?;
+    let outputs = n.num_outputs;
+    Ok(kernel(move |inputs| r.run(inputs, outputs)))
+}
+
+fn build_rnn(n: &NodeDef, cell: Cell) -> OpResult<Rnn> {
     let direction = n.attr_string_or("direction", "forward")?;
     let (dirs, reverse_only) = match direction.as_str() {
         "forward" => (1, false),
@@ -185,9 +274,9 @@ fn build(n: &NodeDef, cell: Cell) -> OpResult<Box<dyn OpKernel>> {
         layout,
         linear_before_reset: n.attr_int_or("linear_before_reset", 0)? != 0,
         input_forget: n.attr_int_or("input_forget", 0)? != 0,
+        fake_quant: false,
     };
-    let outputs = n.num_outputs;
-    Ok(kernel(move |inputs| r.run(inputs, outputs)))
+    Ok(r)
 }
 
 /// `out[r] = sum_k m[r, k] * v[k]` for a row-major `rows x v.len()` matrix `m`.
@@ -309,7 +398,27 @@ impl Rnn {
         } else {
             Vec::new()
         };
-        let xv = float_values(op, "X", x)?;
+        let mut xv = float_values(op, "X", x)?;
+        if self.fake_quant {
+            // X is quantized once over all its steps, one batch row at a time.
+            for bb in 0..batch {
+                let idx: Vec<usize> = (0..seq)
+                    .flat_map(|t| {
+                        let lo = if self.layout == 0 {
+                            (t * batch + bb) * isz
+                        } else {
+                            (bb * seq + t) * isz
+                        };
+                        lo..lo + isz
+                    })
+                    .collect();
+                let mut row: Vec<f64> = idx.iter().map(|&i| xv[i]).collect();
+                super::quant::fake_quantize_u8(&mut row);
+                for (&i, v) in idx.iter().zip(row) {
+                    xv[i] = v;
+                }
+            }
+        }
         let xat = |t: usize, bb: usize| -> &[f64] {
             let lo = if self.layout == 0 {
                 (t * batch + bb) * isz
@@ -353,7 +462,13 @@ impl Rnn {
                 for step in 0..len {
                     let t = if rev { len - 1 - step } else { step };
                     matvec(wd, xat(t, bb), &mut wx);
-                    matvec(rd, &hs, &mut rh);
+                    if self.fake_quant {
+                        let mut q = hs.clone();
+                        super::quant::fake_quantize_u8(&mut q);
+                        matvec(rd, &q, &mut rh);
+                    } else {
+                        matvec(rd, &hs, &mut rh);
+                    }
                     let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
                     let mut nh = vec![0.0; h];
                     match self.cell {

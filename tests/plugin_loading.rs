@@ -233,21 +233,26 @@ fn relu_float8_model() -> Vec<u8> {
     model.encode_to_vec()
 }
 
-#[test]
-fn a_1_0_plugin_is_not_offered_nodes_with_element_types_newer_than_its_abi() {
-    let dir = dir_with_good_plugin("older-types");
-    let env = env_for(&dir);
-    // relu_only claims every node it is offered; the host offers it only the Relu, because
-    // the Casts touch a float8 value, which a 1.0 plugin cannot read.
-    let s = Session::builder()
+/// A session whose first EP is relu_only (ABI 1.0) claiming every node the host offers it.
+fn claiming_everything(env: &Arc<Environment>, model: &[u8]) -> Session {
+    Session::builder()
         .unwrap()
         .with_environment(env.clone())
         .with_execution_providers([ExecutionProvider::new("relu_only")
             .with_option("claim_all", "true")
             .error_on_failure()])
         .unwrap()
-        .commit_from_memory(&relu_float8_model())
-        .expect("session");
+        .commit_from_memory(model)
+        .expect("session")
+}
+
+#[test]
+fn a_1_0_plugin_is_not_offered_nodes_with_element_types_newer_than_its_abi() {
+    let dir = dir_with_good_plugin("older-types");
+    let env = env_for(&dir);
+    // relu_only claims every node it is offered; the host offers it only the Relu, because
+    // the Casts touch a float8 value, which a 1.0 plugin cannot read.
+    let s = claiming_everything(&env, &relu_float8_model());
     assert_eq!(s.node_placement(), ["relu_only", "cpu", "cpu"]);
     // Every value of relu(x) is exact in float8e4m3fn.
     let want: Vec<f32> = X.iter().map(|x| x.max(0.0)).collect();
@@ -286,15 +291,7 @@ fn a_1_0_plugin_is_not_offered_nodes_that_make_or_read_sequences() {
     let env = env_for(&dir);
     // relu_only (ABI 1.0) claims every node it is offered; the sequence ops are not offered to
     // it, although the model declares no type for the sequence between them.
-    let s = Session::builder()
-        .unwrap()
-        .with_environment(env.clone())
-        .with_execution_providers([ExecutionProvider::new("relu_only")
-            .with_option("claim_all", "true")
-            .error_on_failure()])
-        .unwrap()
-        .commit_from_memory(&relu_sequence_model())
-        .expect("session");
+    let s = claiming_everything(&env, &relu_sequence_model());
     assert_eq!(s.node_placement(), ["relu_only", "cpu", "cpu"]);
     let want: Vec<f32> = X.iter().map(|x| x.max(0.0)).collect();
     assert_close(&run_y(&s), &want, 0.0);

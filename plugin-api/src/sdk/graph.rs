@@ -58,43 +58,8 @@ impl<'a> TensorView<'a> {
                 t.dtype.code, t.dtype.bits, t.dtype.lanes
             ))
         })?;
-        if t.device.device_type != DLDeviceType::Cpu as i32 {
-            return Err(Error::invalid_argument(format!(
-                "tensor lives on device type {}, not in host memory",
-                t.device.device_type
-            )));
-        }
-        let ndim = usize::try_from(t.ndim)
-            .map_err(|_| Error::invalid_argument(format!("negative ndim {}", t.ndim)))?;
-        let shape: &[i64] = if ndim == 0 {
-            &[]
-        } else if t.shape.is_null() {
-            return Err(Error::invalid_argument("tensor shape is NULL"));
-        } else {
-            // SAFETY: DLTensor contract: `shape` points at `ndim` extents living as long as `t`.
-            unsafe { std::slice::from_raw_parts(t.shape, ndim) }
-        };
-        let mut count: usize = 1;
-        for &d in shape {
-            let d = usize::try_from(d)
-                .map_err(|_| Error::invalid_argument(format!("negative extent {d}")))?;
-            count = count
-                .checked_mul(d)
-                .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
-        }
-        if !t.strides.is_null() {
-            // SAFETY: as for shape.
-            let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-            let mut expect: i64 = 1;
-            for (s, d) in strides.iter().zip(shape).rev() {
-                if *d != 1 && *s != expect {
-                    return Err(Error::not_implemented(
-                        "strided (non-compact) tensors are not supported",
-                    ));
-                }
-                expect = expect.saturating_mul(*d);
-            }
-        }
+        // SAFETY: the caller's contract.
+        let (shape, count) = unsafe { host_layout(t) }?;
         let bytes = elem_type
             .storage_bytes(count)
             .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
@@ -124,6 +89,52 @@ impl<'a> TensorView<'a> {
     pub fn dims(&self) -> Vec<usize> {
         self.shape.iter().map(|&d| d as usize).collect()
     }
+}
+
+/// The shape and element count of a compact host-memory `DLTensor` (strides NULL or those of
+/// the compact row-major layout).
+///
+/// # Safety
+/// `t.shape` and `t.strides` point at `t.ndim` entries (or are NULL) living for `'a`.
+pub(crate) unsafe fn host_layout<'a>(t: &DLTensor) -> Result<(&'a [i64], usize)> {
+    if t.device.device_type != DLDeviceType::Cpu as i32 {
+        return Err(Error::invalid_argument(format!(
+            "tensor lives on device type {}, not in host memory",
+            t.device.device_type
+        )));
+    }
+    let ndim = usize::try_from(t.ndim)
+        .map_err(|_| Error::invalid_argument(format!("negative ndim {}", t.ndim)))?;
+    let shape: &[i64] = if ndim == 0 {
+        &[]
+    } else if t.shape.is_null() {
+        return Err(Error::invalid_argument("tensor shape is NULL"));
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(t.shape, ndim) }
+    };
+    let mut count: usize = 1;
+    for &d in shape {
+        let d = usize::try_from(d)
+            .map_err(|_| Error::invalid_argument(format!("negative extent {d}")))?;
+        count = count
+            .checked_mul(d)
+            .ok_or_else(|| Error::invalid_argument("tensor size overflows"))?;
+    }
+    if !t.strides.is_null() {
+        // SAFETY: the caller's contract.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expect: i64 = 1;
+        for (s, d) in strides.iter().zip(shape).rev() {
+            if *d != 1 && *s != expect {
+                return Err(Error::not_implemented(
+                    "strided (non-compact) tensors are not supported",
+                ));
+            }
+            expect = expect.saturating_mul(*d);
+        }
+    }
+    Ok((shape, count))
 }
 
 /// An attribute value, borrowed from the graph.

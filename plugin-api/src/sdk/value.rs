@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use crate::abi::*;
-use crate::dlpack::{DLDataType, DLDeviceType, DLTensor};
+use crate::dlpack::{DLDataType, DLTensor};
 use crate::dtype::ElementType;
 use crate::sdk::graph::TensorView;
 use crate::sdk::status::{Error, Result, take_status};
@@ -37,35 +37,8 @@ impl<'a> StringTensorView<'a> {
         if !is_string_dtype(t.dtype) {
             return Err(Error::invalid_argument("not a string tensor"));
         }
-        if t.device.device_type != DLDeviceType::Cpu as i32 {
-            return Err(Error::invalid_argument(
-                "string tensors live in host memory",
-            ));
-        }
-        let ndim = usize::try_from(t.ndim)
-            .map_err(|_| Error::invalid_argument(format!("negative ndim {}", t.ndim)))?;
-        let shape: &[i64] = if ndim == 0 {
-            &[]
-        } else if t.shape.is_null() {
-            return Err(Error::invalid_argument("tensor shape is NULL"));
-        } else {
-            // SAFETY: DLTensor contract: `shape` points at `ndim` extents living for 'a.
-            unsafe { std::slice::from_raw_parts(t.shape, ndim) }
-        };
-        let count = element_count(shape)?;
-        if !t.strides.is_null() {
-            // SAFETY: DLTensor contract: a non-NULL `strides` holds `ndim` entries.
-            let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-            let mut expect: i64 = 1;
-            for (s, d) in strides.iter().zip(shape).rev() {
-                if *d != 1 && *s != expect {
-                    return Err(Error::not_implemented(
-                        "strided (non-compact) string tensors are not supported",
-                    ));
-                }
-                expect = expect.saturating_mul(*d);
-            }
-        }
+        // SAFETY: the caller's contract.
+        let (shape, count) = unsafe { crate::sdk::graph::host_layout(t) }?;
         let offset = usize::try_from(t.byte_offset)
             .ok()
             .filter(|o| o % std::mem::size_of::<EpxStr>() == 0)

@@ -181,10 +181,17 @@ unsafe fn object<'a, T>(p: *const T, what: &str) -> Res<&'a T> {
 
 // ---- errors and strings ----------------------------------------------------------------------
 
+/// The crate version, NUL-terminated, checked at compile time.
+const VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("the crate version holds a NUL byte"),
+    };
+
 /// The library version as text, e.g. `"0.1.0"`; static, never freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_version() -> *const c_char {
-    c"0.1.0".as_ptr()
+    VERSION.as_ptr()
 }
 
 /// The code of `error` ([`EpxErrorCode::Internal`] for NULL).

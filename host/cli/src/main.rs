@@ -1,6 +1,8 @@
 //! `epx`: the operator's tool. Lists the EPs plugins provide, checks plugins and their
 //! dependencies, and runs models.
 
+#![forbid(unsafe_code)]
+
 mod doctor;
 mod run;
 

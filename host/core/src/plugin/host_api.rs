@@ -16,7 +16,13 @@ use crate::plugin::ProviderInstance;
 use crate::tensor::{ElementType, Tensor};
 use crate::value::{Map, Sequence, Value};
 
-static HOST_VERSION: &std::ffi::CStr = c"0.1.0";
+/// The host crate's version, NUL-terminated, checked at compile time.
+static HOST_VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+) {
+    Ok(v) => v,
+    Err(_) => panic!("the crate version holds a NUL byte"),
+};
 
 /// The table passed to every plugin's entry function; lives for the whole process.
 pub(crate) fn host_api() -> &'static EpxHostApi {

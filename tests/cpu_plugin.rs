@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use epx::npy::NpyArray;
 use epx::{ElementType, Environment, ExecutionProvider, Session, Tensor};
+use epx_io::npy::NpyArray;
 use epx_tests::examples::{
     env_for, f32s, model_path, reference_inputs, reference_npy, run, shipped_plugin,
 };

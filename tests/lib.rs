@@ -279,8 +279,8 @@ pub mod examples {
     use std::path::PathBuf;
     use std::sync::Arc;
 
-    use epx::npy::{NpyArray, read_npy};
     use epx::{Environment, Session, Tensor};
+    use epx_io::npy::{NpyArray, read_npy};
 
     use crate::{TempDir, built_library, repo_root};
 

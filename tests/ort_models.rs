@@ -3,7 +3,8 @@
 //! FusedGemm, FusedMatMul, Gelu, BiasGelu) and its opset-1 LayerNormalization. The CPU EP must
 //! run every node of each and give ONNX Runtime's outputs.
 
-use epx::{ElementType, Session, Value, valuefile};
+use epx::{ElementType, Session, Value};
+use epx_io::valuefile;
 use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
 use std::path::Path;
@@ -207,7 +208,7 @@ fn assert_same_value(what: &str, have: &Value, want: &Value) {
 /// scikit-learn pipelines with string columns, a text pipeline (StringNormalizer, Tokenizer,
 /// TfIdfVectorizer), a map input (DictVectorizer) and the default ZipMap output (a sequence of
 /// maps), with int64 and string class labels: `tests/models/sklearn-values/<model>/`, values in
-/// the form `epx run` reads (`epx::valuefile`).
+/// the form `epx run` reads (`epx_io::valuefile`).
 #[test]
 fn scikit_learn_models_with_strings_sequences_and_maps_match_onnx_runtime() {
     let root = repo_root().join("tests/models/sklearn-values");

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epx::valuefile;
 use epx::{
     ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, Value, ValueSpec,
 };
+use epx_io::valuefile;
 
 #[derive(clap::Args)]
 pub struct RunArgs {

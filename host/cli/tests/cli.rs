@@ -74,10 +74,11 @@ fn run_writes_outputs_that_match_the_reference() {
     assert!(stdout.contains("output y: int64 [2, 5]"), "{stdout}");
     assert!(stdout.contains("latency over 3 runs: min"), "{stdout}");
     for name in ["y", "shape"] {
-        let got = epx::npy::read_npy(&out_dir.join(format!("{name}.npy"))).unwrap();
-        let want =
-            epx::npy::read_npy(&repo().join(format!("examples/models/mlp-int.output.{name}.npy")))
-                .unwrap();
+        let got = epx_io::npy::read_npy(&out_dir.join(format!("{name}.npy"))).unwrap();
+        let want = epx_io::npy::read_npy(
+            &repo().join(format!("examples/models/mlp-int.output.{name}.npy")),
+        )
+        .unwrap();
         assert_eq!(
             (got.elem_type, &got.shape, &got.data),
             (want.elem_type, &want.shape, &want.data),
@@ -156,7 +157,7 @@ fn ml_dtypes_npy_files_go_in_and_come_out() {
     // As np.save(f, np.array([1.0, -2.0, 3.5], ml_dtypes.bfloat16)) writes it: '<V2'.
     let x = dir.0.join("x.npy");
     let bf16 = [0x80, 0x3f, 0x00, 0xc0, 0x60, 0x40];
-    let bytes = epx::npy::encode_npy(epx::ElementType::Bfloat16, &[3], &bf16).unwrap();
+    let bytes = epx_io::npy::encode_npy(epx::ElementType::Bfloat16, &[3], &bf16).unwrap();
     assert!(text(&bytes).contains("'descr': '<V2'"));
     std::fs::write(&x, bytes).unwrap();
     let out_dir = dir.0.join("out");
@@ -171,7 +172,7 @@ fn ml_dtypes_npy_files_go_in_and_come_out() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("input  x: bfloat16 [3]"), "{stdout}");
-    let y = epx::npy::read_npy(&out_dir.join("y.npy")).unwrap();
+    let y = epx_io::npy::read_npy(&out_dir.join("y.npy")).unwrap();
     let floats: Vec<f32> = y
         .data
         .chunks_exact(4)
@@ -453,9 +454,9 @@ fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
     for (a, b) in g.iter().zip(&w) {
         assert!((a - b).abs() < 1e-6, "{got} vs {want}");
     }
-    let label = epx::npy::read_npy(&dir.0.join("output_label.npy")).unwrap();
+    let label = epx_io::npy::read_npy(&dir.0.join("output_label.npy")).unwrap();
     let want =
-        epx::npy::read_npy(&repo().join(format!("{model}/output/output_label.npy"))).unwrap();
+        epx_io::npy::read_npy(&repo().join(format!("{model}/output/output_label.npy"))).unwrap();
     assert_eq!(label.data, want.data);
 
     // A map input is a JSON object; a missing one is named, not made up.

@@ -43,7 +43,6 @@ pub mod error;
 pub mod infer;
 pub mod ir;
 pub mod manifest;
-pub mod npy;
 pub mod onnx;
 pub mod partition;
 pub mod placement;
@@ -53,7 +52,6 @@ pub mod resolve;
 pub mod session;
 pub mod tensor;
 pub mod value;
-pub mod valuefile;
 
 pub use device::DeviceTensor;
 pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};

@@ -11,11 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
-use crate::ir::ValueType;
+use epx::ir::ValueType;
+use epx::{ElementType, Error, Map, Result, Sequence, Tensor, Value};
+
 use crate::npy;
-use crate::tensor::{ElementType, Tensor};
-use crate::value::{Map, Sequence, Value};
 
 /// Most items read from one sequence folder.
 const MAX_ITEMS: usize = 1 << 20;

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use epx_plugin_api::ElementType;
+use epx::ElementType;
 
 /// The first six bytes of every `.npy` file.
 const MAGIC: &[u8; 6] = b"\x93NUMPY";

@@ -398,16 +398,14 @@ fn centered(
     Tensor::from_vec(shape, out)
 }
 
-/// Builds the kernel of another CPU op (MatMul, Conv) for the integer ops to run through.
+/// Builds the kernel of another CPU op (MatMul, Conv) for the integer ops to run through, from
+/// the process-wide registry.
 fn inner_kernel(
     n: &NodeDef,
     op_type: &str,
     opset: i64,
     attrs: &[&str],
 ) -> OpResult<Box<dyn OpKernel>> {
-    let mut reg = Registry::new();
-    super::matmul::register(&mut reg);
-    super::conv::register(&mut reg);
     let mut node = NodeDef::new(op_type, opset).with_io(2, 1);
     node.name.clone_from(&n.name);
     for &a in attrs {
@@ -415,7 +413,9 @@ fn inner_kernel(
             node = node.with_attr(a, v.clone());
         }
     }
-    reg.build(&node).map_err(|e| n.error(e))
+    crate::program::registry()
+        .build(&node)
+        .map_err(|e| n.error(e))
 }
 
 fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usize>, Vec<f64>)> {

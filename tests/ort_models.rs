@@ -138,30 +138,10 @@ fn check_against_onnx_runtime(dir: &Path, model: &str, tolerance: impl Fn(f32) -
     }
 }
 
-/// The value file of `name` in `dir`: `name.npy`, `name.json` or the folder `name`.
+/// The value file of `name` in `dir`, as `epx run --output-dir` names it.
 fn value_file(dir: &Path, name: &str) -> std::path::PathBuf {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let base = dir.join(safe);
-    for p in [base.with_extension("npy"), base.with_extension("json")] {
-        if p.exists() {
-            return p;
-        }
-    }
-    assert!(
-        base.is_dir(),
-        "no value file for `{name}` in {}",
-        dir.display()
-    );
-    base
+    valuefile::find(&dir.join(valuefile::safe_file_name(name)))
+        .unwrap_or_else(|| panic!("no value file for `{name}` in {}", dir.display()))
 }
 
 /// Floats within `1e-5` (relative above 1), everything else exactly; sequences item by item,

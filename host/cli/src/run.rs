@@ -145,7 +145,7 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
             source,
         })?;
         for (name, v) in outputs.values() {
-            let written = valuefile::write_value(&dir.join(safe_file_name(name)), v)?;
+            let written = valuefile::write_value(&dir.join(valuefile::safe_file_name(name)), v)?;
             if written.is_empty() {
                 println!("output {name} is an empty optional: nothing written");
             }
@@ -175,25 +175,6 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Characters other than letters, digits, `.`, `_` and `-` become `_`.
-pub fn safe_file_name(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.chars().all(|c| c == '.') {
-        format!("_{s}")
-    } else {
-        s
-    }
 }
 
 fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Value)>> {
@@ -417,14 +398,6 @@ fn summarize(t: &Tensor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unsafe_characters_are_replaced() {
-        assert_eq!(safe_file_name("out/put:0"), "out_put_0");
-        assert_eq!(safe_file_name("logits.1"), "logits.1");
-        assert_eq!(safe_file_name(".."), "_..");
-        assert_eq!(safe_file_name(""), "_");
-    }
 
     #[test]
     fn ep_specs_parse_options() {

@@ -240,6 +240,41 @@ fn tensor_json_items(t: &Tensor) -> Result<Vec<serde_json::Value>> {
     })
 }
 
+/// A value name as a file name: characters other than letters, digits, `.`, `_` and `-` become
+/// `_`; an empty or all-dots name gets a leading `_`.
+pub fn safe_file_name(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
+/// `base` with `suffix` appended (not replacing an extension: `logits.1` becomes `logits.1.npy`).
+fn suffixed(base: &Path, suffix: &str) -> PathBuf {
+    let mut s = base.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// The file [`write_value`] wrote for `base`: `base.npy`, `base.json` or the folder `base`.
+pub fn find(base: &Path) -> Option<PathBuf> {
+    [suffixed(base, ".npy"), suffixed(base, ".json")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .or_else(|| base.is_dir().then(|| base.to_owned()))
+}
+
 /// Writes `value` under `base` (a path without extension: `.npy`, `.json` or a folder is
 /// added); returns the paths written (none for an empty optional).
 pub fn write_value(base: &Path, value: &Value) -> Result<Vec<PathBuf>> {
@@ -249,7 +284,7 @@ pub fn write_value(base: &Path, value: &Value) -> Result<Vec<PathBuf>> {
     };
     match value {
         Value::Host(t) => {
-            let path = base.with_extension("npy");
+            let path = suffixed(base, ".npy");
             let bytes = match t.strings() {
                 Some(s) => npy::encode_npy_strings(t.shape(), s),
                 None => npy::encode_npy(t.elem_type(), t.shape(), t.bytes().unwrap_or_default()),
@@ -274,7 +309,7 @@ pub fn write_value(base: &Path, value: &Value) -> Result<Vec<PathBuf>> {
             Ok(written)
         }
         Value::Map(m) => {
-            let path = base.with_extension("json");
+            let path = suffixed(base, ".json");
             std::fs::write(&path, map_json(m)? + "\n").map_err(|e| io(&path, e))?;
             Ok(vec![path])
         }
@@ -286,6 +321,14 @@ pub fn write_value(base: &Path, value: &Value) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsafe_characters_are_replaced() {
+        assert_eq!(safe_file_name("out/put:0"), "out_put_0");
+        assert_eq!(safe_file_name("logits.1"), "logits.1");
+        assert_eq!(safe_file_name(".."), "_..");
+        assert_eq!(safe_file_name(""), "_");
+    }
 
     #[test]
     fn values_round_trip_through_files() {

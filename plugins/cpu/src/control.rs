@@ -217,6 +217,23 @@ fn normalize(axis: i64, rank: usize, what: &str) -> OpResult<usize> {
     }
 }
 
+/// Inputs `range`, each of which must be given.
+fn present<'b, 'a>(
+    inputs: &'b [Option<TensorRef<'a>>],
+    range: std::ops::Range<usize>,
+    op: &str,
+    label: &str,
+) -> OpResult<Vec<&'b TensorRef<'a>>> {
+    range
+        .map(|i| {
+            inputs
+                .get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| OpError(format!("{op} `{label}`: input {i} is missing")))
+        })
+        .collect()
+}
+
 /// Runs the body once per item of the input sequences (the first input, and every additional
 /// input that is a sequence; tensors are passed whole), collecting each output into a sequence.
 struct SequenceMap {
@@ -228,14 +245,7 @@ struct SequenceMap {
 impl OpKernel for SequenceMap {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let err = |m: String| OpError(format!("SequenceMap `{}`: {m}", self.label));
-        let explicit: Vec<&TensorRef<'_>> = (0..self.explicit)
-            .map(|i| {
-                inputs
-                    .get(i)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| err(format!("input {i} is missing")))
-            })
-            .collect::<OpResult<_>>()?;
+        let explicit = present(inputs, 0..self.explicit, "SequenceMap", &self.label)?;
         let first = explicit[0].as_sequence("SequenceMap input 0")?;
         let len = first.items.len();
         for (i, t) in explicit.iter().enumerate().skip(1) {
@@ -419,14 +429,7 @@ impl OpKernel for BatchedScan {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let scan = &self.0;
         let err = |m: String| OpError(format!("Scan `{}`: {m}", scan.label));
-        let explicit: Vec<&TensorRef<'_>> = (1..=scan.explicit)
-            .map(|i| {
-                inputs
-                    .get(i)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| err(format!("input {i} is missing")))
-            })
-            .collect::<OpResult<_>>()?;
+        let explicit = present(inputs, 1..1 + scan.explicit, "Scan", &scan.label)?;
         let batch = explicit
             .first()
             .and_then(|t| t.shape().first().copied())

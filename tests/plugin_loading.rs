@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use epx::discover::DiscoveryError;
-use epx::manifest::ManifestError;
 use epx::onnx::proto;
+use epx::plugin::discover::DiscoveryError;
+use epx::plugin::manifest::ManifestError;
 use epx::{Environment, Error, ExecutionProvider, PluginLoadErrorKind, Session, Tensor};
 use epx_plugin_api::abi::{EpxStatusCode, EpxVersion};
 use epx_tests::models::{float_value, int_attr, model_bytes, node};
@@ -476,7 +476,7 @@ fn execute_panic_is_an_error_every_run() {
 fn missing_dependency_names_the_library_and_where_it_looked() {
     let dir = dir_with_good_plugin("missing-dep");
     let copied = add_fixture(&dir, "missing_dep", "1.0", "vendor_ep");
-    let needed = epx::resolve::needed_libraries(&copied).expect("read the fixture's ELF");
+    let needed = epx::plugin::resolve::needed_libraries(&copied).expect("read the fixture's ELF");
     if !needed
         .needed
         .iter()

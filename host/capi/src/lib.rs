@@ -86,7 +86,7 @@ impl From<epx_host::Error> for Box<EpxError> {
         let code = match &e {
             E::Model { .. } | E::InvalidGraph { .. } => EpxErrorCode::Model,
             E::Io { .. } => EpxErrorCode::Io,
-            E::PluginLoad { .. } | E::Manifest(_) => EpxErrorCode::PluginLoad,
+            E::PluginLoad { .. } => EpxErrorCode::PluginLoad,
             E::ProviderSetup { .. } => EpxErrorCode::ProviderSetup,
             E::Provider { .. } => EpxErrorCode::Provider,
             E::Unsupported(_) => EpxErrorCode::Unsupported,

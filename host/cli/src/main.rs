@@ -105,7 +105,7 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
     }
     let shadowed = &env.discovery().shadowed;
     let mut shown = vec![false; shadowed.len()];
-    let shadowed_by = |s: &epx::discover::ShadowedProvider| {
+    let shadowed_by = |s: &epx::plugin::discover::ShadowedProvider| {
         format!(
             "shadowed by plugin {} ({}), found first on the search path",
             s.winner,

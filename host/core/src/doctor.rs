@@ -1,11 +1,12 @@
 //! The doctor report (`epx doctor`, `epx_env_doctor` in the C API): the plugin search path, and
-//! per plugin whether it loads and why not, whether its library matches the manifest's `sha256`
+//! per plugin the admission report loading used ([`crate::plugin::admit`]): whether it loads and why not, whether its library matches the manifest's `sha256`
 //! pin, where each dependency is, and which EP names more than one plugin claims.
 
 use std::fmt::Write as _;
 
-use crate::Environment;
-use crate::resolve::{self, DependencyStatus};
+use crate::error::PluginLoadErrorKind;
+use crate::plugin::resolve::DependencyStatus;
+use crate::session::Environment;
 
 /// The report text, and whether every plugin found is usable (shadowed EPs are warnings, not
 /// problems).
@@ -53,81 +54,56 @@ pub fn report(env: &Environment) -> (String, bool) {
                 let _ = writeln!(out, "    no plugin.toml (bare library)");
             }
         }
-        // Before anything reads the library: a file that is not the pinned one is not looked at
-        // further (loading would refuse it too).
-        match candidate.verify_sha256() {
-            Ok(None) => {}
-            Ok(Some(digest)) => {
-                let _ = writeln!(out, "    ✓ sha256 matches the pin ({digest})");
-            }
-            Err(e) => {
-                broken += 1;
-                match e {
-                    crate::Error::PluginLoad { message, .. } => {
-                        let _ = writeln!(out, "    ✗ {message}");
-                    }
-                    other => {
-                        let _ = writeln!(out, "    ✗ {other}");
-                    }
-                }
-                continue;
-            }
+        // The same admission loading runs (and caches): doctor shows what loading decided.
+        let (admission, loaded) = env.admission(candidate);
+        if let Some(digest) = &admission.sha256 {
+            let _ = writeln!(out, "    ✓ sha256 matches the pin ({digest})");
         }
-        let deps = candidate
-            .manifest
-            .as_ref()
-            .map(|m| m.dependencies.as_slice())
-            .unwrap_or(&[]);
         let mut deps_ok = true;
-        match resolve::resolve_dependencies(&candidate.library, &candidate.dir, deps) {
-            Ok(report) => {
-                for e in &report.entries {
-                    match &e.status {
-                        DependencyStatus::Found { path, place } => {
-                            let _ =
-                                writeln!(out, "    ✓ {} → {} ({place})", e.name, path.display());
-                        }
-                        DependencyStatus::System { path } => {
-                            let _ = writeln!(
-                                out,
-                                "    ✓ {} → {} (system)",
-                                e.name,
-                                path.as_ref().map_or_else(
-                                    || "already loaded".to_string(),
-                                    |p| p.display().to_string()
-                                )
-                            );
-                        }
-                        DependencyStatus::Missing { searched } => {
-                            deps_ok &= e.optional;
-                            let mark = if e.optional { "○ (optional)" } else { "✗" };
-                            let _ = writeln!(
-                                out,
-                                "    {mark} {} (needed by {}): not found; searched:",
-                                e.name,
-                                e.needed_by.display()
-                            );
-                            for s in searched {
-                                let _ = writeln!(out, "        {}", s.display());
-                            }
-                        }
+        for e in admission.dependencies.iter().flat_map(|d| &d.entries) {
+            match &e.status {
+                DependencyStatus::Found { path, place } => {
+                    let _ = writeln!(out, "    ✓ {} → {} ({place})", e.name, path.display());
+                }
+                DependencyStatus::System { path } => {
+                    let _ = writeln!(
+                        out,
+                        "    ✓ {} → {} (system)",
+                        e.name,
+                        path.as_ref().map_or_else(
+                            || "already loaded".to_string(),
+                            |p| p.display().to_string()
+                        )
+                    );
+                }
+                DependencyStatus::Missing { searched } => {
+                    deps_ok &= e.optional;
+                    let mark = if e.optional { "○ (optional)" } else { "✗" };
+                    let _ = writeln!(
+                        out,
+                        "    {mark} {} (needed by {}): not found; searched:",
+                        e.name,
+                        e.needed_by.display()
+                    );
+                    for s in searched {
+                        let _ = writeln!(out, "        {}", s.display());
                     }
                 }
             }
-            Err(e) => {
-                deps_ok = false;
-                let _ = writeln!(out, "    ✗ cannot read dependencies: {e}");
-            }
         }
-        if !deps_ok {
+        if let Some(refusal) = &admission.refusal {
             broken += 1;
-            let _ = writeln!(
-                out,
-                "    ✗ not loadable until the missing libraries are installed or their folder is given in EPX_LIBRARY_PATH"
-            );
+            if refusal.kind == PluginLoadErrorKind::MissingDependency && !deps_ok {
+                let _ = writeln!(
+                    out,
+                    "    ✗ not loadable until the missing libraries are installed or their folder is given in EPX_LIBRARY_PATH"
+                );
+            } else {
+                let _ = writeln!(out, "    ✗ {}", refusal.message);
+            }
             continue;
         }
-        match env.load(candidate) {
+        match loaded {
             Ok(lib) => {
                 let abi = lib.abi_version;
                 let _ = writeln!(

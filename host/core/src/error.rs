@@ -61,10 +61,6 @@ pub enum Error {
     /// Running the session failed.
     #[error("{0}")]
     Run(String),
-
-    /// Discovery or dependency preflight problems.
-    #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
 }
 
 /// What went wrong loading a plugin library, as a kind tests and tools can match on.

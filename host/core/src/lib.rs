@@ -1,9 +1,11 @@
 //! The epx host: loads ONNX models, discovers execution-provider plugins, partitions the graph
 //! across them and runs it, with the CPU EP always there to run what is left.
 //!
-//! The modules follow the data's path: [`onnx`] loads a model into the [`ir`]; [`manifest`],
-//! [`discover`] and [`resolve`] find plugins and their dependencies; [`plugin`] loads them and
-//! speaks the ABI; [`partition`] assigns nodes to EPs; [`session`] compiles and runs.
+//! The modules are the stages a model and a plugin go through, each depending only on the ones
+//! before it: [`value`] (tensors and the other values a session moves), [`model`] (ONNX loading,
+//! the IR, inference), [`plugin`] (manifest → discover → resolve → admit → load, and the ABI),
+//! [`session`] (EP requests, the compile pipeline, partition, plan, run, placement) and
+//! [`doctor`] (the report over all of them). `docs/architecture.md` draws the pipeline.
 //!
 //! ```no_run
 //! use epx::{ExecutionProvider, Session, Tensor};
@@ -35,28 +37,20 @@
 //! # Ok::<(), epx::Error>(())
 //! ```
 
-pub mod device;
-pub mod discover;
+mod builtin;
 pub mod doctor;
-pub mod environment;
 pub mod error;
-pub mod infer;
-pub mod ir;
-pub mod manifest;
-pub mod onnx;
-pub mod partition;
-pub mod placement;
-pub mod plan;
+pub mod model;
 pub mod plugin;
-pub mod resolve;
 pub mod session;
-pub mod tensor;
 pub mod value;
 
-pub use device::DeviceTensor;
-pub use environment::{BUILTIN_PLUGIN, Environment, EnvironmentBuilder};
+pub use builtin::CPU as BUILTIN_CPU;
 pub use error::{Error, PluginLoadErrorKind, Result};
-pub use placement::PlacementReport;
-pub use session::{ExecutionProvider, Session, SessionBuilder, SessionOutputs, ValueSpec};
-pub use tensor::{ElementType, Tensor, TensorElement};
-pub use value::{Map, Sequence, Value};
+pub use model::{ir, onnx};
+pub use session::placement::{self, PlacementReport};
+pub use session::{
+    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider, Session,
+    SessionBuilder, SessionOutputs, ValueSpec,
+};
+pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};

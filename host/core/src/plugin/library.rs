@@ -1,5 +1,6 @@
-//! Loading a plugin library: dependency preflight, `dlopen`, the entry call, and checking what
-//! the plugin hands back before anything else trusts it.
+//! Opening a plugin library that [`admit`](super::admit) passed: preload its dependencies,
+//! `dlopen` it, call the entry function, and check what the plugin hands back before anything
+//! else trusts it.
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
@@ -9,10 +10,9 @@ use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::DLDeviceType;
 use epx_plugin_api::sdk::take_status;
 
+use super::admit::Refusal;
 use super::host_api::host_api;
-use crate::error::{Error, PluginLoadErrorKind as Kind, Result};
-use crate::manifest::PluginManifest;
-use crate::resolve;
+use crate::error::{PluginLoadErrorKind as Kind, Result};
 
 /// What one EP of a loaded library says about itself.
 #[derive(Clone, Debug)]
@@ -89,12 +89,8 @@ unsafe fn release_descriptor(d: *mut EpxPluginDescriptor) {
     }
 }
 
-fn load_error(path: &Path, kind: Kind, message: impl Into<String>) -> Error {
-    Error::PluginLoad {
-        path: path.to_path_buf(),
-        kind,
-        message: message.into(),
-    }
+fn load_error(kind: Kind, message: impl Into<String>) -> Refusal {
+    Refusal::new(kind, message)
 }
 
 /// Reads a C string from the plugin, refusing NULL and invalid UTF-8.
@@ -116,29 +112,21 @@ unsafe fn plugin_str(
 }
 
 impl PluginLibrary {
-    /// Loads a plugin library from disk: preflight its dependencies, preload them, `dlopen` it,
-    /// call its entry function and validate the descriptor.
-    pub fn load(path: &Path, manifest: Option<&PluginManifest>) -> Result<Arc<PluginLibrary>> {
+    /// Opens a plugin library admitted by [`admit`](super::admit::admit): preloads `preload`
+    /// (its dependencies, in order), `dlopen`s it, calls its entry function and validates the
+    /// descriptor.
+    pub fn open(
+        path: &Path,
+        preload: &[PathBuf],
+    ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
         let _span = tracing::debug_span!("load", plugin = %path.display()).entered();
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let deps = manifest.map(|m| m.dependencies.as_slice()).unwrap_or(&[]);
-        let report = resolve::resolve_dependencies(path, dir, deps)
-            .map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
-        if !report.is_complete() {
-            return Err(load_error(
-                path,
-                Kind::MissingDependency,
-                report.to_string(),
-            ));
-        }
         let mut preloaded = Vec::new();
-        for dep in report.preload_order() {
+        for dep in preload {
             tracing::debug!(dependency = %dep.display(), "preloading");
             // SAFETY: loading a library runs its initializers; the operator configured this
             // plugin folder and the preflight found this file among the plugin's dependencies.
-            let lib = unsafe { libloading::Library::new(&dep) }.map_err(|e| {
+            let lib = unsafe { libloading::Library::new(dep) }.map_err(|e| {
                 load_error(
-                    path,
                     Kind::Open,
                     format!("preloading dependency {}: {e}", dep.display()),
                 )
@@ -147,21 +135,20 @@ impl PluginLibrary {
         }
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
         let library =
-            unsafe { open_now(path) }.map_err(|e| load_error(path, Kind::Open, e.to_string()))?;
+            unsafe { open_now(path) }.map_err(|e| load_error(Kind::Open, e.to_string()))?;
         // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
         let entry: EpxPluginEntryFn = unsafe {
             *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
                 load_error(
-                    path,
                     Kind::MissingEntry,
                     format!("does not export `{EPX_PLUGIN_ENTRY_SYMBOL}`; it is not an epx plugin, or was built without the export"),
                 )
             })?
         };
         // SAFETY: `entry` has the ABI's signature; the library stays loaded while we use it.
-        let mut lib = unsafe { Self::from_entry(entry, Some(path)) }?;
+        let mut lib = unsafe { Self::checked_entry(entry, Some(path)) }?;
         let lib_mut = Arc::get_mut(&mut lib)
-            .ok_or_else(|| load_error(path, Kind::BadDescriptor, "internal: shared too early"))?;
+            .ok_or_else(|| load_error(Kind::BadDescriptor, "internal: shared too early"))?;
         lib_mut.library = Some(library);
         lib_mut._preloaded = preloaded;
         Ok(lib)
@@ -177,6 +164,16 @@ impl PluginLibrary {
         path: Option<&Path>,
     ) -> Result<Arc<PluginLibrary>> {
         let shown = path.map_or_else(|| PathBuf::from("<built-in>"), Path::to_path_buf);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Self::checked_entry(entry, path) }.map_err(|r| r.into_error(&shown))
+    }
+
+    /// # Safety
+    /// As [`from_entry`](Self::from_entry).
+    unsafe fn checked_entry(
+        entry: EpxPluginEntryFn,
+        path: Option<&Path>,
+    ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
         let mut descriptor: *mut EpxPluginDescriptor = std::ptr::null_mut();
         // SAFETY: the ABI's entry contract: our table lives for the process; `descriptor` is a
         // valid out-pointer.
@@ -191,21 +188,19 @@ impl PluginLibrary {
                 _ => Kind::EntryFailed,
             };
             return Err(load_error(
-                &shown,
                 kind,
                 format!("the plugin refused to load: {}", e.message),
             ));
         }
         if descriptor.is_null() {
             return Err(load_error(
-                &shown,
                 Kind::BadDescriptor,
                 "entry function returned success but no descriptor",
             ));
         }
         // SAFETY: non-null descriptor from the entry function; validated before use, released
         // on every failure path.
-        match unsafe { Self::read_descriptor(descriptor, &shown) } {
+        match unsafe { Self::read_descriptor(descriptor) } {
             Ok(mut lib) => {
                 lib.path = path.map(Path::to_path_buf);
                 Ok(Arc::new(lib))
@@ -220,8 +215,10 @@ impl PluginLibrary {
 
     /// # Safety
     /// `d` is a non-null descriptor from an entry function.
-    unsafe fn read_descriptor(d: *mut EpxPluginDescriptor, path: &Path) -> Result<PluginLibrary> {
-        let bad = |m: String| load_error(path, Kind::BadDescriptor, m);
+    unsafe fn read_descriptor(
+        d: *mut EpxPluginDescriptor,
+    ) -> std::result::Result<PluginLibrary, Refusal> {
+        let bad = |m: String| load_error(Kind::BadDescriptor, m);
         // SAFETY: the caller's contract; `struct_size` is the first field of every version.
         let size = unsafe { (*d).struct_size };
         let v1_size = EPX_PLUGIN_DESCRIPTOR_SIZE_1_0;
@@ -237,7 +234,6 @@ impl PluginLibrary {
         let abi = unsafe { (*d).abi_version };
         if abi.major != EPX_ABI_VERSION_MAJOR {
             return Err(load_error(
-                path,
                 Kind::AbiMismatch,
                 format!(
                     "built for epx plugin ABI {}.{}, but this host speaks ABI {}.{}; rebuild the plugin against ABI {}.x",
@@ -251,7 +247,6 @@ impl PluginLibrary {
         }
         if abi.minor > EPX_ABI_VERSION_MINOR {
             return Err(load_error(
-                path,
                 Kind::AbiMismatch,
                 format!(
                     "built for epx plugin ABI {}.{}, newer than this host's {}.{}; upgrade the host",

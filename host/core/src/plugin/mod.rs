@@ -1,9 +1,22 @@
-//! Plugins at run time: the host API table plugins call back into, loading a library and
-//! validating its descriptor, and the checked calls into EP instances and their kernels.
+//! Plugins, from a folder on disk to EP instances a session calls: the stage between the model
+//! and the session.
+//!
+//! In the order a plugin meets them: [`manifest`] reads a `plugin.toml`; [`discover`] walks the
+//! search path and lists candidates without opening anything; [`resolve`] finds the libraries a
+//! candidate needs; [`admit`] runs every trust check (permissions, ABI, `sha256` pin,
+//! dependencies) in one place for loading and `epx doctor` alike; [`library`](PluginLibrary)
+//! opens an admitted library and validates its descriptor; [`provider`](ProviderInstance) makes
+//! EP instances and makes the checked calls into them and their kernels; [`host_api`] is the
+//! table of callbacks plugins call back into.
 
+pub mod admit;
+pub mod discover;
 pub(crate) mod host_api;
 mod library;
+pub mod manifest;
 mod provider;
+pub mod resolve;
 
+pub use admit::{AdmissionReport, Refusal, admit};
 pub use library::{PluginLibrary, ProviderDescription};
 pub use provider::{CompiledKernel, ProviderInstance};

@@ -11,7 +11,7 @@ use epx_plugin_api::sdk::take_status;
 use super::host_api::{AbiGraph, KernelCall};
 use super::library::{PluginLibrary, ProviderDescription};
 use crate::error::{Error, Result};
-use crate::value::Value;
+use crate::value::{DeviceMemory, Value};
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const DLTensor, *mut DLTensor) -> *mut EpxStatus;
 
@@ -465,5 +465,26 @@ impl CompiledKernel {
             }
         }
         Ok(out)
+    }
+}
+
+impl DeviceMemory for ProviderInstance {
+    fn name(&self) -> &str {
+        ProviderInstance::name(self)
+    }
+    fn device(&self) -> DLDevice {
+        ProviderInstance::device(self)
+    }
+    fn allocate(&self, bytes: usize, alignment: usize) -> Result<*mut c_void> {
+        ProviderInstance::allocate(self, bytes, alignment)
+    }
+    fn free(&self, ptr: *mut c_void) {
+        ProviderInstance::free(self, ptr)
+    }
+    fn copy_to_device(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        ProviderInstance::copy_to_device(self, src, dst)
+    }
+    fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        ProviderInstance::copy_to_host(self, src, dst)
     }
 }

@@ -1,10 +1,17 @@
 //! Values as they flow through a session: tensors in host or device memory, and the non-tensor
-//! values of ONNX — sequences, maps and optionals.
+//! values of ONNX — sequences, maps and optionals. The lowest layer of the host: it knows no
+//! model and no plugin; a device tensor reaches its EP's memory through [`DeviceMemory`].
 
-use crate::device::DeviceTensor;
+mod device;
+mod dlpack;
+mod tensor;
+
+pub(crate) use device::DeviceMemory;
+pub use device::DeviceTensor;
+pub(crate) use dlpack::DlView;
+pub use tensor::{ElementType, Tensor, TensorElement};
+
 use crate::error::{Error, Result};
-use crate::ir::ValueType;
-use crate::tensor::{ElementType, Tensor};
 
 /// A model's input, output or intermediate value.
 ///
@@ -243,45 +250,6 @@ impl Value {
             ),
             Value::Optional(Some(v)) => format!("optional({})", v.type_name()),
             Value::Optional(None) => "optional (empty)".into(),
-        }
-    }
-
-    /// Whether the value fits a declared type (unknown parts always fit; shapes are checked
-    /// elsewhere).
-    pub fn fits(&self, ty: &ValueType) -> bool {
-        match (ty, self) {
-            (ValueType::Unknown, _) => true,
-            (ValueType::Tensor { elem_type, .. }, Value::Host(_) | Value::Device(_)) => {
-                elem_type.is_none_or(|t| Some(t) == self.elem_type())
-            }
-            (ValueType::Sequence(inner), Value::Sequence(s)) => {
-                s.items.iter().all(|v| v.fits(inner))
-                    && match (inner.as_ref(), s.elem_type) {
-                        (
-                            ValueType::Tensor {
-                                elem_type: Some(want),
-                                ..
-                            },
-                            Some(have),
-                        ) => *want == have,
-                        _ => true,
-                    }
-            }
-            (ValueType::Map { key, value }, Value::Map(m)) => {
-                (*key == ElementType::Undefined || *key == m.keys.elem_type())
-                    && match value.as_ref() {
-                        ValueType::Tensor {
-                            elem_type: Some(t), ..
-                        } => *t == m.values.elem_type(),
-                        _ => true,
-                    }
-            }
-            (ValueType::Optional(inner), Value::Optional(v)) => {
-                v.as_ref().is_none_or(|v| v.fits(inner))
-            }
-            // ONNX lets an optional input take a plain value.
-            (ValueType::Optional(inner), v) => v.fits(inner),
-            _ => false,
         }
     }
 

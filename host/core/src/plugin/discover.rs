@@ -26,7 +26,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{ManifestError, PluginManifest, read_manifest};
+use super::admit::world_writable;
+use super::manifest::{ManifestError, PluginManifest, read_manifest};
 
 /// Name of the manifest file in a plugin folder.
 pub const MANIFEST_FILE: &str = "plugin.toml";
@@ -86,37 +87,7 @@ impl PluginCandidate {
     /// pinned and the actual digest, or of kind [`Open`](crate::PluginLoadErrorKind::Open) when
     /// the file cannot be read.
     pub fn verify_sha256(&self) -> crate::Result<Option<String>> {
-        use crate::PluginLoadErrorKind as Kind;
-        let Some(expected) = self.manifest.as_ref().and_then(|m| m.sha256.as_deref()) else {
-            return Ok(None);
-        };
-        let error = |kind, message| crate::Error::PluginLoad {
-            path: self.library.clone(),
-            kind,
-            message,
-        };
-        let actual = crate::manifest::sha256_file(&self.library).map_err(|e| {
-            error(
-                Kind::Open,
-                format!(
-                    "cannot read {} to check it against the sha256 pinned in its {MANIFEST_FILE}: {e}",
-                    self.library.display()
-                ),
-            )
-        })?;
-        if actual != expected {
-            return Err(error(
-                Kind::ChecksumMismatch,
-                format!(
-                    "SHA-256 mismatch: {} has SHA-256 {actual}, but {} pins sha256 = \"{expected}\". \
-                     The file is not the library this plugin was packaged with, so it was not opened. \
-                     Reinstall the plugin, or, if this library is the one you mean to run, update the pin to \"{actual}\"",
-                    self.library.display(),
-                    self.dir.join(MANIFEST_FILE).display(),
-                ),
-            ));
-        }
-        Ok(Some(actual))
+        super::admit::check_sha256(self).map_err(|r| r.into_error(&self.library))
     }
 }
 
@@ -577,18 +548,6 @@ impl Discovery {
     }
 }
 
-#[cfg(unix)]
-fn world_writable(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o002 != 0
-}
-
-/// Windows has no "other" permission bits; ACL checks are left to the OS.
-#[cfg(not(unix))]
-fn world_writable(_meta: &std::fs::Metadata) -> bool {
-    false
-}
-
 /// A fresh folder under the system temp folder, removed on drop (tests only; std only).
 #[cfg(test)]
 pub(crate) struct TestDir(PathBuf);
@@ -921,7 +880,7 @@ mod tests {
     fn sha256_pin_is_checked_against_the_file() {
         let root = TestDir::new("discover-sha256");
         let digest = |name: &str| {
-            crate::manifest::sha256_file(&root.path().join(name).join(lib_file(name)))
+            crate::plugin::manifest::sha256_file(&root.path().join(name).join(lib_file(name)))
                 .expect("hash")
         };
         plugin_with(root.path(), "unpinned", "unpinned", &["a"], None);

@@ -5,16 +5,32 @@ use std::sync::Arc;
 
 use epx_plugin_api::dlpack::{DLDevice, DLTensor};
 
+use super::{DlView, ElementType, Tensor};
 use crate::error::{Error, Result};
-use crate::plugin::ProviderInstance;
-use crate::tensor::{ElementType, Tensor};
+
+/// An EP's memory as a device tensor uses it. The plugin layer implements it over the EP's
+/// data-transfer functions; values know nothing else of plugins.
+pub(crate) trait DeviceMemory: Send + Sync {
+    /// The EP's name, for messages.
+    fn name(&self) -> &str;
+    /// The device the memory is on.
+    fn device(&self) -> DLDevice;
+    /// `bytes` of uninitialized memory aligned to `alignment`.
+    fn allocate(&self, bytes: usize, alignment: usize) -> Result<*mut c_void>;
+    /// Frees memory from [`allocate`](Self::allocate); each pointer is freed once.
+    fn free(&self, ptr: *mut c_void);
+    /// Copies a host tensor into a device tensor of the same type and shape.
+    fn copy_to_device(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()>;
+    /// Copies a device tensor into a host tensor of the same type and shape.
+    fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()>;
+}
 
 /// Alignment asked of device allocations.
 const DEVICE_ALIGNMENT: usize = 64;
 
 /// A tensor in the memory of a device EP, allocated and freed through its data transfer.
 pub struct DeviceTensor {
-    provider: Arc<ProviderInstance>,
+    provider: Arc<dyn DeviceMemory>,
     ptr: *mut c_void,
     bytes: usize,
     elem_type: ElementType,
@@ -49,7 +65,7 @@ impl std::fmt::Debug for DeviceTensor {
 impl DeviceTensor {
     /// Allocates an uninitialized tensor in `provider`'s memory.
     pub(crate) fn allocate(
-        provider: &Arc<ProviderInstance>,
+        provider: &Arc<dyn DeviceMemory>,
         elem_type: ElementType,
         shape: &[usize],
     ) -> Result<Self> {
@@ -114,9 +130,9 @@ impl DeviceTensor {
     }
 
     /// Copies a host tensor into `provider`'s memory.
-    pub(crate) fn from_host(provider: &Arc<ProviderInstance>, t: &Tensor) -> Result<Self> {
+    pub(crate) fn from_host(provider: &Arc<dyn DeviceMemory>, t: &Tensor) -> Result<Self> {
         let dst = Self::allocate(provider, t.elem_type(), t.shape())?;
-        let src = crate::plugin::host_api::DlView::of(t).ok_or_else(|| {
+        let src = DlView::of(t).ok_or_else(|| {
             Error::Run(format!(
                 "{} tensors cannot be copied to {}",
                 t.elem_type(),
@@ -131,7 +147,7 @@ impl DeviceTensor {
     /// Copies the tensor back into host memory.
     pub fn to_host(&self) -> Result<Tensor> {
         let host = Tensor::zeros(self.elem_type, &self.shape)?;
-        let mut view = crate::plugin::host_api::DlView::of(&host).ok_or_else(|| {
+        let mut view = DlView::of(&host).ok_or_else(|| {
             Error::Run(format!(
                 "{} tensors cannot be copied to the host",
                 self.elem_type

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use crate::tensor::{ElementType, Tensor};
+use crate::value::{ElementType, Tensor, Value as RuntimeValue};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -87,6 +87,46 @@ pub struct Value {
 }
 
 impl ValueType {
+    /// Whether `value` fits this declared type (unknown parts always fit; shapes are checked
+    /// elsewhere).
+    pub fn admits(&self, value: &RuntimeValue) -> bool {
+        match (self, value) {
+            (ValueType::Unknown, _) => true,
+            (
+                ValueType::Tensor { elem_type, .. },
+                RuntimeValue::Host(_) | RuntimeValue::Device(_),
+            ) => elem_type.is_none_or(|t| Some(t) == value.elem_type()),
+            (ValueType::Sequence(inner), RuntimeValue::Sequence(s)) => {
+                s.items().iter().all(|v| inner.admits(v))
+                    && match (inner.as_ref(), s.elem_type()) {
+                        (
+                            ValueType::Tensor {
+                                elem_type: Some(want),
+                                ..
+                            },
+                            Some(have),
+                        ) => *want == have,
+                        _ => true,
+                    }
+            }
+            (ValueType::Map { key, value }, RuntimeValue::Map(m)) => {
+                (*key == ElementType::Undefined || *key == m.keys().elem_type())
+                    && match value.as_ref() {
+                        ValueType::Tensor {
+                            elem_type: Some(t), ..
+                        } => *t == m.values().elem_type(),
+                        _ => true,
+                    }
+            }
+            (ValueType::Optional(inner), RuntimeValue::Optional(v)) => {
+                v.as_deref().is_none_or(|v| inner.admits(v))
+            }
+            // ONNX lets an optional input take a plain value.
+            (ValueType::Optional(inner), v) => inner.admits(v),
+            _ => false,
+        }
+    }
+
     /// Whether the value is something other than a tensor (a sequence, map, optional or
     /// sparse tensor); `false` for tensors and for values of unknown type.
     pub fn is_non_tensor(&self) -> bool {

@@ -8,8 +8,8 @@ use prost::Message;
 
 use super::proto;
 use crate::error::{Error, Result};
-use crate::ir::*;
-use crate::tensor::{ElementType, Tensor};
+use crate::model::ir::*;
+use crate::value::{ElementType, Tensor};
 use crate::value::{Map, Sequence, Value as DynValue};
 
 /// Oldest IR version accepted (the first with opset imports).
@@ -73,8 +73,8 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
     let ctx = Ctx { source, base_dir };
     let mut graph = ctx.graph(graph, &HashSet::new())?;
     super::schema::check_graph(&graph, &opsets).map_err(|m| ctx.invalid(m))?;
-    crate::infer::infer_element_types(&mut graph);
-    crate::infer::infer_shapes(&mut graph);
+    crate::model::infer::infer_element_types(&mut graph);
+    crate::model::infer::infer_shapes(&mut graph);
     Ok(Model {
         source: source.to_string(),
         base_dir: base_dir.map(Path::to_path_buf),

@@ -53,7 +53,7 @@ pub struct PluginManifest {
     pub providers: Vec<String>,
     /// SHA-256 of the library file (the `[library]` entry of the running OS), lowercase hex
     /// (64 characters), when the manifest pins it. The file is hashed and compared before the
-    /// library is opened ([`crate::discover::PluginCandidate::verify_sha256`]).
+    /// library is opened ([`crate::plugin::discover::PluginCandidate::verify_sha256`]).
     pub sha256: Option<String>,
     /// Library file name per OS, relative to the manifest's folder.
     pub library: LibraryFiles,
@@ -643,7 +643,7 @@ device_id = "0"
 
     #[test]
     fn sha256_file_streams_known_digests() {
-        let dir = crate::discover::TestDir::new("sha256-file");
+        let dir = crate::plugin::discover::TestDir::new("sha256-file");
         let file = |name: &str, bytes: &[u8]| {
             let path = dir.path().join(name);
             std::fs::write(&path, bytes).expect("write");

@@ -3,7 +3,7 @@
 use prost::Message;
 
 use super::proto::*;
-use crate::ir::Graph;
+use crate::model::ir::Graph;
 
 /// A float32 value info without shape.
 pub fn vi(name: &str) -> ValueInfoProto {
@@ -52,7 +52,7 @@ pub fn model(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> ModelP
 
 /// The loaded graph of a model (which must load).
 pub fn graph(m: &ModelProto) -> Graph {
-    match crate::onnx::load_model_bytes(&m.encode_to_vec(), "test.onnx", None) {
+    match crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "test.onnx", None) {
         Ok(model) => model.graph,
         Err(e) => panic!("test model does not load: {e}"),
     }

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::ir::{Graph, NodeId, ValueId};
+use crate::model::ir::{Graph, NodeId, ValueId};
 use crate::plugin::ProviderInstance;
 use crate::plugin::host_api::AbiGraph;
-use crate::tensor::ElementType;
+use crate::value::ElementType;
 
 /// A fused group: nodes one EP runs as one kernel, with the values crossing its border.
 #[derive(Clone, Debug)]
@@ -133,10 +133,10 @@ fn readable_by(g: &Graph, n: NodeId, minor: u32) -> bool {
     }
     // A control-flow node is readable only when its bodies are: the plugin runs them.
     let bodies_readable = node.attributes.iter().all(|a| match &a.value {
-        crate::ir::AttributeValue::Graph(body) => {
+        crate::model::ir::AttributeValue::Graph(body) => {
             (0..body.nodes.len()).all(|b| readable_by(body, b, minor))
         }
-        crate::ir::AttributeValue::Graphs(bodies) => bodies
+        crate::model::ir::AttributeValue::Graphs(bodies) => bodies
             .iter()
             .all(|body| (0..body.nodes.len()).all(|b| readable_by(body, b, minor))),
         _ => true,
@@ -331,7 +331,7 @@ fn order_groups(g: &Graph, groups: Vec<Group>) -> std::result::Result<Vec<Group>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::{proto, testing};
+    use crate::model::onnx::{proto, testing};
 
     /// A graph from (op, inputs, output) triples (nodes named after their output); `x` is the
     /// only graph input.

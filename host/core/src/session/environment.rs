@@ -1,20 +1,43 @@
 //! The environment: where plugins are searched, which were found, which are loaded, and the
 //! execution providers every session starts from.
+//!
+//! It knows no EP by name: the providers linked into the host library (the CPU EP) are handed
+//! to it as [`BuiltinProviders`] by the layer that links them (`crate::builtin`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::discover::{self, Discovery, PluginCandidate, SearchDir};
-use crate::error::{Error, PluginLoadErrorKind, Result};
+use super::ExecutionProvider;
+use crate::error::{Error, Result};
 use crate::plugin::PluginLibrary;
-use crate::session::ExecutionProvider;
+use crate::plugin::admit::{AdmissionReport, Refusal, admit};
+use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
 use epx_plugin_api::abi::EpxPluginEntryFn;
 
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
 pub const BUILTIN_PLUGIN: &str = "builtin";
 
-type LoadOutcome = std::result::Result<Arc<PluginLibrary>, (PluginLoadErrorKind, String)>;
+/// The providers linked into the host library, and the one among them that runs what no other
+/// EP claims.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltinProviders {
+    /// The entry function of the linked plugin.
+    pub entry: EpxPluginEntryFn,
+    /// The EP every session falls back to, always last.
+    pub fallback: &'static str,
+    /// The fallback EP's option for its thread count
+    /// ([`SessionBuilder::with_intra_op_threads`](crate::SessionBuilder::with_intra_op_threads)).
+    pub threads_option: &'static str,
+}
+
+/// What loading one library came to: the admission report it was loaded on, and the library or
+/// the refusal.
+#[derive(Clone)]
+struct LoadOutcome {
+    admission: Arc<AdmissionReport>,
+    library: std::result::Result<Arc<PluginLibrary>, Refusal>,
+}
 
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {
@@ -25,6 +48,7 @@ pub struct Environment {
     /// Plugins linked into the application ([`EnvironmentBuilder::with_linked_plugin`]).
     linked: Vec<Arc<PluginLibrary>>,
     builtin: Arc<PluginLibrary>,
+    builtin_providers: BuiltinProviders,
     default_providers: Vec<ExecutionProvider>,
 }
 
@@ -36,9 +60,10 @@ impl std::fmt::Debug for Environment {
     }
 }
 
-/// Builds an [`Environment`].
-#[derive(Default)]
+/// Builds an [`Environment`]; [`Environment::builder`] starts one with the providers linked
+/// into the host library.
 pub struct EnvironmentBuilder {
+    builtin: BuiltinProviders,
     dirs: Vec<PathBuf>,
     default_dirs: Vec<PathBuf>,
     providers: Vec<ExecutionProvider>,
@@ -46,6 +71,17 @@ pub struct EnvironmentBuilder {
 }
 
 impl EnvironmentBuilder {
+    /// A builder whose environment has `builtin` as its built-in providers.
+    pub fn with_builtin(builtin: BuiltinProviders) -> Self {
+        EnvironmentBuilder {
+            builtin,
+            dirs: Vec::new(),
+            default_dirs: Vec::new(),
+            providers: Vec::new(),
+            linked: Vec::new(),
+        }
+    }
+
     /// Adds plugin folders searched before `EPX_PLUGIN_PATH` and the default location.
     pub fn with_plugin_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
         self.dirs.extend(dirs.into_iter().map(Into::into));
@@ -91,9 +127,9 @@ impl EnvironmentBuilder {
         for s in &discovery.shadowed {
             tracing::warn!(ep = %s.provider, "{s}");
         }
-        // SAFETY: the CPU EP's entry function is linked into this binary, so its code lives as
-        // long as the process.
-        let builtin = unsafe { PluginLibrary::from_entry(epx_cpu::builtin_plugin_entry, None) }?;
+        // SAFETY: the built-in entry function is linked into this binary (`BuiltinProviders`
+        // comes from the layer that links it), so its code lives as long as the process.
+        let builtin = unsafe { PluginLibrary::from_entry(self.builtin.entry, None) }?;
         let mut linked = Vec::with_capacity(self.linked.len());
         for entry in self.linked {
             // SAFETY: the caller of `with_linked_plugin` vouched for the entry function.
@@ -105,12 +141,14 @@ impl EnvironmentBuilder {
             loaded: Mutex::new(HashMap::new()),
             linked,
             builtin,
+            builtin_providers: self.builtin,
             default_providers: self.providers,
         }))
     }
 }
 
 impl Environment {
+    /// A builder with the providers linked into the host library.
     pub fn builder() -> EnvironmentBuilder {
         EnvironmentBuilder::default()
     }
@@ -144,52 +182,47 @@ impl Environment {
         &self.builtin
     }
 
+    /// Which built-in EP is the fallback, and its thread option.
+    pub fn builtin_providers(&self) -> &BuiltinProviders {
+        &self.builtin_providers
+    }
+
     /// Loads a discovered plugin (once; later calls return the same library or error).
     ///
-    /// Before the library is opened, its manifest's `abi` is checked and, when the manifest pins
-    /// `sha256`, the file is hashed: a mismatch is
-    /// [`PluginLoadErrorKind::ChecksumMismatch`] and none of the library's code runs.
+    /// The library is opened only once [`admit`] passes it: its manifest's `abi`, its `sha256`
+    /// pin and its dependencies are checked first, so a refused library runs none of its code.
     pub fn load(&self, candidate: &PluginCandidate) -> Result<Arc<PluginLibrary>> {
+        self.outcome(candidate)
+            .library
+            .map_err(|r| r.into_error(&candidate.library))
+    }
+
+    /// The admission report a plugin was (or is now) loaded on, and the load's result: what
+    /// `epx doctor` shows, from the same checks loading made.
+    pub fn admission(
+        &self,
+        candidate: &PluginCandidate,
+    ) -> (Arc<AdmissionReport>, Result<Arc<PluginLibrary>>) {
+        let outcome = self.outcome(candidate);
+        let library = outcome
+            .library
+            .map_err(|r| r.into_error(&candidate.library));
+        (outcome.admission, library)
+    }
+
+    fn outcome(&self, candidate: &PluginCandidate) -> LoadOutcome {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = loaded.entry(candidate.library.clone()).or_insert_with(|| {
-            if let Some(m) = &candidate.manifest {
-                // The manifest says which ABI the library was built for: refuse a wrong major
-                // without running any of the library's code.
-                if m.abi.major != u64::from(epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR) {
-                    return Err((
-                        PluginLoadErrorKind::AbiMismatch,
-                        format!(
-                            "its plugin.toml declares epx plugin ABI {}, but this host speaks ABI {}.{}",
-                            m.abi,
-                            epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR,
-                            epx_plugin_api::abi::EPX_ABI_VERSION_MINOR
-                        ),
-                    ));
-                }
-            }
-            // A pinned library is hashed before it is opened: a file that is not the one the
-            // plugin was packaged with never runs.
-            let to_kind = |e: Error| match e {
-                Error::PluginLoad { kind, message, .. } => (kind, message),
-                other => (PluginLoadErrorKind::Open, other.to_string()),
-            };
-            if let Some(digest) = candidate.verify_sha256().map_err(to_kind)? {
-                tracing::debug!(
-                    library = %candidate.library.display(),
-                    sha256 = %digest,
-                    "library matches its sha256 pin"
-                );
-            }
-            PluginLibrary::load(&candidate.library, candidate.manifest.as_ref()).map_err(to_kind)
-        });
-        match entry {
-            Ok(lib) => Ok(lib.clone()),
-            Err((kind, message)) => Err(Error::PluginLoad {
-                path: candidate.library.clone(),
-                kind: *kind,
-                message: message.clone(),
-            }),
-        }
+        loaded
+            .entry(candidate.library.clone())
+            .or_insert_with(|| {
+                let admission = Arc::new(admit(candidate));
+                let library = match &admission.refusal {
+                    Some(refusal) => Err(refusal.clone()),
+                    None => PluginLibrary::open(&candidate.library, &admission.preload_order()),
+                };
+                LoadOutcome { admission, library }
+            })
+            .clone()
     }
 
     /// Finds the library providing EP `name` (`ep` or `plugin/ep`): discovered plugins in search
@@ -336,5 +369,13 @@ impl Environment {
             origin: discover::SearchOrigin::Explicit,
         };
         self.load(&candidate)
+    }
+}
+
+impl ExecutionProvider {
+    /// Whether this EP is found and can run on this machine, in the global environment
+    /// (`EPX_PLUGIN_PATH` and the default plugin folder). See [`Environment::is_available`].
+    pub fn is_available(&self) -> Result<bool> {
+        Ok(Environment::global()?.is_available(&self.name))
     }
 }

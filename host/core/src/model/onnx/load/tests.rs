@@ -1,5 +1,5 @@
 use super::*;
-use crate::onnx::testing::{model, node, vi};
+use crate::model::onnx::testing::{model, node, vi};
 use proto::{GraphProto, ModelProto, TensorProto};
 
 fn load(m: &ModelProto) -> Result<Model> {

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
-use crate::ir::{AttributeValue, Graph, Node};
+use crate::model::ir::{AttributeValue, Graph, Node};
 
 const TABLE: &str = include_str!("schemas/schemas.tsv");
 

@@ -4,8 +4,8 @@ use prost::Message;
 
 use super::proto;
 use crate::error::{Error, Result};
-use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::model::ir::*;
+use crate::value::Tensor;
 
 /// Serializes the nodes `nodes` of `model` as a standalone model whose inputs are `inputs` and
 /// outputs are `outputs` (value ids), with the initializers those nodes read.
@@ -211,13 +211,13 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::load_model_bytes;
+    use crate::model::onnx::load_model_bytes;
 
     #[test]
     fn a_subgraph_round_trips_through_the_loader() {
         let dir = env!("CARGO_MANIFEST_DIR");
         let path = std::path::Path::new(dir).join("../../examples/models/mnist-cnn.onnx");
-        let model = crate::onnx::load_model_file(&path).unwrap();
+        let model = crate::model::onnx::load_model_file(&path).unwrap();
         let g = &model.graph;
         // The first two nodes (Conv, BatchNormalization) as a standalone model.
         let first = &g.nodes[0];

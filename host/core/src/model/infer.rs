@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{AttributeValue, Dim, Graph, Node, ValueId, ValueType};
-use crate::tensor::{ElementType, Tensor};
+use crate::model::ir::{AttributeValue, Dim, Graph, Node, ValueId, ValueType};
+use crate::value::{ElementType, Tensor};
 
 /// Elementwise ops with one tensor input whose output has the input's type and shape.
 const UNARY_ELEMENTWISE: [&str; 36] = [
@@ -200,7 +200,7 @@ pub fn infer_element_types(g: &mut Graph) {
     }
 }
 
-fn constant_type(node: &crate::ir::Node) -> Option<ElementType> {
+fn constant_type(node: &crate::model::ir::Node) -> Option<ElementType> {
     match node.op_type.as_str() {
         "ConstantOfShape" => match node.attribute("value") {
             Some(AttributeValue::Tensor(t)) => Some(t.elem_type()),
@@ -653,8 +653,8 @@ fn output_shapes(
 
 #[cfg(test)]
 mod tests {
-    use crate::onnx::{proto, testing};
-    use crate::tensor::ElementType;
+    use crate::model::onnx::{proto, testing};
+    use crate::value::ElementType;
 
     #[test]
     fn types_flow_through_the_graph() {
@@ -696,7 +696,7 @@ mod tests {
     fn shapes_of_the_example_cnn_are_inferred() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../examples/models/mnist-cnn.onnx");
-        let g = crate::onnx::load_model_file(&path).unwrap().graph;
+        let g = crate::model::onnx::load_model_file(&path).unwrap().graph;
         let shape = |n: &str| {
             let v = &g.values[g.value_id(n).unwrap()];
             (

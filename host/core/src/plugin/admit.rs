@@ -1,0 +1,281 @@
+//! Admission: every check a plugin library must pass before any of its code runs, in one
+//! place. Loading ([`crate::Environment::load`]) and `epx doctor` both call [`admit`] and read
+//! the same [`AdmissionReport`], so the tool that explains a refusal and the loader that refuses
+//! cannot disagree.
+//!
+//! The checks, in order (the first that fails is the refusal; later ones are not run):
+//! 1. the library file is not writable by every user (discovery refuses such files and folders
+//!    while scanning; a library given by path is checked here);
+//! 2. the manifest's `abi` has the host's ABI major;
+//! 3. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
+//! 4. every library it needs is found ([`resolve`]), in the order they are to be preloaded.
+
+use std::path::{Path, PathBuf};
+
+use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
+
+use super::discover::{MANIFEST_FILE, PluginCandidate};
+use super::resolve::{self, DependencyReport};
+use crate::error::{Error, PluginLoadErrorKind as Kind};
+
+/// Why a plugin library is not loaded: a kind to match on and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: Kind,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Refusal {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The host error naming the library.
+    pub fn into_error(self, library: &Path) -> Error {
+        Error::PluginLoad {
+            path: library.to_path_buf(),
+            kind: self.kind,
+            message: self.message,
+        }
+    }
+}
+
+/// What admission found out about one library.
+#[derive(Clone, Debug)]
+pub struct AdmissionReport {
+    pub library: PathBuf,
+    /// The SHA-256 of the library when it matched the manifest's pin; `None` without a pin or
+    /// when an earlier check refused the library.
+    pub sha256: Option<String>,
+    /// Where each dependency was found; `None` when an earlier check refused the library or
+    /// its dependencies could not be read (the refusal says why).
+    pub dependencies: Option<DependencyReport>,
+    /// Why the library is refused; `None` when it may be opened.
+    pub refusal: Option<Refusal>,
+}
+
+impl AdmissionReport {
+    pub fn admitted(&self) -> bool {
+        self.refusal.is_none()
+    }
+
+    /// The libraries to preload, dependencies first (empty when refused).
+    pub fn preload_order(&self) -> Vec<PathBuf> {
+        match (&self.refusal, &self.dependencies) {
+            (None, Some(d)) => d.preload_order(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs every admission check on a candidate, without opening the library.
+pub fn admit(candidate: &PluginCandidate) -> AdmissionReport {
+    let _span = tracing::debug_span!("admit", plugin = %candidate.library.display()).entered();
+    let mut report = AdmissionReport {
+        library: candidate.library.clone(),
+        sha256: None,
+        dependencies: None,
+        refusal: None,
+    };
+    if let Err(refusal) = run_checks(candidate, &mut report) {
+        tracing::debug!(kind = ?refusal.kind, "refused: {}", refusal.message);
+        report.refusal = Some(refusal);
+    }
+    report
+}
+
+fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Result<(), Refusal> {
+    check_permissions(&candidate.library)?;
+    check_manifest_abi(candidate)?;
+    report.sha256 = check_sha256(candidate)?;
+    if let Some(digest) = &report.sha256 {
+        tracing::debug!(sha256 = %digest, "library matches its sha256 pin");
+    }
+    let specs = candidate
+        .manifest
+        .as_ref()
+        .map(|m| m.dependencies.as_slice())
+        .unwrap_or(&[]);
+    let deps = resolve::resolve_dependencies(&candidate.library, &candidate.dir, specs)
+        .map_err(|e| Refusal::new(Kind::Open, e.to_string()))?;
+    let complete = deps.is_complete();
+    let text = deps.to_string();
+    report.dependencies = Some(deps);
+    if !complete {
+        return Err(Refusal::new(Kind::MissingDependency, text));
+    }
+    Ok(())
+}
+
+/// A library file anyone may replace is not trusted.
+fn check_permissions(library: &Path) -> Result<(), Refusal> {
+    match std::fs::metadata(library) {
+        Ok(meta) if world_writable(&meta) => Err(Refusal::new(
+            Kind::Refused,
+            format!(
+                "{} is writable by every user, so any of them could replace the code it runs; \
+                 remove the write permission for others (chmod o-w)",
+                library.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The manifest says which ABI the library was built for: a wrong major is refused without
+/// running any of the library's code.
+fn check_manifest_abi(candidate: &PluginCandidate) -> Result<(), Refusal> {
+    let Some(m) = &candidate.manifest else {
+        return Ok(());
+    };
+    if m.abi.major == u64::from(EPX_ABI_VERSION_MAJOR) {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Kind::AbiMismatch,
+        format!(
+            "its plugin.toml declares epx plugin ABI {}, but this host speaks ABI \
+             {EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}",
+            m.abi
+        ),
+    ))
+}
+
+/// Checks the library file against the manifest's `sha256` pin: `Ok(None)` when there is no
+/// pin, `Ok(Some(digest))` when the file matches.
+pub(crate) fn check_sha256(candidate: &PluginCandidate) -> Result<Option<String>, Refusal> {
+    let Some(expected) = candidate
+        .manifest
+        .as_ref()
+        .and_then(|m| m.sha256.as_deref())
+    else {
+        return Ok(None);
+    };
+    let library = &candidate.library;
+    let actual = super::manifest::sha256_file(library).map_err(|e| {
+        Refusal::new(
+            Kind::Open,
+            format!(
+                "cannot read {} to check it against the sha256 pinned in its {MANIFEST_FILE}: {e}",
+                library.display()
+            ),
+        )
+    })?;
+    if actual != expected {
+        return Err(Refusal::new(
+            Kind::ChecksumMismatch,
+            format!(
+                "SHA-256 mismatch: {} has SHA-256 {actual}, but {} pins sha256 = \"{expected}\". \
+                 The file is not the library this plugin was packaged with, so it was not opened. \
+                 Reinstall the plugin, or, if this library is the one you mean to run, update the pin to \"{actual}\"",
+                library.display(),
+                candidate.dir.join(MANIFEST_FILE).display(),
+            ),
+        ));
+    }
+    Ok(Some(actual))
+}
+
+#[cfg(unix)]
+pub(crate) fn world_writable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o002 != 0
+}
+
+/// Windows has no "other" permission bits; ACL checks are left to the OS.
+#[cfg(not(unix))]
+pub(crate) fn world_writable(_meta: &std::fs::Metadata) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::discover::{SearchOrigin, TestDir};
+    use crate::plugin::manifest::parse_manifest;
+
+    /// A candidate for `lib` in `dir`, with a manifest of `abi` and an optional pin.
+    fn candidate(dir: &Path, lib: &str, abi: &str, sha256: Option<&str>) -> PluginCandidate {
+        let pin = sha256.map_or_else(String::new, |s| format!("sha256 = \"{s}\"\n"));
+        let text = format!(
+            "name = \"t\"\nversion = \"0.1.0\"\nabi = \"{abi}\"\nproviders = [\"t\"]\n{pin}\
+             [library]\nlinux = \"{lib}\"\nmacos = \"{lib}\"\nwindows = \"{lib}\"\n"
+        );
+        let manifest = parse_manifest(&text, &dir.join(MANIFEST_FILE)).expect("manifest");
+        PluginCandidate {
+            name: "t".into(),
+            dir: dir.to_path_buf(),
+            library: dir.join(lib),
+            manifest: Some(manifest),
+            origin: SearchOrigin::Explicit,
+        }
+    }
+
+    #[test]
+    fn each_check_refuses_with_its_kind_and_stops_the_later_ones() {
+        let dir = TestDir::new("admit");
+        let lib = dir.path().join("libt.so");
+        std::fs::write(&lib, b"not a library").expect("write");
+
+        let wrong_abi = admit(&candidate(dir.path(), "libt.so", "2.0.0", None));
+        let refusal = wrong_abi.refusal.as_ref().expect("refused");
+        assert_eq!(refusal.kind, Kind::AbiMismatch);
+        assert!(refusal.message.contains("ABI 2.0.0"), "{}", refusal.message);
+        assert!(wrong_abi.dependencies.is_none(), "later checks did not run");
+
+        let pin = "0".repeat(64);
+        let mismatch = admit(&candidate(dir.path(), "libt.so", "1.0.0", Some(&pin)));
+        let refusal = mismatch.refusal.as_ref().expect("refused");
+        assert_eq!(refusal.kind, Kind::ChecksumMismatch);
+        assert!(mismatch.sha256.is_none() && mismatch.dependencies.is_none());
+
+        let actual = crate::plugin::manifest::sha256_file(&lib).expect("hash");
+        let not_elf = admit(&candidate(dir.path(), "libt.so", "1.0.0", Some(&actual)));
+        assert_eq!(
+            not_elf.sha256.as_deref(),
+            Some(actual.as_str()),
+            "the pin matched"
+        );
+        let refusal = not_elf.refusal.as_ref().expect("refused");
+        assert_eq!(refusal.kind, Kind::Open);
+        assert!(refusal.message.contains("libt.so"), "{}", refusal.message);
+        assert!(!not_elf.admitted() && not_elf.preload_order().is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_library_anyone_may_replace_is_refused_before_anything_else() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TestDir::new("admit-perm");
+        let lib = dir.path().join("libt.so");
+        std::fs::write(&lib, b"x").expect("write");
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let report = admit(&candidate(dir.path(), "libt.so", "2.0.0", None));
+        let refusal = report.refusal.expect("refused");
+        assert_eq!(refusal.kind, Kind::Refused);
+        assert!(refusal.message.contains("chmod o-w"), "{}", refusal.message);
+    }
+
+    #[test]
+    fn a_real_library_with_its_dependencies_found_is_admitted() {
+        // The test binary itself is an ELF file whose needs (libc) the system provides.
+        let exe = std::env::current_exe().expect("exe");
+        let dir = exe.parent().expect("dir");
+        let name = exe
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let report = admit(&candidate(dir, &name, "1.3.0", None));
+        assert!(report.admitted(), "{:?}", report.refusal);
+        assert!(
+            report
+                .dependencies
+                .as_ref()
+                .is_some_and(|d| d.is_complete())
+        );
+    }
+}

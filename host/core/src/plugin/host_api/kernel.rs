@@ -1,0 +1,272 @@
+//! The per-call kernel context: a plugin kernel reads its inputs and makes its outputs
+//! through these callbacks.
+use std::sync::Arc;
+
+use epx_plugin_api::abi::*;
+use epx_plugin_api::dlpack::{DLDataType, DLTensor};
+use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value};
+
+use super::*;
+use crate::plugin::ProviderInstance;
+use crate::value::{DeviceMemory, DeviceTensor, DlView, ElementType, Tensor, Value};
+
+pub(super) struct CallInput<'t> {
+    value: &'t Value,
+    tensor: Option<CallTensor>,
+    handle: Option<Box<ValueHandle>>,
+}
+
+/// One kernel call's inputs and the outputs the kernel produced.
+pub(crate) struct KernelCall<'t> {
+    inputs: Vec<Option<CallInput<'t>>>,
+    pub(crate) outputs: Vec<Option<(Value, Option<CallTensor>)>>,
+    /// Where outputs are allocated: `None` for host memory, else the device EP.
+    device: Option<&'t Arc<ProviderInstance>>,
+}
+
+impl<'t> KernelCall<'t> {
+    /// Inputs borrow `inputs` for the call; outputs go to `device`'s memory, or the host's.
+    /// `abi_minor` is the plugin's: strings and non-tensor values reach plugins of 1.3 on.
+    pub(crate) fn new(
+        inputs: &[Option<&'t Value>],
+        num_outputs: usize,
+        device: Option<&'t Arc<ProviderInstance>>,
+        abi_minor: u32,
+    ) -> Result<Self, String> {
+        let mut call_inputs = Vec::with_capacity(inputs.len());
+        for v in inputs {
+            call_inputs.push(match v {
+                None => None,
+                Some(value) => {
+                    let old = abi_minor < ElementType::String.since_abi_minor();
+                    let tensor = match value {
+                        Value::Host(t) if old && t.elem_type() == ElementType::String => {
+                            return Err(format!(
+                                "a string tensor cannot reach a plugin built for ABI 1.{abi_minor} \
+                                 (strings cross from ABI 1.3)"
+                            ));
+                        }
+                        Value::Host(t) => {
+                            Some(CallTensor::Host(DlView::of(t).ok_or_else(|| {
+                                format!("{} tensors cannot cross the plugin ABI", t.elem_type())
+                            })?))
+                        }
+                        Value::Device(t) => Some(CallTensor::Device(Box::new(t.dl()))),
+                        other if old => {
+                            return Err(format!(
+                                "a {} cannot reach a plugin built for ABI 1.{abi_minor} \
+                                 (sequences, maps and optionals cross from ABI 1.3)",
+                                other.type_name()
+                            ));
+                        }
+                        _ => None,
+                    };
+                    Some(CallInput {
+                        value,
+                        tensor,
+                        handle: None,
+                    })
+                }
+            });
+        }
+        Ok(KernelCall {
+            inputs: call_inputs,
+            outputs: (0..num_outputs).map(|_| None).collect(),
+            device,
+        })
+    }
+
+    pub(crate) fn as_raw(&mut self) -> *mut EpxKernelContext {
+        (self as *mut Self).cast::<EpxKernelContext>()
+    }
+
+    /// Allocates output storage where this call's EP keeps its tensors.
+    fn allocate(
+        &self,
+        elem: ElementType,
+        shape: &[usize],
+    ) -> Result<(Value, Option<CallTensor>), SdkError> {
+        let oom = |e: crate::error::Error| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string());
+        match self.device {
+            None => {
+                let tensor = Tensor::zeros(elem, shape).map_err(oom)?;
+                let view = DlView::of(&tensor)
+                    .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
+                Ok((Value::Host(tensor), Some(CallTensor::Host(view))))
+            }
+            Some(p) => {
+                let memory: Arc<dyn DeviceMemory> = p.clone();
+                let t = DeviceTensor::allocate(&memory, elem, shape).map_err(oom)?;
+                let dl = Box::new(t.dl());
+                Ok((Value::Device(t), Some(CallTensor::Device(dl))))
+            }
+        }
+    }
+
+    fn free_output(&self, i: usize) -> Result<(), SdkError> {
+        if self.outputs[i].is_some() {
+            return Err(SdkError::invalid_argument(format!(
+                "output {i} was already produced in this call"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// # Safety
+/// `ctx` was made by [`KernelCall::as_raw`] for the call in progress.
+pub(super) unsafe fn call<'a>(
+    ctx: *const EpxKernelContext,
+) -> Result<&'a mut KernelCall<'a>, SdkError> {
+    // SAFETY: the caller's contract; the host does not touch the call while the kernel runs.
+    unsafe { ctx.cast_mut().cast::<KernelCall<'a>>().as_mut() }
+        .ok_or_else(|| SdkError::invalid_argument("NULL kernel context"))
+}
+
+pub(super) unsafe extern "C" fn kernel_input_count(ctx: *const EpxKernelContext) -> usize {
+    // SAFETY: host API contract.
+    guard_value(0, || unsafe { call(ctx) }.map_or(0, |c| c.inputs.len()))
+}
+
+pub(super) unsafe extern "C" fn kernel_output_count(ctx: *const EpxKernelContext) -> usize {
+    // SAFETY: host API contract.
+    guard_value(0, || unsafe { call(ctx) }.map_or(0, |c| c.outputs.len()))
+}
+
+pub(super) unsafe extern "C" fn kernel_input(
+    ctx: *const EpxKernelContext,
+    index_: usize,
+    out: *mut *const DLTensor,
+) -> *mut EpxStatus {
+    guard("kernel_input", || {
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.inputs, index_, "input")?;
+        let out = out_ptr(out)?;
+        let p = match c.inputs[i].as_mut() {
+            None => std::ptr::null(),
+            Some(CallInput {
+                tensor: Some(t), ..
+            }) => t.dl_mut() as *const DLTensor,
+            Some(input) => {
+                return Err(SdkError::invalid_argument(format!(
+                    "input {i} is a {}, not a tensor: read it with kernel_input_value",
+                    input.value.type_name()
+                )));
+            }
+        };
+        // SAFETY: `out` checked non-null.
+        unsafe { *out = p };
+        Ok(())
+    })
+}
+
+pub(super) unsafe extern "C" fn kernel_input_value(
+    ctx: *const EpxKernelContext,
+    index_: usize,
+    out: *mut *const EpxValue,
+) -> *mut EpxStatus {
+    guard("kernel_input_value", || {
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.inputs, index_, "input")?;
+        let out = out_ptr(out)?;
+        let p = match c.inputs[i].as_mut() {
+            None => std::ptr::null(),
+            Some(input) => {
+                if input.handle.is_none() {
+                    input.handle =
+                        Some(ValueHandle::borrow(input.value).map_err(SdkError::invalid_argument)?);
+                }
+                input.handle.as_deref().map_or(std::ptr::null(), |h| {
+                    (h as *const ValueHandle).cast::<EpxValue>()
+                })
+            }
+        };
+        // SAFETY: `out` checked non-null; the handle lives until the call ends.
+        unsafe { *out = p };
+        Ok(())
+    })
+}
+
+pub(super) unsafe extern "C" fn kernel_output(
+    ctx: *mut EpxKernelContext,
+    index_: usize,
+    dtype: DLDataType,
+    ndim: i32,
+    shape: *const i64,
+    out: *mut *mut DLTensor,
+) -> *mut EpxStatus {
+    guard("kernel_output", || {
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.outputs, index_, "output")?;
+        c.free_output(i)?;
+        if epx_plugin_api::sdk::is_string_dtype(dtype) {
+            return Err(SdkError::not_implemented(
+                "string outputs are made with value_new_tensor and set with kernel_output_value",
+            ));
+        }
+        let elem = ElementType::from_dlpack(dtype).ok_or_else(|| {
+            SdkError::not_implemented(format!(
+                "output dtype (code {}, bits {}, lanes {})",
+                dtype.code, dtype.bits, dtype.lanes
+            ))
+        })?;
+        // SAFETY: plugin contract: `shape` holds `ndim` extents.
+        let ushape = unsafe { read_shape(ndim, shape) }?;
+        let out = out_ptr(out)?;
+        let (value, mut view) = c.allocate(elem, &ushape)?;
+        let p: *mut DLTensor = view
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |v| v.dl_mut() as *mut DLTensor);
+        c.outputs[i] = Some((value, view));
+        // SAFETY: `out` checked non-null; the DLTensor lives in the call until it ends.
+        unsafe { *out = p };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `shape` is NULL or points at `ndim` extents.
+pub(super) unsafe fn read_shape(ndim: i32, shape: *const i64) -> Result<Vec<usize>, SdkError> {
+    let ndim = usize::try_from(ndim)
+        .map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
+    let dims: &[i64] = if ndim == 0 {
+        &[]
+    } else if shape.is_null() {
+        return Err(SdkError::invalid_argument("NULL shape"));
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(shape, ndim) }
+    };
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                SdkError::invalid_argument(format!("negative extent {d} in shape {dims:?}"))
+            })
+        })
+        .collect()
+}
+
+pub(super) unsafe extern "C" fn kernel_output_value(
+    ctx: *mut EpxKernelContext,
+    index_: usize,
+    value: *mut EpxValue,
+) -> *mut EpxStatus {
+    guard("kernel_output_value", || {
+        // SAFETY: plugin contract: `value` is a value it made and hands over.
+        let v = unsafe { take_handle(value) }?;
+        // SAFETY: host API contract.
+        let c = unsafe { call(ctx) }?;
+        let i = index(&c.outputs, index_, "output")?;
+        c.free_output(i)?;
+        if c.device.is_some() {
+            return Err(SdkError::invalid_argument(
+                "an EP with its own memory produces tensors with kernel_output",
+            ));
+        }
+        c.outputs[i] = Some((v.into_value()?, None));
+        Ok(())
+    })
+}

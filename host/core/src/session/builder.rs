@@ -1,0 +1,103 @@
+//! Configures and creates a [`Session`]: the EPs in priority order, strict placement, threads,
+//! outputs left on their device. Committing hands the request to the compile pipeline.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{ExecutionProvider, Session, compile};
+use crate::error::Result;
+use crate::model::ir::Model;
+use crate::session::Environment;
+
+/// Configures and creates a [`Session`].
+pub struct SessionBuilder {
+    env: Option<Arc<Environment>>,
+    providers: Vec<ExecutionProvider>,
+    strict: bool,
+    device_outputs: Vec<String>,
+    intra_op_threads: Option<usize>,
+}
+
+impl Session {
+    pub fn builder() -> Result<SessionBuilder> {
+        Ok(SessionBuilder {
+            env: None,
+            providers: Vec::new(),
+            strict: false,
+            device_outputs: Vec::new(),
+            intra_op_threads: None,
+        })
+    }
+}
+
+impl SessionBuilder {
+    /// Uses `env` instead of [`Environment::global`].
+    pub fn with_environment(mut self, env: Arc<Environment>) -> Self {
+        self.env = Some(env);
+        self
+    }
+
+    /// EPs in priority order; the CPU EP is always added last.
+    pub fn with_execution_providers(
+        mut self,
+        eps: impl IntoIterator<Item = ExecutionProvider>,
+    ) -> Result<Self> {
+        self.providers.extend(eps);
+        Ok(self)
+    }
+
+    /// Strict placement: session creation fails if any node would fall back to the CPU EP
+    /// (the error lists them). Requesting `cpu` explicitly allows it.
+    pub fn with_strict_placement(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Threads the CPU EP shares a kernel's work across (its `intra_op_num_threads` option): 1
+    /// runs everything on the calling thread; 0, the default, one per core. It applies to the
+    /// fallback CPU EP and to a requested `cpu` EP that does not set the option itself. Vendor
+    /// EPs take their own threading options.
+    pub fn with_intra_op_threads(mut self, threads: usize) -> Self {
+        self.intra_op_threads = Some(threads);
+        self
+    }
+
+    /// Leaves these graph outputs in their EP's memory instead of copying them to the host;
+    /// read them with [`SessionOutputs::device`] and copy them later with
+    /// [`DeviceTensor::to_host`].
+    pub fn with_device_outputs<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.device_outputs
+            .extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
+        let model = crate::model::onnx::load_model_file(path.as_ref())?;
+        self.commit_from_model(model)
+    }
+
+    pub fn commit_from_memory(self, bytes: &[u8]) -> Result<Session> {
+        let model = crate::model::onnx::load_model_bytes(bytes, "<memory>", None)?;
+        self.commit_from_model(model)
+    }
+
+    pub fn commit_from_model(self, model: Model) -> Result<Session> {
+        let env = match self.env {
+            Some(e) => e,
+            None => Environment::global()?,
+        };
+        compile::compile(
+            &env,
+            compile::Request {
+                providers: self.providers,
+                strict: self.strict,
+                device_outputs: self.device_outputs,
+                intra_op_threads: self.intra_op_threads,
+            },
+            model,
+        )
+    }
+}

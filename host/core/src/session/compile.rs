@@ -1,0 +1,573 @@
+//! The compile pipeline: how a model and a request become a [`Session`], as named steps run in
+//! order by [`compile`]. Each step is a function of what the ones before it produced, so a
+//! change to (say) how fallbacks are reported touches one step.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use super::partition::{Group, partition};
+use super::placement::{
+    CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider,
+};
+use super::plan::{self, Action, Plan, Source, Space};
+use super::{Environment, ExecutionProvider, Session};
+use crate::error::{Error, Result};
+use crate::model::ir::{Dim, Graph, Model, ValueId};
+use crate::plugin::host_api::AbiGraph;
+use crate::plugin::{CompiledKernel, ProviderInstance};
+use crate::value::ElementType;
+
+/// What the builder asks for.
+pub(super) struct Request {
+    pub(super) providers: Vec<ExecutionProvider>,
+    pub(super) strict: bool,
+    pub(super) device_outputs: Vec<String>,
+    pub(super) intra_op_threads: Option<usize>,
+}
+
+pub(super) struct Kernel {
+    pub(super) compiled: CompiledKernel,
+    pub(super) group: Group,
+    /// The model's declared element type and static extents of each output, checked after
+    /// every execute so a plugin returning nonsense is caught where it happens.
+    pub(super) expected: Vec<Declared>,
+    /// Whether a shape that disagrees with the declaration is only a warning: so for the
+    /// built-in CPU EP, the reference, whose outputs are what the nodes define; the model's
+    /// declaration is then what is wrong, and ONNX Runtime runs such models too.
+    pub(super) lenient_shapes: bool,
+    /// Per output: the shape warning was logged already (once per session, not per run).
+    pub(super) shape_warned: Vec<AtomicBool>,
+}
+
+/// What the model declares about a value: element type and static extents, where known.
+pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>);
+
+/// The pipeline.
+pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
+    let _span = tracing::debug_span!("session", model = %model.source).entered();
+    let threads = threads_option(env, request.intra_op_threads);
+    let requested = requested_providers(env, request.providers, threads.as_ref());
+    let (mut providers, skipped) = set_up_providers(env, &requested)?;
+    providers.push(fallback_provider(env, threads)?);
+    let fallback = providers.len() - 1;
+
+    let model = Arc::new(model);
+    let g = &model.graph;
+    let abi = AbiGraph::new(&model);
+    let groups = partition(&abi, &providers)?;
+    let (node_provider, fallbacks) = place_fallbacks(g, &groups, &providers, env);
+    check_strict(request.strict, &fallbacks)?;
+    let keep_on_device = device_outputs(g, &request.device_outputs)?;
+    let kernels = compile_kernels(&abi, g, &groups, &providers, fallback)?;
+    drop(abi);
+    let plan = plan_copies(g, &groups, &providers, &keep_on_device);
+    let placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
+    tracing::debug!("placement of {}:\n{}", model.source, placement.table());
+    let copy_bytes = plan
+        .copies
+        .iter()
+        .map(|_| AtomicU64::new(u64::MAX))
+        .collect();
+    Ok(Session {
+        model: model.clone(),
+        providers,
+        kernels,
+        plan,
+        copy_bytes,
+        placement,
+        node_provider,
+    })
+}
+
+/// Step 1: the fallback EP's thread-count option, when the builder set a thread count.
+fn threads_option(env: &Environment, threads: Option<usize>) -> Option<(String, String)> {
+    threads.map(|n| {
+        (
+            env.builtin_providers().threads_option.to_string(),
+            n.to_string(),
+        )
+    })
+}
+
+/// Step 2: the EPs to set up, in priority order: the session's own (a requested fallback EP
+/// gets the thread count unless it sets one), then the environment's defaults not already there.
+fn requested_providers(
+    env: &Environment,
+    mut requested: Vec<ExecutionProvider>,
+    threads: Option<&(String, String)>,
+) -> Vec<ExecutionProvider> {
+    let fallback = env.builtin_providers().fallback;
+    if let Some(opt) = threads {
+        for ep in requested.iter_mut().filter(|ep| ep.name == fallback) {
+            if !ep.options.iter().any(|(k, _)| k == &opt.0) {
+                ep.options.insert(0, opt.clone());
+            }
+        }
+    }
+    for d in env.default_providers() {
+        if !requested.iter().any(|r| r.name == d.name) {
+            requested.push(d.clone());
+        }
+    }
+    requested
+}
+
+/// Step 3: an instance of each requested EP; one that cannot be set up is skipped (and
+/// reported) unless it was asked to fail the session.
+fn set_up_providers(
+    env: &Environment,
+    requested: &[ExecutionProvider],
+) -> Result<(Vec<Arc<ProviderInstance>>, Vec<SkippedProvider>)> {
+    let mut providers = Vec::new();
+    let mut skipped = Vec::new();
+    for ep in requested {
+        match setup_provider(env, ep) {
+            Ok(p) => providers.push(p),
+            Err(e) if ep.error_on_failure => return Err(e),
+            Err(e) => {
+                tracing::warn!(provider = %ep.name, "continuing without this EP: {e}");
+                skipped.push(SkippedProvider {
+                    name: ep.name.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok((providers, skipped))
+}
+
+fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<ProviderInstance>> {
+    let (lib, index) = env.find_provider(&ep.name)?;
+    let desc = &lib.providers[index];
+    if let Err(reason) = &desc.availability {
+        return Err(Error::ProviderSetup {
+            name: ep.name.clone(),
+            message: format!("not available: {reason}"),
+        });
+    }
+    // Manifest defaults first: the user's options come later and win.
+    let mut options = env.default_options(&lib, &desc.name);
+    options.extend(ep.options.iter().cloned());
+    ProviderInstance::create(&lib, index, &options)
+}
+
+/// Step 4: the built-in fallback EP, always last.
+fn fallback_provider(
+    env: &Environment,
+    threads: Option<(String, String)>,
+) -> Result<Arc<ProviderInstance>> {
+    let builtin = env.builtin();
+    let name = env.builtin_providers().fallback;
+    let index = builtin
+        .providers
+        .iter()
+        .position(|p| p.name == name)
+        .ok_or_else(|| Error::ProviderSetup {
+            name: name.into(),
+            message: "the built-in fallback EP is missing".into(),
+        })?;
+    let options: Vec<(String, String)> = threads.into_iter().collect();
+    ProviderInstance::create(builtin, index, &options)
+}
+
+/// Step 5 (after partitioning): the EP of every node, and the nodes that fell back to the
+/// built-in EP although other EPs were asked for (none when the fallback EP was requested).
+fn place_fallbacks(
+    g: &Graph,
+    groups: &[Group],
+    providers: &[Arc<ProviderInstance>],
+    env: &Environment,
+) -> (Vec<usize>, Vec<Fallback>) {
+    let fallback = providers.len() - 1;
+    let fallback_name = env.builtin_providers().fallback;
+    let fallback_requested = providers[..fallback]
+        .iter()
+        .any(|p| p.name() == fallback_name);
+    let mut node_provider = vec![0; g.nodes.len()];
+    let mut fallbacks = Vec::new();
+    for group in groups {
+        for &n in &group.nodes {
+            node_provider[n] = group.provider;
+            if group.provider == fallback && fallback > 0 && !fallback_requested {
+                let asked: Vec<&str> = providers[..fallback].iter().map(|p| p.name()).collect();
+                fallbacks.push(Fallback {
+                    node: n,
+                    name: g.nodes[n].display_name(n),
+                    op_type: g.nodes[n].op_type.clone(),
+                    reason: format!("not claimed by {}", asked.join(", ")),
+                });
+            }
+        }
+    }
+    fallbacks.sort_by_key(|f| f.node);
+    (node_provider, fallbacks)
+}
+
+/// Step 6: strict placement refuses any fallback, naming each node.
+fn check_strict(strict: bool, fallbacks: &[Fallback]) -> Result<()> {
+    if !strict || fallbacks.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = fallbacks
+        .iter()
+        .map(|f| format!("`{}` ({})", f.name, f.op_type))
+        .collect();
+    Err(Error::Unsupported(format!(
+        "strict placement: {} node{} would fall back to the CPU EP: {}",
+        list.len(),
+        if list.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    )))
+}
+
+/// Step 7: the graph outputs to leave in their EP's memory.
+fn device_outputs(g: &Graph, names: &[String]) -> Result<Vec<ValueId>> {
+    names
+        .iter()
+        .map(|name| {
+            g.value_id(name)
+                .filter(|&v| g.values[v].is_graph_output)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "`{name}` given to with_device_outputs is not an output of the model"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// Step 8: each group compiled by its EP, with what the model declares about its outputs.
+fn compile_kernels(
+    abi: &AbiGraph<'_>,
+    g: &Graph,
+    groups: &[Group],
+    providers: &[Arc<ProviderInstance>],
+    fallback: usize,
+) -> Result<Vec<Kernel>> {
+    let mut kernels = Vec::with_capacity(groups.len());
+    for group in groups {
+        let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+        let compiled = providers[group.provider].compile(
+            abi,
+            &ids(&group.nodes),
+            &ids(&group.inputs),
+            &ids(&group.outputs),
+        )?;
+        kernels.push(Kernel {
+            compiled,
+            group: group.clone(),
+            lenient_shapes: group.provider == fallback,
+            shape_warned: group
+                .outputs
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            expected: group.outputs.iter().map(|&v| declared(g, v)).collect(),
+        });
+    }
+    Ok(kernels)
+}
+
+/// What the model declares about a value. Only declarations are held against a kernel:
+/// inferred shapes help EPs decide, they are not a contract.
+fn declared(g: &Graph, v: ValueId) -> Declared {
+    let val = &g.values[v];
+    let dims = val.shape().filter(|_| !val.shape_inferred).map(|s| {
+        s.iter()
+            .map(|d| {
+                if let Dim::Known(k) = d {
+                    Some(*k)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    });
+    (val.elem_type(), dims)
+}
+
+/// Step 9: the order of kernels and copies, and when each value is released.
+fn plan_copies(
+    g: &Graph,
+    groups: &[Group],
+    providers: &[Arc<ProviderInstance>],
+    keep_on_device: &[ValueId],
+) -> Plan {
+    let space_of: Vec<Space> = providers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (!p.description.uses_host_memory()).then_some(i))
+        .collect();
+    plan::plan(g, groups, &space_of, keep_on_device)
+}
+
+fn space_name(providers: &[Arc<ProviderInstance>], s: Space) -> String {
+    s.map_or_else(|| "host".to_string(), |p| providers[p].name().to_string())
+}
+
+/// Step 10: the placement report of the planned session.
+fn report(
+    model: &Model,
+    providers: &[Arc<ProviderInstance>],
+    groups: &[Group],
+    plan: &Plan,
+    fallbacks: Vec<Fallback>,
+    skipped_providers: Vec<SkippedProvider>,
+) -> PlacementReport {
+    let g = &model.graph;
+    let mut per_provider = vec![0usize; providers.len()];
+    let mut group_of = vec![0usize; g.nodes.len()];
+    let names = |vs: &[ValueId]| {
+        vs.iter()
+            .map(|&v| g.values[v].name.clone())
+            .collect::<Vec<_>>()
+    };
+    let groups_out: Vec<GroupPlacement> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, grp)| {
+            for &n in &grp.nodes {
+                group_of[n] = i;
+            }
+            let kernel = format!(
+                "{}#{}",
+                providers[grp.provider].name(),
+                per_provider[grp.provider]
+            );
+            per_provider[grp.provider] += 1;
+            GroupPlacement {
+                id: i,
+                provider: providers[grp.provider].name().to_string(),
+                nodes: grp.nodes.clone(),
+                kernel,
+                inputs: names(&grp.inputs),
+                outputs: names(&grp.outputs),
+            }
+        })
+        .collect();
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodePlacement {
+            id: i,
+            name: n.display_name(i),
+            op_type: n.op_type.clone(),
+            provider: groups_out[group_of[i]].provider.clone(),
+            group: group_of[i],
+        })
+        .collect();
+    // The kernel each copy feeds: the first kernel after it in the plan that reads it.
+    let mut before_group = vec![None; plan.copies.len()];
+    for (i, a) in plan.actions.iter().enumerate() {
+        if let Action::Copy(c) = *a {
+            before_group[c] = plan.actions[i..].iter().find_map(|a| match *a {
+                Action::Kernel(k) if plan.kernel_inputs[k].contains(&Source::Copy(c)) => Some(k),
+                _ => None,
+            });
+        }
+    }
+    let copies = plan
+        .copies
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let v = &g.values[c.value];
+            let bytes = v.shape().and_then(|s| {
+                let count = s.iter().try_fold(1usize, |acc, d| match d {
+                    Dim::Known(k) => acc.checked_mul(usize::try_from(*k).ok()?),
+                    _ => None,
+                })?;
+                v.elem_type()?.storage_bytes(count).map(|b| b as u64)
+            });
+            CopyPlacement {
+                value: v.name.clone(),
+                from: space_name(providers, c.from),
+                to: space_name(providers, c.to),
+                before_group: before_group[i],
+                bytes,
+                last_run_bytes: None,
+            }
+        })
+        .collect();
+    PlacementReport {
+        nodes,
+        groups: groups_out,
+        copies,
+        fallbacks,
+        skipped_providers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+    use crate::model::onnx::testing::{graph, model, node};
+
+    fn env_with_default(ep: ExecutionProvider) -> Arc<Environment> {
+        Environment::builder()
+            .with_execution_providers([ep])
+            .commit()
+            .expect("environment")
+    }
+
+    #[test]
+    fn the_thread_count_goes_to_a_requested_fallback_ep_that_does_not_set_it() {
+        let env = env_with_default(ExecutionProvider::new("vendor"));
+        let threads = threads_option(&env, Some(2));
+        assert_eq!(
+            threads,
+            Some(("intra_op_num_threads".to_string(), "2".to_string()))
+        );
+        let asked = vec![
+            ExecutionProvider::new("cpu").with_option("x", "1"),
+            ExecutionProvider::new("other"),
+        ];
+        let got = requested_providers(&env, asked, threads.as_ref());
+        let names: Vec<&str> = got.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["cpu", "other", "vendor"], "defaults come last");
+        assert_eq!(
+            got[0].options(),
+            [
+                ("intra_op_num_threads".to_string(), "2".to_string()),
+                ("x".to_string(), "1".to_string())
+            ]
+        );
+        assert!(got[1].options().is_empty(), "only the fallback EP takes it");
+
+        let own = vec![ExecutionProvider::new("cpu").with_option("intra_op_num_threads", "1")];
+        let got = requested_providers(&env, own, threads.as_ref());
+        assert_eq!(
+            got[0].options(),
+            [("intra_op_num_threads".to_string(), "1".to_string())],
+            "an EP's own setting wins"
+        );
+        assert_eq!(threads_option(&env, None), None);
+    }
+
+    #[test]
+    fn a_default_ep_the_session_names_itself_is_not_added_twice() {
+        let env = env_with_default(ExecutionProvider::new("cuda").with_option("a", "1"));
+        let got = requested_providers(&env, vec![ExecutionProvider::new("cuda")], None);
+        assert_eq!(got.len(), 1);
+        assert!(
+            got[0].options().is_empty(),
+            "the session's own request is kept"
+        );
+    }
+
+    #[test]
+    fn strict_placement_names_every_node_that_would_fall_back() {
+        let f = |node: usize, name: &str, op: &str| Fallback {
+            node,
+            name: name.into(),
+            op_type: op.into(),
+            reason: "not claimed by x".into(),
+        };
+        assert!(check_strict(false, &[f(0, "a", "Relu")]).is_ok());
+        assert!(check_strict(true, &[]).is_ok());
+        let one = check_strict(true, &[f(0, "a", "Relu")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            one,
+            "strict placement: 1 node would fall back to the CPU EP: `a` (Relu)"
+        );
+        let two = check_strict(true, &[f(0, "a", "Relu"), f(3, "b", "Add")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            two.contains("2 nodes") && two.contains("`b` (Add)"),
+            "{two}"
+        );
+    }
+
+    #[test]
+    fn device_outputs_must_be_graph_outputs() {
+        let g = graph(&model(
+            vec![node("Relu", &["x"], &["h"]), node("Neg", &["h"], &["y"])],
+            &["x"],
+            &["y"],
+        ));
+        let y = g.value_id("y").expect("y");
+        assert_eq!(device_outputs(&g, &["y".to_string()]).unwrap(), [y]);
+        for bad in ["h", "x", "nope"] {
+            let e = device_outputs(&g, &[bad.to_string()])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("`{bad}`")) && e.contains("not an output"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_declared_shapes_are_held_against_a_kernel() {
+        let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+        // Declare x as [2, N]; y's shape is only inferred.
+        let dims = |d: &[Option<i64>]| {
+            crate::model::onnx::proto::TensorShapeProto {
+            dim: d
+                .iter()
+                .map(|v| crate::model::onnx::proto::tensor_shape_proto::Dimension {
+                    value: Some(match v {
+                        Some(k) => {
+                            crate::model::onnx::proto::tensor_shape_proto::dimension::Value::DimValue(*k)
+                        }
+                        None => crate::model::onnx::proto::tensor_shape_proto::dimension::Value::DimParam(
+                            "N".into(),
+                        ),
+                    }),
+                    denotation: None,
+                })
+                .collect(),
+        }
+        };
+        let graph_proto = m.graph.as_mut().expect("graph");
+        if let Some(crate::model::onnx::proto::type_proto::Value::TensorType(t)) = graph_proto.input
+            [0]
+        .r#type
+        .as_mut()
+        .and_then(|t| t.value.as_mut())
+        {
+            t.shape = Some(dims(&[Some(2), None]));
+        }
+        let g = graph(&m);
+        let x = g.value_id("x").expect("x");
+        let y = g.value_id("y").expect("y");
+        assert_eq!(
+            declared(&g, x),
+            (Some(ElementType::Float), Some(vec![Some(2), None]))
+        );
+        assert_eq!(declared(&g, y).1, None, "an inferred shape is no contract");
+    }
+
+    #[test]
+    fn a_model_compiles_onto_the_fallback_ep_without_reporting_fallbacks() {
+        let env = env_with_default(ExecutionProvider::new("cpu"));
+        let m = model(
+            vec![node("Relu", &["x"], &["h"]), node("Neg", &["h"], &["y"])],
+            &["x"],
+            &["y"],
+        );
+        let loaded = crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "t.onnx", None)
+            .expect("model");
+        let request = Request {
+            providers: Vec::new(),
+            strict: true,
+            device_outputs: Vec::new(),
+            intra_op_threads: Some(1),
+        };
+        let session = compile(&env, request, loaded).expect("compiles");
+        assert_eq!(session.node_placement(), ["cpu", "cpu"]);
+        assert!(session.placement().fallbacks.is_empty());
+        assert_eq!(
+            session.kernel_count(),
+            1,
+            "both nodes fuse into one CPU kernel"
+        );
+    }
+}

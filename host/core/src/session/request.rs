@@ -1,0 +1,40 @@
+//! What a session is asked for: an execution provider by name, with string options.
+
+/// An EP requested for a session, by name (`cuda`, or `plugin/ep` to pick one plugin), with
+/// string options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionProvider {
+    pub(crate) name: String,
+    pub(crate) options: Vec<(String, String)>,
+    pub(crate) error_on_failure: bool,
+}
+
+impl ExecutionProvider {
+    pub fn new(name: impl Into<String>) -> Self {
+        ExecutionProvider {
+            name: name.into(),
+            options: Vec::new(),
+            error_on_failure: false,
+        }
+    }
+
+    /// Adds a provider option; the EP rejects keys it does not know when the session is made.
+    pub fn with_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.push((key.into(), value.into()));
+        self
+    }
+
+    /// Fail session creation when this EP cannot be set up, instead of continuing without it.
+    pub fn error_on_failure(mut self) -> Self {
+        self.error_on_failure = true;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn options(&self) -> &[(String, String)] {
+        &self.options
+    }
+}

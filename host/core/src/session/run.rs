@@ -1,0 +1,336 @@
+//! Running a session: the plan's kernels and copies in order, each kernel's outputs checked
+//! against the model's declarations, values released as soon as nothing reads them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use epx_plugin_api::abi::EpxStatusCode;
+
+use super::Session;
+use super::compile::Kernel;
+use super::plan::{Action, Source};
+use crate::error::{Error, Result};
+use crate::model::ir::{Dim, ValueId};
+use crate::value::{DeviceMemory, DeviceTensor, Tensor, Value};
+
+/// What `run` returns: the graph outputs, in the model's order, in host memory (except those
+/// kept on their device with [`SessionBuilder::with_device_outputs`]).
+#[derive(Debug)]
+pub struct SessionOutputs {
+    outputs: Vec<(String, Value)>,
+}
+
+impl SessionOutputs {
+    /// A host-memory output.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        match self.outputs.iter().find(|(n, _)| n == name) {
+            Some((_, Value::Host(t))) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// An output kept in its EP's memory.
+    pub fn device(&self, name: &str) -> Option<&DeviceTensor> {
+        match self.outputs.iter().find(|(n, _)| n == name) {
+            Some((_, Value::Device(t))) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.outputs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// An output of any kind: a tensor (host or device), sequence, map or optional.
+    pub fn value(&self, name: &str) -> Option<&Value> {
+        self.outputs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Every output, by name, in the model's order.
+    pub fn values(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.outputs.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// The host-memory tensor outputs.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.outputs.iter().filter_map(|(n, v)| match v {
+            Value::Host(t) => Some((n.as_str(), t)),
+            _ => None,
+        })
+    }
+}
+
+impl IntoIterator for SessionOutputs {
+    type Item = (String, Value);
+    type IntoIter = std::vec::IntoIter<(String, Value)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.outputs.into_iter()
+    }
+}
+
+impl std::ops::Index<&str> for SessionOutputs {
+    type Output = Tensor;
+    fn index(&self, name: &str) -> &Tensor {
+        match self.get(name) {
+            Some(t) => t,
+            None => panic!("the session has no host-memory output named `{name}`"),
+        }
+    }
+}
+
+impl Session {
+    /// Runs the model. Every graph input must be given, by name: tensors, or [`Value`]s for
+    /// inputs that are sequences, maps or optionals.
+    pub fn run<S: AsRef<str>, V: Into<Value>>(
+        &self,
+        inputs: impl IntoIterator<Item = (S, V)>,
+    ) -> Result<SessionOutputs> {
+        let g = &self.model.graph;
+        let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
+        let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();
+        for (name, value) in inputs {
+            let name = name.as_ref();
+            let value: Value = value.into();
+            let id = g
+                .value_id(name)
+                .filter(|id| g.values[*id].is_graph_input)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "the model has no input named `{name}`; its inputs are: {}",
+                        self.input_names()
+                    ))
+                })?;
+            if homes[id].is_some() {
+                return Err(Error::InvalidInput(format!("input `{name}` given twice")));
+            }
+            self.check_input(id, &value)?;
+            homes[id] = Some(value);
+        }
+        if let Some(&missing) = g.inputs.iter().find(|&&i| homes[i].is_none()) {
+            return Err(Error::InvalidInput(format!(
+                "input `{}` was not given; the model's inputs are: {}",
+                g.values[missing].name,
+                self.input_names()
+            )));
+        }
+        for (ai, action) in self.plan.actions.iter().enumerate() {
+            match *action {
+                Action::Kernel(k) => {
+                    let kernel = &self.kernels[k];
+                    let _span = tracing::trace_span!(
+                        "kernel",
+                        provider = kernel.compiled.provider().name()
+                    )
+                    .entered();
+                    let outputs = {
+                        let mut args = Vec::with_capacity(kernel.group.inputs.len());
+                        for (&src, &v) in
+                            self.plan.kernel_inputs[k].iter().zip(&kernel.group.inputs)
+                        {
+                            args.push(Some(read(&homes, &copies, src).ok_or_else(|| {
+                                Error::Run(format!(
+                                    "internal: value `{}` not computed before use",
+                                    g.values[v].name
+                                ))
+                            })?));
+                        }
+                        kernel.compiled.execute(&args)?
+                    };
+                    for (i, (&v, out)) in kernel.group.outputs.iter().zip(outputs).enumerate() {
+                        self.check_output(kernel, i, v, &out)?;
+                        homes[v] = Some(out);
+                    }
+                }
+                Action::Copy(c) => {
+                    let step = &self.plan.copies[c];
+                    let src = read(&homes, &copies, step.src).ok_or_else(|| {
+                        Error::Run(format!(
+                            "internal: `{}` not computed before its copy",
+                            g.values[step.value].name
+                        ))
+                    })?;
+                    let moved = match (src, step.to) {
+                        (Value::Host(t), Some(p)) => {
+                            let memory: Arc<dyn DeviceMemory> = self.providers[p].clone();
+                            Value::Device(DeviceTensor::from_host(&memory, t)?)
+                        }
+                        (Value::Device(t), None) => Value::Host(t.to_host()?),
+                        _ => {
+                            return Err(Error::Run(format!(
+                                "internal: bad copy of `{}`",
+                                g.values[step.value].name
+                            )));
+                        }
+                    };
+                    self.copy_bytes[c].store(moved.byte_len() as u64, Ordering::Relaxed);
+                    copies[c] = Some(moved);
+                }
+            }
+            for s in &self.plan.release_after[ai] {
+                match *s {
+                    Source::Home(v) => homes[v] = None,
+                    Source::Copy(c) => copies[c] = None,
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(g.outputs.len());
+        for (i, (&o, &src)) in g.outputs.iter().zip(&self.plan.outputs).enumerate() {
+            let used_again = self.plan.outputs[i + 1..].contains(&src);
+            let slot = match src {
+                Source::Home(v) => &mut homes[v],
+                Source::Copy(c) => &mut copies[c],
+            };
+            let value = match (slot.take(), &g.values[o].initializer) {
+                (Some(Value::Device(_)), _) if used_again => {
+                    return Err(Error::Run(format!(
+                        "output `{}` is listed twice and kept on a device",
+                        g.values[o].name
+                    )));
+                }
+                (Some(v), _) if used_again => {
+                    let copy = v.try_clone()?;
+                    *slot = Some(v);
+                    copy
+                }
+                (Some(v), _) => v,
+                (None, Some(init)) => Value::Host(init.clone()),
+                (None, None) => {
+                    return Err(Error::Run(format!(
+                        "output `{}` was not produced",
+                        g.values[o].name
+                    )));
+                }
+            };
+            outputs.push((g.values[o].name.clone(), value));
+        }
+        Ok(SessionOutputs { outputs })
+    }
+
+    /// Checks a kernel output against the model's declared type and static shape. A shape the
+    /// built-in CPU EP computed against the declaration is a warning, once per session.
+    fn check_output(&self, kernel: &Kernel, index: usize, v: ValueId, out: &Value) -> Result<()> {
+        let (want_type, want_dims) = &kernel.expected[index];
+        let name = &self.model.graph.values[v].name;
+        let provider = kernel.compiled.provider().name();
+        let bad = |message: String| Error::Provider {
+            provider: provider.to_string(),
+            call: "execute",
+            code: EpxStatusCode::InvalidGraph,
+            message,
+        };
+        if let (Some(t), Some(have)) = (want_type, out.elem_type()) {
+            if *t != have {
+                return Err(bad(format!(
+                    "output `{name}` is {have}, but the model declares {t}"
+                )));
+            }
+        }
+        let declared = &self.model.graph.values[v].ty;
+        if !declared.admits(out) {
+            return Err(bad(format!(
+                "output `{name}` is a {}, but the model declares {declared}",
+                out.type_name()
+            )));
+        }
+        if let (Some(dims), Some(shape)) = (want_dims, out.shape()) {
+            let ok = dims.len() == shape.len()
+                && dims
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, &s)| d.is_none_or(|d| d == s as u64));
+            if !ok {
+                let want: Vec<String> = dims
+                    .iter()
+                    .map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string()))
+                    .collect();
+                let want = want.join(", ");
+                if !kernel.lenient_shapes {
+                    return Err(bad(format!(
+                        "output `{name}` has shape {shape:?}, but the model declares [{want}]"
+                    )));
+                }
+                if !kernel.shape_warned[index].swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "value `{name}` has shape {shape:?} as its nodes compute it, but the \
+                         model declares [{want}]; the computed shape is used (said once per \
+                         session)"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn input_names(&self) -> String {
+        let g = &self.model.graph;
+        g.inputs
+            .iter()
+            .map(|&i| format!("`{}`", g.values[i].name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn check_input(&self, id: ValueId, value: &Value) -> Result<()> {
+        let v = &self.model.graph.values[id];
+        if let (Some(want), Value::Host(t)) = (v.elem_type(), value) {
+            if want != t.elem_type() {
+                return Err(Error::InvalidInput(format!(
+                    "input `{}` must be {want}, got {}",
+                    v.name,
+                    t.elem_type()
+                )));
+            }
+        }
+        if !v.ty.admits(value) {
+            return Err(Error::InvalidInput(format!(
+                "input `{}` must be a {}, got a {}",
+                v.name,
+                v.ty,
+                value.type_name()
+            )));
+        }
+        let Value::Host(t) = value else {
+            return Ok(());
+        };
+        if let Some(shape) = v.shape() {
+            let ok = shape.len() == t.shape().len()
+                && shape
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Known(k) if *k != n as u64));
+            if !ok {
+                let want: Vec<String> = shape
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Known(k) => k.to_string(),
+                        Dim::Symbolic(s) => s.clone(),
+                        Dim::Unknown => "?".into(),
+                    })
+                    .collect();
+                return Err(Error::InvalidInput(format!(
+                    "input `{}` must have shape [{}], got {:?}",
+                    v.name,
+                    want.join(", "),
+                    t.shape()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value a source names, if it is there.
+fn read<'a>(
+    homes: &'a [Option<Value>],
+    copies: &'a [Option<Value>],
+    s: Source,
+) -> Option<&'a Value> {
+    match s {
+        Source::Home(v) => homes[v].as_ref(),
+        Source::Copy(c) => copies[c].as_ref(),
+    }
+}

@@ -1,7 +1,7 @@
 /*
  * epx.h: the C API of libepx, the epx host. Link with -lepx (pkg-config: epx).
  *
- * GENERATED FILE, DO NOT EDIT. cbindgen makes it from host/capi/src/lib.rs with
+ * GENERATED FILE, DO NOT EDIT. cbindgen makes it from the files of host/capi/src with
  * host/capi/cbindgen.toml (the cbindgen version is pinned in tests/Cargo.toml). After changing
  * the C API, regenerate it with
  *
@@ -160,26 +160,6 @@ typedef struct EpxProviderDesc {
 } EpxProviderDesc;
 
 /**
- * A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
- * and arrays belong to the session.
- */
-typedef struct EpxValueDesc {
-    const char *name;
-    /**
-     * An `EpxElementType` value (epx_plugin.h); 0 (`EPX_ELEMENT_TYPE_UNDEFINED`) when unknown.
-     */
-    int32_t elem_type;
-    /**
-     * The rank; -1 when the model does not give it.
-     */
-    int64_t ndim;
-    /**
-     * `ndim` extents, -1 for a dynamic one; NULL when `ndim` is -1 or 0.
-     */
-    const int64_t *shape;
-} EpxValueDesc;
-
-/**
  * A tensor in host memory as a plain pointer, shape and element type: an input to
  * [`epx_session_run`], or an output read with [`epx_outputs_get`].
  */
@@ -207,6 +187,26 @@ typedef struct EpxTensorRef {
     size_t byte_len;
 } EpxTensorRef;
 
+/**
+ * A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
+ * and arrays belong to the session.
+ */
+typedef struct EpxValueDesc {
+    const char *name;
+    /**
+     * An `EpxElementType` value (epx_plugin.h); 0 (`EPX_ELEMENT_TYPE_UNDEFINED`) when unknown.
+     */
+    int32_t elem_type;
+    /**
+     * The rank; -1 when the model does not give it.
+     */
+    int64_t ndim;
+    /**
+     * `ndim` extents, -1 for a dynamic one; NULL when `ndim` is -1 or 0.
+     */
+    const int64_t *shape;
+} EpxValueDesc;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -217,18 +217,65 @@ extern "C" {
 const char *epx_version(void);
 
 /**
- * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
+ * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
+ * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
+ * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
+ * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
+ * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
  *
  * # Safety
- * `error` is NULL or an error from this library, not yet freed.
+ * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
+ * `default_providers` is NULL or a live option set; `out` is writable.
+ */
+struct EpxError *epx_env_new(const char *const *plugin_dirs,
+                             size_t n_dirs,
+                             const struct EpxSessionOptions *default_providers,
+                             struct EpxEnv **out);
+
+/**
+ * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
+ * no-op.
+ *
+ * # Safety
+ * `env` is NULL or from [`epx_env_new`], freed only once.
+ */
+void epx_env_free(struct EpxEnv *env);
+
+/**
+ * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+ * built-in ones. 0 for NULL.
+ */
+size_t epx_env_provider_count(const struct EpxEnv *env);
+
+/**
+ * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
+ * when it is not available. Strings live as long as `env`.
+ *
+ * # Safety
+ * `env` is a live environment; `out` is writable.
+ */
+struct EpxError *epx_env_provider(const struct EpxEnv *env,
+                                  size_t index,
+                                  struct EpxProviderDesc *out);
+
+/**
+ * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
+ * with its manifest, ABI and each library it depends on, found or not and where it was looked
+ * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+ * [`epx_string_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
+ */
+struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
+
+/**
+ * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
  */
 enum EpxErrorCode epx_error_code(const struct EpxError *error);
 
 /**
  * The message of `error`, valid until the error is freed ("" for NULL).
- *
- * # Safety
- * `error` is NULL or an error from this library, not yet freed.
  */
 const char *epx_error_message(const struct EpxError *error);
 
@@ -280,67 +327,98 @@ struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *opti
 
 /**
  * Strict placement: making a session fails when any node would fall back to the CPU EP.
- *
- * # Safety
- * `options` is a live option set.
  */
 struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
 
 /**
- * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
- * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
- * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
- * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
- * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+ * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
+ * copied). `*out` receives every model output in host memory. Sessions may run from several
+ * threads at once.
  *
  * # Safety
- * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
- * `default_providers` is NULL or a live option set; `out` is writable.
+ * `session` is a live session; `inputs` points at `n_inputs` tensor refs whose pointers are
+ * valid as described there; `out` writable.
  */
-struct EpxError *epx_env_new(const char *const *plugin_dirs,
-                             size_t n_dirs,
-                             const struct EpxSessionOptions *default_providers,
-                             struct EpxEnv **out);
+struct EpxError *epx_session_run(const struct EpxSession *session,
+                                 const struct EpxTensorRef *inputs,
+                                 size_t n_inputs,
+                                 struct EpxOutputs **out);
 
 /**
- * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
- * no-op.
+ * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
+ * memory (`kDLCPU`), compact and row-major (`strides` NULL or equal to the compact strides); the
+ * data is copied. Read the outputs with [`epx_outputs_dltensor`] or [`epx_outputs_get`].
  *
  * # Safety
- * `env` is NULL or from [`epx_env_new`], freed only once.
+ * `session` is a live session; `input_names` and `inputs` point at `n_inputs` strings and
+ * DLTensor pointers, each tensor valid per DLPack; `out` writable.
  */
-void epx_env_free(struct EpxEnv *env);
+struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
+                                        const char *const *input_names,
+                                        const DLTensor *const *inputs,
+                                        size_t n_inputs,
+                                        struct EpxOutputs **out);
 
 /**
- * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
- * built-in ones. 0 for NULL.
- *
- * # Safety
- * `env` is NULL or a live environment.
+ * The number of outputs (0 for NULL).
  */
-size_t epx_env_provider_count(const struct EpxEnv *env);
+size_t epx_outputs_count(const struct EpxOutputs *outputs);
 
 /**
- * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
- * when it is not available. Strings live as long as `env`.
+ * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
  *
  * # Safety
- * `env` is a live environment; `out` is writable.
+ * `outputs` is live outputs; `out` writable.
  */
-struct EpxError *epx_env_provider(const struct EpxEnv *env,
-                                  size_t index,
-                                  struct EpxProviderDesc *out);
+struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
+                                 size_t index,
+                                 struct EpxTensorRef *out);
 
 /**
- * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
- * with its manifest, ABI and each library it depends on, found or not and where it was looked
- * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
- * [`epx_string_free`].
+ * Output `index` as a DLPack tensor in host memory (valid until `outputs` is freed; do not
+ * modify it). `*name` (may be NULL) receives the output's name.
  *
  * # Safety
- * `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
+ * `outputs` is live outputs; `tensor` writable; `name` NULL or writable.
  */
-struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
+struct EpxError *epx_outputs_dltensor(const struct EpxOutputs *outputs,
+                                      size_t index,
+                                      const char **name,
+                                      const DLTensor **tensor);
+
+/**
+ * Frees the outputs of a run. NULL is a no-op.
+ *
+ * # Safety
+ * `outputs` is NULL or from a run, freed only once.
+ */
+void epx_outputs_free(struct EpxOutputs *outputs);
+
+/**
+ * Runs the model on `n_inputs` values of any kind named `input_names[i]` (copied; the caller
+ * keeps them). Read the outputs with [`epx_outputs_value`] (every kind) or the tensor getters.
+ *
+ * # Safety
+ * `session` is a live session; `input_names` and `inputs` hold `n_inputs` C strings and live
+ * values; `out` writable.
+ */
+struct EpxError *epx_session_run_values(const struct EpxSession *session,
+                                        const char *const *input_names,
+                                        const struct EpxHostValue *const *inputs,
+                                        size_t n_inputs,
+                                        struct EpxOutputs **out);
+
+/**
+ * Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)
+ * receives its name.
+ *
+ * # Safety
+ * `outputs` is live outputs; `value` writable; `name` NULL or writable.
+ */
+struct EpxError *epx_outputs_value(const struct EpxOutputs *outputs,
+                                   size_t index,
+                                   const char **name,
+                                   const struct EpxHostValue **value);
 
 /**
  * Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
@@ -379,17 +457,11 @@ void epx_session_free(struct EpxSession *session);
 
 /**
  * The number of model inputs (0 for NULL).
- *
- * # Safety
- * `session` is NULL or a live session.
  */
 size_t epx_session_input_count(const struct EpxSession *session);
 
 /**
  * The number of model outputs (0 for NULL).
- *
- * # Safety
- * `session` is NULL or a live session.
  */
 size_t epx_session_output_count(const struct EpxSession *session);
 
@@ -425,71 +497,26 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
 struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
 
 /**
- * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
- * copied). `*out` receives every model output in host memory. Sessions may run from several
- * threads at once.
+ * The declared type of model input `index` as ONNX spells it (`tensor(float)`,
+ * `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
+ * [`epx_string_free`].
  *
  * # Safety
- * `session` is a live session; `inputs` points at `n_inputs` tensor refs whose pointers are
- * valid as described there; `out` writable.
+ * `session` is a live session; `type_name` writable.
  */
-struct EpxError *epx_session_run(const struct EpxSession *session,
-                                 const struct EpxTensorRef *inputs,
-                                 size_t n_inputs,
-                                 struct EpxOutputs **out);
+struct EpxError *epx_session_input_type(const struct EpxSession *session,
+                                        size_t index,
+                                        char **type_name);
 
 /**
- * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
- * memory (`kDLCPU`), compact and row-major (`strides` NULL or equal to the compact strides); the
- * data is copied. Read the outputs with [`epx_outputs_dltensor`] or [`epx_outputs_get`].
+ * As [`epx_session_input_type`], for model output `index`.
  *
  * # Safety
- * `session` is a live session; `input_names` and `inputs` point at `n_inputs` strings and
- * DLTensor pointers, each tensor valid per DLPack; `out` writable.
+ * `session` is a live session; `type_name` writable.
  */
-struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
-                                        const char *const *input_names,
-                                        const DLTensor *const *inputs,
-                                        size_t n_inputs,
-                                        struct EpxOutputs **out);
-
-/**
- * The number of outputs (0 for NULL).
- *
- * # Safety
- * `outputs` is NULL or live outputs.
- */
-size_t epx_outputs_count(const struct EpxOutputs *outputs);
-
-/**
- * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
- *
- * # Safety
- * `outputs` is live outputs; `out` writable.
- */
-struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
-                                 size_t index,
-                                 struct EpxTensorRef *out);
-
-/**
- * Output `index` as a DLPack tensor in host memory (valid until `outputs` is freed; do not
- * modify it). `*name` (may be NULL) receives the output's name.
- *
- * # Safety
- * `outputs` is live outputs; `tensor` writable; `name` NULL or writable.
- */
-struct EpxError *epx_outputs_dltensor(const struct EpxOutputs *outputs,
-                                      size_t index,
-                                      const char **name,
-                                      const DLTensor **tensor);
-
-/**
- * Frees the outputs of a run. NULL is a no-op.
- *
- * # Safety
- * `outputs` is NULL or from a run, freed only once.
- */
-void epx_outputs_free(struct EpxOutputs *outputs);
+struct EpxError *epx_session_output_type(const struct EpxSession *session,
+                                         size_t index,
+                                         char **type_name);
 
 /**
  * A new tensor value: a copy of `tensor`'s data (numeric and bool types; `name` is ignored).
@@ -555,9 +582,6 @@ void epx_value_free(struct EpxHostValue *value);
 
 /**
  * What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
- *
- * # Safety
- * `value` is NULL or a live value.
  */
 uint32_t epx_value_kind(const struct EpxHostValue *value);
 
@@ -587,9 +611,6 @@ struct EpxError *epx_value_string(const struct EpxHostValue *value,
 
 /**
  * The number of items of a sequence value (0 for NULL or another kind).
- *
- * # Safety
- * `value` is NULL or a live value.
  */
 size_t epx_value_sequence_len(const struct EpxHostValue *value);
 
@@ -623,6 +644,282 @@ struct EpxError *epx_value_optional(const struct EpxHostValue *value,
                                     const struct EpxHostValue **out);
 
 /**
+ * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
+ */
+enum EpxErrorCode epx_error_code(const struct EpxError *error);
+
+/**
+ * The message of `error`, valid until the error is freed ("" for NULL).
+ */
+const char *epx_error_message(const struct EpxError *error);
+
+/**
+ * Frees an error. NULL is a no-op.
+ *
+ * # Safety
+ * `error` is NULL or an error from this library, freed only once.
+ */
+void epx_error_free(struct EpxError *error);
+
+/**
+ * Frees a string this library returned through a `char **`. NULL is a no-op.
+ *
+ * # Safety
+ * `s` is NULL or such a string, freed only once.
+ */
+void epx_string_free(char *s);
+
+/**
+ * A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
+ */
+struct EpxSessionOptions *epx_session_options_new(void);
+
+/**
+ * Frees an option set. NULL is a no-op.
+ *
+ * # Safety
+ * `options` is NULL or from [`epx_session_options_new`], freed only once.
+ */
+void epx_session_options_free(struct EpxSessionOptions *options);
+
+/**
+ * Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+ * the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
+ * up; without, the EP is skipped and the placement report says why. Unknown option keys are an
+ * error when the session is made, naming the valid keys.
+ *
+ * # Safety
+ * `options` is a live option set; `name` a string; `keys` and `values` point at `n_options`
+ * strings each (or are NULL when `n_options` is 0).
+ */
+struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *options,
+                                                  const char *name,
+                                                  const char *const *keys,
+                                                  const char *const *values,
+                                                  size_t n_options,
+                                                  bool error_on_failure);
+
+/**
+ * Strict placement: making a session fails when any node would fall back to the CPU EP.
+ */
+struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
+
+/**
+ * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
+ * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
+ * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
+ * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
+ * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+ *
+ * # Safety
+ * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
+ * `default_providers` is NULL or a live option set; `out` is writable.
+ */
+struct EpxError *epx_env_new(const char *const *plugin_dirs,
+                             size_t n_dirs,
+                             const struct EpxSessionOptions *default_providers,
+                             struct EpxEnv **out);
+
+/**
+ * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
+ * no-op.
+ *
+ * # Safety
+ * `env` is NULL or from [`epx_env_new`], freed only once.
+ */
+void epx_env_free(struct EpxEnv *env);
+
+/**
+ * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+ * built-in ones. 0 for NULL.
+ */
+size_t epx_env_provider_count(const struct EpxEnv *env);
+
+/**
+ * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
+ * when it is not available. Strings live as long as `env`.
+ *
+ * # Safety
+ * `env` is a live environment; `out` is writable.
+ */
+struct EpxError *epx_env_provider(const struct EpxEnv *env,
+                                  size_t index,
+                                  struct EpxProviderDesc *out);
+
+/**
+ * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
+ * with its manifest, ABI and each library it depends on, found or not and where it was looked
+ * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+ * [`epx_string_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
+ */
+struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
+
+/**
+ * Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
+ * alone), then the environment's default EPs, for the nodes they can run, in that order, and
+ * compiles the result. Free with [`epx_session_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `model_path` a string; `options` NULL or a live option set;
+ * `out` writable.
+ */
+struct EpxError *epx_session_new(const struct EpxEnv *env,
+                                 const char *model_path,
+                                 const struct EpxSessionOptions *options,
+                                 struct EpxSession **out);
+
+/**
+ * As [`epx_session_new`], with the model's bytes in memory (copied; the buffer may be freed
+ * when this returns).
+ *
+ * # Safety
+ * `data` points at `len` bytes; the other arguments as for [`epx_session_new`].
+ */
+struct EpxError *epx_session_new_from_bytes(const struct EpxEnv *env,
+                                            const void *data,
+                                            size_t len,
+                                            const struct EpxSessionOptions *options,
+                                            struct EpxSession **out);
+
+/**
+ * Frees a session. NULL is a no-op.
+ *
+ * # Safety
+ * `session` is NULL or from this library, freed only once, and not running.
+ */
+void epx_session_free(struct EpxSession *session);
+
+/**
+ * The number of model inputs (0 for NULL).
+ */
+size_t epx_session_input_count(const struct EpxSession *session);
+
+/**
+ * The number of model outputs (0 for NULL).
+ */
+size_t epx_session_output_count(const struct EpxSession *session);
+
+/**
+ * Describes model input `index`: name, element type and shape.
+ *
+ * # Safety
+ * `session` is a live session; `out` writable.
+ */
+struct EpxError *epx_session_input(const struct EpxSession *session,
+                                   size_t index,
+                                   struct EpxValueDesc *out);
+
+/**
+ * Describes model output `index`: name, element type and shape.
+ *
+ * # Safety
+ * `session` is a live session; `out` writable.
+ */
+struct EpxError *epx_session_output(const struct EpxSession *session,
+                                    size_t index,
+                                    struct EpxValueDesc *out);
+
+/**
+ * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
+ * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
+ * last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
+ * reason). Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * The declared type of model input `index` as ONNX spells it (`tensor(float)`,
+ * `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
+ * [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `type_name` writable.
+ */
+struct EpxError *epx_session_input_type(const struct EpxSession *session,
+                                        size_t index,
+                                        char **type_name);
+
+/**
+ * As [`epx_session_input_type`], for model output `index`.
+ *
+ * # Safety
+ * `session` is a live session; `type_name` writable.
+ */
+struct EpxError *epx_session_output_type(const struct EpxSession *session,
+                                         size_t index,
+                                         char **type_name);
+
+/**
+ * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
+ * copied). `*out` receives every model output in host memory. Sessions may run from several
+ * threads at once.
+ *
+ * # Safety
+ * `session` is a live session; `inputs` points at `n_inputs` tensor refs whose pointers are
+ * valid as described there; `out` writable.
+ */
+struct EpxError *epx_session_run(const struct EpxSession *session,
+                                 const struct EpxTensorRef *inputs,
+                                 size_t n_inputs,
+                                 struct EpxOutputs **out);
+
+/**
+ * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
+ * memory (`kDLCPU`), compact and row-major (`strides` NULL or equal to the compact strides); the
+ * data is copied. Read the outputs with [`epx_outputs_dltensor`] or [`epx_outputs_get`].
+ *
+ * # Safety
+ * `session` is a live session; `input_names` and `inputs` point at `n_inputs` strings and
+ * DLTensor pointers, each tensor valid per DLPack; `out` writable.
+ */
+struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
+                                        const char *const *input_names,
+                                        const DLTensor *const *inputs,
+                                        size_t n_inputs,
+                                        struct EpxOutputs **out);
+
+/**
+ * The number of outputs (0 for NULL).
+ */
+size_t epx_outputs_count(const struct EpxOutputs *outputs);
+
+/**
+ * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
+ *
+ * # Safety
+ * `outputs` is live outputs; `out` writable.
+ */
+struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
+                                 size_t index,
+                                 struct EpxTensorRef *out);
+
+/**
+ * Output `index` as a DLPack tensor in host memory (valid until `outputs` is freed; do not
+ * modify it). `*name` (may be NULL) receives the output's name.
+ *
+ * # Safety
+ * `outputs` is live outputs; `tensor` writable; `name` NULL or writable.
+ */
+struct EpxError *epx_outputs_dltensor(const struct EpxOutputs *outputs,
+                                      size_t index,
+                                      const char **name,
+                                      const DLTensor **tensor);
+
+/**
+ * Frees the outputs of a run. NULL is a no-op.
+ *
+ * # Safety
+ * `outputs` is NULL or from a run, freed only once.
+ */
+void epx_outputs_free(struct EpxOutputs *outputs);
+
+/**
  * Runs the model on `n_inputs` values of any kind named `input_names[i]` (copied; the caller
  * keeps them). Read the outputs with [`epx_outputs_value`] (every kind) or the tensor getters.
  *
@@ -649,26 +946,129 @@ struct EpxError *epx_outputs_value(const struct EpxOutputs *outputs,
                                    const struct EpxHostValue **value);
 
 /**
- * The declared type of model input `index` as ONNX spells it (`tensor(float)`,
- * `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
- * [`epx_string_free`].
+ * A new tensor value: a copy of `tensor`'s data (numeric and bool types; `name` is ignored).
  *
  * # Safety
- * `session` is a live session; `type_name` writable.
+ * `tensor` points at a valid [`EpxTensorRef`]; `out` writable.
  */
-struct EpxError *epx_session_input_type(const struct EpxSession *session,
-                                        size_t index,
-                                        char **type_name);
+struct EpxError *epx_value_new_tensor(const struct EpxTensorRef *tensor, struct EpxHostValue **out);
 
 /**
- * As [`epx_session_input_type`], for model output `index`.
+ * A new string tensor value of `ndim` extents `shape`, from one NUL-terminated UTF-8 string
+ * per element (C order), copied.
  *
  * # Safety
- * `session` is a live session; `type_name` writable.
+ * `strings` holds as many valid C strings as the shape has elements; `shape` holds `ndim`
+ * extents; `out` writable.
  */
-struct EpxError *epx_session_output_type(const struct EpxSession *session,
-                                         size_t index,
-                                         char **type_name);
+struct EpxError *epx_value_new_strings(const char *const *strings,
+                                       const int64_t *shape,
+                                       size_t ndim,
+                                       struct EpxHostValue **out);
+
+/**
+ * A new sequence of `n_items` values, taken over (freed by it, whatever the outcome).
+ * `elem_type` is the `EpxElementType` of its tensors (needed for an empty sequence; 0 for a
+ * sequence of maps).
+ *
+ * # Safety
+ * `items` holds `n_items` live values the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_sequence(int32_t elem_type,
+                                        struct EpxHostValue *const *items,
+                                        size_t n_items,
+                                        struct EpxHostValue **out);
+
+/**
+ * A new map from 1-D `keys` (int64 or string) to 1-D `values` of the same length, both taken
+ * over.
+ *
+ * # Safety
+ * `keys` and `values` are live tensor values the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_map(struct EpxHostValue *keys,
+                                   struct EpxHostValue *values,
+                                   struct EpxHostValue **out);
+
+/**
+ * A new optional holding `value` (taken over), or none when `value` is NULL.
+ *
+ * # Safety
+ * `value` is NULL or a live value the caller owns; `out` writable.
+ */
+struct EpxError *epx_value_new_optional(struct EpxHostValue *value, struct EpxHostValue **out);
+
+/**
+ * Frees a value made with an `epx_value_new_*` function and not handed to another. NULL is a
+ * no-op. Values read from outputs belong to the outputs; do not free them.
+ *
+ * # Safety
+ * `value` is NULL or a value the caller owns, freed only once.
+ */
+void epx_value_free(struct EpxHostValue *value);
+
+/**
+ * What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+ */
+uint32_t epx_value_kind(const struct EpxHostValue *value);
+
+/**
+ * A tensor value as element type, shape and data, valid as long as the value (`name` is
+ * NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
+ * [`epx_value_string`].
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_tensor(const struct EpxHostValue *value, struct EpxTensorRef *out);
+
+/**
+ * Element `index` (C order) of a string tensor value: `*data` and `*len` receive its bytes
+ * (UTF-8, not NUL-terminated), valid as long as the value. `*count` (may be NULL) receives the
+ * number of elements.
+ *
+ * # Safety
+ * `value` is a live value; `data` and `len` writable; `count` NULL or writable.
+ */
+struct EpxError *epx_value_string(const struct EpxHostValue *value,
+                                  size_t index,
+                                  const char **data,
+                                  size_t *len,
+                                  size_t *count);
+
+/**
+ * The number of items of a sequence value (0 for NULL or another kind).
+ */
+size_t epx_value_sequence_len(const struct EpxHostValue *value);
+
+/**
+ * Item `index` of a sequence value, borrowed from it.
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_sequence_at(const struct EpxHostValue *value,
+                                       size_t index,
+                                       const struct EpxHostValue **out);
+
+/**
+ * A map value's keys and values (two 1-D tensor values of one length), borrowed from it.
+ *
+ * # Safety
+ * `value` is a live value; `keys` and `values` writable.
+ */
+struct EpxError *epx_value_map(const struct EpxHostValue *value,
+                               const struct EpxHostValue **keys,
+                               const struct EpxHostValue **values);
+
+/**
+ * An optional value's content, borrowed from it: `*out` is NULL when it holds none.
+ *
+ * # Safety
+ * `value` is a live value; `out` writable.
+ */
+struct EpxError *epx_value_optional(const struct EpxHostValue *value,
+                                    const struct EpxHostValue **out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -41,7 +41,7 @@ pub trait OnPanic {
 
 /// The pointee of a pointer returned across the C ABI: what a panic returns in its place. NULL
 /// unless the pointee is an error object, which makes an error saying the call panicked.
-pub trait PanicPointee {
+pub trait PanicPointee: Sized {
     fn on_panic(call: &str, message: &str) -> *mut Self {
         let _ = (call, message);
         std::ptr::null_mut()
@@ -87,7 +87,22 @@ macro_rules! zero_on_panic {
         }
     )*};
 }
-zero_on_panic!((), bool, u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
+zero_on_panic!(
+    (),
+    bool,
+    u8,
+    u16,
+    u32,
+    u64,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    isize,
+    f32,
+    f64
+);
 
 /// What a boundary's body gives and the function returns: plain values pass through; a
 /// `Result` becomes a status or an error object (NULL for success).
@@ -188,7 +203,7 @@ mod tests {
     extern "C" fn count(fail: bool) -> usize {
         ffi_boundary!({
             assert!(!fail);
-            7
+            7usize
         })
     }
 

@@ -9,6 +9,7 @@
 pub mod abi;
 pub mod dlpack;
 pub mod dtype;
+pub mod ffi;
 pub mod sdk;
 
 pub use dtype::ElementType;

@@ -2,7 +2,7 @@
 //! invoke [`export_plugin!`](crate::export_plugin) once, and the library is a plugin.
 //!
 //! The SDK owns every C struct it hands to the host and frees it in the matching `release`;
-//! every function it exports runs inside [`guard`], so a panic in plugin code becomes a `Panic`
+//! every function it exports runs inside [`ffi_boundary!`](crate::ffi_boundary), so a panic in plugin code becomes a `Panic`
 //! status naming the call, never an unwind across the boundary.
 
 mod graph;
@@ -18,7 +18,7 @@ pub use graph::{
 };
 pub use options::ProviderOptions;
 pub use status::{
-    Error, Result, cstr_or_empty, guard, guard_value, into_raw_status, panic_message, take_status,
+    Error, Result, cstr_or_empty, guard, into_raw_status, panic_message, take_status,
 };
 pub use value::{OwnedValue, STRING_DTYPE, StringTensorView, ValueRef, is_string_dtype};
 
@@ -170,7 +170,7 @@ pub unsafe fn plugin_entry(
     version: &str,
     factories: impl FnOnce() -> Vec<Box<dyn ProviderFactory>>,
 ) -> *mut EpxStatus {
-    guard("plugin entry", || {
+    crate::ffi_boundary!({
         if out.is_null() || host.is_null() {
             return Err(Error::invalid_argument("entry called with a NULL argument"));
         }
@@ -225,7 +225,7 @@ pub unsafe fn plugin_entry(
         state.raw.providers = state.factory_ptrs.as_ptr();
         // SAFETY: `out` checked non-null; the state is leaked until `release_descriptor`.
         unsafe { *out = Box::into_raw(state).cast::<EpxPluginDescriptor>() };
-        Ok(())
+        Ok::<(), Error>(())
     })
 }
 
@@ -260,7 +260,7 @@ fn factory_state(factory: Box<dyn ProviderFactory>) -> Box<FactoryState> {
 }
 
 unsafe extern "C" fn release_descriptor(descriptor: *mut EpxPluginDescriptor) {
-    guard_value((), || {
+    crate::ffi_boundary!({
         if !descriptor.is_null() {
             // SAFETY: descriptors we hand out are leaked `PluginState` boxes whose first field
             // is the descriptor (repr(C)); the host releases each exactly once.
@@ -270,7 +270,7 @@ unsafe extern "C" fn release_descriptor(descriptor: *mut EpxPluginDescriptor) {
 }
 
 unsafe extern "C" fn factory_is_available(state: *mut c_void) -> *mut EpxStatus {
-    guard("is_available", || {
+    crate::ffi_boundary!({
         // SAFETY: `state` is the FactoryState pointer we put in the factory struct.
         let st = unsafe { &*state.cast::<FactoryState>() };
         st.factory.availability()
@@ -284,7 +284,7 @@ unsafe extern "C" fn factory_create(
     values: *const EpxStr,
     out: *mut *mut EpxProvider,
 ) -> *mut EpxStatus {
-    guard("create", || {
+    crate::ffi_boundary!({
         if out.is_null() {
             return Err(Error::invalid_argument("create: NULL out-pointer"));
         }
@@ -322,7 +322,7 @@ unsafe extern "C" fn factory_create(
         });
         // SAFETY: `out` checked non-null.
         unsafe { *out = Box::into_raw(boxed) };
-        Ok(())
+        Ok::<(), Error>(())
     })
 }
 
@@ -341,7 +341,7 @@ struct CapabilityArrays {
 }
 
 unsafe extern "C" fn release_capability(cap: *mut EpxCapability) {
-    guard_value((), || {
+    crate::ffi_boundary!({
         // SAFETY: `cap` is the struct we filled; `private_data` is our leaked arrays box.
         unsafe {
             if !cap.is_null() && !(*cap).private_data.is_null() {
@@ -361,7 +361,7 @@ unsafe extern "C" fn provider_get_capability(
     num_unclaimed: usize,
     out: *mut EpxCapability,
 ) -> *mut EpxStatus {
-    guard("get_capability", || {
+    crate::ffi_boundary!({
         let api = api()?;
         if out.is_null() {
             return Err(Error::invalid_argument("get_capability: NULL out-pointer"));
@@ -388,7 +388,7 @@ unsafe extern "C" fn provider_get_capability(
             (*out).release = Some(release_capability);
             (*out).private_data = Box::into_raw(arrays).cast::<c_void>();
         }
-        Ok(())
+        Ok::<(), Error>(())
     })
 }
 
@@ -398,7 +398,7 @@ unsafe extern "C" fn provider_compile(
     subgraph: *const EpxSubgraph,
     out: *mut *mut EpxKernel,
 ) -> *mut EpxStatus {
-    guard("compile", || {
+    crate::ffi_boundary!({
         let api = api()?;
         if out.is_null() || subgraph.is_null() {
             return Err(Error::invalid_argument("compile: NULL argument"));
@@ -420,7 +420,7 @@ unsafe extern "C" fn provider_compile(
         });
         // SAFETY: `out` checked non-null.
         unsafe { *out = Box::into_raw(raw) };
-        Ok(())
+        Ok::<(), Error>(())
     })
 }
 
@@ -428,7 +428,7 @@ unsafe extern "C" fn kernel_execute(
     state: *mut c_void,
     ctx: *mut EpxKernelContext,
 ) -> *mut EpxStatus {
-    guard("execute", || {
+    crate::ffi_boundary!({
         let api = api()?;
         // SAFETY: `state` is the boxed kernel made by `provider_compile`; `ctx` is the host's
         // context for this call.
@@ -443,7 +443,7 @@ unsafe extern "C" fn kernel_execute(
 }
 
 unsafe extern "C" fn kernel_release(kernel: *mut EpxKernel) {
-    guard_value((), || {
+    crate::ffi_boundary!({
         if kernel.is_null() {
             return;
         }
@@ -456,7 +456,7 @@ unsafe extern "C" fn kernel_release(kernel: *mut EpxKernel) {
 }
 
 unsafe extern "C" fn provider_release(p: *mut EpxProvider) {
-    guard_value((), || {
+    crate::ffi_boundary!({
         if p.is_null() {
             return;
         }
@@ -481,19 +481,19 @@ unsafe extern "C" fn provider_allocate(
     alignment: usize,
     out: *mut *mut c_void,
 ) -> *mut EpxStatus {
-    guard("allocate", || {
+    crate::ffi_boundary!({
         if out.is_null() {
             return Err(Error::invalid_argument("allocate: NULL out-pointer"));
         }
         let ptr = transfer(state)?.allocate(bytes, alignment)?;
         // SAFETY: checked non-null.
         unsafe { *out = ptr };
-        Ok(())
+        Ok::<(), Error>(())
     })
 }
 
 unsafe extern "C" fn provider_free(state: *mut c_void, ptr: *mut c_void) {
-    guard_value((), || {
+    crate::ffi_boundary!({
         if let Ok(t) = transfer(state) {
             // SAFETY: host contract: `ptr` came from `allocate` and is not used again.
             unsafe { t.free(ptr) }
@@ -508,7 +508,7 @@ macro_rules! copy_fn {
             src: *const DLTensor,
             dst: *mut DLTensor,
         ) -> *mut EpxStatus {
-            guard(stringify!($method), || {
+            crate::ffi_boundary!({
                 // SAFETY: host contract: both tensors are valid for the call.
                 let (src, dst) = unsafe { (src.as_ref(), dst.as_mut()) };
                 match (src, dst) {
@@ -569,7 +569,7 @@ macro_rules! export_plugin {
             host: *const $crate::abi::EpxHostApi,
             out: *mut *mut $crate::abi::EpxPluginDescriptor,
         ) -> *mut $crate::abi::EpxStatus {
-            $crate::sdk::guard_value((), $crate::sdk::route_panics_to_host_log);
+            $crate::ffi_boundary!($crate::sdk::route_panics_to_host_log());
             // SAFETY: forwarded unchanged from the host.
             unsafe { __epx_plugin_entry_impl(host, out) }
         }

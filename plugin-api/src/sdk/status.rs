@@ -1,9 +1,9 @@
-//! Errors on the Rust side, statuses on the C side, and the one panic boundary between them.
+//! Errors on the Rust side and statuses on the C side; the panic boundary between them is
+//! [`crate::ffi`].
 
 use std::any::Any;
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{EpxStatus, EpxStatusCode};
 
@@ -129,22 +129,11 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// The panic boundary: runs `f`, turning an error into a status and a panic into a `Panic`
-/// status naming `what` was running. Every function the SDK exports goes through here.
+/// Runs `f` inside the panic boundary ([`crate::ffi::boundary`]), turning an error into a
+/// status and a panic into a `Panic` status naming `what` was running. For hand-written exports;
+/// [`ffi_boundary!`](crate::ffi_boundary) names the function by itself.
 pub fn guard(what: &str, f: impl FnOnce() -> Result<()>) -> *mut EpxStatus {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => std::ptr::null_mut(),
-        Ok(Err(e)) => into_raw_status(e),
-        Err(payload) => into_raw_status(Error::new(
-            EpxStatusCode::Panic,
-            format!("panic in {what}: {}", panic_message(payload.as_ref())),
-        )),
-    }
-}
-
-/// Like [`guard`], for functions without a status to return: a panic yields `fallback`.
-pub fn guard_value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+    crate::ffi::boundary(what, f)
 }
 
 /// Reads a NUL-terminated string, or `""` for NULL.

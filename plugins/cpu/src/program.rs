@@ -711,6 +711,10 @@ mod profile {
         static T: OnceLock<Mutex<HashMap<String, (u32, Duration)>>> = OnceLock::new();
         T.get_or_init(|| {
             extern "C" fn report() {
+                // Runs from the C library's exit handlers: a panic must not unwind there.
+                epx_plugin_api::ffi_boundary!(print_report())
+            }
+            fn print_report() {
                 let Some(t) = T.get() else { return };
                 let Ok(t) = t.lock() else { return };
                 let mut rows: Vec<_> = t.iter().collect();

@@ -3,7 +3,8 @@
 
 use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::DLTensor;
-use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value};
+use epx_plugin_api::ffi_boundary;
+use epx_plugin_api::sdk::Error as SdkError;
 
 use crate::model::ir::{AttributeValue, Dim, Graph, Model, ValueType};
 use crate::value::{DlView, ElementType};
@@ -254,14 +255,14 @@ pub(super) unsafe fn write_sized<T>(out: *mut T, value: T) -> Result<(), SdkErro
 }
 
 pub(super) unsafe extern "C" fn graph_node_count(graph: *const EpxGraph) -> usize {
-    guard_value(0, || {
+    ffi_boundary!({
         // SAFETY: host API contract: the handle is one we made and is still alive.
         unsafe { abi_graph(graph) }.map_or(0, |g| g.nodes.len())
     })
 }
 
 pub(super) unsafe extern "C" fn graph_value_count(graph: *const EpxGraph) -> usize {
-    guard_value(0, || {
+    ffi_boundary!({
         // SAFETY: host API contract: the handle is one we made and is still alive.
         unsafe { abi_graph(graph) }.map_or(0, |g| g.values.len())
     })
@@ -272,7 +273,7 @@ pub(super) unsafe extern "C" fn graph_node(
     node: u32,
     out: *mut EpxNodeInfo,
 ) -> *mut EpxStatus {
-    guard("graph_node", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.nodes, node as usize, "node")?;
@@ -302,7 +303,7 @@ pub(super) unsafe extern "C" fn graph_node_attribute(
     index_: usize,
     out: *mut EpxAttribute,
 ) -> *mut EpxStatus {
-    guard("graph_node_attribute", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let n = &g.nodes[index(&g.nodes, node as usize, "node")?];
@@ -319,7 +320,7 @@ pub(super) unsafe extern "C" fn graph_value(
     value: u32,
     out: *mut EpxValueInfo,
 ) -> *mut EpxStatus {
-    guard("graph_value", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.values, value as usize, "value")?;
@@ -372,7 +373,7 @@ pub(super) unsafe extern "C" fn graph_inputs(
     out_ids: *mut *const u32,
     out_len: *mut usize,
 ) -> *mut EpxStatus {
-    guard("graph_inputs", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         write_ids(&g.inputs, out_ids, out_len)
@@ -384,7 +385,7 @@ pub(super) unsafe extern "C" fn graph_outputs(
     out_ids: *mut *const u32,
     out_len: *mut usize,
 ) -> *mut EpxStatus {
-    guard("graph_outputs", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         write_ids(&g.outputs, out_ids, out_len)
@@ -396,7 +397,7 @@ pub(super) unsafe extern "C" fn graph_initializer(
     value: u32,
     out: *mut DLTensor,
 ) -> *mut EpxStatus {
-    guard("graph_initializer", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         let i = index(&g.values, value as usize, "value")?;
@@ -411,7 +412,7 @@ pub(super) unsafe extern "C" fn graph_initializer(
         }
         // SAFETY: `out` is a writable DLTensor (plugin contract); DLTensor is plain data.
         unsafe { out.write(std::ptr::read(&view.dl)) };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -420,7 +421,7 @@ pub(super) unsafe extern "C" fn graph_serialize_subgraph(
     subgraph: *const EpxSubgraph,
     out: *mut EpxBuffer,
 ) -> *mut EpxStatus {
-    guard("graph_serialize_subgraph", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let g = unsafe { abi_graph(graph) }?;
         // SAFETY: plugin contract: the subgraph is valid for the call.
@@ -449,12 +450,12 @@ pub(super) unsafe extern "C" fn graph_serialize_subgraph(
             (*out).release = Some(release_buffer);
             (*out).private_data = std::ptr::null_mut();
         }
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
 pub(super) unsafe extern "C" fn release_buffer(buffer: *mut EpxBuffer) {
-    guard_value((), || {
+    ffi_boundary!({
         // SAFETY: buffers with this release function hold a leaked Box<[u8]> of `len` bytes.
         unsafe {
             if let Some(b) = buffer.as_mut() {

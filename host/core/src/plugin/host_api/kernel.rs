@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::{DLDataType, DLTensor};
-use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value};
+use epx_plugin_api::ffi_boundary;
+use epx_plugin_api::sdk::Error as SdkError;
 
 use super::*;
 use crate::plugin::ProviderInstance;
@@ -125,12 +126,12 @@ pub(super) unsafe fn call<'a>(
 
 pub(super) unsafe extern "C" fn kernel_input_count(ctx: *const EpxKernelContext) -> usize {
     // SAFETY: host API contract.
-    guard_value(0, || unsafe { call(ctx) }.map_or(0, |c| c.inputs.len()))
+    ffi_boundary!(unsafe { call(ctx) }.map_or(0, |c| c.inputs.len()))
 }
 
 pub(super) unsafe extern "C" fn kernel_output_count(ctx: *const EpxKernelContext) -> usize {
     // SAFETY: host API contract.
-    guard_value(0, || unsafe { call(ctx) }.map_or(0, |c| c.outputs.len()))
+    ffi_boundary!(unsafe { call(ctx) }.map_or(0, |c| c.outputs.len()))
 }
 
 pub(super) unsafe extern "C" fn kernel_input(
@@ -138,7 +139,7 @@ pub(super) unsafe extern "C" fn kernel_input(
     index_: usize,
     out: *mut *const DLTensor,
 ) -> *mut EpxStatus {
-    guard("kernel_input", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
         let i = index(&c.inputs, index_, "input")?;
@@ -157,7 +158,7 @@ pub(super) unsafe extern "C" fn kernel_input(
         };
         // SAFETY: `out` checked non-null.
         unsafe { *out = p };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -166,7 +167,7 @@ pub(super) unsafe extern "C" fn kernel_input_value(
     index_: usize,
     out: *mut *const EpxValue,
 ) -> *mut EpxStatus {
-    guard("kernel_input_value", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
         let i = index(&c.inputs, index_, "input")?;
@@ -185,7 +186,7 @@ pub(super) unsafe extern "C" fn kernel_input_value(
         };
         // SAFETY: `out` checked non-null; the handle lives until the call ends.
         unsafe { *out = p };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -197,7 +198,7 @@ pub(super) unsafe extern "C" fn kernel_output(
     shape: *const i64,
     out: *mut *mut DLTensor,
 ) -> *mut EpxStatus {
-    guard("kernel_output", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let c = unsafe { call(ctx) }?;
         let i = index(&c.outputs, index_, "output")?;
@@ -223,7 +224,7 @@ pub(super) unsafe extern "C" fn kernel_output(
         c.outputs[i] = Some((value, view));
         // SAFETY: `out` checked non-null; the DLTensor lives in the call until it ends.
         unsafe { *out = p };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -254,7 +255,7 @@ pub(super) unsafe extern "C" fn kernel_output_value(
     index_: usize,
     value: *mut EpxValue,
 ) -> *mut EpxStatus {
-    guard("kernel_output_value", || {
+    ffi_boundary!({
         // SAFETY: plugin contract: `value` is a value it made and hands over.
         let v = unsafe { take_handle(value) }?;
         // SAFETY: host API contract.
@@ -267,6 +268,6 @@ pub(super) unsafe extern "C" fn kernel_output_value(
             ));
         }
         c.outputs[i] = Some((v.into_value()?, None));
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }

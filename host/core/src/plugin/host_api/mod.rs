@@ -7,7 +7,8 @@ use std::ffi::c_char;
 use std::sync::OnceLock;
 
 use epx_plugin_api::abi::*;
-use epx_plugin_api::sdk::{Error as SdkError, guard_value, into_raw_status};
+use epx_plugin_api::ffi_boundary;
+use epx_plugin_api::sdk::{Error as SdkError, into_raw_status};
 
 mod graph;
 mod kernel;
@@ -78,7 +79,7 @@ unsafe impl Send for HostApiCell {}
 unsafe impl Sync for HostApiCell {}
 
 unsafe extern "C" fn host_log(level: u32, target: *const c_char, message: EpxStr) {
-    guard_value((), || {
+    ffi_boundary!({
         // SAFETY: plugin contract: `target` is NULL or a C string, `message` valid for the call.
         let (target, message) = unsafe {
             let t = epx_plugin_api::sdk::cstr_or_empty(target).into_owned();
@@ -102,7 +103,7 @@ unsafe extern "C" fn host_log(level: u32, target: *const c_char, message: EpxStr
 }
 
 unsafe extern "C" fn host_status_create(code: u32, message: EpxStr) -> *mut EpxStatus {
-    guard_value(std::ptr::null_mut(), || {
+    ffi_boundary!({
         if code == 0 {
             return std::ptr::null_mut();
         }

@@ -4,7 +4,8 @@ use std::ffi::c_void;
 
 use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::{DLDataType, DLTensor};
-use epx_plugin_api::sdk::{Error as SdkError, guard, guard_value};
+use epx_plugin_api::ffi_boundary;
+use epx_plugin_api::sdk::Error as SdkError;
 
 use super::*;
 use crate::value::{DlView, ElementType, Map, Sequence, Tensor, Value};
@@ -199,7 +200,7 @@ pub(super) fn out_ptr<T>(out: *mut T) -> Result<*mut T, SdkError> {
 /// One input of a kernel call: the session's value, its tensor view when it is a tensor, and
 /// (made when a plugin first asks) its value handle.
 pub(super) unsafe extern "C" fn value_kind(value: *const EpxValue) -> u32 {
-    guard_value(0, || {
+    ffi_boundary!({
         // SAFETY: host API contract: `value` is NULL or a live handle.
         unsafe { handle(value) }.map_or(0, |h| h.kind() as u32)
     })
@@ -209,7 +210,7 @@ pub(super) unsafe extern "C" fn value_tensor(
     value: *const EpxValue,
     out: *mut *const DLTensor,
 ) -> *mut EpxStatus {
-    guard("value_tensor", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let h = unsafe { handle(value) }?;
         let out = out_ptr(out)?;
@@ -218,7 +219,7 @@ pub(super) unsafe extern "C" fn value_tensor(
         };
         // SAFETY: `out` checked non-null; the view lives as long as the handle.
         unsafe { *out = &view.dl };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -227,7 +228,7 @@ pub(super) unsafe extern "C" fn value_sequence(
     len: *mut usize,
     elem_type: *mut i32,
 ) -> *mut EpxStatus {
-    guard("value_sequence", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let h = unsafe { handle(value) }?;
         let HandleNode::Sequence {
@@ -243,7 +244,7 @@ pub(super) unsafe extern "C" fn value_sequence(
             *len = items.len();
             *elem_type = ty.map_or(0, ElementType::onnx_code);
         }
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -252,7 +253,7 @@ pub(super) unsafe extern "C" fn value_sequence_at(
     index_: usize,
     out: *mut *const EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_sequence_at", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let h = unsafe { handle(value) }?;
         let HandleNode::Sequence { items, .. } = &h.node else {
@@ -262,7 +263,7 @@ pub(super) unsafe extern "C" fn value_sequence_at(
         let out = out_ptr(out)?;
         // SAFETY: `out` checked non-null; the item lives as long as the sequence.
         unsafe { *out = (&items[i] as *const ValueHandle).cast::<EpxValue>() };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -271,7 +272,7 @@ pub(super) unsafe extern "C" fn value_map(
     keys: *mut *const EpxValue,
     values: *mut *const EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_map", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let h = unsafe { handle(value) }?;
         let HandleNode::Map { keys: k, values: v } = &h.node else {
@@ -283,7 +284,7 @@ pub(super) unsafe extern "C" fn value_map(
             *keys = (&**k as *const ValueHandle).cast::<EpxValue>();
             *values = (&**v as *const ValueHandle).cast::<EpxValue>();
         }
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -291,7 +292,7 @@ pub(super) unsafe extern "C" fn value_optional(
     value: *const EpxValue,
     out: *mut *const EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_optional", || {
+    ffi_boundary!({
         // SAFETY: host API contract.
         let h = unsafe { handle(value) }?;
         let HandleNode::Optional(inner) = &h.node else {
@@ -304,7 +305,7 @@ pub(super) unsafe extern "C" fn value_optional(
                 (v as *const ValueHandle).cast::<EpxValue>()
             })
         };
-        Ok(())
+        Ok::<(), SdkError>(())
     })
 }
 
@@ -323,7 +324,7 @@ pub(super) unsafe extern "C" fn value_new_tensor(
     data: *const c_void,
     out: *mut *mut EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_new_tensor", || {
+    ffi_boundary!({
         // SAFETY: plugin contract: `shape` holds `ndim` extents.
         let ushape = unsafe { read_shape(ndim, shape) }?;
         let count = ushape
@@ -386,7 +387,7 @@ pub(super) unsafe extern "C" fn value_new_sequence(
     num_items: usize,
     out: *mut *mut EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_new_sequence", || {
+    ffi_boundary!({
         let raw: &[*mut EpxValue] = if num_items == 0 {
             &[]
         } else if items.is_null() {
@@ -455,7 +456,7 @@ pub(super) unsafe extern "C" fn value_new_map(
     values: *mut EpxValue,
     out: *mut *mut EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_new_map", || {
+    ffi_boundary!({
         if keys == values {
             // SAFETY: plugin contract: a value it made and hands over (taken once).
             drop(unsafe { take_handle(keys) });
@@ -491,7 +492,7 @@ pub(super) unsafe extern "C" fn value_new_optional(
     value: *mut EpxValue,
     out: *mut *mut EpxValue,
 ) -> *mut EpxStatus {
-    guard("value_new_optional", || {
+    ffi_boundary!({
         let inner = if value.is_null() {
             None
         } else {
@@ -509,7 +510,7 @@ pub(super) unsafe extern "C" fn value_new_optional(
 }
 
 pub(super) unsafe extern "C" fn value_release(value: *mut EpxValue) {
-    guard_value((), || {
+    ffi_boundary!({
         if value.is_null() {
             return;
         }

@@ -5,7 +5,7 @@ com.microsoft, and its additions to the default domain), the attributes it defin
 checks every node against it when it loads a model, as ONNX Runtime does.
 
     python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1
-    /tmp/v/bin/python host/core/src/onnx/schemas/make_schemas.py
+    /tmp/v/bin/python host/core/src/model/onnx/schemas/make_schemas.py
 
 Columns: domain, op, since_version, min_inputs, max_inputs, min_outputs, max_outputs, attributes
 (`name:type` with ONNX's AttributeProto type number, `!` after it when required, comma-separated).

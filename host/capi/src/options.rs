@@ -1,0 +1,89 @@
+//! `EpxSessionOptions`: the ordered EP list (with options) a session or an environment asks
+//! for.
+
+use super::*;
+
+/// An ordered list of EPs with their options, for sessions ([`epx_session_new`]) and as an
+/// environment's default EPs ([`epx_env_new`]).
+pub struct EpxSessionOptions {
+    pub(crate) providers: Vec<ExecutionProvider>,
+    pub(crate) strict: bool,
+}
+
+/// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
+    ffi_boundary!({
+        Box::into_raw(Box::new(EpxSessionOptions {
+            providers: Vec::new(),
+            strict: false,
+        }))
+    })
+}
+
+/// Frees an option set. NULL is a no-op.
+///
+/// # Safety
+/// `options` is NULL or from [`epx_session_options_new`], freed only once.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_free(options: Option<Box<EpxSessionOptions>>) {
+    ffi_boundary!(drop(options))
+}
+
+/// Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+/// the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
+/// up; without, the EP is skipped and the placement report says why. Unknown option keys are an
+/// error when the session is made, naming the valid keys.
+///
+/// # Safety
+/// `options` is a live option set; `name` a string; `keys` and `values` point at `n_options`
+/// strings each (or are NULL when `n_options` is 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_options_add_provider(
+    options: Option<&mut EpxSessionOptions>,
+    name: *const c_char,
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    n_options: usize,
+    error_on_failure: bool,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        // SAFETY: as above.
+        let name = unsafe { text(name, "name") }?;
+        if name.is_empty() {
+            return Err(invalid("the EP name is empty"));
+        }
+        // SAFETY: as above.
+        let keys = unsafe { slice(keys, n_options, "keys") }?;
+        // SAFETY: as above.
+        let values = unsafe { slice(values, n_options, "values") }?;
+        let mut ep = ExecutionProvider::new(name);
+        for (i, (&k, &v)) in keys.iter().zip(values).enumerate() {
+            // SAFETY: as above.
+            let k = unsafe { text(k, &format!("keys[{i}]")) }?;
+            // SAFETY: as above.
+            let v = unsafe { text(v, &format!("values[{i}]")) }?;
+            ep = ep.with_option(k, v);
+        }
+        if error_on_failure {
+            ep = ep.error_on_failure();
+        }
+        options.providers.push(ep);
+        Res::Ok(())
+    })
+}
+
+/// Strict placement: making a session fails when any node would fall back to the CPU EP.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_strict(
+    options: Option<&mut EpxSessionOptions>,
+    strict: bool,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.strict = strict;
+        Res::Ok(())
+    })
+}
+impl PanicPointee for EpxSessionOptions {}

@@ -1,0 +1,396 @@
+//! Running a session: inputs as plain buffers, DLPack tensors or values, and `EpxOutputs`,
+//! the outputs of one run.
+
+use super::*;
+
+/// A tensor in host memory as a plain pointer, shape and element type: an input to
+/// [`epx_session_run`], or an output read with [`epx_outputs_get`].
+#[repr(C)]
+pub struct EpxTensorRef {
+    /// The model input or output name.
+    pub name: *const c_char,
+    /// An `EpxElementType` value (epx_plugin.h).
+    pub elem_type: i32,
+    /// `ndim` extents (NULL when `ndim` is 0).
+    pub shape: *const i64,
+    pub ndim: usize,
+    /// The elements, densely packed in row-major order (NULL only when `byte_len` is 0).
+    pub data: *const c_void,
+    /// Bytes at `data`: the element count times the element size.
+    pub byte_len: usize,
+}
+
+pub(crate) struct OutputRow {
+    pub(crate) name: CString,
+    pub(crate) value: EpxHostValue,
+    pub(crate) shape: Vec<i64>,
+    /// For numeric tensor outputs, a DLTensor over the value's data.
+    pub(crate) dl: Option<DLTensor>,
+}
+
+impl OutputRow {
+    fn tensor(&self) -> Res<&Tensor> {
+        match &self.value.node {
+            HostNode::Tensor(t) if t.bytes().is_some() => Ok(t),
+            _ => Err(invalid(format!(
+                "output `{}` is not a numeric tensor: read it with epx_outputs_value",
+                self.name.to_string_lossy()
+            ))),
+        }
+    }
+}
+
+/// The outputs of one run, in host memory, in the model's output order. Free with
+/// [`epx_outputs_free`].
+pub struct EpxOutputs {
+    pub(crate) rows: Vec<OutputRow>,
+}
+
+// SAFETY: the raw pointers in each `DLTensor` point into the same row's tensor and shape, which
+// the row owns and never mutates after construction.
+unsafe impl Send for EpxOutputs {}
+
+pub(crate) fn shape_of(dims: &[i64], what: &str) -> Res<Vec<usize>> {
+    dims.iter()
+        .map(|&d| usize::try_from(d).map_err(|_| invalid(format!("{what}: negative extent {d}"))))
+        .collect()
+}
+
+pub(crate) fn element_type(code: i32, what: &str) -> Res<ElementType> {
+    ElementType::from_onnx(code)
+        .filter(|t| *t != ElementType::Undefined)
+        .ok_or_else(|| invalid(format!("{what}: {code} is not an EpxElementType")))
+}
+
+pub(crate) fn run_session(
+    session: Option<&EpxSession>,
+    inputs: Vec<(String, Value)>,
+    out: *mut *mut EpxOutputs,
+) -> Res<()> {
+    if out.is_null() {
+        return Err(invalid("`out` is NULL"));
+    }
+    let s = object(session, "session")?;
+    let outputs = s.session.run(inputs)?;
+    let mut rows = Vec::with_capacity(outputs.len());
+    for (name, value) in outputs {
+        let value = EpxHostValue::of(value)?;
+        let (shape, dl) = match &value.node {
+            HostNode::Tensor(t) if t.bytes().is_some() => {
+                let dtype = t.elem_type().to_dlpack().ok_or_else(|| {
+                    EpxError::new(
+                        EpxErrorCode::Run,
+                        format!(
+                            "output `{name}` has type {}, which has no DLPack form",
+                            t.elem_type()
+                        ),
+                    )
+                })?;
+                let dl = DLTensor {
+                    data: std::ptr::null_mut(),
+                    device: DLDevice {
+                        device_type: DLDeviceType::Cpu as i32,
+                        device_id: 0,
+                    },
+                    ndim: 0,
+                    dtype,
+                    shape: std::ptr::null_mut(),
+                    strides: std::ptr::null_mut(),
+                    byte_offset: 0,
+                };
+                (t.shape().iter().map(|&d| d as i64).collect(), Some(dl))
+            }
+            _ => (Vec::new(), None),
+        };
+        rows.push(OutputRow {
+            name: c_string(&name),
+            value,
+            shape,
+            dl,
+        });
+    }
+    let mut boxed = Box::new(EpxOutputs { rows });
+    // The rows no longer move: point each DLTensor at its own data and shape.
+    for row in &mut boxed.rows {
+        let data = match &row.value.node {
+            HostNode::Tensor(t) => t
+                .bytes()
+                .map_or(std::ptr::null_mut(), |b| b.as_ptr().cast_mut().cast()),
+            _ => std::ptr::null_mut(),
+        };
+        if let Some(dl) = row.dl.as_mut() {
+            dl.ndim = row.shape.len() as i32;
+            dl.shape = row.shape.as_mut_ptr();
+            dl.data = data;
+        }
+    }
+    // SAFETY: `out` is not NULL (checked above) and is the caller's out-parameter.
+    unsafe { put(out, "out", Box::into_raw(boxed)) }
+}
+
+/// A tensor from an [`EpxTensorRef`] (data copied).
+///
+/// # Safety
+/// The pointers in `r` are valid as [`EpxTensorRef`] describes.
+pub(crate) unsafe fn tensor_from_ref(r: &EpxTensorRef, what: &str) -> Res<Tensor> {
+    let elem = element_type(r.elem_type, what)?;
+    if elem == ElementType::String {
+        return Err(invalid(format!(
+            "{what}: string tensors are made with epx_value_new_strings"
+        )));
+    }
+    // SAFETY: the caller's contract.
+    let dims = unsafe { slice(r.shape, r.ndim, &format!("{what} shape")) }?;
+    let shape = shape_of(dims, what)?;
+    // SAFETY: as above.
+    let data = unsafe { slice(r.data.cast::<u8>(), r.byte_len, &format!("{what} data")) }?;
+    Ok(Tensor::from_bytes(elem, &shape, data)?)
+}
+
+/// Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
+/// copied). `*out` receives every model output in host memory. Sessions may run from several
+/// threads at once.
+///
+/// # Safety
+/// `session` is a live session; `inputs` points at `n_inputs` tensor refs whose pointers are
+/// valid as described there; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run(
+    session: Option<&EpxSession>,
+    inputs: *const EpxTensorRef,
+    n_inputs: usize,
+    out: *mut *mut EpxOutputs,
+) -> *mut EpxError {
+    ffi_boundary!({
+        // SAFETY: the caller's contract for every pointer below.
+        let refs = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        let mut tensors = Vec::with_capacity(refs.len());
+        for (i, r) in refs.iter().enumerate() {
+            // SAFETY: as above.
+            let name = unsafe { text(r.name, &format!("inputs[{i}].name")) }?;
+            // SAFETY: as above.
+            let t = unsafe { tensor_from_ref(r, &format!("input `{name}`")) }?;
+            tensors.push((name.to_string(), Value::Host(t)));
+        }
+        run_session(session, tensors, out)
+    })
+}
+
+/// Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
+/// memory (`kDLCPU`), compact and row-major (`strides` NULL or equal to the compact strides); the
+/// data is copied. Read the outputs with [`epx_outputs_dltensor`] or [`epx_outputs_get`].
+///
+/// # Safety
+/// `session` is a live session; `input_names` and `inputs` point at `n_inputs` strings and
+/// DLTensor pointers, each tensor valid per DLPack; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run_dlpack(
+    session: Option<&EpxSession>,
+    input_names: *const *const c_char,
+    inputs: *const *const DLTensor,
+    n_inputs: usize,
+    out: *mut *mut EpxOutputs,
+) -> *mut EpxError {
+    ffi_boundary!({
+        // SAFETY: the caller's contract for every pointer below.
+        let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
+        // SAFETY: as above.
+        let dls = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        let mut tensors = Vec::with_capacity(n_inputs);
+        for (i, (&n, &t)) in names.iter().zip(dls).enumerate() {
+            // SAFETY: as above.
+            let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
+            // SAFETY: as above.
+            let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(format!("inputs[{i}] is NULL")))?;
+            tensors.push((name.to_string(), Value::Host(tensor_from_dl(t, name)?)));
+        }
+        run_session(session, tensors, out)
+    })
+}
+
+pub(crate) fn tensor_from_dl(t: &DLTensor, name: &str) -> Res<Tensor> {
+    let what = format!("input `{name}`");
+    if t.device.device_type != DLDeviceType::Cpu as i32 {
+        return Err(invalid(format!(
+            "{what} is in DLPack device type {}, not host memory (kDLCPU = 1)",
+            t.device.device_type
+        )));
+    }
+    let elem = ElementType::from_dlpack(t.dtype).ok_or_else(|| {
+        invalid(format!(
+            "{what}: DLPack dtype {:?} is not supported",
+            t.dtype
+        ))
+    })?;
+    let ndim = usize::try_from(t.ndim).map_err(|_| invalid(format!("{what}: negative ndim")))?;
+    // SAFETY: DLPack contract: `shape` holds `ndim` extents.
+    let dims = unsafe { slice(t.shape.cast_const(), ndim, &format!("{what} shape")) }?;
+    let shape = shape_of(dims, &what)?;
+    if !t.strides.is_null() {
+        // SAFETY: DLPack contract: `strides` holds `ndim` entries when not NULL.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expect = 1i64;
+        for (&s, &d) in strides.iter().zip(dims).rev() {
+            if d > 1 && s != expect {
+                return Err(invalid(format!(
+                    "{what} has strides {strides:?}; only compact row-major tensors are accepted"
+                )));
+            }
+            expect = expect.saturating_mul(d);
+        }
+    }
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let bytes = count
+        .and_then(|c| elem.storage_bytes(c))
+        .ok_or_else(|| invalid(format!("{what}: shape {shape:?} is too large")))?;
+    let offset = usize::try_from(t.byte_offset)
+        .map_err(|_| invalid(format!("{what}: byte_offset too large")))?;
+    let data = if bytes == 0 {
+        &[][..]
+    } else if t.data.is_null() {
+        return Err(invalid(format!("{what}: data is NULL")));
+    } else {
+        // SAFETY: DLPack contract: data + byte_offset holds the tensor's `bytes` bytes.
+        unsafe { std::slice::from_raw_parts(t.data.cast::<u8>().add(offset), bytes) }
+    };
+    Ok(Tensor::from_bytes(elem, &shape, data)?)
+}
+
+/// The number of outputs (0 for NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_outputs_count(outputs: Option<&EpxOutputs>) -> usize {
+    ffi_boundary!({ outputs.map_or(0, |o| o.rows.len()) })
+}
+
+pub(crate) fn output_row(outputs: Option<&EpxOutputs>, index: usize) -> Res<&OutputRow> {
+    let o = object(outputs, "outputs")?;
+    o.rows.get(index).ok_or_else(|| {
+        invalid(format!(
+            "output index {index} out of range (there are {})",
+            o.rows.len()
+        ))
+    })
+}
+
+/// Output `index` as name, element type, shape and data (valid until `outputs` is freed).
+///
+/// # Safety
+/// `outputs` is live outputs; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_outputs_get(
+    outputs: Option<&EpxOutputs>,
+    index: usize,
+    out: *mut EpxTensorRef,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let row = output_row(outputs, index)?;
+        let tensor = row.tensor()?;
+        let bytes = tensor.bytes().unwrap_or(&[]);
+        let r = EpxTensorRef {
+            name: row.name.as_ptr(),
+            elem_type: tensor.elem_type() as i32,
+            shape: if row.shape.is_empty() {
+                std::ptr::null()
+            } else {
+                row.shape.as_ptr()
+            },
+            ndim: row.shape.len(),
+            data: bytes.as_ptr().cast(),
+            byte_len: bytes.len(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", r) }
+    })
+}
+
+/// Output `index` as a DLPack tensor in host memory (valid until `outputs` is freed; do not
+/// modify it). `*name` (may be NULL) receives the output's name.
+///
+/// # Safety
+/// `outputs` is live outputs; `tensor` writable; `name` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_outputs_dltensor(
+    outputs: Option<&EpxOutputs>,
+    index: usize,
+    name: *mut *const c_char,
+    tensor: *mut *const DLTensor,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let row = output_row(outputs, index)?;
+        if !name.is_null() {
+            // SAFETY: the caller's contract; not NULL.
+            unsafe { name.write(row.name.as_ptr()) };
+        }
+        row.tensor()?;
+        let dl = row
+            .dl
+            .as_ref()
+            .ok_or_else(|| invalid("output has no DLPack form"))?;
+        // SAFETY: the caller's contract.
+        unsafe { put(tensor, "tensor", dl as *const DLTensor) }
+    })
+}
+
+/// Frees the outputs of a run. NULL is a no-op.
+///
+/// # Safety
+/// `outputs` is NULL or from a run, freed only once.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_outputs_free(outputs: Option<Box<EpxOutputs>>) {
+    ffi_boundary!(drop(outputs))
+}
+
+/// Runs the model on `n_inputs` values of any kind named `input_names[i]` (copied; the caller
+/// keeps them). Read the outputs with [`epx_outputs_value`] (every kind) or the tensor getters.
+///
+/// # Safety
+/// `session` is a live session; `input_names` and `inputs` hold `n_inputs` C strings and live
+/// values; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run_values(
+    session: Option<&EpxSession>,
+    input_names: *const *const c_char,
+    inputs: *const *const EpxHostValue,
+    n_inputs: usize,
+    out: *mut *mut EpxOutputs,
+) -> *mut EpxError {
+    ffi_boundary!({
+        // SAFETY: the caller's contract for every pointer below.
+        let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
+        // SAFETY: as above.
+        let values = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        let mut feed = Vec::with_capacity(n_inputs);
+        for (i, (&n, &v)) in names.iter().zip(values).enumerate() {
+            // SAFETY: as above.
+            let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
+            // SAFETY: as above.
+            let v = object(unsafe { v.as_ref() }, &format!("inputs[{i}]"))?;
+            feed.push((name.to_string(), v.to_value()?));
+        }
+        run_session(session, feed, out)
+    })
+}
+
+/// Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)
+/// receives its name.
+///
+/// # Safety
+/// `outputs` is live outputs; `value` writable; `name` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_outputs_value(
+    outputs: Option<&EpxOutputs>,
+    index: usize,
+    name: *mut *const c_char,
+    value: *mut *const EpxHostValue,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let row = output_row(outputs, index)?;
+        if !name.is_null() {
+            // SAFETY: the caller's contract; not NULL.
+            unsafe { name.write(row.name.as_ptr()) };
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(value, "value", &row.value as *const EpxHostValue) }
+    })
+}
+impl PanicPointee for EpxOutputs {}

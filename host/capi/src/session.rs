@@ -1,0 +1,262 @@
+//! `EpxSession`: a model compiled across its EPs, its inputs and outputs, and the placement
+//! report.
+
+use super::*;
+
+/// A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
+/// and arrays belong to the session.
+#[repr(C)]
+pub struct EpxValueDesc {
+    pub name: *const c_char,
+    /// An `EpxElementType` value (epx_plugin.h); 0 (`EPX_ELEMENT_TYPE_UNDEFINED`) when unknown.
+    pub elem_type: i32,
+    /// The rank; -1 when the model does not give it.
+    pub ndim: i64,
+    /// `ndim` extents, -1 for a dynamic one; NULL when `ndim` is -1 or 0.
+    pub shape: *const i64,
+}
+
+pub(crate) struct ValueRow {
+    pub(crate) name: CString,
+    pub(crate) elem_type: i32,
+    pub(crate) shape: Option<Vec<i64>>,
+}
+
+impl ValueRow {
+    fn of(spec: &epx_host::ValueSpec) -> Self {
+        ValueRow {
+            name: c_string(&spec.name),
+            elem_type: spec.elem_type.map_or(0, |t| t as i32),
+            shape: spec.shape.as_ref().map(|s| {
+                s.iter()
+                    .map(|d| d.and_then(|d| i64::try_from(d).ok()).unwrap_or(-1))
+                    .collect()
+            }),
+        }
+    }
+
+    fn desc(&self) -> EpxValueDesc {
+        EpxValueDesc {
+            name: self.name.as_ptr(),
+            elem_type: self.elem_type,
+            ndim: self.shape.as_ref().map_or(-1, |s| s.len() as i64),
+            shape: match &self.shape {
+                Some(s) if !s.is_empty() => s.as_ptr(),
+                _ => std::ptr::null(),
+            },
+        }
+    }
+}
+
+/// A model partitioned across EPs and compiled, ready to run (from several threads at once).
+pub struct EpxSession {
+    pub(crate) session: Session,
+    pub(crate) inputs: Vec<ValueRow>,
+    pub(crate) outputs: Vec<ValueRow>,
+}
+
+pub(crate) fn make_session(
+    env: Option<&EpxEnv>,
+    options: Option<&EpxSessionOptions>,
+    out: *mut *mut EpxSession,
+    commit: impl FnOnce(epx_host::SessionBuilder) -> epx_host::Result<Session>,
+) -> Res<()> {
+    let env = object(env, "env")?;
+    let mut builder = Session::builder()?.with_environment(env.env.clone());
+    if let Some(o) = options {
+        builder = builder
+            .with_execution_providers(o.providers.iter().cloned())?
+            .with_strict_placement(o.strict);
+    }
+    let session = commit(builder)?;
+    let inputs = session.inputs().iter().map(ValueRow::of).collect();
+    let outputs = session.outputs().iter().map(ValueRow::of).collect();
+    let s = Box::new(EpxSession {
+        session,
+        inputs,
+        outputs,
+    });
+    // SAFETY: as above.
+    unsafe { put(out, "out", Box::into_raw(s)) }
+}
+
+/// Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
+/// alone), then the environment's default EPs, for the nodes they can run, in that order, and
+/// compiles the result. Free with [`epx_session_free`].
+///
+/// # Safety
+/// `env` is a live environment; `model_path` a string; `options` NULL or a live option set;
+/// `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_new(
+    env: Option<&EpxEnv>,
+    model_path: *const c_char,
+    options: Option<&EpxSessionOptions>,
+    out: *mut *mut EpxSession,
+) -> *mut EpxError {
+    ffi_boundary!({
+        // SAFETY: the caller's contract.
+        let path = PathBuf::from(unsafe { text(model_path, "model_path") }?);
+        make_session(env, options, out, |b| b.commit_from_file(&path))
+    })
+}
+
+/// As [`epx_session_new`], with the model's bytes in memory (copied; the buffer may be freed
+/// when this returns).
+///
+/// # Safety
+/// `data` points at `len` bytes; the other arguments as for [`epx_session_new`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_new_from_bytes(
+    env: Option<&EpxEnv>,
+    data: *const c_void,
+    len: usize,
+    options: Option<&EpxSessionOptions>,
+    out: *mut *mut EpxSession,
+) -> *mut EpxError {
+    ffi_boundary!({
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { slice(data.cast::<u8>(), len, "data") }?;
+        make_session(env, options, out, |b| b.commit_from_memory(bytes))
+    })
+}
+
+/// Frees a session. NULL is a no-op.
+///
+/// # Safety
+/// `session` is NULL or from this library, freed only once, and not running.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_free(session: Option<Box<EpxSession>>) {
+    ffi_boundary!(drop(session))
+}
+
+/// The number of model inputs (0 for NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_input_count(session: Option<&EpxSession>) -> usize {
+    ffi_boundary!({ session.map_or(0, |s| s.inputs.len()) })
+}
+
+/// The number of model outputs (0 for NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_output_count(session: Option<&EpxSession>) -> usize {
+    ffi_boundary!({ session.map_or(0, |s| s.outputs.len()) })
+}
+
+pub(crate) fn describe(
+    rows: &[ValueRow],
+    index: usize,
+    kind: &str,
+    out: *mut EpxValueDesc,
+) -> Res<()> {
+    let row = rows.get(index).ok_or_else(|| {
+        invalid(format!(
+            "{kind} index {index} out of range (the model has {})",
+            rows.len()
+        ))
+    })?;
+    // SAFETY: `out` is the caller's out-parameter.
+    unsafe { put(out, "out", row.desc()) }
+}
+
+/// Describes model input `index`: name, element type and shape.
+///
+/// # Safety
+/// `session` is a live session; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_input(
+    session: Option<&EpxSession>,
+    index: usize,
+    out: *mut EpxValueDesc,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        describe(&s.inputs, index, "input", out)
+    })
+}
+
+/// Describes model output `index`: name, element type and shape.
+///
+/// # Safety
+/// `session` is a live session; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_output(
+    session: Option<&EpxSession>,
+    index: usize,
+    out: *mut EpxValueDesc,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        describe(&s.outputs, index, "output", out)
+    })
+}
+
+/// The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
+/// provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
+/// last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
+/// reason). Free `*json` with [`epx_string_free`].
+///
+/// # Safety
+/// `session` is a live session; `json` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_placement_json(
+    session: Option<&EpxSession>,
+    json: *mut *mut c_char,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        let text = serde_json::to_string(&s.session.placement())
+            .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("placement JSON: {e}")))?;
+        out_string(json, "json", &text)
+    })
+}
+
+/// The declared type of model input `index` as ONNX spells it (`tensor(float)`,
+/// `seq(tensor(int64))`, `map(string,tensor(float))`, `optional(...)`). Free `*type_name` with
+/// [`epx_string_free`].
+///
+/// # Safety
+/// `session` is a live session; `type_name` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_input_type(
+    session: Option<&EpxSession>,
+    index: usize,
+    type_name: *mut *mut c_char,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        declared_type(&s.session.inputs(), index, "input", type_name)
+    })
+}
+
+/// As [`epx_session_input_type`], for model output `index`.
+///
+/// # Safety
+/// `session` is a live session; `type_name` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_output_type(
+    session: Option<&EpxSession>,
+    index: usize,
+    type_name: *mut *mut c_char,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        declared_type(&s.session.outputs(), index, "output", type_name)
+    })
+}
+
+pub(crate) fn declared_type(
+    specs: &[epx_host::ValueSpec],
+    index: usize,
+    kind: &str,
+    out: *mut *mut c_char,
+) -> Res<()> {
+    let spec = specs.get(index).ok_or_else(|| {
+        invalid(format!(
+            "{kind} index {index} out of range (the model has {})",
+            specs.len()
+        ))
+    })?;
+    // SAFETY: the caller's out-parameter.
+    unsafe { put(out, "type_name", c_string(&spec.ty.to_string()).into_raw()) }
+}
+impl PanicPointee for EpxSession {}

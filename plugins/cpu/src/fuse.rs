@@ -5,8 +5,8 @@
 //! The fused step keeps the original kernels: when a run's inputs are not f32 or broadcast in a
 //! way the block walk does not cover, it runs them one after the other, with the same results.
 
+use crate::fast::math::{erf_f32, sigmoid_f32};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
-use crate::ops::fastmath::{erf_f32, sigmoid_f32};
 use crate::tensor::{Tensor, TensorRef};
 
 /// Elements per block: a few block registers per operator stay in L1.

@@ -403,6 +403,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn dummy(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         Ok(kernel(|_| Ok(vec![])))
@@ -456,5 +457,50 @@ mod tests {
                 .0
                 .contains("missing required attribute 'axes'")
         );
+    }
+
+    #[test]
+    fn the_registry_ranges_of_one_op_never_overlap() {
+        let r = Registry::with_all_ops();
+        let mut by_op: HashMap<(String, &str), Vec<(i64, i64)>> = HashMap::new();
+        for s in r.schemas() {
+            assert!(
+                s.since_version <= s.until_version,
+                "{}: opset range {}..={} is empty",
+                s.op_type,
+                s.since_version,
+                s.until_version
+            );
+            by_op
+                .entry((canonical_domain(s.domain).to_string(), s.op_type))
+                .or_default()
+                .push((s.since_version, s.until_version));
+        }
+        for ((domain, op), mut ranges) in by_op {
+            ranges.sort_unstable();
+            for w in ranges.windows(2) {
+                assert!(
+                    w[0].1 < w[1].0,
+                    "{domain}:{op}: opset ranges {:?} and {:?} overlap",
+                    w[0],
+                    w[1]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_op_whose_semantics_changed_has_one_schema_per_version() {
+        let r = Registry::with_all_ops();
+        for op in ["Softmax", "LogSoftmax", "Hardmax"] {
+            let old = r.lookup("", op, 12).expect("opset 12");
+            let new = r.lookup("", op, 13).expect("opset 13");
+            assert_eq!((old.since_version, old.until_version), (1, 12), "{op}");
+            assert_eq!(
+                (new.since_version, new.until_version),
+                (13, i64::MAX),
+                "{op}"
+            );
+        }
     }
 }

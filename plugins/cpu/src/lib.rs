@@ -3,6 +3,7 @@
 //! same code as a plugin library that loads through the ABI.
 
 pub mod control;
+pub mod fast;
 mod fuse;
 pub mod kernel;
 pub mod narrow;
@@ -11,7 +12,6 @@ mod par;
 pub mod program;
 pub mod provider;
 pub mod scratch;
-mod simd;
 pub mod tensor;
 
 pub use provider::{CPU_PROVIDER_NAME, CpuFactory, CpuProvider, builtin_plugin_entry};

@@ -106,8 +106,9 @@ pub fn register(reg: &mut Registry) {
     add_ms(reg, "DequantizeLinear", |n| {
         ms_quantize(n, "DequantizeLinear")
     });
-    // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them.
-    super::add(reg, "LayerNormalization", 1, |n| build_norm(n, false));
+    // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them;
+    // from opset 17 (LayerNormalization) ONNX's own schema takes over.
+    super::add_range(reg, "LayerNormalization", 1, 16, |n| build_norm(n, false));
     super::add(reg, "SimplifiedLayerNormalization", 1, |n| {
         build_norm(n, true)
     });

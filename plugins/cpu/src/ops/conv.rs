@@ -8,6 +8,7 @@ use super::util::{
     SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
 };
 use super::{add, one};
+use crate::fast::FastKernels;
 use epx_plugin_api::ElementType;
 
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, PostOp, Registry};
@@ -27,7 +28,7 @@ struct Conv {
 impl Conv {
     /// The convolution; `post` (when given) is applied to the output if the f32 2-D path runs,
     /// which the flag reports.
-    fn run_typed<T: MatElem>(
+    fn run_typed<T: MatElem + FastKernels>(
         &self,
         x: &ArrayViewD<'_, T>,
         w: &ArrayViewD<'_, T>,
@@ -72,7 +73,7 @@ impl Conv {
             let (xc, wc) = (x.as_standard_layout(), w.as_standard_layout());
             let bc = b.as_ref().map(|b| b.as_standard_layout());
             if let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice()) {
-                let conv = super::conv2d::Conv2d {
+                let conv = crate::fast::conv2d::Conv2d {
                     n: nb,
                     c,
                     h,
@@ -350,5 +351,171 @@ mod tests {
         let w = Tensor::F32(ArrayD::zeros(IxDyn(&[0, 3, 3, 3])));
         let out = run(NodeDef::new("Conv", 11), vec![iota(&[1, 3, 4, 4]), w]).unwrap();
         assert_eq!(out[0].shape(), [1, 0, 2, 2]);
+    }
+
+    /// `n` values in [-1, 1) from a fixed seed, the same on every machine.
+    fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn f64_copy(t: &Tensor) -> Tensor {
+        Tensor::F64(t.as_array::<f32>().unwrap().mapv(f64::from))
+    }
+
+    /// Runs `node` on f32 inputs (the fast kernels, for 2-D) and on the same values as f64 (the
+    /// reference kernel), and returns the largest difference.
+    fn fast_vs_reference(node: &NodeDef, inputs: &[Tensor]) -> f64 {
+        let fast = run(node.clone(), inputs.to_vec()).expect("f32 run");
+        let reference = run(node.clone(), inputs.iter().map(f64_copy).collect()).expect("f64 run");
+        let (a, b) = (
+            fast[0].as_array::<f32>().unwrap(),
+            reference[0].as_array::<f64>().unwrap(),
+        );
+        assert_eq!(a.shape(), b.shape(), "{node:?}");
+        a.iter()
+            .zip(b.iter())
+            .map(|(&x, &y)| (f64::from(x) - y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    /// Conv and ConvTranspose shapes that take each branch of the 2-D fast kernels: 1x1,
+    /// depthwise, grouped, strided, dilated, padded, odd sizes, with and without bias.
+    #[test]
+    fn the_fast_2d_convolutions_match_the_reference_on_every_instruction_set() {
+        struct Case {
+            x: [usize; 4],
+            w: [usize; 4],
+            group: i64,
+            strides: [i64; 2],
+            dilations: [i64; 2],
+            pads: [i64; 4],
+            bias: bool,
+        }
+        let case = |x, w, group, strides, dilations, pads, bias| Case {
+            x,
+            w,
+            group,
+            strides,
+            dilations,
+            pads,
+            bias,
+        };
+        let convs = [
+            case([1, 3, 8, 8], [4, 3, 1, 1], 1, [1, 1], [1, 1], [0; 4], true),
+            case(
+                [2, 3, 9, 7],
+                [5, 3, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            ),
+            case(
+                [1, 8, 10, 10],
+                [8, 1, 3, 3],
+                8,
+                [2, 2],
+                [1, 1],
+                [1, 1, 1, 1],
+                false,
+            ),
+            case(
+                [1, 6, 11, 9],
+                [4, 3, 3, 2],
+                2,
+                [2, 1],
+                [2, 1],
+                [0, 1, 2, 0],
+                true,
+            ),
+            case(
+                [1, 16, 14, 14],
+                [32, 16, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            ),
+            case([1, 4, 5, 5], [2, 4, 5, 5], 1, [1, 1], [1, 1], [0; 4], false),
+            case(
+                [1, 2, 13, 3],
+                [3, 2, 1, 3],
+                1,
+                [3, 1],
+                [1, 1],
+                [0, 1, 0, 1],
+                true,
+            ),
+        ];
+        let mut checked = Vec::new();
+        for isa in &crate::fast::ISAS {
+            let ran = crate::fast::with_isa(isa, || {
+                for (i, c) in convs.iter().enumerate() {
+                    let nx: usize = c.x.iter().product();
+                    let nw: usize = c.w.iter().product();
+                    let x = Tensor::from_vec(&c.x, noise(nx, 2 * i as u64)).unwrap();
+                    let w = Tensor::from_vec(&c.w, noise(nw, 2 * i as u64 + 1)).unwrap();
+                    let mut inputs = vec![x.clone(), w];
+                    if c.bias {
+                        inputs.push(Tensor::from_vec(&[c.w[0]], noise(c.w[0], 99)).unwrap());
+                    }
+                    let conv = NodeDef::new("Conv", 11)
+                        .with_attr("group", AttrValue::Int(c.group))
+                        .with_attr("strides", AttrValue::Ints(c.strides.to_vec()))
+                        .with_attr("dilations", AttrValue::Ints(c.dilations.to_vec()))
+                        .with_attr("pads", AttrValue::Ints(c.pads.to_vec()));
+                    let d = fast_vs_reference(&conv, &inputs);
+                    assert!(d < 1e-4, "Conv case {i} on {}: differs by {d}", isa.name);
+
+                    // The transposed convolution of the same geometry: W is [C, M/group, kh, kw].
+                    let wt = [c.x[1], c.w[0] / c.group as usize, c.w[2], c.w[3]];
+                    let nwt: usize = wt.iter().product();
+                    let mut inputs = vec![
+                        Tensor::from_vec(
+                            &[c.x[0], c.x[1], c.x[2], c.x[3]],
+                            noise(nx, 7 + i as u64),
+                        )
+                        .unwrap(),
+                        Tensor::from_vec(&wt, noise(nwt, 11 + i as u64)).unwrap(),
+                    ];
+                    if c.bias {
+                        let m = wt[1] * c.group as usize;
+                        inputs.push(Tensor::from_vec(&[m], noise(m, 5)).unwrap());
+                    }
+                    let transpose = NodeDef::new("ConvTranspose", 11)
+                        .with_attr("group", AttrValue::Int(c.group))
+                        .with_attr("strides", AttrValue::Ints(c.strides.to_vec()))
+                        .with_attr("dilations", AttrValue::Ints(c.dilations.to_vec()))
+                        .with_attr("pads", AttrValue::Ints(c.pads.to_vec()));
+                    let d = fast_vs_reference(&transpose, &inputs);
+                    assert!(
+                        d < 1e-4,
+                        "ConvTranspose case {i} on {}: differs by {d}",
+                        isa.name
+                    );
+                }
+            });
+            match ran {
+                Some(()) => checked.push(isa.name),
+                None => eprintln!("{}: not checked, this CPU lacks its features", isa.name),
+            }
+        }
+        eprintln!("fast convolutions checked on: {}", checked.join(", "));
+        assert!(
+            checked.contains(&"baseline"),
+            "the baseline row always runs"
+        );
     }
 }

@@ -316,10 +316,10 @@ fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
                 let y = if u == Unary::Sigmoid {
-                    super::fastmath::sigmoid(xs)
+                    crate::fast::math::sigmoid(xs)
                 } else {
                     let mut y = crate::scratch::take(xs.len());
-                    super::fastmath::erf_slice(xs, &mut y);
+                    crate::fast::math::erf_slice(xs, &mut y);
                     y
                 };
                 return one(Tensor::from_vec(a.shape(), y));
@@ -393,7 +393,7 @@ enum Bin {
     PRelu,
 }
 
-/// The f32 fast path of Add, Sub, Mul and Div ([`super::fastmath::broadcast_binary`]).
+/// The f32 fast path of Add, Sub, Mul and Div ([`crate::fast::math::broadcast_binary`]).
 fn arith_f32(
     kind: Bin,
     a: &ArrayViewD<'_, f32>,
@@ -401,7 +401,7 @@ fn arith_f32(
 ) -> Option<OpResult<Tensor>> {
     let (ac, bc) = (a.as_standard_layout(), b.as_standard_layout());
     let (xs, ys) = (ac.as_slice()?, bc.as_slice()?);
-    use super::fastmath::broadcast_binary as bb;
+    use crate::fast::math::broadcast_binary as bb;
     let (out, shape) = match kind {
         Bin::Add => bb(xs, a.shape(), ys, b.shape(), |x, y| x + y),
         Bin::Sub => bb(xs, a.shape(), ys, b.shape(), |x, y| x - y),

@@ -25,18 +25,6 @@ pub trait MatElem: Num {
         beta: Self,
         c: &mut ArrayViewMut2<'_, Self>,
     );
-
-    /// The 2-D convolution fast path ([`super::conv2d`]) where this type has one (f32), with
-    /// whether it applied `post`.
-    fn conv2d(
-        _conv: &super::conv2d::Conv2d<'_>,
-        _x: &[Self],
-        _w: &[Self],
-        _b: Option<&[Self]>,
-        _post: Option<&mut dyn crate::kernel::PostOp>,
-    ) -> Option<(Vec<Self>, bool)> {
-        None
-    }
 }
 
 impl MatElem for f32 {
@@ -91,16 +79,6 @@ impl MatElem for f32 {
                 crate::par::gemm_parallelism(),
             );
         }
-    }
-
-    fn conv2d(
-        conv: &super::conv2d::Conv2d<'_>,
-        x: &[Self],
-        w: &[Self],
-        b: Option<&[Self]>,
-        post: Option<&mut dyn crate::kernel::PostOp>,
-    ) -> Option<(Vec<Self>, bool)> {
-        Some(conv.run_post(x, w, b, post))
     }
 }
 

@@ -6,18 +6,17 @@ pub mod bitwise;
 pub mod contrib;
 pub mod contrib_attention;
 pub mod conv;
-pub mod conv2d;
+pub mod conv_transpose;
 pub mod detection;
+pub mod einsum;
 pub mod elementwise;
-pub mod fastmath;
+pub mod grid;
 pub mod index;
 pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod ml;
 pub mod ml_values;
-pub mod nn;
-pub mod norm;
 pub mod normalization;
 pub mod pool;
 pub mod quant;
@@ -28,6 +27,7 @@ pub mod rnn;
 pub mod sequence;
 pub mod shape;
 pub mod signal;
+pub mod softmax;
 pub mod strings;
 pub mod svm;
 pub mod training;
@@ -44,7 +44,7 @@ pub fn register_all(reg: &mut Registry) {
     shape::register(reg);
     conv::register(reg);
     pool::register(reg);
-    norm::register(reg);
+    softmax::register(reg);
     reduce::register(reg);
     bitwise::register(reg);
     index::register(reg);
@@ -55,7 +55,9 @@ pub fn register_all(reg: &mut Registry) {
     signal::register(reg);
     rnn::register(reg);
     normalization::register(reg);
-    nn::register(reg);
+    conv_transpose::register(reg);
+    einsum::register(reg);
+    grid::register(reg);
     quant::register(reg);
     recurrent::register(reg);
     contrib::register(reg);
@@ -71,13 +73,25 @@ pub fn register_all(reg: &mut Registry) {
 }
 
 /// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's
-/// opset for older semantics).
+/// opset for older semantics it shares a schema with).
 pub(crate) fn add(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
+    add_range(reg, op_type, since, i64::MAX, build);
+}
+
+/// Adds an `ai.onnx` operator for opsets `since..=until` only: a version whose semantics differ
+/// from the next one's gets its own builder, and the registry picks it by the node's opset.
+pub(crate) fn add_range(
+    reg: &mut Registry,
+    op_type: &'static str,
+    since: i64,
+    until: i64,
+    build: BuildFn,
+) {
     reg.add(OpSchema {
         op_type,
         domain: "",
         since_version: since,
-        until_version: i64::MAX,
+        until_version: until,
         build,
     });
 }

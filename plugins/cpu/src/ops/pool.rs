@@ -4,7 +4,8 @@
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use super::util::{
-    FloatElem, Num, Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, via_f32,
+    FloatElem, Num, Spatial, SpatialAttrs, c_strides, float_values, for_each_index, input,
+    kernel_dims, opt_input, per_dim, tensor_from_f64, via_f32,
 };
 use super::{add, one};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
@@ -13,6 +14,8 @@ use crate::{bail, dispatch_float, with_types};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "MaxPool", 1, |n| build_pool(n, PoolKind::Max));
+    add(reg, "LpPool", 1, build_lp_pool);
+    add(reg, "MaxUnpool", 9, build_max_unpool);
     add(reg, "AveragePool", 1, |n| build_pool(n, PoolKind::Avg));
     add(reg, "GlobalAveragePool", 1, |n| build_global(n, false));
     add(reg, "GlobalMaxPool", 1, |n| build_global(n, true));
@@ -319,6 +322,150 @@ fn build_global(n: &NodeDef, max: bool) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+// ---- LpPool and MaxUnpool (computed in f64, cast back to the input's float type) ----
+
+fn build_lp_pool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let attrs = SpatialAttrs::parse(n)?;
+    let kernel_attr = kernel_dims(&op, &n.req_ints("kernel_shape")?)?;
+    let p = f64::from(if n.opset < 2 {
+        n.attr_float_or("p", 2.0)?
+    } else {
+        n.attr_int_or("p", 2)? as f32
+    });
+    if p <= 0.0 {
+        return Err(n.error(format_args!("p must be positive, got {p}")));
+    }
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let xs = x.shape();
+        if xs.len() != kernel_attr.len() + 2 {
+            bail!(
+                "{op}: X must have rank {} (N, C and {} spatial dims), got shape {xs:?}",
+                kernel_attr.len() + 2,
+                kernel_attr.len()
+            );
+        }
+        let in_sp = &xs[2..];
+        let geo = attrs.resolve(&op, in_sp, &kernel_attr)?;
+        let xv = float_values(&op, "X", x)?;
+        let planes = xs[0] * xs[1];
+        let plane_in: usize = in_sp.iter().product();
+        let plane_out: usize = geo.out.iter().product();
+        let istr = c_strides(in_sp);
+        let nd = in_sp.len();
+        // For each output position: the in-plane offsets of the taps inside the input.
+        let mut windows: Vec<Vec<usize>> = Vec::with_capacity(plane_out);
+        for_each_index(&geo.out, |oo| {
+            let mut taps = Vec::new();
+            for_each_index(&geo.kernel, |kk| {
+                let mut off = Some(0usize);
+                for d in 0..nd {
+                    let i = (oo[d] * geo.strides[d] + kk[d] * geo.dilations[d]) as i64
+                        - geo.pad_begin[d] as i64;
+                    off = match off {
+                        Some(acc) if i >= 0 && (i as usize) < in_sp[d] => {
+                            Some(acc + i as usize * istr[d])
+                        }
+                        _ => None,
+                    };
+                }
+                if let Some(o) = off {
+                    taps.push(o);
+                }
+            });
+            windows.push(taps);
+        });
+        let mut y = Vec::with_capacity(planes * plane_out);
+        for pl in 0..planes {
+            let base = pl * plane_in;
+            for taps in &windows {
+                let s: f64 = taps
+                    .iter()
+                    .map(|&t| xv.get(base + t).map_or(0.0, |v| v.abs().powf(p)))
+                    .sum();
+                y.push(s.powf(1.0 / p));
+            }
+        }
+        let mut shape = xs[..2].to_vec();
+        shape.extend_from_slice(&geo.out);
+        one(tensor_from_f64(x.elem_type(), &shape, y))
+    }))
+}
+
+fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let kernel_attr = kernel_dims(&op, &n.req_ints("kernel_shape")?)?;
+    let nd = kernel_attr.len();
+    let strides = per_dim(&op, "strides", &n.attr_ints("strides")?, nd, 1)?;
+    let pads = match n.attr_ints("pads")? {
+        None => vec![0; 2 * nd],
+        Some(p) if p.len() == 2 * nd => p,
+        Some(p) => return Err(n.error(format_args!("pads {p:?} must have {} values", 2 * nd))),
+    };
+    Ok(kernel(move |inputs| {
+        let x = input(&op, inputs, 0)?;
+        let idx = input(&op, inputs, 1)?;
+        let xs = x.shape();
+        if xs.len() != nd + 2 {
+            bail!("{op}: X must have rank {}, got shape {xs:?}", nd + 2);
+        }
+        if idx.shape() != xs {
+            bail!("{op}: I must have X's shape {xs:?}, got {:?}", idx.shape());
+        }
+        let mut inferred = xs[..2].to_vec();
+        for d in 0..nd {
+            let v = (xs[d + 2] as i64 - 1) * strides[d] - pads[d] - pads[d + nd]
+                + kernel_attr[d] as i64;
+            if v < 0 {
+                bail!("{op}: inferred output dim {d} is negative ({v})");
+            }
+            inferred.push(v as usize);
+        }
+        let shape: Vec<usize> = match opt_input(inputs, 2) {
+            Some(s) => {
+                let s = s.to_i64_vec(&format!("{op}: output_shape"))?;
+                if s.len() != inferred.len() || s.iter().zip(&inferred).any(|(&a, &b)| a < b as i64)
+                {
+                    bail!(
+                        "{op}: output_shape {s:?} must have {} dims, each at least {inferred:?}",
+                        inferred.len()
+                    );
+                }
+                s.iter().map(|&v| v as usize).collect()
+            }
+            None => inferred.clone(),
+        };
+        let ninf = super::util::checked_numel(&inferred)?;
+        let mut yinf = vec![0.0f64; ninf];
+        let xv = float_values(&op, "X", x)?;
+        let iv = idx.to_i64_vec(&format!("{op}: I"))?;
+        for (&i, &v) in iv.iter().zip(&xv) {
+            let slot = usize::try_from(i)
+                .ok()
+                .and_then(|i| yinf.get_mut(i))
+                .ok_or_else(|| {
+                    OpError(format!(
+                        "{op}: index {i} is out of range for output shape {inferred:?}"
+                    ))
+                })?;
+            *slot = v;
+        }
+        let total = super::util::checked_numel(&shape)?;
+        let mut y = vec![0.0f64; total];
+        let ostr = c_strides(&shape);
+        let mut k = 0;
+        for_each_index(&inferred, |ii| {
+            let off: usize = ii.iter().zip(&ostr).map(|(a, b)| a * b).sum();
+            if let (Some(s), Some(v)) = (y.get_mut(off), yinf.get(k)) {
+                *s = *v;
+            }
+            k += 1;
+        });
+        one(tensor_from_f64(x.elem_type(), &shape, y))
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +588,39 @@ mod tests {
         let n = NodeDef::new("AveragePool", 12).with_attr("kernel_shape", ks(&[2]));
         let e = run(n, vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 4])))]).unwrap_err();
         assert_eq!(e.0, "AveragePool: unsupported element type int32");
+    }
+
+    fn t(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
+    }
+
+    fn vals(t: &Tensor) -> Vec<f32> {
+        t.as_array::<f32>().unwrap().iter().copied().collect()
+    }
+
+    #[test]
+    fn lp_pool_and_unpool() {
+        let x = t(&[1, 1, 4], vec![3.0, -4.0, 0.0, 1.0]);
+        let n = NodeDef::new("LpPool", 18)
+            .with_attr("kernel_shape", AttrValue::Ints(vec![2]))
+            .with_attr("strides", AttrValue::Ints(vec![2]));
+        let o = run(n.clone(), vec![x.clone()]).unwrap();
+        assert_eq!(vals(&o[0]), vec![5.0, 1.0]);
+        let e = run(n, vec![t(&[4], vec![0.0; 4])]).unwrap_err();
+        assert!(e.0.contains("X must have rank 3"), "{e}");
+
+        let u = NodeDef::new("MaxUnpool", 11)
+            .with_attr("kernel_shape", AttrValue::Ints(vec![2]))
+            .with_attr("strides", AttrValue::Ints(vec![2]));
+        let xv = t(&[1, 1, 2], vec![5.0, 7.0]);
+        let i = Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[1, 1, 2]), vec![1, 2]).unwrap());
+        let o = run(u.clone(), vec![xv.clone(), i]).unwrap();
+        assert_eq!(vals(&o[0]), vec![0.0, 5.0, 7.0, 0.0]);
+        let bad = Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[1, 1, 2]), vec![1, 9]).unwrap());
+        let e = run(u, vec![xv, bad]).unwrap_err();
+        assert_eq!(
+            e.0,
+            "MaxUnpool: index 9 is out of range for output shape [1, 1, 4]"
+        );
     }
 }

@@ -685,6 +685,21 @@ pub fn tensor_from_f64(ty: ElementType, shape: &[usize], v: Vec<f64>) -> OpResul
     }
 }
 
+/// A per-spatial-dim attribute: `n` values (default `dflt` each).
+pub fn per_dim(
+    op: &str,
+    what: &str,
+    v: &Option<Vec<i64>>,
+    n: usize,
+    dflt: i64,
+) -> OpResult<Vec<i64>> {
+    match v {
+        None => Ok(vec![dflt; n]),
+        Some(v) if v.len() == n => Ok(v.clone()),
+        Some(v) => Err(OpError(format!("{op}: {what} {v:?} must have {n} values"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

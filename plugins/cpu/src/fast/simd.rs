@@ -1,22 +1,9 @@
 //! Hot f32 loops compiled twice: for the baseline x86-64 the binary targets, and for AVX2 with
-//! FMA, chosen at run time by what the CPU has. The loops are written plainly; the compiler
+//! FMA, chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops are written plainly; the compiler
 //! vectorizes them to the width the enabled features give (4 lanes baseline, 8 with AVX2).
 
-/// The environment variable that forces the baseline copies of the hot loops even where the CPU
-/// has AVX2 and FMA: `EPX_CPU_SIMD=baseline`. Any other value, or none, uses what the CPU has.
-/// Tests run both copies on one machine with it; read once per process.
-pub const ENV_SIMD: &str = "EPX_CPU_SIMD";
-
-/// Whether the AVX2+FMA copies run: the CPU has AVX2 and FMA, and [`ENV_SIMD`] does not force
-/// the baseline (checked once per process).
-#[inline]
-pub fn avx2_fma() -> bool {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| cpu_has_avx2_fma() && std::env::var(ENV_SIMD).as_deref() != Ok("baseline"))
-}
-
 /// Whether the CPU itself has AVX2 and FMA.
-fn cpu_has_avx2_fma() -> bool {
+pub(crate) fn cpu_has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -28,7 +15,8 @@ fn cpu_has_avx2_fma() -> bool {
 }
 
 /// `multiversion! { pub fn name(args) -> R { body } }` defines `name` so that `body` runs
-/// compiled with AVX2 and FMA enabled where the CPU has them, and as baseline code elsewhere.
+/// compiled with AVX2 and FMA enabled where the active row of [`super::ISAS`] is wide, and as
+/// baseline code elsewhere.
 /// Everything `body` calls that should benefit must be `#[inline(always)]`.
 #[macro_export]
 macro_rules! multiversion {
@@ -42,7 +30,7 @@ macro_rules! multiversion {
                 fn wide($($a: $t),*) $(-> $r)? {
                     body($($a),*)
                 }
-                if $crate::simd::avx2_fma() {
+                if $crate::fast::isa().wide {
                     // SAFETY: the CPU has AVX2 and FMA, checked just above.
                     return unsafe { wide($($a),*) };
                 }

@@ -8,8 +8,8 @@
 //!
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
-use super::util::Spatial;
 use crate::kernel::PostOp;
+use crate::ops::util::Spatial;
 use crate::par::Disjoint;
 
 /// Shapes and geometry of one 2-D convolution.

@@ -244,6 +244,8 @@ void epx_env_free(struct EpxEnv *env);
 /**
  * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
  * built-in ones. 0 for NULL.
+ *
+ * Pointers: `env` is NULL or a live environment.
  */
 size_t epx_env_provider_count(const struct EpxEnv *env);
 
@@ -251,8 +253,7 @@ size_t epx_env_provider_count(const struct EpxEnv *env);
  * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
  * when it is not available. Strings live as long as `env`.
  *
- * # Safety
- * `env` is a live environment; `out` is writable.
+ * Pointers: `env` is a live environment; `out` is writable.
  */
 struct EpxError *epx_env_provider(const struct EpxEnv *env,
                                   size_t index,
@@ -271,11 +272,15 @@ struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **r
 
 /**
  * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
+ *
+ * Pointers: `error` is NULL or an error from this library, not yet freed.
  */
 enum EpxErrorCode epx_error_code(const struct EpxError *error);
 
 /**
  * The message of `error`, valid until the error is freed ("" for NULL).
+ *
+ * Pointers: `error` is NULL or an error from this library, not yet freed.
  */
 const char *epx_error_message(const struct EpxError *error);
 
@@ -327,6 +332,8 @@ struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *opti
 
 /**
  * Strict placement: making a session fails when any node would fall back to the CPU EP.
+ *
+ * Pointers: `options` is a live option set.
  */
 struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
 
@@ -361,14 +368,15 @@ struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
 
 /**
  * The number of outputs (0 for NULL).
+ *
+ * Pointers: `outputs` is NULL or live outputs.
  */
 size_t epx_outputs_count(const struct EpxOutputs *outputs);
 
 /**
  * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
  *
- * # Safety
- * `outputs` is live outputs; `out` writable.
+ * Pointers: `outputs` is live outputs; `out` writable.
  */
 struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
                                  size_t index,
@@ -457,19 +465,22 @@ void epx_session_free(struct EpxSession *session);
 
 /**
  * The number of model inputs (0 for NULL).
+ *
+ * Pointers: `session` is NULL or a live session.
  */
 size_t epx_session_input_count(const struct EpxSession *session);
 
 /**
  * The number of model outputs (0 for NULL).
+ *
+ * Pointers: `session` is NULL or a live session.
  */
 size_t epx_session_output_count(const struct EpxSession *session);
 
 /**
  * Describes model input `index`: name, element type and shape.
  *
- * # Safety
- * `session` is a live session; `out` writable.
+ * Pointers: `session` is a live session; `out` writable.
  */
 struct EpxError *epx_session_input(const struct EpxSession *session,
                                    size_t index,
@@ -478,8 +489,7 @@ struct EpxError *epx_session_input(const struct EpxSession *session,
 /**
  * Describes model output `index`: name, element type and shape.
  *
- * # Safety
- * `session` is a live session; `out` writable.
+ * Pointers: `session` is a live session; `out` writable.
  */
 struct EpxError *epx_session_output(const struct EpxSession *session,
                                     size_t index,
@@ -582,6 +592,8 @@ void epx_value_free(struct EpxHostValue *value);
 
 /**
  * What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+ *
+ * Pointers: `value` is NULL or a live value.
  */
 uint32_t epx_value_kind(const struct EpxHostValue *value);
 
@@ -590,8 +602,7 @@ uint32_t epx_value_kind(const struct EpxHostValue *value);
  * NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
  * [`epx_value_string`].
  *
- * # Safety
- * `value` is a live value; `out` writable.
+ * Pointers: `value` is a live value; `out` writable.
  */
 struct EpxError *epx_value_tensor(const struct EpxHostValue *value, struct EpxTensorRef *out);
 
@@ -611,6 +622,8 @@ struct EpxError *epx_value_string(const struct EpxHostValue *value,
 
 /**
  * The number of items of a sequence value (0 for NULL or another kind).
+ *
+ * Pointers: `value` is NULL or a live value.
  */
 size_t epx_value_sequence_len(const struct EpxHostValue *value);
 
@@ -645,11 +658,15 @@ struct EpxError *epx_value_optional(const struct EpxHostValue *value,
 
 /**
  * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
+ *
+ * Pointers: `error` is NULL or an error from this library, not yet freed.
  */
 enum EpxErrorCode epx_error_code(const struct EpxError *error);
 
 /**
  * The message of `error`, valid until the error is freed ("" for NULL).
+ *
+ * Pointers: `error` is NULL or an error from this library, not yet freed.
  */
 const char *epx_error_message(const struct EpxError *error);
 
@@ -701,6 +718,8 @@ struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *opti
 
 /**
  * Strict placement: making a session fails when any node would fall back to the CPU EP.
+ *
+ * Pointers: `options` is a live option set.
  */
 struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
 
@@ -732,6 +751,8 @@ void epx_env_free(struct EpxEnv *env);
 /**
  * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
  * built-in ones. 0 for NULL.
+ *
+ * Pointers: `env` is NULL or a live environment.
  */
 size_t epx_env_provider_count(const struct EpxEnv *env);
 
@@ -739,8 +760,7 @@ size_t epx_env_provider_count(const struct EpxEnv *env);
  * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
  * when it is not available. Strings live as long as `env`.
  *
- * # Safety
- * `env` is a live environment; `out` is writable.
+ * Pointers: `env` is a live environment; `out` is writable.
  */
 struct EpxError *epx_env_provider(const struct EpxEnv *env,
                                   size_t index,
@@ -794,19 +814,22 @@ void epx_session_free(struct EpxSession *session);
 
 /**
  * The number of model inputs (0 for NULL).
+ *
+ * Pointers: `session` is NULL or a live session.
  */
 size_t epx_session_input_count(const struct EpxSession *session);
 
 /**
  * The number of model outputs (0 for NULL).
+ *
+ * Pointers: `session` is NULL or a live session.
  */
 size_t epx_session_output_count(const struct EpxSession *session);
 
 /**
  * Describes model input `index`: name, element type and shape.
  *
- * # Safety
- * `session` is a live session; `out` writable.
+ * Pointers: `session` is a live session; `out` writable.
  */
 struct EpxError *epx_session_input(const struct EpxSession *session,
                                    size_t index,
@@ -815,8 +838,7 @@ struct EpxError *epx_session_input(const struct EpxSession *session,
 /**
  * Describes model output `index`: name, element type and shape.
  *
- * # Safety
- * `session` is a live session; `out` writable.
+ * Pointers: `session` is a live session; `out` writable.
  */
 struct EpxError *epx_session_output(const struct EpxSession *session,
                                     size_t index,
@@ -886,14 +908,15 @@ struct EpxError *epx_session_run_dlpack(const struct EpxSession *session,
 
 /**
  * The number of outputs (0 for NULL).
+ *
+ * Pointers: `outputs` is NULL or live outputs.
  */
 size_t epx_outputs_count(const struct EpxOutputs *outputs);
 
 /**
  * Output `index` as name, element type, shape and data (valid until `outputs` is freed).
  *
- * # Safety
- * `outputs` is live outputs; `out` writable.
+ * Pointers: `outputs` is live outputs; `out` writable.
  */
 struct EpxError *epx_outputs_get(const struct EpxOutputs *outputs,
                                  size_t index,
@@ -1009,6 +1032,8 @@ void epx_value_free(struct EpxHostValue *value);
 
 /**
  * What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+ *
+ * Pointers: `value` is NULL or a live value.
  */
 uint32_t epx_value_kind(const struct EpxHostValue *value);
 
@@ -1017,8 +1042,7 @@ uint32_t epx_value_kind(const struct EpxHostValue *value);
  * NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
  * [`epx_value_string`].
  *
- * # Safety
- * `value` is a live value; `out` writable.
+ * Pointers: `value` is a live value; `out` writable.
  */
 struct EpxError *epx_value_tensor(const struct EpxHostValue *value, struct EpxTensorRef *out);
 
@@ -1038,6 +1062,8 @@ struct EpxError *epx_value_string(const struct EpxHostValue *value,
 
 /**
  * The number of items of a sequence value (0 for NULL or another kind).
+ *
+ * Pointers: `value` is NULL or a live value.
  */
 size_t epx_value_sequence_len(const struct EpxHostValue *value);
 

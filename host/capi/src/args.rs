@@ -3,16 +3,11 @@
 
 use super::*;
 
-/// `*out = value`, refusing a NULL `out`.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of `T`.
-pub(crate) unsafe fn put<T>(out: *mut T, what: &str, value: T) -> Res<()> {
-    if out.is_null() {
-        return Err(invalid(format!("`{what}` is NULL")));
-    }
-    // SAFETY: the caller's contract; not NULL.
-    unsafe { out.write(value) };
+/// `*out = value`, refusing a NULL `out`. Out-parameters are `Option<&mut MaybeUninit<T>>`: C
+/// passes a pointer to (perhaps uninitialized) room for a `T`, or NULL.
+pub(crate) fn put<T>(out: Option<&mut MaybeUninit<T>>, what: &str, value: T) -> Res<()> {
+    out.ok_or_else(|| invalid(format!("`{what}` is NULL")))?
+        .write(value);
     Ok(())
 }
 
@@ -55,7 +50,10 @@ pub(crate) fn object<'a, T>(p: Option<&'a T>, what: &str) -> Res<&'a T> {
     p.ok_or_else(|| invalid(format!("`{what}` is NULL")))
 }
 
-pub(crate) fn out_string(out: *mut *mut c_char, what: &str, s: &str) -> Res<()> {
-    // SAFETY: `out` is the caller's out-parameter (checked for NULL by `put`).
-    unsafe { put(out, what, c_string(s).into_raw()) }
+pub(crate) fn out_string(
+    out: Option<&mut MaybeUninit<*mut c_char>>,
+    what: &str,
+    s: &str,
+) -> Res<()> {
+    put(out, what, c_string(s).into_raw())
 }

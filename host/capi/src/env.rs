@@ -122,7 +122,7 @@ pub unsafe extern "C" fn epx_env_new(
     plugin_dirs: *const *const c_char,
     n_dirs: usize,
     default_providers: Option<&EpxSessionOptions>,
-    out: *mut *mut EpxEnv,
+    out: Option<&mut MaybeUninit<*mut EpxEnv>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract for every pointer below.
@@ -143,14 +143,11 @@ pub unsafe extern "C" fn epx_env_new(
         }
         let env = builder.commit()?;
         let providers = provider_rows(&env);
-        // SAFETY: as above.
-        unsafe {
-            put(
-                out,
-                "out",
-                Box::into_raw(Box::new(EpxEnv { env, providers })),
-            )
-        }
+        put(
+            out,
+            "out",
+            Box::into_raw(Box::new(EpxEnv { env, providers })),
+        )
     })
 }
 
@@ -166,6 +163,8 @@ pub extern "C" fn epx_env_free(env: Option<Box<EpxEnv>>) {
 
 /// How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
 /// built-in ones. 0 for NULL.
+///
+/// Pointers: `env` is NULL or a live environment.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_env_provider_count(env: Option<&EpxEnv>) -> usize {
     ffi_boundary!({ env.map_or(0, |e| e.providers.len()) })
@@ -174,13 +173,12 @@ pub extern "C" fn epx_env_provider_count(env: Option<&EpxEnv>) -> usize {
 /// Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
 /// when it is not available. Strings live as long as `env`.
 ///
-/// # Safety
-/// `env` is a live environment; `out` is writable.
+/// Pointers: `env` is a live environment; `out` is writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epx_env_provider(
+pub extern "C" fn epx_env_provider(
     env: Option<&EpxEnv>,
     index: usize,
-    out: *mut EpxProviderDesc,
+    out: Option<&mut MaybeUninit<EpxProviderDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = object(env, "env")?;
@@ -201,8 +199,7 @@ pub unsafe extern "C" fn epx_env_provider(
             available: row.reason.is_none(),
             reason: row.reason.as_ref().map_or(std::ptr::null(), |r| r.as_ptr()),
         };
-        // SAFETY: as above.
-        unsafe { put(out, "out", desc) }
+        put(out, "out", desc)
     })
 }
 
@@ -216,15 +213,14 @@ pub unsafe extern "C" fn epx_env_provider(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_env_doctor(
     env: Option<&EpxEnv>,
-    all_ok: *mut bool,
-    report: *mut *mut c_char,
+    all_ok: Option<&mut MaybeUninit<bool>>,
+    report: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = object(env, "env")?;
         let (text, ok) = epx_host::doctor::report(&env.env);
-        if !all_ok.is_null() {
-            // SAFETY: as above; not NULL.
-            unsafe { all_ok.write(ok) };
+        if let Some(all_ok) = all_ok {
+            all_ok.write(ok);
         }
         out_string(report, "report", &text)
     })

@@ -15,6 +15,7 @@
 //! from these files by cbindgen (`tests/headers.rs`).
 
 use std::ffi::{CStr, CString, c_char, c_void};
+use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::Arc;
 

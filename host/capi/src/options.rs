@@ -75,6 +75,8 @@ pub unsafe extern "C" fn epx_session_options_add_provider(
 }
 
 /// Strict placement: making a session fails when any node would fall back to the CPU EP.
+///
+/// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_strict(
     options: Option<&mut EpxSessionOptions>,

@@ -65,11 +65,11 @@ pub(crate) fn element_type(code: i32, what: &str) -> Res<ElementType> {
 pub(crate) fn run_session(
     session: Option<&EpxSession>,
     inputs: Vec<(String, Value)>,
-    out: *mut *mut EpxOutputs,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> Res<()> {
-    if out.is_null() {
+    let Some(out) = out else {
         return Err(invalid("`out` is NULL"));
-    }
+    };
     let s = object(session, "session")?;
     let outputs = s.session.run(inputs)?;
     let mut rows = Vec::with_capacity(outputs.len());
@@ -124,8 +124,7 @@ pub(crate) fn run_session(
             dl.data = data;
         }
     }
-    // SAFETY: `out` is not NULL (checked above) and is the caller's out-parameter.
-    unsafe { put(out, "out", Box::into_raw(boxed)) }
+    put(Some(out), "out", Box::into_raw(boxed))
 }
 
 /// A tensor from an [`EpxTensorRef`] (data copied).
@@ -159,7 +158,7 @@ pub unsafe extern "C" fn epx_session_run(
     session: Option<&EpxSession>,
     inputs: *const EpxTensorRef,
     n_inputs: usize,
-    out: *mut *mut EpxOutputs,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract for every pointer below.
@@ -189,7 +188,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
     input_names: *const *const c_char,
     inputs: *const *const DLTensor,
     n_inputs: usize,
-    out: *mut *mut EpxOutputs,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract for every pointer below.
@@ -257,6 +256,8 @@ pub(crate) fn tensor_from_dl(t: &DLTensor, name: &str) -> Res<Tensor> {
 }
 
 /// The number of outputs (0 for NULL).
+///
+/// Pointers: `outputs` is NULL or live outputs.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_outputs_count(outputs: Option<&EpxOutputs>) -> usize {
     ffi_boundary!({ outputs.map_or(0, |o| o.rows.len()) })
@@ -274,13 +275,12 @@ pub(crate) fn output_row(outputs: Option<&EpxOutputs>, index: usize) -> Res<&Out
 
 /// Output `index` as name, element type, shape and data (valid until `outputs` is freed).
 ///
-/// # Safety
-/// `outputs` is live outputs; `out` writable.
+/// Pointers: `outputs` is live outputs; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epx_outputs_get(
+pub extern "C" fn epx_outputs_get(
     outputs: Option<&EpxOutputs>,
     index: usize,
-    out: *mut EpxTensorRef,
+    out: Option<&mut MaybeUninit<EpxTensorRef>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let row = output_row(outputs, index)?;
@@ -298,8 +298,7 @@ pub unsafe extern "C" fn epx_outputs_get(
             data: bytes.as_ptr().cast(),
             byte_len: bytes.len(),
         };
-        // SAFETY: the caller's contract.
-        unsafe { put(out, "out", r) }
+        put(out, "out", r)
     })
 }
 
@@ -312,22 +311,20 @@ pub unsafe extern "C" fn epx_outputs_get(
 pub unsafe extern "C" fn epx_outputs_dltensor(
     outputs: Option<&EpxOutputs>,
     index: usize,
-    name: *mut *const c_char,
-    tensor: *mut *const DLTensor,
+    name: Option<&mut MaybeUninit<*const c_char>>,
+    tensor: Option<&mut MaybeUninit<*const DLTensor>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let row = output_row(outputs, index)?;
-        if !name.is_null() {
-            // SAFETY: the caller's contract; not NULL.
-            unsafe { name.write(row.name.as_ptr()) };
+        if let Some(name) = name {
+            name.write(row.name.as_ptr());
         }
         row.tensor()?;
         let dl = row
             .dl
             .as_ref()
             .ok_or_else(|| invalid("output has no DLPack form"))?;
-        // SAFETY: the caller's contract.
-        unsafe { put(tensor, "tensor", dl as *const DLTensor) }
+        put(tensor, "tensor", dl as *const DLTensor)
     })
 }
 
@@ -352,7 +349,7 @@ pub unsafe extern "C" fn epx_session_run_values(
     input_names: *const *const c_char,
     inputs: *const *const EpxHostValue,
     n_inputs: usize,
-    out: *mut *mut EpxOutputs,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract for every pointer below.
@@ -380,17 +377,15 @@ pub unsafe extern "C" fn epx_session_run_values(
 pub unsafe extern "C" fn epx_outputs_value(
     outputs: Option<&EpxOutputs>,
     index: usize,
-    name: *mut *const c_char,
-    value: *mut *const EpxHostValue,
+    name: Option<&mut MaybeUninit<*const c_char>>,
+    value: Option<&mut MaybeUninit<*const EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let row = output_row(outputs, index)?;
-        if !name.is_null() {
-            // SAFETY: the caller's contract; not NULL.
-            unsafe { name.write(row.name.as_ptr()) };
+        if let Some(name) = name {
+            name.write(row.name.as_ptr());
         }
-        // SAFETY: the caller's contract.
-        unsafe { put(value, "value", &row.value as *const EpxHostValue) }
+        put(value, "value", &row.value as *const EpxHostValue)
     })
 }
 impl PanicPointee for EpxOutputs {}

@@ -58,7 +58,7 @@ pub struct EpxSession {
 pub(crate) fn make_session(
     env: Option<&EpxEnv>,
     options: Option<&EpxSessionOptions>,
-    out: *mut *mut EpxSession,
+    out: Option<&mut MaybeUninit<*mut EpxSession>>,
     commit: impl FnOnce(epx_host::SessionBuilder) -> epx_host::Result<Session>,
 ) -> Res<()> {
     let env = object(env, "env")?;
@@ -76,8 +76,7 @@ pub(crate) fn make_session(
         inputs,
         outputs,
     });
-    // SAFETY: as above.
-    unsafe { put(out, "out", Box::into_raw(s)) }
+    put(out, "out", Box::into_raw(s))
 }
 
 /// Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
@@ -92,7 +91,7 @@ pub unsafe extern "C" fn epx_session_new(
     env: Option<&EpxEnv>,
     model_path: *const c_char,
     options: Option<&EpxSessionOptions>,
-    out: *mut *mut EpxSession,
+    out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract.
@@ -112,7 +111,7 @@ pub unsafe extern "C" fn epx_session_new_from_bytes(
     data: *const c_void,
     len: usize,
     options: Option<&EpxSessionOptions>,
-    out: *mut *mut EpxSession,
+    out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract.
@@ -131,12 +130,16 @@ pub extern "C" fn epx_session_free(session: Option<Box<EpxSession>>) {
 }
 
 /// The number of model inputs (0 for NULL).
+///
+/// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_input_count(session: Option<&EpxSession>) -> usize {
     ffi_boundary!({ session.map_or(0, |s| s.inputs.len()) })
 }
 
 /// The number of model outputs (0 for NULL).
+///
+/// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_output_count(session: Option<&EpxSession>) -> usize {
     ffi_boundary!({ session.map_or(0, |s| s.outputs.len()) })
@@ -146,7 +149,7 @@ pub(crate) fn describe(
     rows: &[ValueRow],
     index: usize,
     kind: &str,
-    out: *mut EpxValueDesc,
+    out: Option<&mut MaybeUninit<EpxValueDesc>>,
 ) -> Res<()> {
     let row = rows.get(index).ok_or_else(|| {
         invalid(format!(
@@ -154,19 +157,17 @@ pub(crate) fn describe(
             rows.len()
         ))
     })?;
-    // SAFETY: `out` is the caller's out-parameter.
-    unsafe { put(out, "out", row.desc()) }
+    put(out, "out", row.desc())
 }
 
 /// Describes model input `index`: name, element type and shape.
 ///
-/// # Safety
-/// `session` is a live session; `out` writable.
+/// Pointers: `session` is a live session; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epx_session_input(
+pub extern "C" fn epx_session_input(
     session: Option<&EpxSession>,
     index: usize,
-    out: *mut EpxValueDesc,
+    out: Option<&mut MaybeUninit<EpxValueDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let s = object(session, "session")?;
@@ -176,13 +177,12 @@ pub unsafe extern "C" fn epx_session_input(
 
 /// Describes model output `index`: name, element type and shape.
 ///
-/// # Safety
-/// `session` is a live session; `out` writable.
+/// Pointers: `session` is a live session; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epx_session_output(
+pub extern "C" fn epx_session_output(
     session: Option<&EpxSession>,
     index: usize,
-    out: *mut EpxValueDesc,
+    out: Option<&mut MaybeUninit<EpxValueDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let s = object(session, "session")?;
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn epx_session_output(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_placement_json(
     session: Option<&EpxSession>,
-    json: *mut *mut c_char,
+    json: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let s = object(session, "session")?;
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn epx_session_placement_json(
 pub unsafe extern "C" fn epx_session_input_type(
     session: Option<&EpxSession>,
     index: usize,
-    type_name: *mut *mut c_char,
+    type_name: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let s = object(session, "session")?;
@@ -236,7 +236,7 @@ pub unsafe extern "C" fn epx_session_input_type(
 pub unsafe extern "C" fn epx_session_output_type(
     session: Option<&EpxSession>,
     index: usize,
-    type_name: *mut *mut c_char,
+    type_name: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let s = object(session, "session")?;
@@ -248,7 +248,7 @@ pub(crate) fn declared_type(
     specs: &[epx_host::ValueSpec],
     index: usize,
     kind: &str,
-    out: *mut *mut c_char,
+    out: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> Res<()> {
     let spec = specs.get(index).ok_or_else(|| {
         invalid(format!(
@@ -256,7 +256,6 @@ pub(crate) fn declared_type(
             specs.len()
         ))
     })?;
-    // SAFETY: the caller's out-parameter.
-    unsafe { put(out, "type_name", c_string(&spec.ty.to_string()).into_raw()) }
+    put(out, "type_name", c_string(&spec.ty.to_string()).into_raw())
 }
 impl PanicPointee for EpxSession {}

@@ -99,10 +99,12 @@ impl EpxHostValue {
     }
 }
 
-pub(crate) fn give_value(mut v: EpxHostValue, out: *mut *mut EpxHostValue) -> Res<()> {
+pub(crate) fn give_value(
+    mut v: EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
+) -> Res<()> {
     v.caller_owns = true;
-    // SAFETY: the caller's out-parameter (checked for NULL by `put`).
-    unsafe { put(out, "out", Box::into_raw(Box::new(v))) }
+    put(out, "out", Box::into_raw(Box::new(v)))
 }
 
 /// Takes over values passed by the caller: every non-NULL pointer is freed whatever the
@@ -148,7 +150,7 @@ pub(crate) unsafe fn take_values(ptrs: &[*mut EpxHostValue]) -> Res<Vec<EpxHostV
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_value_new_tensor(
     tensor: *const EpxTensorRef,
-    out: *mut *mut EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract for `tensor` and the pointers in it.
@@ -177,7 +179,7 @@ pub unsafe extern "C" fn epx_value_new_strings(
     strings: *const *const c_char,
     shape: *const i64,
     ndim: usize,
-    out: *mut *mut EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract.
@@ -220,7 +222,7 @@ pub unsafe extern "C" fn epx_value_new_sequence(
     elem_type: i32,
     items: *const *mut EpxHostValue,
     n_items: usize,
-    out: *mut *mut EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract.
@@ -268,7 +270,7 @@ pub unsafe extern "C" fn epx_value_new_sequence(
 pub unsafe extern "C" fn epx_value_new_map(
     keys: *mut EpxHostValue,
     values: *mut EpxHostValue,
-    out: *mut *mut EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         // SAFETY: the caller's contract.
@@ -295,7 +297,7 @@ pub unsafe extern "C" fn epx_value_new_map(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_value_new_optional(
     value: *mut EpxHostValue,
-    out: *mut *mut EpxHostValue,
+    out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let inner = if value.is_null() {
@@ -335,6 +337,8 @@ pub unsafe extern "C" fn epx_value_free(value: *mut EpxHostValue) {
 }
 
 /// What a value is (an `EpxValueKind` of epx_plugin.h); 0 for NULL.
+///
+/// Pointers: `value` is NULL or a live value.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_value_kind(value: Option<&EpxHostValue>) -> u32 {
     ffi_boundary!({ value.map_or(0, |v| v.kind() as u32) })
@@ -344,37 +348,33 @@ pub extern "C" fn epx_value_kind(value: Option<&EpxHostValue>) -> u32 {
 /// NULL). For a string tensor `data` is NULL and `byte_len` 0: read its elements with
 /// [`epx_value_string`].
 ///
-/// # Safety
-/// `value` is a live value; `out` writable.
+/// Pointers: `value` is a live value; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epx_value_tensor(
+pub extern "C" fn epx_value_tensor(
     value: Option<&EpxHostValue>,
-    out: *mut EpxTensorRef,
+    out: Option<&mut MaybeUninit<EpxTensorRef>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let v = object(value, "value")?;
         let t = v.tensor()?;
         let bytes = t.bytes();
         let shape = value_shape(v)?;
-        // SAFETY: as above.
-        unsafe {
-            put(
-                out,
-                "out",
-                EpxTensorRef {
-                    name: std::ptr::null(),
-                    elem_type: t.elem_type() as i32,
-                    shape: if shape.is_empty() {
-                        std::ptr::null()
-                    } else {
-                        shape.as_ptr()
-                    },
-                    ndim: shape.len(),
-                    data: bytes.map_or(std::ptr::null(), |b| b.as_ptr().cast()),
-                    byte_len: bytes.map_or(0, <[u8]>::len),
+        put(
+            out,
+            "out",
+            EpxTensorRef {
+                name: std::ptr::null(),
+                elem_type: t.elem_type() as i32,
+                shape: if shape.is_empty() {
+                    std::ptr::null()
+                } else {
+                    shape.as_ptr()
                 },
-            )
-        }
+                ndim: shape.len(),
+                data: bytes.map_or(std::ptr::null(), |b| b.as_ptr().cast()),
+                byte_len: bytes.map_or(0, <[u8]>::len),
+            },
+        )
     })
 }
 
@@ -395,21 +395,20 @@ pub(crate) fn value_shape(v: &EpxHostValue) -> Res<&[i64]> {
 pub unsafe extern "C" fn epx_value_string(
     value: Option<&EpxHostValue>,
     index: usize,
-    data: *mut *const c_char,
-    len: *mut usize,
-    count: *mut usize,
+    data: Option<&mut MaybeUninit<*const c_char>>,
+    len: Option<&mut MaybeUninit<usize>>,
+    count: Option<&mut MaybeUninit<usize>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let t = object(value, "value")?.tensor()?;
         let strings = t
             .strings()
             .ok_or_else(|| invalid("not a string tensor: read it with epx_value_tensor"))?;
-        if !count.is_null() {
-            // SAFETY: the caller's contract; not NULL.
-            unsafe { count.write(strings.len()) };
+        if let Some(count) = count {
+            count.write(strings.len());
         }
         // Only the count asked for.
-        if data.is_null() && len.is_null() {
+        if data.is_none() && len.is_none() {
             return Ok(());
         }
         let s = strings.get(index).ok_or_else(|| {
@@ -418,14 +417,14 @@ pub unsafe extern "C" fn epx_value_string(
                 strings.len()
             ))
         })?;
-        // SAFETY: the caller's contract.
-        unsafe { put(data, "data", s.as_ptr().cast::<c_char>()) }?;
-        // SAFETY: as above.
-        unsafe { put(len, "len", s.len()) }
+        put(data, "data", s.as_ptr().cast::<c_char>())?;
+        put(len, "len", s.len())
     })
 }
 
 /// The number of items of a sequence value (0 for NULL or another kind).
+///
+/// Pointers: `value` is NULL or a live value.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_value_sequence_len(value: Option<&EpxHostValue>) -> usize {
     ffi_boundary!({
@@ -444,7 +443,7 @@ pub extern "C" fn epx_value_sequence_len(value: Option<&EpxHostValue>) -> usize 
 pub unsafe extern "C" fn epx_value_sequence_at(
     value: Option<&EpxHostValue>,
     index: usize,
-    out: *mut *const EpxHostValue,
+    out: Option<&mut MaybeUninit<*const EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let HostNode::Sequence(_, items) = &object(value, "value")?.node else {
@@ -456,8 +455,7 @@ pub unsafe extern "C" fn epx_value_sequence_at(
                 items.len()
             ))
         })?;
-        // SAFETY: as above.
-        unsafe { put(out, "out", item as *const EpxHostValue) }
+        put(out, "out", item as *const EpxHostValue)
     })
 }
 
@@ -468,17 +466,15 @@ pub unsafe extern "C" fn epx_value_sequence_at(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_value_map(
     value: Option<&EpxHostValue>,
-    keys: *mut *const EpxHostValue,
-    values: *mut *const EpxHostValue,
+    keys: Option<&mut MaybeUninit<*const EpxHostValue>>,
+    values: Option<&mut MaybeUninit<*const EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let HostNode::Map(k, v) = &object(value, "value")?.node else {
             return Err(invalid("the value is not a map"));
         };
-        // SAFETY: as above.
-        unsafe { put(keys, "keys", &**k as *const EpxHostValue) }?;
-        // SAFETY: as above.
-        unsafe { put(values, "values", &**v as *const EpxHostValue) }
+        put(keys, "keys", &**k as *const EpxHostValue)?;
+        put(values, "values", &**v as *const EpxHostValue)
     })
 }
 
@@ -489,7 +485,7 @@ pub unsafe extern "C" fn epx_value_map(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_value_optional(
     value: Option<&EpxHostValue>,
-    out: *mut *const EpxHostValue,
+    out: Option<&mut MaybeUninit<*const EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
         let HostNode::Optional(inner) = &object(value, "value")?.node else {
@@ -498,8 +494,7 @@ pub unsafe extern "C" fn epx_value_optional(
         let p = inner
             .as_deref()
             .map_or(std::ptr::null(), |v| v as *const EpxHostValue);
-        // SAFETY: as above.
-        unsafe { put(out, "out", p) }
+        put(out, "out", p)
     })
 }
 impl PanicPointee for EpxHostValue {}

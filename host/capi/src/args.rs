@@ -19,7 +19,7 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
     if p.is_null() {
         return Err(invalid(format!("`{what}` is NULL")));
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `p` is a NUL-terminated string (not NULL: checked above), per the caller's contract.
     unsafe { CStr::from_ptr(p) }
         .to_str()
         .map_err(|_| invalid(format!("`{what}` is not valid UTF-8")))
@@ -36,7 +36,7 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Res<&'a 
     if p.is_null() {
         return Err(invalid(format!("`{what}` is NULL but its count is {n}")));
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `p` points at `n` elements (not NULL: checked above), per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 

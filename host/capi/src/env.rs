@@ -125,11 +125,12 @@ pub unsafe extern "C" fn epx_env_new(
     out: Option<&mut MaybeUninit<*mut EpxEnv>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract for every pointer below.
+        // SAFETY: `plugin_dirs` is NULL or points at `n_dirs` elements, per this function's
+        // contract.
         let dirs = unsafe { slice(plugin_dirs, n_dirs, "plugin_dirs") }?;
         let mut paths = Vec::with_capacity(dirs.len());
         for (i, &d) in dirs.iter().enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `d` is NULL or a NUL-terminated string, per this function's contract.
             paths.push(PathBuf::from(unsafe {
                 text(d, &format!("plugin_dirs[{i}]"))
             }?));

@@ -1,8 +1,9 @@
 //! `libepx`: the C API of the epx host.
 //!
-//! Every function is `extern "C"`, checks its pointer arguments, and runs inside the panic boundary
-//! ([`epx_plugin_api::ffi_boundary!`]), so a panic anywhere below becomes an [`EpxError`] with code [`EpxErrorCode::Panic`] (or, for the few
-//! functions that cannot return an error, a neutral value), never an unwind into C.
+//! Every function is `extern "C"`, checks its pointer arguments, and runs inside the panic
+//! boundary ([`epx_plugin_api::ffi_boundary!`]), so a panic anywhere below becomes an
+//! [`EpxError`] with code [`EpxErrorCode::Panic`] (or, for the few functions that cannot return
+//! an error, a neutral value chosen by the return type), never an unwind into C.
 //!
 //! Ownership: every object a `*_new` function or an out-parameter hands out has one matching
 //! `*_free`, and every `*_free` accepts NULL. Strings and arrays reached through a descriptor

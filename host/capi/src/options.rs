@@ -49,20 +49,20 @@ pub unsafe extern "C" fn epx_session_options_add_provider(
 ) -> *mut EpxError {
     ffi_boundary!({
         let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
-        // SAFETY: as above.
+        // SAFETY: `name` is NULL or a NUL-terminated string, per this function's contract.
         let name = unsafe { text(name, "name") }?;
         if name.is_empty() {
             return Err(invalid("the EP name is empty"));
         }
-        // SAFETY: as above.
+        // SAFETY: `keys` is NULL or points at `n_options` elements, per this function's contract.
         let keys = unsafe { slice(keys, n_options, "keys") }?;
-        // SAFETY: as above.
+        // SAFETY: `values` is NULL or points at `n_options` elements, per this function's contract.
         let values = unsafe { slice(values, n_options, "values") }?;
         let mut ep = ExecutionProvider::new(name);
         for (i, (&k, &v)) in keys.iter().zip(values).enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `k` is NULL or a NUL-terminated string, per this function's contract.
             let k = unsafe { text(k, &format!("keys[{i}]")) }?;
-            // SAFETY: as above.
+            // SAFETY: `v` is NULL or a NUL-terminated string, per this function's contract.
             let v = unsafe { text(v, &format!("values[{i}]")) }?;
             ep = ep.with_option(k, v);
         }

@@ -138,10 +138,10 @@ pub(crate) unsafe fn tensor_from_ref(r: &EpxTensorRef, what: &str) -> Res<Tensor
             "{what}: string tensors are made with epx_value_new_strings"
         )));
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `r.shape` is NULL or points at `r.ndim` elements, per this function's contract.
     let dims = unsafe { slice(r.shape, r.ndim, &format!("{what} shape")) }?;
     let shape = shape_of(dims, what)?;
-    // SAFETY: as above.
+    // SAFETY: `r.data` is NULL or points at `r.byte_len` elements, per this function's contract.
     let data = unsafe { slice(r.data.cast::<u8>(), r.byte_len, &format!("{what} data")) }?;
     Ok(Tensor::from_bytes(elem, &shape, data)?)
 }
@@ -161,13 +161,14 @@ pub unsafe extern "C" fn epx_session_run(
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract for every pointer below.
+        // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let refs = unsafe { slice(inputs, n_inputs, "inputs") }?;
         let mut tensors = Vec::with_capacity(refs.len());
         for (i, r) in refs.iter().enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `r.name` is NULL or a NUL-terminated string, per this function's contract.
             let name = unsafe { text(r.name, &format!("inputs[{i}].name")) }?;
-            // SAFETY: as above.
+            // SAFETY: the pointers in `r` are valid as `EpxTensorRef` documents, per this
+            // function's contract.
             let t = unsafe { tensor_from_ref(r, &format!("input `{name}`")) }?;
             tensors.push((name.to_string(), Value::Host(t)));
         }
@@ -191,15 +192,16 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract for every pointer below.
+        // SAFETY: `input_names` is NULL or points at `n_inputs` elements, per this function's
+        // contract.
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
-        // SAFETY: as above.
+        // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let dls = unsafe { slice(inputs, n_inputs, "inputs") }?;
         let mut tensors = Vec::with_capacity(n_inputs);
         for (i, (&n, &t)) in names.iter().zip(dls).enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `n` is NULL or a NUL-terminated string, per this function's contract.
             let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
-            // SAFETY: as above.
+            // SAFETY: `t` is NULL or a live object of its type, per this function's contract.
             let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(format!("inputs[{i}] is NULL")))?;
             tensors.push((name.to_string(), Value::Host(tensor_from_dl(t, name)?)));
         }
@@ -352,15 +354,16 @@ pub unsafe extern "C" fn epx_session_run_values(
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract for every pointer below.
+        // SAFETY: `input_names` is NULL or points at `n_inputs` elements, per this function's
+        // contract.
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
-        // SAFETY: as above.
+        // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let values = unsafe { slice(inputs, n_inputs, "inputs") }?;
         let mut feed = Vec::with_capacity(n_inputs);
         for (i, (&n, &v)) in names.iter().zip(values).enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `n` is NULL or a NUL-terminated string, per this function's contract.
             let name = unsafe { text(n, &format!("input_names[{i}]")) }?;
-            // SAFETY: as above.
+            // SAFETY: `v` is NULL or a live object of its type, per this function's contract.
             let v = object(unsafe { v.as_ref() }, &format!("inputs[{i}]"))?;
             feed.push((name.to_string(), v.to_value()?));
         }

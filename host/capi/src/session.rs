@@ -94,7 +94,7 @@ pub unsafe extern "C" fn epx_session_new(
     out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract.
+        // SAFETY: `model_path` is NULL or a NUL-terminated string, per this function's contract.
         let path = PathBuf::from(unsafe { text(model_path, "model_path") }?);
         make_session(env, options, out, |b| b.commit_from_file(&path))
     })
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn epx_session_new_from_bytes(
     out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract.
+        // SAFETY: `data` is NULL or points at `len` elements, per this function's contract.
         let bytes = unsafe { slice(data.cast::<u8>(), len, "data") }?;
         make_session(env, options, out, |b| b.commit_from_memory(bytes))
     })

@@ -155,7 +155,8 @@ pub unsafe extern "C" fn epx_value_new_tensor(
     ffi_boundary!({
         // SAFETY: the caller's contract for `tensor` and the pointers in it.
         let r = object(unsafe { tensor.as_ref() }, "tensor")?;
-        // SAFETY: as above.
+        // SAFETY: the pointers in `r` are valid as `EpxTensorRef` documents, per this function's
+        // contract.
         let t = unsafe { tensor_from_ref(r, "tensor") }?;
         give_value(
             EpxHostValue {
@@ -182,18 +183,18 @@ pub unsafe extern "C" fn epx_value_new_strings(
     out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract.
+        // SAFETY: `shape` is NULL or points at `ndim` elements, per this function's contract.
         let dims = unsafe { slice(shape, ndim, "shape") }?;
         let shape = shape_of(dims, "strings")?;
         let count = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| invalid(format!("shape {shape:?} is too large")))?;
-        // SAFETY: as above.
+        // SAFETY: `strings` is NULL or points at `count` elements, per this function's contract.
         let ptrs = unsafe { slice(strings, count, "strings") }?;
         let mut v = Vec::with_capacity(count);
         for (i, &p) in ptrs.iter().enumerate() {
-            // SAFETY: as above.
+            // SAFETY: `p` is NULL or a NUL-terminated string, per this function's contract.
             v.push(
                 unsafe { text(p, &format!("strings[{i}]")) }?
                     .as_bytes()
@@ -225,9 +226,10 @@ pub unsafe extern "C" fn epx_value_new_sequence(
     out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract.
+        // SAFETY: `items` is NULL or points at `n_items` elements, per this function's contract.
         let ptrs = unsafe { slice(items, n_items, "items") }?;
-        // SAFETY: as above.
+        // SAFETY: each pointer is NULL or a value the caller owns and hands over, per this
+        // function's contract.
         let items = unsafe { take_values(ptrs) }?;
         let elem = match elem_type {
             0 => None,
@@ -273,7 +275,8 @@ pub unsafe extern "C" fn epx_value_new_map(
     out: Option<&mut MaybeUninit<*mut EpxHostValue>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        // SAFETY: the caller's contract.
+        // SAFETY: each pointer is NULL or a value the caller owns and hands over, per this
+        // function's contract.
         let mut taken = unsafe { take_values(&[keys, values]) }?.into_iter();
         let (Some(k), Some(v)) = (taken.next(), taken.next()) else {
             return Err(invalid("a map needs keys and values"));
@@ -303,7 +306,8 @@ pub unsafe extern "C" fn epx_value_new_optional(
         let inner = if value.is_null() {
             None
         } else {
-            // SAFETY: the caller's contract.
+            // SAFETY: each pointer is NULL or a value the caller owns and hands over, per this
+            // function's contract.
             unsafe { take_values(&[value]) }?.pop()
         };
         give_value(

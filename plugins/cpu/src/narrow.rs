@@ -258,7 +258,7 @@ fn e8m0_encode(x: f64, cast: NarrowCast) -> u8 {
 macro_rules! narrow_float {
     ($name:ident, $ety:ident, $doc:expr, |$c:ident| $decode:expr, |$x:ident, $cast:ident| $encode:expr) => {
         #[doc = $doc]
-        #[derive(Clone, Copy, Default, Debug, PartialEq)]
+        #[derive(Clone, Copy, Default, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
         #[repr(transparent)]
         pub struct $name(pub u8);
 
@@ -329,7 +329,9 @@ narrow_float!(
 macro_rules! narrow_int {
     ($name:ident, $ety:ident, $repr:ty, $bits:expr, $doc:expr) => {
         #[doc = $doc]
-        #[derive(Clone, Copy, Default, Debug, PartialEq, PartialOrd)]
+        #[derive(
+            Clone, Copy, Default, Debug, PartialEq, PartialOrd, bytemuck::Pod, bytemuck::Zeroable,
+        )]
         #[repr(transparent)]
         pub struct $name(pub $repr);
 

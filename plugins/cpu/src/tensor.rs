@@ -120,10 +120,21 @@ impl Scalar {
 
 /// A Rust element type that has a [`Tensor`] variant.
 pub trait Elem:
-    Copy + Default + std::fmt::Debug + PartialEq + PartialOrd + Send + Sync + 'static
+    Copy
+    + Default
+    + std::fmt::Debug
+    + PartialEq
+    + PartialOrd
+    + Send
+    + Sync
+    + 'static
+    + bytemuck::NoUninit
 {
     const TYPE: ElementType;
     const SIZE: usize;
+    /// The elements stored in `bytes` (their in-memory form, aligned, whole elements), through
+    /// `bytemuck`; `None` when the bytes are misaligned or not valid values (`bool`: 0 or 1).
+    fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]>;
     /// An empty vector with room for `len` elements (f32: a recycled buffer when one fits).
     fn buffer(len: usize) -> Vec<Self> {
         if std::any::TypeId::of::<Self>() == std::any::TypeId::of::<f32>() {
@@ -155,6 +166,9 @@ macro_rules! impl_elem_num {
         impl Elem for $t {
             const TYPE: ElementType = ElementType::$ety;
             const SIZE: usize = $n;
+            fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]> {
+                bytemuck::try_cast_slice(bytes).ok()
+            }
             fn wrap(a: ArrayD<Self>) -> Tensor {
                 Tensor::$var(a)
             }
@@ -209,6 +223,9 @@ macro_rules! impl_elem_half {
         impl Elem for $t {
             const TYPE: ElementType = ElementType::$ety;
             const SIZE: usize = 2;
+            fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]> {
+                bytemuck::try_cast_slice(bytes).ok()
+            }
             fn wrap(a: ArrayD<Self>) -> Tensor {
                 Tensor::$var(a)
             }
@@ -248,6 +265,9 @@ impl_elem_half!(bf16, BF16, Bfloat16);
 impl Elem for bool {
     const TYPE: ElementType = ElementType::Bool;
     const SIZE: usize = 1;
+    fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]> {
+        bytemuck::checked::try_cast_slice(bytes).ok()
+    }
     fn wrap(a: ArrayD<Self>) -> Tensor {
         Tensor::Bool(a)
     }
@@ -305,6 +325,9 @@ macro_rules! impl_elem_narrow {
         impl Elem for $t {
             const TYPE: ElementType = $t::TYPE;
             const SIZE: usize = 1;
+            fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]> {
+                bytemuck::try_cast_slice(bytes).ok()
+            }
             fn wrap(a: ArrayD<Self>) -> Tensor {
                 Tensor::$t(a)
             }
@@ -640,11 +663,13 @@ fn view_from_bytes<'a, T: Elem>(shape: &[usize], bytes: &'a [u8]) -> OpResult<Te
         )));
     }
     let n = bytes.len() / T::SIZE;
-    // SAFETY: the pointer is non-null and aligned for `T` (checked above), the slice covers
-    // `n * size_of::<T>() <= bytes.len()` bytes borrowed for `'a`, and every `T` here is a plain
-    // number type for which any bit pattern is valid, except `bool`, whose bytes the caller has
-    // checked to be 0 or 1. `u8` and the other types are never written through this view.
-    let data: &'a [T] = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n) };
+    let data: &'a [T] = T::from_byte_slice(&bytes[..n * T::SIZE]).ok_or_else(|| {
+        OpError(format!(
+            "{} tensor data holds values that are not {}",
+            T::TYPE,
+            T::TYPE
+        ))
+    })?;
     ArrayViewD::from_shape(IxDyn(shape), data)
         .map(T::wrap_ref)
         .map_err(|e| OpError(format!("bad shape {shape:?}: {e}")))
@@ -662,12 +687,8 @@ fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
     }
     if cfg!(target_endian = "little") && T::SIZE == std::mem::size_of::<T>() {
         if let Some(s) = a.as_slice() {
-            // SAFETY: every `Elem` is a plain number (or `bool`, one byte 0/1) with no padding
-            // and SIZE bytes; on a little-endian machine its bytes are its little-endian form.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s))
-            };
-            out.copy_from_slice(bytes);
+            // On a little-endian machine an element's bytes are its little-endian form.
+            out.copy_from_slice(bytemuck::cast_slice(s));
             return;
         }
     }

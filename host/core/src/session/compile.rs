@@ -13,7 +13,7 @@ use super::plan::{self, Action, Plan, Source, Space};
 use super::{Environment, ExecutionProvider, Session};
 use crate::error::{Error, Result};
 use crate::model::ir::{Dim, Graph, Model, ValueId};
-use crate::plugin::host_api::AbiGraph;
+use crate::plugin::AbiGraph;
 use crate::plugin::{CompiledKernel, ProviderInstance};
 use crate::value::ElementType;
 

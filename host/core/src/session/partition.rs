@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::model::ir::{Graph, NodeId, ValueId};
+use crate::plugin::AbiGraph;
 use crate::plugin::ProviderInstance;
-use crate::plugin::host_api::AbiGraph;
 use crate::value::ElementType;
 
 /// A fused group: nodes one EP runs as one kernel, with the values crossing its border.

@@ -27,24 +27,48 @@ enum Storage {
     Strings(Vec<Vec<u8>>),
 }
 
-/// Element types a tensor can be viewed as in Rust. Sealed: only plain-old-data types whose
-/// every bit pattern is valid (bool is checked on the way in).
+/// Element types a tensor can be viewed as in Rust. Sealed: plain-old-data types, whose every
+/// bit pattern is valid, and bool, whose bytes are checked to be 0 or 1.
 pub trait TensorElement: Copy + Send + Sync + 'static + sealed::Sealed {
     const TYPE: ElementType;
 }
 
 mod sealed {
-    pub trait Sealed {}
+    /// Element slices over a tensor's bytes, through `bytemuck`: `None` when the bytes are not
+    /// aligned for the type or are not valid values of it.
+    pub trait Sealed: Sized {
+        fn from_bytes(bytes: &[u8]) -> Option<&[Self]>;
+        fn from_bytes_mut(bytes: &mut [u8]) -> Option<&mut [Self]>;
+    }
 }
 
 macro_rules! elements {
     ($($t:ty => $e:ident),* $(,)?) => {$(
-        impl sealed::Sealed for $t {}
+        impl sealed::Sealed for $t {
+            fn from_bytes(bytes: &[u8]) -> Option<&[Self]> {
+                bytemuck::try_cast_slice(bytes).ok()
+            }
+            fn from_bytes_mut(bytes: &mut [u8]) -> Option<&mut [Self]> {
+                bytemuck::try_cast_slice_mut(bytes).ok()
+            }
+        }
         impl TensorElement for $t { const TYPE: ElementType = ElementType::$e; }
     )*};
 }
 elements!(f32 => Float, f64 => Double, f16 => Float16, bf16 => Bfloat16, i8 => Int8, i16 => Int16,
-    i32 => Int32, i64 => Int64, u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64, bool => Bool);
+    i32 => Int32, i64 => Int64, u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64);
+
+impl sealed::Sealed for bool {
+    fn from_bytes(bytes: &[u8]) -> Option<&[Self]> {
+        bytemuck::checked::try_cast_slice(bytes).ok()
+    }
+    fn from_bytes_mut(bytes: &mut [u8]) -> Option<&mut [Self]> {
+        bytemuck::checked::try_cast_slice_mut(bytes).ok()
+    }
+}
+impl TensorElement for bool {
+    const TYPE: ElementType = ElementType::Bool;
+}
 
 fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -173,25 +197,20 @@ impl Tensor {
         let Storage::Bytes { words, .. } = &self.data else {
             return None;
         };
-        let n = self.len();
-        // SAFETY: `words` is 8-byte aligned, which covers every TensorElement's alignment; it
-        // holds at least n * size_of::<T>() initialized bytes (allocated for this type and
-        // shape); every bit pattern is a valid T except for bool, whose bytes are checked to be
-        // 0 or 1 wherever bytes enter from outside.
-        Some(unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<T>(), n) })
+        // The words are allocated for this type and shape, so they hold every element.
+        let bytes = words_as_bytes(words).get(..self.len() * std::mem::size_of::<T>())?;
+        T::from_bytes(bytes)
     }
 
     pub fn as_mut_slice<T: TensorElement>(&mut self) -> Option<&mut [T]> {
         if self.elem_type != T::TYPE {
             return None;
         }
-        let n = self.len();
+        let n = self.len() * std::mem::size_of::<T>();
         let Storage::Bytes { words, .. } = &mut self.data else {
             return None;
         };
-        // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes the slice unique. Bool
-        // writes through `&mut [bool]` can only store 0 or 1.
-        Some(unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), n) })
+        T::from_bytes_mut(words_as_bytes_mut(words).get_mut(..n)?)
     }
 
     /// A view as an ndarray array of `T`.
@@ -236,13 +255,11 @@ fn unreachable_shape() -> Tensor {
 }
 
 fn words_as_bytes(words: &[u64]) -> &[u8] {
-    // SAFETY: u8 has no alignment or validity requirement; the length covers the same memory.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+    bytemuck::cast_slice(words)
 }
 
 fn words_as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
-    // SAFETY: as above; every byte pattern is a valid u64 afterwards.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+    bytemuck::cast_slice_mut(words)
 }
 
 impl fmt::Debug for Tensor {

@@ -48,6 +48,24 @@ pub enum Dim {
     Unknown,
 }
 
+impl Dim {
+    /// The extent, when it is a number.
+    pub fn known(&self) -> Option<u64> {
+        match self {
+            Dim::Known(k) => Some(*k),
+            _ => None,
+        }
+    }
+
+    /// The symbol, when the extent is named.
+    pub fn symbol(&self) -> Option<&str> {
+        match self {
+            Dim::Symbolic(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// What kind of thing flows along an edge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ValueType {

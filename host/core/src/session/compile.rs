@@ -272,17 +272,10 @@ fn compile_kernels(
 /// inferred shapes help EPs decide, they are not a contract.
 fn declared(g: &Graph, v: ValueId) -> Declared {
     let val = &g.values[v];
-    let dims = val.shape().filter(|_| !val.shape_inferred).map(|s| {
-        s.iter()
-            .map(|d| {
-                if let Dim::Known(k) = d {
-                    Some(*k)
-                } else {
-                    None
-                }
-            })
-            .collect()
-    });
+    let dims = val
+        .shape()
+        .filter(|_| !val.shape_inferred)
+        .map(|s| s.iter().map(Dim::known).collect());
     (val.elem_type(), dims)
 }
 

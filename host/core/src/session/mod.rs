@@ -69,29 +69,9 @@ impl Session {
             ty: val.ty.clone(),
             name: val.name.clone(),
             elem_type: val.elem_type(),
-            shape: shape.map(|s| {
-                s.iter()
-                    .map(|d| {
-                        if let Dim::Known(k) = d {
-                            Some(*k)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect()
-            }),
+            shape: shape.map(|s| s.iter().map(Dim::known).collect()),
             symbols: shape
-                .map(|s| {
-                    s.iter()
-                        .map(|d| {
-                            if let Dim::Symbolic(n) = d {
-                                Some(n.clone())
-                            } else {
-                                None
-                            }
-                        })
-                        .collect()
-                })
+                .map(|s| s.iter().map(|d| d.symbol().map(str::to_owned)).collect())
                 .unwrap_or_default(),
         }
     }

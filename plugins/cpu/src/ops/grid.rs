@@ -264,24 +264,10 @@ fn build_grid_sample(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{run, t, vals};
     use super::*;
     use crate::kernel::AttrValue;
-    use crate::tensor::{Tensor, TensorRef};
-    use ndarray::{ArrayD, IxDyn};
-
-    fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
-        let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
-        k.run(&refs)
-    }
-
-    fn t(shape: &[usize], v: Vec<f32>) -> Tensor {
-        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
-    }
-
-    fn vals(t: &Tensor) -> Vec<f32> {
-        t.as_array::<f32>().unwrap().iter().copied().collect()
-    }
+    use crate::tensor::Tensor;
 
     #[test]
     fn affine_grid_identity() {

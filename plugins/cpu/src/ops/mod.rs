@@ -30,6 +30,8 @@ pub mod signal;
 pub mod softmax;
 pub mod strings;
 pub mod svm;
+#[cfg(test)]
+mod testing;
 pub mod training;
 pub mod trees;
 pub mod util;

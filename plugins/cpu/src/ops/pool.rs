@@ -468,6 +468,7 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{t, vals};
     use super::*;
     use crate::kernel::AttrValue;
     use crate::tensor::TensorRef;
@@ -588,14 +589,6 @@ mod tests {
         let n = NodeDef::new("AveragePool", 12).with_attr("kernel_shape", ks(&[2]));
         let e = run(n, vec![Tensor::I32(ArrayD::zeros(IxDyn(&[1, 1, 4])))]).unwrap_err();
         assert_eq!(e.0, "AveragePool: unsupported element type int32");
-    }
-
-    fn t(shape: &[usize], v: Vec<f32>) -> Tensor {
-        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
-    }
-
-    fn vals(t: &Tensor) -> Vec<f32> {
-        t.as_array::<f32>().unwrap().iter().copied().collect()
     }
 
     #[test]

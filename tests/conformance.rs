@@ -318,7 +318,11 @@ fn onnx_node_tests_on_the_cpu_ep() {
     for ((_, op), t) in &per_op {
         println!("{op:<32} {:>6} {:>6}", t.passed, t.cases);
     }
-    println!("\nconformance: {passed} passed, {} failed", failures.len());
+    println!(
+        "\nconformance: {passed} passed, {} failed (CPU EP kernels: {})",
+        failures.len(),
+        epx_cpu::fast::process_isa().name
+    );
 
     let ops_doc = ops_table(&per_op, passed, cases.len());
     let ops_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops.md");

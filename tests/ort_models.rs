@@ -94,6 +94,10 @@ fn scikit_learn_models_run_on_the_cpu_ep() {
 /// Runs `dir/model.onnx` with every node on the CPU EP on its saved input and compares each
 /// output with ONNX Runtime's: floats within `tolerance(expected value)`, others exactly.
 fn check_against_onnx_runtime(dir: &Path, model: &str, tolerance: impl Fn(f32) -> f32) {
+    eprintln!(
+        "{model}: CPU EP kernels: {}",
+        epx_cpu::fast::process_isa().name
+    );
     let session = Session::builder()
         .expect("builder")
         .with_strict_placement(true)

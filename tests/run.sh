@@ -23,3 +23,8 @@ cargo build --workspace --all-targets
 cargo test --workspace -- --skip onnx_node_tests_on_the_cpu_ep
 # `--workspace` keeps the feature set of the build above, so nothing is compiled twice.
 cargo test --workspace --test conformance -- --nocapture
+# Again on the reference kernels alone (no fast kernels, no fused chains), with the models
+# checked against ONNX Runtime: a fast kernel cannot hide a reference kernel's bug, nor the
+# reverse, on any machine. The run above used the best level this CPU has; each says which.
+EPX_CPU_KERNELS=reference cargo test --workspace --test conformance -- --nocapture
+EPX_CPU_KERNELS=reference cargo test --workspace --test ort_models

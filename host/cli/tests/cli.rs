@@ -480,3 +480,38 @@ fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
         "{line}"
     );
 }
+
+#[test]
+fn the_kernel_level_is_chosen_by_environment_and_a_wrong_one_is_one_clear_error() {
+    let run = |level: &str| {
+        Command::new(env!("CARGO_BIN_EXE_epx"))
+            .args(["run", "examples/models/mnist-cnn.onnx"])
+            .current_dir(repo())
+            .env_remove("EPX_PLUGIN_PATH")
+            .env_remove("RUST_LOG")
+            .env("EPX_CPU_KERNELS", level)
+            .output()
+            .expect("run epx")
+    };
+    for level in ["reference", "portable"] {
+        let out = run(level);
+        assert!(out.status.success(), "{level}: {}", text(&out.stderr));
+    }
+    let line = assert_one_error_line(&run("fastest"));
+    assert!(
+        line.contains("EPX_CPU_KERNELS=fastest is not a kernel level")
+            && line.contains("avx2, portable, reference"),
+        "{line}"
+    );
+    let has_avx2 =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    let out = run("avx2");
+    if has_avx2 {
+        eprintln!("this CPU has AVX2 and FMA: checked that the avx2 level runs");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    } else {
+        eprintln!("this CPU lacks AVX2 or FMA: checked that asking for it is an error");
+        let line = assert_one_error_line(&out);
+        assert!(line.contains("which this CPU does not have"), "{line}");
+    }
+}

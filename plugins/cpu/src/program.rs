@@ -546,7 +546,12 @@ impl Program {
             };
             out_srcs.push(src);
         }
-        let mut steps = fuse_chains(steps, &out_srcs);
+        // Fused chains are a fast kernel: the reference level runs node by node.
+        let mut steps = if crate::fast::enabled() {
+            fuse_chains(steps, &out_srcs)
+        } else {
+            steps
+        };
         // Each slot dies after the last step that reads it, unless the run returns it.
         let mut last_read: Vec<Option<usize>> = vec![None; num_slots];
         for (i, step) in steps.iter().enumerate() {

@@ -33,6 +33,9 @@ impl ProviderFactory for CpuFactory {
     }
 
     fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
+        // A kernel level the environment asks for but this CPU cannot run is an error here,
+        // not a silent fall back to another level.
+        crate::fast::configured_isa().map_err(Error::invalid_argument)?;
         let threads = options
             .take_parsed::<usize>("intra_op_num_threads", "a thread count (0: one per core)")?;
         options.finish()?;

@@ -3,11 +3,11 @@
 //!
 //! Each reference kernel is the definition: generic over element types, any rank, written for
 //! clarity. A fast kernel here covers the common case of one op (the 2-D f32 convolution, the
-//! f32 softmax, erf, layer normalization and broadcast arithmetic rows) and is tested against the
-//! reference. Which instruction set the hot loops use is chosen once per process from [`ISAS`]:
-//! the first row whose features the CPU has (`EPX_CPU_SIMD=baseline` forces the last row). The
-//! ops reach fast kernels only through [`FastKernels`] (by element type) and the functions of
-//! [`conv2d`] and [`math`].
+//! f32 softmax, erf, layer normalization and broadcast arithmetic rows, fused elementwise
+//! chains) and is tested against the reference. Which level runs is chosen once per process from
+//! [`ISAS`]: the best one the CPU has, or the one [`ENV_KERNELS`] names, down to `reference`,
+//! which runs the reference kernels alone. The ops reach fast kernels only through
+//! [`FastKernels`] (by element type), the functions of [`conv2d`] and [`math`], and [`enabled`].
 
 pub mod conv2d;
 pub mod math;
@@ -18,32 +18,52 @@ use std::sync::OnceLock;
 
 use crate::kernel::PostOp;
 
-/// The environment variable that forces the baseline row of [`ISAS`] even where the CPU has
-/// more: `EPX_CPU_SIMD=baseline`. Any other value, or none, uses what the CPU has. Read once per
-/// process; tests run both rows on one machine with it, or with [`with_isa`].
+/// The environment variable that picks the level of [`ISAS`] the CPU EP runs:
+/// `EPX_CPU_KERNELS=avx2`, `portable` or `reference` (the reference kernels alone: no fast
+/// kernels, no fused chains). Unset, the best level the CPU has. Read once per process; a level
+/// that is unknown, or needs features this CPU lacks, makes creating a CPU EP fail with the
+/// reason ([`configured_isa`]).
+pub const ENV_KERNELS: &str = "EPX_CPU_KERNELS";
+
+/// The older spelling of `EPX_CPU_KERNELS=portable`: `EPX_CPU_SIMD=baseline`.
 pub const ENV_SIMD: &str = "EPX_CPU_SIMD";
 
-/// One instruction-set level the fast kernels are compiled for.
+/// One level of kernels: the instruction set the fast kernels are compiled for, or none.
 #[derive(Debug)]
 pub struct Isa {
+    /// The value of [`ENV_KERNELS`] that picks it.
+    pub key: &'static str,
     /// For messages and tests.
     pub name: &'static str,
     /// Whether this CPU has the features.
     pub available: fn() -> bool,
+    /// The fast kernels run (false: the reference kernels alone).
+    pub fast: bool,
     /// The hot loops run their AVX2+FMA copies.
     pub wide: bool,
 }
 
-/// The instruction-set levels, best first; the last is always available.
-pub static ISAS: [Isa; 2] = [
+/// The levels, best first; the last two are always available.
+pub static ISAS: [Isa; 3] = [
     Isa {
+        key: "avx2",
         name: "x86-64 AVX2+FMA",
         available: simd::cpu_has_avx2_fma,
+        fast: true,
         wide: true,
     },
     Isa {
-        name: "baseline",
+        key: "portable",
+        name: "portable (baseline x86-64)",
         available: || true,
+        fast: true,
+        wide: false,
+    },
+    Isa {
+        key: "reference",
+        name: "reference kernels only",
+        available: || true,
+        fast: false,
         wide: false,
     },
 ];
@@ -53,28 +73,64 @@ thread_local! {
     static FORCED: Cell<Option<&'static Isa>> = const { Cell::new(None) };
 }
 
-/// The row this process runs: the first available one, or the baseline when [`ENV_SIMD`] says
-/// so.
+/// The level the environment asks for: [`ENV_KERNELS`], else [`ENV_SIMD`], else the best one
+/// this CPU has. `Err` says why an asked-for level cannot run.
+pub fn configured_isa() -> Result<&'static Isa, String> {
+    let best = || {
+        ISAS.iter()
+            .find(|i| (i.available)())
+            .unwrap_or(&ISAS[ISAS.len() - 1])
+    };
+    let asked = match std::env::var(ENV_KERNELS) {
+        Ok(v) if !v.is_empty() => v,
+        _ if std::env::var(ENV_SIMD).as_deref() == Ok("baseline") => "portable".to_string(),
+        _ => return Ok(best()),
+    };
+    let keys: Vec<&str> = ISAS.iter().map(|i| i.key).collect();
+    let isa = ISAS.iter().find(|i| i.key == asked).ok_or_else(|| {
+        format!(
+            "{ENV_KERNELS}={asked} is not a kernel level; the levels are {}",
+            keys.join(", ")
+        )
+    })?;
+    if !(isa.available)() {
+        return Err(format!(
+            "{ENV_KERNELS}={asked} asks for {}, which this CPU does not have; it has {}",
+            isa.name,
+            best().key
+        ));
+    }
+    Ok(isa)
+}
+
+/// The level this process runs ([`configured_isa`]; the best one when that is an error, which
+/// creating a CPU EP reports first).
 pub fn process_isa() -> &'static Isa {
     static CHOSEN: OnceLock<&'static Isa> = OnceLock::new();
     CHOSEN.get_or_init(|| {
-        let baseline = &ISAS[ISAS.len() - 1];
-        if std::env::var(ENV_SIMD).as_deref() == Ok("baseline") {
-            return baseline;
-        }
-        ISAS.iter().find(|i| (i.available)()).unwrap_or(baseline)
+        configured_isa().unwrap_or_else(|_| {
+            ISAS.iter()
+                .find(|i| (i.available)())
+                .unwrap_or(&ISAS[ISAS.len() - 1])
+        })
     })
 }
 
-/// The row the calling thread runs ([`process_isa`] unless [`with_isa`] forced one).
+/// The level the calling thread runs ([`process_isa`] unless [`with_isa`] forced one).
 #[inline]
 pub fn isa() -> &'static Isa {
     FORCED.with(Cell::get).unwrap_or_else(process_isa)
 }
 
-/// Runs `f` with the hot loops of this thread on `isa`, for tests that check every row on one
+/// Whether the fast kernels run on this thread (every level but `reference`).
+#[inline]
+pub fn enabled() -> bool {
+    isa().fast
+}
+
+/// Runs `f` with the kernels of this thread on `isa`, for tests that check every level on one
 /// machine (a kernel run outside an intra-op pool does all its work on the calling thread).
-/// `None` (and `f` is not run) when the CPU lacks the row's features.
+/// `None` (and `f` is not run) when the CPU lacks the level's features.
 pub fn with_isa<R>(isa: &'static Isa, f: impl FnOnce() -> R) -> Option<R> {
     if !(isa.available)() {
         return None;
@@ -111,7 +167,7 @@ impl FastKernels for f32 {
         b: Option<&[f32]>,
         post: Option<&mut dyn PostOp>,
     ) -> Option<(Vec<f32>, bool)> {
-        Some(conv.run_post(x, w, b, post))
+        enabled().then(|| conv.run_post(x, w, b, post))
     }
 }
 

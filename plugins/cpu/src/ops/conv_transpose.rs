@@ -126,6 +126,7 @@ impl ConvT {
         };
         if let (TensorRef::F32(xa), TensorRef::F32(wa), [h, w_], [oh, ow]) =
             (x, w, &xs[2..], &out_u[..])
+            && crate::fast::enabled()
         {
             let fast = crate::fast::conv2d::ConvTranspose2d {
                 n: nb,

@@ -28,7 +28,8 @@ pub trait MatElem: Num {
 }
 
 impl MatElem for f32 {
-    /// Through the `gemm` crate, which reads any strides (transposed views included).
+    /// Through the `gemm` crate, which reads any strides (transposed views included); at the
+    /// reference level through ndarray's `general_mat_mul`.
     fn gemm(
         alpha: Self,
         a: &ArrayView2<'_, Self>,
@@ -49,6 +50,11 @@ impl MatElem for f32 {
         }
         if k == 0 {
             c.mapv_inplace(|v| if beta == 0.0 { 0.0 } else { v * beta });
+            return;
+        }
+        if !crate::fast::enabled() {
+            // The reference product: ndarray's own, without the `gemm` crate's kernels.
+            ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
             return;
         }
         let (sa, sb, sc) = (a.strides(), b.strides(), c.strides());

@@ -111,6 +111,7 @@ fn build_softmax(n: &NodeDef, kind: SoftKind, coerce_2d: bool) -> OpResult<Box<d
         let split = split_axis(x.shape(), ax, coerce_2d);
         if let (TensorRef::F32(a), (_, n, 1), SoftKind::Softmax | SoftKind::LogSoftmax) =
             (x, split, kind)
+            && crate::fast::enabled()
         {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {

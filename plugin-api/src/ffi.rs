@@ -147,12 +147,14 @@ impl<E: PanicPointee> IntoFfi for Result<(), Box<E>> {
     }
 }
 
-/// Runs `body`; a panic becomes the failure value of the return type. Use it through
-/// [`ffi_boundary!`](crate::ffi_boundary), which names the function for you.
-pub fn boundary<T: IntoFfi>(call: &str, body: impl FnOnce() -> T) -> T::Raw {
+/// Runs `body`; a panic becomes the failure value of the return type, naming `call` (a
+/// function name, or the type name [`ffi_boundary!`](crate::ffi_boundary) passes, which is cut
+/// to the function's name only when a panic needs it).
+pub fn boundary<T: IntoFfi>(call: &'static str, body: impl FnOnce() -> T) -> T::Raw {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value.into_ffi(),
         Err(payload) => {
+            let call = function_name(call);
             let message = panic_message(payload.as_ref());
             // Formatting the failure must not unwind either: a panic here aborts nothing, it
             // only loses the message.
@@ -164,7 +166,7 @@ pub fn boundary<T: IntoFfi>(call: &str, body: impl FnOnce() -> T) -> T::Raw {
 
 /// The name of the function a boundary is in, from the type name of an item defined in it
 /// (`crate::module::function::here`, perhaps with closures between).
-pub fn function_name(marker: &'static str) -> &'static str {
+pub fn function_name(marker: &str) -> &str {
     marker
         .rsplit("::")
         .find(|s| *s != "__epx_boundary_marker" && !s.starts_with('{'))
@@ -178,10 +180,9 @@ pub fn function_name(marker: &'static str) -> &'static str {
 macro_rules! ffi_boundary {
     ($body:expr) => {{
         fn __epx_boundary_marker() {}
-        $crate::ffi::boundary(
-            $crate::ffi::function_name(::std::any::type_name_of_val(&__epx_boundary_marker)),
-            || $body,
-        )
+        $crate::ffi::boundary(::std::any::type_name_of_val(&__epx_boundary_marker), || {
+            $body
+        })
     }};
 }
 

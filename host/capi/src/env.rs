@@ -168,7 +168,7 @@ pub extern "C" fn epx_env_free(env: Option<Box<EpxEnv>>) {
 /// Pointers: `env` is NULL or a live environment.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_env_provider_count(env: Option<&EpxEnv>) -> usize {
-    ffi_boundary!({ env.map_or(0, |e| e.providers.len()) })
+    ffi_boundary!(env.map_or(0, |e| e.providers.len()))
 }
 
 /// Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason

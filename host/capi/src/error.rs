@@ -77,7 +77,7 @@ impl From<epx_host::Error> for Box<EpxError> {
 /// Pointers: `error` is NULL or an error from this library, not yet freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_error_code(error: Option<&EpxError>) -> EpxErrorCode {
-    ffi_boundary!({ error.map_or(EpxErrorCode::Internal, |e| e.code) })
+    ffi_boundary!(error.map_or(EpxErrorCode::Internal, |e| e.code))
 }
 
 /// The message of `error`, valid until the error is freed ("" for NULL).
@@ -85,7 +85,7 @@ pub extern "C" fn epx_error_code(error: Option<&EpxError>) -> EpxErrorCode {
 /// Pointers: `error` is NULL or an error from this library, not yet freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_error_message(error: Option<&EpxError>) -> *const c_char {
-    ffi_boundary!({ error.map_or(c"".as_ptr(), |e| e.message.as_ptr()) })
+    ffi_boundary!(error.map_or(c"".as_ptr(), |e| e.message.as_ptr()))
 }
 
 /// Frees an error. NULL is a no-op.

@@ -262,7 +262,7 @@ pub(crate) fn tensor_from_dl(t: &DLTensor, name: &str) -> Res<Tensor> {
 /// Pointers: `outputs` is NULL or live outputs.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_outputs_count(outputs: Option<&EpxOutputs>) -> usize {
-    ffi_boundary!({ outputs.map_or(0, |o| o.rows.len()) })
+    ffi_boundary!(outputs.map_or(0, |o| o.rows.len()))
 }
 
 pub(crate) fn output_row(outputs: Option<&EpxOutputs>, index: usize) -> Res<&OutputRow> {

@@ -134,7 +134,7 @@ pub extern "C" fn epx_session_free(session: Option<Box<EpxSession>>) {
 /// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_input_count(session: Option<&EpxSession>) -> usize {
-    ffi_boundary!({ session.map_or(0, |s| s.inputs.len()) })
+    ffi_boundary!(session.map_or(0, |s| s.inputs.len()))
 }
 
 /// The number of model outputs (0 for NULL).
@@ -142,7 +142,7 @@ pub extern "C" fn epx_session_input_count(session: Option<&EpxSession>) -> usize
 /// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_output_count(session: Option<&EpxSession>) -> usize {
-    ffi_boundary!({ session.map_or(0, |s| s.outputs.len()) })
+    ffi_boundary!(session.map_or(0, |s| s.outputs.len()))
 }
 
 pub(crate) fn describe(

@@ -345,7 +345,7 @@ pub unsafe extern "C" fn epx_value_free(value: *mut EpxHostValue) {
 /// Pointers: `value` is NULL or a live value.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_value_kind(value: Option<&EpxHostValue>) -> u32 {
-    ffi_boundary!({ value.map_or(0, |v| v.kind() as u32) })
+    ffi_boundary!(value.map_or(0, |v| v.kind() as u32))
 }
 
 /// A tensor value as element type, shape and data, valid as long as the value (`name` is

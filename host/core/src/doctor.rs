@@ -1,6 +1,7 @@
-//! The doctor report (`epx doctor`, `epx_env_doctor` in the C API): the plugin search path, and
-//! per plugin the admission report loading used ([`crate::plugin::admit`]): whether it loads and why not, whether its library matches the manifest's `sha256`
-//! pin, where each dependency is, and which EP names more than one plugin claims.
+//! The doctor report (`epx doctor`, `epx_env_doctor` in the C API): the plugin search path, and per
+//! plugin the admission report loading used ([`crate::plugin::admit`]): whether it loads and why
+//! not, whether its library matches the manifest's `sha256` pin, where each dependency is, and
+//! which EP names more than one plugin claims.
 
 use std::fmt::Write as _;
 

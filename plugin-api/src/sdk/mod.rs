@@ -2,8 +2,9 @@
 //! invoke [`export_plugin!`](crate::export_plugin) once, and the library is a plugin.
 //!
 //! The SDK owns every C struct it hands to the host and frees it in the matching `release`;
-//! every function it exports runs inside [`ffi_boundary!`](crate::ffi_boundary), so a panic in plugin code becomes a `Panic`
-//! status naming the call, never an unwind across the boundary.
+//! every function it exports runs inside [`ffi_boundary!`](crate::ffi_boundary), so a panic in
+//! plugin code becomes a `Panic` status naming the function, never an unwind across the
+//! boundary.
 
 mod graph;
 mod options;

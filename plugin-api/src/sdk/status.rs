@@ -132,7 +132,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// Runs `f` inside the panic boundary ([`crate::ffi::boundary`]), turning an error into a
 /// status and a panic into a `Panic` status naming `what` was running. For hand-written exports;
 /// [`ffi_boundary!`](crate::ffi_boundary) names the function by itself.
-pub fn guard(what: &str, f: impl FnOnce() -> Result<()>) -> *mut EpxStatus {
+pub fn guard(what: &'static str, f: impl FnOnce() -> Result<()>) -> *mut EpxStatus {
     crate::ffi::boundary(what, f)
 }
 

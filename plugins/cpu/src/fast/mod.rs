@@ -15,6 +15,7 @@ pub(crate) mod simd;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernel::PostOp;
 
@@ -116,9 +117,15 @@ pub fn process_isa() -> &'static Isa {
     })
 }
 
+/// How many threads are inside [`with_isa`]: while none is, [`isa`] skips the thread-local.
+static FORCING: AtomicUsize = AtomicUsize::new(0);
+
 /// The level the calling thread runs ([`process_isa`] unless [`with_isa`] forced one).
 #[inline]
 pub fn isa() -> &'static Isa {
+    if FORCING.load(Ordering::Relaxed) == 0 {
+        return process_isa();
+    }
     FORCED.with(Cell::get).unwrap_or_else(process_isa)
 }
 
@@ -139,8 +146,10 @@ pub fn with_isa<R>(isa: &'static Isa, f: impl FnOnce() -> R) -> Option<R> {
     impl Drop for Restore {
         fn drop(&mut self) {
             FORCED.with(|c| c.set(self.0));
+            FORCING.fetch_sub(1, Ordering::Relaxed);
         }
     }
+    FORCING.fetch_add(1, Ordering::Relaxed);
     let _restore = Restore(FORCED.with(|c| c.replace(Some(isa))));
     Some(f())
 }

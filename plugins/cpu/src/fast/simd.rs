@@ -1,6 +1,7 @@
-//! Hot f32 loops compiled twice: for the baseline x86-64 the binary targets, and for AVX2 with
-//! FMA, chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops are written plainly; the compiler
-//! vectorizes them to the width the enabled features give (4 lanes baseline, 8 with AVX2).
+//! Hot f32 loops compiled twice: for the baseline x86-64 the binary targets, and for AVX2 with FMA,
+//! chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops are written plainly;
+//! the compiler vectorizes them to the width the enabled features give (4 lanes baseline, 8 with
+//! AVX2).
 
 /// Whether the CPU itself has AVX2 and FMA.
 pub(crate) fn cpu_has_avx2_fma() -> bool {

@@ -1,6 +1,6 @@
-//! Normalizations over statistics of the input: BatchNormalization (inference and training
-//! mode), LayerNormalization (with the Mean and InvStdDev outputs), RMSNormalization, InstanceNormalization, GroupNormalization,
-//! LpNormalization, LRN and MeanVarianceNormalization.
+//! Normalizations over statistics of the input: BatchNormalization (inference and training mode),
+//! LayerNormalization (with the Mean and InvStdDev outputs), RMSNormalization,
+//! InstanceNormalization, GroupNormalization, LpNormalization, LRN and MeanVarianceNormalization.
 //!
 //! Statistics and results are computed in f64 (at least as precise as any `stash_type`) and cast
 //! back to the input's float type.

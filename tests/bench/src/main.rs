@@ -612,6 +612,23 @@ fn micros() -> Vec<Micro> {
         x: vec![1, 64, 160, 160],
         work: (2.0 * 64.0 * 9.0 * 160.0 * 160.0, "GFLOP/s"),
     });
+    // A wide 1-D convolution, as byte- and audio-level models have.
+    let mut c1 = node("Conv", &["x", "w", "b"], &["y"]);
+    c1.attribute = vec![ints_attr("pads", &[4, 4])];
+    v.push(Micro {
+        name: "Conv 1-D k=9 64→128 @L=4096".into(),
+        model: graph(
+            vec![c1],
+            &[1, 64, 4096],
+            &[1, 128, 4096],
+            vec![
+                weight("w", &[128, 64, 9], &mut rng),
+                weight("b", &[128], &mut rng),
+            ],
+        ),
+        x: vec![1, 64, 4096],
+        work: (2.0 * 64.0 * 128.0 * 9.0 * 4096.0, "GFLOP/s"),
+    });
     let mut ct = node("ConvTranspose", &["x", "w"], &["y"]);
     ct.attribute = vec![
         ints_attr("strides", &[2, 2]),

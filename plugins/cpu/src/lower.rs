@@ -1,0 +1,162 @@
+//! float16 runs as float32 inside a program.
+//!
+//! Every float16 value a [`crate::program::Program`] computes or holds is a float32 tensor
+//! there: float16 initializers widen once at compile time, float16 run inputs widen as the run
+//! starts, and float16 program outputs round back to float16 as it ends. In between, the float32
+//! kernels (and their fast paths and fused chains) do the work, and nothing rounds to float16:
+//! a `Cast` between float and float16 inside the program is the identity.
+//!
+//! This is what ONNX Runtime's CPU EP computes for a float16 model: it has float32 kernels only
+//! for most ops, puts `Cast` nodes around them, and then removes every float32 → float16 →
+//! float32 pair of Casts, the model's own included. A model converted to float16 (for instance
+//! by `onnxconverter_common.float16`, keeping float32 inputs) then gives the same answer here as
+//! there, instead of one rounded to float16 after every node.
+//!
+//! A few ops keep their float16 inputs as such, rounded from float32 first ([`keeps_float16`]):
+//! a `Cast` from float16 to a type other than float or float16 (its answer depends on the
+//! rounding), the control-flow ops (their bodies are programs of their own, with float16 edges),
+//! and the sequence and optional ops, whose values may leave the program.
+
+use epx_plugin_api::ElementType;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::kernel::{AttrValue, NodeDef, OpKernel, OpResult, PostOp};
+use crate::tensor::{Tensor, TensorRef};
+
+const FLOAT: i64 = 1;
+const FLOAT16: i64 = 10;
+
+/// Whether a node sees float16 inputs as float16 (rounded) rather than as float32.
+pub(crate) fn keeps_float16(def: &NodeDef) -> bool {
+    match def.op_type.as_str() {
+        "Cast" => !matches!(
+            def.attributes.get("to"),
+            Some(AttrValue::Int(FLOAT | FLOAT16))
+        ),
+        "If" | "Loop" | "Scan" => true,
+        op => {
+            op.starts_with("Sequence")
+                || op.starts_with("Optional")
+                || op == "SplitToSequence"
+                || op == "ConcatFromSequence"
+        }
+    }
+}
+
+/// Whether a node reads or writes float16 values.
+pub(crate) fn touches_float16(def: &NodeDef, output_types: &[Option<ElementType>]) -> bool {
+    def.input_types
+        .iter()
+        .chain(output_types)
+        .any(|t| *t == Some(ElementType::Float16))
+}
+
+/// The node as its kernel is made when it runs on float32 data: float16 inputs are float32 and
+/// a `Cast` to float16 casts to float32.
+pub(crate) fn widen(def: &mut NodeDef) {
+    for t in &mut def.input_types {
+        if *t == Some(ElementType::Float16) {
+            *t = Some(ElementType::Float);
+        }
+    }
+    if def.op_type == "Cast"
+        && let Some(AttrValue::Int(to)) = def.attributes.get_mut("to")
+        && *to == FLOAT16
+    {
+        *to = FLOAT;
+    }
+}
+
+/// A float16 tensor widened to float32; any other value as it is.
+pub(crate) fn to_f32(t: Tensor) -> Tensor {
+    match t {
+        Tensor::F16(a) => {
+            let shape = a.shape().to_vec();
+            let src = a.as_standard_layout();
+            let src = src.as_slice().unwrap_or_default();
+            let mut out = vec![0f32; src.len()];
+            src.convert_to_f32_slice(&mut out);
+            Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, out).unwrap_or_default())
+        }
+        t => t,
+    }
+}
+
+/// A float32 tensor rounded to float16 (to nearest even); any other value as it is.
+pub(crate) fn to_f16(t: &TensorRef<'_>) -> Tensor {
+    match t {
+        TensorRef::F32(a) => {
+            let src = a.as_standard_layout();
+            let src = src.as_slice().unwrap_or_default();
+            let mut out = vec![f16::ZERO; src.len()];
+            out.convert_from_f32_slice(src);
+            Tensor::F16(ndarray::ArrayD::from_shape_vec(a.shape(), out).unwrap_or_default())
+        }
+        t => t.to_owned(),
+    }
+}
+
+/// A node's kernel inside a program that holds float16 values as float32: its float16 outputs
+/// come back widened, and for a node that [keeps float16](keeps_float16) the inputs declared
+/// float16 are rounded to it first.
+pub(crate) struct Widened {
+    pub inner: Box<dyn OpKernel>,
+    /// Inputs to round to float16 before the kernel runs.
+    pub round: Vec<usize>,
+}
+
+impl OpKernel for Widened {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let out = if self.round.is_empty() {
+            self.inner.run(inputs)?
+        } else {
+            let rounded: Vec<(usize, Tensor)> = self
+                .round
+                .iter()
+                .filter_map(|&i| Some((i, to_f16(inputs.get(i)?.as_ref()?))))
+                .collect();
+            let args: Vec<Option<TensorRef<'_>>> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match rounded.iter().find(|(j, _)| *j == i) {
+                    Some((_, r)) => Some(r.view()),
+                    None => t.as_ref().map(crate::program::reborrow),
+                })
+                .collect();
+            self.inner.run(&args)?
+        };
+        Ok(out.into_iter().map(to_f32).collect())
+    }
+
+    fn run_with_post(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        post: &mut dyn PostOp,
+    ) -> OpResult<(Vec<Tensor>, bool)> {
+        if !self.round.is_empty() {
+            return Ok((self.run(inputs)?, false));
+        }
+        let (out, applied) = self.inner.run_with_post(inputs, post)?;
+        Ok((out.into_iter().map(to_f32).collect(), applied))
+    }
+}
+
+/// The kernel of the steps that widen a float16 run input and round a float16 program output.
+pub(crate) struct Convert {
+    pub to_half: bool,
+}
+
+impl OpKernel for Convert {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let t = inputs
+            .first()
+            .and_then(Option::as_ref)
+            .ok_or_else(|| crate::kernel::OpError("float16 conversion: no input".into()))?;
+        Ok(vec![if self.to_half {
+            to_f16(t)
+        } else {
+            to_f32(t.to_owned())
+        }])
+    }
+}

@@ -2,7 +2,9 @@
 //! alpha/beta, clip, sequence_lens, initial states, LSTM peepholes and input_forget, GRU
 //! linear_before_reset, layout 0 and 1).
 //!
-//! Values are computed in f64 and cast back to X's float type.
+//! Values are computed in f64 and cast back to X's float type; a float32 LSTM in the common
+//! configuration runs on the float32 kernel of [`crate::fast::lstm`] instead (above the
+//! reference level).
 
 use super::add;
 use super::util::{float_values, input, opt_input, tensor_from_f64};
@@ -315,7 +317,108 @@ impl Rnn {
         }
     }
 
+    /// The float32 LSTM ([`crate::fast::lstm`]) where it applies; `None` sends the node to the
+    /// f64 reference below.
+    fn fast_lstm(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: usize,
+    ) -> Option<OpResult<Vec<Tensor>>> {
+        use crate::fast::lstm::{LstmDims, LstmWeights, lstm_direction};
+        let plain = self.cell == Cell::Lstm
+            && !self.fake_quant
+            && self.layout == 0
+            && self.clip.is_none()
+            && !self.input_forget
+            && self
+                .acts
+                .iter()
+                .zip(self.cell.default_acts().iter().cycle())
+                .all(|(a, d)| matches!((a, *d), (Act::Sigmoid, "Sigmoid") | (Act::Tanh, "Tanh")));
+        if !plain || !crate::fast::enabled() {
+            return None;
+        }
+        let f32_of = |i: usize| match inputs.get(i).and_then(Option::as_ref) {
+            Some(TensorRef::F32(a)) => Some(a.as_slice()),
+            _ => None,
+        };
+        let present = |i: usize| inputs.get(i).is_some_and(Option::is_some);
+        let (x, w, r) = (f32_of(0)??, f32_of(1)??, f32_of(2)??);
+        let xs = inputs.first()?.as_ref()?.shape();
+        let &[seq, batch, isz] = xs else { return None };
+        let (h, dirs) = (self.hidden, self.dirs);
+        let shape_of = |i: usize| inputs.get(i).and_then(Option::as_ref).map(|t| t.shape());
+        if shape_of(1)? != [dirs, 4 * h, isz] || shape_of(2)? != [dirs, 4 * h, h] {
+            return None;
+        }
+        // Optional inputs: float32 of the right shape, or absent.
+        let opt = |i: usize, shape: &[usize]| -> Option<Option<&[f32]>> {
+            if !present(i) {
+                return Some(None);
+            }
+            (shape_of(i)? == shape).then_some(())?;
+            Some(Some(f32_of(i)??))
+        };
+        let bias = opt(3, &[dirs, 8 * h])?;
+        let h0 = opt(5, &[dirs, batch, h])?;
+        let c0 = opt(6, &[dirs, batch, h])?;
+        let peep = opt(7, &[dirs, 3 * h])?;
+        if present(4) {
+            // Only sequence lengths that all run the whole sequence.
+            let l = inputs.get(4)?.as_ref()?;
+            let lens = l.to_i64_vec("sequence_lens").ok()?;
+            if l.shape() != [batch] || lens.iter().any(|&v| v != seq as i64) {
+                return None;
+            }
+        }
+        let dims = LstmDims {
+            seq,
+            batch,
+            input: isz,
+            hidden: h,
+        };
+        let mut hs = h0.map_or_else(|| vec![0f32; dirs * batch * h], <[f32]>::to_vec);
+        let mut cs = c0.map_or_else(|| vec![0f32; dirs * batch * h], <[f32]>::to_vec);
+        // Y as [seq, dirs, batch, h]: direction d writes at offset d · batch · h of each step.
+        let mut y = vec![0f32; seq * dirs * batch * h];
+        for d in 0..dirs {
+            let wt = LstmWeights {
+                w: &w[d * 4 * h * isz..][..4 * h * isz],
+                r: &r[d * 4 * h * h..][..4 * h * h],
+                bias: bias.map(|b| &b[d * 8 * h..][..8 * h]),
+                peep: peep.map(|p| &p[d * 3 * h..][..3 * h]),
+            };
+            let state = d * batch * h..(d + 1) * batch * h;
+            lstm_direction(
+                dims,
+                x,
+                &wt,
+                self.reverse_only || d == 1,
+                &mut hs[state.clone()],
+                &mut cs[state],
+                &mut y[d * batch * h..],
+                dirs * batch * h,
+            );
+        }
+        let mut outs = Vec::with_capacity(outputs.max(1));
+        let tensors = [
+            (y, vec![seq, dirs, batch, h]),
+            (hs, vec![dirs, batch, h]),
+            (cs, vec![dirs, batch, h]),
+        ];
+        for (v, shape) in tensors.into_iter().take(outputs.max(1)) {
+            outs.push(match Tensor::from_vec(&shape, v) {
+                Ok(t) => t,
+                Err(e) => return Some(Err(e)),
+            });
+        }
+        Some(Ok(outs))
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>], outputs: usize) -> OpResult<Vec<Tensor>> {
+        if let Some(r) = self.fast_lstm(inputs, outputs) {
+            return r;
+        }
         let op = &self.op;
         let x = input(op, inputs, 0)?;
         let ty = x.elem_type();
@@ -606,6 +709,71 @@ mod tests {
 
     fn vals(t: &Tensor) -> Vec<f32> {
         t.as_array::<f32>().unwrap().iter().copied().collect()
+    }
+
+    /// The float32 LSTM against the f64 reference (forced with the reference level), on each
+    /// fast level: forward, reverse and bidirectional, with and without biases, peepholes and
+    /// initial states, batch 2, three steps.
+    #[test]
+    fn fast_lstm_matches_the_reference() {
+        let (seq, batch, input, h) = (3, 2, 5, 4);
+        let mut seed = 1u32;
+        let mut rnd = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
+            for full in [false, true] {
+                let n = NodeDef::new("LSTM", 14)
+                    .with_attr("hidden_size", AttrValue::Int(h as i64))
+                    .with_attr("direction", AttrValue::String(direction.into()))
+                    .with_io(8, 3);
+                let mut ins = vec![
+                    Some(t(&[seq, batch, input], rnd(seq * batch * input))),
+                    Some(t(&[dirs, 4 * h, input], rnd(dirs * 4 * h * input))),
+                    Some(t(&[dirs, 4 * h, h], rnd(dirs * 4 * h * h))),
+                ];
+                if full {
+                    ins.push(Some(t(&[dirs, 8 * h], rnd(dirs * 8 * h))));
+                    ins.push(None);
+                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                    ins.push(Some(t(&[dirs, 3 * h], rnd(dirs * 3 * h))));
+                }
+                let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
+                    .expect("the reference level runs")
+                    .unwrap();
+                let cell = build_rnn(&n, Cell::Lstm).unwrap();
+                let refs: Vec<Option<TensorRef<'_>>> =
+                    ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+                for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                    let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 3)) else {
+                        continue; // not this CPU
+                    };
+                    let got = got
+                        .unwrap_or_else(|| panic!("{direction}: the fast LSTM declined"))
+                        .unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!(g.shape(), w.shape());
+                        for (a, b) in vals(g).iter().zip(vals(w)) {
+                            assert!(
+                                (a - b).abs() < 2e-6,
+                                "{direction}, full {full}, {}: {a} vs {b}",
+                                isa.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

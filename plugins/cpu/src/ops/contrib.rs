@@ -66,8 +66,12 @@ pub fn register(reg: &mut Registry) {
         build_skip_norm(n, true)
     });
     // The quantized operators its QOperator format writes: dequantize, the float op, quantize.
-    add_ms(reg, "QLinearAdd", |n| qlinear_binary(n, "Add"));
-    add_ms(reg, "QLinearMul", |n| qlinear_binary(n, "Mul"));
+    add_ms(reg, "QLinearAdd", |n| {
+        Ok(Box::new(qlinear_binary(n, "Add")?))
+    });
+    add_ms(reg, "QLinearMul", |n| {
+        Ok(Box::new(qlinear_binary(n, "Mul")?))
+    });
     add_ms(reg, "QLinearSigmoid", |n| {
         qlinear_unary(n, "Sigmoid", 13, &[])
     });
@@ -97,6 +101,15 @@ pub fn register(reg: &mut Registry) {
         qlinear_unary(n, "GlobalAveragePool", 1, &[])
     });
     add_ms(reg, "QLinearConcat", build_qlinear_concat);
+    // `Softmax(X)` requantized, with the Softmax of opset `opset` (the 2-D coercion before 13).
+    add_ms(reg, "QLinearSoftmax", |n| {
+        let opset = n.req_int("opset")?;
+        if opset < 1 {
+            return Err(n.error(format_args!("opset must be positive, got {opset}")));
+        }
+        let axis = AttrValue::Int(n.attr_int_or("axis", -1)?);
+        qlinear_unary(n, "Softmax", opset, &[("axis", axis)])
+    });
     add_ms(reg, "DynamicQuantizeMatMul", build_dynamic_quantize_matmul);
     add_ms(reg, "MatMulIntegerToFloat", build_matmul_integer_to_float);
     add_ms(reg, "BiasSoftmax", build_bias_softmax);
@@ -135,7 +148,7 @@ fn quantized_type(n: &NodeDef, zero_point: usize, data: usize) -> AttrValue {
 }
 
 /// QLinearAdd / QLinearMul: `(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`.
-fn qlinear_binary(n: &NodeDef, op: &str) -> OpResult<Box<dyn OpKernel>> {
+fn qlinear_binary(n: &NodeDef, op: &str) -> OpResult<QLinearBinary> {
     let mut c = Composite::new(n);
     let dq = |c: &mut Composite<'_>, i: usize| {
         c.step(
@@ -155,7 +168,104 @@ fn qlinear_binary(n: &NodeDef, op: &str) -> OpResult<Box<dyn OpKernel>> {
         &out,
         &[Some(y), Some(Arg::In(6)), Some(Arg::In(7))],
     )?;
-    c.finish(vec![Some(q)])
+    Ok(QLinearBinary {
+        mul: op == "Mul",
+        general: c.finish(vec![Some(q)])?,
+    })
+}
+
+/// QLinearAdd / QLinearMul in one pass over uint8 data with scalar scales and zero points,
+/// where B has A's shape, one element, or one element per leading `[N, C]` plane (and the same
+/// with A and B swapped); else the composite of DequantizeLinear, Add / Mul, QuantizeLinear.
+/// Both compute the same float32 operations: `(a - a_zp) · a_scale`, the sum or product, then
+/// `y / c_scale` rounded half to even, plus `c_zp`, saturated.
+struct QLinearBinary {
+    mul: bool,
+    general: Box<dyn OpKernel>,
+}
+
+/// A scalar float32 scale and uint8 zero point.
+fn u8_params(scale: Option<&TensorRef<'_>>, zp: Option<&TensorRef<'_>>) -> Option<(f32, f32)> {
+    let s = match scale? {
+        TensorRef::F32(s) if s.len() == 1 => *s.iter().next()?,
+        _ => return None,
+    };
+    let z = match zp {
+        None => 0.0,
+        Some(TensorRef::U8(z)) if z.len() == 1 => f32::from(*z.iter().next()?),
+        _ => return None,
+    };
+    Some((s, z))
+}
+
+impl QLinearBinary {
+    fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
+        let (TensorRef::U8(a), TensorRef::U8(b)) = (at(0)?, at(3)?) else {
+            return None;
+        };
+        let (sa, za) = u8_params(at(1), at(2))?;
+        let (sb, zb) = u8_params(at(4), at(5))?;
+        let (sc, zc) = u8_params(at(6), at(7))?;
+        let (a, b) = (a.as_slice()?, b.as_slice()?);
+        let (sha, shb) = (at(0)?.shape(), at(3)?.shape());
+        let dq = |v: u8, (s, z): (f32, f32)| (f32::from(v) - z) * s;
+        let q = |y: f32| {
+            let r = super::quant::round_even_f32(y / sc);
+            (if r.is_nan() {
+                zc
+            } else {
+                (r + zc).clamp(0.0, 255.0)
+            }) as u8
+        };
+        // Float addition and multiplication commute: the operand order does not matter.
+        let op = |x: f32, y: f32| if self.mul { x * y } else { x + y };
+        if sha == shb {
+            let out: Vec<u8> = a
+                .iter()
+                .zip(b)
+                .map(|(&x, &y)| q(op(dq(x, (sa, za)), dq(y, (sb, zb)))))
+                .collect();
+            return Tensor::from_vec(sha, out).ok();
+        }
+        // The larger operand, and the smaller one repeating along it.
+        let (big, pbig, shape, small, psmall, other) = if a.len() >= b.len() {
+            (a, (sa, za), sha, b, (sb, zb), shb)
+        } else {
+            (b, (sb, zb), shb, a, (sa, za), sha)
+        };
+        let run = if small.len() == 1 && other.len() <= shape.len() {
+            big.len()
+        } else if other.len() == shape.len()
+            && shape.len() >= 2
+            && other[..2] == shape[..2]
+            && other[2..].iter().all(|&d| d == 1)
+        {
+            shape[2..].iter().product()
+        } else {
+            return None;
+        };
+        if run == 0 {
+            return None;
+        }
+        let mut out = vec![0u8; big.len()];
+        for (k, (src, dst)) in big.chunks(run).zip(out.chunks_mut(run)).enumerate() {
+            let w = dq(small[k % small.len()], psmall);
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = q(op(dq(v, pbig), w));
+            }
+        }
+        Tensor::from_vec(shape, out).ok()
+    }
+}
+
+impl OpKernel for QLinearBinary {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        match self.fast(inputs) {
+            Some(t) => Ok(vec![t]),
+            None => self.general.run(inputs),
+        }
+    }
 }
 
 /// A QLinear op of one tensor: `(X, X_scale, X_zp, Y_scale, Y_zp)`.
@@ -1008,6 +1118,66 @@ mod tests {
 
     fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
         Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap())
+    }
+
+    /// The one-pass QLinearAdd / QLinearMul gives the composite's bytes, on the shapes it takes
+    /// (equal, one element, one per [N, C] plane, either operand the smaller), and declines
+    /// the others.
+    #[test]
+    fn qlinear_binary_fast_path_equals_the_composite() {
+        let bytes = |n: usize, k: u32| -> Tensor {
+            let v: Vec<u8> = (0..n as u32)
+                .map(|i| ((i * 37 + k * 11) % 256) as u8)
+                .collect();
+            Tensor::from_vec(&[n], v).unwrap()
+        };
+        let shaped = |t: Tensor, shape: &[usize]| {
+            Tensor::from_vec(shape, t.as_array::<u8>().unwrap().iter().copied().collect()).unwrap()
+        };
+        let scalar_u8 = |v: u8| Tensor::from_vec(&[], vec![v]).unwrap();
+        let scalar_f32 = |v: f32| Tensor::from_vec(&[], vec![v]).unwrap();
+        let cases: [(&[usize], &[usize], bool); 5] = [
+            (&[2, 3, 4, 5], &[2, 3, 4, 5], true),
+            (&[2, 3, 4, 5], &[1], true),
+            (&[2, 3, 4, 5], &[2, 3, 1, 1], true),
+            (&[2, 3, 1, 1], &[2, 3, 4, 5], true),
+            (&[2, 3, 4, 5], &[5], false),
+        ];
+        for op in ["Add", "Mul"] {
+            let mut n = ms(&format!("QLinear{op}"));
+            n.num_inputs = 8;
+            n.num_outputs = 1;
+            let k = qlinear_binary(&n, op).unwrap();
+            for (sa, sb, fast) in cases {
+                let na: usize = sa.iter().product();
+                let nb: usize = sb.iter().product();
+                let ins = [
+                    Some(shaped(bytes(na, 1), sa)),
+                    Some(scalar_f32(0.037)),
+                    Some(scalar_u8(121)),
+                    Some(shaped(bytes(nb, 2), sb)),
+                    Some(scalar_f32(0.0213)),
+                    Some(scalar_u8(3)),
+                    Some(scalar_f32(if op == "Add" { 0.051 } else { 0.43 })),
+                    Some(scalar_u8(130)),
+                ];
+                let refs: Vec<Option<TensorRef<'_>>> =
+                    ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+                let general = k.general.run(&refs).unwrap();
+                match k.fast(&refs) {
+                    Some(t) => {
+                        assert!(fast, "{op} {sa:?} {sb:?}: took a shape it should decline");
+                        assert_eq!(t.shape(), general[0].shape());
+                        assert_eq!(
+                            t.as_array::<u8>().unwrap(),
+                            general[0].as_array::<u8>().unwrap(),
+                            "{op} {sa:?} {sb:?}"
+                        );
+                    }
+                    None => assert!(!fast, "{op} {sa:?} {sb:?}: declined"),
+                }
+            }
+        }
     }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> Vec<Vec<f32>> {

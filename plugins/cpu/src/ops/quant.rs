@@ -2,7 +2,11 @@
 //! 8-, 16- and 32-bit integer types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul,
 //! ConvInteger and QLinearConv. The float8 / int4 / int2 types are not supported.
 //!
-//! The integer products run through the MatMul and Conv kernels on exact f64 values.
+//! The integer products run through the float32 MatMul and Conv kernels, exactly
+//! ([`exact_product`]): every partial sum of integers below 2^24 is exact in float32, and a
+//! product whose sums could exceed that is split into two with the second operand's low and high
+//! 4 bits. Only a product too deep even for that (a reduction of over 4096 terms with 8-bit
+//! values) runs on f64.
 
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
@@ -16,6 +20,32 @@ use crate::bail;
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
 use crate::narrow::{I2, I4, NarrowCast, U2, U4};
 use crate::tensor::{Tensor, TensorRef};
+
+/// `x` rounded half to even, for |x| < 2^22 (larger values are returned clamped to ±2^22, which
+/// every caller saturates anyway; NaN stays NaN). Adding and subtracting 1.5·2^23 rounds in the
+/// FPU's default mode without a call to `rintf`: baseline x86-64 has no `roundss`.
+#[inline]
+pub(crate) fn round_even_f32(x: f32) -> f32 {
+    const M: f32 = 12_582_912.0;
+    let x = x.clamp(-4_194_304.0, 4_194_304.0);
+    (x + M) - M
+}
+
+/// [`round_even_f32`] for f64, exact for |x| < 2^51.
+#[inline]
+fn round_even_f64(x: f64) -> f64 {
+    const M: f64 = 6_755_399_441_055_744.0;
+    let x = x.clamp(-2_251_799_813_685_248.0, 2_251_799_813_685_248.0);
+    (x + M) - M
+}
+
+/// The elements of a view as one slice: borrowed when it is contiguous in C order.
+fn flat<'a, T: Clone>(a: &'a ndarray::ArrayViewD<'_, T>) -> std::borrow::Cow<'a, [T]> {
+    match a.as_slice() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(a.iter().cloned().collect()),
+    }
+}
 
 pub fn register(reg: &mut Registry) {
     add(reg, "QuantizeLinear", 10, build_quantize);
@@ -174,6 +204,9 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (None, Some(t)) => t,
             (None, None) => ElementType::Uint8,
         };
+        if let Some(t) = quantize_f32_per_tensor(x, scale, zp, out_ty, precision, block_size) {
+            return one(Ok(t));
+        }
         let xv = match x.elem_type() {
             ElementType::Int32 => x.to_f64_vec(),
             _ => float_values(&op, "x", x)?,
@@ -226,12 +259,100 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 let q = divide(v, sv.get(k).copied().unwrap_or(1.0));
                 let z = zv.get(k).copied().unwrap_or(0);
                 // NaN saturates to 0 like a C cast of NaN would be undefined; use 0.
-                let r = if q.is_nan() { 0.0 } else { q.round_ties_even() };
+                let r = if q.is_nan() { 0.0 } else { round_even_f64(q) };
                 (r + z as f64).clamp(lo as f64, hi as f64) as i64
             })
             .collect();
         one(int_tensor(out_ty, x.shape(), y))
     }))
+}
+
+/// The common QuantizeLinear: float32 `x`, one float32 scale, a uint8 / int8 (or no) zero
+/// point. Computes what the general path does (`x / scale` in float32, rounded half to even,
+/// plus the zero point, saturated) without going through f64. `None` for any other case.
+fn quantize_f32_per_tensor(
+    x: &TensorRef<'_>,
+    scale: &TensorRef<'_>,
+    zp: Option<&TensorRef<'_>>,
+    out_ty: ElementType,
+    precision: i64,
+    block_size: i64,
+) -> Option<Tensor> {
+    let (TensorRef::F32(xv), TensorRef::F32(sv)) = (x, scale) else {
+        return None;
+    };
+    if sv.len() != 1 || block_size > 0 || precision != 0 {
+        return None;
+    }
+    let s = *sv.iter().next()?;
+    let q = |v: f32, z: f32, lo: f32, hi: f32| {
+        let r = round_even_f32(v / s);
+        // NaN becomes the zero point, as in the general path.
+        if r.is_nan() { z } else { (r + z).clamp(lo, hi) }
+    };
+    let shape = x.shape().to_vec();
+    match (out_ty, zp) {
+        (ElementType::Uint8, None) | (ElementType::Uint8, Some(TensorRef::U8(_))) => {
+            let z = match zp {
+                Some(TensorRef::U8(z)) if z.len() == 1 => f32::from(*z.iter().next()?),
+                None => 0.0,
+                _ => return None,
+            };
+            let y: Vec<u8> = flat(xv)
+                .iter()
+                .map(|&v| q(v, z, 0.0, 255.0) as u8)
+                .collect();
+            Tensor::from_vec(&shape, y).ok()
+        }
+        (ElementType::Int8, Some(TensorRef::I8(z))) if z.len() == 1 => {
+            let z = f32::from(*z.iter().next()?);
+            let y: Vec<i8> = flat(xv)
+                .iter()
+                .map(|&v| q(v, z, -128.0, 127.0) as i8)
+                .collect();
+            Tensor::from_vec(&shape, y).ok()
+        }
+        _ => None,
+    }
+}
+
+/// The common DequantizeLinear: uint8 / int8 `x`, one float32 scale, a scalar zero point of
+/// x's type (or none), to float32: `(x - zero point) · scale`, one float32 rounding as in the
+/// general path. `None` for any other case.
+fn dequantize_8bit_per_tensor(
+    x: &TensorRef<'_>,
+    scale: &TensorRef<'_>,
+    zp: Option<&TensorRef<'_>>,
+    block_size: i64,
+) -> Option<Tensor> {
+    let TensorRef::F32(sv) = scale else {
+        return None;
+    };
+    if sv.len() != 1 || block_size > 0 {
+        return None;
+    }
+    let s = *sv.iter().next()?;
+    let shape = x.shape().to_vec();
+    let y: Vec<f32> = match (x, zp) {
+        (TensorRef::U8(xv), None) => flat(xv).iter().map(|&v| f32::from(v) * s).collect(),
+        (TensorRef::U8(xv), Some(TensorRef::U8(z))) if z.len() == 1 => {
+            let z = i16::from(*z.iter().next()?);
+            flat(xv)
+                .iter()
+                .map(|&v| f32::from(i16::from(v) - z) * s)
+                .collect()
+        }
+        (TensorRef::I8(xv), None) => flat(xv).iter().map(|&v| f32::from(v) * s).collect(),
+        (TensorRef::I8(xv), Some(TensorRef::I8(z))) if z.len() == 1 => {
+            let z = i16::from(*z.iter().next()?);
+            flat(xv)
+                .iter()
+                .map(|&v| f32::from(i16::from(v) - z) * s)
+                .collect()
+        }
+        _ => return None,
+    };
+    Tensor::from_vec(&shape, y).ok()
 }
 
 fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -250,6 +371,11 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let scale = input(&op, inputs, 1)?;
+        if out_attr.is_none_or(|t| t == ElementType::Float)
+            && let Some(t) = dequantize_8bit_per_tensor(x, scale, opt_input(inputs, 2), block_size)
+        {
+            return one(Ok(t));
+        }
         let narrow = is_narrow_float(x.elem_type());
         let xv: Vec<f64> = if narrow {
             x.to_f64_vec()
@@ -418,9 +544,119 @@ fn inner_kernel(
         .map_err(|e| n.error(e))
 }
 
+/// `t - zp` as a float32 tensor (exact: the values are integers of at most 17 bits) and the
+/// largest magnitude in it; `None` when `t` is not an 8- or 16-bit integer tensor.
+fn centered_f32(
+    op: &str,
+    what: &str,
+    t: &TensorRef<'_>,
+    zp: Option<&TensorRef<'_>>,
+    axis: usize,
+) -> OpResult<Option<(Tensor, f32)>> {
+    if !matches!(
+        t.elem_type(),
+        ElementType::Uint8 | ElementType::Int8 | ElementType::Uint16 | ElementType::Int16
+    ) {
+        return Ok(None);
+    }
+    let scalar_zp = |z: Option<&TensorRef<'_>>| -> Option<f32> {
+        match z {
+            None => Some(0.0),
+            Some(TensorRef::U8(z)) if z.len() == 1 => z.iter().next().map(|&v| f32::from(v)),
+            Some(TensorRef::I8(z)) if z.len() == 1 => z.iter().next().map(|&v| f32::from(v)),
+            _ => None,
+        }
+    };
+    let direct: Option<Vec<f32>> = match (t, scalar_zp(zp)) {
+        (TensorRef::U8(a), Some(z)) if zp.is_none_or(|z| z.elem_type() == t.elem_type()) => {
+            Some(flat(a).iter().map(|&v| f32::from(v) - z).collect())
+        }
+        (TensorRef::I8(a), Some(z)) if zp.is_none_or(|z| z.elem_type() == t.elem_type()) => {
+            Some(flat(a).iter().map(|&v| f32::from(v) - z).collect())
+        }
+        _ => None,
+    };
+    let f = match direct {
+        Some(f) => f,
+        None => {
+            let c = centered(op, what, t, zp, axis)?;
+            c.view()
+                .to_f64_vec()
+                .into_iter()
+                .map(|x| x as f32)
+                .collect()
+        }
+    };
+    let max = f.iter().fold(0f32, |m, x| m.max(x.abs()));
+    Ok(Some((Tensor::from_vec(t.shape(), f)?, max)))
+}
+
+/// Integers below this are exact in float32, and so is every sum that stays below it.
+const F32_EXACT: f64 = (1u32 << 24) as f64;
+
+/// The integer product `k(a, b)` (a float32 Conv or MatMul kernel) of the centered values
+/// `a` and `b` (largest magnitudes `ma`, `mb`), reducing over `depth` terms, exactly: as one
+/// float32 product when no partial sum can reach 2^24, else as `16·k(a, hi) + k(a, lo)` with
+/// `b = 16·hi + lo`, `lo` in 0..16. `None` when even the halves could overflow float32's
+/// integers.
+fn exact_product(
+    k: &dyn OpKernel,
+    (a, ma): (&Tensor, f32),
+    (b, mb): (&Tensor, f32),
+    depth: usize,
+) -> OpResult<Option<(Vec<usize>, Vec<f64>)>> {
+    let bound = |m: f64| depth as f64 * f64::from(ma) * m;
+    if bound(f64::from(mb)) < F32_EXACT {
+        return run_inner_shape(k, a, b).map(Some);
+    }
+    let hi_max = (f64::from(mb) / 16.0).ceil() + 1.0;
+    if bound(15.0) >= F32_EXACT || bound(hi_max) >= F32_EXACT {
+        return Ok(None);
+    }
+    let bv = b.view();
+    let bv = bv.as_f32()?;
+    let lo: Vec<f32> = bv.iter().map(|x| x.rem_euclid(16.0)).collect();
+    let hi: Vec<f32> = bv.iter().zip(&lo).map(|(x, l)| (x - l) / 16.0).collect();
+    let (shape, acc_lo) = run_inner_shape(k, a, &Tensor::from_vec(b.shape(), lo)?)?;
+    let (_, acc_hi) = run_inner_shape(k, a, &Tensor::from_vec(b.shape(), hi)?)?;
+    let acc = acc_hi
+        .iter()
+        .zip(&acc_lo)
+        .map(|(h, l)| h * 16.0 + l)
+        .collect();
+    Ok(Some((shape, acc)))
+}
+
+/// The integer product of `a` and `b` (minus their zero points) through `k`, a Conv or MatMul
+/// kernel: on float32 where that is exact ([`exact_product`]), else on f64.
+#[allow(clippy::too_many_arguments)]
+fn integer_product(
+    op: &str,
+    k: &dyn OpKernel,
+    (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    depth: usize,
+) -> OpResult<(Vec<usize>, Vec<f64>)> {
+    let e = |e: OpError| OpError(format!("{op}: {e}"));
+    if let (Some(af), Some(bf)) = (
+        centered_f32(op, a_name, a, a_zp, a_axis)?,
+        centered_f32(op, b_name, b, b_zp, b_axis)?,
+    ) && let Some(r) = exact_product(k, (&af.0, af.1), (&bf.0, bf.1), depth).map_err(e)?
+    {
+        return Ok(r);
+    }
+    let ac = centered(op, a_name, a, a_zp, a_axis)?;
+    let bc = centered(op, b_name, b, b_zp, b_axis)?;
+    run_inner_shape(k, &ac, &bc).map_err(e)
+}
+
 fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usize>, Vec<f64>)> {
     let out = k.run(&[Some(a.view()), Some(b.view())])?;
     match out.first() {
+        Some(Tensor::F32(t)) => Ok((
+            t.shape().to_vec(),
+            flat(&t.view()).iter().map(|&x| f64::from(x)).collect(),
+        )),
         Some(t) => Ok((t.shape().to_vec(), t.view().to_f64_vec())),
         None => Err(OpError("inner kernel returned no output".into())),
     }
@@ -434,10 +670,13 @@ fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let b = input(&op, inputs, 1)?;
         let ra = a.ndim().saturating_sub(2);
         let rb = b.ndim().saturating_sub(1);
-        let ac = centered(&op, "A", a, opt_input(inputs, 2), ra)?;
-        let bc = centered(&op, "B", b, opt_input(inputs, 3), rb)?;
-        let (shape, v) =
-            run_inner_shape(mm.as_ref(), &ac, &bc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let (shape, v) = integer_product(
+            &op,
+            mm.as_ref(),
+            (a, "A", opt_input(inputs, 2), ra),
+            (b, "B", opt_input(inputs, 3), rb),
+            a.shape().last().copied().unwrap_or(0),
+        )?;
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
     }))
@@ -487,19 +726,20 @@ fn requantize(
         );
     };
     let (lo, hi) = int_range(op, yzp.elem_type())?;
-    let y: Vec<i64> = acc
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| {
-            let d = c * factor(i) + *z as f64;
-            if d.is_nan() {
-                0
-            } else {
-                d.round_ties_even().clamp(lo as f64, hi as f64) as i64
-            }
-        })
-        .collect();
-    int_tensor(yzp.elem_type(), shape, y)
+    let q = |i: usize, c: f64| {
+        let d = c * factor(i) + *z as f64;
+        if d.is_nan() {
+            0.0
+        } else {
+            round_even_f64(d).clamp(lo as f64, hi as f64)
+        }
+    };
+    let each = acc.iter().enumerate();
+    match yzp.elem_type() {
+        ElementType::Uint8 => Tensor::from_vec(shape, each.map(|(i, &c)| q(i, c) as u8).collect()),
+        ElementType::Int8 => Tensor::from_vec(shape, each.map(|(i, &c)| q(i, c) as i8).collect()),
+        ty => int_tensor(ty, shape, each.map(|(i, &c)| q(i, c) as i64).collect()),
+    }
 }
 
 fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -510,8 +750,6 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let b = input(&op, inputs, 3)?;
         let ra = a.ndim().saturating_sub(2);
         let rb = b.ndim().saturating_sub(1);
-        let ac = centered(&op, "a", a, opt_input(inputs, 2), ra)?;
-        let bc = centered(&op, "b", b, opt_input(inputs, 5), rb)?;
         let sa = input(&op, inputs, 1)?;
         let f = scale_factor(
             sa.elem_type(),
@@ -519,10 +757,21 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             scalar_f64(&op, "b_scale", input(&op, inputs, 4)?)?,
             scalar_f64(&op, "y_scale", input(&op, inputs, 6)?)?,
         );
-        let (shape, acc) =
-            run_inner_shape(mm.as_ref(), &ac, &bc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let (shape, acc) = integer_product(
+            &op,
+            mm.as_ref(),
+            (a, "a", opt_input(inputs, 2), ra),
+            (b, "b", opt_input(inputs, 5), rb),
+            a.shape().last().copied().unwrap_or(0),
+        )?;
         one(requantize(&op, &shape, &acc, |_| f, input(&op, inputs, 7)?))
     }))
+}
+
+/// The number of terms each output of a convolution with weights `w` sums: input channels
+/// per group times the kernel's size.
+fn conv_depth(w: &TensorRef<'_>) -> usize {
+    w.shape().iter().skip(1).product()
 }
 
 const CONV_ATTRS: [&str; 6] = [
@@ -540,10 +789,13 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 1)?;
-        let xc = centered(&op, "x", x, opt_input(inputs, 2), 1)?;
-        let wc = centered(&op, "w", w, opt_input(inputs, 3), 0)?;
-        let (shape, v) =
-            run_inner_shape(conv.as_ref(), &xc, &wc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let (shape, v) = integer_product(
+            &op,
+            conv.as_ref(),
+            (x, "x", opt_input(inputs, 2), 1),
+            (w, "w", opt_input(inputs, 3), 0),
+            conv_depth(w),
+        )?;
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
     }))
@@ -555,8 +807,6 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 3)?;
-        let xc = centered(&op, "x", x, opt_input(inputs, 2), 1)?;
-        let wc = centered(&op, "w", w, opt_input(inputs, 5), 0)?;
         let sx = scalar_f64(&op, "x_scale", input(&op, inputs, 1)?)?;
         let ws = input(&op, inputs, 4)?;
         let wsv = float_values(&op, "w_scale", ws)?;
@@ -568,8 +818,13 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 ws.shape()
             );
         }
-        let (shape, acc) =
-            run_inner_shape(conv.as_ref(), &xc, &wc).map_err(|e| OpError(format!("{op}: {e}")))?;
+        let (shape, acc) = integer_product(
+            &op,
+            conv.as_ref(),
+            (x, "x", opt_input(inputs, 2), 1),
+            (w, "w", opt_input(inputs, 5), 0),
+            conv_depth(w),
+        )?;
         let bias = match opt_input(inputs, 8) {
             Some(b) => {
                 if b.elem_type() != ElementType::Int32 || b.shape() != [m] {
@@ -584,26 +839,26 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             None => vec![0.0; m],
         };
         let plane: usize = shape.get(2..).map_or(1, |s| s.iter().product());
-        let ch = |i: usize| (i / plane.max(1)) % m.max(1);
-        let acc: Vec<f64> = acc
-            .iter()
-            .enumerate()
-            .map(|(i, &a)| a + bias.get(ch(i)).copied().unwrap_or(0.0))
-            .collect();
         let ty = input(&op, inputs, 1)?.elem_type();
-        let factor = |i: usize| {
-            let s = if wsv.len() == 1 {
-                wsv[0]
-            } else {
-                wsv.get(ch(i)).copied().unwrap_or(0.0)
-            };
-            scale_factor(ty, sx, s, sy)
-        };
+        let factors: Vec<f64> = (0..m)
+            .map(|c| scale_factor(ty, sx, if wsv.len() == 1 { wsv[0] } else { wsv[c] }, sy))
+            .collect();
+        // Channel by channel: each run of `plane` accumulators shares one bias and one factor.
+        let mut acc = acc;
+        for (k, run) in acc.chunks_mut(plane.max(1)).enumerate() {
+            let c = k % m.max(1);
+            let (b, f) = (bias.get(c).copied().unwrap_or(0.0), factors.get(c).copied());
+            let f = f.unwrap_or(0.0);
+            for a in run {
+                // The factor multiplies `acc + bias`, as one f64 product per element.
+                *a = (*a + b) * f;
+            }
+        }
         one(requantize(
             &op,
             &shape,
             &acc,
-            factor,
+            |_| 1.0,
             input(&op, inputs, 7)?,
         ))
     }))
@@ -626,6 +881,114 @@ mod tests {
 
     fn t<T: crate::tensor::Elem>(shape: &[usize], v: Vec<T>) -> Tensor {
         Tensor::from_vec(shape, v).unwrap()
+    }
+
+    /// Integer products deep enough that float32 partial sums could pass 2^24 take the split
+    /// path, and those too deep for it the f64 one: all three give the exact integer sums.
+    #[test]
+    fn integer_products_are_exact_on_every_path() {
+        // depth · 255 · 127: 60 (one float32 product), 800 (split), 5000 (f64).
+        for k in [60usize, 800, 5000] {
+            let a: Vec<u8> = (0..2 * k)
+                .map(|i| if i % 3 == 0 { 0 } else { 255 })
+                .collect();
+            let b: Vec<i8> = (0..k * 3)
+                .map(|i| match i % 4 {
+                    0 => 127,
+                    1 => -128,
+                    2 => 127,
+                    _ => -1,
+                })
+                .collect();
+            let mut want = vec![0i64; 2 * 3];
+            for r in 0..2 {
+                for c in 0..3 {
+                    want[r * 3 + c] = (0..k)
+                        .map(|j| (i64::from(a[r * k + j]) - 3) * i64::from(b[j * 3 + c]))
+                        .sum();
+                }
+            }
+            let o = run(
+                NodeDef::new("MatMulInteger", 10).with_io(4, 1),
+                vec![
+                    Some(t(&[2, k], a)),
+                    Some(t(&[k, 3], b)),
+                    Some(Tensor::scalar(3u8)),
+                    Some(Tensor::scalar(0i8)),
+                ],
+            )
+            .unwrap();
+            let got: Vec<i64> = o[0]
+                .as_array::<i32>()
+                .unwrap()
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect();
+            assert_eq!(got, want, "depth {k}");
+        }
+    }
+
+    /// The per-tensor float32 / 8-bit paths of QuantizeLinear and DequantizeLinear give what
+    /// the general path gives: ties to even, saturation, NaN to the zero point.
+    #[test]
+    fn quantize_fast_path_rounds_like_the_general_path() {
+        let xs = vec![
+            0.0f32,
+            0.25,
+            0.75,
+            1.25,
+            -0.25,
+            -1.25,
+            2.5,
+            1e9,
+            -1e9,
+            f32::NAN,
+            63.5,
+            -64.5,
+        ];
+        for (zp, ty) in [
+            (Tensor::scalar(128u8), ElementType::Uint8),
+            (Tensor::scalar(-3i8), ElementType::Int8),
+        ] {
+            let x = t(&[xs.len()], xs.clone());
+            let s = Tensor::scalar(0.5f32);
+            let fast = quantize_f32_per_tensor(&x.view(), &s.view(), Some(&zp.view()), ty, 0, 0)
+                .expect("the fast path takes it");
+            // The general path, through f64: a scale of two elements (per axis) declines the
+            // fast path.
+            let o = run(
+                NodeDef::new("QuantizeLinear", 21).with_attr("axis", AttrValue::Int(0)),
+                vec![
+                    Some(t(&[2, xs.len() / 2], xs.clone())),
+                    Some(t(&[2], vec![0.5f32, 0.5])),
+                    Some(match &zp {
+                        Tensor::U8(_) => t(&[2], vec![128u8, 128]),
+                        _ => t(&[2], vec![-3i8, -3]),
+                    }),
+                ],
+            )
+            .unwrap();
+            assert_eq!(fast.view().to_f64_vec(), o[0].view().to_f64_vec(), "{ty}");
+            let back = dequantize_8bit_per_tensor(&fast.view(), &s.view(), Some(&zp.view()), 0)
+                .expect("the fast path takes it");
+            let general = run(
+                NodeDef::new("DequantizeLinear", 21).with_attr("axis", AttrValue::Int(0)),
+                vec![
+                    Some(o[0].clone()),
+                    Some(t(&[2], vec![0.5f32, 0.5])),
+                    Some(match &zp {
+                        Tensor::U8(_) => t(&[2], vec![128u8, 128]),
+                        _ => t(&[2], vec![-3i8, -3]),
+                    }),
+                ],
+            )
+            .unwrap();
+            assert_eq!(
+                back.view().to_f64_vec(),
+                general[0].view().to_f64_vec(),
+                "{ty}"
+            );
+        }
     }
 
     #[test]

@@ -209,23 +209,11 @@ impl QLinearBinary {
         let (sc, zc) = u8_params(at(6), at(7))?;
         let (a, b) = (a.as_slice()?, b.as_slice()?);
         let (sha, shb) = (at(0)?.shape(), at(3)?.shape());
-        let dq = |v: u8, (s, z): (f32, f32)| (f32::from(v) - z) * s;
-        let q = |y: f32| {
-            let r = super::quant::round_even_f32(y / sc);
-            (if r.is_nan() {
-                zc
-            } else {
-                (r + zc).clamp(0.0, 255.0)
-            }) as u8
-        };
+        let params = [sa, za, sb, zb, sc, zc];
         // Float addition and multiplication commute: the operand order does not matter.
-        let op = |x: f32, y: f32| if self.mul { x * y } else { x + y };
         if sha == shb {
-            let out: Vec<u8> = a
-                .iter()
-                .zip(b)
-                .map(|(&x, &y)| q(op(dq(x, (sa, za)), dq(y, (sb, zb)))))
-                .collect();
+            let mut out = vec![0u8; a.len()];
+            qlinear_pairs(a, b, params, self.mul, &mut out);
             return Tensor::from_vec(sha, out).ok();
         }
         // The larger operand, and the smaller one repeating along it.
@@ -250,13 +238,36 @@ impl QLinearBinary {
         }
         let mut out = vec![0u8; big.len()];
         for (k, (src, dst)) in big.chunks(run).zip(out.chunks_mut(run)).enumerate() {
-            let w = dq(small[k % small.len()], psmall);
-            for (d, &v) in dst.iter_mut().zip(src) {
-                *d = q(op(dq(v, pbig), w));
-            }
+            let w = (f32::from(small[k % small.len()]) - psmall.1) * psmall.0;
+            qlinear_with(src, w, [pbig.0, pbig.1, sc, zc], self.mul, dst);
         }
         Tensor::from_vec(shape, out).ok()
     }
+}
+
+crate::multiversion! {
+/// `q(dq(a) ∘ dq(b))` elementwise, `∘` the product or the sum; `p`: the scales and zero points
+/// of A, B and C.
+fn qlinear_pairs(a: &[u8], b: &[u8], p: [f32; 6], mul: bool, out: &mut [u8]) {
+    let [sa, za, sb, zb, sc, zc] = p;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let (x, y) = ((f32::from(x) - za) * sa, (f32::from(y) - zb) * sb);
+        let v = if mul { x * y } else { x + y };
+        *o = super::quant::low_byte(super::quant::quantize_one(v, sc, zc, 0.0, 255.0));
+    }
+}
+}
+
+crate::multiversion! {
+/// `q(dq(a) ∘ w)` elementwise, `w` one dequantized value; `p`: A's and C's scale and zero point.
+fn qlinear_with(a: &[u8], w: f32, p: [f32; 4], mul: bool, out: &mut [u8]) {
+    let [sa, za, sc, zc] = p;
+    for (o, &x) in out.iter_mut().zip(a) {
+        let x = (f32::from(x) - za) * sa;
+        let v = if mul { x * w } else { x + w };
+        *o = super::quant::low_byte(super::quant::quantize_one(v, sc, zc, 0.0, 255.0));
+    }
+}
 }
 
 impl OpKernel for QLinearBinary {

@@ -267,6 +267,54 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// `round(v / s) + z`, saturated to `lo..=hi`; NaN gives `z` (the general path's rule). Written
+/// without branches, so that it vectorizes.
+#[inline(always)]
+pub(crate) fn quantize_one(v: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
+    let r = round_even_f32(v / s);
+    let r = if r.is_nan() { 0.0 } else { r };
+    (r + z).max(lo).min(hi)
+}
+
+/// The low byte of an integer-valued float in 0..=255: `2^23 + q` holds `q` in its low mantissa
+/// bits. A plain `as` cast would be a saturating conversion, which does not vectorize.
+#[inline(always)]
+pub(crate) fn low_byte(q: f32) -> u8 {
+    (q + 8_388_608.0).to_bits() as u8
+}
+
+crate::multiversion! {
+/// [`quantize_one`] of each element, to uint8.
+fn quantize_to_u8(x: &[f32], s: f32, z: f32, out: &mut [u8]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = low_byte(quantize_one(v, s, z, 0.0, 255.0));
+    }
+}
+}
+
+crate::multiversion! {
+/// [`quantize_one`] of each element, to int8 (offset by 128 into 0..=255 and back).
+fn quantize_to_i8(x: &[f32], s: f32, z: f32, out: &mut [i8]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (low_byte(quantize_one(v, s, z, -128.0, 127.0) + 128.0) ^ 0x80) as i8;
+    }
+}
+}
+
+crate::multiversion! {
+/// `(v - z) · s` of each uint8 element.
+fn dequantize_u8(x: &[u8], s: f32, z: f32, out: &mut Vec<f32>) {
+    out.extend(x.iter().map(|&v| (f32::from(v) - z) * s));
+}
+}
+
+crate::multiversion! {
+/// `(v - z) · s` of each int8 element.
+fn dequantize_i8(x: &[i8], s: f32, z: f32, out: &mut Vec<f32>) {
+    out.extend(x.iter().map(|&v| (f32::from(v) - z) * s));
+}
+}
+
 /// The common QuantizeLinear: float32 `x`, one float32 scale, a uint8 / int8 (or no) zero
 /// point. Computes what the general path does (`x / scale` in float32, rounded half to even,
 /// plus the zero point, saturated) without going through f64. `None` for any other case.
@@ -285,11 +333,6 @@ fn quantize_f32_per_tensor(
         return None;
     }
     let s = *sv.iter().next()?;
-    let q = |v: f32, z: f32, lo: f32, hi: f32| {
-        let r = round_even_f32(v / s);
-        // NaN becomes the zero point, as in the general path.
-        if r.is_nan() { z } else { (r + z).clamp(lo, hi) }
-    };
     let shape = x.shape().to_vec();
     match (out_ty, zp) {
         (ElementType::Uint8, None) | (ElementType::Uint8, Some(TensorRef::U8(_))) => {
@@ -298,18 +341,16 @@ fn quantize_f32_per_tensor(
                 None => 0.0,
                 _ => return None,
             };
-            let y: Vec<u8> = flat(xv)
-                .iter()
-                .map(|&v| q(v, z, 0.0, 255.0) as u8)
-                .collect();
+            let x = flat(xv);
+            let mut y = vec![0u8; x.len()];
+            quantize_to_u8(&x, s, z, &mut y);
             Tensor::from_vec(&shape, y).ok()
         }
         (ElementType::Int8, Some(TensorRef::I8(z))) if z.len() == 1 => {
             let z = f32::from(*z.iter().next()?);
-            let y: Vec<i8> = flat(xv)
-                .iter()
-                .map(|&v| q(v, z, -128.0, 127.0) as i8)
-                .collect();
+            let x = flat(xv);
+            let mut y = vec![0i8; x.len()];
+            quantize_to_i8(&x, s, z, &mut y);
             Tensor::from_vec(&shape, y).ok()
         }
         _ => None,
@@ -333,25 +374,22 @@ fn dequantize_8bit_per_tensor(
     }
     let s = *sv.iter().next()?;
     let shape = x.shape().to_vec();
-    let y: Vec<f32> = match (x, zp) {
-        (TensorRef::U8(xv), None) => flat(xv).iter().map(|&v| f32::from(v) * s).collect(),
+    // `v - z` is exact in float32, so this is the general path's one rounding of the product.
+    let mut y = crate::scratch::take(x.len());
+    match (x, zp) {
+        (TensorRef::U8(xv), None) => dequantize_u8(&flat(xv), s, 0.0, &mut y),
         (TensorRef::U8(xv), Some(TensorRef::U8(z))) if z.len() == 1 => {
-            let z = i16::from(*z.iter().next()?);
-            flat(xv)
-                .iter()
-                .map(|&v| f32::from(i16::from(v) - z) * s)
-                .collect()
+            dequantize_u8(&flat(xv), s, f32::from(*z.iter().next()?), &mut y)
         }
-        (TensorRef::I8(xv), None) => flat(xv).iter().map(|&v| f32::from(v) * s).collect(),
+        (TensorRef::I8(xv), None) => dequantize_i8(&flat(xv), s, 0.0, &mut y),
         (TensorRef::I8(xv), Some(TensorRef::I8(z))) if z.len() == 1 => {
-            let z = i16::from(*z.iter().next()?);
-            flat(xv)
-                .iter()
-                .map(|&v| f32::from(i16::from(v) - z) * s)
-                .collect()
+            dequantize_i8(&flat(xv), s, f32::from(*z.iter().next()?), &mut y)
         }
-        _ => return None,
-    };
+        _ => {
+            crate::scratch::give(y);
+            return None;
+        }
+    }
     Tensor::from_vec(&shape, y).ok()
 }
 
@@ -433,24 +471,29 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if x.elem_type() != ElementType::Float {
             bail!("{op}: x must be float32, got {}", x.elem_type());
         }
-        let xv: Vec<f32> = x.to_f64_vec().into_iter().map(|v| v as f32).collect();
+        let view = x.as_f32()?;
+        let xv = flat(&view);
         let (scale, zp) = dynamic_u8_params(&xv);
-        let y: Vec<u8> = xv
-            .iter()
-            .map(|&v| {
-                if scale == 0.0 {
-                    zp as u8
-                } else {
-                    ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8
-                }
-            })
-            .collect();
+        let mut y = vec![zp as u8; xv.len()];
+        if scale != 0.0 {
+            dynamic_quantize(&xv, scale, zp, &mut y);
+        }
         Ok(vec![
             Tensor::from_vec(x.shape(), y)?,
             Tensor::scalar(scale),
             Tensor::scalar(zp as u8),
         ])
     }))
+}
+
+crate::multiversion! {
+/// DynamicQuantizeLinear's quantization: `round(v / scale) + zp` saturated to 0..=255, NaN to 0.
+fn dynamic_quantize(x: &[f32], scale: f32, zp: f32, out: &mut [u8]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        let q = round_even_f32(v / scale) + zp;
+        *o = if q.is_nan() { 0 } else { low_byte(q.max(0.0).min(255.0)) };
+    }
+}
 }
 
 /// DynamicQuantizeLinear's uint8 scale and zero point for `xv`: its range widened to hold 0,
@@ -604,10 +647,11 @@ fn exact_product(
     (a, ma): (&Tensor, f32),
     (b, mb): (&Tensor, f32),
     depth: usize,
-) -> OpResult<Option<(Vec<usize>, Vec<f64>)>> {
+) -> OpResult<Option<(Vec<usize>, Acc)>> {
     let bound = |m: f64| depth as f64 * f64::from(ma) * m;
     if bound(f64::from(mb)) < F32_EXACT {
-        return run_inner_shape(k, a, b).map(Some);
+        let (shape, acc) = run_inner_f32(k, a, b)?;
+        return Ok(Some((shape, Acc::One(acc))));
     }
     let hi_max = (f64::from(mb) / 16.0).ceil() + 1.0;
     if bound(15.0) >= F32_EXACT || bound(hi_max) >= F32_EXACT {
@@ -617,14 +661,47 @@ fn exact_product(
     let bv = bv.as_f32()?;
     let lo: Vec<f32> = bv.iter().map(|x| x.rem_euclid(16.0)).collect();
     let hi: Vec<f32> = bv.iter().zip(&lo).map(|(x, l)| (x - l) / 16.0).collect();
-    let (shape, acc_lo) = run_inner_shape(k, a, &Tensor::from_vec(b.shape(), lo)?)?;
-    let (_, acc_hi) = run_inner_shape(k, a, &Tensor::from_vec(b.shape(), hi)?)?;
-    let acc = acc_hi
-        .iter()
-        .zip(&acc_lo)
-        .map(|(h, l)| h * 16.0 + l)
-        .collect();
-    Ok(Some((shape, acc)))
+    let (shape, lo) = run_inner_f32(k, a, &Tensor::from_vec(b.shape(), lo)?)?;
+    let (_, hi) = run_inner_f32(k, a, &Tensor::from_vec(b.shape(), hi)?)?;
+    Ok(Some((shape, Acc::Split { hi, lo })))
+}
+
+/// Exact integer accumulators: one float32 product, the two products of a split one
+/// (`16·hi + lo`), or f64.
+enum Acc {
+    One(Vec<f32>),
+    Split { hi: Vec<f32>, lo: Vec<f32> },
+    Wide(Vec<f64>),
+}
+
+impl Acc {
+    fn into_f64(self) -> Vec<f64> {
+        match self {
+            Acc::One(v) => v.into_iter().map(f64::from).collect(),
+            Acc::Split { hi, lo } => hi
+                .iter()
+                .zip(&lo)
+                .map(|(h, l)| f64::from(*h) * 16.0 + f64::from(*l))
+                .collect(),
+            Acc::Wide(v) => v,
+        }
+    }
+}
+
+/// A float32 kernel's output 0 as a flat vector, with its shape.
+fn run_inner_f32(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usize>, Vec<f32>)> {
+    match k.run(&[Some(a.view()), Some(b.view())])?.into_iter().next() {
+        Some(Tensor::F32(t)) => {
+            let shape = t.shape().to_vec();
+            let v = if t.is_standard_layout() {
+                t.into_raw_vec_and_offset().0
+            } else {
+                t.iter().copied().collect()
+            };
+            Ok((shape, v))
+        }
+        _ => Err(OpError("inner kernel returned no float32 output".into())),
+    }
 }
 
 /// The integer product of `a` and `b` (minus their zero points) through `k`, a Conv or MatMul
@@ -637,6 +714,25 @@ fn integer_product(
     (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
     depth: usize,
 ) -> OpResult<(Vec<usize>, Vec<f64>)> {
+    integer_product_acc(
+        op,
+        k,
+        (a, a_name, a_zp, a_axis),
+        (b, b_name, b_zp, b_axis),
+        depth,
+    )
+    .map(|(shape, acc)| (shape, acc.into_f64()))
+}
+
+/// [`integer_product`], its accumulators as they come ([`Acc`]).
+#[allow(clippy::too_many_arguments)]
+fn integer_product_acc(
+    op: &str,
+    k: &dyn OpKernel,
+    (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    depth: usize,
+) -> OpResult<(Vec<usize>, Acc)> {
     let e = |e: OpError| OpError(format!("{op}: {e}"));
     if let (Some(af), Some(bf)) = (
         centered_f32(op, a_name, a, a_zp, a_axis)?,
@@ -647,7 +743,8 @@ fn integer_product(
     }
     let ac = centered(op, a_name, a, a_zp, a_axis)?;
     let bc = centered(op, b_name, b, b_zp, b_axis)?;
-    run_inner_shape(k, &ac, &bc).map_err(e)
+    let (shape, acc) = run_inner_shape(k, &ac, &bc).map_err(e)?;
+    Ok((shape, Acc::Wide(acc)))
 }
 
 fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usize>, Vec<f64>)> {
@@ -736,8 +833,16 @@ fn requantize(
     };
     let each = acc.iter().enumerate();
     match yzp.elem_type() {
-        ElementType::Uint8 => Tensor::from_vec(shape, each.map(|(i, &c)| q(i, c) as u8).collect()),
-        ElementType::Int8 => Tensor::from_vec(shape, each.map(|(i, &c)| q(i, c) as i8).collect()),
+        // In range and integer-valued: the byte is exact ([`low_byte`], which vectorizes).
+        ElementType::Uint8 => Tensor::from_vec(
+            shape,
+            each.map(|(i, &c)| low_byte(q(i, c) as f32)).collect(),
+        ),
+        ElementType::Int8 => Tensor::from_vec(
+            shape,
+            each.map(|(i, &c)| (low_byte(q(i, c) as f32 + 128.0) ^ 0x80) as i8)
+                .collect(),
+        ),
         ty => int_tensor(ty, shape, each.map(|(i, &c)| q(i, c) as i64).collect()),
     }
 }
@@ -818,7 +923,7 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 ws.shape()
             );
         }
-        let (shape, acc) = integer_product(
+        let (shape, acc) = integer_product_acc(
             &op,
             conv.as_ref(),
             (x, "x", opt_input(inputs, 2), 1),
@@ -843,8 +948,12 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let factors: Vec<f64> = (0..m)
             .map(|c| scale_factor(ty, sx, if wsv.len() == 1 { wsv[0] } else { wsv[c] }, sy))
             .collect();
+        let yzp = input(&op, inputs, 7)?;
+        if let Some(t) = requantize_planes(&acc, &shape, plane, &bias, &factors, yzp) {
+            return one(Ok(t));
+        }
         // Channel by channel: each run of `plane` accumulators shares one bias and one factor.
-        let mut acc = acc;
+        let mut acc = acc.into_f64();
         for (k, run) in acc.chunks_mut(plane.max(1)).enumerate() {
             let c = k % m.max(1);
             let (b, f) = (bias.get(c).copied().unwrap_or(0.0), factors.get(c).copied());
@@ -854,14 +963,74 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 *a = (*a + b) * f;
             }
         }
-        one(requantize(
-            &op,
-            &shape,
-            &acc,
-            |_| 1.0,
-            input(&op, inputs, 7)?,
-        ))
+        one(requantize(&op, &shape, &acc, |_| 1.0, yzp))
     }))
+}
+
+/// QLinearConv's requantization in one pass to uint8 or int8 with a scalar zero point:
+/// `round((acc + bias[c]) · factor[c] + zp)` saturated, channel `c` per run of `plane`
+/// accumulators, as [`requantize`] computes it. `None` for other output types.
+fn requantize_planes(
+    acc: &Acc,
+    shape: &[usize],
+    plane: usize,
+    bias: &[f64],
+    factors: &[f64],
+    yzp: &TensorRef<'_>,
+) -> Option<Tensor> {
+    let (z, lo, hi, signed) = match yzp {
+        TensorRef::U8(z) if z.len() == 1 => (f64::from(*z.iter().next()?), 0.0, 255.0, false),
+        TensorRef::I8(z) if z.len() == 1 => (f64::from(*z.iter().next()?), -128.0, 127.0, true),
+        _ => return None,
+    };
+    let (m, plane) = (factors.len().max(1), plane.max(1));
+    fn go(
+        get: impl Fn(usize) -> f64,
+        n: usize,
+        (plane, m): (usize, usize),
+        (bias, factors): (&[f64], &[f64]),
+        (z, lo, hi, signed): (f64, f64, f64, bool),
+    ) -> Vec<u8> {
+        let mut out = vec![0u8; n];
+        for (k, run) in out.chunks_mut(plane).enumerate() {
+            let c = k % m;
+            let (b, f) = (bias.get(c).copied().unwrap_or(0.0), factors.get(c).copied());
+            let f = f.unwrap_or(0.0);
+            let off = if signed { 128.0 } else { 0.0 };
+            for (i, o) in run.iter_mut().enumerate() {
+                let d = (get(k * plane + i) + b) * f + z;
+                let q = if d.is_nan() {
+                    0.0
+                } else {
+                    round_even_f64(d).max(lo).min(hi)
+                };
+                let byte = low_byte((q + off) as f32);
+                *o = if signed { byte ^ 0x80 } else { byte };
+            }
+        }
+        out
+    }
+    let args = ((plane, m), (bias, factors), (z, lo, hi, signed));
+    let bytes = match acc {
+        Acc::One(v) => go(|i| f64::from(v[i]), v.len(), args.0, args.1, args.2),
+        Acc::Split { hi, lo } => go(
+            |i| f64::from(hi[i]) * 16.0 + f64::from(lo[i]),
+            hi.len(),
+            args.0,
+            args.1,
+            args.2,
+        ),
+        Acc::Wide(v) => go(|i| v[i], v.len(), args.0, args.1, args.2),
+    };
+    if signed {
+        Tensor::from_vec(
+            shape,
+            bytes.into_iter().map(|b| b as i8).collect::<Vec<i8>>(),
+        )
+        .ok()
+    } else {
+        Tensor::from_vec(shape, bytes).ok()
+    }
 }
 
 #[cfg(test)]
@@ -925,6 +1094,48 @@ mod tests {
                 .map(|&v| i64::from(v))
                 .collect();
             assert_eq!(got, want, "depth {k}");
+        }
+    }
+
+    /// QLinearConv's one-pass requantization gives [`requantize`]'s bytes for each kind of
+    /// accumulator, to uint8 and int8, ties and saturation included.
+    #[test]
+    fn one_pass_requantization_equals_the_general_one() {
+        let (m, plane) = (3, 5);
+        let acc: Vec<f64> = (0..2 * m * plane)
+            .map(|i| (i as f64 - 12.0) * 37.5)
+            .collect();
+        let bias = [4.0, -900.0, 0.0];
+        let factors = [0.02, 0.1, 1.0 / 3.0];
+        let halves = |v: &[f64]| -> (Vec<f32>, Vec<f32>) {
+            let lo: Vec<f32> = v.iter().map(|x| (*x as f32).rem_euclid(16.0)).collect();
+            let hi = v
+                .iter()
+                .zip(&lo)
+                .map(|(x, l)| (*x as f32 - l) / 16.0)
+                .collect();
+            (hi, lo)
+        };
+        let ints: Vec<f64> = acc.iter().map(|x| x.round()).collect();
+        let (hi, lo) = halves(&ints);
+        let kinds = [
+            Acc::One(ints.iter().map(|&x| x as f32).collect()),
+            Acc::Split { hi, lo },
+            Acc::Wide(ints.clone()),
+        ];
+        let shape = [2, m, plane];
+        for zp in [Tensor::scalar(7u8), Tensor::scalar(-5i8)] {
+            let scaled: Vec<f64> = ints
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a + bias[(i / plane) % m]) * factors[(i / plane) % m])
+                .collect();
+            let want = requantize("QLinearConv", &shape, &scaled, |_| 1.0, &zp.view()).unwrap();
+            for acc in &kinds {
+                let got = requantize_planes(acc, &shape, plane, &bias, &factors, &zp.view())
+                    .expect("uint8 and int8 take the one-pass path");
+                assert_eq!(got.view().to_f64_vec(), want.view().to_f64_vec());
+            }
         }
     }
 

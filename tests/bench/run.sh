@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The model benchmark: fetches the models and ONNX Runtime, builds, runs. Arguments go to the
-# program (`--runs N`, `--threads N`, `--only det,rec,minilm`, `--no-micro`).
+# program (`--runs N`, `--threads 1,2`, `--only det,rec-f16,...`, `--tract`, `--no-micro`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash tests/bench/fetch-models.sh >/dev/null

@@ -272,7 +272,7 @@ fn qlinear_with(a: &[u8], w: f32, p: [f32; 4], mul: bool, out: &mut [u8]) {
 
 impl OpKernel for QLinearBinary {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-        match self.fast(inputs) {
+        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
             Some(t) => Ok(vec![t]),
             None => self.general.run(inputs),
         }

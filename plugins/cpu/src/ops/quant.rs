@@ -6,7 +6,9 @@
 //! ([`exact_product`]): every partial sum of integers below 2^24 is exact in float32, and a
 //! product whose sums could exceed that is split into two with the second operand's low and high
 //! 4 bits. Only a product too deep even for that (a reduction of over 4096 terms with 8-bit
-//! values) runs on f64.
+//! values) runs on f64. The per-tensor 8-bit QuantizeLinear, DequantizeLinear and
+//! DynamicQuantizeLinear run in one vectorized pass. All of these are fast paths: at the
+//! reference kernel level the general f64 code computes the same values.
 
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
@@ -204,7 +206,11 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (None, Some(t)) => t,
             (None, None) => ElementType::Uint8,
         };
-        if let Some(t) = quantize_f32_per_tensor(x, scale, zp, out_ty, precision, block_size) {
+        // The one-pass paths are fast kernels: the reference level takes the general path.
+        if let Some(t) = crate::fast::enabled()
+            .then(|| quantize_f32_per_tensor(x, scale, zp, out_ty, precision, block_size))
+            .flatten()
+        {
             return one(Ok(t));
         }
         let xv = match x.elem_type() {
@@ -410,6 +416,7 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let x = input(&op, inputs, 0)?;
         let scale = input(&op, inputs, 1)?;
         if out_attr.is_none_or(|t| t == ElementType::Float)
+            && crate::fast::enabled()
             && let Some(t) = dequantize_8bit_per_tensor(x, scale, opt_input(inputs, 2), block_size)
         {
             return one(Ok(t));
@@ -475,8 +482,12 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let xv = flat(&view);
         let (scale, zp) = dynamic_u8_params(&xv);
         let mut y = vec![zp as u8; xv.len()];
-        if scale != 0.0 {
+        if scale != 0.0 && crate::fast::enabled() {
             dynamic_quantize(&xv, scale, zp, &mut y);
+        } else if scale != 0.0 {
+            for (o, &v) in y.iter_mut().zip(xv.iter()) {
+                *o = ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8;
+            }
         }
         Ok(vec![
             Tensor::from_vec(x.shape(), y)?,
@@ -491,7 +502,7 @@ crate::multiversion! {
 fn dynamic_quantize(x: &[f32], scale: f32, zp: f32, out: &mut [u8]) {
     for (o, &v) in out.iter_mut().zip(x) {
         let q = round_even_f32(v / scale) + zp;
-        *o = if q.is_nan() { 0 } else { low_byte(q.max(0.0).min(255.0)) };
+        *o = if q.is_nan() { 0 } else { low_byte(q.clamp(0.0, 255.0)) };
     }
 }
 }
@@ -659,8 +670,11 @@ fn exact_product(
     }
     let bv = b.view();
     let bv = bv.as_f32()?;
-    let lo: Vec<f32> = bv.iter().map(|x| x.rem_euclid(16.0)).collect();
-    let hi: Vec<f32> = bv.iter().zip(&lo).map(|(x, l)| (x - l) / 16.0).collect();
+    let bv = flat(&bv);
+    // The values are integers of at most 17 bits: split them as integers (floor division by
+    // 16 is an arithmetic shift).
+    let lo: Vec<f32> = bv.iter().map(|&x| ((x as i32) & 15) as f32).collect();
+    let hi: Vec<f32> = bv.iter().map(|&x| ((x as i32) >> 4) as f32).collect();
     let (shape, lo) = run_inner_f32(k, a, &Tensor::from_vec(b.shape(), lo)?)?;
     let (_, hi) = run_inner_f32(k, a, &Tensor::from_vec(b.shape(), hi)?)?;
     Ok(Some((shape, Acc::Split { hi, lo })))
@@ -734,10 +748,13 @@ fn integer_product_acc(
     depth: usize,
 ) -> OpResult<(Vec<usize>, Acc)> {
     let e = |e: OpError| OpError(format!("{op}: {e}"));
-    if let (Some(af), Some(bf)) = (
-        centered_f32(op, a_name, a, a_zp, a_axis)?,
-        centered_f32(op, b_name, b, b_zp, b_axis)?,
-    ) && let Some(r) = exact_product(k, (&af.0, af.1), (&bf.0, bf.1), depth).map_err(e)?
+    // On float32 kernels is a fast path: the reference level multiplies in f64.
+    if crate::fast::enabled()
+        && let (Some(af), Some(bf)) = (
+            centered_f32(op, a_name, a, a_zp, a_axis)?,
+            centered_f32(op, b_name, b, b_zp, b_axis)?,
+        )
+        && let Some(r) = exact_product(k, (&af.0, af.1), (&bf.0, bf.1), depth).map_err(e)?
     {
         return Ok(r);
     }
@@ -949,7 +966,10 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .map(|c| scale_factor(ty, sx, if wsv.len() == 1 { wsv[0] } else { wsv[c] }, sy))
             .collect();
         let yzp = input(&op, inputs, 7)?;
-        if let Some(t) = requantize_planes(&acc, &shape, plane, &bias, &factors, yzp) {
+        if let Some(t) = crate::fast::enabled()
+            .then(|| requantize_planes(&acc, &shape, plane, &bias, &factors, yzp))
+            .flatten()
+        {
             return one(Ok(t));
         }
         // Channel by channel: each run of `plane` accumulators shares one bias and one factor.

@@ -72,12 +72,13 @@ pub(crate) fn widen(def: &mut NodeDef) {
 pub(crate) fn to_f32(t: Tensor) -> Tensor {
     match t {
         Tensor::F16(a) => {
-            let shape = a.shape().to_vec();
-            let src = a.as_standard_layout();
-            let src = src.as_slice().unwrap_or_default();
-            let mut out = vec![0f32; src.len()];
-            src.convert_to_f32_slice(&mut out);
-            Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, out).unwrap_or_default())
+            let mut out = ndarray::ArrayD::<f32>::zeros(a.raw_dim());
+            match (a.as_slice(), out.as_slice_mut()) {
+                // Contiguous: the slice conversion, F16C where the CPU has it.
+                (Some(src), Some(dst)) => src.convert_to_f32_slice(dst),
+                _ => out.zip_mut_with(&a, |o, h| *o = h.to_f32()),
+            }
+            Tensor::F32(out)
         }
         t => t,
     }
@@ -87,11 +88,12 @@ pub(crate) fn to_f32(t: Tensor) -> Tensor {
 pub(crate) fn to_f16(t: &TensorRef<'_>) -> Tensor {
     match t {
         TensorRef::F32(a) => {
-            let src = a.as_standard_layout();
-            let src = src.as_slice().unwrap_or_default();
-            let mut out = vec![f16::ZERO; src.len()];
-            out.convert_from_f32_slice(src);
-            Tensor::F16(ndarray::ArrayD::from_shape_vec(a.shape(), out).unwrap_or_default())
+            let mut out = ndarray::ArrayD::<f16>::from_elem(a.raw_dim(), f16::ZERO);
+            match (a.as_slice(), out.as_slice_mut()) {
+                (Some(src), Some(dst)) => dst.convert_from_f32_slice(src),
+                _ => out.zip_mut_with(a, |o, x| *o = f16::from_f32(*x)),
+            }
+            Tensor::F16(out)
         }
         t => t.to_owned(),
     }

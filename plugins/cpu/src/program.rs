@@ -433,7 +433,7 @@ impl Program {
         for (i, v) in inputs.iter().enumerate() {
             let Some(v) = *v else { continue };
             let info = graph.value(v)?;
-            if info.elem_type == Some(ElementType::Float16) && !info.is_initializer() {
+            if info.elem_type == Some(ElementType::Float16) {
                 steps.push(convert_step(
                     format!("{} (float16 to float32)", info.name),
                     false,

@@ -125,10 +125,69 @@ fn build_flatten(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 }
 
 fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Tensor> {
+    if crate::fast::enabled()
+        && let Some(t) = batched_transpose(&a, perm)
+    {
+        return Ok(t.into());
+    }
     Ok(a.permuted_axes(IxDyn(perm))
         .as_standard_layout()
         .into_owned()
         .into())
+}
+
+/// A transpose that is, once axes of size 1 are dropped and axes that stay together are merged,
+/// a copy, a 2-D transpose or a batch of them (`[B, R, C] -> [B, C, R]`), done in 32×32 tiles
+/// over the contiguous input. `None` for any other permutation (or a non-contiguous input): the
+/// general path takes it.
+fn batched_transpose<T: Elem>(a: &ArrayViewD<'_, T>, perm: &[usize]) -> Option<ndarray::ArrayD<T>> {
+    let data = a.as_slice()?;
+    let shape = a.shape();
+    // The permutation over the axes longer than 1, renumbered 0..k.
+    let long: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let q: Vec<usize> = perm
+        .iter()
+        .filter(|&&p| shape[p] != 1)
+        .map(|p| long.iter().position(|d| d == p))
+        .collect::<Option<_>>()?;
+    // Runs of q that stay in order merge into one axis: (first axis, merged length).
+    let mut groups: Vec<(usize, usize)> = Vec::new();
+    for &d in &q {
+        match groups.last_mut() {
+            Some((first, len)) if *first + *len == d => *len += 1,
+            _ => groups.push((d, 1)),
+        }
+    }
+    let size = |(first, len): (usize, usize)| -> usize {
+        long[first..first + len].iter().map(|&d| shape[d]).product()
+    };
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let (batch, rows, cols) = match groups.as_slice() {
+        [] | [_] => return ndarray::ArrayD::from_shape_vec(out_shape, data.to_vec()).ok(),
+        [g1, g0] if g1.0 > g0.0 => (1, size(*g0), size(*g1)),
+        [b, g1, g0] if b.0 == 0 && g1.0 > g0.0 => (size(*b), size(*g0), size(*g1)),
+        _ => return None,
+    };
+    const TILE: usize = 32;
+    let mut out = Vec::with_capacity(data.len());
+    // Every element is written once below; the tile loops visit each (r, c) exactly once.
+    out.resize(data.len(), *data.first()?);
+    for (src, dst) in data
+        .chunks_exact(rows * cols)
+        .zip(out.chunks_exact_mut(rows * cols))
+        .take(batch)
+    {
+        for r0 in (0..rows).step_by(TILE) {
+            for c0 in (0..cols).step_by(TILE) {
+                for r in r0..(r0 + TILE).min(rows) {
+                    for c in c0..(c0 + TILE).min(cols) {
+                        dst[c * rows + r] = src[r * cols + c];
+                    }
+                }
+            }
+        }
+    }
+    ndarray::ArrayD::from_shape_vec(out_shape, out).ok()
 }
 
 /// BitCast: the same bytes (little endian) read as another type of the same width.
@@ -865,6 +924,49 @@ fn build_range(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 mod tests {
     use super::*;
     use ndarray::array;
+
+    /// The tiled transpose gives ndarray's answer on every permutation of a few shapes with unit
+    /// axes and on tiles that do not divide the sides, and declines what it cannot take.
+    #[test]
+    fn batched_transpose_matches_the_general_one() {
+        fn perms(n: usize) -> Vec<Vec<usize>> {
+            if n == 0 {
+                return vec![vec![]];
+            }
+            let mut out = Vec::new();
+            for p in perms(n - 1) {
+                for i in 0..=p.len() {
+                    let mut q = p.clone();
+                    q.insert(i, n - 1);
+                    out.push(q);
+                }
+            }
+            out
+        }
+        let mut taken = 0;
+        for shape in [vec![1, 37, 70, 1], vec![3, 5, 1, 33], vec![2, 3, 4, 5]] {
+            let n: usize = shape.iter().product();
+            let a =
+                ndarray::ArrayD::from_shape_vec(shape.clone(), (0..n as i32).collect()).unwrap();
+            for perm in perms(shape.len()) {
+                let want = a
+                    .view()
+                    .permuted_axes(IxDyn(&perm))
+                    .as_standard_layout()
+                    .into_owned();
+                if let Some(got) = batched_transpose(&a.view(), &perm) {
+                    assert_eq!(got, want, "{shape:?} by {perm:?}");
+                    taken += 1;
+                }
+            }
+        }
+        // [2,3,4,5] has 24 permutations, of which only the copy, the 2-D and the batched 2-D
+        // forms are taken; the unit axes make more of the others such.
+        assert!(taken >= 20, "the tiled path took only {taken} cases");
+        let x =
+            ndarray::ArrayD::from_shape_vec(vec![2, 3, 4], (0..24).collect::<Vec<i32>>()).unwrap();
+        assert!(batched_transpose(&x.view(), &[1, 0, 2]).is_none());
+    }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
         let k = Registry::with_all_ops().build(&n)?;

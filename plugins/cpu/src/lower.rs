@@ -28,7 +28,7 @@ const FLOAT: i64 = 1;
 const FLOAT16: i64 = 10;
 
 /// Whether a node sees float16 inputs as float16 (rounded) rather than as float32.
-pub(crate) fn keeps_float16(def: &NodeDef) -> bool {
+fn keeps_float16(def: &NodeDef) -> bool {
     match def.op_type.as_str() {
         "Cast" => !matches!(
             def.attributes.get("to"),
@@ -52,9 +52,26 @@ pub(crate) fn touches_float16(def: &NodeDef, output_types: &[Option<ElementType>
         .any(|t| *t == Some(ElementType::Float16))
 }
 
+/// Readies a node that reads or writes float16 for a program holding float32: a node that
+/// [keeps float16](keeps_float16) is left as it is and the inputs to round for it are returned;
+/// any other is [widened](widen), with none to round.
+pub(crate) fn prepare(def: &mut NodeDef) -> Vec<usize> {
+    if keeps_float16(def) {
+        return def
+            .input_types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| **t == Some(ElementType::Float16))
+            .map(|(i, _)| i)
+            .collect();
+    }
+    widen(def);
+    Vec::new()
+}
+
 /// The node as its kernel is made when it runs on float32 data: float16 inputs are float32 and
 /// a `Cast` to float16 casts to float32.
-pub(crate) fn widen(def: &mut NodeDef) {
+fn widen(def: &mut NodeDef) {
     for t in &mut def.input_types {
         if *t == Some(ElementType::Float16) {
             *t = Some(ElementType::Float);

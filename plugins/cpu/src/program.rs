@@ -517,21 +517,8 @@ impl Program {
             }
             // float16 values are float32 here: the node runs on them as such, or rounds them
             // back first when its answer depends on it ([`lower`]).
-            let widened = lower::touches_float16(&def, &output_types).then(|| {
-                if lower::keeps_float16(&def) {
-                    let round: Vec<usize> = def
-                        .input_types
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, t)| **t == Some(ElementType::Float16))
-                        .map(|(i, _)| i)
-                        .collect();
-                    round
-                } else {
-                    lower::widen(&mut def);
-                    Vec::new()
-                }
-            });
+            let widened =
+                lower::touches_float16(&def, &output_types).then(|| lower::prepare(&mut def));
             let ew = classify(&def, |i| match srcs.get(i) {
                 Some(Some(Source::Constant(c))) => constants.get(*c),
                 _ => None,

@@ -3,7 +3,7 @@
 //! intra-op threads for both, at 1 and then 2 threads (`--threads 1,2`). `--tract` adds tract
 //! (`tract-onnx`, on one thread) as a third engine.
 //!
-//! The models (21, `MODELS`): PP-OCR detection, recognition and classification, MiniLM, Silero
+//! The models (21, `cases()`): PP-OCR detection, recognition and classification, MiniLM, Silero
 //! VAD (If + LSTM, one streaming step), Magika (a 1-D Conv byte classifier), three scikit-learn
 //! pipelines, and of det, rec and MiniLM an int8 static QDQ, an int8 dynamic, an int8 QOperator
 //! and a float16 variant, all fetched from PyPI wheels or made from them by
@@ -174,9 +174,9 @@ struct ModelCase {
     inputs: fn() -> Vec<Input>,
 }
 
-/// The models: each `file` is in .testdata/bench-models (tests/bench/fetch-models.sh), or a
-/// committed scikit-learn model under tests/models/sklearn when it starts with `sklearn/`.
-const MODELS: [ModelCase; 21] = [
+/// The float32 models: each `file` is in .testdata/bench-models (tests/bench/fetch-models.sh),
+/// or a committed scikit-learn model under tests/models/sklearn when it starts with `sklearn/`.
+const MODELS: [ModelCase; 9] = [
     ModelCase {
         key: "det",
         file: "ch_PP-OCRv4_det_infer.onnx",
@@ -231,79 +231,55 @@ const MODELS: [ModelCase; 21] = [
         what: "sklearn MLP 1024",
         inputs: || table_rows("mlp-classifier"),
     },
-    ModelCase {
-        key: "det-qdq",
-        file: "det-qdq.onnx",
-        what: "det int8 QDQ",
-        inputs: || image(&[1, 3, 640, 640]),
-    },
-    ModelCase {
-        key: "det-dyn",
-        file: "det-dyn.onnx",
-        what: "det int8 dynamic",
-        inputs: || image(&[1, 3, 640, 640]),
-    },
-    ModelCase {
-        key: "det-qop",
-        file: "det-qop.onnx",
-        what: "det int8 QOperator",
-        inputs: || image(&[1, 3, 640, 640]),
-    },
-    ModelCase {
-        key: "det-f16",
-        file: "det-f16.onnx",
-        what: "det float16",
-        inputs: || image(&[1, 3, 640, 640]),
-    },
-    ModelCase {
-        key: "rec-qdq",
-        file: "rec-qdq.onnx",
-        what: "rec int8 QDQ",
-        inputs: || image(&[1, 3, 48, 320]),
-    },
-    ModelCase {
-        key: "rec-dyn",
-        file: "rec-dyn.onnx",
-        what: "rec int8 dynamic",
-        inputs: || image(&[1, 3, 48, 320]),
-    },
-    ModelCase {
-        key: "rec-qop",
-        file: "rec-qop.onnx",
-        what: "rec int8 QOperator",
-        inputs: || image(&[1, 3, 48, 320]),
-    },
-    ModelCase {
-        key: "rec-f16",
-        file: "rec-f16.onnx",
-        what: "rec float16",
-        inputs: || image(&[1, 3, 48, 320]),
-    },
-    ModelCase {
-        key: "minilm-qdq",
-        file: "minilm-qdq.onnx",
-        what: "MiniLM int8 QDQ",
-        inputs: || tokens(128),
-    },
-    ModelCase {
-        key: "minilm-dyn",
-        file: "minilm-dyn.onnx",
-        what: "MiniLM int8 dynamic",
-        inputs: || tokens(128),
-    },
-    ModelCase {
-        key: "minilm-qop",
-        file: "minilm-qop.onnx",
-        what: "MiniLM int8 QOperator",
-        inputs: || tokens(128),
-    },
-    ModelCase {
-        key: "minilm-f16",
-        file: "minilm-f16.onnx",
-        what: "MiniLM float16",
-        inputs: || tokens(128),
-    },
 ];
+
+/// The models `tests/bench/make-variants.py` makes variants of, with their short names.
+const VARIANT_BASES: [(&str, &str); 3] = [("det", "det"), ("rec", "rec"), ("minilm", "MiniLM")];
+
+/// The variants: `<base>-<suffix>.onnx`, each run on its base model's inputs.
+const VARIANTS: [(&str, &str); 4] = [
+    ("qdq", "int8 QDQ"),
+    ("dyn", "int8 dynamic"),
+    ("qop", "int8 QOperator"),
+    ("f16", "float16"),
+];
+
+/// A model of the table, float32 or variant.
+struct Case {
+    key: String,
+    file: String,
+    what: String,
+    inputs: fn() -> Vec<Input>,
+}
+
+/// Every model, the float32 ones first, then the variants.
+fn cases() -> Vec<Case> {
+    let mut all: Vec<Case> = MODELS
+        .iter()
+        .map(|m| Case {
+            key: m.key.into(),
+            file: m.file.into(),
+            what: m.what.into(),
+            inputs: m.inputs,
+        })
+        .collect();
+    for (base, short) in VARIANT_BASES {
+        let inputs = MODELS
+            .iter()
+            .find(|m| m.key == base)
+            .map(|m| m.inputs)
+            .unwrap_or_else(|| fail(format!("no model `{base}` to make variants of")));
+        for (suffix, kind) in VARIANTS {
+            all.push(Case {
+                key: format!("{base}-{suffix}"),
+                file: format!("{base}-{suffix}.onnx"),
+                what: format!("{short} {kind}"),
+                inputs,
+            });
+        }
+    }
+    all
+}
 
 // ---- engines ---------------------------------------------------------------------------------
 
@@ -633,14 +609,16 @@ fn init_ort() {
     let _ = ORT_ENV.set(env);
 }
 
-fn model_file(key: &str) -> (&'static ModelCase, PathBuf) {
-    let case = MODELS.iter().find(|m| m.key == key).unwrap_or_else(|| {
-        let keys: Vec<&str> = MODELS.iter().map(|m| m.key).collect();
+fn model_file(key: &str) -> (Case, PathBuf) {
+    let mut all = cases();
+    let Some(at) = all.iter().position(|m| m.key == key) else {
+        let keys: Vec<&str> = all.iter().map(|m| m.key.as_str()).collect();
         fail(format!("unknown model `{key}` ({})", keys.join(", ")))
-    });
+    };
+    let case = all.swap_remove(at);
     let path = match case.file.strip_prefix("sklearn/") {
         Some(f) => repo_root().join("tests/models/sklearn").join(f),
-        None => repo_root().join(".testdata/bench-models").join(case.file),
+        None => repo_root().join(".testdata/bench-models").join(&case.file),
     };
     if !path.is_file() {
         fail(format!(
@@ -698,7 +676,7 @@ fn child_rss(engine: &str, key: &str) -> String {
 // ---- the model table -------------------------------------------------------------------------
 
 struct Row {
-    what: &'static str,
+    what: String,
     epx: f64,
     ort: f64,
     tract: Option<f64>,
@@ -1128,7 +1106,7 @@ fn main() {
         return;
     }
     let mut runs = 10;
-    let mut only: Vec<String> = MODELS.iter().map(|m| m.key.to_string()).collect();
+    let mut only: Vec<String> = cases().into_iter().map(|m| m.key).collect();
     let mut passes = vec![1, 2];
     let mut micro = true;
     let mut it = args.iter();

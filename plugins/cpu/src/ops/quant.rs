@@ -719,28 +719,10 @@ fn run_inner_f32(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<usiz
 }
 
 /// The integer product of `a` and `b` (minus their zero points) through `k`, a Conv or MatMul
-/// kernel: on float32 where that is exact ([`exact_product`]), else on f64.
+/// kernel, as exact accumulators ([`Acc`]): on float32 where that is exact ([`exact_product`]),
+/// else on f64.
 #[allow(clippy::too_many_arguments)]
 fn integer_product(
-    op: &str,
-    k: &dyn OpKernel,
-    (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
-    (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
-    depth: usize,
-) -> OpResult<(Vec<usize>, Vec<f64>)> {
-    integer_product_acc(
-        op,
-        k,
-        (a, a_name, a_zp, a_axis),
-        (b, b_name, b_zp, b_axis),
-        depth,
-    )
-    .map(|(shape, acc)| (shape, acc.into_f64()))
-}
-
-/// [`integer_product`], its accumulators as they come ([`Acc`]).
-#[allow(clippy::too_many_arguments)]
-fn integer_product_acc(
     op: &str,
     k: &dyn OpKernel,
     (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
@@ -791,6 +773,7 @@ fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (b, "B", opt_input(inputs, 3), rb),
             a.shape().last().copied().unwrap_or(0),
         )?;
+        let v = v.into_f64();
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
     }))
@@ -886,6 +869,7 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (b, "b", opt_input(inputs, 5), rb),
             a.shape().last().copied().unwrap_or(0),
         )?;
+        let acc = acc.into_f64();
         one(requantize(&op, &shape, &acc, |_| f, input(&op, inputs, 7)?))
     }))
 }
@@ -918,6 +902,7 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (w, "w", opt_input(inputs, 3), 0),
             conv_depth(w),
         )?;
+        let v = v.into_f64();
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
     }))
@@ -940,7 +925,7 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 ws.shape()
             );
         }
-        let (shape, acc) = integer_product_acc(
+        let (shape, acc) = integer_product(
             &op,
             conv.as_ref(),
             (x, "x", opt_input(inputs, 2), 1),

@@ -756,8 +756,16 @@ mod tests {
                     ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
                 for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
                     let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 3)) else {
-                        continue; // not this CPU
+                        eprintln!(
+                            "fast LSTM, {direction}: level {} skipped (not this CPU)",
+                            isa.name
+                        );
+                        continue;
                     };
+                    eprintln!(
+                        "fast LSTM, {direction}, full {full}: checked at level {}",
+                        isa.name
+                    );
                     let got = got
                         .unwrap_or_else(|| panic!("{direction}: the fast LSTM declined"))
                         .unwrap();

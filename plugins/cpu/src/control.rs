@@ -249,13 +249,13 @@ impl OpKernel for SequenceMap {
         let first = explicit[0].as_sequence("SequenceMap input 0")?;
         let len = first.items.len();
         for (i, t) in explicit.iter().enumerate().skip(1) {
-            if let TensorRef::Seq(s) = t {
-                if s.items.len() != len {
-                    return Err(err(format!(
-                        "input sequence {i} has {} items, input 0 has {len}",
-                        s.items.len()
-                    )));
-                }
+            if let TensorRef::Seq(s) = t
+                && s.items.len() != len
+            {
+                return Err(err(format!(
+                    "input sequence {i} has {} items, input 0 has {len}",
+                    s.items.len()
+                )));
             }
         }
         let outer = inputs.get(self.explicit..).unwrap_or(&[]);

@@ -685,12 +685,13 @@ fn write_elems<T: Elem>(a: &ArrayD<T>, out: &mut [u8]) {
         crate::narrow::pack(bits, codes, out);
         return;
     }
-    if cfg!(target_endian = "little") && T::SIZE == std::mem::size_of::<T>() {
-        if let Some(s) = a.as_slice() {
-            // On a little-endian machine an element's bytes are its little-endian form.
-            out.copy_from_slice(bytemuck::cast_slice(s));
-            return;
-        }
+    if cfg!(target_endian = "little")
+        && T::SIZE == std::mem::size_of::<T>()
+        && let Some(s) = a.as_slice()
+    {
+        // On a little-endian machine an element's bytes are its little-endian form.
+        out.copy_from_slice(bytemuck::cast_slice(s));
+        return;
     }
     for (x, o) in a.iter().zip(out.chunks_exact_mut(T::SIZE)) {
         x.write_le(o);

@@ -244,10 +244,10 @@ impl Attention {
                     }
                     for (j, r) in row.iter_mut().enumerate() {
                         *r /= sum;
-                        if self.qk_mode == 3 {
-                            if let Some(o) = qk_out.get_mut(base + j) {
-                                *o = *r;
-                            }
+                        if self.qk_mode == 3
+                            && let Some(o) = qk_out.get_mut(base + j)
+                        {
+                            *o = *r;
                         }
                     }
                     let ybase = ((bi * hq + h) * sq + s) * dv;

@@ -307,7 +307,7 @@ fn qlinear_unary(
 /// QLinearConcat: `(Y_scale, Y_zp, X1, X1_scale, X1_zp, X2, ...)` along `axis`.
 fn build_qlinear_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let parts = n.num_inputs.saturating_sub(2);
-    if parts == 0 || parts % 3 != 0 {
+    if parts == 0 || !parts.is_multiple_of(3) {
         return Err(n.error(format_args!(
             "needs Y_scale, Y_zp and (X, X_scale, X_zp) triples, got {} inputs",
             n.num_inputs

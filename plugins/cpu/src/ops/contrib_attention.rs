@@ -649,13 +649,13 @@ impl OpKernel for Gqa {
             .map_err(|_| OpError(format!("{op}: negative total_sequence_length")))?;
         let past_k = opt_input(inputs, 3);
         let past_buf = past_k.map_or(0, |p| p.shape().get(2).copied().unwrap_or(0));
-        if let Some(p) = past_k {
-            if p.ndim() != 4 || p.shape()[0] != b || p.shape()[1] != kvh || p.shape()[3] != hd {
-                bail!(
-                    "{op}: past_key of shape {:?} is not [{b}, {kvh}, past, {hd}]",
-                    p.shape()
-                );
-            }
+        if let Some(p) = past_k
+            && (p.ndim() != 4 || p.shape()[0] != b || p.shape()[1] != kvh || p.shape()[3] != hd)
+        {
+            bail!(
+                "{op}: past_key of shape {:?} is not [{b}, {kvh}, past, {hd}]",
+                p.shape()
+            );
         }
         let present_len = past_buf.max(total_len);
         // The first prompt fills every sequence from position 0 (right-padded to S).

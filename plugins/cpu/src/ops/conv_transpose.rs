@@ -55,10 +55,10 @@ impl ConvT {
         let (cg, mg) = (c / g, ws[1]);
         let m = mg * g;
         let kernel = ws[2..].to_vec();
-        if let Some(k) = &self.attrs.kernel_shape {
-            if kernel_dims(op, k)? != kernel {
-                bail!("{op}: kernel_shape {k:?} does not match W shape {ws:?}");
-            }
+        if let Some(k) = &self.attrs.kernel_shape
+            && kernel_dims(op, k)? != kernel
+        {
+            bail!("{op}: kernel_shape {k:?} does not match W shape {ws:?}");
         }
         let strides = per_dim(op, "strides", &self.attrs.strides, nd, 1)?;
         let dil = per_dim(op, "dilations", &self.attrs.dilations, nd, 1)?;
@@ -144,12 +144,12 @@ impl ConvT {
                 pad_begin: [pad_begin[0].max(0) as usize, pad_begin[1].max(0) as usize],
             };
             let (xc, wc) = (xa.as_standard_layout(), wa.as_standard_layout());
-            if pad_begin.iter().all(|&p| p >= 0) {
-                if let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice()) {
-                    let bias: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-                    let y = fast.run(xf, wf, Some(&bias));
-                    return one(Tensor::from_vec(&shape_of(nb, m, &out_u), y));
-                }
+            if pad_begin.iter().all(|&p| p >= 0)
+                && let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice())
+            {
+                let bias: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+                let y = fast.run(xf, wf, Some(&bias));
+                return one(Tensor::from_vec(&shape_of(nb, m, &out_u), y));
             }
         }
         let xv = float_values(op, "X", x)?;
@@ -199,10 +199,10 @@ impl ConvT {
                         for (p, row) in taps.iter().enumerate() {
                             let xval = xv.get(xbase + p).copied().unwrap_or(0.0);
                             for (k, off) in row.iter().enumerate() {
-                                if let (Some(o), Some(wval)) = (off, wv.get(wbase + k)) {
-                                    if let Some(slot) = y.get_mut(ybase + o) {
-                                        *slot += xval * wval;
-                                    }
+                                if let (Some(o), Some(wval)) = (off, wv.get(wbase + k))
+                                    && let Some(slot) = y.get_mut(ybase + o)
+                                {
+                                    *slot += xval * wval;
                                 }
                             }
                         }

@@ -42,13 +42,13 @@ fn einsum_term(op: &str, term: &str, rank: Option<usize>, ell: usize) -> OpResul
         out.extend((0..n).map(|k| 256 + (n - 1 - k) as u32));
     }
     out.extend(tail);
-    if let Some(r) = rank {
-        if out.len() != r {
-            bail!(
-                "{op}: term '{term}' has {} labels, the input has rank {r}",
-                out.len()
-            );
-        }
+    if let Some(r) = rank
+        && out.len() != r
+    {
+        bail!(
+            "{op}: term '{term}' has {} labels, the input has rank {r}",
+            out.len()
+        );
     }
     Ok(out)
 }

@@ -564,10 +564,9 @@ fn binary(n: &NodeDef, kind: Bin) -> OpResult<Box<dyn OpKernel>> {
         }
         if let (TensorRef::F32(x), TensorRef::F32(y)) = (a, &b)
             && crate::fast::enabled()
+            && let Some(out) = arith_f32(kind, x, y)
         {
-            if let Some(out) = arith_f32(kind, x, y) {
-                return one(out);
-            }
+            return one(out);
         }
         let out = match kind {
             Bin::Add | Bin::Sub | Bin::Mul | Bin::Div | Bin::Mod(_) | Bin::PRelu => {

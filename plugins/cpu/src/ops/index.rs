@@ -588,10 +588,10 @@ fn one_hot_typed<T: Elem>(
             let raw = idx.get(o * inner + i).copied().unwrap_or_default();
             let d = depth as i64;
             let j = if raw < 0 { raw + d } else { raw };
-            if (0..d).contains(&j) {
-                if let Some(slot) = out.get_mut((o * depth + j as usize) * inner + i) {
-                    *slot = *on;
-                }
+            if (0..d).contains(&j)
+                && let Some(slot) = out.get_mut((o * depth + j as usize) * inner + i)
+            {
+                *slot = *on;
             }
         }
     }
@@ -725,11 +725,11 @@ fn non_zero_typed<T: Elem>(x: ArrayViewD<'_, T>) -> OpResult<Tensor> {
     let mut coords: Vec<Vec<i64>> = vec![Vec::new(); shape.len()];
     let mut it = x.iter();
     for_each_index(&shape, |pos| {
-        if let Some(v) = it.next() {
-            if *v != zero {
-                for (c, &p) in coords.iter_mut().zip(pos) {
-                    c.push(p as i64);
-                }
+        if let Some(v) = it.next()
+            && *v != zero
+        {
+            for (c, &p) in coords.iter_mut().zip(pos) {
+                c.push(p as i64);
             }
         }
     });

@@ -631,10 +631,8 @@ impl Rnn {
                 if let Some(dst) = yh.get_mut(s0..s0 + h) {
                     dst.copy_from_slice(&hs);
                 }
-                if lstm {
-                    if let Some(dst) = yc.get_mut(s0..s0 + h) {
-                        dst.copy_from_slice(&cs);
-                    }
+                if lstm && let Some(dst) = yc.get_mut(s0..s0 + h) {
+                    dst.copy_from_slice(&cs);
                 }
             }
         }

@@ -205,10 +205,10 @@ fn build_dft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                     if let Some(slot) = out.get_mut(base) {
                         *slot = re * scale;
                     }
-                    if out_last == 2 {
-                        if let Some(slot) = out.get_mut(base + 1) {
-                            *slot = im * scale;
-                        }
+                    if out_last == 2
+                        && let Some(slot) = out.get_mut(base + 1)
+                    {
+                        *slot = im * scale;
                     }
                 }
             }

@@ -452,10 +452,10 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
     }
     grams.by_len = by_len;
-    if let Some(w) = &weights {
-        if w.len() < width {
-            bail!("{OP}: weights has {} entries for {width} outputs", w.len());
-        }
+    if let Some(w) = &weights
+        && w.len() < width
+    {
+        bail!("{OP}: weights has {} entries for {width} outputs", w.len());
     }
     Ok(kernel(move |inputs| {
         let x = input(OP, inputs, 0)?;
@@ -498,10 +498,8 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                                 }
                             }
                         }
-                        if complete {
-                            if let Some(&col) = table.get(&key) {
-                                counts[col] += 1.0;
-                            }
+                        if complete && let Some(&col) = table.get(&key) {
+                            counts[col] += 1.0;
                         }
                     }
                 }

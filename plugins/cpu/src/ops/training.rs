@@ -43,7 +43,7 @@ struct Step {
 
 fn read_step(op: &str, inputs: &[Option<TensorRef<'_>>], groups: usize) -> OpResult<Step> {
     let rest = inputs.len().saturating_sub(2);
-    if rest == 0 || rest % groups != 0 {
+    if rest == 0 || !rest.is_multiple_of(groups) {
         bail!(
             "{op}: after R and T the inputs must come in {groups} equal groups, got {rest} inputs"
         );

@@ -27,10 +27,10 @@ pub struct Conv2d<'a> {
 }
 
 impl Conv2d<'_> {
-    fn oh(&self) -> usize {
+    pub(crate) fn oh(&self) -> usize {
         self.geo.out[0]
     }
-    fn ow(&self) -> usize {
+    pub(crate) fn ow(&self) -> usize {
         self.geo.out[1]
     }
 
@@ -148,7 +148,7 @@ impl Conv2d<'_> {
             } else {
                 with_cols(rows * width, |cols| {
                     let oy0 = j0 / ow;
-                    self.im2col(x_g, cg, oy0..oy0 + width / ow, cols);
+                    self.im2col(x_g, cg, oy0..oy0 + width / ow, cols, 0.0);
                     // SAFETY: as for the 1×1 case: these columns are this task's alone.
                     unsafe {
                         sgemm_raw(
@@ -182,9 +182,16 @@ impl Conv2d<'_> {
     }
 
     /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
-    /// (0 in the padding).
+    /// (`pad` in the padding).
     #[inline(always)]
-    fn im2col(&self, x_g: &[f32], cg: usize, oys: std::ops::Range<usize>, cols: &mut [f32]) {
+    pub(crate) fn im2col<T: Copy>(
+        &self,
+        x_g: &[T],
+        cg: usize,
+        oys: std::ops::Range<usize>,
+        cols: &mut [T],
+        pad: T,
+    ) {
         let ow = self.ow();
         let width = oys.len() * ow;
         let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
@@ -207,12 +214,12 @@ impl Conv2d<'_> {
                         let a = oys.clone().find(|&oy| rows_of(oy).is_some());
                         let b = oys.clone().rev().find(|&oy| rows_of(oy).is_some());
                         let (Some(a), Some(b), true) = (a, b, lo < hi) else {
-                            row.fill(0.0);
+                            row.fill(pad);
                             continue;
                         };
                         let (d0, d1) = ((a - oys.start) * ow, (b + 1 - oys.start) * ow);
-                        row[..d0].fill(0.0);
-                        row[d1..].fill(0.0);
+                        row[..d0].fill(pad);
+                        row[d1..].fill(pad);
                         let dst = &mut row[d0..d1];
                         let s0 =
                             (rows_of(a).unwrap_or(0) * self.w + kx * dw) as isize - pw as isize;
@@ -221,8 +228,8 @@ impl Conv2d<'_> {
                         let off = (src_lo as isize - s0) as usize;
                         dst[off..off + (src_hi - src_lo)].copy_from_slice(&plane[src_lo..src_hi]);
                         for line in dst.chunks_exact_mut(ow) {
-                            zero_few(&mut line[..lo]);
-                            zero_few(&mut line[hi..]);
+                            fill_few(&mut line[..lo], pad);
+                            fill_few(&mut line[hi..], pad);
                         }
                         continue;
                     }
@@ -230,12 +237,12 @@ impl Conv2d<'_> {
                         let dst = &mut row[(oy - oys.start) * ow..][..ow];
                         let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
                         else {
-                            dst.fill(0.0);
+                            dst.fill(pad);
                             continue;
                         };
                         let src = &plane[iy * self.w..][..self.w];
-                        dst[..lo].fill(0.0);
-                        dst[hi.max(lo)..].fill(0.0);
+                        dst[..lo].fill(pad);
+                        dst[hi.max(lo)..].fill(pad);
                         if lo < hi {
                             let first = lo * sw + kx * dw - pw;
                             if sw == 1 {
@@ -436,23 +443,29 @@ fn run_conv_transpose2d(
 }
 }
 
-/// Zeroes a slice that is usually one or two elements long, without a `memset` call for those.
+/// Fills a slice that is usually one or two elements long, without a `memset` call for those.
 #[inline(always)]
-fn zero_few(s: &mut [f32]) {
+fn fill_few<T: Copy>(s: &mut [T], v: T) {
     match s {
         [] => {}
-        [a] => *a = 0.0,
+        [a] => *a = v,
         [a, b] => {
-            *a = 0.0;
-            *b = 0.0;
+            *a = v;
+            *b = v;
         }
-        _ => s.fill(0.0),
+        _ => s.fill(v),
     }
 }
 
 /// The output columns `lo..hi` whose input column `ox * stride + offset - pad` lies in
 /// `0..width`.
-fn valid_span(ow: usize, stride: usize, offset: usize, pad: usize, width: usize) -> (usize, usize) {
+pub(crate) fn valid_span(
+    ow: usize,
+    stride: usize,
+    offset: usize,
+    pad: usize,
+    width: usize,
+) -> (usize, usize) {
     // ox * stride + offset >= pad  and  ox * stride + offset - pad < width
     let lo = pad.saturating_sub(offset).div_ceil(stride);
     let hi = if width + pad > offset {

@@ -12,6 +12,9 @@
 pub mod conv2d;
 pub mod lstm;
 pub mod math;
+pub mod qconv;
+pub mod qgemm;
+pub mod qmatmul;
 pub(crate) mod simd;
 
 use std::cell::Cell;
@@ -21,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::kernel::PostOp;
 
 /// The environment variable that picks the level of [`ISAS`] the CPU EP runs:
-/// `EPX_CPU_KERNELS=avx2`, `portable` or `reference` (the reference kernels alone: no fast
+/// `EPX_CPU_KERNELS=avx512-vnni`, `avx2`, `portable` or `reference` (the reference kernels alone: no fast
 /// kernels, no fused chains). Unset, the best level the CPU has. Read once per process; a level
 /// that is unknown, or needs features this CPU lacks, makes creating a CPU EP fail with the
 /// reason ([`configured_isa`]).
@@ -43,16 +46,27 @@ pub struct Isa {
     pub fast: bool,
     /// The hot loops run their AVX2+FMA copies.
     pub wide: bool,
+    /// The integer GEMM runs its AVX-512 VNNI kernel ([`qgemm`]).
+    pub vnni: bool,
 }
 
 /// The levels, best first; the last two are always available.
-pub static ISAS: [Isa; 3] = [
+pub static ISAS: [Isa; 4] = [
+    Isa {
+        key: "avx512-vnni",
+        name: "x86-64 AVX-512 VNNI (+AVX2+FMA)",
+        available: simd::cpu_has_avx512_vnni,
+        fast: true,
+        wide: true,
+        vnni: true,
+    },
     Isa {
         key: "avx2",
         name: "x86-64 AVX2+FMA",
         available: simd::cpu_has_avx2_fma,
         fast: true,
         wide: true,
+        vnni: false,
     },
     Isa {
         key: "portable",
@@ -60,6 +74,7 @@ pub static ISAS: [Isa; 3] = [
         available: || true,
         fast: true,
         wide: false,
+        vnni: false,
     },
     Isa {
         key: "reference",
@@ -67,6 +82,7 @@ pub static ISAS: [Isa; 3] = [
         available: || true,
         fast: false,
         wide: false,
+        vnni: false,
     },
 ];
 

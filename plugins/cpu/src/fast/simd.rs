@@ -15,6 +15,21 @@ pub(crate) fn cpu_has_avx2_fma() -> bool {
     }
 }
 
+/// Whether the CPU has AVX-512F/BW with VNNI, besides AVX2 and FMA.
+pub(crate) fn cpu_has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cpu_has_avx2_fma()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// `multiversion! { pub fn name(args) -> R { body } }` defines `name` so that `body` runs
 /// compiled with AVX2 and FMA enabled where the active row of [`super::ISAS`] is wide, and as
 /// baseline code elsewhere.

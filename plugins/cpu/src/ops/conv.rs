@@ -21,7 +21,7 @@ pub fn register(reg: &mut Registry) {
 }
 
 /// A 1-D geometry as the 2-D one of height 1 (kernel height 1, no vertical stride or padding).
-fn as_2d(geo: &Spatial) -> Spatial {
+pub(crate) fn as_2d(geo: &Spatial) -> Spatial {
     let two = |unit: usize, v: &[usize]| vec![unit, v[0]];
     Spatial {
         kernel: two(1, &geo.kernel),
@@ -76,10 +76,10 @@ impl Conv {
             }
             None => ws[2..].to_vec(),
         };
-        if let Some(b) = &b {
-            if b.shape() != [m] {
-                bail!("{op}: B must have shape [{m}], got {:?}", b.shape());
-            }
+        if let Some(b) = &b
+            && b.shape() != [m]
+        {
+            bail!("{op}: B must have shape [{m}], got {:?}", b.shape());
         }
         let in_sp = &xs[2..];
         let geo = self.attrs.resolve(op, in_sp, &kernel)?;

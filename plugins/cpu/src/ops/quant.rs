@@ -13,12 +13,18 @@
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
 
+use std::sync::{Arc, Mutex};
+
+use super::conv::as_2d;
 use super::util::{
-    c_strides, float_values, for_each_index, input, is_float_type, normalize_axis, opt_input,
-    tensor_from_f64,
+    SpatialAttrs, c_strides, float_values, for_each_index, input, is_float_type, kernel_dims,
+    normalize_axis, opt_input, tensor_from_f64,
 };
 use super::{add, one};
 use crate::bail;
+use crate::fast::conv2d::Conv2d;
+use crate::fast::qconv::{self, PackedConv};
+use crate::fast::qmatmul::{self, PackedB};
 use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
 use crate::narrow::{I2, I4, NarrowCast, U2, U4};
 use crate::tensor::{Tensor, TensorRef};
@@ -35,7 +41,7 @@ pub(crate) fn round_even_f32(x: f32) -> f32 {
 
 /// [`round_even_f32`] for f64, exact for |x| < 2^51.
 #[inline]
-fn round_even_f64(x: f64) -> f64 {
+pub(crate) fn round_even_f64(x: f64) -> f64 {
     const M: f64 = 6_755_399_441_055_744.0;
     let x = x.clamp(-2_251_799_813_685_248.0, 2_251_799_813_685_248.0);
     (x + M) - M
@@ -758,12 +764,129 @@ fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<us
     }
 }
 
+/// The 8-bit matrix product fast path of MatMulInteger and QLinearMatMul
+/// ([`crate::fast::qmatmul`]): `B` two-dimensional (packed once while it stays the same), or
+/// with the batch dimensions of `A` (packed per batch).
+#[derive(Default)]
+struct FastQMatMul {
+    cache: PackCache<PackedB>,
+}
+
+impl FastQMatMul {
+    /// `A · B` with their zero points into `out`, with the output shape; `None` where the
+    /// fast path does not apply and the general path runs.
+    fn run(
+        &self,
+        (a, azp): (&TensorRef<'_>, Option<&TensorRef<'_>>),
+        (b, bzp): (&TensorRef<'_>, Option<&TensorRef<'_>>),
+        out: &qmatmul::Output<'_>,
+    ) -> Option<(Vec<usize>, qconv::Result)> {
+        if !crate::fast::enabled() {
+            return None;
+        }
+        let (sa, sb) = (a.shape(), b.shape());
+        if sa.len() < 2 || sb.len() < 2 {
+            return None;
+        }
+        let (k, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        if sa[sa.len() - 1] != k || (sb.len() > 2 && sb[..sb.len() - 2] != sa[..sa.len() - 2]) {
+            return None;
+        }
+        let [za] = zero_points(azp, a.elem_type())?[..] else {
+            return None;
+        };
+        let zb = zero_points(bzp, b.elem_type())?;
+        if zb.len() != 1 && (zb.len() != n || bzp.is_some_and(|z| z.ndim() != 1)) {
+            return None;
+        }
+        let (ab, a_signed) = bytes_of(a)?;
+        let (bb, b_signed) = bytes_of(b)?;
+        let mut shape = sa.to_vec();
+        *shape.last_mut()? = n;
+        let rows: usize = sa[..sa.len() - 1].iter().product();
+        let batches = if sb.len() > 2 {
+            sb[..sb.len() - 2].iter().product()
+        } else {
+            1
+        };
+        let mut bytes = Vec::new();
+        let mut ints = Vec::new();
+        match out {
+            qmatmul::Output::Int32 => ints = vec![0i32; rows * n],
+            qmatmul::Output::Bytes { .. } => bytes = vec![0u8; rows * n],
+        }
+        let per = rows / batches.max(1);
+        for i in 0..batches {
+            let packed = if batches == 1 {
+                self.cache
+                    .get(&bb, &zb, [k, n, usize::from(b_signed), 0], || {
+                        PackedB::new(&bb, b_signed, (k, n), &zb)
+                    })?
+            } else {
+                Arc::new(PackedB::new(
+                    &bb[i * k * n..][..k * n],
+                    b_signed,
+                    (k, n),
+                    &zb,
+                )?)
+            };
+            let dst = match out {
+                qmatmul::Output::Int32 => qmatmul::Dst::Int32(&mut ints[i * per * n..][..per * n]),
+                qmatmul::Output::Bytes { .. } => {
+                    qmatmul::Dst::Bytes(&mut bytes[i * per * n..][..per * n])
+                }
+            };
+            qmatmul::run(
+                &ab[i * per * k..][..per * k],
+                a_signed,
+                za,
+                &packed,
+                out,
+                dst,
+            )?;
+        }
+        Some((
+            shape,
+            match out {
+                qmatmul::Output::Int32 => qconv::Result::Int32(ints),
+                qmatmul::Output::Bytes { .. } => qconv::Result::Bytes(bytes),
+            },
+        ))
+    }
+}
+
+/// An 8-bit result as a uint8 or int8 tensor.
+fn byte_tensor(shape: &[usize], v: Vec<u8>, signed: bool) -> OpResult<Tensor> {
+    if signed {
+        Tensor::from_vec(shape, v.into_iter().map(|b| b as i8).collect::<Vec<i8>>())
+    } else {
+        Tensor::from_vec(shape, v)
+    }
+}
+
+/// The scalar uint8 or int8 output zero point `zp`, as a value and whether it is signed.
+fn output_zero_point(zp: &TensorRef<'_>) -> Option<(f64, bool)> {
+    match zp {
+        TensorRef::U8(z) if z.len() == 1 => z.iter().next().map(|&z| (f64::from(z), false)),
+        TensorRef::I8(z) if z.len() == 1 => z.iter().next().map(|&z| (f64::from(z), true)),
+        _ => None,
+    }
+}
+
 fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let mm = inner_kernel(n, "MatMul", 13, &[])?;
+    let fast = FastQMatMul::default();
     Ok(kernel(move |inputs| {
         let a = input(&op, inputs, 0)?;
         let b = input(&op, inputs, 1)?;
+        if let Some((shape, qconv::Result::Int32(v))) = fast.run(
+            (a, opt_input(inputs, 2)),
+            (b, opt_input(inputs, 3)),
+            &qmatmul::Output::Int32,
+        ) {
+            return one(Tensor::from_vec(&shape, v));
+        }
         let ra = a.ndim().saturating_sub(2);
         let rb = b.ndim().saturating_sub(1);
         let (shape, v) = integer_product(
@@ -850,6 +973,7 @@ fn requantize(
 fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let mm = inner_kernel(n, "MatMul", 13, &[])?;
+    let fast = FastQMatMul::default();
     Ok(kernel(move |inputs| {
         let a = input(&op, inputs, 0)?;
         let b = input(&op, inputs, 3)?;
@@ -862,6 +986,20 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             scalar_f64(&op, "b_scale", input(&op, inputs, 4)?)?,
             scalar_f64(&op, "y_scale", input(&op, inputs, 6)?)?,
         );
+        let yzp = input(&op, inputs, 7)?;
+        if let Some((zy, signed)) = output_zero_point(yzp)
+            && let Some((shape, qconv::Result::Bytes(v))) = fast.run(
+                (a, opt_input(inputs, 2)),
+                (b, opt_input(inputs, 5)),
+                &qmatmul::Output::Bytes {
+                    factors: &[f],
+                    zy,
+                    signed,
+                },
+            )
+        {
+            return one(byte_tensor(&shape, v, signed));
+        }
         let (shape, acc) = integer_product(
             &op,
             mm.as_ref(),
@@ -889,12 +1027,178 @@ const CONV_ATTRS: [&str; 6] = [
     "strides",
 ];
 
+/// The bytes of an 8-bit tensor (int8 as its bits), with whether it is signed; `None` for
+/// other types.
+fn bytes_of<'a>(t: &'a TensorRef<'_>) -> Option<(std::borrow::Cow<'a, [u8]>, bool)> {
+    match t {
+        TensorRef::U8(a) => Some((flat(a), false)),
+        TensorRef::I8(a) => Some((
+            match flat(a) {
+                std::borrow::Cow::Borrowed(s) => {
+                    std::borrow::Cow::Borrowed(bytemuck::cast_slice::<i8, u8>(s))
+                }
+                std::borrow::Cow::Owned(v) => {
+                    std::borrow::Cow::Owned(v.into_iter().map(|b| b as u8).collect())
+                }
+            },
+            true,
+        )),
+        _ => None,
+    }
+}
+
+/// The zero points of an 8-bit tensor of type `ty` (0 when absent); `None` when `zp` has
+/// another type.
+fn zero_points(zp: Option<&TensorRef<'_>>, ty: ElementType) -> Option<Vec<i32>> {
+    match zp {
+        None => Some(vec![0]),
+        Some(z) if z.elem_type() == ty => match z {
+            TensorRef::U8(z) => Some(z.iter().map(|&v| i32::from(v)).collect()),
+            TensorRef::I8(z) => Some(z.iter().map(|&v| i32::from(v)).collect()),
+            _ => None,
+        },
+        Some(_) => None,
+    }
+}
+
+/// The weights a convolution kernel packed last, with what they were packed from: a run with
+/// the same weight bytes (a constant, every run) reuses them.
+struct PackCache<T>(Mutex<Option<PackKey<T>>>);
+
+type PackKey<T> = (Vec<u8>, Vec<i32>, [usize; 4], Arc<T>);
+
+impl<T> Default for PackCache<T> {
+    fn default() -> Self {
+        PackCache(Mutex::new(None))
+    }
+}
+
+impl<T> PackCache<T> {
+    fn get(
+        &self,
+        w: &[u8],
+        zw: &[i32],
+        dims: [usize; 4],
+        make: impl FnOnce() -> Option<T>,
+    ) -> Option<Arc<T>> {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((bytes, z, d, packed)) = slot.as_ref()
+            && bytes.as_slice() == w
+            && z.as_slice() == zw
+            && *d == dims
+        {
+            return Some(packed.clone());
+        }
+        let packed = Arc::new(make()?);
+        *slot = Some((w.to_vec(), zw.to_vec(), dims, packed.clone()));
+        Some(packed)
+    }
+}
+
+/// The 8-bit convolution fast path of ConvInteger and QLinearConv ([`crate::fast::qconv`]).
+struct FastQConv {
+    attrs: SpatialAttrs,
+    group: usize,
+    cache: PackCache<PackedConv>,
+}
+
+impl FastQConv {
+    fn new(n: &NodeDef) -> OpResult<Self> {
+        let group = n.attr_int_or("group", 1)?;
+        Ok(FastQConv {
+            attrs: SpatialAttrs::parse(n)?,
+            group: usize::try_from(group).unwrap_or(0),
+            cache: PackCache::default(),
+        })
+    }
+
+    /// The convolution of 8-bit `x` by 8-bit `w` into `out`, with the output shape; `None`
+    /// where the fast path does not apply (other types or ranks, shapes the general path
+    /// rejects, the reference level), and the general path runs.
+    fn run(
+        &self,
+        op: &str,
+        (x, xzp): (&TensorRef<'_>, Option<&TensorRef<'_>>),
+        (w, wzp): (&TensorRef<'_>, Option<&TensorRef<'_>>),
+        out: &qconv::Output<'_>,
+    ) -> Option<(Vec<usize>, qconv::Result)> {
+        if !crate::fast::enabled() {
+            return None;
+        }
+        let (xs, ws) = (x.shape(), w.shape());
+        if !matches!(xs.len(), 3 | 4) || ws.len() != xs.len() {
+            return None;
+        }
+        let [zx] = zero_points(xzp, x.elem_type())?[..] else {
+            return None;
+        };
+        let zw = zero_points(wzp, w.elem_type())?;
+        let (xb, x_signed) = bytes_of(x)?;
+        let (wb, w_signed) = bytes_of(w)?;
+        let (nb, c, m, cg, g) = (xs[0], xs[1], ws[0], ws[1], self.group);
+        if g == 0 || c != cg * g || m % g != 0 || (zw.len() != 1 && zw.len() != m) {
+            return None;
+        }
+        let kernel = ws[2..].to_vec();
+        if let Some(k) = &self.attrs.kernel_shape
+            && kernel_dims(op, k).ok()? != kernel
+        {
+            return None;
+        }
+        let geo = self.attrs.resolve(op, &xs[2..], &kernel).ok()?;
+        let ((h, wd), (kh, kw), geo2) = match (&xs[2..], &kernel[..]) {
+            ([h, wd], [kh, kw]) => ((*h, *wd), (*kh, *kw), geo.clone()),
+            ([wd], [kw]) => ((1, *wd), (1, *kw), as_2d(&geo)),
+            _ => return None,
+        };
+        let depth = cg * kh * kw;
+        let depthwise = cg == 1 && m == g;
+        let packed = self
+            .cache
+            .get(&wb, &zw, [m, depth, g, usize::from(w_signed)], || {
+                PackedConv::new(&wb, w_signed, (m, depth, g), depthwise, &zw)
+            })?;
+        let conv = Conv2d {
+            n: nb,
+            c,
+            h,
+            w: wd,
+            m,
+            group: g,
+            kh,
+            kw,
+            geo: &geo2,
+        };
+        let input = qconv::Input {
+            x: &xb,
+            signed: x_signed,
+            zx,
+        };
+        let r = qconv::run(&conv, &input, &packed, out)?;
+        let mut shape = vec![nb, m];
+        shape.extend_from_slice(&geo.out);
+        Some((shape, r))
+    }
+}
+
 fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
+    let fast = FastQConv::new(n)?;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 1)?;
+        if let Some((shape, qconv::Result::Int32(v))) = fast.run(
+            &op,
+            (x, opt_input(inputs, 2)),
+            (w, opt_input(inputs, 3)),
+            &qconv::Output::Int32,
+        ) {
+            return one(Tensor::from_vec(&shape, v));
+        }
         let (shape, v) = integer_product(
             &op,
             conv.as_ref(),
@@ -911,6 +1215,7 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
+    let fast = FastQConv::new(n)?;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 3)?;
@@ -925,13 +1230,6 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 ws.shape()
             );
         }
-        let (shape, acc) = integer_product(
-            &op,
-            conv.as_ref(),
-            (x, "x", opt_input(inputs, 2), 1),
-            (w, "w", opt_input(inputs, 5), 0),
-            conv_depth(w),
-        )?;
         let bias = match opt_input(inputs, 8) {
             Some(b) => {
                 if b.elem_type() != ElementType::Int32 || b.shape() != [m] {
@@ -945,12 +1243,34 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             None => vec![0.0; m],
         };
-        let plane: usize = shape.get(2..).map_or(1, |s| s.iter().product());
         let ty = input(&op, inputs, 1)?.elem_type();
         let factors: Vec<f64> = (0..m)
             .map(|c| scale_factor(ty, sx, if wsv.len() == 1 { wsv[0] } else { wsv[c] }, sy))
             .collect();
         let yzp = input(&op, inputs, 7)?;
+        if let Some((zy, signed)) = output_zero_point(yzp)
+            && let Some((shape, qconv::Result::Bytes(v))) = fast.run(
+                &op,
+                (x, opt_input(inputs, 2)),
+                (w, opt_input(inputs, 5)),
+                &qconv::Output::Bytes {
+                    bias: &bias,
+                    factors: &factors,
+                    zy,
+                    signed,
+                },
+            )
+        {
+            return one(byte_tensor(&shape, v, signed));
+        }
+        let (shape, acc) = integer_product(
+            &op,
+            conv.as_ref(),
+            (x, "x", opt_input(inputs, 2), 1),
+            (w, "w", opt_input(inputs, 5), 0),
+            conv_depth(w),
+        )?;
+        let plane: usize = shape.get(2..).map_or(1, |s| s.iter().product());
         if let Some(t) = crate::fast::enabled()
             .then(|| requantize_planes(&acc, &shape, plane, &bias, &factors, yzp))
             .flatten()
@@ -1099,6 +1419,291 @@ mod tests {
                 .map(|&v| i64::from(v))
                 .collect();
             assert_eq!(got, want, "depth {k}");
+        }
+    }
+
+    /// The 8-bit matrix product fast path ([`qmatmul`]) on every level gives the general
+    /// path's exact answers: MatMulInteger and QLinearMatMul, uint8 and int8 operands and
+    /// outputs, per-column zero points of B, a 2-D B and a batched one.
+    #[test]
+    fn fast_integer_matmul_equals_the_general_path() {
+        let mut seed = 5u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as u8
+        };
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        let cases: [(&[usize], &[usize]); 4] = [
+            (&[5, 37], &[37, 19]),
+            (&[2, 3, 70], &[70, 40]),
+            (&[2, 9, 33], &[2, 33, 7]),
+            (&[1, 65], &[65, 1]),
+        ];
+        for (ci, (sa, sb)) in cases.into_iter().enumerate() {
+            let n = sb[sb.len() - 1];
+            let ab: Vec<u8> = (0..sa.iter().product()).map(|_| rnd()).collect();
+            let bb: Vec<u8> = (0..sb.iter().product()).map(|_| rnd()).collect();
+            for (a_signed, b_signed, per_column, y_signed) in [
+                (false, true, false, false),
+                (true, true, true, true),
+                (false, false, true, false),
+                (true, false, false, true),
+            ] {
+                let bytes = |v: &[u8], shape: &[usize], signed: bool| {
+                    if signed {
+                        t(shape, v.iter().map(|&b| b as i8).collect::<Vec<i8>>())
+                    } else {
+                        t(shape, v.to_vec())
+                    }
+                };
+                let a = bytes(&ab, sa, a_signed);
+                let b = bytes(&bb, sb, b_signed);
+                let za = bytes(&[rnd()], &[], a_signed);
+                let zb = if per_column && sb.len() == 2 {
+                    bytes(&(0..n).map(|_| rnd()).collect::<Vec<u8>>(), &[n], b_signed)
+                } else {
+                    bytes(&[rnd()], &[], b_signed)
+                };
+                let zy = bytes(&[rnd()], &[], y_signed);
+                let fast = FastQMatMul::default();
+                let portable = crate::fast::ISAS.iter().find(|i| i.key == "portable");
+                let taken = crate::fast::with_isa(portable.expect("a portable level"), || {
+                    fast.run(
+                        (&a.view(), Some(&za.view())),
+                        (&b.view(), Some(&zb.view())),
+                        &qmatmul::Output::Int32,
+                    )
+                    .is_some()
+                });
+                assert_eq!(taken, Some(true), "case {ci}");
+                let integer = vec![
+                    Some(a.clone()),
+                    Some(b.clone()),
+                    Some(za.clone()),
+                    Some(zb.clone()),
+                ];
+                let qlinear = vec![
+                    Some(a.clone()),
+                    Some(Tensor::scalar(0.03f32)),
+                    Some(za.clone()),
+                    Some(b.clone()),
+                    Some(Tensor::scalar(0.011f32)),
+                    Some(zb.clone()),
+                    Some(Tensor::scalar(0.9f32)),
+                    Some(zy.clone()),
+                ];
+                for (op, inputs) in [("MatMulInteger", integer), ("QLinearMatMul", qlinear)] {
+                    if op == "QLinearMatMul" && per_column {
+                        continue;
+                    }
+                    let k = NodeDef::new(op, 10).with_io(inputs.len(), 1);
+                    let want = crate::fast::with_isa(reference, || run(k.clone(), inputs.clone()))
+                        .expect("the reference level")
+                        .unwrap();
+                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                        let Some(got) =
+                            crate::fast::with_isa(isa, || run(k.clone(), inputs.clone()))
+                        else {
+                            println!("{op}: {} skipped (this CPU lacks it)", isa.name);
+                            continue;
+                        };
+                        let got = got.unwrap();
+                        assert_eq!(got[0].shape(), want[0].shape(), "{op} case {ci}");
+                        assert_eq!(got[0].elem_type(), want[0].elem_type(), "{op} case {ci}");
+                        assert_eq!(
+                            got[0].view().to_f64_vec(),
+                            want[0].view().to_f64_vec(),
+                            "{op} case {ci} ({a_signed}, {b_signed}, {per_column}) on {}",
+                            isa.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The 8-bit convolution fast path ([`qconv`]) on every level gives the general path's
+    /// exact answers: QLinearConv and ConvInteger, uint8 and int8 inputs, weights and outputs,
+    /// per-tensor and per-channel weight zero points, for the GEMM (with im2col and 1×1),
+    /// depthwise, grouped, strided, dilated, asymmetrically padded and 1-D cases.
+    #[test]
+    fn fast_integer_convolution_equals_the_general_path() {
+        let mut seed = 17u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as u8
+        };
+        let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+        // (x shape, w shape, group, strides, pads, dilations)
+        type Case = (Vec<usize>, Vec<usize>, i64, Vec<i64>, Vec<i64>, Vec<i64>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![1, 5, 9, 11],
+                vec![7, 5, 3, 3],
+                1,
+                vec![1, 1],
+                vec![1, 1, 1, 1],
+                vec![1, 1],
+            ),
+            (
+                vec![2, 6, 8, 8],
+                vec![9, 6, 1, 1],
+                1,
+                vec![1, 1],
+                vec![0, 0, 0, 0],
+                vec![1, 1],
+            ),
+            (
+                vec![1, 6, 10, 9],
+                vec![6, 1, 3, 3],
+                6,
+                vec![2, 2],
+                vec![1, 1, 1, 1],
+                vec![1, 1],
+            ),
+            (
+                vec![1, 8, 7, 7],
+                vec![6, 4, 3, 3],
+                2,
+                vec![1, 2],
+                vec![2, 1, 0, 2],
+                vec![2, 2],
+            ),
+            (
+                vec![1, 4, 50],
+                vec![5, 4, 7],
+                1,
+                vec![3],
+                vec![3, 2],
+                vec![1],
+            ),
+            (
+                vec![1, 3, 40, 36],
+                vec![40, 3, 3, 3],
+                1,
+                vec![2, 2],
+                vec![1, 1, 1, 1],
+                vec![1, 1],
+            ),
+        ];
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        for (ci, (xs, ws, group, strides, pads, dil)) in cases.into_iter().enumerate() {
+            let nx: usize = xs.iter().product();
+            let nw: usize = ws.iter().product();
+            let m = ws[0];
+            let xb: Vec<u8> = (0..nx).map(|_| rnd()).collect();
+            let wb: Vec<u8> = (0..nw).map(|_| rnd()).collect();
+            for (x_signed, w_signed, per_channel, y_signed) in [
+                (false, true, false, false),
+                (true, true, true, true),
+                (false, false, true, true),
+                (true, false, false, false),
+            ] {
+                let bytes = |v: &[u8], shape: &[usize], signed: bool| {
+                    if signed {
+                        t(shape, v.iter().map(|&b| b as i8).collect::<Vec<i8>>())
+                    } else {
+                        t(shape, v.to_vec())
+                    }
+                };
+                let x = bytes(&xb, &xs, x_signed);
+                let w = bytes(&wb, &ws, w_signed);
+                let zx = bytes(&[rnd()], &[], x_signed);
+                let zw = if per_channel {
+                    let z: Vec<u8> = (0..m).map(|_| rnd()).collect();
+                    bytes(&z, &[m], w_signed)
+                } else {
+                    bytes(&[rnd()], &[], w_signed)
+                };
+                let zy = bytes(&[rnd()], &[], y_signed);
+                let bias = t(
+                    &[m],
+                    (0..m).map(|i| i as i32 * 977 - 3000).collect::<Vec<i32>>(),
+                );
+                let ws_scale = t(
+                    &[m],
+                    (0..m)
+                        .map(|i| 0.002 + i as f32 * 1e-4)
+                        .collect::<Vec<f32>>(),
+                );
+                let node = |op: &str, io: usize| {
+                    NodeDef::new(op, 10)
+                        .with_io(io, 1)
+                        .with_attr("group", AttrValue::Int(group))
+                        .with_attr("strides", ints(&strides))
+                        .with_attr("pads", ints(&pads))
+                        .with_attr("dilations", ints(&dil))
+                };
+                let qlinear = vec![
+                    Some(x.clone()),
+                    Some(Tensor::scalar(0.05f32)),
+                    Some(zx.clone()),
+                    Some(w.clone()),
+                    Some(ws_scale.clone()),
+                    Some(zw.clone()),
+                    Some(Tensor::scalar(0.7f32)),
+                    Some(zy.clone()),
+                    Some(bias.clone()),
+                ];
+                let integer = vec![
+                    Some(x.clone()),
+                    Some(w.clone()),
+                    Some(zx.clone()),
+                    Some(zw.clone()),
+                ];
+                // The fast path takes every case (else this would compare the general path
+                // with itself).
+                let fast = FastQConv::new(&node("ConvInteger", 4)).unwrap();
+                let portable = crate::fast::ISAS.iter().find(|i| i.key == "portable");
+                let taken = crate::fast::with_isa(portable.expect("a portable level"), || {
+                    fast.run(
+                        "ConvInteger",
+                        (&x.view(), Some(&zx.view())),
+                        (&w.view(), Some(&zw.view())),
+                        &qconv::Output::Int32,
+                    )
+                    .is_some()
+                });
+                assert_eq!(taken, Some(true), "case {ci}");
+                for (op, inputs) in [("QLinearConv", qlinear), ("ConvInteger", integer)] {
+                    let k = node(op, inputs.len());
+                    let want = crate::fast::with_isa(reference, || run(k.clone(), inputs.clone()))
+                        .expect("the reference level")
+                        .unwrap();
+                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                        let Some(got) =
+                            crate::fast::with_isa(isa, || run(k.clone(), inputs.clone()))
+                        else {
+                            println!("{op}: {} skipped (this CPU lacks it)", isa.name);
+                            continue;
+                        };
+                        let got = got.unwrap();
+                        assert_eq!(got[0].shape(), want[0].shape());
+                        assert_eq!(
+                            got[0].elem_type(),
+                            want[0].elem_type(),
+                            "{op} case {ci} on {}",
+                            isa.name
+                        );
+                        assert_eq!(
+                            got[0].view().to_f64_vec(),
+                            want[0].view().to_f64_vec(),
+                            "{op} case {ci} ({x_signed}, {w_signed}, {per_channel}) on {}",
+                            isa.name
+                        );
+                    }
+                }
+            }
         }
     }
 

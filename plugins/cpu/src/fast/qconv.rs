@@ -1,0 +1,490 @@
+//! The 8-bit convolution fast path of QLinearConv and ConvInteger (NCHW, 1-D and 2-D): the
+//! integer GEMM of [`super::qgemm`] on the column matrix of the input bytes, with the zero
+//! points, the bias and the requantization applied to each panel while it is in cache.
+//!
+//! - **depthwise** (one input and one output channel per group): a direct i32 loop per tap over
+//!   contiguous output rows;
+//! - **1×1, stride 1, no padding**: the input planes are the column matrix;
+//! - **everything else**: im2col on the bytes (the padding holds the input zero point, so it
+//!   adds nothing), a band of output rows at a time.
+//!
+//! The weights are packed once per weight tensor ([`PackedConv`]); int8 activations and uint8
+//! weights are moved into the kernel's u8 × i8 domain by ±128 with their zero points.
+
+use super::conv2d::{Conv2d, valid_span};
+use super::qgemm::{self, Cols, NR, QWeights};
+use crate::ops::quant::round_even_f64;
+use crate::par::Disjoint;
+
+/// The weights of one convolution, packed for the integer GEMM.
+#[derive(Debug)]
+pub struct PackedConv {
+    /// Output channels, and input channels times taps per group.
+    m: usize,
+    depth: usize,
+    group: usize,
+    /// Per group, `[m / group] × depth`; empty when depthwise.
+    groups: Vec<QWeights>,
+    /// The centered weights `w - zw`, `[m] × taps`, for the depthwise loop (else empty).
+    centered: Vec<i32>,
+    /// Each channel's weight zero point in the kernel's domain.
+    zw: Vec<i32>,
+}
+
+impl PackedConv {
+    /// Packs `w` (`[m, depth]` bytes; `signed`: int8, else uint8) with its zero points (`zw`:
+    /// one, or one per output channel, in `w`'s own domain), for the depthwise loop when each
+    /// group has one input and one output channel, else for the GEMM. `None` when the depth is
+    /// past [`MAX_DEPTH`].
+    pub fn new(
+        w: &[u8],
+        signed: bool,
+        (m, depth, group): (usize, usize, usize),
+        depthwise: bool,
+        zw: &[i32],
+    ) -> Option<PackedConv> {
+        if depth > MAX_DEPTH
+            || group == 0
+            || m % group != 0
+            || w.len() != m * depth
+            || (zw.len() != 1 && zw.len() != m)
+        {
+            return None;
+        }
+        // The kernel's domain is signed: uint8 weights are w - 128, with their zero points.
+        let shift = if signed { 0 } else { 128 };
+        let zw: Vec<i32> = (0..m)
+            .map(|c| zw[if zw.len() == 1 { 0 } else { c }] - shift)
+            .collect();
+        let val = |b: u8| {
+            if signed {
+                i32::from(b as i8)
+            } else {
+                i32::from(b) - 128
+            }
+        };
+        let mg = m / group;
+        let (groups, centered) = if depthwise {
+            let centered = w
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| val(b) - zw[i / depth.max(1)])
+                .collect();
+            (Vec::new(), centered)
+        } else {
+            let groups = (0..group)
+                .map(|g| {
+                    let wg: Vec<i8> = w[g * mg * depth..][..mg * depth]
+                        .iter()
+                        .map(|&b| val(b) as i8)
+                        .collect();
+                    let ones = zw[g * mg..][..mg].iter().any(|&z| z != 0);
+                    QWeights::pack(&wg, mg, depth, ones)
+                })
+                .collect();
+            (groups, Vec::new())
+        };
+        Some(PackedConv {
+            m,
+            depth,
+            group,
+            groups,
+            centered,
+            zw,
+        })
+    }
+}
+
+/// The deepest convolution whose exact sums `Σ (w - zw)(x - zx)` fit in i32 (`· 255 · 255`).
+pub const MAX_DEPTH: usize = 32_768;
+
+/// What the accumulators become.
+#[derive(Clone, Copy, Debug)]
+pub enum Output<'a> {
+    /// ConvInteger: the i32 sums themselves.
+    Int32,
+    /// QLinearConv: `round((acc + bias[c]) · factor[c] + zy)`, saturated to u8 or i8.
+    Bytes {
+        bias: &'a [f64],
+        factors: &'a [f64],
+        zy: f64,
+        signed: bool,
+    },
+}
+
+/// The result of [`run`]: bytes (u8, or i8 bits) or i32.
+pub enum Result {
+    Bytes(Vec<u8>),
+    Int32(Vec<i32>),
+}
+
+/// The input of [`run`]: the bytes of `x` (`[n, c, h, w]`; `signed`: int8 bits) and its zero
+/// point in its own domain.
+pub struct Input<'a> {
+    pub x: &'a [u8],
+    pub signed: bool,
+    pub zx: i32,
+}
+
+crate::multiversion! {
+/// The convolution of `x` by `w` with geometry `conv`; `None` when the shapes do not match the
+/// packed weights.
+pub fn run(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, out: &Output<'_>) -> Option<Result> {
+    run_inline(conv, x, w, out)
+}
+}
+
+#[inline(always)]
+fn run_inline(
+    conv: &Conv2d<'_>,
+    x: &Input<'_>,
+    w: &PackedConv,
+    out: &Output<'_>,
+) -> Option<Result> {
+    let (oh, ow) = (conv.oh(), conv.ow());
+    let plane_out = oh * ow;
+    let plane_in = conv.h * conv.w;
+    let cg = conv.c / conv.group.max(1);
+    let mg = conv.m / conv.group.max(1);
+    if conv.group != w.group
+        || conv.m != w.m
+        || cg * conv.kh * conv.kw != w.depth
+        || x.x.len() != conv.n * conv.c * plane_in
+    {
+        return None;
+    }
+    let total = conv.n * conv.m * plane_out;
+    let mut bytes = Vec::new();
+    let mut ints = Vec::new();
+    match out {
+        Output::Int32 => ints = vec![0i32; total],
+        Output::Bytes { .. } => bytes = vec![0u8; total],
+    }
+    if total == 0 {
+        return Some(match out {
+            Output::Int32 => Result::Int32(ints),
+            Output::Bytes { .. } => Result::Bytes(bytes),
+        });
+    }
+    let store = Store {
+        bytes: Disjoint::new(&mut bytes),
+        ints: Disjoint::new(&mut ints),
+        out: *out,
+    };
+    // The input zero point in the kernel's (unsigned) domain.
+    let zx = if x.signed { x.zx + 128 } else { x.zx };
+    if cg == 1 && mg == 1 {
+        if w.centered.len() != w.m * w.depth {
+            return None;
+        }
+        depthwise(conv, x, w, &store);
+    } else {
+        if w.groups.len() != w.group {
+            return None;
+        }
+        gemm_conv(conv, x, w, zx, &store);
+    }
+    Some(match out {
+        Output::Int32 => Result::Int32(ints),
+        Output::Bytes { .. } => Result::Bytes(bytes),
+    })
+}
+
+/// The output being written: element `i` is written by exactly one task.
+struct Store<'a> {
+    bytes: Disjoint<'a, u8>,
+    ints: Disjoint<'a, i32>,
+    out: Output<'a>,
+}
+
+impl Store<'_> {
+    /// Writes `acc` (exact sums) of channel `c` at `at..at + acc.len()`.
+    ///
+    /// # Safety
+    /// No other task writes these elements.
+    #[inline(always)]
+    unsafe fn put(&self, c: usize, at: usize, acc: &[i32]) {
+        match self.out {
+            Output::Int32 => {
+                // SAFETY: the caller's contract; the range lies inside the output (sliced).
+                unsafe { self.ints.slice(at, acc.len()) }.copy_from_slice(acc);
+            }
+            Output::Bytes {
+                bias,
+                factors,
+                zy,
+                signed,
+            } => {
+                // SAFETY: as above.
+                let dst = unsafe { self.bytes.slice(at, acc.len()) };
+                requantize(acc, (bias[c], factors[c], zy), signed, dst);
+            }
+        }
+    }
+}
+
+crate::multiversion! {
+/// `dst[i] = saturate(round((acc[i] + b) · f + zy))` as u8, or as i8 bits when `signed`,
+/// computed in f64 as the general path does; NaN gives 0 (the general path's choice).
+pub(crate) fn requantize(acc: &[i32], bf: (f64, f64, f64), signed: bool, dst: &mut [u8]) {
+    let (b, f, zy) = bf;
+    let (lo, hi, off) = if signed {
+        (-128.0, 127.0, 128.0)
+    } else {
+        (0.0, 255.0, 0.0)
+    };
+    let flip = if signed { 0x80 } else { 0 };
+    if !f.is_finite() {
+        for (d, &a) in dst.iter_mut().zip(acc) {
+            let v = (f64::from(a) + b) * f + zy;
+            let q = if v.is_nan() { 0.0 } else { v.max(lo).min(hi) };
+            *d = ((round_even_f64(q) + off) as i32 as u8) ^ flip;
+        }
+        return;
+    }
+    // Finite: clamping to the integer bounds before rounding is the same as after, and the
+    // clamped value plus 1.5·2^52 holds its rounded value (ties to even) in its low bits, as
+    // two's complement: the byte itself, for u8 and i8 alike. Comparisons rather than
+    // `max`/`min` and bits rather than a saturating cast keep the loop free of NaN checks.
+    const M: f64 = 6_755_399_441_055_744.0;
+    for (d, &a) in dst.iter_mut().zip(acc) {
+        let v = (f64::from(a) + b) * f + zy;
+        let v = if v < lo { lo } else { v };
+        let v = if v > hi { hi } else { v };
+        *d = (v + M).to_bits() as u8;
+    }
+}
+}
+
+/// [`requantize`] with a factor per element (and no bias).
+pub(crate) fn requantize_each(acc: &[i32], factors: &[f64], zy: f64, signed: bool, dst: &mut [u8]) {
+    for ((d, &a), &f) in dst.iter_mut().zip(acc).zip(factors) {
+        requantize(&[a], (0.0, f, zy), signed, std::slice::from_mut(d));
+    }
+}
+
+/// One channel per group: `Σ_taps (w - zw) · (x - zx)` over the valid taps of each output row.
+#[inline(always)]
+fn depthwise(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, store: &Store<'_>) {
+    let spans: Vec<(usize, usize)> = (0..conv.kw)
+        .map(|kx| {
+            valid_span(
+                conv.ow(),
+                conv.geo.strides[1],
+                kx * conv.geo.dilations[1],
+                conv.geo.pad_begin[1],
+                conv.w,
+            )
+        })
+        .collect();
+    let dw = Depthwise {
+        conv,
+        x,
+        w,
+        store,
+        spans: &spans,
+    };
+    crate::par::for_each_index(conv.n * conv.c, |nc| depthwise_plane(&dw, nc));
+}
+
+/// What [`depthwise_plane`] reads.
+struct Depthwise<'a> {
+    conv: &'a Conv2d<'a>,
+    x: &'a Input<'a>,
+    w: &'a PackedConv,
+    store: &'a Store<'a>,
+    /// The valid output columns of each kernel column.
+    spans: &'a [(usize, usize)],
+}
+
+crate::multiversion! {
+/// Plane `nc` (image and channel) of the depthwise convolution.
+fn depthwise_plane(dw: &Depthwise<'_>, nc: usize) {
+    let (conv, x) = (dw.conv, dw.x);
+    let (oh, ow) = (conv.oh(), conv.ow());
+    let (sh, sw) = (conv.geo.strides[0], conv.geo.strides[1]);
+    let (dh, dwid) = (conv.geo.dilations[0], conv.geo.dilations[1]);
+    let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+    let plane_in = conv.h * conv.w;
+    let taps = conv.kh * conv.kw;
+    let flip = if x.signed { 0x80u8 } else { 0 };
+    let zx = if x.signed { x.zx + 128 } else { x.zx };
+    let ch = nc % conv.c;
+    let plane = &x.x[nc * plane_in..][..plane_in];
+    let wk = &dw.w.centered[ch * taps..][..taps];
+    let mut acc = vec![0i32; ow];
+    for oy in 0..oh {
+        acc.fill(0);
+        for ky in 0..conv.kh {
+            let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < conv.h) else {
+                continue;
+            };
+            let src = &plane[iy * conv.w..][..conv.w];
+            for (kx, &(lo, hi)) in dw.spans.iter().enumerate() {
+                if lo >= hi {
+                    continue;
+                }
+                let wv = wk[ky * conv.kw + kx];
+                let first = lo * sw + kx * dwid - pw;
+                if sw == 1 {
+                    for (o, &s) in acc[lo..hi].iter_mut().zip(&src[first..first + (hi - lo)]) {
+                        *o += wv * (i32::from(s ^ flip) - zx);
+                    }
+                } else {
+                    for (o, &s) in acc[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                        *o += wv * (i32::from(s ^ flip) - zx);
+                    }
+                }
+            }
+        }
+        // SAFETY: row `oy` of plane `nc` is this task's alone.
+        unsafe { dw.store.put(ch, (nc * oh + oy) * ow, &acc) };
+    }
+}
+}
+
+/// Bytes of column matrix built at a time.
+const COLS_BYTES: usize = 128 << 10;
+
+/// The GEMM path: per image, group and band of output columns, the integer GEMM with the
+/// zero-point corrections of each panel.
+#[inline(always)]
+fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &Store<'_>) {
+    let (oh, ow) = (conv.oh(), conv.ow());
+    let plane_out = oh * ow;
+    let plane_in = conv.h * conv.w;
+    let cg = conv.c / conv.group;
+    let mg = conv.m / conv.group;
+    let depth = w.depth;
+    let pointwise = conv.kh == 1
+        && conv.kw == 1
+        && conv.geo.strides == [1, 1]
+        && conv.geo.pad_begin == [0, 0]
+        && oh == conv.h
+        && ow == conv.w;
+    let threads = crate::par::threads();
+    let ranges: Vec<(usize, usize)> = if pointwise {
+        let step = crate::par::chunk_len(plane_out, 256, NR)
+            .min(plane_out)
+            .max(1);
+        (0..plane_out)
+            .step_by(step)
+            .map(|j0| (j0, step.min(plane_out - j0)))
+            .collect()
+    } else {
+        let mut band = (COLS_BYTES / (depth * ow).max(1)).clamp(1, oh.max(1));
+        if threads > 1 {
+            band = band.min(oh.div_ceil(2 * threads).max(1));
+        }
+        (0..oh)
+            .step_by(band)
+            .map(|oy0| (oy0 * ow, band.min(oh - oy0) * ow))
+            .collect()
+    };
+    let tasks = conv.n * conv.group * ranges.len();
+    // The pad byte: the zero point, in x's own bits.
+    let pad = if x.signed { (zx - 128) as u8 } else { zx as u8 };
+    crate::par::for_each_index(tasks, |t| {
+        let (ng, (j0, width)) = (t / ranges.len(), ranges[t % ranges.len()]);
+        let (n, g) = (ng / conv.group, ng % conv.group);
+        let x_g = &x.x[(n * conv.c + g * cg) * plane_in..][..cg * plane_in];
+        let wg = &w.groups[g];
+        let zw = &w.zw[g * mg..][..mg];
+        let sums = wg.row_sums();
+        let has_ones = wg.rows() > mg;
+        // SAFETY (of `finish`'s writes): columns `j0..j0 + width` of this image and group's
+        // planes are this task's alone.
+        let mut panel = vec![0u8; qgemm::panel_len(depth)];
+        let mut tile = vec![0i32; qgemm::tile_len(wg)];
+        let fin = Finish {
+            mg,
+            depth,
+            zw,
+            zx,
+            sums,
+            has_ones,
+            store,
+            c0: g * mg,
+            base: (n * conv.m + g * mg) * plane_out,
+            plane_out,
+        };
+        let mut sink = |p0: usize, cnt: usize, tile: &[i32]| finish(&fin, p0, cnt, tile);
+        if pointwise {
+            qgemm::qgemm(
+                wg,
+                Cols::KByP {
+                    x: x_g,
+                    ld: plane_in,
+                },
+                j0..j0 + width,
+                x.signed,
+                (&mut panel, &mut tile),
+                &mut sink,
+            );
+        } else {
+            let mut cols = vec![0u8; depth * width];
+            let oy0 = j0 / ow;
+            conv.im2col(x_g, cg, oy0..oy0 + width / ow, &mut cols, pad);
+            qgemm::qgemm(
+                wg,
+                Cols::KByP {
+                    x: &cols,
+                    ld: width,
+                },
+                0..width,
+                x.signed,
+                (&mut panel, &mut tile),
+                |p0, cnt, tile| sink(j0 + p0, cnt, tile),
+            );
+        }
+    });
+}
+
+/// What [`finish`] needs of one task of [`gemm_conv`].
+struct Finish<'a> {
+    mg: usize,
+    depth: usize,
+    zw: &'a [i32],
+    zx: i32,
+    sums: &'a [i32],
+    has_ones: bool,
+    store: &'a Store<'a>,
+    /// The group's first channel, and where its planes start in the output.
+    c0: usize,
+    base: usize,
+    plane_out: usize,
+}
+
+crate::multiversion! {
+/// Columns `p0..p0 + cnt` of a task's planes from one tile of raw sums:
+/// `Σ (w - zw)(x - zx) = Σ w·x - zx·Σ w - zw·Σ x + depth·zw·zx`. The terms may pass i32 while
+/// the result does not ([`MAX_DEPTH`]): wrapping arithmetic gets it exactly.
+fn finish(f: &Finish<'_>, p0: usize, cnt: usize, tile: &[i32]) {
+    let mut row = [0i32; NR];
+    // The ones row, when there is one, holds Σ x of each column.
+    let ones = f.has_ones.then(|| &tile[f.mg * NR..][..NR]);
+    for r in 0..f.mg {
+        let zw = f.zw[r];
+        let corr = (f.depth as i32)
+            .wrapping_mul(zw)
+            .wrapping_mul(f.zx)
+            .wrapping_sub(f.zx.wrapping_mul(f.sums[r]));
+        let raw = &tile[r * NR..][..NR];
+        if let Some(ones) = ones {
+            for ((o, &a), &s) in row.iter_mut().zip(raw).zip(ones) {
+                *o = a.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(s));
+            }
+        } else {
+            for (o, &a) in row.iter_mut().zip(raw) {
+                *o = a.wrapping_add(corr);
+            }
+        }
+        // SAFETY: the task's columns are its alone (the caller's contract), and
+        // `p0..p0 + cnt` lies inside them.
+        unsafe {
+            f.store
+                .put(f.c0 + r, f.base + r * f.plane_out + p0, &row[..cnt]);
+        }
+    }
+}
+}

@@ -27,6 +27,10 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       QLinearConv, QLinearMatMul and ONNX Runtime's QLinearAdd, QLinearMul,
                       QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool, QLinearConcat,
                       QLinearGlobalAveragePool
+  ort-qdq-cnn         a small CNN (Conv with bias, a residual Add, Mul, Transpose and Reshape,
+                      MatMul) quantized by `quantize_static` in the QDQ format with per-channel
+                      int8 weights: the DequantizeLinear / QuantizeLinear pairs that ONNX
+                      Runtime folds into QLinearConv, QLinearMatMul, QLinearAdd and QLinearMul
   ort-opt-dynamic-mlp an MLP quantized by `quantize_dynamic` (int8 weights), then saved at the
                       extended level: DynamicQuantizeMatMul
   ort-matmul-nbits-asym / -sym  a two-layer MLP with its weights quantized to int4 blocks of
@@ -311,6 +315,67 @@ def qoperator_cnn():
     print(f"ort-qoperator-cnn: {dict(ops)}")
 
 
+def qdq_cnn():
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(SEED + 1)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("Add", ["c1", "r0"], ["a1"]),
+        helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], strides=[2, 2]),
+        helper.make_node("Mul", ["c2", "c2"], ["m2"]),
+        helper.make_node("Transpose", ["m2"], ["t2"], perm=[0, 2, 3, 1]),
+        helper.make_node("Reshape", ["t2", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "w3"], ["mm"]),
+        helper.make_node("Add", ["mm", "b3"], ["y"]),
+    ]
+    inits = [w("w0", 8, 3, 3, 3), w("b0", 8, scale=0.1), w("w1", 8, 4, 3, 3, scale=0.2),
+             w("b1", 8, scale=0.1), w("w2", 6, 8, 1, 1, scale=0.3), w("b2", 6, scale=0.1),
+             numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "shape"),
+             w("w3", 6 * 8 * 8, 5, scale=0.05), w("b3", 5, scale=0.1)]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = os.path.join(HERE, "qdq.src.onnx")
+    onnx.save(model, src)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(
+                [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+            )
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = os.path.join(HERE, "ort-qdq-cnn.onnx")
+    quantize_static(src, path, Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    os.remove(src)
+    x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.save(os.path.join(HERE, "ort-qdq-cnn.input.x.npy"), x)
+    np.save(os.path.join(HERE, "ort-qdq-cnn.output.y.npy"), y)
+    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+    print(f"ort-qdq-cnn: {dict(ops)}")
+
+
 def dynamic_mlp():
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -558,6 +623,7 @@ def main():
     dynamic_int8_block()
     rounding()
     qoperator_cnn()
+    qdq_cnn()
     dynamic_mlp()
     dynamic_lstm()
     matmul_nbits()
@@ -567,4 +633,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    # `make_models.py NAME ...` writes only the named models (the functions above).
+    if len(sys.argv) > 1:
+        for name in sys.argv[1:]:
+            globals()[name]()
+    else:
+        main()

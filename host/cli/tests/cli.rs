@@ -481,6 +481,63 @@ fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
     );
 }
 
+/// With fast kernels, the DequantizeLinear / op / QuantizeLinear groups of a QDQ model run as
+/// the quantized ops they stand for (the CPU EP's step profile names what ran); the reference
+/// kernels run the nodes as written.
+#[test]
+fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
+    let steps = |level: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_epx"));
+        cmd.args([
+            "run",
+            "tests/models/ort-qdq-cnn.onnx",
+            "--input",
+            "x=tests/models/ort-qdq-cnn.input.x.npy",
+        ])
+        .current_dir(repo())
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .env("EPX_CPU_PROFILE", "1");
+        match level {
+            Some(l) => cmd.env("EPX_CPU_KERNELS", l),
+            None => cmd.env_remove("EPX_CPU_KERNELS"),
+        };
+        let out = cmd.output().expect("run epx");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // `    0.12 ms   3.4%      1x  QLinearConv`: the kind of each step that ran.
+        let kinds: Vec<(String, u32)> = text(&out.stderr)
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let count = it.nth(3)?.strip_suffix('x')?.parse().ok()?;
+                Some((it.collect::<Vec<_>>().join(" "), count))
+            })
+            .collect();
+        kinds
+    };
+    let count = |kinds: &[(String, u32)], k: &str| {
+        kinds.iter().find(|(n, _)| n == k).map_or(0, |(_, c)| *c)
+    };
+    let fast = steps(None);
+    for (op, n) in [
+        ("QLinearConv", 3),
+        ("QLinearMatMul", 1),
+        ("QLinearMul", 1),
+        ("QLinearAdd", 2),
+    ] {
+        assert_eq!(count(&fast, op), n, "{op} in {fast:?}");
+    }
+    for op in ["Conv", "MatMul", "Mul"] {
+        assert_eq!(count(&fast, op), 0, "{op} in {fast:?}");
+    }
+    // The input's QuantizeLinear and the output's DequantizeLinear stay; the others fold.
+    assert_eq!(count(&fast, "QuantizeLinear"), 1, "{fast:?}");
+    assert_eq!(count(&fast, "DequantizeLinear"), 1, "{fast:?}");
+    let reference = steps(Some("reference"));
+    assert_eq!(count(&reference, "Conv"), 3, "{reference:?}");
+    assert_eq!(count(&reference, "QLinearConv"), 0, "{reference:?}");
+}
+
 #[test]
 fn the_kernel_level_is_chosen_by_environment_and_a_wrong_one_is_one_clear_error() {
     let run = |level: &str| {

@@ -12,6 +12,7 @@ pub mod ops;
 mod par;
 pub mod program;
 pub mod provider;
+mod qdq;
 pub mod scratch;
 pub mod tensor;
 

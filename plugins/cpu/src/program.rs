@@ -11,6 +11,7 @@ use crate::control;
 use crate::fuse::{ChainPost, EwOp, FusedChain, FusedOp, Operand, classify};
 use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
 use crate::lower;
+use crate::qdq;
 use crate::tensor::{Tensor, TensorRef};
 
 pub(crate) fn registry() -> &'static Registry {
@@ -444,8 +445,9 @@ impl Program {
                 num_slots += 1;
             }
         }
-        for &id in nodes {
-            let node = graph.node(id)?;
+        // QDQ patterns folded into quantized ops ([`qdq`]).
+        for node in qdq::plan(graph, nodes, outputs)? {
+            let id = node.id;
             let label = if node.name.is_empty() {
                 format!("{}#{id}", node.op_type)
             } else {

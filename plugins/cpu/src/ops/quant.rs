@@ -980,19 +980,32 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let ra = a.ndim().saturating_sub(2);
         let rb = b.ndim().saturating_sub(1);
         let sa = input(&op, inputs, 1)?;
-        let f = scale_factor(
-            sa.elem_type(),
+        let (a_scale, y_scale) = (
             scalar_f64(&op, "a_scale", sa)?,
-            scalar_f64(&op, "b_scale", input(&op, inputs, 4)?)?,
             scalar_f64(&op, "y_scale", input(&op, inputs, 6)?)?,
         );
+        // b_scale: one, or one per column of a 2-D B.
+        let bs = input(&op, inputs, 4)?;
+        let bsv = float_values(&op, "b_scale", bs)?;
+        let cols = b.shape().last().copied().unwrap_or(0);
+        if bsv.len() != 1 && (bsv.len() != cols || b.ndim() != 2 || bs.ndim() != 1) {
+            bail!(
+                "{op}: b_scale must have one element, or one per column of a 2-D b ({cols}), \
+                 got shape {:?}",
+                bs.shape()
+            );
+        }
+        let factors: Vec<f64> = bsv
+            .iter()
+            .map(|&s| scale_factor(sa.elem_type(), a_scale, s, y_scale))
+            .collect();
         let yzp = input(&op, inputs, 7)?;
         if let Some((zy, signed)) = output_zero_point(yzp)
             && let Some((shape, qconv::Result::Bytes(v))) = fast.run(
                 (a, opt_input(inputs, 2)),
                 (b, opt_input(inputs, 5)),
                 &qmatmul::Output::Bytes {
-                    factors: &[f],
+                    factors: &factors,
                     zy,
                     signed,
                 },
@@ -1008,7 +1021,14 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             a.shape().last().copied().unwrap_or(0),
         )?;
         let acc = acc.into_f64();
-        one(requantize(&op, &shape, &acc, |_| f, input(&op, inputs, 7)?))
+        let per = factors.len();
+        one(requantize(
+            &op,
+            &shape,
+            &acc,
+            |i| factors[i % per],
+            input(&op, inputs, 7)?,
+        ))
     }))
 }
 
@@ -1487,20 +1507,27 @@ mod tests {
                     Some(za.clone()),
                     Some(zb.clone()),
                 ];
+                let b_scale = if per_column && sb.len() == 2 {
+                    t(
+                        &[n],
+                        (0..n)
+                            .map(|j| 0.011 + j as f32 * 1e-3)
+                            .collect::<Vec<f32>>(),
+                    )
+                } else {
+                    Tensor::scalar(0.011f32)
+                };
                 let qlinear = vec![
                     Some(a.clone()),
                     Some(Tensor::scalar(0.03f32)),
                     Some(za.clone()),
                     Some(b.clone()),
-                    Some(Tensor::scalar(0.011f32)),
+                    Some(b_scale),
                     Some(zb.clone()),
                     Some(Tensor::scalar(0.9f32)),
                     Some(zy.clone()),
                 ];
                 for (op, inputs) in [("MatMulInteger", integer), ("QLinearMatMul", qlinear)] {
-                    if op == "QLinearMatMul" && per_column {
-                        continue;
-                    }
                     let k = NodeDef::new(op, 10).with_io(inputs.len(), 1);
                     let want = crate::fast::with_isa(reference, || run(k.clone(), inputs.clone()))
                         .expect("the reference level")

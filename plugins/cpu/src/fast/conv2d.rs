@@ -265,12 +265,13 @@ impl Conv2d<'_> {
     /// apply `post` to the plane. Planes are shared across the pool.
     #[inline(always)]
     fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32], post: Option<&dyn PostOp>) {
-        let (oh, ow) = (self.oh(), self.ow());
-        let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
-        let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
-        let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
-        let plane_in = self.h * self.w;
-        let plane_out = oh * ow;
+        let (ow, sw, dw, pw) = (
+            self.ow(),
+            self.geo.strides[1],
+            self.geo.dilations[1],
+            self.geo.pad_begin[1],
+        );
+        let plane_out = self.oh() * ow;
         if plane_out == 0 {
             return;
         }
@@ -278,45 +279,59 @@ impl Conv2d<'_> {
             .map(|kx| valid_span(ow, sw, kx * dw, pw, self.w))
             .collect();
         crate::par::for_each_chunk(out, plane_out, |nc, o_plane| {
-            let ch = nc % self.c;
-            let plane = &x[nc * plane_in..][..plane_in];
-            let wk = &weights[ch * self.kh * self.kw..][..self.kh * self.kw];
-            for oy in 0..oh {
-                let o_row = &mut o_plane[oy * ow..][..ow];
-                for ky in 0..self.kh {
-                    let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < self.h)
-                    else {
-                        continue;
-                    };
-                    let src = &plane[iy * self.w..][..self.w];
-                    for (kx, &(lo, hi)) in spans.iter().enumerate() {
-                        if lo >= hi {
-                            continue;
-                        }
-                        let wv = wk[ky * self.kw + kx];
-                        let first = lo * sw + kx * dw - pw;
-                        if sw == 1 {
-                            for (o, s) in
-                                o_row[lo..hi].iter_mut().zip(&src[first..first + (hi - lo)])
-                            {
-                                *o += wv * s;
-                            }
-                        } else {
-                            for (o, s) in o_row[lo..hi]
-                                .iter_mut()
-                                .zip(src[first..].iter().step_by(sw))
-                            {
-                                *o += wv * s;
-                            }
-                        }
-                    }
-                }
-            }
+            // A function of its own: a closure does not inherit the AVX2 copy's features.
+            depthwise_plane(self, (x, weights), &spans, nc, o_plane);
             if let Some(p) = post {
                 crate::par::with_work(p.work_len(), |work| p.apply(o_plane, nc * plane_out, work));
             }
         });
     }
+}
+
+crate::multiversion! {
+/// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`.
+fn depthwise_plane(
+    conv: &Conv2d<'_>,
+    xw: (&[f32], &[f32]),
+    spans: &[(usize, usize)],
+    nc: usize,
+    o_plane: &mut [f32],
+) {
+    let (x, weights) = xw;
+    let (oh, ow) = (conv.oh(), conv.ow());
+    let (sh, sw) = (conv.geo.strides[0], conv.geo.strides[1]);
+    let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
+    let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+    let plane_in = conv.h * conv.w;
+    let ch = nc % conv.c;
+    let plane = &x[nc * plane_in..][..plane_in];
+    let wk = &weights[ch * conv.kh * conv.kw..][..conv.kh * conv.kw];
+    for oy in 0..oh {
+        let o_row = &mut o_plane[oy * ow..][..ow];
+        for ky in 0..conv.kh {
+            let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < conv.h) else {
+                continue;
+            };
+            let src = &plane[iy * conv.w..][..conv.w];
+            for (kx, &(lo, hi)) in spans.iter().enumerate() {
+                if lo >= hi {
+                    continue;
+                }
+                let wv = wk[ky * conv.kw + kx];
+                let first = lo * sw + kx * dw - pw;
+                if sw == 1 {
+                    for (o, s) in o_row[lo..hi].iter_mut().zip(&src[first..first + (hi - lo)]) {
+                        *o += wv * s;
+                    }
+                } else {
+                    for (o, s) in o_row[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                        *o += wv * s;
+                    }
+                }
+            }
+        }
+    }
+}
 }
 
 /// Shapes and geometry of one 2-D transposed convolution (NCHW).

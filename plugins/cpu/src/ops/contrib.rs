@@ -213,7 +213,18 @@ impl QLinearBinary {
         // Float addition and multiplication commute: the operand order does not matter.
         if sha == shb {
             let mut out = vec![0u8; a.len()];
-            qlinear_pairs(a, b, params, self.mul, &mut out);
+            // Pieces for the intra-op pool (one piece on one thread).
+            let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
+            crate::par::for_each_chunk(&mut out, piece, |i, o| {
+                let at = i * piece;
+                qlinear_pairs(
+                    &a[at..][..o.len()],
+                    &b[at..][..o.len()],
+                    params,
+                    self.mul,
+                    o,
+                );
+            });
             return Tensor::from_vec(sha, out).ok();
         }
         // The larger operand, and the smaller one repeating along it.
@@ -237,10 +248,23 @@ impl QLinearBinary {
             return None;
         }
         let mut out = vec![0u8; big.len()];
-        for (k, (src, dst)) in big.chunks(run).zip(out.chunks_mut(run)).enumerate() {
-            let w = (f32::from(small[k % small.len()]) - psmall.1) * psmall.0;
-            qlinear_with(src, w, [pbig.0, pbig.1, sc, zc], self.mul, dst);
-        }
+        // Whole runs per piece of the intra-op pool.
+        let runs = crate::par::chunk_len(big.len(), 16 << 10, 1)
+            .div_ceil(run)
+            .max(1);
+        crate::par::for_each_chunk(&mut out, runs * run, |i, o| {
+            for (j, dst) in o.chunks_mut(run).enumerate() {
+                let k = i * runs + j;
+                let w = (f32::from(small[k % small.len()]) - psmall.1) * psmall.0;
+                qlinear_with(
+                    &big[k * run..][..run],
+                    w,
+                    [pbig.0, pbig.1, sc, zc],
+                    self.mul,
+                    dst,
+                );
+            }
+        });
         Tensor::from_vec(shape, out).ok()
     }
 }

@@ -355,14 +355,20 @@ fn quantize_f32_per_tensor(
             };
             let x = flat(xv);
             let mut y = vec![0u8; x.len()];
-            quantize_to_u8(&x, s, z, &mut y);
+            let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
+            crate::par::for_each_chunk(&mut y, piece, |i, o| {
+                quantize_to_u8(&x[i * piece..][..o.len()], s, z, o);
+            });
             Tensor::from_vec(&shape, y).ok()
         }
         (ElementType::Int8, Some(TensorRef::I8(z))) if z.len() == 1 => {
             let z = f32::from(*z.iter().next()?);
             let x = flat(xv);
             let mut y = vec![0i8; x.len()];
-            quantize_to_i8(&x, s, z, &mut y);
+            let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
+            crate::par::for_each_chunk(&mut y, piece, |i, o| {
+                quantize_to_i8(&x[i * piece..][..o.len()], s, z, o);
+            });
             Tensor::from_vec(&shape, y).ok()
         }
         _ => None,

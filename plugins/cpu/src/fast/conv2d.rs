@@ -121,7 +121,7 @@ impl Conv2d<'_> {
         let inner = if split {
             gemm::Parallelism::None
         } else {
-            crate::par::gemm_parallelism()
+            crate::par::gemm_parallelism(mg, rows, ranges.iter().map(|r| r.1).max().unwrap_or(0))
         };
         let dst = Disjoint::new(&mut out);
         let task = |t: usize| {
@@ -388,7 +388,7 @@ impl ConvTranspose2d {
                     (x_g, plane_in),
                     (&mut cols, plane_in),
                     false,
-                    crate::par::gemm_parallelism(),
+                    crate::par::gemm_parallelism(rows, cg, plane_in),
                 );
                 let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
                 crate::par::for_each_chunk(o_g, plane_out, |mi, o_plane| {
@@ -597,7 +597,7 @@ pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) 
         (b, n),
         (c, n),
         true,
-        crate::par::gemm_parallelism(),
+        crate::par::gemm_parallelism(m, k, n),
     );
 }
 

@@ -17,7 +17,7 @@ pub fn register(reg: &mut Registry) {
 }
 
 /// Element types with a matrix product `c = alpha * a @ b + beta * c`.
-pub trait MatElem: Num {
+pub trait MatElem: Num + Send + Sync {
     fn gemm(
         alpha: Self,
         a: &ArrayView2<'_, Self>,
@@ -82,7 +82,7 @@ impl MatElem for f32 {
                 false,
                 false,
                 false,
-                crate::par::gemm_parallelism(),
+                crate::par::gemm_parallelism(m, k, n),
             );
         }
     }
@@ -168,14 +168,31 @@ pub fn matmul<T: MatElem>(
     let mut out = Array3::<T>::zeros_like(nbatch, m, n);
     let ia = batch_map(&batch, ba);
     let ib = batch_map(&batch, bb);
-    for ((mut o, &i), &j) in out.outer_iter_mut().zip(&ia).zip(&ib) {
+    let one_gemm = |bi: usize, o: &mut ndarray::ArrayViewMut2<'_, T>| {
         T::gemm(
             T::one(),
-            &a3.index_axis(Axis(0), i),
-            &b3.index_axis(Axis(0), j),
+            &a3.index_axis(Axis(0), ia[bi]),
+            &b3.index_axis(Axis(0), ib[bi]),
             T::zero(),
-            &mut o,
+            o,
         );
+    };
+    // Small products of many batches (attention heads) share the pool batch by batch; a
+    // large one splits inside the GEMM instead.
+    let small = m.saturating_mul(k).saturating_mul(n) < crate::par::GEMM_PAR_MIN;
+    match out.as_slice_mut() {
+        Some(flat) if small && nbatch > 1 && m * n > 0 && crate::par::threads() > 1 => {
+            crate::par::for_each_chunk(flat, m * n, |bi, chunk| {
+                if let Ok(mut o) = ndarray::ArrayViewMut2::from_shape((m, n), chunk) {
+                    one_gemm(bi, &mut o);
+                }
+            });
+        }
+        _ => {
+            for (bi, mut o) in out.outer_iter_mut().enumerate() {
+                one_gemm(bi, &mut o);
+            }
+        }
     }
     let mut shape = batch;
     if ra > 1 {

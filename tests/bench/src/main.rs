@@ -629,47 +629,75 @@ fn model_file(key: &str) -> (Case, PathBuf) {
     (case, path)
 }
 
-/// `epx-bench --rss ENGINE MODEL`: loads the model in this process alone, runs it three times,
-/// prints the peak RSS in MiB.
-fn rss_child(engine: &str, key: &str) {
+/// `epx-bench --rss ENGINE MODEL --threads N --runs R`: loads the model in this process alone,
+/// runs it twice to warm up and `R` times timed, and prints the peak RSS in MiB and the median
+/// run in ms. Each engine is timed in a process of its own: in one process, ONNX Runtime's
+/// intra-op workers keep spinning after its runs (its default) and take a core from whatever
+/// runs next, which halved epx's measured speed at two threads.
+fn rss_child(engine: &str, key: &str, runs: usize) {
     let (case, path) = model_file(key);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
     let inputs = (case.inputs)();
-    match engine {
+    // Warm-up: two runs, and more until 100 ms have passed (a small model's first hundred
+    // runs still fault in pages and train the branch predictors); then at least `runs` timed
+    // runs, and as many more as fit in 100 ms.
+    let timed = |run: &mut dyn FnMut()| -> f64 {
+        let start = Instant::now();
+        let mut n = 0;
+        while n < 2 || start.elapsed() < Duration::from_millis(100) {
+            run();
+            n += 1;
+        }
+        let start = Instant::now();
+        let mut t: Vec<Duration> = Vec::new();
+        while t.len() < runs || start.elapsed() < Duration::from_millis(100) {
+            t.push(time(&mut *run));
+        }
+        median_ms(&mut t)
+    };
+    let ms = match engine {
         "epx" => {
             let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
             let e = Epx::new(&env, &bytes, &inputs);
-            for _ in 0..3 {
+            timed(&mut || {
                 e.run();
-            }
+            })
         }
         "ort" => {
             init_ort();
             let mut o = Ort::new(&bytes, &inputs);
-            for _ in 0..3 {
+            timed(&mut || {
                 o.run(false);
-            }
+            })
         }
         "tract" => {
             let t = Tract::new(&path, &inputs).unwrap_or_else(|e| fail(e));
-            for _ in 0..3 {
+            timed(&mut || {
                 t.run();
-            }
+            })
         }
         other => fail(format!("unknown engine {other}")),
-    }
-    println!("{:.0}", peak_rss_mib());
+    };
+    println!("{:.0} {ms}", peak_rss_mib());
 }
 
-fn child_rss(engine: &str, key: &str) -> String {
+/// The peak RSS (MiB, as text) and median run (ms) of `engine` on `key`, from a child process
+/// ([`rss_child`]); `("?", NaN)` when the child fails.
+fn child_measure(engine: &str, key: &str, runs: usize) -> (String, f64) {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
-    let n = threads().to_string();
+    let (n, r) = (threads().to_string(), runs.to_string());
     match Command::new(exe)
-        .args(["--rss", engine, key, "--threads", &n])
+        .args(["--rss", engine, key, "--threads", &n, "--runs", &r])
         .output()
     {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => "?".into(),
+        Ok(o) if o.status.success() => {
+            let out = String::from_utf8_lossy(&o.stdout);
+            let mut it = out.split_whitespace();
+            let rss = it.next().unwrap_or("?").to_string();
+            let ms = it.next().and_then(|m| m.parse().ok()).unwrap_or(f64::NAN);
+            (rss, ms)
+        }
+        _ => ("?".into(), f64::NAN),
     }
 }
 
@@ -752,41 +780,20 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Opt
             None
         }
     };
-    for _ in 0..2 {
-        epx.run();
-        ort.run(false);
-        if let Some(t) = &tract {
-            t.run();
-        }
-    }
-    let (mut te, mut to, mut tt) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..runs {
-        te.push(time_settled(|| {
-            epx.run();
-        }));
-        to.push(time_settled(|| {
-            ort.run(false);
-        }));
-        if let Some(t) = &tract {
-            tt.push(time_settled(|| {
-                t.run();
-            }));
-        }
-    }
+    // Timed each in a process of its own (see `rss_child`), one after the other.
+    drop((epx, ort));
+    let (rss_e, ms_e) = child_measure("epx", key, runs);
+    let (rss_o, ms_o) = child_measure("ort", key, runs);
+    let t = tract.map(|t| {
+        drop(t);
+        child_measure("tract", key, runs)
+    });
     Some(Row {
         what: case.what,
-        epx: median_ms(&mut te),
-        ort: median_ms(&mut to),
-        tract: (!tt.is_empty()).then(|| median_ms(&mut tt)),
-        rss: [
-            child_rss("epx", key),
-            child_rss("ort", key),
-            if tract.is_some() {
-                child_rss("tract", key)
-            } else {
-                "-".into()
-            },
-        ],
+        epx: ms_e,
+        ort: ms_o,
+        tract: t.as_ref().map(|t| t.1),
+        rss: [rss_e, rss_o, t.map_or_else(|| "-".into(), |t| t.0)],
     })
 }
 
@@ -1094,14 +1101,18 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--rss") {
         match &args[1..] {
-            [engine, key, flag, n] if flag == "--threads" => {
+            [engine, key, flag, n, rflag, r] if flag == "--threads" && rflag == "--runs" => {
                 THREADS.store(
                     n.parse().unwrap_or_else(|_| fail("--threads: a number")),
                     Ordering::Relaxed,
                 );
-                rss_child(engine, key)
+                rss_child(
+                    engine,
+                    key,
+                    r.parse().unwrap_or_else(|_| fail("--runs: a number")),
+                )
             }
-            _ => fail("usage: epx-bench --rss ENGINE MODEL --threads N"),
+            _ => fail("usage: epx-bench --rss ENGINE MODEL --threads N --runs R"),
         }
         return;
     }

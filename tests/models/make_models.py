@@ -252,13 +252,45 @@ def rounding():
         np.save(os.path.join(HERE, f"ort-rounding.output.{o.name}.npy"), v)
 
 
-def qoperator_cnn():
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
+def quantized_cnn(name, nodes, inits, rng, **options):
+    """Writes `<name>.onnx`: the float CNN `nodes` / `inits` (input x [1, 3, 16, 16], output y
+    [1, 5]) quantized by `quantize_static` with `options`, calibrated on 8 inputs from `rng`;
+    then one input from `rng` and ONNX Runtime's output for it."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    graph = helper.make_graph(
+        nodes,
+        name.removeprefix("ort-").replace("-", "_"),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
     )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = os.path.join(HERE, f"{name}.src.onnx")
+    onnx.save(model, src)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(
+                [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+            )
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = os.path.join(HERE, f"{name}.onnx")
+    quantize_static(src, path, Calibration(), **options)
+    os.remove(src)
+    x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.save(os.path.join(HERE, f"{name}.input.x.npy"), x)
+    np.save(os.path.join(HERE, f"{name}.output.y.npy"), y)
+    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+    print(f"{name}: {dict(ops)}")
+
+
+def qoperator_cnn():
+    from onnxruntime.quantization import QuantFormat, QuantType
 
     rng = np.random.default_rng(SEED)
 
@@ -283,45 +315,12 @@ def qoperator_cnn():
     inits = [w("w0", 8, 3, 3, 3), w("b0", 8, scale=0.1), w("w1", 8, 8, 3, 3, scale=0.1),
              w("b1", 8, scale=0.1), w("w2", 8, 8, 3, 3, scale=0.1), w("b2", 8, scale=0.1),
              w("w3", 16, 5), w("b3", 5, scale=0.1)]
-    graph = helper.make_graph(
-        nodes,
-        "qoperator_cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    src = os.path.join(HERE, "qoperator.src.onnx")
-    onnx.save(model, src)
-
-    class Calibration(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter(
-                [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
-            )
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    path = os.path.join(HERE, "ort-qoperator-cnn.onnx")
-    quantize_static(src, path, Calibration(), quant_format=QuantFormat.QOperator,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    os.remove(src)
-    x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
-    (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    np.save(os.path.join(HERE, "ort-qoperator-cnn.input.x.npy"), x)
-    np.save(os.path.join(HERE, "ort-qoperator-cnn.output.y.npy"), y)
-    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
-    print(f"ort-qoperator-cnn: {dict(ops)}")
+    quantized_cnn("ort-qoperator-cnn", nodes, inits, rng, quant_format=QuantFormat.QOperator,
+                  activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
 def qdq_cnn():
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantFormat, QuantType
 
     rng = np.random.default_rng(SEED + 1)
 
@@ -344,36 +343,9 @@ def qdq_cnn():
              w("b1", 8, scale=0.1), w("w2", 6, 8, 1, 1, scale=0.3), w("b2", 6, scale=0.1),
              numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "shape"),
              w("w3", 6 * 8 * 8, 5, scale=0.05), w("b3", 5, scale=0.1)]
-    graph = helper.make_graph(
-        nodes,
-        "qdq_cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    src = os.path.join(HERE, "qdq.src.onnx")
-    onnx.save(model, src)
-
-    class Calibration(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter(
-                [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
-            )
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    path = os.path.join(HERE, "ort-qdq-cnn.onnx")
-    quantize_static(src, path, Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    os.remove(src)
-    x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
-    (y,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    np.save(os.path.join(HERE, "ort-qdq-cnn.input.x.npy"), x)
-    np.save(os.path.join(HERE, "ort-qdq-cnn.output.y.npy"), y)
-    ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
-    print(f"ort-qdq-cnn: {dict(ops)}")
+    quantized_cnn("ort-qdq-cnn", nodes, inits, rng, quant_format=QuantFormat.QDQ,
+                  per_channel=True, activation_type=QuantType.QUInt8,
+                  weight_type=QuantType.QInt8)
 
 
 def dynamic_mlp():

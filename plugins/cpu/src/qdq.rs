@@ -148,15 +148,7 @@ impl<'a> Folder<'_, 'a> {
         }
         let scale = (*n.inputs.get(1)?)?;
         let zero = n.inputs.get(2).copied().flatten();
-        let s = self.initializer(Some(scale))?;
-        if s.elem_type != ElementType::Float {
-            return None;
-        }
-        let scales: Vec<f32> = s
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let scales = floats(&self.initializer(Some(scale))?)?;
         // The quantized type: the zero point's (intermediate values often have no declared
         // type), else the value's own.
         let (ty, zeros) = match zero {
@@ -319,15 +311,7 @@ impl<'a> Folder<'_, 'a> {
         if t.elem_type != ElementType::Int32 {
             return None;
         }
-        let scale = self.initializer(*d.inputs.get(1)?)?;
-        if scale.elem_type != ElementType::Float {
-            return None;
-        }
-        let scales: Vec<f32> = scale
-            .data
-            .chunks_exact(4)
-            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let scales = floats(&self.initializer(*d.inputs.get(1)?)?)?;
         if let Some(z) = d.inputs.get(2).copied().flatten() {
             let z = self.initializer(Some(z))?;
             if z.elem_type != ElementType::Int32 || z.data.iter().any(|&b| b != 0) {
@@ -345,4 +329,14 @@ impl<'a> Folder<'_, 'a> {
         }
         Some(value)
     }
+}
+
+/// The values of a float32 constant; `None` for another type.
+fn floats(t: &TensorView<'_>) -> Option<Vec<f32>> {
+    (t.elem_type == ElementType::Float).then(|| {
+        t.data
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    })
 }

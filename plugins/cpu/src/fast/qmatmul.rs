@@ -88,54 +88,46 @@ pub fn run(
         return None;
     }
     let za = if signed { za + 128 } else { za };
-    // Pieces of whole panels of rows, about four per thread.
+    // Pieces of whole panels of rows, about four per thread; `store(row, sums, dst)` writes
+    // one output row.
     let per = crate::par::chunk_len(rows, NR, NR);
-    match (out, dst) {
-        (Output::Int32, Dst::Int32(d)) if d.len() == rows * n => {
-            crate::par::for_each_chunk(d, per * n, |t, d| {
-                piece(
-                    a,
-                    signed,
-                    b,
-                    t * per,
-                    d.len() / n,
-                    |j, row| {
-                        d[j * n..][..n].copy_from_slice(row);
-                    },
-                    za,
-                );
-            });
+    fn split<T: Send>(
+        d: &mut [T],
+        (rows, n, per): (usize, usize, usize),
+        (a, signed, za, b): (&[u8], bool, i32, &PackedB),
+        store: impl Fn(&[i32], &mut [T]) + Sync + Send,
+    ) -> Option<()> {
+        if d.len() != rows * n {
+            return None;
         }
+        crate::par::for_each_chunk(d, per * n, |t, d| {
+            let count = d.len() / n;
+            piece(a, signed, b, t * per, count, za, |j, row| {
+                store(row, &mut d[j * n..][..n]);
+            });
+        });
+        Some(())
+    }
+    let geo = (rows, n, per);
+    let args = (a, signed, za, b);
+    match (out, dst) {
+        (Output::Int32, Dst::Int32(d)) => split(d, geo, args, |row, d| d.copy_from_slice(row)),
         (
             Output::Bytes {
                 factors,
                 zy,
-                signed: ys,
+                signed,
             },
             Dst::Bytes(d),
-        ) if d.len() == rows * n => {
-            crate::par::for_each_chunk(d, per * n, |t, d| {
-                piece(
-                    a,
-                    signed,
-                    b,
-                    t * per,
-                    d.len() / n,
-                    |j, row| {
-                        let d = &mut d[j * n..][..n];
-                        if factors.len() == 1 {
-                            super::qconv::requantize(row, (0.0, factors[0], *zy), *ys, d);
-                        } else {
-                            super::qconv::requantize_each(row, factors, *zy, *ys, d);
-                        }
-                    },
-                    za,
-                );
-            });
-        }
-        _ => return None,
+        ) => split(d, geo, args, |row, d| {
+            if factors.len() == 1 {
+                super::qconv::requantize(row, (0.0, factors[0], *zy), *signed, d);
+            } else {
+                super::qconv::requantize_each(row, factors, *zy, *signed, d);
+            }
+        }),
+        _ => None,
     }
-    Some(())
 }
 
 /// `count` rows of the product from row `r0`: `store(j, sums)` for each, `j` from 0.
@@ -145,8 +137,8 @@ fn piece(
     b: &PackedB,
     r0: usize,
     count: usize,
-    mut store: impl FnMut(usize, &[i32]),
     za: i32,
+    mut store: impl FnMut(usize, &[i32]),
 ) {
     let k = b.k;
     let mut panel = vec![0u8; qgemm::panel_len(k)];

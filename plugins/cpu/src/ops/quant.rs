@@ -1448,22 +1448,61 @@ mod tests {
         }
     }
 
+    /// A stream of pseudo-random bytes.
+    fn byte_rng(seed: u64) -> impl FnMut() -> u8 {
+        let mut s = seed;
+        move || {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 33) as u8
+        }
+    }
+
+    /// `v` as a uint8 tensor, or as int8 bits.
+    fn bytes_tensor(v: &[u8], shape: &[usize], signed: bool) -> Tensor {
+        if signed {
+            t(shape, v.iter().map(|&b| b as i8).collect::<Vec<i8>>())
+        } else {
+            t(shape, v.to_vec())
+        }
+    }
+
+    /// `node` on `inputs` gives the reference level's output at every fast level this CPU
+    /// has (it says which it skipped).
+    fn assert_levels_agree(node: &NodeDef, inputs: &[Option<Tensor>], case: &str) {
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        let op = &node.op_type;
+        let want = crate::fast::with_isa(reference, || run(node.clone(), inputs.to_vec()))
+            .expect("the reference level")
+            .unwrap();
+        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+            let Some(got) = crate::fast::with_isa(isa, || run(node.clone(), inputs.to_vec()))
+            else {
+                println!("{op}: {} skipped (this CPU lacks it)", isa.name);
+                continue;
+            };
+            let got = got.unwrap();
+            assert_eq!(got[0].shape(), want[0].shape(), "{op} {case}");
+            assert_eq!(got[0].elem_type(), want[0].elem_type(), "{op} {case}");
+            assert_eq!(
+                got[0].view().to_f64_vec(),
+                want[0].view().to_f64_vec(),
+                "{op} {case} on {}",
+                isa.name
+            );
+        }
+    }
+
     /// The 8-bit matrix product fast path ([`qmatmul`]) on every level gives the general
     /// path's exact answers: MatMulInteger and QLinearMatMul, uint8 and int8 operands and
     /// outputs, per-column zero points of B, a 2-D B and a batched one.
     #[test]
     fn fast_integer_matmul_equals_the_general_path() {
-        let mut seed = 5u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) as u8
-        };
-        let reference = crate::fast::ISAS
-            .iter()
-            .find(|i| !i.fast)
-            .expect("a reference level");
+        let mut rnd = byte_rng(5);
         let cases: [(&[usize], &[usize]); 4] = [
             (&[5, 37], &[37, 19]),
             (&[2, 3, 70], &[70, 40]),
@@ -1480,13 +1519,7 @@ mod tests {
                 (false, false, true, false),
                 (true, false, false, true),
             ] {
-                let bytes = |v: &[u8], shape: &[usize], signed: bool| {
-                    if signed {
-                        t(shape, v.iter().map(|&b| b as i8).collect::<Vec<i8>>())
-                    } else {
-                        t(shape, v.to_vec())
-                    }
-                };
+                let bytes = bytes_tensor;
                 let a = bytes(&ab, sa, a_signed);
                 let b = bytes(&bb, sb, b_signed);
                 let za = bytes(&[rnd()], &[], a_signed);
@@ -1535,26 +1568,8 @@ mod tests {
                 ];
                 for (op, inputs) in [("MatMulInteger", integer), ("QLinearMatMul", qlinear)] {
                     let k = NodeDef::new(op, 10).with_io(inputs.len(), 1);
-                    let want = crate::fast::with_isa(reference, || run(k.clone(), inputs.clone()))
-                        .expect("the reference level")
-                        .unwrap();
-                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-                        let Some(got) =
-                            crate::fast::with_isa(isa, || run(k.clone(), inputs.clone()))
-                        else {
-                            println!("{op}: {} skipped (this CPU lacks it)", isa.name);
-                            continue;
-                        };
-                        let got = got.unwrap();
-                        assert_eq!(got[0].shape(), want[0].shape(), "{op} case {ci}");
-                        assert_eq!(got[0].elem_type(), want[0].elem_type(), "{op} case {ci}");
-                        assert_eq!(
-                            got[0].view().to_f64_vec(),
-                            want[0].view().to_f64_vec(),
-                            "{op} case {ci} ({a_signed}, {b_signed}, {per_column}) on {}",
-                            isa.name
-                        );
-                    }
+                    let case = format!("case {ci} ({a_signed}, {b_signed}, {per_column})");
+                    assert_levels_agree(&k, &inputs, &case);
                 }
             }
         }
@@ -1566,13 +1581,7 @@ mod tests {
     /// depthwise, grouped, strided, dilated, asymmetrically padded and 1-D cases.
     #[test]
     fn fast_integer_convolution_equals_the_general_path() {
-        let mut seed = 17u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) as u8
-        };
+        let mut rnd = byte_rng(17);
         let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
         // (x shape, w shape, group, strides, pads, dilations)
         type Case = (Vec<usize>, Vec<usize>, i64, Vec<i64>, Vec<i64>, Vec<i64>);
@@ -1626,10 +1635,6 @@ mod tests {
                 vec![1, 1],
             ),
         ];
-        let reference = crate::fast::ISAS
-            .iter()
-            .find(|i| !i.fast)
-            .expect("a reference level");
         for (ci, (xs, ws, group, strides, pads, dil)) in cases.into_iter().enumerate() {
             let nx: usize = xs.iter().product();
             let nw: usize = ws.iter().product();
@@ -1642,13 +1647,7 @@ mod tests {
                 (false, false, true, true),
                 (true, false, false, false),
             ] {
-                let bytes = |v: &[u8], shape: &[usize], signed: bool| {
-                    if signed {
-                        t(shape, v.iter().map(|&b| b as i8).collect::<Vec<i8>>())
-                    } else {
-                        t(shape, v.to_vec())
-                    }
-                };
+                let bytes = bytes_tensor;
                 let x = bytes(&xb, &xs, x_signed);
                 let w = bytes(&wb, &ws, w_signed);
                 let zx = bytes(&[rnd()], &[], x_signed);
@@ -1710,31 +1709,8 @@ mod tests {
                 assert_eq!(taken, Some(true), "case {ci}");
                 for (op, inputs) in [("QLinearConv", qlinear), ("ConvInteger", integer)] {
                     let k = node(op, inputs.len());
-                    let want = crate::fast::with_isa(reference, || run(k.clone(), inputs.clone()))
-                        .expect("the reference level")
-                        .unwrap();
-                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-                        let Some(got) =
-                            crate::fast::with_isa(isa, || run(k.clone(), inputs.clone()))
-                        else {
-                            println!("{op}: {} skipped (this CPU lacks it)", isa.name);
-                            continue;
-                        };
-                        let got = got.unwrap();
-                        assert_eq!(got[0].shape(), want[0].shape());
-                        assert_eq!(
-                            got[0].elem_type(),
-                            want[0].elem_type(),
-                            "{op} case {ci} on {}",
-                            isa.name
-                        );
-                        assert_eq!(
-                            got[0].view().to_f64_vec(),
-                            want[0].view().to_f64_vec(),
-                            "{op} case {ci} ({x_signed}, {w_signed}, {per_channel}) on {}",
-                            isa.name
-                        );
-                    }
+                    let case = format!("case {ci} ({x_signed}, {w_signed}, {per_channel})");
+                    assert_levels_agree(&k, &inputs, &case);
                 }
             }
         }

@@ -308,7 +308,9 @@ impl<'a> Folder<'_, 'a> {
         }
         let value = (*d.inputs.first()?)?;
         let t = self.initializer(Some(value))?;
-        if t.elem_type != ElementType::Int32 {
+        // QLinearConv's bias is int32 of shape [M].
+        let m = self.graph.value(w.value).ok()?.shape?.first().copied()?;
+        if t.elem_type != ElementType::Int32 || t.shape != [m] {
             return None;
         }
         let scales = floats(&self.initializer(*d.inputs.get(1)?)?)?;

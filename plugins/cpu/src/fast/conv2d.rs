@@ -290,7 +290,7 @@ impl Conv2d<'_> {
 
 crate::multiversion! {
 /// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`.
-fn depthwise_plane(
+pub(crate) fn depthwise_plane(
     conv: &Conv2d<'_>,
     xw: (&[f32], &[f32]),
     spans: &[(usize, usize)],

@@ -287,6 +287,10 @@ fn depthwise(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, store: &Store<'_>
     crate::par::for_each_index(conv.n * conv.c, |nc| depthwise_plane(&dw, nc));
 }
 
+/// The most taps whose sums of `(w - zw)(x - zx)` stay below 2^24 (each term is at most
+/// 255 · 255 in magnitude).
+const F32_EXACT_TAPS: usize = 258;
+
 /// What [`depthwise_plane`] reads.
 struct Depthwise<'a> {
     conv: &'a Conv2d<'a>,
@@ -313,6 +317,29 @@ fn depthwise_plane(dw: &Depthwise<'_>, nc: usize) {
     let plane = &x.x[nc * plane_in..][..plane_in];
     let wk = &dw.w.centered[ch * taps..][..taps];
     let mut acc = vec![0i32; ow];
+    if taps <= F32_EXACT_TAPS {
+        // Every sum is an integer below 2^24, exact in float32: the f32 depthwise loop (FMA,
+        // 8 lanes) on the centered plane, then the sums back to i32.
+        let xf: Vec<f32> = plane.iter().map(|&s| (i32::from(s ^ flip) - zx) as f32).collect();
+        let wf: Vec<f32> = wk.iter().map(|&w| w as f32).collect();
+        let one = Conv2d {
+            n: 1,
+            c: 1,
+            m: 1,
+            group: 1,
+            ..*conv
+        };
+        let mut of = vec![0f32; oh * ow];
+        super::conv2d::depthwise_plane(&one, (&xf, &wf), dw.spans, 0, &mut of);
+        for (oy, row) in of.chunks_exact(ow.max(1)).enumerate() {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a = v as i32;
+            }
+            // SAFETY: row `oy` of plane `nc` is this task's alone.
+            unsafe { dw.store.put(ch, (nc * oh + oy) * ow, &acc) };
+        }
+        return;
+    }
     for oy in 0..oh {
         acc.fill(0);
         for ky in 0..conv.kh {

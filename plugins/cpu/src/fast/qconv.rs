@@ -2,8 +2,9 @@
 //! integer GEMM of [`super::qgemm`] on the column matrix of the input bytes, with the zero
 //! points, the bias and the requantization applied to each panel while it is in cache.
 //!
-//! - **depthwise** (one input and one output channel per group): a direct i32 loop per tap over
-//!   contiguous output rows;
+//! - **depthwise** (one input and one output channel per group): the f32 depthwise loop of
+//!   [`super::conv2d`] on the centered plane, exact while the sums stay below 2^24 (up to 258
+//!   taps), else a direct i32 loop per tap over contiguous output rows;
 //! - **1×1, stride 1, no padding**: the input planes are the column matrix;
 //! - **everything else**: im2col on the bytes (the padding holds the input zero point, so it
 //!   adds nothing), a band of output rows at a time.

@@ -2,13 +2,16 @@
 //! 8-, 16- and 32-bit integer types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul,
 //! ConvInteger and QLinearConv. The float8 / int4 / int2 types are not supported.
 //!
-//! The integer products run through the float32 MatMul and Conv kernels, exactly
-//! ([`exact_product`]): every partial sum of integers below 2^24 is exact in float32, and a
-//! product whose sums could exceed that is split into two with the second operand's low and high
-//! 4 bits. Only a product too deep even for that (a reduction of over 4096 terms with 8-bit
-//! values) runs on f64. The per-tensor 8-bit QuantizeLinear, DequantizeLinear and
-//! DynamicQuantizeLinear run in one vectorized pass. All of these are fast paths: at the
-//! reference kernel level the general f64 code computes the same values.
+//! With 8-bit operands, the integer products of ConvInteger, QLinearConv, MatMulInteger and
+//! QLinearMatMul run on the integer GEMM of [`crate::fast::qgemm`] (through
+//! [`crate::fast::qconv`] and [`crate::fast::qmatmul`]), exactly. Other cases (16-bit types,
+//! 3-D convolutions, a broadcast batched B) run through the float32 MatMul and Conv kernels,
+//! still exactly: every partial sum of integers below 2^24 is exact in float32, and a product
+//! whose sums could exceed that is split into two with the second operand's low and high 4
+//! bits; only a product too deep even for that runs on f64. The per-tensor 8-bit
+//! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear run in one vectorized pass. All of
+//! these are fast paths: at the reference kernel level the general f64 code computes the same
+//! values.
 
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};

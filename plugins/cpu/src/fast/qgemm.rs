@@ -379,11 +379,12 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fast::{ISAS, with_isa};
 
-    fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    /// A stream of pseudo-random words (a linear congruential generator's high bits).
+    pub(crate) fn lcg(seed: u64) -> impl FnMut() -> u64 {
         let mut s = seed;
         move || {
             s = s

@@ -1453,13 +1453,8 @@ mod tests {
 
     /// A stream of pseudo-random bytes.
     fn byte_rng(seed: u64) -> impl FnMut() -> u8 {
-        let mut s = seed;
-        move || {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (s >> 33) as u8
-        }
+        let mut words = crate::fast::qgemm::tests::lcg(seed);
+        move || words() as u8
     }
 
     /// `v` as a uint8 tensor, or as int8 bits.

@@ -16,12 +16,14 @@ use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
 use crate::program::{Program, reborrow};
 use crate::tensor::{Elem, Tensor, TensorRef};
 
-/// Builds the kernel of a control-flow node.
+/// Builds the kernel of a control-flow node. `fixed[j]` is the value of implicit input `j`
+/// where the enclosing program knows it at compile time.
 pub(crate) fn build(
     graph: &GraphView<'_>,
     node: &NodeView<'_>,
     def: &NodeDef,
     graphs: &HashMap<String, GraphView<'_>>,
+    fixed: &[Option<&Tensor>],
 ) -> sdk::Result<Box<dyn OpKernel>> {
     let mut outer = Vec::with_capacity(node.implicit_inputs.len());
     for &v in &node.implicit_inputs {
@@ -34,7 +36,7 @@ pub(crate) fn build(
                 def.op_type, def.name
             ))
         })?;
-        Program::compile_graph(g, &outer)
+        Program::compile_graph(g, &outer, fixed)
     };
     let explicit = node.inputs.len();
     Ok(match def.op_type.as_str() {

@@ -80,7 +80,7 @@ fn fold(
     op_type: &str,
     kernel: &dyn OpKernel,
     srcs: &[Option<Source>],
-    constants: &[Tensor],
+    (constants, known): (&[Tensor], &[Option<&Tensor>]),
 ) -> Option<Vec<Tensor>> {
     if NOT_FOLDABLE.contains(&op_type) || is_control_flow(op_type) {
         return None;
@@ -89,11 +89,24 @@ fn fold(
     for s in srcs {
         args.push(match s {
             None => None,
-            Some(Source::Constant(i)) => Some(constants[*i].view()),
-            Some(_) => return None,
+            Some(s) => Some(constant_value(*s, constants, known)?.view()),
         });
     }
     kernel.run(&args).ok()
+}
+
+/// The value of `src` when it is known at compile time: a constant, or a run input whose value
+/// is fixed (`known`: an enclosing graph's constant read by a nested body).
+fn constant_value<'a>(
+    src: Source,
+    constants: &'a [Tensor],
+    known: &[Option<&'a Tensor>],
+) -> Option<&'a Tensor> {
+    match src {
+        Source::Constant(i) => constants.get(i),
+        Source::Input(i) => known.get(i).copied().flatten(),
+        Source::Slot(_) => None,
+    }
 }
 
 /// A step converting one value between float16 and float32 ([`lower`]).
@@ -414,11 +427,14 @@ fn fused_step(run: Vec<Step>) -> Chain {
 impl Program {
     /// Compiles `nodes` (in topological order) of `graph`. Run input `i` is bound to value
     /// `inputs[i]` (`None`: an input this program does not read); the run returns `outputs`.
+    /// `known[i]`, where present, is run input `i`'s value in every run (an enclosing graph's
+    /// constant): nodes computed from such values and constants only are evaluated here, once.
     pub fn compile(
         graph: &GraphView<'_>,
         nodes: &[u32],
         inputs: &[Option<u32>],
         outputs: &[u32],
+        known: &[Option<&Tensor>],
     ) -> sdk::Result<Program> {
         let reg = registry();
         let mut slot_of: HashMap<u32, Source> = HashMap::new();
@@ -531,7 +547,12 @@ impl Program {
                     .all(|&k| matches!(srcs.get(k), Some(Some(_))))
             });
             let kernel: Box<dyn OpKernel> = if is_control_flow(node.op_type) {
-                control::build(graph, &node, &def, &graphs)?
+                // The values the bodies read that are fixed: folded inside them too.
+                let fixed: Vec<Option<&Tensor>> = srcs[node.inputs.len()..]
+                    .iter()
+                    .map(|s| s.and_then(|s| constant_value(s, &constants, known)))
+                    .collect();
+                control::build(graph, &node, &def, &graphs, &fixed)?
             } else {
                 let schema = reg
                     .lookup(node.domain, node.op_type, node.opset)
@@ -551,7 +572,7 @@ impl Program {
                 None => kernel,
             };
             // A node of constants only is evaluated once, here.
-            if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, &constants)
+            if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, (&constants, known))
                 && values.len() >= node.outputs.iter().flatten().count()
             {
                 for (v, t) in node.outputs.iter().zip(values) {
@@ -651,8 +672,13 @@ impl Program {
     }
 
     /// Compiles a whole graph. Run inputs are its own inputs, then the values of `outer`
-    /// (names of enclosing-graph values, in the order the caller passes them).
-    pub fn compile_graph(graph: &GraphView<'_>, outer: &[&str]) -> sdk::Result<Program> {
+    /// (names of enclosing-graph values, in the order the caller passes them); `fixed[j]` is
+    /// `outer[j]`'s value where the enclosing graph knows it at compile time.
+    pub fn compile_graph(
+        graph: &GraphView<'_>,
+        outer: &[&str],
+        fixed: &[Option<&Tensor>],
+    ) -> sdk::Result<Program> {
         let mut inputs: Vec<Option<u32>> = graph.inputs()?.iter().map(|&v| Some(v)).collect();
         for name in outer {
             inputs.push(
@@ -661,8 +687,15 @@ impl Program {
                     .filter(|&v| graph.value(v).is_ok_and(|i| i.producer.is_none())),
             );
         }
+        let own = inputs.len() - outer.len();
+        let known: Vec<Option<&Tensor>> = (0..inputs.len())
+            .map(|i| {
+                i.checked_sub(own)
+                    .and_then(|j| fixed.get(j).copied().flatten())
+            })
+            .collect();
         let nodes: Vec<u32> = (0..graph.node_count() as u32).collect();
-        Program::compile(graph, &nodes, &inputs, graph.outputs()?)
+        Program::compile(graph, &nodes, &inputs, graph.outputs()?, &known)
     }
 
     /// Number of values a run returns.

@@ -108,7 +108,7 @@ impl Provider for CpuProvider {
         sub: &SubgraphView<'_>,
     ) -> sdk::Result<Box<dyn Kernel>> {
         let inputs: Vec<Option<u32>> = sub.inputs.iter().map(|&v| Some(v)).collect();
-        let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs)?;
+        let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs, &[])?;
         let heavy = program.has_heavy_steps();
         Ok(Box::new(CpuKernel {
             program,

@@ -3,11 +3,15 @@
 //! - **depthwise** (one input and one output channel per group): a direct loop per tap, whose
 //!   inner loop runs over a contiguous output row and vectorizes;
 //! - **1×1, stride 1, no padding**: the input planes already are the column matrix, one GEMM;
+//! - **a plane of a few outputs** (a convolution over a short signal): dot products of the
+//!   weight rows with the transposed columns ([`super::dots`]), since packing the weights for a
+//!   GEMM would cost more than the product;
 //! - **everything else**: im2col built row by row (contiguous spans copied, padding zeroed, no
 //!   per-element index arithmetic), then one GEMM per group with the `gemm` crate's SGEMM.
 //!
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
+use super::dots::{NARROW, row_dots};
 use crate::kernel::PostOp;
 use crate::ops::util::Spatial;
 use crate::par::Disjoint;
@@ -108,7 +112,11 @@ impl Conv2d<'_> {
                 .map(|j0| (j0, step.min(plane_out - j0)))
                 .collect()
         } else {
-            let band = (COLS_BYTES / (rows * ow * 4).max(1)).clamp(1, oh.max(1));
+            // At least MIN_COLS columns a band: each GEMM call packs the weights again, which
+            // a narrow band does not repay (a 1-D convolution has one column per output row).
+            let band = (COLS_BYTES / (rows * ow * 4).max(1))
+                .max(MIN_COLS.div_ceil(ow.max(1)))
+                .clamp(1, oh.max(1));
             (0..oh)
                 .step_by(band)
                 .map(|oy0| (oy0 * ow, band.min(oh - oy0) * ow))
@@ -131,7 +139,28 @@ impl Conv2d<'_> {
             let w_g = &weights[g * mg * rows..][..mg * rows];
             let base = (n * self.m + g * mg) * plane_out;
             assert!(base + (mg - 1) * plane_out + j0 + width <= dst.len());
-            if pointwise {
+            if width == plane_out && plane_out <= NARROW {
+                // A few output columns: dot products over the weights where they lie, not a
+                // GEMM that packs them first ([`super::dots`]).
+                // SAFETY: this task's range is the whole plane, so it alone writes the `mg`
+                // planes of its image and group.
+                let o = unsafe { dst.slice(base, mg * plane_out) };
+                with_cols(2 * rows * width, |buf| {
+                    let (cols, bt) = buf.split_at_mut(rows * width);
+                    let (b, ldb): (&[f32], usize) = if pointwise {
+                        (x_g, plane_in)
+                    } else {
+                        self.im2col(x_g, cg, 0..oh, cols, 0.0);
+                        (cols, width)
+                    };
+                    for (j, col) in bt.chunks_exact_mut(rows).enumerate() {
+                        for (p, v) in col.iter_mut().enumerate() {
+                            *v = b[p * ldb + j];
+                        }
+                    }
+                    row_dots(mg, width, rows, w_g, bt, o, plane_out);
+                });
+            } else if pointwise {
                 // SAFETY: task `t` alone writes columns `j0..j0 + width` of the `mg` planes of
                 // its image and group, which lie inside `out` (asserted above).
                 unsafe {
@@ -493,6 +522,8 @@ pub(crate) fn valid_span(
 
 /// Bytes of im2col columns built at a time.
 const COLS_BYTES: usize = 256 << 10;
+/// The fewest output columns an im2col band holds ([`COLS_BYTES`] permitting fewer).
+const MIN_COLS: usize = 256;
 
 /// `c[m, n] += a[m, k] · b[k, n]` (`=` when not `accumulate`): `a`'s element `(i, p)` is at
 /// `i * rs + p * cs`; `b` and `c` are row-major with row strides `ldb` and `ldc` (each may be a

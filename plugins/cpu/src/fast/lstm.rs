@@ -1,13 +1,15 @@
-//! The LSTM recurrence in float32: each step's gates are `W·xₜ + R·hₜ₋₁ + Wb + Rb` as dot
-//! products over the rows of W and R (contiguous in ONNX's layout, so no weight is transposed
-//! or copied), then the cell update with ONNX's default activations (Sigmoid, Tanh, Tanh) and
-//! the optional peepholes. The logistic function is ONNX Runtime's ([`super::math::sigmoid_f32`]).
+//! The LSTM recurrence in float32: each step's gates are `W·xₜ + R·hₜ₋₁ + Wb + Rb` for every
+//! batch row at once, as dot products over the rows of W and R ([`super::dots`]: contiguous in
+//! ONNX's layout, so no weight is transposed or copied), then the cell update with ONNX's
+//! default activations (Sigmoid, Tanh, Tanh) and the optional peepholes. The logistic function
+//! and tanh are ONNX Runtime's rational forms ([`super::math`]).
 //!
 //! The reference kernel (`ops::rnn`) computes every LSTM in f64; this one takes the common case:
 //! float32 data, layout 0, no clip, no input_forget, the default activations, and every batch
 //! row running the whole sequence.
 
-use super::math::sigmoid_f32;
+use super::dots::row_dots;
+use super::math::{sigmoid_f32, tanh_f32};
 
 /// Sizes of one LSTM: steps, batch rows, input features, hidden units.
 #[derive(Clone, Copy, Debug)]
@@ -27,24 +29,6 @@ pub struct LstmWeights<'a> {
     pub peep: Option<&'a [f32]>,
 }
 
-/// `Σ a[k]·b[k]` with eight independent partial sums, so that it vectorizes.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] = x[k].mul_add(y[k], acc[k]);
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in ra.iter().zip(rb) {
-        s = x.mul_add(*y, s);
-    }
-    s
-}
-
 crate::multiversion! {
 #[allow(clippy::too_many_arguments)]
 /// Runs one direction over `x` (`[seq, batch, input]`), updating `h` and `c` (`[batch, h]`,
@@ -61,35 +45,35 @@ pub fn lstm_direction(
     y_stride: usize,
 ) {
     let LstmDims { seq, batch, input, hidden: hs } = dims;
-    let mut gates = vec![0f32; 4 * hs];
+    if batch == 0 || hs == 0 {
+        return;
+    }
+    // Gate j of batch row b at `gates[j · batch + b]`.
+    let mut gates = vec![0f32; 4 * hs * batch];
     for step in 0..seq {
         let t = if reverse { seq - 1 - step } else { step };
+        for (j, g) in gates.chunks_exact_mut(batch).enumerate() {
+            g.fill(wt.bias.map_or(0.0, |bias| bias[j] + bias[4 * hs + j]));
+        }
+        let xt = &x[t * batch * input..][..batch * input];
+        row_dots(4 * hs, batch, input, wt.w, xt, &mut gates, batch);
+        row_dots(4 * hs, batch, hs, wt.r, h, &mut gates, batch);
         for b in 0..batch {
-            let xt = &x[(t * batch + b) * input..][..input];
             let hb = &mut h[b * hs..][..hs];
             let cb = &mut c[b * hs..][..hs];
-            for (j, g) in gates.iter_mut().enumerate() {
-                let mut v = dot(&wt.w[j * input..][..input], xt) + dot(&wt.r[j * hs..][..hs], hb);
-                if let Some(bias) = wt.bias {
-                    v += bias[j] + bias[4 * hs + j];
-                }
-                *g = v;
-            }
-            let (gi, rest) = gates.split_at(hs);
-            let (go, rest) = rest.split_at(hs);
-            let (gf, gc) = rest.split_at(hs);
+            let gate = |g: usize, k: usize| gates[(g * hs + k) * batch + b];
             for k in 0..hs {
                 let (pi, po, pf) = match wt.peep {
                     Some(p) => (p[k], p[hs + k], p[2 * hs + k]),
                     None => (0.0, 0.0, 0.0),
                 };
-                let i = sigmoid_f32(pi.mul_add(cb[k], gi[k]));
-                let f = sigmoid_f32(pf.mul_add(cb[k], gf[k]));
-                let cell = gc[k].tanh();
+                let i = sigmoid_f32(pi.mul_add(cb[k], gate(0, k)));
+                let f = sigmoid_f32(pf.mul_add(cb[k], gate(2, k)));
+                let cell = tanh_f32(gate(3, k));
                 let cn = f.mul_add(cb[k], i * cell);
-                let o = sigmoid_f32(po.mul_add(cn, go[k]));
+                let o = sigmoid_f32(po.mul_add(cn, gate(1, k)));
                 cb[k] = cn;
-                hb[k] = o * cn.tanh();
+                hb[k] = o * tanh_f32(cn);
             }
             y[t * y_stride + b * hs..][..hs].copy_from_slice(hb);
         }

@@ -10,6 +10,7 @@
 //! [`FastKernels`] (by element type), the functions of [`conv2d`] and [`math`], and [`enabled`].
 
 pub mod conv2d;
+pub mod dots;
 pub mod lstm;
 pub mod math;
 pub mod qconv;

@@ -540,13 +540,16 @@ mod tests {
         // strides, dilations, groups, asymmetric pads.
         // (X shape, W shape, group, stride, dilation, pads)
         type Case1d = ([usize; 3], [usize; 3], i64, i64, i64, [i64; 2]);
-        let convs_1d: [Case1d; 6] = [
+        // The last two have planes of a few outputs ([`crate::fast::dots`]).
+        let convs_1d: [Case1d; 8] = [
             ([1, 4, 64], [8, 4, 9], 1, 1, 1, [4, 4]),
             ([2, 6, 33], [6, 1, 5], 6, 2, 1, [2, 1]),
             ([1, 8, 50], [4, 4, 3], 2, 1, 3, [0, 3]),
             ([1, 16, 200], [32, 16, 31], 1, 4, 1, [15, 15]),
             ([1, 3, 7], [5, 3, 1], 1, 1, 1, [0, 0]),
             ([3, 2, 19], [2, 2, 4], 1, 3, 2, [1, 2]),
+            ([1, 65, 4], [128, 65, 3], 1, 1, 1, [1, 1]),
+            ([2, 8, 6], [6, 4, 3], 2, 2, 1, [1, 1]),
         ];
         for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
             crate::fast::with_isa(isa, || {

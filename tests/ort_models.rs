@@ -83,6 +83,15 @@ fn qdq_models_give_onnx_runtimes_output() {
     check_against_onnx_runtime(&dir, "ort-qdq-cnn", |_| 0.0);
 }
 
+/// An If whose branches rearrange an initializer of the enclosing graph (Slice, Concat,
+/// Transpose) before a MatMul: folded once when the session is made (`host/cli/tests/cli.rs`
+/// counts the steps), with ONNX Runtime's answer.
+#[test]
+fn nested_bodies_on_enclosing_constants_give_onnx_runtimes_output() {
+    let dir = repo_root().join("tests/models");
+    check_against_onnx_runtime(&dir, "ort-nested-constants", |_| 1e-5);
+}
+
 /// The scikit-learn pipelines of `tests/models/sklearn/` (made by `make_sklearn.py`): every
 /// node on the CPU EP, labels equal to ONNX Runtime's, scores within 1e-5 (relative) of them.
 #[test]

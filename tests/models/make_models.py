@@ -45,6 +45,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
   ort-gqa-*           GroupQueryAttention as LLM exports use it (4 query heads over 2 KV heads):
                       a first prompt, with rotary embedding, one decoding step over a KV
                       cache of sequences of different lengths, and a local window
+  ort-nested-constants  an If whose branches rearrange an initializer of the enclosing graph
+                      (Slice, Concat, Transpose) before using it, as exporters of recurrent
+                      layers write it: work on constants that runs once, not on every run
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -250,6 +253,49 @@ def rounding():
         np.save(os.path.join(HERE, f"ort-rounding.input.{k}.npy"), v)
     for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
         np.save(os.path.join(HERE, f"ort-rounding.output.{o.name}.npy"), v)
+
+
+def nested_constants():
+    rng = np.random.default_rng(SEED)
+    w = rng.normal(0, 1, (6, 4)).astype(np.float32)
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+
+    def branch(name, combine):
+        nodes = [
+            helper.make_node("Slice", ["w", f"{name}_s0", f"{name}_e0"], [f"{name}_top"]),
+            helper.make_node("Slice", ["w", f"{name}_s1", f"{name}_e1"], [f"{name}_bottom"]),
+            helper.make_node("Concat", [f"{name}_bottom", f"{name}_top"], [f"{name}_swapped"],
+                             axis=0),
+            helper.make_node("Transpose", [f"{name}_swapped"], [f"{name}_t"], perm=[1, 0]),
+            helper.make_node("MatMul", ["x", f"{name}_t"], [f"{name}_y"]),
+            helper.make_node(combine, [f"{name}_y", f"{name}_c"], [f"{name}_out"]),
+        ]
+        inits = [ints(f"{name}_s0", [0]), ints(f"{name}_e0", [3]),
+                 ints(f"{name}_s1", [3]), ints(f"{name}_e1", [6]),
+                 numpy_helper.from_array(np.array(0.5, dtype=np.float32), f"{name}_c")]
+        return helper.make_graph(
+            nodes, name, [],
+            [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [6, 6])], inits)
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", "Add"),
+                          else_branch=branch("else", "Sub"))],
+        "ort_nested_constants",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 6])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    path = os.path.join(HERE, "ort-nested-constants.onnx")
+    onnx.save(model, path)
+    inputs = {"cond": np.array(True), "x": rng.normal(0, 1, (6, 4)).astype(np.float32)}
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for k, v in inputs.items():
+        np.save(os.path.join(HERE, f"ort-nested-constants.input.{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
+        np.save(os.path.join(HERE, f"ort-nested-constants.output.{o.name}.npy"), v)
 
 
 def quantized_cnn(name, nodes, inits, rng, **options):
@@ -594,6 +640,7 @@ def main():
     encoder()
     dynamic_int8_block()
     rounding()
+    nested_constants()
     qoperator_cnn()
     qdq_cnn()
     dynamic_mlp()

@@ -481,44 +481,50 @@ fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
     );
 }
 
+/// The kind of each step the CPU EP ran for `model` (`tests/models/<model>.onnx` on its saved
+/// inputs, `inputs`), with how many times, from its `EPX_CPU_PROFILE` table; `level` forces
+/// a kernel level.
+fn step_kinds(model: &str, inputs: &[&str], level: Option<&str>) -> Vec<(String, u32)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_epx"));
+    cmd.args(["run", &format!("tests/models/{model}.onnx")]);
+    for name in inputs {
+        cmd.args([
+            "--input",
+            &format!("{name}=tests/models/{model}.input.{name}.npy"),
+        ]);
+    }
+    cmd.current_dir(repo())
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .env("EPX_CPU_PROFILE", "1");
+    match level {
+        Some(l) => cmd.env("EPX_CPU_KERNELS", l),
+        None => cmd.env_remove("EPX_CPU_KERNELS"),
+    };
+    let out = cmd.output().expect("run epx");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `    0.12 ms   3.4%      1x  QLinearConv`: the kind of each step that ran.
+    text(&out.stderr)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let count = it.nth(3)?.strip_suffix('x')?.parse().ok()?;
+            Some((it.collect::<Vec<_>>().join(" "), count))
+        })
+        .collect()
+}
+
+/// How many times steps of kind `k` ran, from [`step_kinds`].
+fn count(kinds: &[(String, u32)], k: &str) -> u32 {
+    kinds.iter().find(|(n, _)| n == k).map_or(0, |(_, c)| *c)
+}
+
 /// With fast kernels, the DequantizeLinear / op / QuantizeLinear groups of a QDQ model run as
 /// the quantized ops they stand for (the CPU EP's step profile names what ran); the reference
 /// kernels run the nodes as written.
 #[test]
 fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
-    let steps = |level: Option<&str>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_epx"));
-        cmd.args([
-            "run",
-            "tests/models/ort-qdq-cnn.onnx",
-            "--input",
-            "x=tests/models/ort-qdq-cnn.input.x.npy",
-        ])
-        .current_dir(repo())
-        .env_remove("EPX_PLUGIN_PATH")
-        .env_remove("RUST_LOG")
-        .env("EPX_CPU_PROFILE", "1");
-        match level {
-            Some(l) => cmd.env("EPX_CPU_KERNELS", l),
-            None => cmd.env_remove("EPX_CPU_KERNELS"),
-        };
-        let out = cmd.output().expect("run epx");
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        // `    0.12 ms   3.4%      1x  QLinearConv`: the kind of each step that ran.
-        let kinds: Vec<(String, u32)> = text(&out.stderr)
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let count = it.nth(3)?.strip_suffix('x')?.parse().ok()?;
-                Some((it.collect::<Vec<_>>().join(" "), count))
-            })
-            .collect();
-        kinds
-    };
-    let count = |kinds: &[(String, u32)], k: &str| {
-        kinds.iter().find(|(n, _)| n == k).map_or(0, |(_, c)| *c)
-    };
-    let fast = steps(None);
+    let fast = step_kinds("ort-qdq-cnn", &["x"], None);
     for (op, n) in [
         ("QLinearConv", 3),
         ("QLinearMatMul", 1),
@@ -533,9 +539,24 @@ fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
     // The input's QuantizeLinear and the output's DequantizeLinear stay; the others fold.
     assert_eq!(count(&fast, "QuantizeLinear"), 1, "{fast:?}");
     assert_eq!(count(&fast, "DequantizeLinear"), 1, "{fast:?}");
-    let reference = steps(Some("reference"));
+    let reference = step_kinds("ort-qdq-cnn", &["x"], Some("reference"));
     assert_eq!(count(&reference, "Conv"), 3, "{reference:?}");
     assert_eq!(count(&reference, "QLinearConv"), 0, "{reference:?}");
+}
+
+/// Nodes of an If's branches that read only constants, some of them the enclosing graph's
+/// initializers, are computed once when the session is made, on every kernel level: a run
+/// executes the If and its MatMul and Add alone.
+#[test]
+fn nested_bodies_fold_what_reads_only_enclosing_constants() {
+    for level in [None, Some("reference")] {
+        let kinds = step_kinds("ort-nested-constants", &["cond", "x"], level);
+        for op in ["Slice", "Concat", "Transpose"] {
+            assert_eq!(count(&kinds, op), 0, "{op} ran ({level:?}): {kinds:?}");
+        }
+        assert_eq!(count(&kinds, "If"), 1, "{level:?}: {kinds:?}");
+        assert_eq!(count(&kinds, "MatMul"), 1, "{level:?}: {kinds:?}");
+    }
 }
 
 #[test]

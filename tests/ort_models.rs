@@ -92,6 +92,15 @@ fn nested_bodies_on_enclosing_constants_give_onnx_runtimes_output() {
     check_against_onnx_runtime(&dir, "ort-nested-constants", |_| 1e-5);
 }
 
+/// Conv then BatchNormalization (`ort-conv-bn`): folded into the Conv's weights on the fast
+/// levels where the Conv's output has no other reader (`host/cli/tests/cli.rs` counts the
+/// steps), run as written on the reference level; ONNX Runtime's answer either way.
+#[test]
+fn conv_batch_norm_gives_onnx_runtimes_output() {
+    let dir = repo_root().join("tests/models");
+    check_against_onnx_runtime(&dir, "ort-conv-bn", |y| 1e-5 * y.abs().max(1.0));
+}
+
 /// The scikit-learn pipelines of `tests/models/sklearn/` (made by `make_sklearn.py`): every
 /// node on the CPU EP, labels equal to ONNX Runtime's, scores within 1e-5 (relative) of them.
 #[test]

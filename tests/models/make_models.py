@@ -48,6 +48,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
   ort-nested-constants  an If whose branches rearrange an initializer of the enclosing graph
                       (Slice, Concat, Transpose) before using it, as exporters of recurrent
                       layers write it: work on constants that runs once, not on every run
+  ort-conv-bn         Conv (with and without bias) then an inference BatchNormalization, as
+                      exporters of CNNs write them, and one Conv output also read elsewhere:
+                      folded into the Conv's weights where the Conv's output has no other use
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -296,6 +299,54 @@ def nested_constants():
         np.save(os.path.join(HERE, f"ort-nested-constants.input.{k}.npy"), v)
     for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
         np.save(os.path.join(HERE, f"ort-nested-constants.output.{o.name}.npy"), v)
+
+
+def conv_batch_norm():
+    rng = np.random.default_rng(SEED)
+    f32 = lambda *shape: rng.normal(0, 1, shape).astype(np.float32)
+
+    def bn(name, c):
+        return [numpy_helper.from_array(f32(c), f"{name}_gamma"),
+                numpy_helper.from_array(f32(c), f"{name}_beta"),
+                numpy_helper.from_array(f32(c), f"{name}_mean"),
+                numpy_helper.from_array(rng.uniform(0.5, 2.0, c).astype(np.float32),
+                                        f"{name}_var")]
+
+    def bn_node(name, x, y, **attrs):
+        return helper.make_node(
+            "BatchNormalization",
+            [x, f"{name}_gamma", f"{name}_beta", f"{name}_mean", f"{name}_var"], [y], **attrs)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        bn_node("bn1", "c1", "n1", epsilon=1e-3),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2]),
+        bn_node("bn2", "c2", "n2"),
+        # c3 is read twice: the normalization cannot go into the Conv's weights.
+        helper.make_node("Conv", ["n2", "w3"], ["c3"], group=2),
+        bn_node("bn3", "c3", "n3"),
+        helper.make_node("Add", ["n3", "c3"], ["y"]),
+    ]
+    inits = ([numpy_helper.from_array(f32(8, 3, 3, 3), "w1"),
+              numpy_helper.from_array(f32(8), "b1"),
+              numpy_helper.from_array(f32(6, 8, 1, 1), "w2"),
+              numpy_helper.from_array(f32(6, 3, 3, 3), "w3")]
+             + bn("bn1", 8) + bn("bn2", 6) + bn("bn3", 6))
+    graph = helper.make_graph(
+        nodes, "ort_conv_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    onnx.checker.check_model(model)
+    path = os.path.join(HERE, "ort-conv-bn.onnx")
+    onnx.save(model, path)
+    inputs = {"x": f32(1, 3, 12, 12)}
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for k, v in inputs.items():
+        np.save(os.path.join(HERE, f"ort-conv-bn.input.{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
+        np.save(os.path.join(HERE, f"ort-conv-bn.output.{o.name}.npy"), v)
 
 
 def quantized_cnn(name, nodes, inits, rng, **options):
@@ -641,6 +692,7 @@ def main():
     dynamic_int8_block()
     rounding()
     nested_constants()
+    conv_batch_norm()
     qoperator_cnn()
     qdq_cnn()
     dynamic_mlp()

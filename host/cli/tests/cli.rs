@@ -544,6 +544,17 @@ fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
     assert_eq!(count(&reference, "QLinearConv"), 0, "{reference:?}");
 }
 
+/// A BatchNormalization after a Conv of constant weights whose output nothing else reads goes
+/// into those weights on the fast levels; the one whose Conv output is read twice stays. The
+/// reference level runs the nodes as written.
+#[test]
+fn batch_normalization_folds_into_the_conv_before_it() {
+    let fast = step_kinds("ort-conv-bn", &["x"], None);
+    assert_eq!(count(&fast, "BatchNormalization"), 1, "{fast:?}");
+    let reference = step_kinds("ort-conv-bn", &["x"], Some("reference"));
+    assert_eq!(count(&reference, "BatchNormalization"), 3, "{reference:?}");
+}
+
 /// Nodes of an If's branches that read only constants, some of them the enclosing graph's
 /// initializers, are computed once when the session is made, on every kernel level: a run
 /// executes the If and its MatMul and Add alone.

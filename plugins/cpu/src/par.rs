@@ -67,6 +67,29 @@ pub fn threads() -> usize {
 /// saves (about 0.2 ms of work at one core's speed).
 pub(crate) const GEMM_PAR_MIN: usize = 4 << 20;
 
+/// Operations (multiply-adds, or element steps) below which a kernel runs all of its loops on
+/// the calling thread: about 40 µs at one core's speed, more than the hand-off to a sleeping
+/// worker costs.
+pub(crate) const PAR_WORK_MIN: usize = 1 << 20;
+
+/// Runs `f` with every helper here in order on the calling thread when `work` (in the units of
+/// [`PAR_WORK_MIN`]) is too little to share; else as usual.
+pub fn serial_below<R>(work: usize, f: impl FnOnce() -> R) -> R {
+    if work >= PAR_WORK_MIN || !IN_POOL.get() {
+        return f();
+    }
+    /// Puts the pool mark back, also when `f` panics.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_POOL.set(true);
+        }
+    }
+    IN_POOL.set(false);
+    let _restore = Restore;
+    f()
+}
+
 /// How a GEMM of `m × k` by `k × n` may split: across the pool when there is one and the
 /// product is large enough to be worth it.
 pub fn gemm_parallelism(m: usize, k: usize, n: usize) -> gemm::Parallelism {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use epx_plugin_api::ElementType;
-use epx_plugin_api::sdk::{self, Attribute, Error, GraphView};
+use epx_plugin_api::sdk::{self, Attribute, Error, GraphView, NodeView};
 
 use crate::control;
 use crate::fuse::{ChainPost, EwOp, FusedChain, FusedOp, Operand, classify};
@@ -107,6 +107,108 @@ fn constant_value<'a>(
         Source::Input(i) => known.get(i).copied().flatten(),
         Source::Slot(_) => None,
     }
+}
+
+/// Folds an inference BatchNormalization into the Conv step whose output only it reads, as
+/// ONNX Runtime's Conv/BatchNormalization fusion does: per output channel `s = γ / √(var + ε)`,
+/// `W' = W · s`, `B' = (B − mean) · s + β`, in f32. The Conv's weights (and bias, if any) must
+/// be float32 constants and the normalization's four parameters float32 constants of one value
+/// per channel. Returns the Conv's output, which stands for the normalization's from then on;
+/// `None` (nothing changed) when the pattern does not hold.
+fn fold_batch_norm(
+    graph: &GraphView<'_>,
+    node: &NodeView<'_>,
+    srcs: &[Option<Source>],
+    steps: &mut [Step],
+    constants: &mut Vec<Tensor>,
+) -> Option<Source> {
+    // float32 only: a float16 model's weights keep their own rounding.
+    let y = node.outputs.first().copied().flatten()?;
+    if graph.value(y).ok()?.elem_type != Some(ElementType::Float) {
+        return None;
+    }
+    let attrs = graph.attributes(node).ok()?;
+    let mut eps = 1e-5f32;
+    for (name, a) in &attrs {
+        match (*name, a) {
+            ("epsilon", Attribute::Float(e)) => eps = *e,
+            ("training_mode", Attribute::Int(0)) | ("spatial", Attribute::Int(1)) => {}
+            ("momentum", _) => {}
+            _ => return None,
+        }
+    }
+    let f32_const = |s: &Option<Source>| match s {
+        Some(Source::Constant(i)) => match &constants[*i] {
+            Tensor::F32(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    };
+    let [Some(Source::Slot(x)), gamma, beta, mean, var] = srcs else {
+        return None;
+    };
+    let x = *x;
+    let (gamma, beta, mean, var) = (
+        f32_const(gamma)?,
+        f32_const(beta)?,
+        f32_const(mean)?,
+        f32_const(var)?,
+    );
+    let c = gamma.len();
+    if [gamma, beta, mean, var].iter().any(|p| p.shape() != [c]) {
+        return None;
+    }
+    let conv = steps
+        .iter_mut()
+        .rev()
+        .find(|st| st.outputs.iter().flatten().any(|&o| o == x))?;
+    if conv.kind != "Conv" || conv.outputs.len() != 1 {
+        return None;
+    }
+    let w = f32_const(conv.inputs.get(1)?)?;
+    if w.ndim() < 3 || w.shape()[0] != c || c == 0 {
+        return None;
+    }
+    let bias = match conv.inputs.get(2) {
+        None | Some(None) => None,
+        Some(b) => {
+            let b = f32_const(b)?;
+            (b.shape() == [c]).then_some(b)?;
+            Some(b)
+        }
+    };
+    let (w_shape, w) = (w.shape().to_vec(), w.as_standard_layout());
+    let per = w.len() / c;
+    let (gamma, beta, mean, var) = (
+        gamma.iter().copied().collect::<Vec<f32>>(),
+        beta.iter().copied().collect::<Vec<f32>>(),
+        mean.iter().copied().collect::<Vec<f32>>(),
+        var.iter().copied().collect::<Vec<f32>>(),
+    );
+    let scale: Vec<f32> = (0..c).map(|k| gamma[k] / (var[k] + eps).sqrt()).collect();
+    let bias: Vec<f32> = match bias {
+        Some(b) => b.iter().copied().collect(),
+        None => vec![0.0; c],
+    };
+    let new_w: Vec<f32> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| v * scale[i / per])
+        .collect();
+    let new_b: Vec<f32> = (0..c)
+        .map(|k| (bias[k] - mean[k]) * scale[k] + beta[k])
+        .collect();
+    let new_w = Tensor::from_vec(&w_shape, new_w).ok()?;
+    let new_b = Tensor::from_vec(&[c], new_b).ok()?;
+    constants.push(new_w);
+    conv.inputs[1] = Some(Source::Constant(constants.len() - 1));
+    constants.push(new_b);
+    let b = Some(Source::Constant(constants.len() - 1));
+    match conv.inputs.get_mut(2) {
+        Some(slot) => *slot = b,
+        None => conv.inputs.push(b),
+    }
+    Some(Source::Slot(x))
 }
 
 /// A step converting one value between float16 and float32 ([`lower`]).
@@ -462,7 +564,18 @@ impl Program {
             }
         }
         // QDQ patterns folded into quantized ops ([`qdq`]).
-        for node in qdq::plan(graph, nodes, outputs)? {
+        let planned = qdq::plan(graph, nodes, outputs)?;
+        // How many nodes read each value (an output of the program counts as a reader).
+        let mut reads: HashMap<u32, usize> = HashMap::new();
+        for n in &planned {
+            for v in n.inputs.iter().flatten().chain(&n.implicit_inputs) {
+                *reads.entry(*v).or_default() += 1;
+            }
+        }
+        for v in outputs {
+            *reads.entry(*v).or_default() += 1;
+        }
+        for node in planned {
             let id = node.id;
             let label = if node.name.is_empty() {
                 format!("{}#{id}", node.op_type)
@@ -515,6 +628,21 @@ impl Program {
                     }
                 };
                 srcs.push(Some(src));
+            }
+            // An inference BatchNormalization after a Conv of constant weights becomes part of
+            // those weights.
+            if node.op_type == "BatchNormalization"
+                && node.domain.is_empty()
+                && crate::fast::enabled()
+                && let Some(x) = node.inputs.first().copied().flatten()
+                && reads.get(&x) == Some(&1)
+                && let [Some(y), rest @ ..] = node.outputs.as_slice()
+                && rest.iter().all(Option::is_none)
+                && let Some(conv_out) =
+                    fold_batch_norm(graph, &node, &srcs, &mut steps, &mut constants)
+            {
+                slot_of.insert(*y, conv_out);
+                continue;
             }
             let mut def = NodeDef {
                 name: label.clone(),

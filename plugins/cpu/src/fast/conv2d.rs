@@ -38,10 +38,25 @@ impl Conv2d<'_> {
         self.geo.out[1]
     }
 
+    /// The multiply-adds of the convolution.
+    pub(crate) fn macs(&self) -> usize {
+        [
+            self.n,
+            self.m,
+            self.oh(),
+            self.ow(),
+            self.c / self.group.max(1),
+            self.kh,
+            self.kw,
+        ]
+        .iter()
+        .fold(1usize, |a, &d| a.saturating_mul(d))
+    }
+
     /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
     /// `[m]`; returns `[n, m, oh, ow]`, C order.
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-        run_conv2d(self, x, weights, bias, None).0
+        self.run_post(x, weights, bias, None).0
     }
 
     /// [`run`](Self::run), applying `post` to each part of the output as soon as it is final
@@ -53,7 +68,8 @@ impl Conv2d<'_> {
         bias: Option<&[f32]>,
         post: Option<&mut dyn PostOp>,
     ) -> (Vec<f32>, bool) {
-        run_conv2d(self, x, weights, bias, post)
+        // A small convolution stays on this thread.
+        crate::par::serial_below(self.macs(), || run_conv2d(self, x, weights, bias, post))
     }
 
     #[inline(always)]

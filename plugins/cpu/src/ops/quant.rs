@@ -1206,7 +1206,7 @@ impl FastQConv {
             signed: x_signed,
             zx,
         };
-        let r = qconv::run(&conv, &input, &packed, out)?;
+        let r = crate::par::serial_below(conv.macs(), || qconv::run(&conv, &input, &packed, out))?;
         let mut shape = vec![nb, m];
         shape.extend_from_slice(&geo.out);
         Some((shape, r))

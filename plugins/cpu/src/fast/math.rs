@@ -124,6 +124,40 @@ pub fn softmax_rows(x: &[f32], n: usize, log: bool, out: &mut [f32]) {
     if n == 0 {
         return;
     }
+    if n < 8 {
+        // Short rows (class scores): the exponentials over the whole buffer at once, so they
+        // vectorize across rows.
+        for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            for (d, &v) in o.iter_mut().zip(row) {
+                *d = v - max;
+            }
+        }
+        let shifted = &mut out[..x.len() / n * n];
+        let mut logs = [0f32; 8];
+        if log {
+            // Log-softmax needs the shifted values after the sums: each row's go in `logs`.
+            for o in shifted.chunks_exact_mut(n) {
+                logs[..n].copy_from_slice(o);
+                let sum: f32 = o.iter().map(|&v| exp_f32(v)).sum();
+                let ls = sum.ln();
+                for (d, &v) in o.iter_mut().zip(&logs[..n]) {
+                    *d = v - ls;
+                }
+            }
+            return;
+        }
+        for d in shifted.iter_mut() {
+            *d = exp_f32(*d);
+        }
+        for o in shifted.chunks_exact_mut(n) {
+            let inv = 1.0 / o.iter().sum::<f32>();
+            for d in o.iter_mut() {
+                *d *= inv;
+            }
+        }
+        return;
+    }
     for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         let max = lanes(row, f32::NEG_INFINITY, f32::max);
         for (d, &v) in o.iter_mut().zip(row) {
@@ -272,6 +306,38 @@ mod tests {
         assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
         assert_eq!(erf_f32(0.0), 0.0);
         assert!((erf_f32(1e-30) - 1.128_379_2e-30).abs() < 1e-36);
+    }
+
+    #[test]
+    fn short_and_long_softmax_rows_agree_with_f64() {
+        let mut seed = 3u32;
+        for n in 1..=10 {
+            let x: Vec<f32> = (0..n * 5)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 20) as f32 - 8.0
+                })
+                .collect();
+            for log in [false, true] {
+                let mut o = vec![0f32; x.len()];
+                softmax_rows(&x, n, log, &mut o);
+                for (row, got) in x.chunks(n).zip(o.chunks(n)) {
+                    let max = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+                    let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+                    for (&v, &g) in row.iter().zip(got) {
+                        let want = if log {
+                            v as f64 - max - sum.ln()
+                        } else {
+                            (v as f64 - max).exp() / sum
+                        };
+                        assert!(
+                            (g as f64 - want).abs() < 1e-6,
+                            "n {n} log {log}: {g} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -212,7 +212,16 @@ fn arg_typed<T: Num>(
     if x.shape()[axis] == 0 {
         bail!("{op}: cannot reduce over the empty axis {axis}");
     }
-    let (data, _, inner) = gather_last(x, &[axis]);
+    // Over the last axis of contiguous data the rows are where they lie; else gathered.
+    let gathered;
+    let (data, inner): (&[T], usize) = match x.as_slice() {
+        Some(d) if axis + 1 == x.ndim() => (d, x.shape()[axis]),
+        _ => {
+            let (d, _, inner) = gather_last(x, &[axis]);
+            gathered = d;
+            (&gathered, inner)
+        }
+    };
     let y: Vec<i64> = data
         .chunks(inner)
         .map(|c| {

@@ -317,16 +317,20 @@ fn quantize_to_i8(x: &[f32], s: f32, z: f32, out: &mut [i8]) {
 }
 
 crate::multiversion! {
-/// `(v - z) · s` of each uint8 element.
-fn dequantize_u8(x: &[u8], s: f32, z: f32, out: &mut Vec<f32>) {
-    out.extend(x.iter().map(|&v| (f32::from(v) - z) * s));
+/// `(v - z) · s` of each uint8 element, into `out` (of `x`'s length).
+fn dequantize_u8(x: &[u8], s: f32, z: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (f32::from(v) - z) * s;
+    }
 }
 }
 
 crate::multiversion! {
-/// `(v - z) · s` of each int8 element.
-fn dequantize_i8(x: &[i8], s: f32, z: f32, out: &mut Vec<f32>) {
-    out.extend(x.iter().map(|&v| (f32::from(v) - z) * s));
+/// `(v - z) · s` of each int8 element, into `out` (of `x`'s length).
+fn dequantize_i8(x: &[i8], s: f32, z: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (f32::from(v) - z) * s;
+    }
 }
 }
 
@@ -396,22 +400,38 @@ fn dequantize_8bit_per_tensor(
     let s = *sv.iter().next()?;
     let shape = x.shape().to_vec();
     // `v - z` is exact in float32, so this is the general path's one rounding of the product.
-    let mut y = crate::scratch::take(x.len());
-    match (x, zp) {
-        (TensorRef::U8(xv), None) => dequantize_u8(&flat(xv), s, 0.0, &mut y),
+    // Pieces for the intra-op pool (one piece on one thread).
+    let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
+    let y = match (x, zp) {
+        (TensorRef::U8(xv), None) => each_piece(&flat(xv), piece, |x, o| {
+            dequantize_u8(x, s, 0.0, o);
+        }),
         (TensorRef::U8(xv), Some(TensorRef::U8(z))) if z.len() == 1 => {
-            dequantize_u8(&flat(xv), s, f32::from(*z.iter().next()?), &mut y)
+            let z = f32::from(*z.iter().next()?);
+            each_piece(&flat(xv), piece, |x, o| dequantize_u8(x, s, z, o))
         }
-        (TensorRef::I8(xv), None) => dequantize_i8(&flat(xv), s, 0.0, &mut y),
+        (TensorRef::I8(xv), None) => each_piece(&flat(xv), piece, |x, o| {
+            dequantize_i8(x, s, 0.0, o);
+        }),
         (TensorRef::I8(xv), Some(TensorRef::I8(z))) if z.len() == 1 => {
-            dequantize_i8(&flat(xv), s, f32::from(*z.iter().next()?), &mut y)
+            let z = f32::from(*z.iter().next()?);
+            each_piece(&flat(xv), piece, |x, o| dequantize_i8(x, s, z, o))
         }
-        _ => {
-            crate::scratch::give(y);
-            return None;
-        }
-    }
+        _ => return None,
+    };
     Tensor::from_vec(&shape, y).ok()
+}
+
+/// `f(x piece, out piece)` over pieces of `piece` elements of `x` and of a float32 output of
+/// its length, across the intra-op pool.
+fn each_piece<T: Sync>(
+    x: &[T],
+    piece: usize,
+    f: impl Fn(&[T], &mut [f32]) + Sync + Send,
+) -> Vec<f32> {
+    let mut y = crate::scratch::zeros(x.len());
+    crate::par::for_each_chunk(&mut y, piece, |i, o| f(&x[i * piece..][..o.len()], o));
+    y
 }
 
 fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

@@ -826,6 +826,11 @@ impl Program {
         Program::compile(graph, &nodes, &inputs, graph.outputs()?, &known)
     }
 
+    /// Bytes of the constants the program holds (its weights, and what was folded).
+    pub fn constant_bytes(&self) -> usize {
+        self.constants.iter().map(Tensor::byte_len).sum()
+    }
+
     /// Number of values a run returns.
     pub fn num_outputs(&self) -> usize {
         self.outputs.len()

@@ -9,6 +9,7 @@ use epx_plugin_api::sdk::{
 };
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernel::OpError;
 use crate::program::{Program, is_control_flow, registry};
@@ -110,10 +111,15 @@ impl Provider for CpuProvider {
         let inputs: Vec<Option<u32>> = sub.inputs.iter().map(|&v| Some(v)).collect();
         let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs, &[])?;
         let heavy = program.has_heavy_steps();
+        // A small program (a few MiB of weights) may turn out too quick for the pool: its first
+        // run on small inputs is timed on the calling thread to find out.
+        let trial = heavy && program.constant_bytes() < TRIAL_MAX_CONSTANT_BYTES;
         Ok(Box::new(CpuKernel {
             program,
             pool: self.pool.clone(),
             heavy,
+            serial_below: AtomicUsize::new(if trial { 0 } else { 1 }),
+            trial_runs: AtomicUsize::new(0),
         }))
     }
 }
@@ -157,10 +163,23 @@ struct CpuKernel {
     pool: Option<Arc<rayon::ThreadPool>>,
     /// Whether the program has steps that split across the pool whatever the input size.
     heavy: bool,
+    /// Runs whose inputs hold fewer elements than this stay on the calling thread: the second
+    /// run, of half as many, was timed there and took less than [`POOL_MIN_RUN`]. 0: runs on
+    /// small inputs are still being tried on this thread; 1: every run goes to the pool.
+    serial_below: AtomicUsize,
+    /// Runs tried on the calling thread so far (the first is cold: only the second is timed).
+    trial_runs: AtomicUsize,
 }
+
+/// The weights below which a heavy program's first run is timed ([`CpuKernel::serial_below`]).
+const TRIAL_MAX_CONSTANT_BYTES: usize = 8 << 20;
 
 /// Input elements from which a program without heavy steps still runs on the pool.
 const POOL_MIN_ELEMENTS: usize = 64 << 10;
+
+/// A run shorter than this on one thread is not worth the pool: handing it to the workers, and
+/// each kernel's split and join, cost about as much as the second thread saves.
+const POOL_MIN_RUN: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl Kernel for CpuKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
@@ -197,11 +216,32 @@ impl Kernel for CpuKernel {
         }
         // On the pool only when there is work to share: handing a tiny program to another
         // thread costs more than running it.
-        let pool = self.pool.as_ref().filter(|_| {
-            self.heavy
-                || inputs.iter().flatten().map(|t| t.len()).sum::<usize>() >= POOL_MIN_ELEMENTS
-        });
+        let elements: usize = inputs.iter().flatten().map(|t| t.len()).sum();
+        let pool = self
+            .pool
+            .as_ref()
+            .filter(|_| self.heavy || elements >= POOL_MIN_ELEMENTS)
+            .filter(|_| elements >= self.serial_below.load(Ordering::Relaxed));
         let outputs = match pool {
+            // The first two runs of a small heavy program on small inputs run on this thread,
+            // the second timed (the first is cold): if short, runs on inputs of less than
+            // twice its elements stay here; else they, and all larger ones, use the pool.
+            Some(_)
+                if self.serial_below.load(Ordering::Relaxed) == 0
+                    && elements < POOL_MIN_ELEMENTS =>
+            {
+                let start = std::time::Instant::now();
+                let out = self.program.run(&inputs);
+                if self.trial_runs.fetch_add(1, Ordering::Relaxed) >= 1 {
+                    let below = if start.elapsed() < POOL_MIN_RUN {
+                        elements.saturating_mul(2).max(2)
+                    } else {
+                        1
+                    };
+                    self.serial_below.store(below, Ordering::Relaxed);
+                }
+                out
+            }
             Some(pool) => pool.install(|| self.program.run(&inputs)),
             None => self.program.run(&inputs),
         }

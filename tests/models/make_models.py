@@ -91,6 +91,17 @@ def optimize(src, name, inputs):
     print(f"{name}: {dict(ops)}")
 
 
+def save_with_ort(model, name, inputs):
+    """Saves `model` as `<name>.onnx` with `inputs` and ONNX Runtime's outputs for them."""
+    path = os.path.join(HERE, f"{name}.onnx")
+    onnx.save(model, path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for k, v in inputs.items():
+        np.save(os.path.join(HERE, f"{name}.input.{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
+        np.save(os.path.join(HERE, f"{name}.output.{o.name}.npy"), v)
+
+
 def encoder():
     rng = np.random.default_rng(SEED)
     S, D, F, H = 8, 16, 32, 2
@@ -291,14 +302,8 @@ def nested_constants():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.checker.check_model(model)
-    path = os.path.join(HERE, "ort-nested-constants.onnx")
-    onnx.save(model, path)
     inputs = {"cond": np.array(True), "x": rng.normal(0, 1, (6, 4)).astype(np.float32)}
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for k, v in inputs.items():
-        np.save(os.path.join(HERE, f"ort-nested-constants.input.{k}.npy"), v)
-    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
-        np.save(os.path.join(HERE, f"ort-nested-constants.output.{o.name}.npy"), v)
+    save_with_ort(model, "ort-nested-constants", inputs)
 
 
 def conv_batch_norm():
@@ -339,14 +344,7 @@ def conv_batch_norm():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
     onnx.checker.check_model(model)
-    path = os.path.join(HERE, "ort-conv-bn.onnx")
-    onnx.save(model, path)
-    inputs = {"x": f32(1, 3, 12, 12)}
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for k, v in inputs.items():
-        np.save(os.path.join(HERE, f"ort-conv-bn.input.{k}.npy"), v)
-    for o, v in zip(sess.get_outputs(), sess.run(None, inputs)):
-        np.save(os.path.join(HERE, f"ort-conv-bn.output.{o.name}.npy"), v)
+    save_with_ort(model, "ort-conv-bn", {"x": f32(1, 3, 12, 12)})
 
 
 def quantized_cnn(name, nodes, inits, rng, **options):
@@ -587,8 +585,6 @@ def contrib_transformer():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(ms, 1)], ir_version=8)
-    path = os.path.join(HERE, "ort-contrib-transformer.onnx")
-    onnx.save(model, path)
     feeds = {
         "ids": rng.integers(0, V, (B, S)).astype(np.int32),
         "seg": rng.integers(0, 2, (B, S)).astype(np.int32),
@@ -596,11 +592,7 @@ def contrib_transformer():
         "kpm": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], np.int32),
         "pos": np.tile(np.arange(S), (B, 1)).astype(np.int64),
     }
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for k, v in feeds.items():
-        np.save(os.path.join(HERE, f"ort-contrib-transformer.input.{k}.npy"), v)
-    for o, v in zip(sess.get_outputs(), sess.run(None, feeds)):
-        np.save(os.path.join(HERE, f"ort-contrib-transformer.output.{o.name}.npy"), v)
+    save_with_ort(model, "ort-contrib-transformer", feeds)
 
 
 def gqa():

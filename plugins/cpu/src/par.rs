@@ -192,6 +192,16 @@ impl<T: Copy> Filler<'_, T> {
         self.len += src.len();
     }
 
+    /// Appends `f(v)` for each element `v` of `src` (a loop that vectorizes when inlined into
+    /// a function compiled for the wide instruction set).
+    #[inline(always)]
+    pub fn extend_map<S: Copy>(&mut self, src: &[S], f: impl Fn(S) -> T) {
+        for (d, &s) in self.dst[self.len..self.len + src.len()].iter_mut().zip(src) {
+            d.write(f(s));
+        }
+        self.len += src.len();
+    }
+
     pub fn extend(&mut self, src: impl IntoIterator<Item = T>) {
         for v in src {
             self.dst[self.len].write(v);

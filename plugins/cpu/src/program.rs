@@ -169,34 +169,27 @@ fn fold_batch_norm(
     if w.ndim() < 3 || w.shape()[0] != c || c == 0 {
         return None;
     }
-    let bias = match conv.inputs.get(2) {
-        None | Some(None) => None,
+    let bias: Vec<f32> = match conv.inputs.get(2) {
+        None | Some(None) => vec![0.0; c],
         Some(b) => {
-            let b = f32_const(b)?;
-            (b.shape() == [c]).then_some(b)?;
-            Some(b)
+            let b = f32_const(b).filter(|b| b.shape() == [c])?;
+            b.iter().copied().collect()
         }
     };
     let (w_shape, w) = (w.shape().to_vec(), w.as_standard_layout());
     let per = w.len() / c;
-    let (gamma, beta, mean, var) = (
-        gamma.iter().copied().collect::<Vec<f32>>(),
-        beta.iter().copied().collect::<Vec<f32>>(),
-        mean.iter().copied().collect::<Vec<f32>>(),
-        var.iter().copied().collect::<Vec<f32>>(),
-    );
-    let scale: Vec<f32> = (0..c).map(|k| gamma[k] / (var[k] + eps).sqrt()).collect();
-    let bias: Vec<f32> = match bias {
-        Some(b) => b.iter().copied().collect(),
-        None => vec![0.0; c],
-    };
+    let scale: Vec<f32> = gamma
+        .iter()
+        .zip(var)
+        .map(|(g, v)| g / (v + eps).sqrt())
+        .collect();
     let new_w: Vec<f32> = w
         .iter()
         .enumerate()
         .map(|(i, &v)| v * scale[i / per])
         .collect();
     let new_b: Vec<f32> = (0..c)
-        .map(|k| (bias[k] - mean[k]) * scale[k] + beta[k])
+        .map(|k| (bias[k] - mean[[k]]) * scale[k] + beta[[k]])
         .collect();
     let new_w = Tensor::from_vec(&w_shape, new_w).ok()?;
     let new_b = Tensor::from_vec(&[c], new_b).ok()?;

@@ -112,7 +112,7 @@ impl Provider for CpuProvider {
         let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs, &[])?;
         let heavy = program.has_heavy_steps();
         // A small program (a few MiB of weights) may turn out too quick for the pool: its first
-        // run on small inputs is timed on the calling thread to find out.
+        // two runs on small inputs run on the calling thread, the second timed, to find out.
         let trial = heavy && program.constant_bytes() < TRIAL_MAX_CONSTANT_BYTES;
         Ok(Box::new(CpuKernel {
             program,
@@ -171,7 +171,8 @@ struct CpuKernel {
     trial_runs: AtomicUsize,
 }
 
-/// The weights below which a heavy program's first run is timed ([`CpuKernel::serial_below`]).
+/// The weights below which a heavy program's first runs are tried on the calling thread
+/// ([`CpuKernel::serial_below`]).
 const TRIAL_MAX_CONSTANT_BYTES: usize = 8 << 20;
 
 /// Input elements from which a program without heavy steps still runs on the pool.

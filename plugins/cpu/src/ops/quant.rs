@@ -317,20 +317,16 @@ fn quantize_to_i8(x: &[f32], s: f32, z: f32, out: &mut [i8]) {
 }
 
 crate::multiversion! {
-/// `(v - z) · s` of each uint8 element, into `out` (of `x`'s length).
-fn dequantize_u8(x: &[u8], s: f32, z: f32, out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (f32::from(v) - z) * s;
-    }
+/// `(v - z) · s` of each uint8 element, appended to `out`.
+fn dequantize_u8(x: &[u8], s: f32, z: f32, out: &mut crate::par::Filler<'_, f32>) {
+    out.extend_map(x, |v| (f32::from(v) - z) * s);
 }
 }
 
 crate::multiversion! {
-/// `(v - z) · s` of each int8 element, into `out` (of `x`'s length).
-fn dequantize_i8(x: &[i8], s: f32, z: f32, out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (f32::from(v) - z) * s;
-    }
+/// `(v - z) · s` of each int8 element, appended to `out`.
+fn dequantize_i8(x: &[i8], s: f32, z: f32, out: &mut crate::par::Filler<'_, f32>) {
+    out.extend_map(x, |v| (f32::from(v) - z) * s);
 }
 }
 
@@ -422,16 +418,17 @@ fn dequantize_8bit_per_tensor(
     Tensor::from_vec(&shape, y).ok()
 }
 
-/// `f(x piece, out piece)` over pieces of `piece` elements of `x` and of a float32 output of
-/// its length, across the intra-op pool.
+/// A float32 output of `x`'s length built piece by piece across the intra-op pool:
+/// `f(x piece, out)` appends the piece's elements ([`crate::par::build_vec`]).
 fn each_piece<T: Sync>(
     x: &[T],
     piece: usize,
-    f: impl Fn(&[T], &mut [f32]) + Sync + Send,
+    f: impl Fn(&[T], &mut crate::par::Filler<'_, f32>) + Sync + Send,
 ) -> Vec<f32> {
-    let mut y = crate::scratch::zeros(x.len());
-    crate::par::for_each_chunk(&mut y, piece, |i, o| f(&x[i * piece..][..o.len()], o));
-    y
+    let buf = crate::scratch::take(x.len());
+    crate::par::build_vec(buf, x.len(), piece, |start, out| {
+        f(&x[start..][..piece.min(x.len() - start)], out);
+    })
 }
 
 fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

@@ -209,6 +209,15 @@ impl<T: Copy> Filler<'_, T> {
         }
     }
 
+    /// Appends `n` elements that `f` writes into the slots it is handed.
+    ///
+    /// # Safety
+    /// `f` initializes every one of the `n` slots.
+    pub unsafe fn extend_raw(&mut self, n: usize, f: impl FnOnce(&mut [std::mem::MaybeUninit<T>])) {
+        f(&mut self.dst[self.len..self.len + n]);
+        self.len += n;
+    }
+
     /// Appends a copy of the already written elements `range`.
     pub fn extend_from_within(&mut self, range: std::ops::Range<usize>) {
         assert!(range.start <= range.end && range.end <= self.len);

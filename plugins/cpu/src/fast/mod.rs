@@ -13,6 +13,7 @@ pub mod conv2d;
 pub mod dots;
 pub mod lstm;
 pub mod math;
+pub mod qbytes;
 pub mod qconv;
 pub mod qgemm;
 pub mod qmatmul;

@@ -174,61 +174,102 @@ fn qlinear_binary(n: &NodeDef, op: &str) -> OpResult<QLinearBinary> {
     })
 }
 
-/// QLinearAdd / QLinearMul in one pass over uint8 data with scalar scales and zero points,
+/// QLinearAdd / QLinearMul in one pass over 8-bit data with scalar scales and zero points,
 /// where B has A's shape, one element, or one element per leading `[N, C]` plane (and the same
-/// with A and B swapped); else the composite of DequantizeLinear, Add / Mul, QuantizeLinear.
-/// Both compute the same float32 operations: `(a - a_zp) · a_scale`, the sum or product, then
-/// `y / c_scale` rounded half to even, plus `c_zp`, saturated.
+/// with A and B swapped): the kernels of [`crate::fast::qbytes`], on the scale ratios
+/// `a_scale / c_scale` and `b_scale / c_scale` (Add) or `a_scale · b_scale / c_scale` (Mul),
+/// a broadcast operand folded into them. Else the composite of DequantizeLinear, Add / Mul and
+/// QuantizeLinear, which divides by `c_scale` last: the two can differ by one step where the
+/// exact result lies within a rounding of a half.
 struct QLinearBinary {
     mul: bool,
     general: Box<dyn OpKernel>,
 }
 
-/// A scalar float32 scale and uint8 zero point.
-fn u8_params(scale: Option<&TensorRef<'_>>, zp: Option<&TensorRef<'_>>) -> Option<(f32, f32)> {
+/// A scalar float32 scale and zero point of the element type (`signed`: int8, else uint8).
+fn byte_params(
+    scale: Option<&TensorRef<'_>>,
+    zp: Option<&TensorRef<'_>>,
+    signed: bool,
+) -> Option<(f64, i32)> {
     let s = match scale? {
         TensorRef::F32(s) if s.len() == 1 => *s.iter().next()?,
         _ => return None,
     };
-    let z = match zp {
-        None => 0.0,
-        Some(TensorRef::U8(z)) if z.len() == 1 => f32::from(*z.iter().next()?),
+    let z = match (zp, signed) {
+        (None, _) => 0,
+        (Some(TensorRef::U8(z)), false) if z.len() == 1 => i32::from(*z.iter().next()?),
+        (Some(TensorRef::I8(z)), true) if z.len() == 1 => i32::from(*z.iter().next()?),
         _ => return None,
     };
-    Some((s, z))
+    Some((f64::from(s), z))
+}
+
+/// The bytes of an 8-bit tensor in C order, and whether it is int8.
+fn bytes_of<'t>(t: &'t TensorRef<'_>) -> Option<(&'t [u8], bool)> {
+    match t {
+        TensorRef::U8(v) => Some((v.as_slice()?, false)),
+        TensorRef::I8(v) => {
+            let s = v.as_slice()?;
+            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+            let b = unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len()) };
+            Some((b, true))
+        }
+        _ => None,
+    }
 }
 
 impl QLinearBinary {
     fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        use crate::fast::qbytes::{self, Form};
         let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
-        let (TensorRef::U8(a), TensorRef::U8(b)) = (at(0)?, at(3)?) else {
+        let ((a, signed), (b, b_signed)) = (bytes_of(at(0)?)?, bytes_of(at(3)?)?);
+        if signed != b_signed {
             return None;
-        };
-        let (sa, za) = u8_params(at(1), at(2))?;
-        let (sb, zb) = u8_params(at(4), at(5))?;
-        let (sc, zc) = u8_params(at(6), at(7))?;
-        let (a, b) = (a.as_slice()?, b.as_slice()?);
+        }
+        let (sa, za) = byte_params(at(1), at(2), signed)?;
+        let (sb, zb) = byte_params(at(4), at(5), signed)?;
+        let (sc, zc) = byte_params(at(6), at(7), signed)?;
         let (sha, shb) = (at(0)?.shape(), at(3)?.shape());
-        let params = [sa, za, sb, zb, sc, zc];
-        // Float addition and multiplication commute: the operand order does not matter.
+        let finish = |shape: &[usize], out: Vec<u8>| {
+            if signed {
+                let out: Vec<i8> = out.into_iter().map(|v| v as i8).collect();
+                Tensor::from_vec(shape, out).ok()
+            } else {
+                Tensor::from_vec(shape, out).ok()
+            }
+        };
+        // Elementwise.
         if sha == shb {
-            let mut out = vec![0u8; a.len()];
+            let form = if self.mul {
+                Form::Mul {
+                    za,
+                    zb,
+                    r: (sa * sb / sc) as f32,
+                }
+            } else {
+                Form::Add {
+                    za,
+                    ra: (sa / sc) as f32,
+                    zb,
+                    rb: (sb / sc) as f32,
+                }
+            };
+            if !form.usable(signed) {
+                return None;
+            }
             // Pieces for the intra-op pool (one piece on one thread).
             let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
-            crate::par::for_each_chunk(&mut out, piece, |i, o| {
-                let at = i * piece;
-                qlinear_pairs(
-                    &a[at..][..o.len()],
-                    &b[at..][..o.len()],
-                    params,
-                    self.mul,
-                    o,
-                );
+            let out = crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
+                let n = piece.min(a.len() - at);
+                let (a, b) = (&a[at..][..n], &b[at..][..n]);
+                // SAFETY: the kernel writes every slot it is handed.
+                unsafe { f.extend_raw(n, |o| qbytes::run(form, a, b, zc, signed, o)) };
             });
-            return Tensor::from_vec(sha, out).ok();
+            return finish(sha, out);
         }
         // The larger operand, and the smaller one repeating along it.
-        let (big, pbig, shape, small, psmall, other) = if a.len() >= b.len() {
+        let (big, (sbig, zbig), shape, small, (ssmall, zsmall), other) = if a.len() >= b.len() {
             (a, (sa, za), sha, b, (sb, zb), shb)
         } else {
             (b, (sb, zb), shb, a, (sa, za), sha)
@@ -247,51 +288,50 @@ impl QLinearBinary {
         if run == 0 {
             return None;
         }
-        let mut out = vec![0u8; big.len()];
+        // The form of each run: the smaller operand's value folded into the ratios.
+        let forms: Vec<Form> = small
+            .iter()
+            .map(|&v| {
+                let v = if signed {
+                    i32::from(v as i8)
+                } else {
+                    i32::from(v)
+                };
+                // The composite's float32 value of the broadcast element.
+                let w = f64::from(((v - zsmall) as f32) * ssmall as f32);
+                if self.mul {
+                    Form::Affine {
+                        za: zbig,
+                        alpha: (sbig * w / sc) as f32,
+                        gamma: 0.0,
+                    }
+                } else {
+                    Form::Affine {
+                        za: zbig,
+                        alpha: (sbig / sc) as f32,
+                        gamma: (w / sc) as f32,
+                    }
+                }
+            })
+            .collect();
+        if !forms.iter().all(|f| f.usable(signed)) {
+            return None;
+        }
         // Whole runs per piece of the intra-op pool.
         let runs = crate::par::chunk_len(big.len(), 16 << 10, 1)
             .div_ceil(run)
             .max(1);
-        crate::par::for_each_chunk(&mut out, runs * run, |i, o| {
-            for (j, dst) in o.chunks_mut(run).enumerate() {
-                let k = i * runs + j;
-                let w = (f32::from(small[k % small.len()]) - psmall.1) * psmall.0;
-                qlinear_with(
-                    &big[k * run..][..run],
-                    w,
-                    [pbig.0, pbig.1, sc, zc],
-                    self.mul,
-                    dst,
-                );
+        let out = crate::par::build_vec(Vec::new(), big.len(), runs * run, |at, f| {
+            let end = big.len().min(at + runs * run);
+            for k in at / run..end / run {
+                let src = &big[k * run..][..run];
+                let form = forms[k % forms.len()];
+                // SAFETY: the kernel writes every slot it is handed.
+                unsafe { f.extend_raw(run, |o| qbytes::run(form, src, &[], zc, signed, o)) };
             }
         });
-        Tensor::from_vec(shape, out).ok()
+        finish(shape, out)
     }
-}
-
-crate::multiversion! {
-/// `q(dq(a) ∘ dq(b))` elementwise, `∘` the product or the sum; `p`: the scales and zero points
-/// of A, B and C.
-fn qlinear_pairs(a: &[u8], b: &[u8], p: [f32; 6], mul: bool, out: &mut [u8]) {
-    let [sa, za, sb, zb, sc, zc] = p;
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        let (x, y) = ((f32::from(x) - za) * sa, (f32::from(y) - zb) * sb);
-        let v = if mul { x * y } else { x + y };
-        *o = super::quant::low_byte(super::quant::quantize_one(v, sc, zc, 0.0, 255.0));
-    }
-}
-}
-
-crate::multiversion! {
-/// `q(dq(a) ∘ w)` elementwise, `w` one dequantized value; `p`: A's and C's scale and zero point.
-fn qlinear_with(a: &[u8], w: f32, p: [f32; 4], mul: bool, out: &mut [u8]) {
-    let [sa, za, sc, zc] = p;
-    for (o, &x) in out.iter_mut().zip(a) {
-        let x = (f32::from(x) - za) * sa;
-        let v = if mul { x * w } else { x + w };
-        *o = super::quant::low_byte(super::quant::quantize_one(v, sc, zc, 0.0, 255.0));
-    }
-}
 }
 
 impl OpKernel for QLinearBinary {

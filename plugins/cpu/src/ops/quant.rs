@@ -282,9 +282,9 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-/// `round(v / s) + z`, saturated to `lo..=hi`; NaN gives `z` (the general path's rule). Written
-/// without branches, so that it vectorizes.
-#[inline(always)]
+/// `round(v / s) + z`, saturated to `lo..=hi`; NaN gives `z` (the general path's rule), as
+/// [`crate::fast::qbytes::quantize`] computes it.
+#[cfg(test)]
 pub(crate) fn quantize_one(v: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
     let r = round_even_f32(v / s);
     let r = if r.is_nan() { 0.0 } else { r };
@@ -296,24 +296,6 @@ pub(crate) fn quantize_one(v: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn low_byte(q: f32) -> u8 {
     (q + 8_388_608.0).to_bits() as u8
-}
-
-crate::multiversion! {
-/// [`quantize_one`] of each element, to uint8.
-fn quantize_to_u8(x: &[f32], s: f32, z: f32, out: &mut [u8]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = low_byte(quantize_one(v, s, z, 0.0, 255.0));
-    }
-}
-}
-
-crate::multiversion! {
-/// [`quantize_one`] of each element, to int8 (offset by 128 into 0..=255 and back).
-fn quantize_to_i8(x: &[f32], s: f32, z: f32, out: &mut [i8]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (low_byte(quantize_one(v, s, z, -128.0, 127.0) + 128.0) ^ 0x80) as i8;
-    }
-}
 }
 
 crate::multiversion! {
@@ -349,32 +331,32 @@ fn quantize_f32_per_tensor(
     }
     let s = *sv.iter().next()?;
     let shape = x.shape().to_vec();
-    match (out_ty, zp) {
-        (ElementType::Uint8, None) | (ElementType::Uint8, Some(TensorRef::U8(_))) => {
-            let z = match zp {
-                Some(TensorRef::U8(z)) if z.len() == 1 => f32::from(*z.iter().next()?),
-                None => 0.0,
-                _ => return None,
-            };
-            let x = flat(xv);
-            let mut y = vec![0u8; x.len()];
-            let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
-            crate::par::for_each_chunk(&mut y, piece, |i, o| {
-                quantize_to_u8(&x[i * piece..][..o.len()], s, z, o);
-            });
-            Tensor::from_vec(&shape, y).ok()
+    let (z, signed) = match (out_ty, zp) {
+        (ElementType::Uint8, None) => (0, false),
+        (ElementType::Uint8, Some(TensorRef::U8(z))) if z.len() == 1 => {
+            (i32::from(*z.iter().next()?), false)
         }
         (ElementType::Int8, Some(TensorRef::I8(z))) if z.len() == 1 => {
-            let z = f32::from(*z.iter().next()?);
-            let x = flat(xv);
-            let mut y = vec![0i8; x.len()];
-            let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
-            crate::par::for_each_chunk(&mut y, piece, |i, o| {
-                quantize_to_i8(&x[i * piece..][..o.len()], s, z, o);
-            });
-            Tensor::from_vec(&shape, y).ok()
+            (i32::from(*z.iter().next()?), true)
         }
-        _ => None,
+        _ => return None,
+    };
+    let x = flat(xv);
+    let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
+    let y = crate::par::build_vec(Vec::new(), x.len(), piece, |at, f| {
+        let x = &x[at..][..piece.min(x.len() - at)];
+        // SAFETY: the kernel writes every slot it is handed.
+        unsafe {
+            f.extend_raw(x.len(), |o| {
+                crate::fast::qbytes::quantize(x, s, z, signed, o)
+            })
+        };
+    });
+    if signed {
+        let y: Vec<i8> = y.into_iter().map(|b| b as i8).collect();
+        Tensor::from_vec(&shape, y).ok()
+    } else {
+        Tensor::from_vec(&shape, y).ok()
     }
 }
 

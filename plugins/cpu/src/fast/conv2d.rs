@@ -333,7 +333,6 @@ impl Conv2d<'_> {
     }
 }
 
-crate::multiversion! {
 /// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`.
 pub(crate) fn depthwise_plane(
     conv: &Conv2d<'_>,
@@ -343,35 +342,116 @@ pub(crate) fn depthwise_plane(
     o_plane: &mut [f32],
 ) {
     let (x, weights) = xw;
+    let plane_in = conv.h * conv.w;
+    let plane = &x[nc * plane_in..][..plane_in];
+    let ch = nc % conv.c;
+    let wk = &weights[ch * conv.kh * conv.kw..][..conv.kh * conv.kw];
+    let sw = conv.geo.strides[1];
+    if sw == 1 {
+        return depthwise_rows(conv, Phased::whole(plane, conv.w), wk, spans, o_plane);
+    }
+    let len = Phased::len(conv.h, conv.w, sw);
+    crate::par::with_work(len, |buf| {
+        let src = Phased::split(plane, conv.w, sw, buf, |v| v);
+        depthwise_rows(conv, src, wk, spans, o_plane);
+    });
+}
+
+/// The rows of a plane with each row's columns split by phase of the column stride `s`: phase
+/// `p` of a row holds its columns `p, p + s, p + 2s, ...` contiguously, in `wq = w.div_ceil(s)`
+/// slots, so that every tap of a strided convolution reads a contiguous run. With `s = 1`, the
+/// plane itself.
+#[derive(Clone, Copy)]
+pub(crate) struct Phased<'a> {
+    data: &'a [f32],
+    s: usize,
+    wq: usize,
+}
+
+impl<'a> Phased<'a> {
+    /// A plane read as it is (stride 1).
+    pub(crate) fn whole(plane: &'a [f32], w: usize) -> Self {
+        Phased {
+            data: plane,
+            s: 1,
+            wq: w,
+        }
+    }
+
+    /// The slots [`split`](Self::split) fills for an `h × w` plane and stride `s`.
+    pub(crate) fn len(h: usize, w: usize, s: usize) -> usize {
+        h * s * w.div_ceil(s)
+    }
+
+    /// `map` of each element of `plane` (`w` columns), split by phase into `buf` (at least
+    /// [`len`](Self::len) slots; the slots past a row's last column in its last phases are
+    /// left as they are and never read).
+    #[inline(always)]
+    pub(crate) fn split<T: Copy>(
+        plane: &[T],
+        w: usize,
+        s: usize,
+        buf: &'a mut [f32],
+        map: impl Fn(T) -> f32,
+    ) -> Self {
+        let wq = w.div_ceil(s);
+        let rs = s * wq;
+        for (src, dst) in plane
+            .chunks_exact(w.max(1))
+            .zip(buf.chunks_exact_mut(rs.max(1)))
+        {
+            for (p, phase) in dst.chunks_exact_mut(wq.max(1)).enumerate() {
+                for (d, &v) in phase.iter_mut().zip(src.iter().skip(p).step_by(s)) {
+                    *d = map(v);
+                }
+            }
+        }
+        Phased { data: buf, s, wq }
+    }
+
+    /// Row `iy`.
+    #[inline(always)]
+    fn row(&self, iy: usize) -> &'a [f32] {
+        let rs = self.s * self.wq;
+        &self.data[iy * rs..][..rs]
+    }
+
+    /// `n` input columns `first, first + s, ...` of row `row` (from [`row`](Self::row)).
+    #[inline(always)]
+    fn run(&self, row: &'a [f32], first: usize, n: usize) -> &'a [f32] {
+        &row[(first % self.s) * self.wq + first / self.s..][..n]
+    }
+}
+
+crate::multiversion! {
+/// One depthwise plane accumulated onto `o_plane`: each tap over whole output rows, reading
+/// contiguous runs of `src` (split by the column stride).
+pub(crate) fn depthwise_rows(
+    conv: &Conv2d<'_>,
+    src: Phased<'_>,
+    wk: &[f32],
+    spans: &[(usize, usize)],
+    o_plane: &mut [f32],
+) {
     let (oh, ow) = (conv.oh(), conv.ow());
     let (sh, sw) = (conv.geo.strides[0], conv.geo.strides[1]);
     let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
     let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
-    let plane_in = conv.h * conv.w;
-    let ch = nc % conv.c;
-    let plane = &x[nc * plane_in..][..plane_in];
-    let wk = &weights[ch * conv.kh * conv.kw..][..conv.kh * conv.kw];
     for oy in 0..oh {
         let o_row = &mut o_plane[oy * ow..][..ow];
         for ky in 0..conv.kh {
             let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < conv.h) else {
                 continue;
             };
-            let src = &plane[iy * conv.w..][..conv.w];
+            let row = src.row(iy);
             for (kx, &(lo, hi)) in spans.iter().enumerate() {
                 if lo >= hi {
                     continue;
                 }
                 let wv = wk[ky * conv.kw + kx];
                 let first = lo * sw + kx * dw - pw;
-                if sw == 1 {
-                    for (o, s) in o_row[lo..hi].iter_mut().zip(&src[first..first + (hi - lo)]) {
-                        *o += wv * s;
-                    }
-                } else {
-                    for (o, s) in o_row[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
-                        *o += wv * s;
-                    }
+                for (o, s) in o_row[lo..hi].iter_mut().zip(src.run(row, first, hi - lo)) {
+                    *o += wv * s;
                 }
             }
         }

@@ -9,6 +9,8 @@
 //! within a rounding of a half (ONNX Runtime's kernels round these differently again).
 //!
 //! [`quantize`] is QuantizeLinear's float32 to 8 bits, the general path's bytes exactly.
+//! [`requantize`] turns the exact sums of the integer convolutions and products into bytes
+//! with one float32 scale, as ONNX Runtime's kernels do.
 
 use std::mem::MaybeUninit;
 
@@ -148,6 +150,137 @@ pub fn quantize(x: &[f32], s: f32, z: i32, signed: bool, out: &mut [MaybeUninit<
     }
 }
 
+/// Accumulators [`requantize`] reads: exact integer sums, as i32 or as integer-valued f32.
+pub trait Acc: Copy {
+    fn value(self) -> f32;
+    /// [`requantize`] on the whole 32-element blocks at the AVX2 level, a block with a value
+    /// near a tie rewritten by `redo`; returns how many it wrote.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `acc` and `out` have the same length.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn blocks(
+        acc: &[Self],
+        bs: (f32, f32),
+        zy: i32,
+        flip: u8,
+        out: &mut [u8],
+        redo: &dyn Fn(&[Self], &mut [u8]),
+    ) -> usize;
+}
+
+impl Acc for i32 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self as f32
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn blocks(
+        acc: &[i32],
+        bs: (f32, f32),
+        zy: i32,
+        flip: u8,
+        out: &mut [u8],
+        redo: &dyn Fn(&[i32], &mut [u8]),
+    ) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe { x86::requantize_i32(acc, bs, zy, flip, out, redo) }
+    }
+}
+
+impl Acc for f32 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn blocks(
+        acc: &[f32],
+        bs: (f32, f32),
+        zy: i32,
+        flip: u8,
+        out: &mut [u8],
+        redo: &dyn Fn(&[f32], &mut [u8]),
+    ) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe { x86::requantize_f32(acc, bs, zy, flip, out, redo) }
+    }
+}
+
+/// `out[i] = saturate(round((acc[i] + bias) · factor + zy))` rounded half to even, as the
+/// general path computes it in f64, for uint8, or int8 bits with an int8 `zy` when `signed`;
+/// `None` (nothing written) when the factor or the bias is not finite in f32.
+///
+/// The product is taken in float32 (eight lanes), whose result is within [`TIE_BAND`] of the
+/// f64 one wherever it matters (`|v| ≤ 1024`); a value that close to a half between two
+/// integers is recomputed in f64, so the bytes are the general path's exactly.
+pub fn requantize<A: Acc>(
+    acc: &[A],
+    bias: f64,
+    factor: f64,
+    zy: i32,
+    signed: bool,
+    out: &mut [u8],
+) -> Option<()> {
+    assert_eq!(acc.len(), out.len());
+    let (zy, flip) = if signed { (zy + 128, 0x80u8) } else { (zy, 0) };
+    let (b32, f32_) = (bias as f32, factor as f32);
+    if !b32.is_finite() || !f32_.is_finite() || !(0..=255).contains(&zy) {
+        return None;
+    }
+    let exact = Exact {
+        bias,
+        factor,
+        zy: f64::from(zy),
+    };
+    // Each element in float32, unless it comes near a tie.
+    let each = |acc: &[A], out: &mut [u8]| {
+        for (o, &a) in out.iter_mut().zip(acc) {
+            let v = (a.value() + b32) * f32_;
+            *o = if near_tie(v) {
+                exact.byte(a.value())
+            } else {
+                to_byte(v, zy)
+            } ^ flip;
+        }
+    };
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::isa().wide {
+        // SAFETY: the level is wide only on a CPU with AVX2; same lengths (asserted).
+        done = unsafe { A::blocks(acc, (b32, f32_), zy, flip, out, &each) };
+    }
+    each(&acc[done..], &mut out[done..]);
+    Some(())
+}
+
+/// How far a float32 requantized value can lie from the f64 one where rounding matters: three
+/// roundings of a value up to 1024 in magnitude (`3 · 2^-24 · 2^10 < 2^-12`). Past 1024 the
+/// byte saturates either way.
+pub const TIE_BAND: f32 = 1.0 / 4096.0;
+
+/// Whether `v` lies within [`TIE_BAND`] of a half between two integers.
+#[inline(always)]
+fn near_tie(v: f32) -> bool {
+    let d = (v - crate::ops::quant::round_even_f32(v)).abs();
+    d > 0.5 - TIE_BAND && v.abs() <= 1024.0
+}
+
+/// The general path's f64 requantization, for the values near a tie.
+struct Exact {
+    bias: f64,
+    factor: f64,
+    zy: f64,
+}
+
+impl Exact {
+    #[inline(never)]
+    fn byte(&self, a: f32) -> u8 {
+        let v = (f64::from(a) + self.bias) * self.factor + self.zy;
+        crate::ops::quant::round_even_f64(v).clamp(0.0, 255.0) as u8
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Form;
@@ -168,6 +301,72 @@ mod x86 {
         // SAFETY: `out` holds 32 bytes.
         unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_xor_si256(bytes, flip)) };
     }
+
+    /// The AVX2 blocks of [`super::requantize`] for accumulators loaded 8 at a time by `$load`.
+    macro_rules! requantize_blocks {
+        ($name:ident, $t:ty, $load:expr) => {
+            /// # Safety
+            /// The CPU has AVX2; `acc` and `out` have the same length.
+            #[target_feature(enable = "avx2")]
+            pub(super) unsafe fn $name(
+                acc: &[$t],
+                (bias, scale): (f32, f32),
+                zy: i32,
+                flip: u8,
+                out: &mut [u8],
+                redo: &dyn Fn(&[$t], &mut [u8]),
+            ) -> usize {
+                let n = acc.len() / 32 * 32;
+                let (lo, hi) = (
+                    _mm256_set1_ps((-zy) as f32),
+                    _mm256_set1_ps((255 - zy) as f32),
+                );
+                let (bv, sv, zv) = (
+                    _mm256_set1_ps(bias),
+                    _mm256_set1_ps(scale),
+                    _mm256_set1_epi32(zy),
+                );
+                let fl = _mm256_set1_epi8(flip as i8);
+                let band = _mm256_set1_ps(0.5 - super::TIE_BAND);
+                let (big, sign) = (_mm256_set1_ps(1024.0), _mm256_set1_ps(-0.0));
+                let mut i = 0;
+                while i < n {
+                    let mut r = [_mm256_setzero_si256(); 4];
+                    let mut near = _mm256_setzero_ps();
+                    for (k, r) in r.iter_mut().enumerate() {
+                        let src = &acc[i + 8 * k..][..8];
+                        // SAFETY: `src` holds the 8 accumulators loaded.
+                        let a: __m256 = unsafe { $load(src.as_ptr()) };
+                        let v = _mm256_mul_ps(_mm256_add_ps(a, bv), sv);
+                        // |v - round(v)| past the band, for |v| up to 1024 (as `near_tie`).
+                        let round =
+                            _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+                        let d = _mm256_andnot_ps(sign, _mm256_sub_ps(v, round));
+                        let small = _mm256_cmp_ps::<_CMP_LE_OQ>(_mm256_andnot_ps(sign, v), big);
+                        let tie = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(d, band), small);
+                        near = _mm256_or_ps(near, tie);
+                        let v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+                        *r = _mm256_add_epi32(_mm256_cvtps_epi32(v), zv);
+                    }
+                    // SAFETY: `out` has the block's 32 slots; a `u8` slot is a `MaybeUninit<u8>`.
+                    let dst = unsafe {
+                        &mut *(&mut out[i..i + 32] as *mut [u8] as *mut [MaybeUninit<u8>])
+                    };
+                    store_bytes(r, fl, dst);
+                    if _mm256_movemask_ps(near) != 0 {
+                        redo(&acc[i..i + 32], &mut out[i..i + 32]);
+                    }
+                    i += 32;
+                }
+                n
+            }
+        };
+    }
+
+    requantize_blocks!(requantize_i32, i32, |p: *const i32| _mm256_cvtepi32_ps(
+        _mm256_loadu_si256(p.cast())
+    ));
+    requantize_blocks!(requantize_f32, f32, |p: *const f32| _mm256_loadu_ps(p));
 
     /// The whole 32-element blocks of [`super::quantize`]; returns how many it wrote.
     ///
@@ -450,6 +649,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Requantization gives the f64 bytes exactly at every level, on i32 and f32 sums: exact
+    /// ties (factor 0.5 or 0.25 on odd sums), values a hair off a tie, both ends, large sums.
+    #[test]
+    fn requantize_gives_the_f64_bytes() {
+        let mut rnd = crate::fast::qgemm::tests::lcg(11);
+        let mut acc: Vec<i32> = (-3000..3000).collect();
+        acc.extend((0..4000).map(|_| (rnd() as i32) >> 8));
+        acc.extend([i32::MAX, i32::MIN, 1 << 24, (1 << 24) + 1, -(1 << 25) - 3]);
+        let accf: Vec<f32> = acc.iter().map(|&a| a as f32).collect();
+        let exactly_f32: Vec<bool> = acc.iter().map(|&a| a.unsigned_abs() < 1 << 24).collect();
+        for (bias, factor) in [
+            (0.0, 0.5),
+            (3.0, 0.25),
+            (-17.0, 0.1),
+            (1e3, 1.0 / 3.0),
+            (0.0, 0.0117),
+            // f32(0.3) is above 0.3, f64(0.3) below: 5 · 0.3 rounds to 2 and to 1.
+            (0.0, 0.3),
+            (5.0, -0.02),
+        ] {
+            for (zy, signed) in [
+                (0, false),
+                (128, false),
+                (255, false),
+                (-128, true),
+                (3, true),
+            ] {
+                let (lo, hi, off) = if signed {
+                    (-128.0, 127.0, 128.0)
+                } else {
+                    (0.0, 255.0, 0.0)
+                };
+                let want: Vec<u8> = acc
+                    .iter()
+                    .map(|&a| {
+                        let v = (f64::from(a) + bias) * factor + f64::from(zy);
+                        let q = crate::ops::quant::round_even_f64(v).clamp(lo, hi);
+                        ((q + off) as u8) ^ if signed { 0x80 } else { 0 }
+                    })
+                    .collect();
+                for isa in ISAS.iter().filter(|i| i.fast) {
+                    let got = with_isa(isa, || {
+                        let mut a = vec![0u8; acc.len()];
+                        let mut b = vec![0u8; acc.len()];
+                        requantize(&acc, bias, factor, zy, signed, &mut a).unwrap();
+                        requantize(&accf, bias, factor, zy, signed, &mut b).unwrap();
+                        (a, b)
+                    });
+                    let Some((a, b)) = got else { continue };
+                    for i in 0..acc.len() {
+                        let case = format!("{}: ({} + {bias}) * {factor} + {zy}", isa.name, acc[i]);
+                        assert_eq!(a[i], want[i], "i32 {case}");
+                        if exactly_f32[i] {
+                            assert_eq!(b[i], want[i], "f32 {case}");
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = [0u8; 1];
+        assert!(requantize(&[1i32], 0.0, f64::NAN, 0, false, &mut out).is_none());
+        assert!(requantize(&[1i32], 0.0, 1e300, 0, false, &mut out).is_none());
     }
 
     #[test]

@@ -222,36 +222,67 @@ pub fn requantize<A: Acc>(
     signed: bool,
     out: &mut [u8],
 ) -> Option<()> {
-    assert_eq!(acc.len(), out.len());
-    let (zy, flip) = if signed { (zy + 128, 0x80u8) } else { (zy, 0) };
-    let (b32, f32_) = (bias as f32, factor as f32);
-    if !b32.is_finite() || !f32_.is_finite() || !(0..=255).contains(&zy) {
-        return None;
-    }
-    let exact = Exact {
-        bias,
-        factor,
-        zy: f64::from(zy),
-    };
-    // Each element in float32, unless it comes near a tie.
-    let each = |acc: &[A], out: &mut [u8]| {
-        for (o, &a) in out.iter_mut().zip(acc) {
-            let v = (a.value() + b32) * f32_;
-            *o = if near_tie(v) {
-                exact.byte(a.value())
-            } else {
-                to_byte(v, zy)
-            } ^ flip;
-        }
-    };
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if super::isa().wide {
-        // SAFETY: the level is wide only on a CPU with AVX2; same lengths (asserted).
-        done = unsafe { A::blocks(acc, (b32, f32_), zy, flip, out, &each) };
-    }
-    each(&acc[done..], &mut out[done..]);
+    Requant::new(bias, factor, zy, signed)?.run(acc, out);
     Some(())
+}
+
+/// The parameters of [`requantize`] for one output channel, checked and converted once.
+#[derive(Clone, Copy, Debug)]
+pub struct Requant {
+    b32: f32,
+    f32_: f32,
+    exact: Exact,
+    /// The zero point in the unsigned domain, and the bit flip back (int8: 0x80).
+    zy: i32,
+    flip: u8,
+}
+
+impl Requant {
+    /// `None` when the factor or the bias is not finite in f32, or `zy` is not a value of
+    /// the type.
+    pub fn new(bias: f64, factor: f64, zy: i32, signed: bool) -> Option<Requant> {
+        let (zy, flip) = if signed { (zy + 128, 0x80u8) } else { (zy, 0) };
+        let (b32, f32_) = (bias as f32, factor as f32);
+        if !b32.is_finite() || !f32_.is_finite() || !(0..=255).contains(&zy) {
+            return None;
+        }
+        Some(Requant {
+            b32,
+            f32_,
+            exact: Exact {
+                bias,
+                factor,
+                zy: f64::from(zy),
+            },
+            zy,
+            flip,
+        })
+    }
+
+    /// Each element in float32, unless it comes near a tie.
+    fn each<A: Acc>(&self, acc: &[A], out: &mut [u8]) {
+        for (o, &a) in out.iter_mut().zip(acc) {
+            let v = (a.value() + self.b32) * self.f32_;
+            *o = if near_tie(v) {
+                self.exact.byte(a.value())
+            } else {
+                to_byte(v, self.zy)
+            } ^ self.flip;
+        }
+    }
+
+    /// [`requantize`] of `acc` into `out` (the same length).
+    pub fn run<A: Acc>(&self, acc: &[A], out: &mut [u8]) {
+        assert_eq!(acc.len(), out.len());
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if super::isa().wide {
+            let redo = |acc: &[A], out: &mut [u8]| self.each(acc, out);
+            // SAFETY: the level is wide only on a CPU with AVX2; same lengths (asserted).
+            done = unsafe { A::blocks(acc, (self.b32, self.f32_), self.zy, self.flip, out, &redo) };
+        }
+        self.each(&acc[done..], &mut out[done..]);
+    }
 }
 
 /// How far a float32 requantized value can lie from the f64 one where rounding matters: three
@@ -267,6 +298,7 @@ fn near_tie(v: f32) -> bool {
 }
 
 /// The general path's f64 requantization, for the values near a tie.
+#[derive(Clone, Copy, Debug)]
 struct Exact {
     bias: f64,
     factor: f64,
@@ -443,23 +475,28 @@ mod x86 {
         }
         let mut i = 0;
         while i < n {
+            // The block's bytes, sliced once: the loads below need no bounds checks.
+            let (ab, bb): (&[u8; 32], &[u8; 32]) = (
+                a[i..i + 32].try_into().expect("a block"),
+                b[i..i + 32].try_into().expect("a block"),
+            );
             let mut r = [_mm256_setzero_si256(); 4];
             for (k, r) in r.iter_mut().enumerate() {
-                let at = i + 8 * k;
-                let xa = widen!(a, at, zav);
+                let at = 8 * k;
+                let xa = widen!(ab, at, zav);
                 let v = match form {
                     Form::Affine { .. } => {
                         _mm256_add_ps(_mm256_mul_ps(pv, _mm256_cvtepi32_ps(xa)), qv)
                     }
                     Form::Add { .. } => {
-                        let xb = widen!(b, at, zbv);
+                        let xb = widen!(bb, at, zbv);
                         _mm256_add_ps(
                             _mm256_mul_ps(pv, _mm256_cvtepi32_ps(xa)),
                             _mm256_mul_ps(qv, _mm256_cvtepi32_ps(xb)),
                         )
                     }
                     Form::Mul { .. } => {
-                        let xb = widen!(b, at, zbv);
+                        let xb = widen!(bb, at, zbv);
                         _mm256_mul_ps(pv, _mm256_cvtepi32_ps(_mm256_mullo_epi32(xa, xb)))
                     }
                 };

@@ -167,10 +167,25 @@ fn run_inline(
             Output::Bytes { .. } => Result::Bytes(bytes),
         });
     }
+    let requant = match *out {
+        Output::Int32 => Vec::new(),
+        Output::Bytes {
+            bias,
+            factors,
+            zy,
+            signed,
+        } => (0..conv.m)
+            .map(|c| {
+                let zy = (zy.fract() == 0.0 && zy.abs() <= 255.0).then_some(zy as i32)?;
+                super::qbytes::Requant::new(*bias.get(c)?, *factors.get(c)?, zy, signed)
+            })
+            .collect(),
+    };
     let store = Store {
         bytes: Disjoint::new(&mut bytes),
         ints: Disjoint::new(&mut ints),
         out: *out,
+        requant,
     };
     // The input zero point in the kernel's (unsigned) domain.
     let zx = if x.signed { x.zx + 128 } else { x.zx };
@@ -196,6 +211,8 @@ struct Store<'a> {
     bytes: Disjoint<'a, u8>,
     ints: Disjoint<'a, i32>,
     out: Output<'a>,
+    /// Per output channel, the float32 requantization when it applies ([`Output::Bytes`]).
+    requant: Vec<Option<super::qbytes::Requant>>,
 }
 
 impl Store<'_> {
@@ -218,7 +235,10 @@ impl Store<'_> {
             } => {
                 // SAFETY: as above.
                 let dst = unsafe { self.bytes.slice(at, acc.len()) };
-                requantize(acc, (bias[c], factors[c], zy), signed, dst);
+                match self.requant.get(c).copied().flatten() {
+                    Some(rq) => rq.run(acc, dst),
+                    None => requantize_f64(acc, (bias[c], factors[c], zy), signed, dst),
+                }
             }
         }
     }
@@ -245,14 +265,12 @@ impl Store<'_> {
             } => {
                 // SAFETY: as above.
                 let dst = unsafe { self.bytes.slice(at, acc.len()) };
-                let fast = (zy.fract() == 0.0 && zy.abs() <= 255.0)
-                    .then(|| {
-                        super::qbytes::requantize(acc, bias[c], factors[c], zy as i32, signed, dst)
-                    })
-                    .flatten();
-                if fast.is_none() {
-                    let ints: Vec<i32> = acc.iter().map(|&a| a as i32).collect();
-                    requantize(&ints, (bias[c], factors[c], zy), signed, dst);
+                match self.requant.get(c).copied().flatten() {
+                    Some(rq) => rq.run(acc, dst),
+                    None => {
+                        let ints: Vec<i32> = acc.iter().map(|&a| a as i32).collect();
+                        requantize_f64(&ints, (bias[c], factors[c], zy), signed, dst);
+                    }
                 }
             }
         }

@@ -310,22 +310,13 @@ impl Conv2d<'_> {
     /// apply `post` to the plane. Planes are shared across the pool.
     #[inline(always)]
     fn depthwise(&self, x: &[f32], weights: &[f32], out: &mut [f32], post: Option<&dyn PostOp>) {
-        let (ow, sw, dw, pw) = (
-            self.ow(),
-            self.geo.strides[1],
-            self.geo.dilations[1],
-            self.geo.pad_begin[1],
-        );
-        let plane_out = self.oh() * ow;
+        let plane_out = self.oh() * self.ow();
         if plane_out == 0 {
             return;
         }
-        let spans: Vec<(usize, usize)> = (0..self.kw)
-            .map(|kx| valid_span(ow, sw, kx * dw, pw, self.w))
-            .collect();
         crate::par::for_each_chunk(out, plane_out, |nc, o_plane| {
             // A function of its own: a closure does not inherit the AVX2 copy's features.
-            depthwise_plane(self, (x, weights), &spans, nc, o_plane);
+            depthwise_plane(self, (x, weights), nc, o_plane);
             if let Some(p) = post {
                 crate::par::with_work(p.work_len(), |work| p.apply(o_plane, nc * plane_out, work));
             }
@@ -333,11 +324,12 @@ impl Conv2d<'_> {
     }
 }
 
-/// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`.
+/// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`: the
+/// input plane copied into a padded, stride-split buffer ([`Padded`]), then
+/// [`depthwise_taps`].
 pub(crate) fn depthwise_plane(
     conv: &Conv2d<'_>,
     xw: (&[f32], &[f32]),
-    spans: &[(usize, usize)],
     nc: usize,
     o_plane: &mut [f32],
 ) {
@@ -346,117 +338,225 @@ pub(crate) fn depthwise_plane(
     let plane = &x[nc * plane_in..][..plane_in];
     let ch = nc % conv.c;
     let wk = &weights[ch * conv.kh * conv.kw..][..conv.kh * conv.kw];
-    let sw = conv.geo.strides[1];
-    if sw == 1 {
-        return depthwise_rows(conv, Phased::whole(plane, conv.w), wk, spans, o_plane);
-    }
-    let len = Phased::len(conv.h, conv.w, sw);
-    crate::par::with_work(len, |buf| {
-        let src = Phased::split(plane, conv.w, sw, buf, |v| v);
-        depthwise_rows(conv, src, wk, spans, o_plane);
+    let geo = Padded::new(conv);
+    crate::par::with_work(geo.len(), |xs| {
+        fill_f32(conv, &geo, plane, xs);
+        depthwise_taps(conv, &geo, xs, wk, o_plane);
     });
 }
 
-/// The rows of a plane with each row's columns split by phase of the column stride `s`: phase
-/// `p` of a row holds its columns `p, p + s, p + 2s, ...` contiguously, in `wq = w.div_ceil(s)`
-/// slots, so that every tap of a strided convolution reads a contiguous run. With `s = 1`, the
-/// plane itself.
-#[derive(Clone, Copy)]
-pub(crate) struct Phased<'a> {
-    data: &'a [f32],
-    s: usize,
-    wq: usize,
+crate::multiversion! {
+/// [`Padded::fill`] of a float32 plane.
+fn fill_f32(conv: &Conv2d<'_>, geo: &Padded, plane: &[f32], xs: &mut [f32]) {
+    geo.fill(conv, plane, xs, |v| v);
+}
 }
 
-impl<'a> Phased<'a> {
-    /// A plane read as it is (stride 1).
-    pub(crate) fn whole(plane: &'a [f32], w: usize) -> Self {
-        Phased {
-            data: plane,
-            s: 1,
-            wq: w,
+/// Output columns the direct depthwise kernel computes at a time.
+const DW_BLOCK: usize = 16;
+
+/// The layout of one input plane for [`depthwise_direct`]: centered f32 values with the
+/// convolution's padding (and enough zero columns past it for whole blocks of [`DW_BLOCK`]
+/// outputs) around them, each row's columns split by phase of the column stride `s` (phase
+/// `p` holds padded columns `p, p + s, ...` in `wq` slots), so that every tap of a block reads
+/// [`DW_BLOCK`] contiguous values.
+pub(crate) struct Padded {
+    rows: usize,
+    s: usize,
+    wq: usize,
+    /// Where tap column `kx` starts within a row: its phase's slots plus its offset in them.
+    offsets: Vec<usize>,
+}
+
+impl Padded {
+    pub(crate) fn new(conv: &Conv2d<'_>) -> Padded {
+        let (oh, ow) = (conv.oh(), conv.ow());
+        let (sh, s) = (conv.geo.strides[0], conv.geo.strides[1].max(1));
+        let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
+        let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+        let rows = (conv.h + ph).max((oh.max(1) - 1) * sh + (conv.kh.max(1) - 1) * dh + 1);
+        let reach = (conv.kw.max(1) - 1) * dw / s;
+        let wq = (conv.w + pw)
+            .div_ceil(s)
+            .max(ow.div_ceil(DW_BLOCK) * DW_BLOCK + reach);
+        let offsets = (0..conv.kw)
+            .map(|kx| (kx * dw % s) * wq + kx * dw / s)
+            .collect();
+        Padded {
+            rows,
+            s,
+            wq,
+            offsets,
         }
     }
 
-    /// The slots [`split`](Self::split) fills for an `h × w` plane and stride `s`.
-    pub(crate) fn len(h: usize, w: usize, s: usize) -> usize {
-        h * s * w.div_ceil(s)
+    pub(crate) fn len(&self) -> usize {
+        self.rows * self.s * self.wq
     }
 
-    /// `map` of each element of `plane` (`w` columns), split by phase into `buf` (at least
-    /// [`len`](Self::len) slots; the slots past a row's last column in its last phases are
-    /// left as they are and never read).
+    /// `map` of each element of `plane` (`conv.h × conv.w`) into its place in `xs` (at
+    /// least [`len`](Self::len) slots), every other slot zero.
     #[inline(always)]
-    pub(crate) fn split<T: Copy>(
+    pub(crate) fn fill<T: Copy>(
+        &self,
+        conv: &Conv2d<'_>,
         plane: &[T],
-        w: usize,
-        s: usize,
-        buf: &'a mut [f32],
+        xs: &mut [f32],
         map: impl Fn(T) -> f32,
-    ) -> Self {
-        let wq = w.div_ceil(s);
+    ) {
+        let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+        let (s, wq) = (self.s, self.wq);
         let rs = s * wq;
-        for (src, dst) in plane
-            .chunks_exact(w.max(1))
-            .zip(buf.chunks_exact_mut(rs.max(1)))
-        {
-            for (p, phase) in dst.chunks_exact_mut(wq.max(1)).enumerate() {
-                for (d, &v) in phase.iter_mut().zip(src.iter().skip(p).step_by(s)) {
+        xs.fill(0.0);
+        for (iy, src) in plane.chunks_exact(conv.w.max(1)).enumerate() {
+            let row = &mut xs[(iy + ph) * rs..][..rs];
+            if s == 1 {
+                for (d, &v) in row[pw..pw + src.len()].iter_mut().zip(src) {
                     *d = map(v);
+                }
+            } else {
+                // Phase by phase: padded column `c = ix + pw` goes to slot `c / s` of phase
+                // `c % s`; the first input column of phase `p` is the `ix` with `c ≡ p`.
+                for (p, phase) in row.chunks_exact_mut(wq).enumerate() {
+                    let ix0 = (p + s - pw % s) % s;
+                    let q0 = (ix0 + pw) / s;
+                    let cols = src.iter().skip(ix0).step_by(s);
+                    for (d, &v) in phase[q0..].iter_mut().zip(cols) {
+                        *d = map(v);
+                    }
                 }
             }
         }
-        Phased { data: buf, s, wq }
-    }
-
-    /// Row `iy`.
-    #[inline(always)]
-    fn row(&self, iy: usize) -> &'a [f32] {
-        let rs = self.s * self.wq;
-        &self.data[iy * rs..][..rs]
-    }
-
-    /// `n` input columns `first, first + s, ...` of row `row` (from [`row`](Self::row)).
-    #[inline(always)]
-    fn run(&self, row: &'a [f32], first: usize, n: usize) -> &'a [f32] {
-        &row[(first % self.s) * self.wq + first / self.s..][..n]
     }
 }
 
 crate::multiversion! {
-/// One depthwise plane accumulated onto `o_plane`: each tap over whole output rows, reading
-/// contiguous runs of `src` (split by the column stride).
-pub(crate) fn depthwise_rows(
+/// Each output `of[oy][ox] += Σ wf[ky][kx] · xs[oy·sh + ky·dh][ox·sw + kx·dw]` of one
+/// depthwise plane, `xs` laid out by `geo`, [`DW_BLOCK`] outputs at a time in registers.
+pub(crate) fn depthwise_taps(
     conv: &Conv2d<'_>,
-    src: Phased<'_>,
-    wk: &[f32],
-    spans: &[(usize, usize)],
-    o_plane: &mut [f32],
+    geo: &Padded,
+    xs: &[f32],
+    wf: &[f32],
+    of: &mut [f32],
 ) {
     let (oh, ow) = (conv.oh(), conv.ow());
-    let (sh, sw) = (conv.geo.strides[0], conv.geo.strides[1]);
-    let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
-    let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
-    for oy in 0..oh {
-        let o_row = &mut o_plane[oy * ow..][..ow];
-        for ky in 0..conv.kh {
-            let Some(iy) = (oy * sh + ky * dh).checked_sub(ph).filter(|&i| i < conv.h) else {
-                continue;
-            };
-            let row = src.row(iy);
-            for (kx, &(lo, hi)) in spans.iter().enumerate() {
-                if lo >= hi {
-                    continue;
+    let (sh, dh) = (conv.geo.strides[0], conv.geo.dilations[0]);
+    let taps = DwTaps {
+        xs,
+        rs: geo.s * geo.wq,
+        dh,
+        kh: conv.kh,
+        wf,
+        offsets: &geo.offsets,
+    };
+    for (oy, orow) in of.chunks_exact_mut(ow.max(1)).enumerate().take(oh) {
+        #[cfg(target_arch = "x86_64")]
+        if super::isa().wide {
+            // SAFETY: the level is wide only on a CPU with AVX2 and FMA.
+            unsafe { x86::depthwise_row(&taps, oy * sh, orow) };
+            continue;
+        }
+        taps.row(oy * sh, orow);
+    }
+}
+}
+
+/// What [`depthwise_taps`] reads for a row of outputs.
+struct DwTaps<'a> {
+    /// The padded plane ([`Padded`]) and its row stride.
+    xs: &'a [f32],
+    rs: usize,
+    dh: usize,
+    kh: usize,
+    /// `[kh][kw]` weights, and each kernel column's start in a row.
+    wf: &'a [f32],
+    offsets: &'a [usize],
+}
+
+impl DwTaps<'_> {
+    /// The output row whose first kernel row is padded row `y0`, added onto `orow`,
+    /// [`DW_BLOCK`] at a time.
+    #[inline(always)]
+    fn row(&self, y0: usize, orow: &mut [f32]) {
+        let kw = self.offsets.len();
+        for ox in (0..orow.len()).step_by(DW_BLOCK) {
+            let n = DW_BLOCK.min(orow.len() - ox);
+            let mut acc = [0f32; DW_BLOCK];
+            acc[..n].copy_from_slice(&orow[ox..ox + n]);
+            for ky in 0..self.kh {
+                let row = &self.xs[(y0 + ky * self.dh) * self.rs..][..self.rs];
+                for (&w, &off) in self.wf[ky * kw..][..kw].iter().zip(self.offsets) {
+                    for (a, &v) in acc.iter_mut().zip(&row[off + ox..][..DW_BLOCK]) {
+                        *a += w * v;
+                    }
                 }
-                let wv = wk[ky * conv.kw + kx];
-                let first = lo * sw + kx * dw - pw;
-                for (o, s) in o_row[lo..hi].iter_mut().zip(src.run(row, first, hi - lo)) {
-                    *o += wv * s;
+            }
+            orow[ox..ox + n].copy_from_slice(&acc[..n]);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{DW_BLOCK, DwTaps};
+    use std::arch::x86_64::*;
+
+    /// [`DwTaps::row`] with two 8-lane accumulators per block held in registers (fused
+    /// multiply-adds: on integer sums below 2^24, as the 8-bit convolution makes, the same
+    /// sums as separate products and additions).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn depthwise_row(t: &DwTaps<'_>, y0: usize, orow: &mut [f32]) {
+        const _: () = assert!(DW_BLOCK == 16);
+        let kw = t.offsets.len();
+        for ox in (0..orow.len()).step_by(DW_BLOCK) {
+            let n = DW_BLOCK.min(orow.len() - ox);
+            let mut acc = [0f32; DW_BLOCK];
+            let src: &[f32] = if n == DW_BLOCK {
+                &orow[ox..ox + DW_BLOCK]
+            } else {
+                acc[..n].copy_from_slice(&orow[ox..ox + n]);
+                &acc
+            };
+            // SAFETY: `src` has 16 slots.
+            let (mut a0, mut a1) = unsafe {
+                (
+                    _mm256_loadu_ps(src.as_ptr()),
+                    _mm256_loadu_ps(src.as_ptr().add(8)),
+                )
+            };
+            for ky in 0..t.kh {
+                let row = &t.xs[(y0 + ky * t.dh) * t.rs..][..t.rs];
+                for (&w, &off) in t.wf[ky * kw..][..kw].iter().zip(t.offsets) {
+                    let seg = &row[off + ox..][..DW_BLOCK];
+                    let w = _mm256_set1_ps(w);
+                    // SAFETY: `seg` holds the 16 values loaded.
+                    unsafe {
+                        a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr()), a0);
+                        a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr().add(8)), a1);
+                    }
+                }
+            }
+            let dst = if n == DW_BLOCK {
+                &mut orow[ox..ox + DW_BLOCK]
+            } else {
+                &mut acc[..]
+            };
+            // SAFETY: `dst` has 16 slots.
+            unsafe {
+                _mm256_storeu_ps(dst.as_mut_ptr(), a0);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(8), a1);
+            }
+            if n < DW_BLOCK {
+                for (o, &a) in orow[ox..].iter_mut().zip(&acc) {
+                    *o = a;
                 }
             }
         }
     }
-}
 }
 
 /// Shapes and geometry of one 2-D transposed convolution (NCHW).

@@ -12,7 +12,7 @@
 //! The weights are packed once per weight tensor ([`PackedConv`]); int8 activations and uint8
 //! weights are moved into the kernel's u8 × i8 domain by ±128 with their zero points.
 
-use super::conv2d::{Conv2d, valid_span};
+use super::conv2d::{Conv2d, Padded, valid_span};
 use super::qgemm::{self, Cols, NR, QWeights};
 use crate::ops::quant::round_even_f64;
 use crate::par::Disjoint;
@@ -427,54 +427,10 @@ fn depthwise_plane(dw: &Depthwise<'_>, nc: usize) {
 }
 }
 
-/// Output columns the direct depthwise kernel computes at a time.
-const DW_BLOCK: usize = 16;
-
-/// The layout of one input plane for [`depthwise_direct`]: centered f32 values with the
-/// convolution's padding (and enough zero columns past it for whole blocks of [`DW_BLOCK`]
-/// outputs) around them, each row's columns split by phase of the column stride `s` (phase
-/// `p` holds padded columns `p, p + s, ...` in `wq` slots), so that every tap of a block reads
-/// [`DW_BLOCK`] contiguous values.
-struct Padded {
-    rows: usize,
-    s: usize,
-    wq: usize,
-    /// Where tap column `kx` starts within a row: its phase's slots plus its offset in them.
-    offsets: Vec<usize>,
-}
-
-impl Padded {
-    fn new(conv: &Conv2d<'_>) -> Padded {
-        let (oh, ow) = (conv.oh(), conv.ow());
-        let (sh, s) = (conv.geo.strides[0], conv.geo.strides[1].max(1));
-        let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
-        let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
-        let rows = (conv.h + ph).max((oh.max(1) - 1) * sh + (conv.kh.max(1) - 1) * dh + 1);
-        let reach = (conv.kw.max(1) - 1) * dw / s;
-        let wq = (conv.w + pw)
-            .div_ceil(s)
-            .max(ow.div_ceil(DW_BLOCK) * DW_BLOCK + reach);
-        let offsets = (0..conv.kw)
-            .map(|kx| (kx * dw % s) * wq + kx * dw / s)
-            .collect();
-        Padded {
-            rows,
-            s,
-            wq,
-            offsets,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.rows * self.s * self.wq
-    }
-}
-
 crate::multiversion! {
 /// One depthwise plane: `x` (`(plane, flip, zx)`: its bytes, their bit flip into the unsigned
-/// domain and the zero point there) centered into `xs` as laid out by `geo`, then each output
-/// `of[oy][ox] = Σ wf[ky][kx] · xs[oy·sh + ky·dh][ox·sw + kx·dw]`, [`DW_BLOCK`] outputs at a
-/// time in registers. Exact: the caller keeps every sum below 2^24.
+/// domain and the zero point there) centered into `xs` as laid out by `geo`, then the sums of
+/// [`super::conv2d::depthwise_taps`] into `of`. Exact: the caller keeps every sum below 2^24.
 fn depthwise_direct(
     conv: &Conv2d<'_>,
     geo: &Padded,
@@ -484,131 +440,10 @@ fn depthwise_direct(
     of: &mut [f32],
 ) {
     let (plane, flip, zx) = x;
-    let (oh, ow) = (conv.oh(), conv.ow());
-    let (sh, dh) = (conv.geo.strides[0], conv.geo.dilations[0]);
-    let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
-    let (s, wq) = (geo.s, geo.wq);
-    let rs = s * wq;
-    xs.fill(0.0);
-    for (iy, src) in plane.chunks_exact(conv.w.max(1)).enumerate() {
-        let row = &mut xs[(iy + ph) * rs..][..rs];
-        if s == 1 {
-            for (d, &v) in row[pw..pw + src.len()].iter_mut().zip(src) {
-                *d = (i32::from(v ^ flip) - zx) as f32;
-            }
-        } else {
-            // Phase by phase: padded column `c = ix + pw` goes to slot `c / s` of phase
-            // `c % s`; the first input column of phase `p` is the `ix` with `c ≡ p`.
-            for (p, phase) in row.chunks_exact_mut(wq).enumerate() {
-                let ix0 = (p + s - pw % s) % s;
-                let q0 = (ix0 + pw) / s;
-                let cols = src.iter().skip(ix0).step_by(s);
-                for (d, &v) in phase[q0..].iter_mut().zip(cols) {
-                    *d = (i32::from(v ^ flip) - zx) as f32;
-                }
-            }
-        }
-    }
-    let taps = DwTaps {
-        xs,
-        rs,
-        dh,
-        kh: conv.kh,
-        wf,
-        offsets: &geo.offsets,
-    };
-    for (oy, orow) in of.chunks_exact_mut(ow.max(1)).enumerate().take(oh) {
-        #[cfg(target_arch = "x86_64")]
-        if super::isa().wide {
-            // SAFETY: the level is wide only on a CPU with AVX2 and FMA.
-            unsafe { x86::depthwise_row(&taps, oy * sh, orow) };
-            continue;
-        }
-        taps.row(oy * sh, orow);
-    }
+    geo.fill(conv, plane, xs, |v| (i32::from(v ^ flip) - zx) as f32);
+    of.fill(0.0);
+    super::conv2d::depthwise_taps(conv, geo, xs, wf, of);
 }
-}
-
-/// What [`depthwise_direct`] reads for a row of outputs.
-struct DwTaps<'a> {
-    /// The padded plane ([`Padded`]) and its row stride.
-    xs: &'a [f32],
-    rs: usize,
-    dh: usize,
-    kh: usize,
-    /// `[kh][kw]` weights, and each kernel column's start in a row.
-    wf: &'a [f32],
-    offsets: &'a [usize],
-}
-
-impl DwTaps<'_> {
-    /// The output row whose first kernel row is padded row `y0`, [`DW_BLOCK`] at a time.
-    #[inline(always)]
-    fn row(&self, y0: usize, orow: &mut [f32]) {
-        let kw = self.offsets.len();
-        for ox in (0..orow.len()).step_by(DW_BLOCK) {
-            let mut acc = [0f32; DW_BLOCK];
-            for ky in 0..self.kh {
-                let row = &self.xs[(y0 + ky * self.dh) * self.rs..][..self.rs];
-                for (&w, &off) in self.wf[ky * kw..][..kw].iter().zip(self.offsets) {
-                    for (a, &v) in acc.iter_mut().zip(&row[off + ox..][..DW_BLOCK]) {
-                        *a += w * v;
-                    }
-                }
-            }
-            let n = DW_BLOCK.min(orow.len() - ox);
-            orow[ox..ox + n].copy_from_slice(&acc[..n]);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{DW_BLOCK, DwTaps};
-    use std::arch::x86_64::*;
-
-    /// [`DwTaps::row`] with two 8-lane accumulators per block held in registers. A fused
-    /// multiply-add gives the same sums: every product and sum is an integer below 2^24.
-    ///
-    /// # Safety
-    /// The CPU has AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn depthwise_row(t: &DwTaps<'_>, y0: usize, orow: &mut [f32]) {
-        const _: () = assert!(DW_BLOCK == 16);
-        let kw = t.offsets.len();
-        for ox in (0..orow.len()).step_by(DW_BLOCK) {
-            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            for ky in 0..t.kh {
-                let row = &t.xs[(y0 + ky * t.dh) * t.rs..][..t.rs];
-                for (&w, &off) in t.wf[ky * kw..][..kw].iter().zip(t.offsets) {
-                    let seg = &row[off + ox..][..DW_BLOCK];
-                    let w = _mm256_set1_ps(w);
-                    // SAFETY: `seg` holds the 16 values loaded.
-                    unsafe {
-                        a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr()), a0);
-                        a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr().add(8)), a1);
-                    }
-                }
-            }
-            let n = DW_BLOCK.min(orow.len() - ox);
-            let mut acc = [0f32; DW_BLOCK];
-            let dst = if n == DW_BLOCK {
-                &mut orow[ox..ox + DW_BLOCK]
-            } else {
-                &mut acc[..]
-            };
-            // SAFETY: `dst` has 16 slots.
-            unsafe {
-                _mm256_storeu_ps(dst.as_mut_ptr(), a0);
-                _mm256_storeu_ps(dst.as_mut_ptr().add(8), a1);
-            }
-            if n < DW_BLOCK {
-                for (o, &a) in orow[ox..].iter_mut().zip(&acc) {
-                    *o = a;
-                }
-            }
-        }
-    }
 }
 
 /// Bytes of column matrix built at a time.

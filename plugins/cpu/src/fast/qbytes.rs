@@ -153,6 +153,8 @@ pub fn quantize(x: &[f32], s: f32, z: i32, signed: bool, out: &mut [MaybeUninit<
 /// Accumulators [`requantize`] reads: exact integer sums, as i32 or as integer-valued f32.
 pub trait Acc: Copy {
     fn value(self) -> f32;
+    /// The sum itself.
+    fn int(self) -> i32;
     /// [`requantize`] on the whole 32-element blocks at the AVX2 level, a block with a value
     /// near a tie rewritten by `redo`; returns how many it wrote.
     ///
@@ -174,6 +176,10 @@ impl Acc for i32 {
     fn value(self) -> f32 {
         self as f32
     }
+    #[inline(always)]
+    fn int(self) -> i32 {
+        self
+    }
     #[cfg(target_arch = "x86_64")]
     unsafe fn blocks(
         acc: &[i32],
@@ -192,6 +198,10 @@ impl Acc for f32 {
     #[inline(always)]
     fn value(self) -> f32 {
         self
+    }
+    #[inline(always)]
+    fn int(self) -> i32 {
+        self as i32
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn blocks(

@@ -216,45 +216,19 @@ struct Store<'a> {
 }
 
 impl Store<'_> {
-    /// Writes `acc` (exact sums) of channel `c` at `at..at + acc.len()`.
+    /// Writes `acc` (exact sums, as i32 or as integer-valued f32) of channel `c` at
+    /// `at..at + acc.len()`.
     ///
     /// # Safety
     /// No other task writes these elements.
     #[inline(always)]
-    unsafe fn put(&self, c: usize, at: usize, acc: &[i32]) {
-        match self.out {
-            Output::Int32 => {
-                // SAFETY: the caller's contract; the range lies inside the output (sliced).
-                unsafe { self.ints.slice(at, acc.len()) }.copy_from_slice(acc);
-            }
-            Output::Bytes {
-                bias,
-                factors,
-                zy,
-                signed,
-            } => {
-                // SAFETY: as above.
-                let dst = unsafe { self.bytes.slice(at, acc.len()) };
-                match self.requant.get(c).copied().flatten() {
-                    Some(rq) => rq.run(acc, dst),
-                    None => requantize_f64(acc, (bias[c], factors[c], zy), signed, dst),
-                }
-            }
-        }
-    }
-
-    /// [`put`](Self::put) for sums held exactly in f32 (integers below 2^24).
-    ///
-    /// # Safety
-    /// No other task writes these elements.
-    #[inline(always)]
-    unsafe fn put_f32(&self, c: usize, at: usize, acc: &[f32]) {
+    unsafe fn put<A: super::qbytes::Acc>(&self, c: usize, at: usize, acc: &[A]) {
         match self.out {
             Output::Int32 => {
                 // SAFETY: the caller's contract; the range lies inside the output (sliced).
                 let dst = unsafe { self.ints.slice(at, acc.len()) };
                 for (d, &a) in dst.iter_mut().zip(acc) {
-                    *d = a as i32;
+                    *d = a.int();
                 }
             }
             Output::Bytes {
@@ -268,7 +242,7 @@ impl Store<'_> {
                 match self.requant.get(c).copied().flatten() {
                     Some(rq) => rq.run(acc, dst),
                     None => {
-                        let ints: Vec<i32> = acc.iter().map(|&a| a as i32).collect();
+                        let ints: Vec<i32> = acc.iter().map(|&a| a.int()).collect();
                         requantize_f64(&ints, (bias[c], factors[c], zy), signed, dst);
                     }
                 }
@@ -392,7 +366,7 @@ fn depthwise_plane(dw: &Depthwise<'_>, nc: usize) {
             let (xs, of) = buf.split_at_mut(geo.len());
             depthwise_direct(conv, &geo, (plane, flip, zx), &wf, xs, of);
             // SAFETY: plane `nc` is this task's alone.
-            unsafe { dw.store.put_f32(ch, nc * oh * ow, of) };
+            unsafe { dw.store.put(ch, nc * oh * ow, of) };
         });
         return;
     }

@@ -414,6 +414,23 @@ impl Padded {
                 for (d, &v) in row[pw..pw + src.len()].iter_mut().zip(src) {
                     *d = map(v);
                 }
+            } else if s == 2 {
+                // Input columns `2j` and `2j + 1` (padded `2j + pw` and `2j + 1 + pw`) go to
+                // slot `j + pw / 2` of phase `pw % 2` and slot `j + (pw + 1) / 2` of the other
+                // one: one pass over pairs, which vectorizes (the general loop below reads
+                // every input row once per phase, element by element).
+                let (p0, p1) = row.split_at_mut(wq);
+                let (even, odd) = if pw % 2 == 0 { (p0, p1) } else { (p1, p0) };
+                let even = &mut even[pw / 2..];
+                let odd = &mut odd[pw.div_ceil(2)..];
+                let pairs = src.chunks_exact(2);
+                if let [last] = pairs.remainder() {
+                    even[src.len() / 2] = map(*last);
+                }
+                for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+                    *e = map(p[0]);
+                    *o = map(p[1]);
+                }
             } else {
                 // Phase by phase: padded column `c = ix + pw` goes to slot `c / s` of phase
                 // `c % s`; the first input column of phase `p` is the `ix` with `c ≡ p`.

@@ -471,6 +471,25 @@ mod tests {
                 true,
             ),
             case([1, 4, 5, 5], [2, 4, 5, 5], 1, [1, 1], [1, 1], [0; 4], false),
+            // Depthwise with column stride 2: even and odd begin pads, odd widths, dilation.
+            case(
+                [1, 4, 9, 11],
+                [4, 1, 3, 3],
+                4,
+                [2, 2],
+                [1, 1],
+                [0, 0, 1, 1],
+                true,
+            ),
+            case(
+                [1, 3, 7, 10],
+                [3, 1, 2, 3],
+                3,
+                [1, 2],
+                [1, 2],
+                [2, 3, 0, 1],
+                false,
+            ),
             case(
                 [1, 2, 13, 3],
                 [3, 2, 1, 3],

@@ -461,63 +461,70 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
     let tasks = conv.n * conv.group * ranges.len();
     // The pad byte: the zero point, in x's own bits.
     let pad = if x.signed { (zx - 128) as u8 } else { zx as u8 };
+    // Columns whose corrected sums are gathered before each output row of them is finished in
+    // one call: about 128 KiB of i32 sums.
+    let sub = ((32 << 10) / mg.max(1) / NR * NR).max(NR);
     crate::par::for_each_index(tasks, |t| {
         let (ng, (j0, width)) = (t / ranges.len(), ranges[t % ranges.len()]);
         let (n, g) = (ng / conv.group, ng % conv.group);
         let x_g = &x.x[(n * conv.c + g * cg) * plane_in..][..cg * plane_in];
         let wg = &w.groups[g];
-        let zw = &w.zw[g * mg..][..mg];
-        let sums = wg.row_sums();
-        let has_ones = wg.rows() > mg;
-        // SAFETY (of `finish`'s writes): columns `j0..j0 + width` of this image and group's
-        // planes are this task's alone.
-        let mut panel = vec![0u8; qgemm::panel_len(depth)];
-        let mut tile = vec![0i32; qgemm::tile_len(wg)];
         let fin = Finish {
             mg,
             depth,
-            zw,
+            zw: &w.zw[g * mg..][..mg],
             zx,
-            sums,
-            has_ones,
-            store,
-            c0: g * mg,
-            base: (n * conv.m + g * mg) * plane_out,
-            plane_out,
+            sums: wg.row_sums(),
+            has_ones: wg.rows() > mg,
         };
-        let mut sink = |p0: usize, cnt: usize, tile: &[i32]| finish(&fin, p0, cnt, tile);
-        if pointwise {
-            qgemm::qgemm(
-                wg,
-                Cols::KByP {
-                    x: x_g,
-                    ld: plane_in,
-                },
-                j0..j0 + width,
-                x.signed,
-                (&mut panel, &mut tile),
-                &mut sink,
-            );
+        let mut panel = vec![0u8; qgemm::panel_len(depth)];
+        let mut tile = vec![0i32; qgemm::tile_len(wg)];
+        let ld = sub.min(width);
+        let mut sums = vec![0i32; mg * ld];
+        let mut cols = Vec::new();
+        let src = if pointwise {
+            Cols::KByP {
+                x: x_g,
+                ld: plane_in,
+            }
         } else {
-            let mut cols = vec![0u8; depth * width];
+            cols.resize(depth * width, 0u8);
             let oy0 = j0 / ow;
             conv.im2col(x_g, cg, oy0..oy0 + width / ow, &mut cols, pad);
+            Cols::KByP {
+                x: &cols,
+                ld: width,
+            }
+        };
+        // Where this task's columns start in `src`.
+        let at = if pointwise { j0 } else { 0 };
+        let base = (n * conv.m + g * mg) * plane_out + j0;
+        for s0 in (0..width).step_by(ld) {
+            let cnt = ld.min(width - s0);
             qgemm::qgemm(
                 wg,
-                Cols::KByP {
-                    x: &cols,
-                    ld: width,
-                },
-                0..width,
+                src,
+                at + s0..at + s0 + cnt,
                 x.signed,
                 (&mut panel, &mut tile),
-                |p0, cnt, tile| sink(j0 + p0, cnt, tile),
+                |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - at - s0..], ld),
             );
+            for r in 0..mg {
+                // SAFETY: columns `j0..j0 + width` of this image and group's planes are this
+                // task's alone, and `s0..s0 + cnt` lies inside them.
+                unsafe {
+                    store.put(
+                        g * mg + r,
+                        base + r * plane_out + s0,
+                        &sums[r * ld..][..cnt],
+                    )
+                };
+            }
         }
     });
 }
 
-/// What [`finish`] needs of one task of [`gemm_conv`].
+/// What [`finish`] needs of one task of [`gemm_conv`]: a group's zero-point corrections.
 struct Finish<'a> {
     mg: usize,
     depth: usize,
@@ -525,28 +532,23 @@ struct Finish<'a> {
     zx: i32,
     sums: &'a [i32],
     has_ones: bool,
-    store: &'a Store<'a>,
-    /// The group's first channel, and where its planes start in the output.
-    c0: usize,
-    base: usize,
-    plane_out: usize,
 }
 
 crate::multiversion! {
-/// Columns `p0..p0 + cnt` of a task's planes from one tile of raw sums:
+/// The `cnt` columns of one tile of raw sums, corrected, row `r`'s into `out[r * ld..][..cnt]`:
 /// `Σ (w - zw)(x - zx) = Σ w·x - zx·Σ w - zw·Σ x + depth·zw·zx`. The terms may pass i32 while
 /// the result does not ([`MAX_DEPTH`]): wrapping arithmetic gets it exactly.
-fn finish(f: &Finish<'_>, p0: usize, cnt: usize, tile: &[i32]) {
-    let mut row = [0i32; NR];
+fn finish(f: &Finish<'_>, tile: &[i32], cnt: usize, out: &mut [i32], ld: usize) {
     // The ones row, when there is one, holds Σ x of each column.
-    let ones = f.has_ones.then(|| &tile[f.mg * NR..][..NR]);
+    let ones = f.has_ones.then(|| &tile[f.mg * NR..][..cnt]);
     for r in 0..f.mg {
         let zw = f.zw[r];
         let corr = (f.depth as i32)
             .wrapping_mul(zw)
             .wrapping_mul(f.zx)
             .wrapping_sub(f.zx.wrapping_mul(f.sums[r]));
-        let raw = &tile[r * NR..][..NR];
+        let raw = &tile[r * NR..][..cnt];
+        let row = &mut out[r * ld..][..cnt];
         if let Some(ones) = ones {
             for ((o, &a), &s) in row.iter_mut().zip(raw).zip(ones) {
                 *o = a.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(s));
@@ -555,12 +557,6 @@ fn finish(f: &Finish<'_>, p0: usize, cnt: usize, tile: &[i32]) {
             for (o, &a) in row.iter_mut().zip(raw) {
                 *o = a.wrapping_add(corr);
             }
-        }
-        // SAFETY: the task's columns are its alone (the caller's contract), and
-        // `p0..p0 + cnt` lies inside them.
-        unsafe {
-            f.store
-                .put(f.c0 + r, f.base + r * f.plane_out + p0, &row[..cnt]);
         }
     }
 }

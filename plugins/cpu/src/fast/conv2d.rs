@@ -314,9 +314,10 @@ impl Conv2d<'_> {
         if plane_out == 0 {
             return;
         }
+        let geo = Padded::new(self);
         crate::par::for_each_chunk(out, plane_out, |nc, o_plane| {
             // A function of its own: a closure does not inherit the AVX2 copy's features.
-            depthwise_plane(self, (x, weights), nc, o_plane);
+            depthwise_plane(self, &geo, (x, weights), nc, o_plane);
             if let Some(p) = post {
                 crate::par::with_work(p.work_len(), |work| p.apply(o_plane, nc * plane_out, work));
             }
@@ -325,10 +326,11 @@ impl Conv2d<'_> {
 }
 
 /// Plane `nc` (image and channel) of [`Conv2d::depthwise`], accumulated onto `o_plane`: the
-/// input plane copied into a padded, stride-split buffer ([`Padded`]), then
+/// input plane copied into a padded, stride-split buffer laid out by `geo`, then
 /// [`depthwise_taps`].
 pub(crate) fn depthwise_plane(
     conv: &Conv2d<'_>,
+    geo: &Padded,
     xw: (&[f32], &[f32]),
     nc: usize,
     o_plane: &mut [f32],
@@ -338,10 +340,9 @@ pub(crate) fn depthwise_plane(
     let plane = &x[nc * plane_in..][..plane_in];
     let ch = nc % conv.c;
     let wk = &weights[ch * conv.kh * conv.kw..][..conv.kh * conv.kw];
-    let geo = Padded::new(conv);
     crate::par::with_work(geo.len(), |xs| {
-        fill_f32(conv, &geo, plane, xs);
-        depthwise_taps(conv, &geo, xs, wk, o_plane);
+        fill_f32(conv, geo, plane, xs);
+        depthwise_taps(conv, geo, xs, wk, o_plane);
     });
 }
 
@@ -467,14 +468,28 @@ pub(crate) fn depthwise_taps(
         wf,
         offsets: &geo.offsets,
     };
-    for (oy, orow) in of.chunks_exact_mut(ow.max(1)).enumerate().take(oh) {
-        #[cfg(target_arch = "x86_64")]
-        if super::isa().wide {
+    let ow = ow.max(1);
+    let oh = oh.min(of.len() / ow);
+    let mut oy = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::isa().wide {
+        // Four output rows at a time: eight independent chains of fused multiply-adds, enough
+        // to cover their latency (one row's two chains wait on it).
+        for rows in of[..oh * ow].chunks_exact_mut(4 * ow) {
+            let y0 = [0, 1, 2, 3].map(|r| (oy + r) * sh);
             // SAFETY: the level is wide only on a CPU with AVX2 and FMA.
-            unsafe { x86::depthwise_row(&taps, oy * sh, orow) };
-            continue;
+            unsafe { x86::depthwise_rows(&taps, y0, rows, ow) };
+            oy += 4;
         }
+        for orow in of[oy * ow..oh * ow].chunks_exact_mut(ow) {
+            // SAFETY: as above.
+            unsafe { x86::depthwise_rows(&taps, [oy * sh], orow, ow) };
+            oy += 1;
+        }
+    }
+    for orow in of[oy * ow..].chunks_exact_mut(ow).take(oh - oy) {
         taps.row(oy * sh, orow);
+        oy += 1;
     }
 }
 }
@@ -519,57 +534,67 @@ mod x86 {
     use super::{DW_BLOCK, DwTaps};
     use std::arch::x86_64::*;
 
-    /// [`DwTaps::row`] with two 8-lane accumulators per block held in registers (fused
-    /// multiply-adds: on integer sums below 2^24, as the 8-bit convolution makes, the same
-    /// sums as separate products and additions).
+    /// [`DwTaps::row`] for `R` output rows at once (`out` holds them, `ow` apart; row `r`'s
+    /// first kernel row is padded row `y0[r]`), with two 8-lane accumulators per row and block
+    /// held in registers (fused multiply-adds: on integer sums below 2^24, as the 8-bit
+    /// convolution makes, the same sums as separate products and additions).
     ///
     /// # Safety
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn depthwise_row(t: &DwTaps<'_>, y0: usize, orow: &mut [f32]) {
+    pub(super) unsafe fn depthwise_rows<const R: usize>(
+        t: &DwTaps<'_>,
+        y0: [usize; R],
+        out: &mut [f32],
+        ow: usize,
+    ) {
         const _: () = assert!(DW_BLOCK == 16);
         let kw = t.offsets.len();
-        for ox in (0..orow.len()).step_by(DW_BLOCK) {
-            let n = DW_BLOCK.min(orow.len() - ox);
-            let mut acc = [0f32; DW_BLOCK];
-            let src: &[f32] = if n == DW_BLOCK {
-                &orow[ox..ox + DW_BLOCK]
-            } else {
-                acc[..n].copy_from_slice(&orow[ox..ox + n]);
-                &acc
-            };
-            // SAFETY: `src` has 16 slots.
-            let (mut a0, mut a1) = unsafe {
-                (
-                    _mm256_loadu_ps(src.as_ptr()),
-                    _mm256_loadu_ps(src.as_ptr().add(8)),
-                )
-            };
+        for ox in (0..ow).step_by(DW_BLOCK) {
+            let n = DW_BLOCK.min(ow - ox);
+            // Each row's block: read from `out` in place, or through `part` when partial.
+            let mut part = [[0f32; DW_BLOCK]; R];
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for r in 0..R {
+                let src = &mut out[r * ow + ox..][..n];
+                let p: &[f32] = if n == DW_BLOCK {
+                    src
+                } else {
+                    part[r][..n].copy_from_slice(src);
+                    &part[r]
+                };
+                // SAFETY: `p` has 16 slots.
+                acc[r] = unsafe {
+                    [
+                        _mm256_loadu_ps(p.as_ptr()),
+                        _mm256_loadu_ps(p.as_ptr().add(8)),
+                    ]
+                };
+            }
             for ky in 0..t.kh {
-                let row = &t.xs[(y0 + ky * t.dh) * t.rs..][..t.rs];
+                let rows = y0.map(|y| &t.xs[(y + ky * t.dh) * t.rs..][..t.rs]);
                 for (&w, &off) in t.wf[ky * kw..][..kw].iter().zip(t.offsets) {
-                    let seg = &row[off + ox..][..DW_BLOCK];
                     let w = _mm256_set1_ps(w);
-                    // SAFETY: `seg` holds the 16 values loaded.
-                    unsafe {
-                        a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr()), a0);
-                        a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr().add(8)), a1);
+                    for (a, row) in acc.iter_mut().zip(&rows) {
+                        let seg = &row[off + ox..][..DW_BLOCK];
+                        // SAFETY: `seg` holds the 16 values loaded.
+                        unsafe {
+                            a[0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr()), a[0]);
+                            a[1] = _mm256_fmadd_ps(w, _mm256_loadu_ps(seg.as_ptr().add(8)), a[1]);
+                        }
                     }
                 }
             }
-            let dst = if n == DW_BLOCK {
-                &mut orow[ox..ox + DW_BLOCK]
-            } else {
-                &mut acc[..]
-            };
-            // SAFETY: `dst` has 16 slots.
-            unsafe {
-                _mm256_storeu_ps(dst.as_mut_ptr(), a0);
-                _mm256_storeu_ps(dst.as_mut_ptr().add(8), a1);
-            }
-            if n < DW_BLOCK {
-                for (o, &a) in orow[ox..].iter_mut().zip(&acc) {
-                    *o = a;
+            for r in 0..R {
+                let dst = &mut out[r * ow + ox..][..n];
+                let p: &mut [f32] = if n == DW_BLOCK { dst } else { &mut part[r] };
+                // SAFETY: `p` has 16 slots.
+                unsafe {
+                    _mm256_storeu_ps(p.as_mut_ptr(), acc[r][0]);
+                    _mm256_storeu_ps(p.as_mut_ptr().add(8), acc[r][1]);
+                }
+                if n < DW_BLOCK {
+                    out[r * ow + ox..][..n].copy_from_slice(&part[r][..n]);
                 }
             }
         }

@@ -26,8 +26,10 @@ pub struct PackedConv {
     group: usize,
     /// Per group, `[m / group] × depth`; empty when depthwise.
     groups: Vec<QWeights>,
-    /// The centered weights `w - zw`, `[m] × taps`, for the depthwise loop (else empty).
+    /// The centered weights `w - zw`, `[m] × taps`, for the depthwise loop (else empty), and
+    /// the same values as f32 for its float32 kernel.
     centered: Vec<i32>,
+    centered_f32: Vec<f32>,
     /// Each channel's weight zero point in the kernel's domain.
     zw: Vec<i32>,
 }
@@ -90,6 +92,7 @@ impl PackedConv {
             depth,
             group,
             groups,
+            centered_f32: centered.iter().map(|&v| v as f32).collect(),
             centered,
             zw,
         })
@@ -324,6 +327,7 @@ fn depthwise(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, store: &Store<'_>
         w,
         store,
         spans: &spans,
+        geo: Padded::new(conv),
     };
     crate::par::for_each_index(conv.n * conv.c, |nc| depthwise_plane(&dw, nc));
 }
@@ -340,6 +344,8 @@ struct Depthwise<'a> {
     store: &'a Store<'a>,
     /// The valid output columns of each kernel column.
     spans: &'a [(usize, usize)],
+    /// The layout of a padded plane for the float32 kernel.
+    geo: Padded,
 }
 
 crate::multiversion! {
@@ -360,11 +366,10 @@ fn depthwise_plane(dw: &Depthwise<'_>, nc: usize) {
     if taps <= F32_EXACT_TAPS {
         // Every sum is an integer below 2^24, exact in float32: the direct f32 kernel on the
         // centered, padded plane, requantized from the f32 sums.
-        let geo = Padded::new(conv);
-        let wf: Vec<f32> = wk.iter().map(|&w| w as f32).collect();
+        let (geo, wf) = (&dw.geo, &dw.w.centered_f32[ch * taps..][..taps]);
         crate::par::with_work(geo.len() + oh * ow, |buf| {
             let (xs, of) = buf.split_at_mut(geo.len());
-            depthwise_direct(conv, &geo, (plane, flip, zx), &wf, xs, of);
+            depthwise_direct(conv, geo, (plane, flip, zx), wf, xs, of);
             // SAFETY: plane `nc` is this task's alone.
             unsafe { dw.store.put(ch, nc * oh * ow, of) };
         });

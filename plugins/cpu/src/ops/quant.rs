@@ -1500,11 +1500,12 @@ mod tests {
     #[test]
     fn fast_integer_matmul_equals_the_general_path() {
         let mut rnd = byte_rng(5);
-        let cases: [(&[usize], &[usize]); 4] = [
+        let cases: [(&[usize], &[usize]); 5] = [
             (&[5, 37], &[37, 19]),
             (&[2, 3, 70], &[70, 40]),
             (&[2, 9, 33], &[2, 33, 7]),
             (&[1, 65], &[65, 1]),
+            (&[21, 64], &[64, 70]),
         ];
         for (ci, (sa, sb)) in cases.into_iter().enumerate() {
             let n = sb[sb.len() - 1];
@@ -1537,6 +1538,21 @@ mod tests {
                     .is_some()
                 });
                 assert_eq!(taken, Some(true), "case {ci}");
+                // The VNNI kernel takes every case too, where the CPU has it.
+                let vnni = crate::fast::ISAS.iter().find(|i| i.vnni);
+                let taken = crate::fast::with_isa(vnni.expect("a VNNI level"), || {
+                    FastQMatMul::default()
+                        .run(
+                            (&a.view(), Some(&za.view())),
+                            (&b.view(), Some(&zb.view())),
+                            &qmatmul::Output::Int32,
+                        )
+                        .is_some()
+                });
+                match taken {
+                    Some(t) => assert!(t, "case {ci} on the VNNI level"),
+                    None => println!("qmatmul case {ci}: VNNI kernel skipped (no AVX-512 VNNI)"),
+                }
                 let integer = vec![
                     Some(a.clone()),
                     Some(b.clone()),

@@ -19,6 +19,8 @@ thread_local! {
 thread_local! {
     /// Each thread's buffer for [`with_work`].
     static WORK: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// Each thread's buffer for [`with_bytes`].
+    static BYTES: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 /// Calls `f` with this thread's scratch buffer of `len` elements (contents unspecified), kept
@@ -27,17 +29,23 @@ pub fn with_work<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     with_buffer(&WORK, len, f)
 }
 
+/// [`with_work`] for bytes: this thread's byte buffer of `len` elements (contents
+/// unspecified), kept between calls.
+pub fn with_bytes<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    with_buffer(&BYTES, len, f)
+}
+
 /// Calls `f` with the first `len` elements of the thread-local buffer `key` (grown as needed,
 /// contents unspecified). The buffer is out of the thread-local while `f` runs, so a nested
 /// call (a task the thread picks up while it waits for others) gets a buffer of its own.
-pub fn with_buffer<R>(
-    key: &'static std::thread::LocalKey<Cell<Vec<f32>>>,
+pub fn with_buffer<T: Copy + Default, R>(
+    key: &'static std::thread::LocalKey<Cell<Vec<T>>>,
     len: usize,
-    f: impl FnOnce(&mut [f32]) -> R,
+    f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
     let mut v = key.take();
     if v.len() < len {
-        v.resize(len, 0.0);
+        v.resize(len, T::default());
     }
     let r = f(&mut v[..len]);
     key.set(v);

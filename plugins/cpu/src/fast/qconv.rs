@@ -486,45 +486,46 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
         let mut tile = vec![0i32; qgemm::tile_len(wg)];
         let ld = sub.min(width);
         let mut sums = vec![0i32; mg * ld];
-        let mut cols = Vec::new();
-        let src = if pointwise {
-            Cols::KByP {
-                x: x_g,
-                ld: plane_in,
-            }
-        } else {
-            cols.resize(depth * width, 0u8);
-            let oy0 = j0 / ow;
-            conv.im2col(x_g, cg, oy0..oy0 + width / ow, &mut cols, pad);
-            Cols::KByP {
-                x: &cols,
-                ld: width,
+        let base = (n * conv.m + g * mg) * plane_out + j0;
+        let mut band = |src: Cols<'_>, at: usize| {
+            for s0 in (0..width).step_by(ld) {
+                let cnt = ld.min(width - s0);
+                qgemm::qgemm(
+                    wg,
+                    src,
+                    at + s0..at + s0 + cnt,
+                    x.signed,
+                    (&mut panel, &mut tile),
+                    |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - at - s0..], ld),
+                );
+                for r in 0..mg {
+                    // SAFETY: columns `j0..j0 + width` of this image and group's planes are
+                    // this task's alone, and `s0..s0 + cnt` lies inside them.
+                    unsafe {
+                        store.put(
+                            g * mg + r,
+                            base + r * plane_out + s0,
+                            &sums[r * ld..][..cnt],
+                        )
+                    };
+                }
             }
         };
-        // Where this task's columns start in `src`.
-        let at = if pointwise { j0 } else { 0 };
-        let base = (n * conv.m + g * mg) * plane_out + j0;
-        for s0 in (0..width).step_by(ld) {
-            let cnt = ld.min(width - s0);
-            qgemm::qgemm(
-                wg,
-                src,
-                at + s0..at + s0 + cnt,
-                x.signed,
-                (&mut panel, &mut tile),
-                |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - at - s0..], ld),
+        if pointwise {
+            band(
+                Cols::KByP {
+                    x: x_g,
+                    ld: plane_in,
+                },
+                j0,
             );
-            for r in 0..mg {
-                // SAFETY: columns `j0..j0 + width` of this image and group's planes are this
-                // task's alone, and `s0..s0 + cnt` lies inside them.
-                unsafe {
-                    store.put(
-                        g * mg + r,
-                        base + r * plane_out + s0,
-                        &sums[r * ld..][..cnt],
-                    )
-                };
-            }
+        } else {
+            // The band's column matrix, in this thread's byte buffer (im2col writes all of it).
+            crate::par::with_bytes(depth * width, |cols| {
+                let oy0 = j0 / ow;
+                conv.im2col(x_g, cg, oy0..oy0 + width / ow, cols, pad);
+                band(Cols::KByP { x: cols, ld: width }, 0);
+            });
         }
     });
 }

@@ -268,6 +268,14 @@ pub trait OpKernel: Send + Sync {
         let _ = post;
         Ok((self.run(inputs)?, false))
     }
+
+    /// Called once when the program is compiled, with the inputs that are the program's own
+    /// constants (`None` for the others): each is the same memory on every run, unchanged and
+    /// alive as long as this kernel. A kernel may keep work it derives from them (packed
+    /// weights). The default keeps nothing.
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        let _ = constants;
+    }
 }
 
 /// Elementwise work on a kernel's f32 output 0, done segment by segment while each segment is

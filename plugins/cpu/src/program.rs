@@ -704,6 +704,14 @@ impl Program {
                 }
                 continue;
             }
+            let fixed: Vec<Option<TensorRef<'_>>> = srcs
+                .iter()
+                .map(|s| match s {
+                    Some(Source::Constant(c)) => constants.get(*c).map(Tensor::view),
+                    _ => None,
+                })
+                .collect();
+            kernel.prepare(&fixed);
             let mut outs = Vec::with_capacity(node.outputs.len());
             for v in &node.outputs {
                 outs.push(v.map(|v| {

@@ -16,7 +16,7 @@
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::conv::as_2d;
 use super::util::{
@@ -777,7 +777,7 @@ fn run_inner_shape(k: &dyn OpKernel, a: &Tensor, b: &Tensor) -> OpResult<(Vec<us
 /// with the batch dimensions of `A` (packed per batch).
 #[derive(Default)]
 struct FastQMatMul {
-    cache: PackCache<PackedB>,
+    cache: Arc<PackCache<PackedB>>,
 }
 
 impl FastQMatMul {
@@ -885,7 +885,8 @@ fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let mm = inner_kernel(n, "MatMul", 13, &[])?;
     let fast = FastQMatMul::default();
-    Ok(kernel(move |inputs| {
+    let cache = fast.cache.clone();
+    let inner = kernel(move |inputs| {
         let a = input(&op, inputs, 0)?;
         let b = input(&op, inputs, 1)?;
         if let Some((shape, qconv::Result::Int32(v))) = fast.run(
@@ -907,6 +908,11 @@ fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let v = v.into_f64();
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
+    });
+    Ok(Box::new(PackedInput {
+        inner,
+        cache,
+        index: 1,
     }))
 }
 
@@ -982,7 +988,8 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let mm = inner_kernel(n, "MatMul", 13, &[])?;
     let fast = FastQMatMul::default();
-    Ok(kernel(move |inputs| {
+    let cache = fast.cache.clone();
+    let inner = kernel(move |inputs| {
         let a = input(&op, inputs, 0)?;
         let b = input(&op, inputs, 3)?;
         let ra = a.ndim().saturating_sub(2);
@@ -1037,6 +1044,11 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             |i| factors[i % per],
             input(&op, inputs, 7)?,
         ))
+    });
+    Ok(Box::new(PackedInput {
+        inner,
+        cache,
+        index: 3,
     }))
 }
 
@@ -1091,17 +1103,40 @@ fn zero_points(zp: Option<&TensorRef<'_>>, ty: ElementType) -> Option<Vec<i32>> 
 
 /// The weights a convolution kernel packed last, with what they were packed from: a run with
 /// the same weight bytes (a constant, every run) reuses them.
-struct PackCache<T>(Mutex<Option<PackKey<T>>>);
+struct PackCache<T> {
+    slot: Mutex<Option<PackKey<T>>>,
+    /// Where the weights lie when they are one of the program's constants
+    /// ([`OpKernel::prepare`]): `(address, length)`.
+    constant: OnceLock<(usize, usize)>,
+}
 
-type PackKey<T> = (Vec<u8>, Vec<i32>, [usize; 4], Arc<T>);
+type PackKey<T> = (Packed, Vec<i32>, [usize; 4], Arc<T>);
+
+/// What the packed weights were made from.
+enum Packed {
+    /// A copy of the bytes, compared on each use.
+    Bytes(Vec<u8>),
+    /// The program's constant at this `(address, length)`: no other bytes can lie there while
+    /// the program (and so this kernel) lives, and it never changes, so matching the address is
+    /// matching the bytes.
+    Constant(usize, usize),
+}
 
 impl<T> Default for PackCache<T> {
     fn default() -> Self {
-        PackCache(Mutex::new(None))
+        PackCache {
+            slot: Mutex::new(None),
+            constant: OnceLock::new(),
+        }
     }
 }
 
 impl<T> PackCache<T> {
+    /// Notes that `w` is one of the program's constants (see [`Packed::Constant`]).
+    fn mark_constant(&self, w: &[u8]) {
+        let _ = self.constant.set((w.as_ptr() as usize, w.len()));
+    }
+
     fn get(
         &self,
         w: &[u8],
@@ -1109,20 +1144,54 @@ impl<T> PackCache<T> {
         dims: [usize; 4],
         make: impl FnOnce() -> Option<T>,
     ) -> Option<Arc<T>> {
+        let at = (w.as_ptr() as usize, w.len());
+        let constant = self.constant.get() == Some(&at);
         let mut slot = self
-            .0
+            .slot
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((bytes, z, d, packed)) = slot.as_ref()
-            && bytes.as_slice() == w
+        if let Some((from, z, d, packed)) = slot.as_ref()
+            && match from {
+                Packed::Bytes(bytes) => bytes.as_slice() == w,
+                Packed::Constant(a, n) => constant && (*a, *n) == at,
+            }
             && z.as_slice() == zw
             && *d == dims
         {
             return Some(packed.clone());
         }
         let packed = Arc::new(make()?);
-        *slot = Some((w.to_vec(), zw.to_vec(), dims, packed.clone()));
+        let from = if constant {
+            Packed::Constant(at.0, at.1)
+        } else {
+            Packed::Bytes(w.to_vec())
+        };
+        *slot = Some((from, zw.to_vec(), dims, packed.clone()));
         Some(packed)
+    }
+}
+
+/// A kernel whose input `index` holds weights packed through `cache`: when that input is one of
+/// the program's constants, the cache knows it ([`PackCache::mark_constant`]) and neither keeps
+/// a copy of the bytes nor compares them on each run.
+struct PackedInput<T> {
+    inner: Box<dyn OpKernel>,
+    cache: Arc<PackCache<T>>,
+    index: usize,
+}
+
+impl<T: Send + Sync> OpKernel for PackedInput<T> {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        self.inner.run(inputs)
+    }
+
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        // Only bytes that lie in the constant itself: a copy (`Cow::Owned`) dies here.
+        if let Some(Some(t)) = constants.get(self.index)
+            && let Some((std::borrow::Cow::Borrowed(w), _)) = bytes_of(t)
+        {
+            self.cache.mark_constant(w);
+        }
     }
 }
 
@@ -1130,7 +1199,7 @@ impl<T> PackCache<T> {
 struct FastQConv {
     attrs: SpatialAttrs,
     group: usize,
-    cache: PackCache<PackedConv>,
+    cache: Arc<PackCache<PackedConv>>,
 }
 
 impl FastQConv {
@@ -1139,7 +1208,7 @@ impl FastQConv {
         Ok(FastQConv {
             attrs: SpatialAttrs::parse(n)?,
             group: usize::try_from(group).unwrap_or(0),
-            cache: PackCache::default(),
+            cache: Arc::default(),
         })
     }
 
@@ -1216,7 +1285,8 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
     let fast = FastQConv::new(n)?;
-    Ok(kernel(move |inputs| {
+    let cache = fast.cache.clone();
+    let inner = kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 1)?;
         if let Some((shape, qconv::Result::Int32(v))) = fast.run(
@@ -1237,6 +1307,11 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let v = v.into_f64();
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
         one(Tensor::from_vec(&shape, v))
+    });
+    Ok(Box::new(PackedInput {
+        inner,
+        cache,
+        index: 1,
     }))
 }
 
@@ -1244,7 +1319,8 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
     let fast = FastQConv::new(n)?;
-    Ok(kernel(move |inputs| {
+    let cache = fast.cache.clone();
+    let inner = kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let w = input(&op, inputs, 3)?;
         let sx = scalar_f64(&op, "x_scale", input(&op, inputs, 1)?)?;
@@ -1317,6 +1393,11 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
         }
         one(requantize(&op, &shape, &acc, |_| 1.0, yzp))
+    });
+    Ok(Box::new(PackedInput {
+        inner,
+        cache,
+        index: 3,
     }))
 }
 
@@ -1492,6 +1573,37 @@ mod tests {
                 isa.name
             );
         }
+    }
+
+    /// Weights marked as the program's constant are packed once and matched by where they lie,
+    /// with no copy kept; other bytes (or the same bytes elsewhere) are compared as before.
+    #[test]
+    fn a_constant_is_packed_once_and_other_weights_are_still_compared() {
+        let cache = PackCache::<usize>::default();
+        let w = vec![1u8, 2, 3, 4];
+        let copy = w.clone();
+        let other = vec![9u8, 2, 3, 4];
+        let made = std::cell::Cell::new(0);
+        let get = |bytes: &[u8]| {
+            cache
+                .get(bytes, &[0], [4, 1, 1, 0], || {
+                    made.set(made.get() + 1);
+                    Some(usize::from(bytes[0]))
+                })
+                .map(|p| *p)
+        };
+        cache.mark_constant(&w);
+        assert_eq!(get(&w), Some(1));
+        assert!(matches!(
+            cache.slot.lock().unwrap().as_ref().map(|s| &s.0),
+            Some(Packed::Constant(..))
+        ));
+        assert_eq!((get(&w), made.get()), (Some(1), 1), "packed once");
+        // Equal bytes at another address are compared, and kept as a copy.
+        assert_eq!((get(&copy), made.get()), (Some(1), 2));
+        assert_eq!((get(&copy), made.get()), (Some(1), 2));
+        assert_eq!((get(&other), made.get()), (Some(9), 3));
+        assert_eq!((get(&w), made.get()), (Some(1), 4));
     }
 
     /// The 8-bit matrix product fast path ([`qmatmul`]) on every level gives the general

@@ -1,19 +1,27 @@
 //! Intra-op parallelism: the thread pool a CPU EP instance owns when `intra_op_num_threads` asks
 //! for more than one thread, and the helpers kernels split their loops with.
 //!
-//! A kernel splits work only while it runs inside such a pool (see `CpuKernel::execute`). On any
-//! other thread (one thread asked for, a program too small to be worth the hand-off, or a rayon
-//! pool of the embedding application's) every helper here runs its loop in order on the calling
-//! thread.
+//! A kernel splits work only while its program runs on such a pool ([`Pool::enter`], see
+//! `CpuKernel::execute`). Anywhere else (one thread asked for, a program too small to be worth
+//! the hand-off, inside a task of a loop already shared out) every helper here runs its loop in
+//! order on the calling thread.
+//!
+//! The pool is a plain fork-join one rather than a work-stealing one: every loop the kernels
+//! split is flat, and what costs on a small machine is starting one. The workers spin between
+//! the loops of a program, and one hand-off splits a whole GEMM ([`split_gemm`]).
 
+use std::any::Any;
 use std::cell::Cell;
 use std::marker::PhantomData;
-
-use rayon::prelude::*;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 thread_local! {
-    /// Set on the threads of the pools [`pool`] builds.
-    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+    /// The pool the program on this thread shares its loops with ([`Pool::enter`]); null
+    /// elsewhere, in a task the pool runs, and inside [`serial_below`].
+    static CURRENT: Cell<*const Pool> = const { Cell::new(std::ptr::null()) };
 }
 
 thread_local! {
@@ -21,6 +29,247 @@ thread_local! {
     static WORK: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// Each thread's buffer for [`with_bytes`].
     static BYTES: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// How long a worker with nothing to do keeps checking for the next loop before it sleeps: the
+/// next kernel's loop (or the next run) usually comes within it, and waking a sleeping thread
+/// costs tens of microseconds on a virtual machine.
+const SPIN: Duration = Duration::from_millis(2);
+
+/// The intra-op threads of one CPU EP instance: `threads - 1` workers, and the thread that runs
+/// the program, which takes its share of every loop. After a loop the workers spin for a while
+/// ([`SPIN`]), so that the next one starts on them at once, then sleep; a program starting
+/// wakes them.
+pub struct Pool {
+    threads: usize,
+    shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    /// Held while a loop is shared out: a second program running on the same instance at the
+    /// same time runs its loops alone rather than wait.
+    busy: Mutex<()>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+struct Shared {
+    /// Bumped for every loop published, and to wake the workers when a program starts.
+    epoch: AtomicUsize,
+    stop: AtomicBool,
+    job: Mutex<Option<Arc<Job>>>,
+    /// Workers asleep, counted under the lock the wake-up takes.
+    sleepers: Mutex<usize>,
+    wake: Condvar,
+}
+
+/// One parallel loop: `n` calls of `f`, each index handed out once.
+struct Job {
+    /// The caller's closure with its lifetime erased: called only for an index claimed below
+    /// `n`, and the caller returns only once all `n` calls have returned.
+    f: *const (dyn Fn(usize) + Sync),
+    n: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+// SAFETY: `f` points to a `Sync` closure, called from several threads only while the caller
+// keeps it alive (see `Job::f`); the rest is atomics and locks.
+unsafe impl Send for Job {}
+// SAFETY: as above.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Claims and runs indices until none is left. A panic in a call is kept for the caller,
+    /// and the call counts as done.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                return;
+            }
+            // SAFETY: index `i < n` was claimed here, so the caller is still waiting for this
+            // call and the closure is alive.
+            let f = unsafe { &*self.f };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(p);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl Pool {
+    /// A pool for `threads` threads in all (`threads - 1` workers are started).
+    pub fn new(threads: usize) -> Result<Pool, String> {
+        let shared = Arc::new(Shared {
+            epoch: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            job: Mutex::new(None),
+            sleepers: Mutex::new(0),
+            wake: Condvar::new(),
+        });
+        let mut pool = Pool {
+            threads: threads.max(1),
+            shared,
+            workers: Vec::new(),
+            busy: Mutex::new(()),
+        };
+        for i in 1..pool.threads {
+            let shared = pool.shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("epx-cpu-{i}"))
+                .spawn(move || worker(&shared))
+                .map_err(|e| format!("cannot start {threads} intra-op threads: {e}"))?;
+            pool.workers.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// Threads in all, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f` (a program) on this thread with the pool's workers taking their share of
+    /// every loop the helpers here split.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Leave(*const Pool);
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                CURRENT.set(self.0);
+            }
+        }
+        // Woken now, sleeping workers are spinning by the time the first loop comes.
+        self.shared.publish(None);
+        let _leave = Leave(CURRENT.replace(self));
+        f()
+    }
+
+    /// Calls `f(i)` for `i` in `0..n`, shared with the workers; alone when another loop holds
+    /// the pool.
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let Ok(_busy) = self.busy.try_lock() else {
+            return serially(|| (0..n).for_each(f));
+        };
+        let f: *const (dyn Fn(usize) + Sync + '_) = f;
+        // SAFETY: only the lifetime changes. The closure is called only for an index claimed
+        // below `n`, and this function returns only after all `n` calls have returned (the
+        // wait below), so no call outlives the borrow.
+        let f: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
+        let job = Arc::new(Job {
+            f,
+            n,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+        });
+        self.shared.publish(Some(job.clone()));
+        serially(|| job.work());
+        let mut spins = 0u32;
+        while job.done.load(Ordering::Acquire) < n {
+            spins += 1;
+            if spins < 1 << 14 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let panic = job.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.publish(None);
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Makes `job` the current loop (when given) and wakes the workers.
+    fn publish(&self, job: Option<Arc<Job>>) {
+        if let Some(job) = job {
+            *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let sleepers = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        if *sleepers > 0 {
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// A worker: waits for a new epoch (spinning for [`SPIN`], then asleep), then works on the
+/// current loop.
+fn worker(shared: &Shared) {
+    let mut seen = shared.epoch.load(Ordering::SeqCst);
+    loop {
+        let idle_since = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let epoch = shared.epoch.load(Ordering::SeqCst);
+            if epoch != seen {
+                seen = epoch;
+                break;
+            }
+            if shared.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(256) || idle_since.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            *sleepers += 1;
+            while shared.epoch.load(Ordering::SeqCst) == seen && !shared.stop.load(Ordering::SeqCst)
+            {
+                sleepers = shared
+                    .wake
+                    .wait(sleepers)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            *sleepers -= 1;
+        }
+        let job = shared.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(job) = job {
+            job.work();
+        }
+    }
+}
+
+/// Runs `f` with the helpers here running their loops in order on this thread.
+fn serially<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(*const Pool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.set(self.0);
+        }
+    }
+    let _restore = Restore(CURRENT.replace(std::ptr::null()));
+    f()
+}
+
+/// Calls `f` with the pool this thread's program shares its loops with, if any.
+fn with_current<R>(f: impl FnOnce(Option<&Pool>) -> R) -> R {
+    let p = CURRENT.get();
+    // SAFETY: `CURRENT` is non-null only inside `Pool::enter`, which borrows the pool for the
+    // whole of the program it runs, and so for the whole of this call made from it.
+    f((!p.is_null()).then(|| unsafe { &*p }))
 }
 
 /// Calls `f` with this thread's scratch buffer of `len` elements (contents unspecified), kept
@@ -52,23 +301,10 @@ pub fn with_buffer<T: Copy + Default, R>(
     r
 }
 
-/// A pool of `threads` workers for one CPU EP instance.
-pub fn pool(threads: usize) -> Result<rayon::ThreadPool, String> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("epx-cpu-{i}"))
-        .start_handler(|_| IN_POOL.set(true))
-        .build()
-        .map_err(|e| format!("cannot start {threads} intra-op threads: {e}"))
-}
-
-/// The threads the running kernel may use: its pool's size inside an epx pool, else 1.
+/// The threads the running kernel may use: its pool's size while a program runs on a pool
+/// ([`Pool::enter`]), else 1.
 pub fn threads() -> usize {
-    if IN_POOL.get() {
-        rayon::current_num_threads()
-    } else {
-        1
-    }
+    with_current(|p| p.map_or(1, Pool::threads))
 }
 
 /// Multiply-adds below which a GEMM stays on one thread: waking another costs more than it
@@ -76,46 +312,53 @@ pub fn threads() -> usize {
 pub(crate) const GEMM_PAR_MIN: usize = 4 << 20;
 
 /// Operations (multiply-adds, or element steps) below which a kernel runs all of its loops on
-/// the calling thread: about 40 µs at one core's speed, more than the hand-off to a sleeping
-/// worker costs.
+/// the calling thread: about 40 µs at one core's speed, more than sharing them costs.
 pub(crate) const PAR_WORK_MIN: usize = 1 << 20;
 
 /// Runs `f` with every helper here in order on the calling thread when `work` (in the units of
 /// [`PAR_WORK_MIN`]) is too little to share; else as usual.
 pub fn serial_below<R>(work: usize, f: impl FnOnce() -> R) -> R {
-    if work >= PAR_WORK_MIN || !IN_POOL.get() {
-        return f();
+    if work >= PAR_WORK_MIN || CURRENT.get().is_null() {
+        f()
+    } else {
+        serially(f)
     }
-    /// Puts the pool mark back, also when `f` panics.
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IN_POOL.set(true);
-        }
-    }
-    IN_POOL.set(false);
-    let _restore = Restore;
-    f()
 }
 
-/// How a GEMM of `m × k` by `k × n` may split: across the pool when there is one and the
-/// product is large enough to be worth it.
-pub fn gemm_parallelism(m: usize, k: usize, n: usize) -> gemm::Parallelism {
-    if threads() > 1 && m.saturating_mul(k).saturating_mul(n) >= GEMM_PAR_MIN {
-        gemm::Parallelism::Rayon(0)
+/// Whether a GEMM of `m × k` by `k × n` is worth splitting across the pool: there is one, and
+/// the product is large enough.
+pub fn gemm_splits(m: usize, k: usize, n: usize) -> bool {
+    threads() > 1 && m.saturating_mul(k).saturating_mul(n) >= GEMM_PAR_MIN
+}
+
+/// Cuts an `m × n` GEMM output into one block per thread, along its longer side (each piece
+/// then packs the whole of the shorter operand, the smaller repeat), and calls `f(rows, cols)`
+/// for each across the pool; `f(0..m, 0..n)` on one thread.
+pub fn split_gemm(
+    m: usize,
+    n: usize,
+    f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync + Send,
+) {
+    let t = threads();
+    let cut = |len: usize, align: usize| len.div_ceil(t).div_ceil(align) * align;
+    if t <= 1 {
+        f(0..m, 0..n);
+    } else if n >= m {
+        let w = cut(n, 16);
+        for_each_index(n.div_ceil(w), |i| f(0..m, i * w..((i + 1) * w).min(n)));
     } else {
-        gemm::Parallelism::None
+        let h = cut(m, if m >= 64 * t { 64 } else { 8 });
+        for_each_index(m.div_ceil(h), |i| f(i * h..((i + 1) * h).min(m), 0..n));
     }
 }
 
 /// Calls `f(i)` for every `i` in `0..n`: across the pool's threads when there are several, in
 /// order otherwise.
 pub fn for_each_index(n: usize, f: impl Fn(usize) + Sync + Send) {
-    if n > 1 && threads() > 1 {
-        (0..n).into_par_iter().for_each(f);
-    } else {
-        (0..n).for_each(f);
-    }
+    with_current(|pool| match pool {
+        Some(pool) if n > 1 && pool.threads() > 1 => pool.run(n, &f),
+        _ => (0..n).for_each(f),
+    })
 }
 
 /// Calls `f(i, chunk)` for the `i`-th run of `chunk` elements of `data` (the last may be
@@ -126,15 +369,19 @@ pub fn for_each_chunk<T: Send>(
     f: impl Fn(usize, &mut [T]) + Sync + Send,
 ) {
     let chunk = chunk.max(1);
-    if data.len() > chunk && threads() > 1 {
-        data.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, c)| f(i, c));
-    } else {
+    if data.len() <= chunk || threads() <= 1 {
         data.chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, c)| f(i, c));
+        return;
     }
+    let len = data.len();
+    let d = Disjoint::new(data);
+    for_each_index(len.div_ceil(chunk), |i| {
+        let start = i * chunk;
+        // SAFETY: chunk `i` is handed to this call alone.
+        f(i, unsafe { d.slice(start, chunk.min(len - start)) });
+    });
 }
 
 /// A run of elements to cut `len` into for the pool: `len` itself on one thread, else pieces of
@@ -300,8 +547,8 @@ mod tests {
     fn helpers_split_inside_a_pool_and_not_outside() {
         assert_eq!(threads(), 1);
         assert_eq!(chunk_len(1000, 64, 8), 1000);
-        let p = pool(2).unwrap();
-        p.install(|| {
+        let p = Pool::new(2).unwrap();
+        p.enter(|| {
             assert_eq!(threads(), 2);
             // Four pieces per thread, at least `min`, rounded to `align`.
             assert_eq!(chunk_len(1000, 64, 8), 128);
@@ -332,11 +579,82 @@ mod tests {
             });
             assert!(short.is_err(), "a piece left short is refused");
         });
-        // A rayon pool that is not epx's does not count.
-        let other = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        other.install(|| assert_eq!(threads(), 1));
+        // Outside `enter`, loops run on the calling thread.
+        assert_eq!(threads(), 1);
+    }
+
+    #[test]
+    fn every_index_runs_once_and_panics_reach_the_caller() {
+        let p = Pool::new(3).unwrap();
+        for round in 0..200 {
+            let n = 2 + round % 17;
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            let nested = AtomicUsize::new(0);
+            p.enter(|| {
+                for_each_index(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                    // A loop inside a task runs on that task's thread.
+                    if threads() == 1 {
+                        nested.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            assert_eq!(nested.load(Ordering::Relaxed), n);
+        }
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            p.enter(|| {
+                for_each_index(8, |i| {
+                    assert!(i != 5, "task 5 fails");
+                })
+            })
+        }));
+        let msg = caught.expect_err("the panic comes back");
+        assert_eq!(msg.downcast_ref::<&str>(), Some(&"task 5 fails"));
+        // The pool still works after it.
+        let sum = AtomicUsize::new(0);
+        p.enter(|| for_each_index(100, |i| _ = sum.fetch_add(i, Ordering::Relaxed)));
+        assert_eq!(sum.into_inner(), 4950);
+    }
+
+    #[test]
+    fn programs_on_two_threads_share_one_pool() {
+        let p = Arc::new(Pool::new(2).unwrap());
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let sum = AtomicUsize::new(0);
+                        p.enter(|| for_each_index(64, |i| _ = sum.fetch_add(i, Ordering::Relaxed)));
+                        assert_eq!(sum.into_inner(), 2016);
+                    }
+                })
+            })
+            .collect();
+        for r in runs {
+            r.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn gemm_pieces_tile_the_output() {
+        let p = Pool::new(2).unwrap();
+        for (m, n) in [(1, 1), (10, 300), (300, 10), (129, 129), (1000, 7)] {
+            let cells: Vec<AtomicUsize> = (0..m * n).map(|_| AtomicUsize::new(0)).collect();
+            p.enter(|| {
+                split_gemm(m, n, |rows, cols| {
+                    for i in rows {
+                        for j in cols.clone() {
+                            cells[i * n + j].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            });
+            assert!(
+                cells.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                "{m}×{n}"
+            );
+        }
     }
 }

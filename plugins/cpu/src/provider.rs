@@ -65,14 +65,16 @@ pub const MAX_THREADS: usize = 1024;
 /// caller's thread.
 #[derive(Debug, Default)]
 pub struct CpuProvider {
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<crate::par::Pool>>,
 }
 
 impl CpuProvider {
     /// An instance with `threads` intra-op threads (1: none of its own).
     pub fn with_threads(threads: usize) -> sdk::Result<Self> {
         let pool = if threads > 1 {
-            Some(Arc::new(crate::par::pool(threads).map_err(Error::runtime)?))
+            Some(Arc::new(
+                crate::par::Pool::new(threads).map_err(Error::runtime)?,
+            ))
         } else {
             None
         };
@@ -160,7 +162,7 @@ fn supported(graph: &GraphView<'_>, id: u32) -> sdk::Result<bool> {
 
 struct CpuKernel {
     program: Program,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<crate::par::Pool>>,
     /// Whether the program has steps that split across the pool whatever the input size.
     heavy: bool,
     /// Runs whose inputs hold fewer elements than this stay on the calling thread: the second
@@ -243,7 +245,7 @@ impl Kernel for CpuKernel {
                 }
                 out
             }
-            Some(pool) => pool.install(|| self.program.run(&inputs)),
+            Some(pool) => pool.enter(|| self.program.run(&inputs)),
             None => self.program.run(&inputs),
         }
         .map_err(|e| Error::runtime(e.0))?;
@@ -257,12 +259,8 @@ impl Kernel for CpuKernel {
             t.write_bytes(out)
                 .map_err(|e| Error::runtime(e.to_string()))?;
         }
-        // The host has its copies: the float buffers go back for the next kernels, on the
-        // threads that run them (without waiting for it).
-        match pool {
-            Some(pool) => pool.spawn(move || outputs.into_iter().for_each(crate::program::recycle)),
-            None => outputs.into_iter().for_each(crate::program::recycle),
-        }
+        // The host has its copies: the float buffers go back for the next kernels.
+        outputs.into_iter().for_each(crate::program::recycle);
         Ok(())
     }
 }

@@ -554,11 +554,38 @@ fn time(f: impl FnOnce()) -> Duration {
 fn time_settled(f: impl FnOnce()) -> Duration {
     if threads() > 1 {
         // The engine that ran before may leave its pool's workers spinning for a while (ONNX
-        // Runtime's do by default, rayon's briefly); let them go idle first, so that no engine
-        // is timed while another one's threads hold the cores.
-        std::thread::sleep(Duration::from_millis(10));
+        // Runtime's spin for tens of milliseconds after a run by default, epx's for 2 ms);
+        // wait until they are idle, so that no engine is timed while another one's threads
+        // hold the cores.
+        settle();
     }
     time(f)
+}
+
+/// Sleeps until the process's threads used under 5% of a core over the last 4 ms (at most
+/// 500 ms), measured from each thread's time on a CPU (`/proc/self/task/*/schedstat`).
+fn settle() {
+    let cpu_ns = || -> Option<u64> {
+        let mut sum = 0;
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            sum += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(sum)
+    };
+    let window = Duration::from_millis(4);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        let Some(before) = cpu_ns() else {
+            // No per-thread times here: a fixed pause instead.
+            return std::thread::sleep(Duration::from_millis(50));
+        };
+        std::thread::sleep(window);
+        let used = cpu_ns().unwrap_or(u64::MAX).saturating_sub(before);
+        if (used as u128) * 20 < window.as_nanos() {
+            return;
+        }
+    }
 }
 
 /// Peak RSS of this process so far, in MiB (`VmHWM`).

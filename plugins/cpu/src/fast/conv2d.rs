@@ -142,11 +142,8 @@ impl Conv2d<'_> {
         // Enough tasks: the pool shares them, each GEMM on one thread. Too few: one after the
         // other, each GEMM split across the pool instead.
         let split = threads > 1 && tasks >= 2 * threads;
-        let inner = if split {
-            gemm::Parallelism::None
-        } else {
-            crate::par::gemm_parallelism(mg, rows, ranges.iter().map(|r| r.1).max().unwrap_or(0))
-        };
+        let inner = !split
+            && crate::par::gemm_splits(mg, rows, ranges.iter().map(|r| r.1).max().unwrap_or(0));
         let dst = Disjoint::new(&mut out);
         let task = |t: usize| {
             let (ng, (j0, width)) = (t / ranges.len(), ranges[t % ranges.len()]);
@@ -655,7 +652,7 @@ impl ConvTranspose2d {
                     (x_g, plane_in),
                     (&mut cols, plane_in),
                     false,
-                    crate::par::gemm_parallelism(rows, cg, plane_in),
+                    crate::par::gemm_splits(rows, cg, plane_in),
                 );
                 let o_g = &mut out[(n * self.m + g * mg) * plane_out..][..mg * plane_out];
                 crate::par::for_each_chunk(o_g, plane_out, |mi, o_plane| {
@@ -773,7 +770,7 @@ fn sgemm_strided(
     (b, ldb): (&[f32], usize),
     (c, ldc): (&mut [f32], usize),
     accumulate: bool,
-    par: gemm::Parallelism,
+    par: bool,
 ) {
     assert!(
         m == 0 || n == 0 || (ldc >= n && c.len() >= (m - 1) * ldc + n),
@@ -806,7 +803,7 @@ unsafe fn sgemm_raw(
     (b, ldb): (&[f32], usize),
     (c, ldc): (*mut f32, usize),
     accumulate: bool,
-    par: gemm::Parallelism,
+    par: bool,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -823,27 +820,72 @@ unsafe fn sgemm_raw(
     // SAFETY: every element of `a` and `b` the strides reach lies inside them (asserted above);
     // `c` is valid and exclusive by this function's contract, so it overlaps neither.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c,
-            1,
-            ldc as isize,
+        gemm_f32(
+            (m, n, k),
+            (c, 1, ldc as isize),
             accumulate,
-            a.as_ptr(),
-            cs as isize,
-            rs as isize,
-            b.as_ptr(),
-            1,
-            ldb as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
+            (a.as_ptr(), cs as isize, rs as isize),
+            (b.as_ptr(), 1, ldb as isize),
+            (1.0, 1.0),
             par,
         );
+    }
+}
+
+/// `dst = beta·dst + alpha·(lhs · rhs)` for an `m × k` by `k × n` product, each operand given
+/// as a pointer with its (column, row) strides in elements, `dst` read only when `read_dst`.
+/// When `split`, the output is cut into one piece per thread of the pool, along its longer
+/// side, and each piece is one GEMM call on one thread: one hand-off for the whole product.
+///
+/// # Safety
+/// Every element the shapes and strides reach must be valid: readable in `lhs` and `rhs`,
+/// writable (and readable when `read_dst`) in `dst`, with `dst` overlapping neither input, and
+/// no other thread may touch `dst`'s elements during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_cs, dst_rs): (*mut f32, isize, isize),
+    read_dst: bool,
+    (lhs, lhs_cs, lhs_rs): (*const f32, isize, isize),
+    (rhs, rhs_cs, rhs_rs): (*const f32, isize, isize),
+    (alpha, beta): (f32, f32),
+    split: bool,
+) {
+    // Addresses as integers, so that the pieces can be shared with the pool.
+    let (d, l, r) = (dst as usize, lhs as usize, rhs as usize);
+    let piece = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+        let (i, j) = (rows.start as isize, cols.start as isize);
+        // SAFETY: each piece is a block of the output and the matching rows of `lhs` and
+        // columns of `rhs`, inside what the caller vouched for; the pieces share no output
+        // element.
+        unsafe {
+            gemm::gemm(
+                rows.len(),
+                cols.len(),
+                k,
+                (d as *mut f32).offset(i * dst_rs + j * dst_cs),
+                dst_cs,
+                dst_rs,
+                read_dst,
+                (l as *const f32).offset(i * lhs_rs),
+                lhs_cs,
+                lhs_rs,
+                (r as *const f32).offset(j * rhs_cs),
+                rhs_cs,
+                rhs_rs,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    };
+    if split {
+        crate::par::split_gemm(m, n, piece);
+    } else {
+        piece(0..m, 0..n);
     }
 }
 
@@ -866,7 +908,7 @@ pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) 
         (b, n),
         (c, n),
         true,
-        crate::par::gemm_parallelism(m, k, n),
+        crate::par::gemm_splits(m, k, n),
     );
 }
 

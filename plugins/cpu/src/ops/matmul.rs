@@ -57,32 +57,20 @@ impl MatElem for f32 {
             ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
             return;
         }
-        let (sa, sb, sc) = (a.strides(), b.strides(), c.strides());
-        let (sc0, sc1) = (sc[0], sc[1]);
+        let (sa, sb) = (a.strides(), b.strides());
+        let (sc0, sc1) = (c.strides()[0], c.strides()[1]);
         // SAFETY: the three views are valid for every index within their shapes (checked to
         // agree above) at their own strides; `c` is borrowed mutably, so it overlaps neither
         // `a` nor `b`. dst = beta·dst + alpha·(a · b), dst read only when beta is not 0.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                sc1,
-                sc0,
+            crate::fast::conv2d::gemm_f32(
+                (m, n, k),
+                (c.as_mut_ptr(), sc1, sc0),
                 beta != 0.0,
-                a.as_ptr(),
-                sa[1],
-                sa[0],
-                b.as_ptr(),
-                sb[1],
-                sb[0],
-                beta,
-                alpha,
-                false,
-                false,
-                false,
-                crate::par::gemm_parallelism(m, k, n),
+                (a.as_ptr(), sa[1], sa[0]),
+                (b.as_ptr(), sb[1], sb[0]),
+                (alpha, beta),
+                crate::par::gemm_splits(m, k, n),
             );
         }
     }

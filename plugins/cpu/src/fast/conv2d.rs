@@ -478,11 +478,19 @@ pub(crate) fn depthwise_taps(
             unsafe { x86::depthwise_rows(&taps, y0, rows, ow) };
             oy += 4;
         }
-        for orow in of[oy * ow..oh * ow].chunks_exact_mut(ow) {
-            // SAFETY: as above.
-            unsafe { x86::depthwise_rows(&taps, [oy * sh], orow, ow) };
-            oy += 1;
+        // The last one to three rows together: more chains than one row at a time (a plane
+        // of two or three rows, as in narrow text-line models, is only this).
+        let rest = &mut of[oy * ow..oh * ow];
+        // SAFETY: as above.
+        unsafe {
+            match oh - oy {
+                3 => x86::depthwise_rows(&taps, [0, 1, 2].map(|r| (oy + r) * sh), rest, ow),
+                2 => x86::depthwise_rows(&taps, [0, 1].map(|r| (oy + r) * sh), rest, ow),
+                1 => x86::depthwise_rows(&taps, [oy * sh], rest, ow),
+                _ => {}
+            }
         }
+        oy = oh;
     }
     for orow in of[oy * ow..].chunks_exact_mut(ow).take(oh - oy) {
         taps.row(oy * sh, orow);

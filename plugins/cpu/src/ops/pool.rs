@@ -113,11 +113,19 @@ impl Pool {
 
     fn max<T: Num>(&self, x: &ArrayViewD<'_, T>) -> OpResult<Vec<Tensor>> {
         let (geo, planes, plane) = self.geometry(x.shape())?;
-        let w = windows(&x.shape()[2..], &geo);
         let xc = x.as_standard_layout();
         let xs = xc
             .as_slice()
             .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+        let spatial = &x.shape()[2..];
+        if spatial.len() == 2 && !self.want_indices && geo.dilations.iter().all(|&d| d == 1) {
+            let y = max_2d(xs, planes, (spatial[0], spatial[1]), &geo);
+            return Ok(vec![Tensor::from_vec(
+                &Self::out_shape(x.shape(), &geo),
+                y,
+            )?]);
+        }
+        let w = windows(spatial, &geo);
         let nout = w.padded_counts.len();
         let mut y = Vec::with_capacity(planes * nout);
         let mut idx = Vec::with_capacity(if self.want_indices { planes * nout } else { 0 });
@@ -201,6 +209,52 @@ impl Pool {
             y,
         )?])
     }
+}
+
+/// MaxPool over 2-D planes without dilation: each window's rectangle inside the input read in
+/// place (padding never wins a max), planes shared across the pool. Ties and NaN as in the
+/// general path: a window's first value, replaced only by a strictly greater one.
+fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial) -> Vec<T> {
+    let (oh, ow) = (geo.out[0], geo.out[1]);
+    // The input span `lo..hi` an output position's window covers along one dimension.
+    let span = |o: usize, k: usize, s: usize, pad: usize, len: usize| {
+        let start = o * s;
+        (
+            start.saturating_sub(pad).min(len),
+            (start + k).saturating_sub(pad).min(len),
+        )
+    };
+    let cols: Vec<(usize, usize)> = (0..ow)
+        .map(|ox| span(ox, geo.kernel[1], geo.strides[1], geo.pad_begin[1], w))
+        .collect();
+    let mut y = vec![T::lowest(); planes * oh * ow];
+    if oh * ow == 0 || h * w == 0 {
+        return y;
+    }
+    let work = y.len() * geo.kernel[0] * geo.kernel[1];
+    crate::par::serial_below(work, || {
+        crate::par::for_each_chunk(&mut y, oh * ow, |p, out| {
+            let xp = &xs[p * h * w..][..h * w];
+            for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
+                let (r0, r1) = span(oy, geo.kernel[0], geo.strides[0], geo.pad_begin[0], h);
+                for (o, &(c0, c1)) in orow.iter_mut().zip(&cols) {
+                    if r0 == r1 || c0 == c1 {
+                        continue;
+                    }
+                    let mut best = xp[r0 * w + c0];
+                    for r in r0..r1 {
+                        for &v in &xp[r * w + c0..r * w + c1] {
+                            if v > best {
+                                best = v;
+                            }
+                        }
+                    }
+                    *o = best;
+                }
+            }
+        })
+    });
+    y
 }
 
 fn build_pool(n: &NodeDef, kind: PoolKind) -> OpResult<Box<dyn OpKernel>> {
@@ -487,6 +541,49 @@ mod tests {
 
     fn ks(v: &[i64]) -> AttrValue {
         AttrValue::Ints(v.to_vec())
+    }
+
+    #[test]
+    fn maxpool_2d_in_place_matches_the_window_walk() {
+        // Values with ties, negatives and a NaN; the Indices output sends a node down the
+        // general path, so the two paths' first outputs must agree.
+        let shape = [2, 3, 7, 9];
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = (0..n)
+            .map(|i| {
+                if i == 40 {
+                    f32::NAN
+                } else {
+                    ((i * 37) % 23) as f32 - 11.0
+                }
+            })
+            .collect();
+        let x = Tensor::from_vec(&shape, vals).unwrap();
+        for (k, st, pads, ceil) in [
+            ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+            ([3, 3], [2, 2], [1, 1, 1, 1], 0),
+            ([3, 3], [2, 2], [0, 0, 0, 0], 1),
+            ([3, 2], [1, 3], [2, 0, 1, 1], 1),
+            ([5, 5], [1, 1], [2, 2, 2, 2], 0),
+        ] {
+            let node = NodeDef::new("MaxPool", 12)
+                .with_attr("kernel_shape", ks(&k))
+                .with_attr("strides", ks(&st))
+                .with_attr("pads", ks(&pads))
+                .with_attr("ceil_mode", AttrValue::Int(ceil));
+            let fast = run(node.clone(), vec![x.clone()]).unwrap();
+            let walk = run(node.with_io(1, 2), vec![x.clone()]).unwrap();
+            let (Tensor::F32(a), Tensor::F32(b)) = (&fast[0], &walk[0]) else {
+                panic!("float outputs")
+            };
+            assert_eq!(a.shape(), b.shape(), "{k:?} {st:?} {pads:?} {ceil}");
+            assert!(
+                a.iter()
+                    .zip(b)
+                    .all(|(p, q)| p == q || (p.is_nan() && q.is_nan())),
+                "{k:?} {st:?} {pads:?} {ceil}: {a:?} vs {b:?}"
+            );
+        }
     }
 
     #[test]

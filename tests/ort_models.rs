@@ -70,17 +70,19 @@ fn float_ops_under_requantization_round_as_onnx_runtime_does() {
     }
 }
 
-/// A model in the QDQ format (`quantize_static`, per-channel int8 weights). With fast kernels
-/// the CPU EP folds its DequantizeLinear / op / QuantizeLinear groups into QLinearConv,
-/// QLinearMatMul, QLinearAdd and QLinearMul as ONNX Runtime does (the CLI tests check the
-/// folding in the step profile); the reference kernels run the nodes as written. On this model
-/// both give ONNX Runtime's output bit for bit.
+/// Models in the QDQ format (`quantize_static`). With fast kernels the CPU EP folds their
+/// DequantizeLinear / op / QuantizeLinear groups as ONNX Runtime does: into QLinearConv,
+/// QLinearMatMul, QLinearAdd and QLinearMul (`ort-qdq-cnn`, per-channel int8 weights), and
+/// MaxPool, nearest Resize and GlobalAveragePool onto the bytes (`ort-qdq-movers`); the CLI
+/// tests check the folding in the step profile. The reference kernels run the nodes as
+/// written. On these models both give ONNX Runtime's output bit for bit.
 #[test]
 fn qdq_models_give_onnx_runtimes_output() {
     let dir = repo_root().join("tests/models");
     let level = std::env::var("EPX_CPU_KERNELS").unwrap_or_else(|_| "the best".into());
     eprintln!("checked on {level} kernel level");
     check_against_onnx_runtime(&dir, "ort-qdq-cnn", |_| 0.0);
+    check_against_onnx_runtime(&dir, "ort-qdq-movers", |_| 0.0);
 }
 
 /// An If whose branches rearrange an initializer of the enclosing graph (Slice, Concat,

@@ -31,6 +31,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       MatMul) quantized by `quantize_static` in the QDQ format with per-channel
                       int8 weights: the DequantizeLinear / QuantizeLinear pairs that ONNX
                       Runtime folds into QLinearConv, QLinearMatMul, QLinearAdd and QLinearMul
+  ort-qdq-movers      a small CNN in the QDQ format whose MaxPool, nearest Resize and
+                      GlobalAveragePool sit between DequantizeLinear / QuantizeLinear pairs of
+                      the same parameters (the first two): ops ONNX Runtime runs on the bytes
   ort-opt-dynamic-mlp an MLP quantized by `quantize_dynamic` (int8 weights), then saved at the
                       extended level: DynamicQuantizeMatMul
   ort-matmul-nbits-asym / -sym  a two-layer MLP with its weights quantized to int4 blocks of
@@ -443,6 +446,35 @@ def qdq_cnn():
                   weight_type=QuantType.QInt8)
 
 
+def qdq_movers():
+    from onnxruntime.quantization import QuantFormat, QuantType
+
+    rng = np.random.default_rng(SEED + 2)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", ["c1", "", "scales"], ["u1"], mode="nearest"),
+        helper.make_node("Add", ["u1", "r0"], ["a1"]),
+        helper.make_node("GlobalAveragePool", ["a1"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "w3"], ["mm"]),
+        helper.make_node("Add", ["mm", "b3"], ["y"]),
+    ]
+    inits = [w("w0", 8, 3, 3, 3), w("b0", 8, scale=0.1), w("w1", 8, 8, 3, 3, scale=0.2),
+             w("b1", 8, scale=0.1),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), "scales"),
+             w("w3", 8, 5), w("b3", 5, scale=0.1)]
+    quantized_cnn("ort-qdq-movers", nodes, inits, rng, quant_format=QuantFormat.QDQ,
+                  activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
 def dynamic_mlp():
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -687,6 +719,7 @@ def main():
     conv_batch_norm()
     qoperator_cnn()
     qdq_cnn()
+    qdq_movers()
     dynamic_mlp()
     dynamic_lstm()
     matmul_nbits()

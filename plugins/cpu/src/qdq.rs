@@ -6,9 +6,13 @@
 //! - `MatMul` → `QLinearMatMul`;
 //! - `Add`, `Mul` → `com.microsoft` `QLinearAdd`, `QLinearMul` (the same float32 operations,
 //!   in one pass over the bytes);
-//! - `Transpose`, `Reshape`, `Squeeze`, `Unsqueeze`, `Flatten` whose DequantizeLinear and
+//! - ops that only move values (`Transpose`, `Reshape`, `Squeeze`, `Unsqueeze`, `Flatten`,
+//!   `Identity`, `Slice`, `Gather`, `Expand`, `Tile`, `DepthToSpace`, `SpaceToDepth`, nearest
+//!   `Resize`, `Concat`), and `MaxPool` under a positive scale, whose DequantizeLinear and
 //!   QuantizeLinear share scale and zero point → the same op on the bytes (exact: `q(dq(x))`
-//!   is `x`).
+//!   is `x`);
+//! - `GlobalAveragePool` → `com.microsoft` `QLinearGlobalAveragePool` (each plane's exact
+//!   integer sum, scaled once).
 //!
 //! A DequantizeLinear nobody reads after that, and each absorbed QuantizeLinear, is dropped.
 //! The folded Conv and MatMul sum exact integer products and requantize once, where the float
@@ -278,10 +282,26 @@ impl<'a> Folder<'_, 'a> {
                     dropped_reads: vec![a.float, b.float],
                 })
             }
-            "Transpose" | "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" => {
+            "Transpose" | "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Identity"
+            | "Slice" | "Gather" | "Expand" | "Tile" | "DepthToSpace" | "SpaceToDepth"
+            | "Resize" | "MaxPool" => {
                 let x = self.scalar_dq(n.inputs.first().copied().flatten())?;
-                let same_zero = x.zeros.first().copied().unwrap_or(0) == q.zeros[0];
-                if x.ty != q.ty || x.scales[0].to_bits() != q.scales[0].to_bits() || !same_zero {
+                if !same_params(&x, q) {
+                    return None;
+                }
+                // Resize moves values only when it picks the nearest one; a max commutes with
+                // the dequantization when its scale is positive.
+                let moves = match n.op_type {
+                    "Resize" => {
+                        // (Outside the region of interest, tf_crop_and_resize writes a float.)
+                        self.str_attr(n, "mode")?.is_none_or(|m| m == b"nearest")
+                            && self.str_attr(n, "coordinate_transformation_mode")?
+                                != Some(b"tf_crop_and_resize")
+                    }
+                    "MaxPool" => x.scales[0] > 0.0,
+                    _ => true,
+                };
+                if !moves {
                     return None;
                 }
                 let mut inputs = n.inputs.clone();
@@ -295,8 +315,44 @@ impl<'a> Folder<'_, 'a> {
                     dropped_reads: vec![x.float],
                 })
             }
+            "Concat" => {
+                let xs: Vec<Qp> = n
+                    .inputs
+                    .iter()
+                    .map(|&v| self.scalar_dq(v).filter(|x| same_params(x, q)))
+                    .collect::<Option<_>>()?;
+                Some(Folded {
+                    node: NodeView {
+                        inputs: xs.iter().map(|x| Some(x.value)).collect(),
+                        outputs: vec![Some(q.value)],
+                        ..n.clone()
+                    },
+                    dropped_reads: xs.iter().map(|x| x.float).collect(),
+                })
+            }
+            "GlobalAveragePool" => {
+                let x = self.scalar_dq(n.inputs.first().copied().flatten())?;
+                if x.ty != q.ty || x.zero.is_none() {
+                    return None;
+                }
+                let mut inputs: Vec<Option<u32>> = triple(&x).into_iter().collect();
+                inputs.extend([Some(q.scale), q.zero]);
+                Some(Folded {
+                    node: node("QLinearGlobalAveragePool", "com.microsoft", 1, inputs),
+                    dropped_reads: vec![x.float],
+                })
+            }
             _ => None,
         }
+    }
+
+    /// The string attribute `name` of `n`, if it has it.
+    fn str_attr(&self, n: &NodeView<'a>, name: &str) -> Option<Option<&'a [u8]>> {
+        let attrs = self.graph.attributes(n).ok()?;
+        Some(attrs.iter().find_map(|(k, a)| match a {
+            Attribute::String(v) if *k == name => Some(*v),
+            _ => None,
+        }))
     }
 
     /// A Conv bias that is a DequantizeLinear of int32 constants with zero points 0 and the
@@ -331,6 +387,14 @@ impl<'a> Folder<'_, 'a> {
         }
         Some(value)
     }
+}
+
+/// Whether a DequantizeLinear's parameters are a QuantizeLinear's: then `q(dq(x))` is `x`, and
+/// an op that only moves values can move the bytes.
+fn same_params(x: &Qp, q: &Qp) -> bool {
+    x.ty == q.ty
+        && x.scales[0].to_bits() == q.scales[0].to_bits()
+        && x.zeros.first().copied().unwrap_or(0) == q.zeros[0]
 }
 
 /// The values of a float32 constant; `None` for another type.

@@ -98,7 +98,9 @@ pub fn register(reg: &mut Registry) {
     });
     add_ms(reg, "QLinearGlobalAveragePool", |n| {
         channels_first(n)?;
-        qlinear_unary(n, "GlobalAveragePool", 1, &[])
+        Ok(Box::new(QLinearGlobalAveragePool {
+            general: qlinear_unary(n, "GlobalAveragePool", 1, &[])?,
+        }))
     });
     add_ms(reg, "QLinearConcat", build_qlinear_concat);
     // `Softmax(X)` requantized, with the Softmax of opset `opset` (the 2-D coercion before 13).
@@ -335,6 +337,70 @@ impl QLinearBinary {
 }
 
 impl OpKernel for QLinearBinary {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
+            Some(t) => Ok(vec![t]),
+            None => self.general.run(inputs),
+        }
+    }
+}
+
+/// QLinearGlobalAveragePool on 8-bit data with scalar scales and zero points: each plane's
+/// exact integer sum, scaled once, `saturate(round((Σx - n·zx) · sx / (n · sy)) + zy)`, rounding
+/// half to even. Else the composite of DequantizeLinear, GlobalAveragePool and QuantizeLinear,
+/// which averages float32 values: the two can differ by one step where the exact mean lies
+/// within a rounding of a half.
+struct QLinearGlobalAveragePool {
+    general: Box<dyn OpKernel>,
+}
+
+impl QLinearGlobalAveragePool {
+    fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
+        let x = at(0)?;
+        let (bytes, signed) = bytes_of(x)?;
+        let (sx, zx) = byte_params(at(1), at(2), signed)?;
+        let (sy, zy) = byte_params(at(3), at(4), signed)?;
+        let shape = x.shape();
+        if shape.len() < 3 {
+            return None;
+        }
+        let n: usize = shape[2..].iter().product();
+        let factor = sx / (sy * n as f64);
+        if n == 0 || !factor.is_finite() {
+            return None;
+        }
+        // Sums in the unsigned domain (int8 bits plus 128), in runs short enough for u32.
+        let (flip, shift) = if signed { (0x80u8, 128i64) } else { (0, 0) };
+        let (lo, hi) = if signed {
+            (-128.0, 127.0)
+        } else {
+            (0.0, 255.0)
+        };
+        let out: Vec<u8> = bytes
+            .chunks_exact(n)
+            .map(|plane| {
+                let sum: i64 = plane
+                    .chunks(1 << 20)
+                    .map(|run| i64::from(run.iter().map(|&b| u32::from(b ^ flip)).sum::<u32>()))
+                    .sum();
+                let centered = sum - (shift + i64::from(zx)) * n as i64;
+                let y = crate::ops::quant::round_even_f64(centered as f64 * factor) + f64::from(zy);
+                // As a byte of the output type: int8 values keep their two's complement bits.
+                y.clamp(lo, hi) as i32 as u8
+            })
+            .collect();
+        let mut out_shape = shape[..2].to_vec();
+        out_shape.resize(shape.len(), 1);
+        if signed {
+            Tensor::from_vec(&out_shape, out.into_iter().map(|b| b as i8).collect()).ok()
+        } else {
+            Tensor::from_vec(&out_shape, out).ok()
+        }
+    }
+}
+
+impl OpKernel for QLinearGlobalAveragePool {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
             Some(t) => Ok(vec![t]),
@@ -1193,6 +1259,71 @@ mod tests {
 
     fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
         Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap())
+    }
+
+    /// QLinearGlobalAveragePool's integer sums give the composite's bytes on uint8, or one
+    /// step off where the float32 mean rounds across a half; on int8, the uint8 answer for the
+    /// same values shifted by 128.
+    #[test]
+    fn qlinear_global_average_pool_sums_bytes_exactly() {
+        let reg = Registry::with_all_ops();
+        let k = reg
+            .build(&ms("QLinearGlobalAveragePool").with_io(5, 1))
+            .unwrap();
+        let shape = [2, 5, 7, 9];
+        let n: usize = shape.iter().product();
+        let raw: Vec<u8> = (0..n as u32).map(|i| ((i * 97 + 13) % 256) as u8).collect();
+        let (sx, sy) = (f32s(&[], &[0.037]), f32s(&[], &[0.011]));
+        let run = |x: Tensor, zx: Tensor, zy: Tensor, reference: bool| -> Tensor {
+            let owned = [x, sx.clone(), zx, sy.clone(), zy];
+            let inputs: Vec<Option<TensorRef<'_>>> = owned.iter().map(|t| Some(t.view())).collect();
+            if reference {
+                let level = crate::fast::ISAS.last().unwrap();
+                crate::fast::with_isa(level, || k.run(&inputs).unwrap().remove(0))
+                    .expect("the reference level is always there")
+            } else {
+                k.run(&inputs).unwrap().remove(0)
+            }
+        };
+        let u8s = |v: Vec<u8>, shape: &[usize]| Tensor::from_vec(shape, v).unwrap();
+        let unsigned = |reference| {
+            run(
+                u8s(raw.clone(), &shape),
+                u8s(vec![125], &[]),
+                u8s(vec![133], &[]),
+                reference,
+            )
+        };
+        let (fast, general) = (unsigned(false), unsigned(true));
+        assert_eq!(fast.shape(), [2, 5, 1, 1]);
+        let (f, g) = (
+            fast.as_array::<u8>().unwrap(),
+            general.as_array::<u8>().unwrap(),
+        );
+        assert!(
+            f.iter().zip(&g).all(|(&a, &b)| a.abs_diff(b) <= 1),
+            "{f:?} vs {g:?}"
+        );
+        assert!(
+            f.iter().zip(&g).filter(|(a, b)| a == b).count() >= 8,
+            "{f:?} vs {g:?}"
+        );
+        let i8s = |v: Vec<i8>, shape: &[usize]| Tensor::from_vec(shape, v).unwrap();
+        let shifted: Vec<i8> = raw.iter().map(|&b| (i32::from(b) - 128) as i8).collect();
+        let signed = run(
+            i8s(shifted, &shape),
+            i8s(vec![-3], &[]),
+            i8s(vec![5], &[]),
+            false,
+        );
+        let s: Vec<i32> = signed
+            .as_array::<i8>()
+            .unwrap()
+            .iter()
+            .map(|&v| i32::from(v))
+            .collect();
+        let u: Vec<i32> = f.iter().map(|&v| i32::from(v) - 128).collect();
+        assert_eq!(s, u);
     }
 
     /// The one-pass QLinearAdd / QLinearMul gives the composite's bytes, on the shapes it takes

@@ -1,7 +1,7 @@
-//! Hot f32 loops compiled twice: for the baseline x86-64 the binary targets, and for AVX2 with FMA,
-//! chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops are written plainly;
-//! the compiler vectorizes them to the width the enabled features give (4 lanes baseline, 8 with
-//! AVX2).
+//! Hot f32 loops compiled three times: for the baseline x86-64 the binary targets, for AVX2 with
+//! FMA, and for AVX-512, chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops
+//! are written plainly; the compiler vectorizes them to the width the enabled features give (4
+//! lanes baseline, 8 with AVX2, 16 with AVX-512), with the same operations in the same order.
 
 /// Whether the CPU itself has AVX2 and FMA.
 pub(crate) fn cpu_has_avx2_fma() -> bool {
@@ -31,8 +31,8 @@ pub(crate) fn cpu_has_avx512_vnni() -> bool {
 }
 
 /// `multiversion! { pub fn name(args) -> R { body } }` defines `name` so that `body` runs
-/// compiled with AVX2 and FMA enabled where the active row of [`super::ISAS`] is wide, and as
-/// baseline code elsewhere.
+/// compiled with AVX-512F/BW on the VNNI row of [`super::ISAS`], with AVX2 and FMA on the other
+/// wide rows, and as baseline code elsewhere.
 /// Everything `body` calls that should benefit must be `#[inline(always)]`.
 #[macro_export]
 macro_rules! multiversion {
@@ -46,7 +46,17 @@ macro_rules! multiversion {
                 fn wide($($a: $t),*) $(-> $r)? {
                     body($($a),*)
                 }
-                if $crate::fast::isa().wide {
+                #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+                fn wide512($($a: $t),*) $(-> $r)? {
+                    body($($a),*)
+                }
+                let isa = $crate::fast::isa();
+                if isa.vnni {
+                    // SAFETY: the VNNI level is chosen only on a CPU with AVX-512F/BW, AVX2
+                    // and FMA.
+                    return unsafe { wide512($($a),*) };
+                }
+                if isa.wide {
                     // SAFETY: the CPU has AVX2 and FMA, checked just above.
                     return unsafe { wide($($a),*) };
                 }

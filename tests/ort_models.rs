@@ -73,7 +73,8 @@ fn float_ops_under_requantization_round_as_onnx_runtime_does() {
 /// Models in the QDQ format (`quantize_static`). With fast kernels the CPU EP folds their
 /// DequantizeLinear / op / QuantizeLinear groups as ONNX Runtime does: into QLinearConv,
 /// QLinearMatMul, QLinearAdd and QLinearMul (`ort-qdq-cnn`, per-channel int8 weights), and
-/// MaxPool, nearest Resize and GlobalAveragePool onto the bytes (`ort-qdq-movers`); the CLI
+/// MaxPool, nearest Resize, a Div by a constant and GlobalAveragePool onto the bytes
+/// (`ort-qdq-movers`); the CLI
 /// tests check the folding in the step profile. The reference kernels run the nodes as
 /// written. On these models both give ONNX Runtime's output bit for bit.
 #[test]

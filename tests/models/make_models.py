@@ -31,9 +31,9 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
                       MatMul) quantized by `quantize_static` in the QDQ format with per-channel
                       int8 weights: the DequantizeLinear / QuantizeLinear pairs that ONNX
                       Runtime folds into QLinearConv, QLinearMatMul, QLinearAdd and QLinearMul
-  ort-qdq-movers      a small CNN in the QDQ format whose MaxPool, nearest Resize and
-                      GlobalAveragePool sit between DequantizeLinear / QuantizeLinear pairs of
-                      the same parameters (the first two): ops ONNX Runtime runs on the bytes
+  ort-qdq-movers      a small CNN in the QDQ format whose MaxPool, nearest Resize, a Div by a
+                      float constant and GlobalAveragePool sit between DequantizeLinear /
+                      QuantizeLinear pairs (of the same parameters around the first two)
   ort-opt-dynamic-mlp an MLP quantized by `quantize_dynamic` (int8 weights), then saved at the
                       extended level: DynamicQuantizeMatMul
   ort-matmul-nbits-asym / -sym  a two-layer MLP with its weights quantized to int4 blocks of
@@ -462,7 +462,8 @@ def qdq_movers():
         helper.make_node("Conv", ["p0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Resize", ["c1", "", "scales"], ["u1"], mode="nearest"),
         helper.make_node("Add", ["u1", "r0"], ["a1"]),
-        helper.make_node("GlobalAveragePool", ["a1"], ["g"]),
+        helper.make_node("Div", ["a1", "six"], ["d1"]),
+        helper.make_node("GlobalAveragePool", ["d1"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
         helper.make_node("MatMul", ["f", "w3"], ["mm"]),
         helper.make_node("Add", ["mm", "b3"], ["y"]),
@@ -470,6 +471,7 @@ def qdq_movers():
     inits = [w("w0", 8, 3, 3, 3), w("b0", 8, scale=0.1), w("w1", 8, 8, 3, 3, scale=0.2),
              w("b1", 8, scale=0.1),
              numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), "scales"),
+             numpy_helper.from_array(np.array(6.0, dtype=np.float32), "six"),
              w("w3", 8, 5), w("b3", 5, scale=0.1)]
     quantized_cnn("ort-qdq-movers", nodes, inits, rng, quant_format=QuantFormat.QDQ,
                   activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)

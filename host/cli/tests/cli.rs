@@ -542,12 +542,14 @@ fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
     let reference = step_kinds("ort-qdq-cnn", &["x"], Some("reference"));
     assert_eq!(count(&reference, "Conv"), 3, "{reference:?}");
     assert_eq!(count(&reference, "QLinearConv"), 0, "{reference:?}");
-    // MaxPool and the nearest Resize run on the bytes, GlobalAveragePool as
-    // QLinearGlobalAveragePool: between the two convolutions, no value is dequantized.
+    // MaxPool and the nearest Resize run on the bytes, the Div by 6 and GlobalAveragePool as
+    // quantized ops: after the input, no value is dequantized until the MatMul's output.
     let fast = step_kinds("ort-qdq-movers", &["x"], None);
     for (op, n) in [
         ("MaxPool", 1),
         ("Resize", 1),
+        ("QLinearDivByConstant", 1),
+        ("Div", 0),
         ("QLinearGlobalAveragePool", 1),
         ("GlobalAveragePool", 0),
         ("QuantizeLinear", 1),
@@ -557,7 +559,7 @@ fn qdq_groups_fold_into_quantized_ops_except_on_the_reference_kernels() {
     }
     let reference = step_kinds("ort-qdq-movers", &["x"], Some("reference"));
     assert_eq!(count(&reference, "GlobalAveragePool"), 1, "{reference:?}");
-    assert_eq!(count(&reference, "DequantizeLinear"), 10, "{reference:?}");
+    assert_eq!(count(&reference, "DequantizeLinear"), 11, "{reference:?}");
 }
 
 /// A BatchNormalization after a Conv of constant weights whose output nothing else reads goes

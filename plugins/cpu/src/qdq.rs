@@ -12,7 +12,9 @@
 //!   QuantizeLinear share scale and zero point → the same op on the bytes (exact: `q(dq(x))`
 //!   is `x`);
 //! - `GlobalAveragePool` → `com.microsoft` `QLinearGlobalAveragePool` (each plane's exact
-//!   integer sum, scaled once).
+//!   integer sum, scaled once);
+//! - `Div` by a float32 constant (hard-swish's `/ 6`) → the CPU EP's own
+//!   `ai.epx.cpu` `QLinearDivByConstant` (one pass over the bytes).
 //!
 //! A DequantizeLinear nobody reads after that, and each absorbed QuantizeLinear, is dropped.
 //! The folded Conv and MatMul sum exact integer products and requantize once, where the float
@@ -328,6 +330,26 @@ impl<'a> Folder<'_, 'a> {
                         ..n.clone()
                     },
                     dropped_reads: xs.iter().map(|x| x.float).collect(),
+                })
+            }
+            "Div" => {
+                // By a float32 constant: the CPU EP's own QLinearDivByConstant.
+                let x = self.scalar_dq(n.inputs.first().copied().flatten())?;
+                let d = n.inputs.get(1).copied().flatten()?;
+                let dv = floats(&self.initializer(Some(d))?)?;
+                if x.ty != q.ty || dv.len() != 1 || !dv[0].is_normal() {
+                    return None;
+                }
+                let mut inputs: Vec<Option<u32>> = triple(&x).into_iter().collect();
+                inputs.extend([Some(d), Some(q.scale), q.zero]);
+                Some(Folded {
+                    node: node(
+                        "QLinearDivByConstant",
+                        crate::ops::contrib::EPX_CPU,
+                        1,
+                        inputs,
+                    ),
+                    dropped_reads: vec![x.float],
                 })
             }
             "GlobalAveragePool" => {

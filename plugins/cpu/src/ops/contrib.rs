@@ -26,7 +26,19 @@ pub(crate) fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::ke
     });
 }
 
+/// The domain of the CPU EP's own ops: what its compile-time rewrites turn node groups into.
+pub(crate) const EPX_CPU: &str = "ai.epx.cpu";
+
 pub fn register(reg: &mut Registry) {
+    // `QuantizeLinear(DequantizeLinear(X) / D)` for a float32 constant D:
+    // `(X, X_scale, X_zp, D, Y_scale, Y_zp)` (the QDQ folding writes it; see `qdq.rs`).
+    reg.add(OpSchema {
+        op_type: "QLinearDivByConstant",
+        domain: EPX_CPU,
+        since_version: 1,
+        until_version: i64::MAX,
+        build: build_qlinear_div_by_constant,
+    });
     add_ms(reg, "FusedConv", build_fused_conv);
     add_ms(reg, "FusedGemm", build_fused_gemm);
     add_ms(reg, "FusedMatMul", build_fused_matmul);
@@ -337,6 +349,81 @@ impl QLinearBinary {
 }
 
 impl OpKernel for QLinearBinary {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
+            Some(t) => Ok(vec![t]),
+            None => self.general.run(inputs),
+        }
+    }
+}
+
+/// `QuantizeLinear(DequantizeLinear(X) / D)` with scalar scales and zero points and a float32
+/// scalar `D`: one pass over the bytes with the ratio `x_scale / (D · y_scale)` ([`qbytes`]'s
+/// affine form). Else the composite, which divides twice: the two can differ by one step where
+/// the exact result lies within a rounding of a half.
+///
+/// [`qbytes`]: crate::fast::qbytes
+struct QLinearDivByConstant {
+    general: Box<dyn OpKernel>,
+}
+
+fn build_qlinear_div_by_constant(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut c = Composite::new(n);
+    let x = c.step(
+        "DequantizeLinear",
+        21,
+        &[],
+        &[Some(Arg::In(0)), Some(Arg::In(1)), Some(Arg::In(2))],
+    )?;
+    let y = c.step("Div", 14, &[], &[Some(x), Some(Arg::In(3))])?;
+    let out = [("output_dtype", quantized_type(n, 5, 0))];
+    let q = c.step(
+        "QuantizeLinear",
+        21,
+        &out,
+        &[Some(y), Some(Arg::In(4)), Some(Arg::In(5))],
+    )?;
+    Ok(Box::new(QLinearDivByConstant {
+        general: c.finish(vec![Some(q)])?,
+    }))
+}
+
+impl QLinearDivByConstant {
+    fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        use crate::fast::qbytes::{self, Form};
+        let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
+        let x = at(0)?;
+        let (a, signed) = bytes_of(x)?;
+        let (sx, zx) = byte_params(at(1), at(2), signed)?;
+        let d = match at(3)? {
+            TensorRef::F32(d) if d.len() == 1 => f64::from(*d.iter().next()?),
+            _ => return None,
+        };
+        let (sy, zy) = byte_params(at(4), at(5), signed)?;
+        let form = Form::Affine {
+            za: zx,
+            alpha: (sx / (d * sy)) as f32,
+            gamma: 0.0,
+        };
+        if d == 0.0 || !form.usable(signed) {
+            return None;
+        }
+        let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
+        let out = crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
+            let n = piece.min(a.len() - at);
+            let src = &a[at..][..n];
+            // SAFETY: the kernel writes every slot it is handed.
+            unsafe { f.extend_raw(n, |o| qbytes::run(form, src, &[], zy, signed, o)) };
+        });
+        if signed {
+            Tensor::from_vec(x.shape(), out.into_iter().map(|v| v as i8).collect()).ok()
+        } else {
+            Tensor::from_vec(x.shape(), out).ok()
+        }
+    }
+}
+
+impl OpKernel for QLinearDivByConstant {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
             Some(t) => Ok(vec![t]),
@@ -1259,6 +1346,41 @@ mod tests {
 
     fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
         Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap())
+    }
+
+    /// QLinearDivByConstant's one pass gives the composite's bytes, or one step off where the
+    /// exact quotient lies within a rounding of a half; a zero divisor goes to the composite.
+    #[test]
+    fn qlinear_div_by_constant_equals_the_composite() {
+        let mut node = NodeDef::new("QLinearDivByConstant", 1).with_io(6, 1);
+        node.domain = EPX_CPU.into();
+        let k = Registry::with_all_ops().build(&node).unwrap();
+        let x: Vec<u8> = (0..4099u32).map(|i| ((i * 37 + 5) % 256) as u8).collect();
+        let owned = |d: f32| {
+            [
+                Tensor::from_vec(&[4099], x.clone()).unwrap(),
+                f32s(&[], &[0.043]),
+                Tensor::from_vec(&[], vec![117u8]).unwrap(),
+                f32s(&[], &[d]),
+                f32s(&[], &[0.0171]),
+                Tensor::from_vec(&[], vec![3u8]).unwrap(),
+            ]
+        };
+        for d in [6.0f32, -0.37, 0.0] {
+            let t = owned(d);
+            let inputs: Vec<Option<TensorRef<'_>>> = t.iter().map(|t| Some(t.view())).collect();
+            let fast = k.run(&inputs).unwrap().remove(0);
+            let level = crate::fast::ISAS.last().unwrap();
+            let general = crate::fast::with_isa(level, || k.run(&inputs).unwrap().remove(0))
+                .expect("the reference level is always there");
+            let (f, g) = (
+                fast.as_array::<u8>().unwrap(),
+                general.as_array::<u8>().unwrap(),
+            );
+            let off = f.iter().zip(&g).filter(|(a, b)| a != b).count();
+            assert!(f.iter().zip(&g).all(|(a, b)| a.abs_diff(*b) <= 1), "{d}");
+            assert!(off * 100 <= f.len(), "{d}: {off} of {} differ", f.len());
+        }
     }
 
     /// QLinearGlobalAveragePool's integer sums give the composite's bytes on uint8, or one

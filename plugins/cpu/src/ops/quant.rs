@@ -521,11 +521,31 @@ fn dynamic_quantize(x: &[f32], scale: f32, zp: f32, out: &mut [u8]) {
 }
 }
 
+crate::multiversion! {
+/// The least and greatest of `xv` and 0, NaN passed over: in sixteen independent lanes, so the
+/// loop vectorizes (a max is the same whatever the order it is taken in).
+fn range_with_zero(xv: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([0f32; 16], [0f32; 16]);
+    let chunks = xv.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        // Compare-and-select (`f32::min` does not vectorize); a NaN compares false and is
+        // passed over.
+        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(c) {
+            *l = if v < *l { v } else { *l };
+            *h = if v > *h { v } else { *h };
+        }
+    }
+    let min = rest.iter().chain(&lo).fold(0.0f32, |a, &v| if v < a { v } else { a });
+    let max = rest.iter().chain(&hi).fold(0.0f32, |a, &v| if v > a { v } else { a });
+    (min, max)
+}
+}
+
 /// DynamicQuantizeLinear's uint8 scale and zero point for `xv`: its range widened to hold 0,
 /// over 255 steps, the zero point rounded half to even.
 pub(crate) fn dynamic_u8_params(xv: &[f32]) -> (f32, f32) {
-    let max = xv.iter().copied().fold(0.0f32, f32::max);
-    let min = xv.iter().copied().fold(0.0f32, f32::min);
+    let (min, max) = range_with_zero(xv);
     let scale = (max - min) / 255.0;
     let zp = if scale == 0.0 {
         0.0
@@ -1472,6 +1492,29 @@ mod tests {
     use super::*;
     use crate::kernel::AttrValue;
     use ndarray::{ArrayD, IxDyn};
+
+    /// DynamicQuantizeLinear's range holds 0, passes over NaN, and does not depend on where
+    /// a value sits among the lanes or the remainder.
+    #[test]
+    fn dynamic_range_holds_zero_and_passes_over_nan() {
+        for len in [0, 5, 16, 37, 200] {
+            let mut v: Vec<f32> = (0..len)
+                .map(|i| (i as f32 * 0.7).sin() * 3.0 + 4.0)
+                .collect();
+            let (lo, hi) = range_with_zero(&v);
+            assert_eq!(lo, 0.0, "all positive: the range reaches down to 0 ({len})");
+            let want = v.iter().copied().fold(0.0f32, f32::max);
+            assert_eq!(hi, want, "{len}");
+            if len > 0 {
+                v[len / 2] = f32::NAN;
+                v[len - 1] = -9.5;
+                let (lo, hi2) = range_with_zero(&v);
+                assert_eq!(lo, -9.5, "{len}");
+                assert!(!hi2.is_nan() && hi2 <= hi, "{len}");
+            }
+        }
+        assert_eq!(range_with_zero(&[f32::NAN; 20]), (0.0, 0.0));
+    }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
         let k = Registry::with_all_ops().build(&n)?;

@@ -233,6 +233,46 @@ fn bytes_of<'t>(t: &'t TensorRef<'_>) -> Option<(&'t [u8], bool)> {
     }
 }
 
+/// An 8-bit tensor of `shape` from its bytes: int8 when `signed`, else uint8.
+fn byte_tensor(shape: &[usize], bytes: Vec<u8>, signed: bool) -> Option<Tensor> {
+    if signed {
+        Tensor::from_vec(shape, bytes.into_iter().map(|v| v as i8).collect()).ok()
+    } else {
+        Tensor::from_vec(shape, bytes).ok()
+    }
+}
+
+/// [`qbytes::run`](crate::fast::qbytes::run) over all of `a` (and `b`, for the two-operand
+/// forms), in pieces shared across the intra-op pool.
+fn bytes_pass(
+    form: crate::fast::qbytes::Form,
+    a: &[u8],
+    b: &[u8],
+    zy: i32,
+    signed: bool,
+) -> Vec<u8> {
+    let two = !b.is_empty();
+    let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
+    crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
+        let n = piece.min(a.len() - at);
+        let (a, b) = (&a[at..][..n], if two { &b[at..][..n] } else { &[][..] });
+        // SAFETY: the kernel writes every slot it is handed.
+        unsafe { f.extend_raw(n, |o| crate::fast::qbytes::run(form, a, b, zy, signed, o)) };
+    })
+}
+
+/// A kernel's one-pass answer where `fast` gives one (on the fast levels), else `general`'s.
+fn fast_or(
+    fast: impl FnOnce() -> Option<Tensor>,
+    general: &dyn OpKernel,
+    inputs: &[Option<TensorRef<'_>>],
+) -> OpResult<Vec<Tensor>> {
+    match crate::fast::enabled().then(fast).flatten() {
+        Some(t) => Ok(vec![t]),
+        None => general.run(inputs),
+    }
+}
+
 impl QLinearBinary {
     fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
         use crate::fast::qbytes::{self, Form};
@@ -245,14 +285,6 @@ impl QLinearBinary {
         let (sb, zb) = byte_params(at(4), at(5), signed)?;
         let (sc, zc) = byte_params(at(6), at(7), signed)?;
         let (sha, shb) = (at(0)?.shape(), at(3)?.shape());
-        let finish = |shape: &[usize], out: Vec<u8>| {
-            if signed {
-                let out: Vec<i8> = out.into_iter().map(|v| v as i8).collect();
-                Tensor::from_vec(shape, out).ok()
-            } else {
-                Tensor::from_vec(shape, out).ok()
-            }
-        };
         // Elementwise.
         if sha == shb {
             let form = if self.mul {
@@ -272,15 +304,7 @@ impl QLinearBinary {
             if !form.usable(signed) {
                 return None;
             }
-            // Pieces for the intra-op pool (one piece on one thread).
-            let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
-            let out = crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
-                let n = piece.min(a.len() - at);
-                let (a, b) = (&a[at..][..n], &b[at..][..n]);
-                // SAFETY: the kernel writes every slot it is handed.
-                unsafe { f.extend_raw(n, |o| qbytes::run(form, a, b, zc, signed, o)) };
-            });
-            return finish(sha, out);
+            return byte_tensor(sha, bytes_pass(form, a, b, zc, signed), signed);
         }
         // The larger operand, and the smaller one repeating along it.
         let (big, (sbig, zbig), shape, small, (ssmall, zsmall), other) = if a.len() >= b.len() {
@@ -344,16 +368,13 @@ impl QLinearBinary {
                 unsafe { f.extend_raw(run, |o| qbytes::run(form, src, &[], zc, signed, o)) };
             }
         });
-        finish(shape, out)
+        byte_tensor(shape, out, signed)
     }
 }
 
 impl OpKernel for QLinearBinary {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
-            Some(t) => Ok(vec![t]),
-            None => self.general.run(inputs),
-        }
+        fast_or(|| self.fast(inputs), self.general.as_ref(), inputs)
     }
 }
 
@@ -390,7 +411,7 @@ fn build_qlinear_div_by_constant(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 impl QLinearDivByConstant {
     fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
-        use crate::fast::qbytes::{self, Form};
+        use crate::fast::qbytes::Form;
         let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
         let x = at(0)?;
         let (a, signed) = bytes_of(x)?;
@@ -408,27 +429,13 @@ impl QLinearDivByConstant {
         if d == 0.0 || !form.usable(signed) {
             return None;
         }
-        let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
-        let out = crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
-            let n = piece.min(a.len() - at);
-            let src = &a[at..][..n];
-            // SAFETY: the kernel writes every slot it is handed.
-            unsafe { f.extend_raw(n, |o| qbytes::run(form, src, &[], zy, signed, o)) };
-        });
-        if signed {
-            Tensor::from_vec(x.shape(), out.into_iter().map(|v| v as i8).collect()).ok()
-        } else {
-            Tensor::from_vec(x.shape(), out).ok()
-        }
+        byte_tensor(x.shape(), bytes_pass(form, a, &[], zy, signed), signed)
     }
 }
 
 impl OpKernel for QLinearDivByConstant {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
-            Some(t) => Ok(vec![t]),
-            None => self.general.run(inputs),
-        }
+        fast_or(|| self.fast(inputs), self.general.as_ref(), inputs)
     }
 }
 
@@ -479,20 +486,13 @@ impl QLinearGlobalAveragePool {
             .collect();
         let mut out_shape = shape[..2].to_vec();
         out_shape.resize(shape.len(), 1);
-        if signed {
-            Tensor::from_vec(&out_shape, out.into_iter().map(|b| b as i8).collect()).ok()
-        } else {
-            Tensor::from_vec(&out_shape, out).ok()
-        }
+        byte_tensor(&out_shape, out, signed)
     }
 }
 
 impl OpKernel for QLinearGlobalAveragePool {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-        match crate::fast::enabled().then(|| self.fast(inputs)).flatten() {
-            Some(t) => Ok(vec![t]),
-            None => self.general.run(inputs),
-        }
+        fast_or(|| self.fast(inputs), self.general.as_ref(), inputs)
     }
 }
 

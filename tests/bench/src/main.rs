@@ -308,19 +308,28 @@ fn epx_tensors(inputs: &[Input]) -> Vec<(String, Tensor)> {
         .collect()
 }
 
+/// Where a session reads its model from: a file (as a user's program does, so peak RSS counts
+/// what each engine keeps of it), or bytes already in memory (the micro-benchmarks' one-node
+/// models).
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    File(&'a Path),
+    Bytes(&'a [u8]),
+}
+
 struct Epx {
     session: Session,
     inputs: Vec<(String, Tensor)>,
 }
 
 impl Epx {
-    fn new(env: &std::sync::Arc<Environment>, model: &[u8], inputs: &[Input]) -> Self {
+    fn new(env: &std::sync::Arc<Environment>, model: Source<'_>, inputs: &[Input]) -> Self {
         Self::try_new(env, model, inputs).unwrap_or_else(|e| fail(e))
     }
 
     fn try_new(
         env: &std::sync::Arc<Environment>,
-        model: &[u8],
+        model: Source<'_>,
         inputs: &[Input],
     ) -> Result<Self, String> {
         let session = Session::builder()
@@ -328,7 +337,10 @@ impl Epx {
                 b.with_environment(env.clone())
                     .with_intra_op_threads(threads())
             })
-            .and_then(|b| b.commit_from_memory(model))
+            .and_then(|b| match model {
+                Source::File(path) => b.commit_from_file(path),
+                Source::Bytes(bytes) => b.commit_from_memory(bytes),
+            })
             .map_err(|e| format!("epx session: {e}"))?;
         Ok(Epx {
             session,
@@ -365,15 +377,21 @@ struct Ort {
 }
 
 impl Ort {
-    fn new(model: &[u8], inputs: &[Input]) -> Self {
+    fn new(model: Source<'_>, inputs: &[Input]) -> Self {
         Self::try_new(model, inputs).unwrap_or_else(|e| fail(e))
     }
 
-    fn try_new(model: &[u8], inputs: &[Input]) -> Result<Self, String> {
+    fn try_new(model: Source<'_>, inputs: &[Input]) -> Result<Self, String> {
         let session = OrtSession::builder(ort_env())
             .map_err(|e| e.to_string())
             .and_then(|b| b.with_intra_threads(threads()).map_err(|e| e.to_string()))
-            .and_then(|mut b| b.commit_from_memory(model).map_err(|e| e.to_string()))
+            .and_then(|mut b| {
+                match model {
+                    Source::File(path) => b.commit_from_file(path),
+                    Source::Bytes(bytes) => b.commit_from_memory(bytes),
+                }
+                .map_err(|e| e.to_string())
+            })
             .map_err(|e| format!("ORT session: {e}"))?;
         Ok(Ort {
             session,
@@ -503,7 +521,7 @@ fn check_variant(
 ) -> bool {
     let (_, path) = model_file(base);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
-    let reference = Ort::new(&bytes, inputs).run(true);
+    let reference = Ort::new(Source::Bytes(&bytes), inputs).run(true);
     let mut ok = true;
     for (name, w) in want {
         let (Some((_, g)), Some((_, r))) = (
@@ -663,7 +681,6 @@ fn model_file(key: &str) -> (Case, PathBuf) {
 /// runs next, which halved epx's measured speed at two threads.
 fn rss_child(engine: &str, key: &str, runs: usize) {
     let (case, path) = model_file(key);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
     let inputs = (case.inputs)();
     // Warm-up: two runs, and more until 100 ms have passed (a small model's first hundred
     // runs still fault in pages and train the branch predictors); then at least `runs` timed
@@ -685,14 +702,14 @@ fn rss_child(engine: &str, key: &str, runs: usize) {
     let ms = match engine {
         "epx" => {
             let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
-            let e = Epx::new(&env, &bytes, &inputs);
+            let e = Epx::new(&env, Source::File(&path), &inputs);
             timed(&mut || {
                 e.run();
             })
         }
         "ort" => {
             init_ort();
-            let mut o = Ort::new(&bytes, &inputs);
+            let mut o = Ort::new(Source::File(&path), &inputs);
             timed(&mut || {
                 o.run(false);
             })
@@ -741,9 +758,8 @@ struct Row {
 /// One model's row, or `None` (said why) when epx cannot run it or answers differently.
 fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Option<Row> {
     let (case, path) = model_file(key);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
     let inputs = (case.inputs)();
-    let mut ort = match Ort::try_new(&bytes, &inputs) {
+    let mut ort = match Ort::try_new(Source::File(&path), &inputs) {
         Ok(o) => o,
         Err(e) => {
             println!(
@@ -754,7 +770,7 @@ fn bench_model(key: &str, runs: usize, env: &std::sync::Arc<Environment>) -> Opt
         }
     };
     let want = ort.run(true);
-    let (epx, got) = match Epx::try_new(env, &bytes, &inputs).and_then(|e| {
+    let (epx, got) = match Epx::try_new(env, Source::File(&path), &inputs).and_then(|e| {
         let got = e.try_run()?;
         Ok((e, got))
     }) {
@@ -1082,8 +1098,8 @@ fn bench_micro(env: &std::sync::Arc<Environment>) {
             shape: m.x.clone(),
             data: Data::F32(Rng(5).floats(m.x.iter().product())),
         }];
-        let epx = Epx::new(env, &m.model, &inputs);
-        let mut ort = Ort::new(&m.model, &inputs);
+        let epx = Epx::new(env, Source::Bytes(&m.model), &inputs);
+        let mut ort = Ort::new(Source::Bytes(&m.model), &inputs);
         let (worst, ok) = compare(&epx.run()[0].1, &ort.run(true)[0].1);
         if !ok {
             fail(format!(
@@ -1137,8 +1153,8 @@ fn bench_overhead(env: &std::sync::Arc<Environment>) {
             data: Data::F32(vec![0.5; 4]),
         },
     ];
-    let epx = Epx::new(env, &bytes, &inputs);
-    let mut ort = Ort::new(&bytes, &inputs);
+    let epx = Epx::new(env, Source::Bytes(&bytes), &inputs);
+    let mut ort = Ort::new(Source::Bytes(&bytes), &inputs);
     for _ in 0..500 {
         epx.run();
         ort.run(false);

@@ -223,13 +223,9 @@ fn constant_type(node: &crate::model::ir::Node) -> Option<ElementType> {
 /// that cannot be known become [`Dim::Unknown`]; a rank that cannot be known leaves the shape
 /// unset.
 pub fn infer_shapes(g: &mut Graph) {
-    // Constant data visible at load time: initializers and `Constant` node outputs.
+    // Constant data visible at load time: initializers (read in place, never copied: they
+    // can be most of the model) and `Constant` node outputs.
     let mut constants: HashMap<ValueId, Tensor> = HashMap::new();
-    for (i, v) in g.values.iter().enumerate() {
-        if let Some(t) = &v.initializer {
-            constants.insert(i, t.clone());
-        }
-    }
     for n in 0..g.nodes.len() {
         let node = &g.nodes[n];
         if !node.domain.is_empty() {
@@ -250,7 +246,7 @@ pub fn infer_shapes(g: &mut Graph) {
         let consts: Vec<Option<&Tensor>> = node
             .inputs
             .iter()
-            .map(|v| v.and_then(|v| constants.get(&v)))
+            .map(|v| v.and_then(|v| g.values[v].initializer.as_ref().or(constants.get(&v))))
             .collect();
         let shapes = output_shapes(node, &inputs, &consts);
         let mut updates = Vec::new();

@@ -51,7 +51,7 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     providers.push(fallback_provider(env, threads)?);
     let fallback = providers.len() - 1;
 
-    let model = Arc::new(model);
+    let mut model = model;
     let g = &model.graph;
     let abi = AbiGraph::new(&model);
     let groups = partition(&abi, &providers)?;
@@ -68,8 +68,9 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         .iter()
         .map(|_| AtomicU64::new(u64::MAX))
         .collect();
+    release_initializer_data(&mut model.graph);
     Ok(Session {
-        model: model.clone(),
+        model: Arc::new(model),
         providers,
         kernels,
         plan,
@@ -77,6 +78,20 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         placement,
         node_provider,
     })
+}
+
+/// Last step: drops the data of the initializers the kernels copied at compile time (the ABI's
+/// contract: a plugin copies what it keeps), so a session does not hold its weights twice.
+/// Kept: an initializer that is also a graph output, which the session returns itself. Names,
+/// types and shapes stay.
+fn release_initializer_data(g: &mut Graph) {
+    let mut released = 0usize;
+    for v in g.values.iter_mut().filter(|v| !v.is_graph_output) {
+        if let Some(t) = v.initializer.take() {
+            released += t.bytes().map_or(0, <[u8]>::len);
+        }
+    }
+    tracing::debug!("released {released} bytes of initializer data held by the kernels");
 }
 
 /// Step 1: the fallback EP's thread-count option, when the builder set a thread count.
@@ -562,5 +577,52 @@ mod tests {
             1,
             "both nodes fuse into one CPU kernel"
         );
+    }
+
+    #[test]
+    fn a_session_keeps_only_the_initializers_it_returns_itself() {
+        use crate::model::onnx::proto::{TensorProto, tensor_proto::DataType};
+        let env = env_with_default(ExecutionProvider::new("cpu"));
+        let init = |name: &str, v: f32| TensorProto {
+            name: Some(name.into()),
+            dims: vec![2],
+            data_type: Some(DataType::Float as i32),
+            raw_data: Some([v, v].iter().flat_map(|f| f.to_le_bytes()).collect()),
+            ..Default::default()
+        };
+        // y = x + w; w is read by the Add only, k is also a graph output.
+        let mut m = model(vec![node("Add", &["x", "w"], &["y"])], &["x"], &["y", "k"]);
+        let g = m.graph.as_mut().expect("graph");
+        g.initializer = vec![init("w", 2.0), init("k", 7.0)];
+        let loaded = crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "t.onnx", None)
+            .expect("model");
+        let request = Request {
+            providers: Vec::new(),
+            strict: false,
+            device_outputs: Vec::new(),
+            intra_op_threads: Some(1),
+        };
+        let session = compile(&env, request, loaded).expect("compiles");
+        let values = &session.model().graph.values;
+        let held = |name: &str| {
+            values
+                .iter()
+                .find(|v| v.name == name)
+                .expect("value")
+                .initializer
+                .is_some()
+        };
+        assert!(!held("w"), "the CPU EP holds w's data; the session does not");
+        assert!(held("k"), "a graph output the session returns itself stays");
+        let x = crate::value::Tensor::from_array(ndarray::arr1(&[1.0f32, -1.0]));
+        let out = session.run([("x", x)]).expect("runs");
+        let f = |name: &str| {
+            out.get(name)
+                .and_then(|t| t.as_slice::<f32>())
+                .expect("float output")
+                .to_vec()
+        };
+        assert_eq!(f("y"), [3.0, 1.0], "the kernel kept w");
+        assert_eq!(f("k"), [7.0, 7.0]);
     }
 }

@@ -58,6 +58,10 @@ pub struct ValueSpec {
 }
 
 impl Session {
+    /// The model as compiled: its graph, values, types and shapes. The data of initializers is
+    /// released once the EPs have copied it at session creation (all but initializers that are
+    /// also graph outputs), so a session holds its weights once; keep the [`Model`] from
+    /// [`crate::onnx`]'s loaders for the data.
     pub fn model(&self) -> &Model {
         &self.model
     }

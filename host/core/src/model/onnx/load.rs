@@ -17,23 +17,37 @@ pub const MIN_IR_VERSION: i64 = 3;
 /// Newest IR version accepted (ONNX 1.22).
 pub const MAX_IR_VERSION: i64 = 13;
 
-/// Loads a model file; external data is read relative to its folder.
+/// Loads a model file; external data is read relative to its folder. Tensor data is decoded
+/// as slices of the file's bytes and copied once, into the tensors, so loading holds at most
+/// the file and the tensors at the same time.
 pub fn load_model_file(path: &Path) -> Result<Model> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    load_model_bytes(&bytes, &path.display().to_string(), path.parent())
+    load_model_buf(
+        bytes::Bytes::from(bytes),
+        &path.display().to_string(),
+        path.parent(),
+    )
 }
 
 /// Loads a model from bytes. `source` names it in messages; external data, if any, is read
 /// from `base_dir` (and refused without one).
 pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> Result<Model> {
+    load_model_buf(bytes, source, base_dir)
+}
+
+fn load_model_buf(
+    bytes: impl bytes::Buf,
+    source: &str,
+    base_dir: Option<&Path>,
+) -> Result<Model> {
     let model_err = |message: String| Error::Model {
         source_name: source.to_string(),
         message,
     };
-    if bytes.is_empty() {
+    if !bytes.has_remaining() {
         return Err(model_err("the file is empty, not an ONNX model".into()));
     }
     let proto = proto::ModelProto::decode(bytes).map_err(|e| {
@@ -694,12 +708,15 @@ impl Ctx<'_> {
             .storage_bytes(count)
             .ok_or_else(|| self.err(format!("{ty} tensor of shape {shape:?} is too large")))?;
         let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
-        let bytes: Vec<u8> = if external {
-            self.external_data(t, nbytes)?
+        let owned;
+        let bytes: &[u8] = if external {
+            owned = self.external_data(t, nbytes)?;
+            &owned
         } else if let Some(raw) = &t.raw_data {
-            raw.clone()
+            raw
         } else {
-            typed_field_bytes(t, ty, count).map_err(|m| self.err(m))?
+            owned = typed_field_bytes(t, ty, count).map_err(|m| self.err(m))?;
+            &owned
         };
         if bytes.len() != nbytes {
             return Err(self.err(format!(
@@ -707,7 +724,7 @@ impl Ctx<'_> {
                 bytes.len()
             )));
         }
-        Tensor::from_bytes(ty, &shape, &bytes).map_err(|e| self.err(e.to_string()))
+        Tensor::from_bytes(ty, &shape, bytes).map_err(|e| self.err(e.to_string()))
     }
 
     fn external_data(&self, t: &proto::TensorProto, nbytes: usize) -> Result<Vec<u8>> {

@@ -332,8 +332,9 @@ pub struct TensorProto {
     pub name: Option<String>,
     #[prost(string, optional, tag = "12")]
     pub doc_string: Option<String>,
-    #[prost(bytes = "vec", optional, tag = "9")]
-    pub raw_data: Option<Vec<u8>>,
+    /// Decoded from a [`bytes::Bytes`] buffer (a model file), a slice of it: no copy.
+    #[prost(bytes = "bytes", optional, tag = "9")]
+    pub raw_data: Option<bytes::Bytes>,
     /// For `data_location = EXTERNAL`: keys `location`, `offset`, `length`, `checksum`.
     #[prost(message, repeated, tag = "13")]
     pub external_data: Vec<StringStringEntryProto>,

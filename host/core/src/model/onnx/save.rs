@@ -203,7 +203,7 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> proto::TensorProto {
     };
     match t.strings() {
         Some(s) => p.string_data = s.to_vec(),
-        None => p.raw_data = t.bytes().map(<[u8]>::to_vec),
+        None => p.raw_data = t.bytes().map(bytes::Bytes::copy_from_slice),
     }
     p
 }

@@ -379,7 +379,9 @@ enum Dst<'a> {
 
 crate::multiversion! {
 /// The chain over output elements `base..base + total`, block by block, into `dst`.
-/// `work` is scratch space of at least [`Plan::work_len`] elements.
+/// `work` is scratch space of at least [`Plan::work_len`] elements. In place, the primary
+/// input is read where it lies, and the last operation writes there directly unless it reads
+/// the primary input itself.
 fn walk_blocks(
     ops: &[FusedOp],
     plan: &Plan<'_>,
@@ -392,45 +394,76 @@ fn walk_blocks(
     let (layouts, arrays) = (&plan.layouts, &plan.arrays);
     let n = ops.len();
     let (regs, staged) = work.split_at_mut(n * BLOCK);
+    let is_own = |o: &Operand| {
+        matches!(*o, Operand::Ext(i) if matches!(layouts[i], Some(Layout::Full)) && arrays[i].is_none())
+    };
+    let last_direct =
+        matches!(dst, Dst::InPlace(_)) && !ops[n - 1].operands.iter().any(is_own);
     let mut q0 = 0;
     while q0 < total {
         let len = BLOCK.min(total - q0);
         let p0 = base + q0;
         for (i, l) in layouts.iter().enumerate() {
-            let stage = &mut staged[i * BLOCK..i * BLOCK + len];
-            match (l, arrays[i], &dst) {
-                (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a), _) => {
-                    gather(a, *l, p0, stage);
-                }
-                (Some(Layout::Full), None, Dst::InPlace(seg)) => {
-                    stage.copy_from_slice(&seg[q0..q0 + len]);
-                }
-                _ => {}
+            if let (Some(l @ (Layout::Outer { .. } | Layout::Inner { .. })), Some(a)) =
+                (l, arrays[i])
+            {
+                gather(a, *l, p0, &mut staged[i * BLOCK..i * BLOCK + len]);
             }
         }
-        for (k, op) in ops.iter().enumerate() {
-            let (done, rest) = regs.split_at_mut(k * BLOCK);
-            let mut args = [Val::Scalar(0.0); 2];
-            for (a, o) in args.iter_mut().zip(&op.operands) {
-                *a = match *o {
-                    Operand::Tmp(j) => Val::Slice(&done[j * BLOCK..j * BLOCK + len]),
-                    Operand::Ext(i) => match (layouts[i], arrays[i]) {
-                        (Some(Layout::Full), Some(x)) => Val::Slice(&x[p0..p0 + len]),
-                        (Some(Layout::Scalar), Some(x)) => Val::Scalar(x[0]),
-                        _ => Val::Slice(&staged[i * BLOCK..i * BLOCK + len]),
-                    },
-                };
+        let through = if last_direct { n - 1 } else { n };
+        {
+            let own = match &dst {
+                Dst::InPlace(seg) => Some(&seg[q0..q0 + len]),
+                Dst::Append(_) => None,
+            };
+            for (k, op) in ops[..through].iter().enumerate() {
+                let (done, rest) = regs.split_at_mut(k * BLOCK);
+                let args = block_args(op, (layouts, arrays), (staged, done, own), p0, len);
+                apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
             }
-            apply(op.op, &args[..op.operands.len()], &mut rest[..len]);
         }
-        let last = &regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len];
         match &mut dst {
-            Dst::Append(out) => out.extend_from_slice(last),
-            Dst::InPlace(seg) => seg[q0..q0 + len].copy_from_slice(last),
+            Dst::InPlace(seg) if last_direct => {
+                let op = &ops[n - 1];
+                let args = block_args(op, (layouts, arrays), (staged, regs, None), p0, len);
+                apply(op.op, &args[..op.operands.len()], &mut seg[q0..q0 + len]);
+            }
+            Dst::InPlace(seg) => {
+                seg[q0..q0 + len].copy_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
+            }
+            Dst::Append(out) => {
+                out.extend_from_slice(&regs[(n - 1) * BLOCK..(n - 1) * BLOCK + len]);
+            }
         }
         q0 += len;
     }
 }
+}
+
+/// The operands of `op` for the block at output element `p0` of `len` elements: its earlier
+/// results in `done`, inputs read where they lie or gathered into `staged`, and the primary
+/// input `own` (in place).
+#[inline(always)]
+fn block_args<'v>(
+    op: &FusedOp,
+    (layouts, arrays): (&[Option<Layout>], &[Option<&'v [f32]>]),
+    (staged, done, own): (&'v [f32], &'v [f32], Option<&'v [f32]>),
+    p0: usize,
+    len: usize,
+) -> [Val<'v>; 2] {
+    let mut args = [Val::Scalar(0.0); 2];
+    for (a, o) in args.iter_mut().zip(&op.operands) {
+        *a = match *o {
+            Operand::Tmp(j) => Val::Slice(&done[j * BLOCK..j * BLOCK + len]),
+            Operand::Ext(i) => match (layouts[i], arrays[i], own) {
+                (Some(Layout::Full), Some(x), _) => Val::Slice(&x[p0..p0 + len]),
+                (Some(Layout::Scalar), Some(x), _) => Val::Scalar(x[0]),
+                (Some(Layout::Full), None, Some(own)) => Val::Slice(own),
+                _ => Val::Slice(&staged[i * BLOCK..i * BLOCK + len]),
+            },
+        };
+    }
+    args
 }
 
 /// A chain applied to the output of the kernel it follows, segment by segment, while that

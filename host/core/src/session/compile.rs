@@ -612,7 +612,10 @@ mod tests {
                 .initializer
                 .is_some()
         };
-        assert!(!held("w"), "the CPU EP holds w's data; the session does not");
+        assert!(
+            !held("w"),
+            "the CPU EP holds w's data; the session does not"
+        );
         assert!(held("k"), "a graph output the session returns itself stays");
         let x = crate::value::Tensor::from_array(ndarray::arr1(&[1.0f32, -1.0]));
         let out = session.run([("x", x)]).expect("runs");

@@ -207,6 +207,12 @@ impl Conv2d<'_> {
             }
             if let Some(p) = post {
                 crate::par::with_work(p.work_len(), |work| {
+                    if width == plane_out {
+                        // Whole planes: the `mg` of them lie together, one call.
+                        // SAFETY: as above, these planes are this task's alone.
+                        p.apply(unsafe { dst.slice(base, mg * plane_out) }, base, work);
+                        return;
+                    }
                     for mm in 0..mg {
                         let at = base + mm * plane_out + j0;
                         // SAFETY: as above, these columns are this task's alone.
@@ -312,11 +318,28 @@ impl Conv2d<'_> {
             return;
         }
         let geo = Padded::new(self);
-        crate::par::for_each_chunk(out, plane_out, |nc, o_plane| {
-            // A function of its own: a closure does not inherit the AVX2 copy's features.
-            depthwise_plane(self, &geo, (x, weights), nc, o_plane);
+        // Planes per task: a post-op is applied to all of a task's planes in one call, so that
+        // its fixed cost per call is spread over at least POST_SPAN outputs (the planes of a
+        // text-line model's late layers are 2 × 96); four tasks a thread at least.
+        let planes = out.len() / plane_out;
+        let mut per = if post.is_some() {
+            POST_SPAN.div_ceil(plane_out)
+        } else {
+            1
+        };
+        let threads = crate::par::threads();
+        if threads > 1 {
+            per = per.min(planes.div_ceil(4 * threads));
+        }
+        let per = per.max(1);
+        crate::par::for_each_chunk(out, per * plane_out, |i, chunk| {
+            for (j, o_plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
+                // A function of its own: a closure does not inherit the AVX2 copy's features.
+                depthwise_plane(self, &geo, (x, weights), i * per + j, o_plane);
+            }
             if let Some(p) = post {
-                crate::par::with_work(p.work_len(), |work| p.apply(o_plane, nc * plane_out, work));
+                let at = i * per * plane_out;
+                crate::par::with_work(p.work_len(), |work| p.apply(chunk, at, work));
             }
         });
     }
@@ -349,6 +372,9 @@ fn fill_f32(conv: &Conv2d<'_>, geo: &Padded, plane: &[f32], xs: &mut [f32]) {
     geo.fill(conv, plane, xs, |v| v);
 }
 }
+
+/// Outputs a post-op is applied to at least per call on depthwise planes.
+const POST_SPAN: usize = 4096;
 
 /// Output columns the direct depthwise kernel computes at a time.
 const DW_BLOCK: usize = 16;
@@ -457,6 +483,7 @@ pub(crate) fn depthwise_taps(
 ) {
     let (oh, ow) = (conv.oh(), conv.ow());
     let (sh, dh) = (conv.geo.strides[0], conv.geo.dilations[0]);
+    let ph = conv.geo.pad_begin[0];
     let taps = DwTaps {
         xs,
         rs: geo.s * geo.wq,
@@ -464,6 +491,7 @@ pub(crate) fn depthwise_taps(
         kh: conv.kh,
         wf,
         offsets: &geo.offsets,
+        data: ph..ph + conv.h,
     };
     let ow = ow.max(1);
     let oh = oh.min(of.len() / ow);
@@ -509,6 +537,9 @@ struct DwTaps<'a> {
     /// `[kh][kw]` weights, and each kernel column's start in a row.
     wf: &'a [f32],
     offsets: &'a [usize],
+    /// The padded rows that hold input rows; the others are zeros, whose taps are skipped
+    /// (a 5 × 5 kernel over a plane of two rows reads data in two of its five rows).
+    data: std::ops::Range<usize>,
 }
 
 impl DwTaps<'_> {
@@ -522,7 +553,11 @@ impl DwTaps<'_> {
             let mut acc = [0f32; DW_BLOCK];
             acc[..n].copy_from_slice(&orow[ox..ox + n]);
             for ky in 0..self.kh {
-                let row = &self.xs[(y0 + ky * self.dh) * self.rs..][..self.rs];
+                let y = y0 + ky * self.dh;
+                if !self.data.contains(&y) {
+                    continue;
+                }
+                let row = &self.xs[y * self.rs..][..self.rs];
                 for (&w, &off) in self.wf[ky * kw..][..kw].iter().zip(self.offsets) {
                     for (a, &v) in acc.iter_mut().zip(&row[off + ox..][..DW_BLOCK]) {
                         *a += w * v;
@@ -577,6 +612,10 @@ mod x86 {
                 };
             }
             for ky in 0..t.kh {
+                // Kernel rows over padding in all `R` rows add nothing.
+                if !y0.iter().any(|y| t.data.contains(&(y + ky * t.dh))) {
+                    continue;
+                }
                 let rows = y0.map(|y| &t.xs[(y + ky * t.dh) * t.rs..][..t.rs]);
                 for (&w, &off) in t.wf[ky * kw..][..kw].iter().zip(t.offsets) {
                     let w = _mm256_set1_ps(w);

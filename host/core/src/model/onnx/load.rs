@@ -38,11 +38,7 @@ pub fn load_model_bytes(bytes: &[u8], source: &str, base_dir: Option<&Path>) -> 
     load_model_buf(bytes, source, base_dir)
 }
 
-fn load_model_buf(
-    bytes: impl bytes::Buf,
-    source: &str,
-    base_dir: Option<&Path>,
-) -> Result<Model> {
+fn load_model_buf(bytes: impl bytes::Buf, source: &str, base_dir: Option<&Path>) -> Result<Model> {
     let model_err = |message: String| Error::Model {
         source_name: source.to_string(),
         message,

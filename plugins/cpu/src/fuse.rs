@@ -267,15 +267,19 @@ fn gather(src: &[f32], how: Layout, p0: usize, dst: &mut [f32]) {
             }
         }
         Layout::Inner { period } => {
-            let mut p = p0;
-            let mut rest = dst;
-            while !rest.is_empty() {
-                let at = p % period;
-                let run = (period - at).min(rest.len());
-                let (head, tail) = rest.split_at_mut(run);
-                head.copy_from_slice(&src[at..at + run]);
-                rest = tail;
-                p += run;
+            // One period (from `p0`'s phase), then the filled part doubled: every copy starts
+            // at a multiple of the period, so a short period (a bias of 3 or 8 per row) costs
+            // a few copies per block, not one per period.
+            let at = p0 % period;
+            let first = (period - at).min(dst.len());
+            dst[..first].copy_from_slice(&src[at..at + first]);
+            let second = (dst.len() - first).min(at);
+            dst[first..first + second].copy_from_slice(&src[..second]);
+            let mut filled = first + second;
+            while filled < dst.len() {
+                let n = filled.min(dst.len() - filled);
+                dst.copy_within(..n, filled);
+                filled += n;
             }
         }
     }
@@ -694,5 +698,15 @@ mod tests {
         assert_eq!(d, [2., 3., 3., 1., 1., 2., 2.]);
         gather(&[1., 2., 3.], Layout::Inner { period: 3 }, 1, &mut d);
         assert_eq!(d, [2., 3., 1., 2., 3., 1., 2.]);
+        // Longer than a few periods, from every phase, and shorter than one.
+        let src: Vec<f32> = (0..5).map(|i| i as f32).collect();
+        for p0 in 0..7 {
+            for len in [0, 2, 4, 5, 23, 64] {
+                let mut d = vec![-1f32; len];
+                gather(&src, Layout::Inner { period: 5 }, p0, &mut d);
+                let want: Vec<f32> = (p0..p0 + len).map(|p| (p % 5) as f32).collect();
+                assert_eq!(d, want, "p0 {p0}, len {len}");
+            }
+        }
     }
 }

@@ -158,19 +158,8 @@ impl Conv2d<'_> {
                 // SAFETY: this task's range is the whole plane, so it alone writes the `mg`
                 // planes of its image and group.
                 let o = unsafe { dst.slice(base, mg * plane_out) };
-                with_cols(2 * rows * width, |buf| {
-                    let (cols, bt) = buf.split_at_mut(rows * width);
-                    let (b, ldb): (&[f32], usize) = if pointwise {
-                        (x_g, plane_in)
-                    } else {
-                        self.im2col(x_g, cg, 0..oh, cols, 0.0);
-                        (cols, width)
-                    };
-                    for (j, col) in bt.chunks_exact_mut(rows).enumerate() {
-                        for (p, v) in col.iter_mut().enumerate() {
-                            *v = b[p * ldb + j];
-                        }
-                    }
+                with_cols(rows * width, |bt| {
+                    self.tap_columns(x_g, cg, bt);
                     row_dots(mg, width, rows, w_g, bt, o, plane_out);
                 });
             } else if pointwise {
@@ -227,6 +216,36 @@ impl Conv2d<'_> {
             (0..tasks).for_each(task);
         }
         (out, applied)
+    }
+
+    /// `bt[(oy, ox), (ci, ky, kx)]`, the input pixel each tap of each output reads (0 in the
+    /// padding), output by output: the transposed column matrix of a convolution with a few
+    /// outputs a plane, gathered directly.
+    fn tap_columns(&self, x_g: &[f32], cg: usize, bt: &mut [f32]) {
+        let (ow, taps, plane_in) = (self.ow().max(1), self.kh * self.kw, self.h * self.w);
+        let g = self.geo;
+        // Each tap's input offset within a plane for the current output (`usize::MAX` in the
+        // padding).
+        let mut offs = vec![0usize; taps];
+        for (j, col) in bt.chunks_exact_mut(cg * taps).enumerate() {
+            let (oy, ox) = (j / ow, j % ow);
+            for (t, slot) in offs.iter_mut().enumerate() {
+                let (ky, kx) = (t / self.kw, t % self.kw);
+                let iy = (oy * g.strides[0] + ky * g.dilations[0]).checked_sub(g.pad_begin[0]);
+                let ix = (ox * g.strides[1] + kx * g.dilations[1]).checked_sub(g.pad_begin[1]);
+                let at = match (iy, ix) {
+                    (Some(iy), Some(ix)) if iy < self.h && ix < self.w => iy * self.w + ix,
+                    _ => usize::MAX,
+                };
+                *slot = at;
+            }
+            for (ci, dst) in col.chunks_exact_mut(taps).enumerate() {
+                let plane = &x_g[ci * plane_in..][..plane_in];
+                for (d, &o) in dst.iter_mut().zip(&offs) {
+                    *d = if o == usize::MAX { 0.0 } else { plane[o] };
+                }
+            }
+        }
     }
 
     /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
@@ -900,8 +919,47 @@ pub(crate) unsafe fn gemm_f32(
 ) {
     // Addresses as integers, so that the pieces can be shared with the pool.
     let (d, l, r) = (dst as usize, lhs as usize, rhs as usize);
+    // Rows of `lhs` and of `dst` contiguous and apart: a narrow product may take the row
+    // kernel ([`narrow_rows`]).
+    let rows_apart = lhs_cs == 1 && dst_cs == 1 && lhs_rs >= k as isize && dst_rs >= n as isize;
     let piece = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let (i, j) = (rows.start as isize, cols.start as isize);
+        if rows_apart && cols.len() <= NARROW_N && k <= NARROW_K && !rows.is_empty() {
+            let (mr, nc) = (rows.len(), cols.len());
+            let mut packed = [0f32; NARROW_N * NARROW_K];
+            for kk in 0..k {
+                for jj in 0..nc {
+                    // SAFETY: element (kk, j + jj) of `rhs`, inside what the caller vouched for.
+                    packed[kk * NARROW_N + jj] = unsafe {
+                        *(r as *const f32).offset(kk as isize * rhs_rs + (j + jj as isize) * rhs_cs)
+                    };
+                }
+            }
+            // SAFETY: rows `rows` of `lhs` (k elements each, `lhs_rs` apart) and of `dst`
+            // (columns `cols`, `dst_rs` apart) lie inside what the caller vouched for; this
+            // piece's output elements are its own.
+            let (a, c) = unsafe {
+                (
+                    std::slice::from_raw_parts(
+                        (l as *const f32).offset(i * lhs_rs),
+                        (mr - 1) * lhs_rs as usize + k,
+                    ),
+                    std::slice::from_raw_parts_mut(
+                        (d as *mut f32).offset(i * dst_rs + j),
+                        (mr - 1) * dst_rs as usize + nc,
+                    ),
+                )
+            };
+            let shape = (mr, nc, k, lhs_rs as usize, dst_rs as usize);
+            narrow_rows(
+                shape,
+                a,
+                &packed[..k * NARROW_N],
+                c,
+                (read_dst, alpha, beta),
+            );
+            return;
+        }
         // SAFETY: each piece is a block of the output and the matching rows of `lhs` and
         // columns of `rhs`, inside what the caller vouched for; the pieces share no output
         // element.
@@ -934,6 +992,71 @@ pub(crate) unsafe fn gemm_f32(
     } else {
         piece(0..m, 0..n);
     }
+}
+
+/// The widest and deepest products [`narrow_rows`] takes (an MLP's last layers, a linear
+/// model's scores): the `gemm` crate's packing and blocking cost more than the product there.
+const NARROW_N: usize = 16;
+const NARROW_K: usize = 64;
+
+crate::multiversion! {
+/// `c = beta·c + alpha·(a · b)` for `m` rows (`c` read only when `read`): each row of `a`
+/// (`k` values, rows `lda` apart) times `b` packed as `k` rows of [`NARROW_N`] (zeros past
+/// `n`), accumulated in one register-wide row, then `n` values written (rows `ldc` apart).
+fn narrow_rows(
+    shape: (usize, usize, usize, usize, usize),
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    scale: (bool, f32, f32),
+) {
+    let (m, n, k, lda, ldc) = shape;
+    let (read, alpha, beta) = scale;
+    // Rows four at a time: four independent chains of additions instead of one, held in
+    // registers (fixed trip counts), then the last rows one at a time.
+    const R: usize = 4;
+    let mut i = 0;
+    let put = |c: &mut [f32], at: usize, acc: &[f32; NARROW_N]| {
+        let row = &mut c[at..][..n];
+        if read {
+            for (o, &s) in row.iter_mut().zip(acc) {
+                *o = beta * *o + alpha * s;
+            }
+        } else {
+            for (o, &s) in row.iter_mut().zip(acc) {
+                *o = alpha * s;
+            }
+        }
+    };
+    while i + R <= m {
+        let mut acc = [[0f32; NARROW_N]; R];
+        for kk in 0..k {
+            let brow: &[f32; NARROW_N] = b[kk * NARROW_N..][..NARROW_N]
+                .try_into()
+                .expect("a packed row");
+            let av: [f32; R] = std::array::from_fn(|r| a[(i + r) * lda + kk]);
+            for r in 0..R {
+                for j in 0..NARROW_N {
+                    acc[r][j] += av[r] * brow[j];
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            put(c, (i + r) * ldc, acc);
+        }
+        i += R;
+    }
+    for i in i..m {
+        let mut acc = [0f32; NARROW_N];
+        for kk in 0..k {
+            let av = a[i * lda + kk];
+            for (s, &bv) in acc.iter_mut().zip(&b[kk * NARROW_N..][..NARROW_N]) {
+                *s += av * bv;
+            }
+        }
+        put(c, i * ldc, &acc);
+    }
+}
 }
 
 thread_local! {
@@ -971,5 +1094,65 @@ mod tests {
         // stride 2, pad 1, tap 0: ox 0 → -1, ox 1 → 1, ox 2 → 3; width 5 → (1, 3).
         assert_eq!(valid_span(3, 2, 0, 1, 5), (1, 3));
         assert_eq!(valid_span(4, 1, 9, 0, 5), (0, 0));
+    }
+
+    /// Narrow products (the row kernel) against sums in f64: row counts around its block of
+    /// four, widths and depths up to its limits, strided rows, with and without `dst` read.
+    #[test]
+    fn narrow_products_match_sums_on_every_instruction_set() {
+        let val = |i: usize, salt: usize| ((i * 37 + salt * 11) % 23) as f32 / 7.0 - 1.5;
+        let mut checked = Vec::new();
+        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+            let ran = crate::fast::with_isa(isa, || {
+                for (m, n, k) in [(1, 1, 1), (3, 3, 6), (4, 8, 8), (9, 16, 64), (7, 5, 33)] {
+                    let (lda, ldc) = (k + 2, n + 3);
+                    let a: Vec<f32> = (0..m * lda).map(|i| val(i, 1)).collect();
+                    let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
+                    for read in [false, true] {
+                        let mut c: Vec<f32> = (0..m * ldc).map(|i| val(i, 3)).collect();
+                        let before = c.clone();
+                        let (alpha, beta) = (0.5f32, 2.0f32);
+                        // SAFETY: every index the shapes and strides reach is inside the three
+                        // vectors, and `c` is its own allocation.
+                        unsafe {
+                            gemm_f32(
+                                (m, n, k),
+                                (c.as_mut_ptr(), 1, ldc as isize),
+                                read,
+                                (a.as_ptr(), 1, lda as isize),
+                                (b.as_ptr(), 1, n as isize),
+                                (alpha, beta),
+                                false,
+                            );
+                        }
+                        for i in 0..m {
+                            for j in 0..ldc {
+                                let got = c[i * ldc + j];
+                                if j >= n {
+                                    assert_eq!(got, before[i * ldc + j], "padding written");
+                                    continue;
+                                }
+                                let dot: f64 = (0..k)
+                                    .map(|p| f64::from(a[i * lda + p]) * f64::from(b[p * n + j]))
+                                    .sum();
+                                let mut want = f64::from(alpha) * dot;
+                                if read {
+                                    want += f64::from(beta) * f64::from(before[i * ldc + j]);
+                                }
+                                assert!(
+                                    (f64::from(got) - want).abs() < 1e-4,
+                                    "{m}x{n}x{k} read {read} at ({i}, {j}): {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            });
+            if ran.is_some() {
+                checked.push(isa.name);
+            }
+        }
+        eprintln!("narrow products checked on: {}", checked.join(", "));
+        assert!(!checked.is_empty());
     }
 }

@@ -118,6 +118,28 @@ pub fn sigmoid(x: &[f32]) -> Vec<f32> {
 }
 }
 
+/// Each row of `N` values of `x` less the row's maximum, into `out`.
+#[inline(always)]
+fn short_shift<const N: usize>(x: &[f32], out: &mut [f32]) {
+    for (row, o) in x.chunks_exact(N).zip(out.chunks_exact_mut(N)) {
+        let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        for (d, &v) in o.iter_mut().zip(row) {
+            *d = v - max;
+        }
+    }
+}
+
+/// Each row of `N` values divided by its sum (times the reciprocal, summed left to right).
+#[inline(always)]
+fn short_scale<const N: usize>(v: &mut [f32]) {
+    for o in v.chunks_exact_mut(N) {
+        let inv = 1.0 / o.iter().sum::<f32>();
+        for d in o.iter_mut() {
+            *d *= inv;
+        }
+    }
+}
+
 crate::multiversion! {
 /// Softmax (or log-softmax) over each contiguous row of `n` values.
 pub fn softmax_rows(x: &[f32], n: usize, log: bool, out: &mut [f32]) {
@@ -127,11 +149,15 @@ pub fn softmax_rows(x: &[f32], n: usize, log: bool, out: &mut [f32]) {
     if n < 8 {
         // Short rows (class scores): the exponentials over the whole buffer at once, so they
         // vectorize across rows.
-        for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            for (d, &v) in o.iter_mut().zip(row) {
-                *d = v - max;
-            }
+        // Fixed row lengths for the per-row passes: loops of a known trip count, unrolled.
+        match n {
+            1 => short_shift::<1>(x, out),
+            2 => short_shift::<2>(x, out),
+            3 => short_shift::<3>(x, out),
+            4 => short_shift::<4>(x, out),
+            5 => short_shift::<5>(x, out),
+            6 => short_shift::<6>(x, out),
+            _ => short_shift::<7>(x, out),
         }
         let shifted = &mut out[..x.len() / n * n];
         let mut logs = [0f32; 8];
@@ -150,11 +176,14 @@ pub fn softmax_rows(x: &[f32], n: usize, log: bool, out: &mut [f32]) {
         for d in shifted.iter_mut() {
             *d = exp_f32(*d);
         }
-        for o in shifted.chunks_exact_mut(n) {
-            let inv = 1.0 / o.iter().sum::<f32>();
-            for d in o.iter_mut() {
-                *d *= inv;
-            }
+        match n {
+            1 => short_scale::<1>(shifted),
+            2 => short_scale::<2>(shifted),
+            3 => short_scale::<3>(shifted),
+            4 => short_scale::<4>(shifted),
+            5 => short_scale::<5>(shifted),
+            6 => short_scale::<6>(shifted),
+            _ => short_scale::<7>(shifted),
         }
         return;
     }

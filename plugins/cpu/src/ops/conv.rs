@@ -499,6 +499,46 @@ mod tests {
                 [0, 1, 0, 1],
                 true,
             ),
+            // A few outputs a plane (the taps gathered output by output): padding, stride and
+            // dilation in both axes, groups.
+            case(
+                [1, 5, 3, 4],
+                [4, 5, 3, 3],
+                1,
+                [2, 2],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            ),
+            case(
+                [2, 4, 4, 5],
+                [6, 2, 2, 3],
+                2,
+                [3, 2],
+                [2, 1],
+                [1, 0, 0, 2],
+                false,
+            ),
+            // Depthwise 5 × 5 over planes of two and three rows (text-line models' late
+            // layers): kernel rows over padding alone are skipped.
+            case(
+                [1, 6, 2, 37],
+                [6, 1, 5, 5],
+                6,
+                [1, 1],
+                [1, 1],
+                [2, 2, 2, 2],
+                true,
+            ),
+            case(
+                [1, 5, 3, 20],
+                [5, 1, 5, 5],
+                5,
+                [1, 1],
+                [1, 1],
+                [2, 2, 2, 2],
+                false,
+            ),
         ];
         let mut checked = Vec::new();
         for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {

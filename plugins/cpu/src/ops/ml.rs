@@ -371,6 +371,9 @@ fn build_array_feature_extractor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         } else if let Some(l) = shape.last_mut() {
             *l = cols.len();
         }
+        if let Ok(t) = crate::dispatch_all!(x.clone(), |v| pick_columns(&v, &cols, &shape), &op) {
+            return one(Ok(t));
+        }
         let owned = x.to_owned();
         let mut bytes = vec![0u8; owned.byte_len()];
         owned.write_bytes(&mut bytes)?;
@@ -388,6 +391,24 @@ fn build_array_feature_extractor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         one(Tensor::from_bytes(x.elem_type(), &shape, &out))
     }))
+}
+
+/// The columns `cols` of each row of `x` (its last axis), as a tensor of `shape`.
+fn pick_columns<T: crate::tensor::Elem>(
+    x: &ndarray::ArrayViewD<'_, T>,
+    cols: &[usize],
+    shape: &[usize],
+) -> OpResult<Tensor> {
+    let xc = x.as_standard_layout();
+    let xs = xc
+        .as_slice()
+        .ok_or_else(|| OpError("ArrayFeatureExtractor: input not contiguous".into()))?;
+    let last = x.shape().last().copied().unwrap_or(1).max(1);
+    let mut out = Vec::with_capacity(xs.len() / last * cols.len());
+    for row in xs.chunks_exact(last) {
+        out.extend(cols.iter().map(|&c| row[c]));
+    }
+    Tensor::from_vec(shape, out)
 }
 
 fn build_feature_vectorizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

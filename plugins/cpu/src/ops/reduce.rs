@@ -225,12 +225,12 @@ fn arg_typed<T: Num>(
     let y: Vec<i64> = data
         .chunks(inner)
         .map(|c| {
-            let mut best = 0usize;
+            // `c` is not empty: the axis is not (checked above).
+            let (mut best, mut b) = (0usize, c[0]);
             for (i, &v) in c.iter().enumerate().skip(1) {
-                let b = c.get(best).copied().unwrap_or(v);
                 let better = if max { v > b } else { v < b };
                 if better || (last && v == b) {
-                    best = i;
+                    (best, b) = (i, v);
                 }
             }
             best as i64

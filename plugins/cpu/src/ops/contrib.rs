@@ -550,7 +550,100 @@ fn build_qlinear_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         &out,
         &[Some(y), Some(Arg::In(0)), Some(Arg::In(1))],
     )?;
-    c.finish(vec![Some(q)])
+    Ok(Box::new(QLinearConcat {
+        axis,
+        general: c.finish(vec![Some(q)])?,
+    }))
+}
+
+/// QLinearConcat with scalar scales and zero points: each input's bytes mapped to the output's
+/// through a table of its 256 values, computed by the composite's own arithmetic (dequantize
+/// in float32, divide by the output scale, round half to even, add the zero point, saturate),
+/// so the bytes are the composite's; an input whose table is the identity is copied.
+struct QLinearConcat {
+    axis: i64,
+    general: Box<dyn OpKernel>,
+}
+
+impl QLinearConcat {
+    fn fast(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let at = |i: usize| inputs.get(i).and_then(Option::as_ref);
+        let signed = matches!(at(1), Some(TensorRef::I8(_)));
+        let (sy, zy) = byte_params(at(0), at(1), signed)?;
+        let first = at(2)?.shape();
+        let rank = first.len();
+        let axis = usize::try_from(if self.axis < 0 {
+            self.axis + rank as i64
+        } else {
+            self.axis
+        })
+        .ok()
+        .filter(|&a| a < rank)?;
+        let mut parts = Vec::with_capacity((inputs.len() - 2) / 3);
+        let mut along = 0usize;
+        for k in 0..(inputs.len() - 2) / 3 {
+            let x = at(2 + 3 * k)?;
+            let (bytes, s) = bytes_of(x)?;
+            let shape = x.shape();
+            if s != signed
+                || shape.len() != rank
+                || (0..rank).any(|d| d != axis && shape[d] != first[d])
+            {
+                return None;
+            }
+            let (sx, zx) = byte_params(at(3 + 3 * k), at(4 + 3 * k), signed)?;
+            along += shape[axis];
+            let table = requant_table((sx as f32, zx), (sy as f32, zy), signed);
+            let inner: usize = shape[axis..].iter().product();
+            parts.push((bytes, inner, table));
+        }
+        let outer: usize = first[..axis].iter().product();
+        let total = outer * parts.iter().map(|p| p.1).sum::<usize>();
+        let mut out = Vec::with_capacity(total);
+        for o in 0..outer {
+            for (bytes, inner, table) in &parts {
+                let src = &bytes[o * inner..][..*inner];
+                match table {
+                    None => out.extend_from_slice(src),
+                    Some(t) => out.extend(src.iter().map(|&b| t[usize::from(b)])),
+                }
+            }
+        }
+        let mut shape = first.to_vec();
+        shape[axis] = along;
+        byte_tensor(&shape, out, signed)
+    }
+}
+
+impl OpKernel for QLinearConcat {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        fast_or(|| self.fast(inputs), self.general.as_ref(), inputs)
+    }
+}
+
+/// The output byte of each input byte (its raw bits; int8 when `signed`) requantized from
+/// `(scale, zero point)` `x` to `y` as DequantizeLinear then QuantizeLinear compute it in
+/// float32; `None` when that is every byte itself.
+fn requant_table(x: (f32, i32), y: (f32, i32), signed: bool) -> Option<[u8; 256]> {
+    let (lo, hi) = if signed {
+        (-128.0, 127.0)
+    } else {
+        (0.0, 255.0)
+    };
+    let mut t = [0u8; 256];
+    for (b, slot) in t.iter_mut().enumerate() {
+        let v = if signed {
+            f32::from(b as u8 as i8)
+        } else {
+            b as f32
+        };
+        let f = (v - x.1 as f32) * x.0;
+        let r = super::quant::round_even_f32(f / y.0);
+        let r = if r.is_nan() { 0.0 } else { r };
+        let q = (r + y.1 as f32).max(lo).min(hi);
+        *slot = if signed { q as i8 as u8 } else { q as u8 };
+    }
+    (!t.iter().enumerate().all(|(b, &v)| usize::from(v) == b)).then_some(t)
 }
 
 /// `MatMulInteger(a, b, a_zp, b_zp)` as float, times `a_scale · b_scale`, plus an optional
@@ -1380,6 +1473,57 @@ mod tests {
             let off = f.iter().zip(&g).filter(|(a, b)| a != b).count();
             assert!(f.iter().zip(&g).all(|(a, b)| a.abs_diff(*b) <= 1), "{d}");
             assert!(off * 100 <= f.len(), "{d}: {off} of {} differ", f.len());
+        }
+    }
+
+    /// QLinearConcat's table pass gives the composite's bytes, for uint8 and int8, with an
+    /// input already in the output's parameters (copied).
+    #[test]
+    fn qlinear_concat_tables_equal_the_composite() {
+        let raw = |n: usize, salt: u32| -> Vec<u8> {
+            (0..n as u32)
+                .map(|i| ((i * 37 + salt * 101) % 256) as u8)
+                .collect()
+        };
+        for signed in [false, true] {
+            let mut node = ms("QLinearConcat")
+                .with_io(11, 1)
+                .with_attr("axis", AttrValue::Int(1));
+            let ty = if signed {
+                epx_plugin_api::ElementType::Int8
+            } else {
+                epx_plugin_api::ElementType::Uint8
+            };
+            node.input_types = vec![Some(epx_plugin_api::ElementType::Float), Some(ty)];
+            let k = Registry::with_all_ops().build(&node).unwrap();
+            let byte_t = |shape: &[usize], v: Vec<u8>| -> Tensor {
+                if signed {
+                    Tensor::from_vec(shape, v.into_iter().map(|b| b as i8).collect()).unwrap()
+                } else {
+                    Tensor::from_vec(shape, v).unwrap()
+                }
+            };
+            let zp = |z: u8| byte_t(&[], vec![z]);
+            let owned = [
+                f32s(&[], &[0.021]),
+                zp(7),
+                byte_t(&[2, 3, 4], raw(24, 1)),
+                f32s(&[], &[0.05]),
+                zp(250),
+                byte_t(&[2, 5, 4], raw(40, 2)),
+                f32s(&[], &[0.021]),
+                zp(7),
+                byte_t(&[2, 1, 4], raw(8, 3)),
+                f32s(&[], &[0.003]),
+                zp(128),
+            ];
+            let inputs: Vec<Option<TensorRef<'_>>> = owned.iter().map(|t| Some(t.view())).collect();
+            let fast = k.run(&inputs).unwrap();
+            let level = crate::fast::ISAS.last().unwrap();
+            let general = crate::fast::with_isa(level, || k.run(&inputs).unwrap())
+                .expect("the reference level is always there");
+            assert_eq!(fast, general, "signed {signed}");
+            assert_eq!(fast[0].shape(), [2, 9, 4]);
         }
     }
 

@@ -519,6 +519,17 @@ mod tests {
                 [1, 0, 0, 2],
                 false,
             ),
+            // 2 × 2 at stride 2: the transposed one is an upsampling whose two taps a row
+            // interleave; tall enough for its columns to come in two bands of rows.
+            case(
+                [1, 4, 50, 64],
+                [6, 4, 2, 2],
+                1,
+                [2, 2],
+                [1, 1],
+                [0; 4],
+                true,
+            ),
             // Depthwise 5 × 5 over planes of two and three rows (text-line models' late
             // layers): kernel rows over padding alone are skipped.
             case(

@@ -553,6 +553,23 @@ mod tests {
         assert_eq!(declared(&g, y).1, None, "an inferred shape is no contract");
     }
 
+    /// The session of model `m` on `env`, one intra-op thread.
+    fn compile_one_thread(
+        env: &Environment,
+        m: &crate::model::onnx::proto::ModelProto,
+        strict: bool,
+    ) -> Session {
+        let loaded = crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "t.onnx", None)
+            .expect("model");
+        let request = Request {
+            providers: Vec::new(),
+            strict,
+            device_outputs: Vec::new(),
+            intra_op_threads: Some(1),
+        };
+        compile(env, request, loaded).expect("compiles")
+    }
+
     #[test]
     fn a_model_compiles_onto_the_fallback_ep_without_reporting_fallbacks() {
         let env = env_with_default(ExecutionProvider::new("cpu"));
@@ -561,15 +578,7 @@ mod tests {
             &["x"],
             &["y"],
         );
-        let loaded = crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "t.onnx", None)
-            .expect("model");
-        let request = Request {
-            providers: Vec::new(),
-            strict: true,
-            device_outputs: Vec::new(),
-            intra_op_threads: Some(1),
-        };
-        let session = compile(&env, request, loaded).expect("compiles");
+        let session = compile_one_thread(&env, &m, true);
         assert_eq!(session.node_placement(), ["cpu", "cpu"]);
         assert!(session.placement().fallbacks.is_empty());
         assert_eq!(
@@ -594,15 +603,7 @@ mod tests {
         let mut m = model(vec![node("Add", &["x", "w"], &["y"])], &["x"], &["y", "k"]);
         let g = m.graph.as_mut().expect("graph");
         g.initializer = vec![init("w", 2.0), init("k", 7.0)];
-        let loaded = crate::model::onnx::load_model_bytes(&m.encode_to_vec(), "t.onnx", None)
-            .expect("model");
-        let request = Request {
-            providers: Vec::new(),
-            strict: false,
-            device_outputs: Vec::new(),
-            intra_op_threads: Some(1),
-        };
-        let session = compile(&env, request, loaded).expect("compiles");
+        let session = compile_one_thread(&env, &m, false);
         let values = &session.model().graph.values;
         let held = |name: &str| {
             values

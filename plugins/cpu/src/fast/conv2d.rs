@@ -736,16 +736,17 @@ impl ConvTranspose2d {
                     // upsampling): both rows interleaved in one pass.
                     let pairs =
                         self.kw == 2 && sw == 2 && dw == 1 && pw == 0 && self.ow >= 2 * self.w;
+                    // The output row input row `iy` reaches through kernel row `ky`, if any.
+                    let out_row = |iy: usize, ky: usize| {
+                        (iy * sh + ky * dh).checked_sub(ph).filter(|&o| o < self.oh)
+                    };
                     crate::par::for_each_chunk(o_g, plane_out, |mi, o_plane| {
                         if pairs {
                             for ky in 0..self.kh {
                                 let tap = |kx: usize| &cols[(mi * kn + ky * 2 + kx) * np..][..np];
                                 let (t0, t1) = (tap(0), tap(1));
                                 for iy in iy0..iy0 + bh {
-                                    let Some(oy) = (iy * sh + ky * dh)
-                                        .checked_sub(ph)
-                                        .filter(|&o| o < self.oh)
-                                    else {
+                                    let Some(oy) = out_row(iy, ky) else {
                                         continue;
                                     };
                                     let at = (iy - iy0) * self.w;
@@ -763,10 +764,7 @@ impl ConvTranspose2d {
                             for (kx, &(lo, hi)) in spans.iter().enumerate() {
                                 let row = &cols[(mi * kn + ky * self.kw + kx) * np..][..np];
                                 for iy in iy0..iy0 + bh {
-                                    let Some(oy) = (iy * sh + ky * dh)
-                                        .checked_sub(ph)
-                                        .filter(|&o| o < self.oh)
-                                    else {
+                                    let Some(oy) = out_row(iy, ky) else {
                                         continue;
                                     };
                                     let src = &row[(iy - iy0) * self.w..][..self.w];

@@ -217,10 +217,8 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         } else {
             k
         };
-        let mut out_labels = Vec::with_capacity(rows);
-        let mut out = Vec::with_capacity(rows * width);
-        let mut ker = vec![0f32; sv.count];
-        for r in 0..rows {
+        // One row: its scores into `dst` (`width` values), its label returned.
+        let row = |r: usize, ker: &mut [f32], dst: &mut [f32]| -> usize {
             let xr = &xv[r * cols..(r + 1) * cols];
             if !svc {
                 // Linear form: one score per class, rho[0] added to each.
@@ -235,17 +233,16 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                     .enumerate()
                     .fold(0, |b, (i, &v)| if v > scores[b] { i } else { b });
                 let top = scores[best];
-                out_labels.push(
+                let label =
                     if k == 2 && ((all_positive && top >= 0.5) || (top > 0.0 && !all_positive)) {
                         1
                     } else {
                         best
-                    },
-                );
-                let mut row = scores;
-                post.apply(&mut row);
-                out.extend(row);
-                continue;
+                    };
+                let mut scores = scores;
+                post.apply(&mut scores);
+                dst.copy_from_slice(&scores);
+                return label;
             }
             for (v, kv) in ker.iter_mut().enumerate() {
                 *kv = kern.eval(xr, &sv.data[v * sv.features..(v + 1) * sv.features]);
@@ -272,7 +269,6 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .iter()
                 .enumerate()
                 .fold(0, |b, (i, &v)| if v > votes[b] { i } else { b });
-            out_labels.push(winner);
             if proba {
                 let mut pr = vec![0f32; k * k];
                 let mut pair = 0;
@@ -287,18 +283,39 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 }
                 let mut p = couple(k, &pr);
                 post.apply(&mut p);
-                out.extend(p);
+                dst.copy_from_slice(&p);
             } else if k <= 2 {
                 let d = decisions.first().copied().unwrap_or(0.0);
-                out.extend(match post {
+                dst.copy_from_slice(&match post {
                     PostTransform::None => [-d, d],
                     _ => [1.0 - d, d],
                 });
             } else {
                 post.apply(&mut decisions);
-                out.extend(decisions);
+                dst.copy_from_slice(&decisions);
             }
-        }
+            winner
+        };
+        // Runs of rows shared across the intra-op pool. Each row's slot holds its `width`
+        // scores and then its label (a class index, exact in f32).
+        let slot = width + 1;
+        let mut rows_out = vec![0f32; rows * slot];
+        let run = crate::par::chunk_len(rows, 16, 1);
+        crate::par::for_each_chunk(&mut rows_out, run * slot, |i, o| {
+            let mut ker = vec![0f32; sv.count];
+            for (j, s) in o.chunks_exact_mut(slot).enumerate() {
+                let (dst, label) = s.split_at_mut(width);
+                label[0] = row(i * run + j, &mut ker, dst) as f32;
+            }
+        });
+        let out_labels: Vec<usize> = rows_out
+            .chunks_exact(slot)
+            .map(|s| s[width] as usize)
+            .collect();
+        let out: Vec<f32> = rows_out
+            .chunks_exact(slot)
+            .flat_map(|s| s[..width].iter().copied())
+            .collect();
         Ok(vec![
             labels.tensor(&out_labels)?,
             Tensor::from_vec(&[rows, width], out)?,

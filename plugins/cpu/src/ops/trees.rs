@@ -196,20 +196,29 @@ impl Forest {
                 self.max_feature
             );
         }
-        let mut acc = vec![(0.0, false); self.targets];
-        let mut out = Vec::with_capacity(rows * self.targets);
-        let trees = self.roots.len().max(1) as f64;
-        for r in 0..rows {
-            self.evaluate(&x[r * cols..(r + 1) * cols], agg, &mut acc);
-            for (t, &(v, _)) in acc.iter().enumerate() {
-                let v = if agg == Aggregate::Average {
-                    v / trees
-                } else {
-                    v
-                };
-                out.push((v + base.get(t).copied().unwrap_or(0.0)) as f32);
-            }
+        let targets = self.targets;
+        let mut out = vec![0f32; rows * targets];
+        if targets == 0 {
+            return Ok(out);
         }
+        let trees = self.roots.len().max(1) as f64;
+        // Runs of rows shared across the intra-op pool, each with its own accumulators.
+        let run = crate::par::chunk_len(rows, 16, 1);
+        crate::par::for_each_chunk(&mut out, run * targets, |i, o| {
+            let mut acc = vec![(0.0, false); targets];
+            for (k, orow) in o.chunks_exact_mut(targets).enumerate() {
+                let r = i * run + k;
+                self.evaluate(&x[r * cols..(r + 1) * cols], agg, &mut acc);
+                for (t, (&(v, _), d)) in acc.iter().zip(orow).enumerate() {
+                    let v = if agg == Aggregate::Average {
+                        v / trees
+                    } else {
+                        v
+                    };
+                    *d = (v + base.get(t).copied().unwrap_or(0.0)) as f32;
+                }
+            }
+        });
         Ok(out)
     }
 }

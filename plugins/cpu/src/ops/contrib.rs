@@ -637,10 +637,7 @@ fn requant_table(x: (f32, i32), y: (f32, i32), signed: bool) -> Option<[u8; 256]
         } else {
             b as f32
         };
-        let f = (v - x.1 as f32) * x.0;
-        let r = super::quant::round_even_f32(f / y.0);
-        let r = if r.is_nan() { 0.0 } else { r };
-        let q = (r + y.1 as f32).max(lo).min(hi);
+        let q = super::quant::quantize_one((v - x.1 as f32) * x.0, y.0, y.1 as f32, lo, hi);
         *slot = if signed { q as i8 as u8 } else { q as u8 };
     }
     (!t.iter().enumerate().all(|(b, &v)| usize::from(v) == b)).then_some(t)

@@ -284,7 +284,6 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 
 /// `round(v / s) + z`, saturated to `lo..=hi`; NaN gives `z` (the general path's rule), as
 /// [`crate::fast::qbytes::quantize`] computes it.
-#[cfg(test)]
 pub(crate) fn quantize_one(v: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
     let r = round_even_f32(v / s);
     let r = if r.is_nan() { 0.0 } else { r };

@@ -217,10 +217,13 @@ fn convert_step(label: String, to_half: bool, from: Source, slot: usize) -> Step
     }
 }
 
-/// Gives a dead value's large float buffer back for the next kernels.
+/// Gives a dead value's large float or byte buffer back for the next kernels.
 pub(crate) fn recycle(t: Tensor) {
-    if let Tensor::F32(a) = t {
-        crate::scratch::give(a.into_raw_vec_and_offset().0);
+    match t {
+        Tensor::F32(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+        Tensor::U8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+        Tensor::I8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+        _ => {}
     }
 }
 

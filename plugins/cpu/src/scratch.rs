@@ -1,25 +1,61 @@
-//! Recycled f32 buffers. The kernels' large outputs and work buffers come from here and return
-//! here once the host has copied a kernel's outputs, so a run does not hand megabytes back to
-//! the allocator (and the OS) after every operator only to fault them in again for the next.
-//! Per thread (a program runs on the caller's thread or, with intra-op threads, on one of its
-//! pool's), bounded in count and bytes.
+//! Recycled buffers of f32 and of bytes (uint8 and int8). The kernels' large outputs and work
+//! buffers come from here and return here once the host has copied a kernel's outputs, so a run
+//! does not hand megabytes back to the allocator (and the OS) after every operator only to fault
+//! them in again for the next: a quantized model's activations are bytes, and faulting in its
+//! outputs cost more than some of its kernels. Per thread (a program runs on the caller's thread
+//! or, with intra-op threads, on one of its pool's), bounded in count and in bytes over all
+//! three kinds.
 
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
-/// Buffers below this many elements are left to the allocator.
-const MIN_LEN: usize = 16 << 10;
+/// Buffers below this many bytes are left to the allocator.
+const MIN_BYTES: usize = 64 << 10;
 const MAX_BUFFERS: usize = 24;
 const MAX_BYTES: usize = 512 << 20;
 
+type Free<T> = RefCell<Vec<Vec<T>>>;
+
 thread_local! {
-    static FREE: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+    static F32: Free<f32> = const { RefCell::new(Vec::new()) };
+    static U8: Free<u8> = const { RefCell::new(Vec::new()) };
+    static I8: Free<i8> = const { RefCell::new(Vec::new()) };
+}
+
+/// An element type with a pool of its own.
+pub trait Pooled: Copy + 'static {
+    fn free() -> &'static LocalKey<Free<Self>>;
+}
+
+impl Pooled for f32 {
+    fn free() -> &'static LocalKey<Free<f32>> {
+        &F32
+    }
+}
+
+impl Pooled for u8 {
+    fn free() -> &'static LocalKey<Free<u8>> {
+        &U8
+    }
+}
+
+impl Pooled for i8 {
+    fn free() -> &'static LocalKey<Free<i8>> {
+        &I8
+    }
+}
+
+/// The bytes one pool holds.
+fn held<T: Pooled>() -> usize {
+    T::free().with(|f| f.borrow().iter().map(|b| b.capacity()).sum::<usize>()) * size_of::<T>()
 }
 
 /// An empty vector with room for `len` elements: the smallest free buffer that fits (and is not
 /// more than twice too big), else a new one.
-pub fn take(len: usize) -> Vec<f32> {
-    if len >= MIN_LEN {
-        let found = FREE.with(|f| {
+pub fn take<T: Pooled>(len: usize) -> Vec<T> {
+    if len * size_of::<T>() >= MIN_BYTES {
+        let found = T::free().with(|f| {
             let mut f = f.borrow_mut();
             let best = f
                 .iter()
@@ -37,22 +73,40 @@ pub fn take(len: usize) -> Vec<f32> {
     Vec::with_capacity(len)
 }
 
+/// [`take`] for an element type known only as a type parameter: `None` when it has no pool.
+pub fn take_any<T: 'static>(len: usize) -> Option<Vec<T>> {
+    fn cast<A: 'static, T: 'static>(v: Vec<A>) -> Option<Vec<T>> {
+        let v: Box<dyn Any> = Box::new(v);
+        v.downcast::<Vec<T>>().ok().map(|v| *v)
+    }
+    let id = TypeId::of::<T>();
+    if id == TypeId::of::<f32>() {
+        cast(take::<f32>(len))
+    } else if id == TypeId::of::<u8>() {
+        cast(take::<u8>(len))
+    } else if id == TypeId::of::<i8>() {
+        cast(take::<i8>(len))
+    } else {
+        None
+    }
+}
+
 /// `len` zeros, in a recycled buffer when one fits.
-pub fn zeros(len: usize) -> Vec<f32> {
+pub fn zeros<T: Pooled + Default>(len: usize) -> Vec<T> {
     let mut v = take(len);
-    v.resize(len, 0.0);
+    v.resize(len, T::default());
     v
 }
 
-/// Returns a buffer for reuse (dropped when it is small or the pool is full).
-pub fn give(v: Vec<f32>) {
-    if v.capacity() < MIN_LEN {
+/// Returns a buffer for reuse (dropped when it is small or the pools are full).
+pub fn give<T: Pooled>(v: Vec<T>) {
+    if v.capacity() * size_of::<T>() < MIN_BYTES {
         return;
     }
-    FREE.with(|f| {
+    let bytes = held::<f32>() + held::<u8>() + held::<i8>();
+    T::free().with(|f| {
         let mut f = f.borrow_mut();
-        let bytes: usize = f.iter().map(|b| b.capacity() * 4).sum();
-        if f.len() < MAX_BUFFERS && bytes + v.capacity() * 4 <= MAX_BYTES {
+        if f.len() < MAX_BUFFERS && bytes + v.capacity() * size_of::<T>() <= MAX_BYTES {
             f.push(v);
         }
     });
@@ -64,18 +118,34 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_by_size() {
-        let mut v = zeros(MIN_LEN * 2);
+        const MIN_LEN: usize = MIN_BYTES / 4;
+        let mut v = zeros::<f32>(MIN_LEN * 2);
         v[0] = 3.0;
         let p = v.as_ptr();
         give(v);
-        let again = take(MIN_LEN * 2 - 5);
+        let again = take::<f32>(MIN_LEN * 2 - 5);
         assert!(again.is_empty() && again.capacity() >= MIN_LEN * 2 - 5);
         assert_eq!(again.as_ptr(), p);
         give(again);
         // Far too big for a small request: a fresh buffer.
-        let small = take(MIN_LEN / 2);
+        let small = take::<f32>(MIN_LEN / 2);
         assert_ne!(small.as_ptr(), p);
-        let z = zeros(MIN_LEN * 2);
+        let z = zeros::<f32>(MIN_LEN * 2);
         assert!(z.iter().all(|&x| x == 0.0));
+    }
+
+    /// Bytes have pools of their own, reached through the element type alone.
+    #[test]
+    fn byte_buffers_are_reused_and_kept_apart_by_type() {
+        let mut v = zeros::<u8>(MIN_BYTES);
+        v[0] = 7;
+        let p = v.as_ptr();
+        give(v);
+        // An int8 request does not get the uint8 buffer.
+        let other = take_any::<i8>(MIN_BYTES).expect("int8 has a pool");
+        assert_ne!(other.as_ptr().cast::<u8>(), p);
+        let again = take_any::<u8>(MIN_BYTES).expect("uint8 has a pool");
+        assert_eq!(again.as_ptr(), p);
+        assert!(take_any::<i64>(MIN_BYTES).is_none());
     }
 }

@@ -135,15 +135,10 @@ pub trait Elem:
     /// The elements stored in `bytes` (their in-memory form, aligned, whole elements), through
     /// `bytemuck`; `None` when the bytes are misaligned or not valid values (`bool`: 0 or 1).
     fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]>;
-    /// An empty vector with room for `len` elements (f32: a recycled buffer when one fits).
+    /// An empty vector with room for `len` elements (f32, uint8, int8: a recycled buffer when
+    /// one fits).
     fn buffer(len: usize) -> Vec<Self> {
-        if std::any::TypeId::of::<Self>() == std::any::TypeId::of::<f32>() {
-            let v: Box<dyn std::any::Any> = Box::new(crate::scratch::take(len));
-            if let Ok(v) = v.downcast::<Vec<Self>>() {
-                return *v;
-            }
-        }
-        Vec::with_capacity(len)
+        crate::scratch::take_any(len).unwrap_or_else(|| Vec::with_capacity(len))
     }
     fn wrap(a: ArrayD<Self>) -> Tensor;
     fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_>;

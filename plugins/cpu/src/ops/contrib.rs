@@ -253,7 +253,7 @@ fn bytes_pass(
 ) -> Vec<u8> {
     let two = !b.is_empty();
     let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
-    crate::par::build_vec(Vec::new(), a.len(), piece, |at, f| {
+    crate::par::build_vec(crate::scratch::take(a.len()), a.len(), piece, |at, f| {
         let n = piece.min(a.len() - at);
         let (a, b) = (&a[at..][..n], if two { &b[at..][..n] } else { &[][..] });
         // SAFETY: the kernel writes every slot it is handed.
@@ -359,15 +359,20 @@ impl QLinearBinary {
         let runs = crate::par::chunk_len(big.len(), 16 << 10, 1)
             .div_ceil(run)
             .max(1);
-        let out = crate::par::build_vec(Vec::new(), big.len(), runs * run, |at, f| {
-            let end = big.len().min(at + runs * run);
-            for k in at / run..end / run {
-                let src = &big[k * run..][..run];
-                let form = forms[k % forms.len()];
-                // SAFETY: the kernel writes every slot it is handed.
-                unsafe { f.extend_raw(run, |o| qbytes::run(form, src, &[], zc, signed, o)) };
-            }
-        });
+        let out = crate::par::build_vec(
+            crate::scratch::take(big.len()),
+            big.len(),
+            runs * run,
+            |at, f| {
+                let end = big.len().min(at + runs * run);
+                for k in at / run..end / run {
+                    let src = &big[k * run..][..run];
+                    let form = forms[k % forms.len()];
+                    // SAFETY: the kernel writes every slot it is handed.
+                    unsafe { f.extend_raw(run, |o| qbytes::run(form, src, &[], zc, signed, o)) };
+                }
+            },
+        );
         byte_tensor(shape, out, signed)
     }
 }
@@ -599,7 +604,7 @@ impl QLinearConcat {
         }
         let outer: usize = first[..axis].iter().product();
         let total = outer * parts.iter().map(|p| p.1).sum::<usize>();
-        let mut out = Vec::with_capacity(total);
+        let mut out = crate::scratch::take(total);
         for o in 0..outer {
             for (bytes, inner, table) in &parts {
                 let src = &bytes[o * inner..][..*inner];

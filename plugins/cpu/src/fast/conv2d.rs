@@ -516,7 +516,31 @@ pub(crate) fn depthwise_taps(
     let oh = oh.min(of.len() / ow);
     let mut oy = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::isa().wide {
+    if super::isa().vnni {
+        // Eight output rows at a time, one 16-lane accumulator each per block of columns.
+        for rows in of[..oh * ow].chunks_exact_mut(8 * ow) {
+            // SAFETY: the level is VNNI only on a CPU with AVX-512F and BW.
+            unsafe { x86::depthwise_rows512::<8>(&taps, oy, sh, rows, ow) };
+            oy += 8;
+        }
+        let rest = &mut of[oy * ow..oh * ow];
+        // SAFETY: as above.
+        unsafe {
+            match oh - oy {
+                7 => x86::depthwise_rows512::<7>(&taps, oy, sh, rest, ow),
+                6 => x86::depthwise_rows512::<6>(&taps, oy, sh, rest, ow),
+                5 => x86::depthwise_rows512::<5>(&taps, oy, sh, rest, ow),
+                4 => x86::depthwise_rows512::<4>(&taps, oy, sh, rest, ow),
+                3 => x86::depthwise_rows512::<3>(&taps, oy, sh, rest, ow),
+                2 => x86::depthwise_rows512::<2>(&taps, oy, sh, rest, ow),
+                1 => x86::depthwise_rows512::<1>(&taps, oy, sh, rest, ow),
+                _ => {}
+            }
+        }
+        oy = oh;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::isa().wide && oy < oh {
         // Four output rows at a time: eight independent chains of fused multiply-adds, enough
         // to cover their latency (one row's two chains wait on it).
         for rows in of[..oh * ow].chunks_exact_mut(4 * ow) {
@@ -659,6 +683,64 @@ mod x86 {
                 if n < DW_BLOCK {
                     out[r * ow + ox..][..n].copy_from_slice(&part[r][..n]);
                 }
+            }
+        }
+    }
+
+    /// [`DwTaps::row`] for `R` output rows at once (rows `oy..oy + R`, each `ow` long in
+    /// `out`; row `oy + r`'s first kernel row is padded row `(oy + r) · sh`), one 16-lane
+    /// accumulator per row and block of columns held in registers, the last block of a row
+    /// masked. Every tap reads 16 values whole: the padded rows are long enough ([`super::Padded`]).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn depthwise_rows512<const R: usize>(
+        t: &DwTaps<'_>,
+        oy: usize,
+        sh: usize,
+        out: &mut [f32],
+        ow: usize,
+    ) {
+        const _: () = assert!(DW_BLOCK == 16);
+        let kw = t.offsets.len();
+        let out = &mut out[..R * ow];
+        for ox in (0..ow).step_by(DW_BLOCK) {
+            let n = DW_BLOCK.min(ow - ox);
+            let mask: __mmask16 = if n == DW_BLOCK { !0 } else { (1 << n) - 1 };
+            let mut acc = [_mm512_setzero_ps(); R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                let src = &out[r * ow + ox..][..n];
+                // SAFETY: the mask reads the `n` values of `src`.
+                *a = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
+            }
+            for ky in 0..t.kh {
+                let dy = ky * t.dh;
+                // Kernel rows over padding in all `R` rows add nothing.
+                let first = oy * sh + dy;
+                let last = (oy + R - 1) * sh + dy;
+                if last < t.data.start || first >= t.data.end {
+                    continue;
+                }
+                let mut base = [0usize; R];
+                for (r, b) in base.iter_mut().enumerate() {
+                    *b = ((oy + r) * sh + dy) * t.rs + ox;
+                }
+                // Tap by tap, its weight broadcast once for the `R` rows.
+                for (&w, &off) in t.wf[ky * kw..][..kw].iter().zip(t.offsets) {
+                    let w = _mm512_set1_ps(w);
+                    for (a, &b) in acc.iter_mut().zip(&base) {
+                        let seg = &t.xs[b + off..][..DW_BLOCK];
+                        // SAFETY: `seg` holds the 16 values loaded.
+                        let v = unsafe { _mm512_loadu_ps(seg.as_ptr()) };
+                        *a = _mm512_fmadd_ps(w, v, *a);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                let dst = &mut out[r * ow + ox..][..n];
+                // SAFETY: the mask writes the `n` slots of `dst`.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, *a) };
             }
         }
     }

@@ -104,9 +104,12 @@ pub fn run(form: Form, a: &[u8], b: &[u8], zy: i32, signed: bool, out: &mut [May
     let b = if two { b } else { a };
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::isa().wide {
-        // SAFETY: the level is wide only on a CPU with AVX2 and FMA; `a`, `b` and `out` have
-        // the same length (asserted).
+    if super::isa().vnni {
+        // SAFETY: the level is VNNI only on a CPU with AVX-512F and BW; `a`, `b` and `out`
+        // have the same length (asserted).
+        done = unsafe { x86::run512(form, a, b, zy, flip, out) };
+    } else if super::isa().wide {
+        // SAFETY: the level is wide only on a CPU with AVX2 and FMA; lengths as above.
         done = unsafe { x86::run(form, a, b, zy, flip, out) };
     }
     portable(form, &a[done..], &b[done..], zy, flip, &mut out[done..]);
@@ -189,8 +192,14 @@ impl Acc for i32 {
         out: &mut [u8],
         redo: &dyn Fn(&[i32], &mut [u8]),
     ) -> usize {
-        // SAFETY: the caller's contract.
-        unsafe { x86::requantize_i32(acc, bs, zy, flip, out, redo) }
+        // SAFETY: the caller's contract; the level is VNNI only on a CPU with AVX-512F and BW.
+        unsafe {
+            if super::isa().vnni {
+                x86::requantize512_i32(acc, bs, zy, flip, out, redo)
+            } else {
+                x86::requantize_i32(acc, bs, zy, flip, out, redo)
+            }
+        }
     }
 }
 
@@ -212,8 +221,14 @@ impl Acc for f32 {
         out: &mut [u8],
         redo: &dyn Fn(&[f32], &mut [u8]),
     ) -> usize {
-        // SAFETY: the caller's contract.
-        unsafe { x86::requantize_f32(acc, bs, zy, flip, out, redo) }
+        // SAFETY: the caller's contract; the level is VNNI only on a CPU with AVX-512F and BW.
+        unsafe {
+            if super::isa().vnni {
+                x86::requantize512_f32(acc, bs, zy, flip, out, redo)
+            } else {
+                x86::requantize_f32(acc, bs, zy, flip, out, redo)
+            }
+        }
     }
 }
 
@@ -410,6 +425,66 @@ mod x86 {
     ));
     requantize_blocks!(requantize_f32, f32, |p: *const f32| _mm256_loadu_ps(p));
 
+    /// The AVX-512 blocks of [`super::requantize`] (16 accumulators, loaded by `$load`): the
+    /// same float32 operations and tie test as the AVX2 blocks, narrowed by `vpmovdb`.
+    macro_rules! requantize_blocks512 {
+        ($name:ident, $t:ty, $load:expr) => {
+            /// # Safety
+            /// The CPU has AVX-512F and AVX-512BW; `acc` and `out` have the same length.
+            #[target_feature(enable = "avx512f,avx512bw")]
+            pub(super) unsafe fn $name(
+                acc: &[$t],
+                (bias, scale): (f32, f32),
+                zy: i32,
+                flip: u8,
+                out: &mut [u8],
+                redo: &dyn Fn(&[$t], &mut [u8]),
+            ) -> usize {
+                let n = acc.len() / 16 * 16;
+                let (lo, hi) = (
+                    _mm512_set1_ps((-zy) as f32),
+                    _mm512_set1_ps((255 - zy) as f32),
+                );
+                let (bv, sv, zv) = (
+                    _mm512_set1_ps(bias),
+                    _mm512_set1_ps(scale),
+                    _mm512_set1_epi32(zy),
+                );
+                let fl = _mm_set1_epi8(flip as i8);
+                let band = _mm512_set1_ps(0.5 - super::TIE_BAND);
+                let big = _mm512_set1_ps(1024.0);
+                for i in (0..n).step_by(16) {
+                    let src: &[$t; 16] = acc[i..i + 16].try_into().expect("a block");
+                    // SAFETY: `src` holds the 16 accumulators loaded.
+                    let a: __m512 = unsafe { $load(src.as_ptr()) };
+                    let v = _mm512_mul_ps(_mm512_add_ps(a, bv), sv);
+                    // |v - round(v)| past the band, for |v| up to 1024 (as `near_tie`).
+                    let round = _mm512_roundscale_ps::<
+                        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                    >(v);
+                    let d = _mm512_abs_ps(_mm512_sub_ps(v, round));
+                    let small = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(_mm512_abs_ps(v), big);
+                    let tie = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(small, d, band);
+                    let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                    let r = _mm512_add_epi32(_mm512_cvtps_epi32(v), zv);
+                    let bytes = _mm_xor_si128(_mm512_cvtepi32_epi8(r), fl);
+                    let dst = &mut out[i..i + 16];
+                    // SAFETY: `dst` has the block's 16 slots.
+                    unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), bytes) };
+                    if tie != 0 {
+                        redo(&acc[i..i + 16], dst);
+                    }
+                }
+                n
+            }
+        };
+    }
+
+    requantize_blocks512!(requantize512_i32, i32, |p: *const i32| _mm512_cvtepi32_ps(
+        _mm512_loadu_si512(p.cast())
+    ));
+    requantize_blocks512!(requantize512_f32, f32, |p: *const f32| _mm512_loadu_ps(p));
+
     /// The whole 32-element blocks of [`super::quantize`]; returns how many it wrote.
     ///
     /// # Safety
@@ -516,6 +591,79 @@ mod x86 {
             }
             store_bytes(r, _mm256_set1_epi8(flip as i8), &mut out[i..]);
             i += 32;
+        }
+        n
+    }
+
+    /// [`run`] at the AVX-512 level: 16 elements a vector, the same float32 operations in the
+    /// same order as the AVX2 kernel (so the same bytes), narrowed by `vpmovdb` instead of
+    /// packs and a permute. Returns how many elements it wrote (the whole 16-byte blocks).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX-512BW; `a`, `b` and `out` have the same length.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn run512(
+        form: Form,
+        a: &[u8],
+        b: &[u8],
+        zy: i32,
+        flip: u8,
+        out: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        let n = a.len() / 16 * 16;
+        let (b, out) = (&b[..n], &mut out[..n]);
+        let (lo, hi) = (
+            _mm512_set1_ps((-zy) as f32),
+            _mm512_set1_ps((255 - zy) as f32),
+        );
+        let zyv = _mm512_set1_epi32(zy);
+        let fl = _mm_set1_epi8(flip as i8);
+        let (za, zb, p, q) = match form {
+            Form::Affine { za, alpha, gamma } => (za, 0, alpha, gamma),
+            Form::Add { za, ra, zb, rb } => (za, zb, ra, rb),
+            Form::Mul { za, zb, r } => (za, zb, r, 0.0),
+        };
+        let (zav, zbv) = (_mm512_set1_epi32(za), _mm512_set1_epi32(zb));
+        let (pv, qv) = (_mm512_set1_ps(p), _mm512_set1_ps(q));
+        // Sixteen bytes of `s` from `at` minus `z`, as i32 lanes.
+        macro_rules! widen {
+            ($s:expr, $at:expr, $z:expr) => {{
+                let x: &[u8; 16] = $s[$at..$at + 16].try_into().expect("a block");
+                // SAFETY: `x` holds the 16 bytes read.
+                let x = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
+                _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_xor_si128(x, fl)), $z)
+            }};
+        }
+        // One loop per form, so that none of them branches on it per block.
+        macro_rules! each_block {
+            (|$xa:ident, $at:ident| $v:expr) => {
+                for $at in (0..n).step_by(16) {
+                    let $xa = widen!(a, $at, zav);
+                    let v = _mm512_min_ps(_mm512_max_ps($v, lo), hi);
+                    // Rounds half to even (the default rounding mode), then the zero point.
+                    let r = _mm512_add_epi32(_mm512_cvtps_epi32(v), zyv);
+                    let bytes = _mm_xor_si128(_mm512_cvtepi32_epi8(r), fl);
+                    let dst = &mut out[$at..$at + 16];
+                    // SAFETY: `dst` has the block's 16 slots.
+                    unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), bytes) };
+                }
+            };
+        }
+        match form {
+            Form::Affine { .. } => {
+                each_block!(|xa, at| _mm512_add_ps(_mm512_mul_ps(pv, _mm512_cvtepi32_ps(xa)), qv))
+            }
+            Form::Add { .. } => each_block!(|xa, at| {
+                let xb = widen!(b, at, zbv);
+                _mm512_add_ps(
+                    _mm512_mul_ps(pv, _mm512_cvtepi32_ps(xa)),
+                    _mm512_mul_ps(qv, _mm512_cvtepi32_ps(xb)),
+                )
+            }),
+            Form::Mul { .. } => each_block!(|xa, at| {
+                let xb = widen!(b, at, zbv);
+                _mm512_mul_ps(pv, _mm512_cvtepi32_ps(_mm512_mullo_epi32(xa, xb)))
+            }),
         }
         n
     }

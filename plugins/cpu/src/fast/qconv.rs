@@ -26,6 +26,10 @@ pub struct PackedConv {
     group: usize,
     /// Per group, `[m / group] × depth`; empty when depthwise.
     groups: Vec<QWeights>,
+    /// Per group, the same weights with their depth in the order of [`Cols::Quads`] (channel
+    /// quad, tap, channel within the quad), for the stride-1 path of [`indirect`]; empty when
+    /// the channels of a group are not whole quads or the kernel is one tap.
+    quads: Vec<QWeights>,
     /// The centered weights `w - zw`, `[m] × taps`, for the depthwise loop (else empty), and
     /// the same values as f32 for its float32 kernel.
     centered: Vec<i32>,
@@ -43,6 +47,7 @@ impl PackedConv {
         w: &[u8],
         signed: bool,
         (m, depth, group): (usize, usize, usize),
+        taps: usize,
         depthwise: bool,
         zw: &[i32],
     ) -> Option<PackedConv> {
@@ -67,31 +72,43 @@ impl PackedConv {
             }
         };
         let mg = m / group;
-        let (groups, centered) = if depthwise {
-            let centered = w
+        let cg = depth.checked_div(taps).unwrap_or(0);
+        let in_quads = taps > 1 && cg * taps == depth && cg.is_multiple_of(4);
+        let (mut groups, mut quads, mut centered) = (Vec::new(), Vec::new(), Vec::new());
+        if depthwise {
+            centered = w
                 .iter()
                 .enumerate()
                 .map(|(i, &b)| val(b) - zw[i / depth.max(1)])
                 .collect();
-            (Vec::new(), centered)
         } else {
-            let groups = (0..group)
-                .map(|g| {
-                    let wg: Vec<i8> = w[g * mg * depth..][..mg * depth]
-                        .iter()
-                        .map(|&b| val(b) as i8)
-                        .collect();
-                    let ones = zw[g * mg..][..mg].iter().any(|&z| z != 0);
-                    QWeights::pack(&wg, mg, depth, ones)
-                })
-                .collect();
-            (groups, Vec::new())
-        };
+            for g in 0..group {
+                let wg: Vec<i8> = w[g * mg * depth..][..mg * depth]
+                    .iter()
+                    .map(|&b| val(b) as i8)
+                    .collect();
+                let ones = zw[g * mg..][..mg].iter().any(|&z| z != 0);
+                groups.push(QWeights::pack(&wg, mg, depth, ones));
+                if in_quads {
+                    // Depth `(c, tap)` becomes `(c / 4, tap, c % 4)`.
+                    let mut wq = vec![0i8; wg.len()];
+                    for (row, src) in wq.chunks_exact_mut(depth).zip(wg.chunks_exact(depth)) {
+                        for (c, per_tap) in src.chunks_exact(taps).enumerate() {
+                            for (tap, &v) in per_tap.iter().enumerate() {
+                                row[((c / 4) * taps + tap) * 4 + c % 4] = v;
+                            }
+                        }
+                    }
+                    quads.push(QWeights::pack(&wq, mg, depth, ones));
+                }
+            }
+        }
         Some(PackedConv {
             m,
             depth,
             group,
             groups,
+            quads,
             centered_f32: centered.iter().map(|&v| v as f32).collect(),
             centered,
             zw,
@@ -162,7 +179,7 @@ fn run_inline(
     let mut ints = Vec::new();
     match out {
         Output::Int32 => ints = vec![0i32; total],
-        Output::Bytes { .. } => bytes = vec![0u8; total],
+        Output::Bytes { .. } => bytes = crate::scratch::zeros(total),
     }
     if total == 0 {
         return Some(match out {
@@ -201,7 +218,15 @@ fn run_inline(
         if w.groups.len() != w.group {
             return None;
         }
-        gemm_conv(conv, x, w, zx, &store);
+        if conv.geo.strides == [1, 1]
+            && w.quads.len() == w.group
+            && cg.is_multiple_of(4)
+            && conv.kh * conv.kw > 1
+        {
+            indirect(conv, x, w, zx, &store);
+        } else {
+            gemm_conv(conv, x, w, zx, &store);
+        }
     }
     Some(match out {
         Output::Int32 => Result::Int32(ints),
@@ -528,6 +553,101 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
             });
         }
     });
+}
+
+/// The stride-1 path for groups of whole channel quads: the input is laid out once as
+/// `[image][group][channel quad][padded row][padded column][4]` (the unsigned domain, the
+/// padding holding the zero point), so that each quad of the GEMM's depth (a channel quad at
+/// one kernel tap) is a fixed offset into it and a panel of columns is one run of bytes: no
+/// column matrix. The GEMM's columns run over the padded width, those past the output width
+/// computed and dropped (2 of 162 for a 3 × 3 kernel on a 160-wide plane).
+#[inline(always)]
+fn indirect(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &Store<'_>) {
+    let (oh, ow) = (conv.oh(), conv.ow());
+    let plane_out = oh * ow;
+    let cg = conv.c / conv.group;
+    let mg = conv.m / conv.group;
+    let taps = conv.kh * conv.kw;
+    let (dh, dw) = (conv.geo.dilations[0], conv.geo.dilations[1]);
+    let (pt, pl) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+    // The padded plane: every row and column a tap reaches.
+    let hp = (conv.h + pt).max(oh + (conv.kh - 1) * dh);
+    let wp = (conv.w + pl).max(ow + (conv.kw - 1) * dw);
+    let plane4 = hp * wp * 4;
+    let cq = cg / 4;
+    let block = cq * plane4;
+    let blocks = conv.n * conv.group;
+    let flip = if x.signed { 0x80u8 } else { 0 };
+    let pad = zx as u8;
+    let plane_in = conv.h * conv.w;
+    // The padding everywhere first, then each row's data interleaved over it.
+    let mut xq = crate::scratch::take::<u8>(blocks * block);
+    xq.resize(blocks * block, pad);
+    crate::par::for_each_chunk(&mut xq, plane4, |i, dst| {
+        // Chunk `i` is channels `4i..4i + 4` counted over all images and groups.
+        let src = &x.x[4 * i * plane_in..][..4 * plane_in];
+        for iy in 0..conv.h {
+            let row = &mut dst[((iy + pt) * wp + pl) * 4..][..conv.w * 4];
+            let rows = [0, 1, 2, 3].map(|t| &src[t * plane_in + iy * conv.w..][..conv.w]);
+            qgemm::interleave_rows(rows, flip, row);
+        }
+    });
+    let offs: Vec<usize> = (0..cq)
+        .flat_map(|q| {
+            (0..conv.kh).flat_map(move |ky| {
+                (0..conv.kw).map(move |kx| q * plane4 + (ky * dh * wp + kx * dw) * 4)
+            })
+        })
+        .collect();
+    debug_assert_eq!(offs.len() * 4, taps * cg);
+    // Bands of output rows: about 128 KiB of i32 sums each, two tasks a thread at least.
+    let mut band = ((32 << 10) / mg.max(1) / wp.max(1)).clamp(1, oh.max(1));
+    let threads = crate::par::threads();
+    if threads > 1 {
+        band = band.min(oh.div_ceil(2 * threads).max(1));
+    }
+    let bands = oh.div_ceil(band);
+    crate::par::for_each_index(blocks * bands, |t| {
+        let (ng, oy0) = (t / bands, t % bands * band);
+        let oy1 = (oy0 + band).min(oh);
+        let (n, g) = (ng / conv.group, ng % conv.group);
+        let wg = &w.quads[g];
+        let fin = Finish {
+            mg,
+            depth: w.depth,
+            zw: &w.zw[g * mg..][..mg],
+            zx,
+            sums: wg.row_sums(),
+            has_ones: wg.rows() > mg,
+        };
+        // Columns `oy · wp + ox` of the padded grid, up to the last output of the band.
+        let (start, end) = (oy0 * wp, (oy1 - 1) * wp + ow);
+        let ld = end - start;
+        let mut sums = vec![0i32; mg * ld];
+        crate::par::with_bytes(qgemm::panel_len(w.depth), |panel| {
+            let mut tile = vec![0i32; qgemm::tile_len(wg)];
+            qgemm::qgemm(
+                wg,
+                Cols::Quads {
+                    x: &xq[ng * block..][..block],
+                    offs: &offs,
+                },
+                start..end,
+                false,
+                (panel, &mut tile),
+                |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - start..], ld),
+            );
+        });
+        let base = (n * conv.m + g * mg) * plane_out;
+        for r in 0..mg {
+            for oy in oy0..oy1 {
+                let row = &sums[r * ld + (oy - oy0) * wp..][..ow];
+                // SAFETY: rows `oy0..oy1` of this image and group's planes are this task's.
+                unsafe { store.put(g * mg + r, base + r * plane_out + oy * ow, row) };
+            }
+        }
+    });
+    crate::scratch::give(xq);
 }
 
 /// What [`finish`] needs of one task of [`gemm_conv`]: a group's zero-point corrections.

@@ -90,6 +90,11 @@ pub enum Cols<'a> {
     KByP { x: &'a [u8], ld: usize },
     /// `Xᵀ`, row-major (`cols × depth`, row stride `ld`): the rows of a MatMul's left operand.
     PByK { x: &'a [u8], ld: usize },
+    /// Quads already interleaved: quad `q` of column `p` is the four bytes at
+    /// `x[offs[q] + 4 · p..]`, so that a panel's quad is one run of `4 · NR` bytes (a
+    /// convolution's input in channel quads, each kernel tap an offset into it). The depth is
+    /// `4 · offs.len()`.
+    Quads { x: &'a [u8], offs: &'a [usize] },
 }
 
 /// The bytes of a panel of one [`QWeights`]' depth.
@@ -226,6 +231,22 @@ fn pack_panel(
                 }
             }
         }
+        Cols::Quads { x, offs } => {
+            assert_eq!(offs.len() * 4, depth, "a quad per offset");
+            let fl = u32::from_ne_bytes([fl; 4]);
+            for (q, &off) in offs.iter().enumerate() {
+                let out = &mut panel[q * NR * 4..][..NR * 4];
+                let (head, rest) = out.split_at_mut(4 * n);
+                head.copy_from_slice(&x[off + 4 * p0..][..4 * n]);
+                rest.fill(0);
+                if fl != 0 {
+                    for word in head.chunks_exact_mut(4) {
+                        let v = u32::from_ne_bytes(word.try_into().unwrap_or([0; 4])) ^ fl;
+                        word.copy_from_slice(&v.to_ne_bytes());
+                    }
+                }
+            }
+        }
         Cols::PByK { x, ld } => {
             let full = depth / 4;
             for j in 0..NR {
@@ -249,6 +270,30 @@ fn pack_panel(
                     }
                 }
             }
+        }
+    }
+}
+
+/// Interleaves four rows of bytes into quads: `out[4 · j + t] = rows[t][j] ^ flip` for every
+/// column `j` of the rows (all of one length; `out` four times it).
+pub fn interleave_rows(rows: [&[u8]; 4], flip: u8, out: &mut [u8]) {
+    let len = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == len) && out.len() == 4 * len);
+    let mut j = 0;
+    #[cfg(target_arch = "x86_64")]
+    if Level::current() != Level::Portable {
+        while j + NR <= len {
+            let chunk: &mut [u8; NR * 4] =
+                (&mut out[4 * j..][..NR * 4]).try_into().expect("a quad");
+            let r = [0, 1, 2, 3].map(|t| &rows[t][j..][..NR]);
+            // SAFETY: AVX2 is present at both wide levels; each row holds NR bytes from `j`.
+            unsafe { x86::interleave4(r, flip, chunk) };
+            j += NR;
+        }
+    }
+    for (col, quad) in out[4 * j..].chunks_exact_mut(4).enumerate() {
+        for (t, b) in quad.iter_mut().enumerate() {
+            *b = rows[t][j + col] ^ flip;
         }
     }
 }
@@ -406,6 +451,7 @@ pub(crate) mod tests {
             (13, 27, 45),
             (3, 130, 70),
             (17, 9, 33),
+            (5, 12, 40),
         ] {
             for extreme in [false, true] {
                 let w: Vec<i8> = (0..rows * depth)
@@ -417,6 +463,12 @@ pub(crate) mod tests {
                 let xt: Vec<u8> = (0..cols * depth)
                     .map(|i| x[(i % depth) * cols + i / depth])
                     .collect();
+                // In quads, `[depth / 4][cols][4]`, when the depth is whole quads.
+                let quads = depth / 4;
+                let xq: Vec<u8> = (0..quads * cols * 4)
+                    .map(|i| x[(i / (cols * 4) * 4 + i % 4) * cols + i / 4 % cols])
+                    .collect();
+                let offs: Vec<usize> = (0..quads).map(|q| q * cols * 4).collect();
                 for flip in [false, true] {
                     let want = |r: usize, p: usize| -> i64 {
                         (0..depth)
@@ -433,10 +485,17 @@ pub(crate) mod tests {
                     let packed = QWeights::pack(&w, rows, depth, true);
                     for isa in ISAS.iter().filter(|i| i.fast) {
                         let ran = with_isa(isa, || {
-                            for layout in [
+                            let mut layouts = vec![
                                 Cols::KByP { x: &x, ld: cols },
                                 Cols::PByK { x: &xt, ld: depth },
-                            ] {
+                            ];
+                            if depth.is_multiple_of(4) {
+                                layouts.push(Cols::Quads {
+                                    x: &xq,
+                                    offs: &offs,
+                                });
+                            }
+                            for layout in layouts {
                                 let mut panel = vec![0u8; panel_len(depth)];
                                 let mut tile = vec![0i32; tile_len(&packed)];
                                 let mut seen = 0;

@@ -342,7 +342,7 @@ fn quantize_f32_per_tensor(
     };
     let x = flat(xv);
     let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
-    let y = crate::par::build_vec(Vec::new(), x.len(), piece, |at, f| {
+    let y = crate::par::build_vec(crate::scratch::take(x.len()), x.len(), piece, |at, f| {
         let x = &x[at..][..piece.min(x.len() - at)];
         // SAFETY: the kernel writes every slot it is handed.
         unsafe {
@@ -840,7 +840,7 @@ impl FastQMatMul {
         let mut ints = Vec::new();
         match out {
             qmatmul::Output::Int32 => ints = vec![0i32; rows * n],
-            qmatmul::Output::Bytes { .. } => bytes = vec![0u8; rows * n],
+            qmatmul::Output::Bytes { .. } => bytes = crate::scratch::zeros(rows * n),
         }
         let per = rows / batches.max(1);
         for i in 0..batches {
@@ -1275,7 +1275,7 @@ impl FastQConv {
         let packed = self
             .cache
             .get(&wb, &zw, [m, depth, g, usize::from(w_signed)], || {
-                PackedConv::new(&wb, w_signed, (m, depth, g), depthwise, &zw)
+                PackedConv::new(&wb, w_signed, (m, depth, g), kh * kw, depthwise, &zw)
             })?;
         let conv = Conv2d {
             n: nb,
@@ -1744,8 +1744,9 @@ mod tests {
 
     /// The 8-bit convolution fast path ([`qconv`]) on every level gives the general path's
     /// exact answers: QLinearConv and ConvInteger, uint8 and int8 inputs, weights and outputs,
-    /// per-tensor and per-channel weight zero points, for the GEMM (with im2col and 1×1),
-    /// depthwise, grouped, strided, dilated, asymmetrically padded and 1-D cases.
+    /// per-tensor and per-channel weight zero points, for the GEMM (with im2col, with the input
+    /// in channel quads, and 1×1), depthwise, grouped, strided, dilated, asymmetrically padded
+    /// and 1-D cases.
     #[test]
     fn fast_integer_convolution_equals_the_general_path() {
         let mut rnd = byte_rng(17);
@@ -1807,6 +1808,33 @@ mod tests {
                 1,
                 vec![2, 2],
                 vec![1, 1, 1, 1],
+                vec![1, 1],
+            ),
+            // Stride 1 over whole channel quads (the input laid out in quads): two images,
+            // then groups with dilation and asymmetric pads on rows longer than a panel, then
+            // no padding at all.
+            (
+                vec![2, 8, 9, 11],
+                vec![6, 8, 3, 3],
+                1,
+                vec![1, 1],
+                vec![1, 1, 1, 1],
+                vec![1, 1],
+            ),
+            (
+                vec![1, 8, 12, 35],
+                vec![6, 4, 3, 5],
+                2,
+                vec![1, 1],
+                vec![0, 2, 3, 1],
+                vec![2, 1],
+            ),
+            (
+                vec![1, 4, 5, 70],
+                vec![3, 4, 2, 2],
+                1,
+                vec![1, 1],
+                vec![0, 0, 0, 0],
                 vec![1, 1],
             ),
         ];

@@ -13,6 +13,9 @@ use std::thread::LocalKey;
 /// Buffers below this many bytes are left to the allocator.
 const MIN_BYTES: usize = 64 << 10;
 const MAX_BUFFERS: usize = 24;
+/// Byte buffers of each kind: a quantized model's activations are a quarter of a float one's,
+/// and fewer of them do.
+const MAX_BYTE_BUFFERS: usize = 6;
 const MAX_BYTES: usize = 512 << 20;
 
 type Free<T> = RefCell<Vec<Vec<T>>>;
@@ -69,8 +72,37 @@ pub fn take<T: Pooled>(len: usize) -> Vec<T> {
             v.clear();
             return v;
         }
+        // A miss: a buffer of another kind that would have fitted goes back to the allocator
+        // first, which can hand its memory out again, so that pools of two kinds do not hold
+        // what one of them alone would (a model turning bytes into floats and back).
+        let bytes = len * size_of::<T>();
+        if TypeId::of::<T>() != TypeId::of::<f32>() {
+            drop_one::<f32>(bytes);
+        }
+        if TypeId::of::<T>() != TypeId::of::<u8>() {
+            drop_one::<u8>(bytes);
+        }
+        if TypeId::of::<T>() != TypeId::of::<i8>() {
+            drop_one::<i8>(bytes);
+        }
     }
     Vec::with_capacity(len)
+}
+
+/// Frees the smallest pooled buffer of `U` with room for `bytes` (and not more than twice that).
+fn drop_one<U: Pooled>(bytes: usize) {
+    let fits = |v: &Vec<U>| {
+        let b = v.capacity() * size_of::<U>();
+        b >= bytes && b <= 2 * bytes
+    };
+    let freed = U::free().with(|f| {
+        let mut f = f.borrow_mut();
+        let best = (0..f.len())
+            .filter(|&i| fits(&f[i]))
+            .min_by_key(|&i| f[i].capacity());
+        best.map(|i| f.swap_remove(i))
+    });
+    drop(freed);
 }
 
 /// [`take`] for an element type known only as a type parameter: `None` when it has no pool.
@@ -106,7 +138,8 @@ pub fn give<T: Pooled>(v: Vec<T>) {
     let bytes = held::<f32>() + held::<u8>() + held::<i8>();
     T::free().with(|f| {
         let mut f = f.borrow_mut();
-        if f.len() < MAX_BUFFERS && bytes + v.capacity() * size_of::<T>() <= MAX_BYTES {
+        let most = if size_of::<T>() == 1 { MAX_BYTE_BUFFERS } else { MAX_BUFFERS };
+        if f.len() < most && bytes + v.capacity() * size_of::<T>() <= MAX_BYTES {
             f.push(v);
         }
     });

@@ -138,7 +138,11 @@ pub fn give<T: Pooled>(v: Vec<T>) {
     let bytes = held::<f32>() + held::<u8>() + held::<i8>();
     T::free().with(|f| {
         let mut f = f.borrow_mut();
-        let most = if size_of::<T>() == 1 { MAX_BYTE_BUFFERS } else { MAX_BUFFERS };
+        let most = if size_of::<T>() == 1 {
+            MAX_BYTE_BUFFERS
+        } else {
+            MAX_BUFFERS
+        };
         if f.len() < most && bytes + v.capacity() * size_of::<T>() <= MAX_BYTES {
             f.push(v);
         }

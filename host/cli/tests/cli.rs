@@ -573,6 +573,17 @@ fn batch_normalization_folds_into_the_conv_before_it() {
     assert_eq!(count(&reference, "BatchNormalization"), 3, "{reference:?}");
 }
 
+/// float16 values are float32 inside a program, so a Cast between float and float16 there is
+/// the identity: its readers read its input. Of `float16-overflow`'s two Casts only the one
+/// that makes the model's float32 output runs, on every kernel level.
+#[test]
+fn casts_between_float_and_float16_inside_a_program_do_not_run() {
+    for level in [None, Some("reference")] {
+        let kinds = step_kinds("float16-overflow", &["x"], level);
+        assert_eq!(count(&kinds, "Cast"), 1, "{level:?}: {kinds:?}");
+    }
+}
+
 /// Nodes of an If's branches that read only constants, some of them the enclosing graph's
 /// initializers, are computed once when the session is made, on every kernel level: a run
 /// executes the If and its MatMul and Add alone.

@@ -571,6 +571,9 @@ impl Program {
         for v in outputs {
             *reads.entry(*v).or_default() += 1;
         }
+        // Values that share their data with another (an elided Cast's input and output): their
+        // own count of readers is not their data's.
+        let mut aliases: std::collections::HashSet<u32> = std::collections::HashSet::new();
         for node in planned {
             let id = node.id;
             let label = if node.name.is_empty() {
@@ -632,6 +635,7 @@ impl Program {
                 && crate::fast::enabled()
                 && let Some(x) = node.inputs.first().copied().flatten()
                 && reads.get(&x) == Some(&1)
+                && !aliases.contains(&x)
                 && let [Some(y), rest @ ..] = node.outputs.as_slice()
                 && rest.iter().all(Option::is_none)
                 && let Some(conv_out) =
@@ -695,6 +699,23 @@ impl Program {
                 }),
                 None => kernel,
             };
+            // A Cast from float to float (float16 included, as widened here) is the identity: its
+            // readers read its input (ONNX Runtime removes these Casts too), unless the program
+            // returns its output. The kernel is made all the same, so that its attributes are
+            // checked.
+            if node.op_type == "Cast"
+                && node.domain.is_empty()
+                && def.input_types.first() == Some(&Some(ElementType::Float))
+                && matches!(def.attributes.get("to"), Some(AttrValue::Int(1)))
+                && let [Some(src)] = srcs.as_slice()
+                && let [Some(y)] = node.outputs.as_slice()
+                && !outputs.contains(y)
+            {
+                slot_of.insert(*y, *src);
+                aliases.insert(*y);
+                aliases.extend(node.inputs.iter().flatten());
+                continue;
+            }
             // A node of constants only is evaluated once, here.
             if let Some(values) = fold(node.op_type, kernel.as_ref(), &srcs, (&constants, known))
                 && values.len() >= node.outputs.iter().flatten().count()

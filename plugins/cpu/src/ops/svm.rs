@@ -78,8 +78,43 @@ impl Kernel {
 /// Support vectors (`[count, features]`), or none for the linear form.
 struct Vectors {
     data: Vec<f32>,
+    /// The same values transposed, `[features, count]`, for [`Kernel::eval_all`].
+    by_feature: Vec<f32>,
     count: usize,
     features: usize,
+}
+
+impl Kernel {
+    /// The kernel of row `x` with every support vector, into `ker` (`sv.count` values): RBF's
+    /// distances are summed feature by feature across all vectors at once, in the order
+    /// [`Kernel::eval`] sums them (so the same distances), then raised through the vectorized
+    /// exp; the other kernels vector by vector.
+    fn eval_all(self, x: &[f32], sv: &Vectors, ker: &mut [f32]) {
+        match self {
+            Kernel::Rbf { gamma } => rbf_row(x, &sv.by_feature, gamma, ker),
+            _ => {
+                for (v, kv) in ker.iter_mut().enumerate() {
+                    *kv = self.eval(x, &sv.data[v * sv.features..(v + 1) * sv.features]);
+                }
+            }
+        }
+    }
+}
+
+crate::multiversion! {
+/// `ker[v] = exp(-gamma · Σ_f (x[f] - svt[f][v])²)`, `svt` holding `ker.len()` values a feature.
+fn rbf_row(x: &[f32], svt: &[f32], gamma: f32, ker: &mut [f32]) {
+    let count = ker.len();
+    ker.fill(0.0);
+    for (&xf, col) in x.iter().zip(svt.chunks_exact(count.max(1))) {
+        for (k, &s) in ker.iter_mut().zip(col) {
+            *k += (xf - s) * (xf - s);
+        }
+    }
+    for k in ker.iter_mut() {
+        *k = crate::fast::math::exp_f32(-gamma * *k);
+    }
+}
 }
 
 fn vectors(n: &NodeDef, count: usize) -> OpResult<Vectors> {
@@ -87,6 +122,7 @@ fn vectors(n: &NodeDef, count: usize) -> OpResult<Vectors> {
     if count == 0 {
         return Ok(Vectors {
             data,
+            by_feature: Vec::new(),
             count,
             features: 0,
         });
@@ -97,8 +133,13 @@ fn vectors(n: &NodeDef, count: usize) -> OpResult<Vectors> {
             data.len()
         )));
     }
+    let features = data.len() / count;
+    let by_feature = (0..features * count)
+        .map(|i| data[(i % count) * features + i / count])
+        .collect();
     Ok(Vectors {
-        features: data.len() / count,
+        features,
+        by_feature,
         data,
         count,
     })
@@ -244,9 +285,7 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 dst.copy_from_slice(&scores);
                 return label;
             }
-            for (v, kv) in ker.iter_mut().enumerate() {
-                *kv = kern.eval(xr, &sv.data[v * sv.features..(v + 1) * sv.features]);
-            }
+            kern.eval_all(xr, &sv, ker);
             let mut votes = vec![0usize; k];
             let mut decisions = Vec::with_capacity(pairs);
             let mut pair = 0;

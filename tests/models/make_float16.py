@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes `float16-overflow.onnx` in this folder, with a fixed input and ONNX Runtime's output.
+"""Writes `float16-overflow.onnx` and `float16-gather.onnx` in this folder, with fixed inputs and
+ONNX Runtime's outputs.
 
 A float32 network written with onnx's helpers (Conv, Relu, Mul by 1000, Add -65000, Mul by
 0.001, Sigmoid: no pattern ONNX Runtime fuses into the Conv's weights), converted to float16 by `onnxconverter_common.float16.convert_float_to_float16` with
@@ -74,5 +75,55 @@ def main():
     print(f"{NAME}: y in [{y.min():.4f}, {y.max():.4f}]")
 
 
+def gather_tables():
+    """`float16-gather.onnx`: a float16 table that only a Gather reads (kept float16 by the CPU
+    EP, the gathered rows widened) and one that a Gather and an Add read (widened whole)."""
+    name = "float16-gather"
+    rng = np.random.default_rng(17)
+    table = (rng.random((40, 6), dtype=np.float32) * 8.0 - 4.0).astype(np.float32)
+    shared = (rng.random((4, 6), dtype=np.float32) - 0.5).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(shared, "shared"),
+        numpy_helper.from_array(np.array(3.0, np.float32), "three"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["rows"]),
+        helper.make_node("Mul", ["rows", "three"], ["y"]),
+        helper.make_node("Gather", ["shared", "idx"], ["picked"]),
+        helper.make_node("Add", ["picked", "shared"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 6]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 6]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = float16.convert_float_to_float16(model, keep_io_types=True)
+    onnx.checker.check_model(model)
+    path = os.path.join(HERE, f"{name}.onnx")
+    onnx.save(model, path)
+    feeds = {
+        "ids": rng.integers(0, 40, size=(2, 5), dtype=np.int64),
+        "idx": np.array([3, 0, 2, 2], np.int64),
+    }
+    y, z = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for k, v in feeds.items():
+        np.save(os.path.join(HERE, f"{name}.input.{k}.npy"), v)
+    np.save(os.path.join(HERE, f"{name}.output.y.npy"), y)
+    np.save(os.path.join(HERE, f"{name}.output.z.npy"), z)
+    print(f"{name}: y {y.shape}, z {z.shape}")
+
+
 if __name__ == "__main__":
     main()
+    gather_tables()

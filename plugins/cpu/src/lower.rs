@@ -1,8 +1,10 @@
 //! float16 runs as float32 inside a program.
 //!
 //! Every float16 value a [`crate::program::Program`] computes or holds is a float32 tensor
-//! there: float16 initializers widen once at compile time, float16 run inputs widen as the run
-//! starts, and float16 program outputs round back to float16 as it ends. In between, the float32
+//! there: float16 initializers widen once at compile time (but for a table that only Gathers
+//! read, as their data: it stays float16 and the gathered rows widen, so a float16
+//! transformer's word embedding is not held at twice its size), float16 run inputs widen as
+//! the run starts, and float16 program outputs round back to float16 as it ends. In between, the float32
 //! kernels (and their fast paths and fused chains) do the work, and nothing rounds to float16:
 //! a `Cast` between float and float16 inside the program is the identity.
 //!

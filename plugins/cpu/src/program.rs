@@ -237,6 +237,7 @@ fn initializer(
     graph: &GraphView<'_>,
     v: u32,
     elem_type: Option<ElementType>,
+    widen: bool,
 ) -> Result<Tensor, OpError> {
     let e = |e: sdk::Error| OpError(e.to_string());
     if elem_type == Some(ElementType::String) {
@@ -244,12 +245,9 @@ fn initializer(
         return Tensor::strings_from_bytes(&t.dims(), t.iter());
     }
     let t = graph.initializer(v).map_err(e)?;
-    // float16 is held as float32 inside a program ([`lower`]).
-    Ok(lower::to_f32(Tensor::from_bytes(
-        t.elem_type,
-        &t.dims(),
-        t.data,
-    )?))
+    let t = Tensor::from_bytes(t.elem_type, &t.dims(), t.data)?;
+    // float16 is held as float32 inside a program ([`lower`]), but for a Gather's table.
+    Ok(if widen { lower::to_f32(t) } else { t })
 }
 
 fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
@@ -571,6 +569,23 @@ impl Program {
         for v in outputs {
             *reads.entry(*v).or_default() += 1;
         }
+        // float16 initializers that only Gathers read, as their data: they stay float16 and the
+        // Gather's rows are widened (by [`lower::Widened`]), not the whole table, which is most
+        // of a float16 transformer's weights (its word embedding).
+        let mut gather_only: HashMap<u32, bool> = HashMap::new();
+        for n in &planned {
+            for (j, v) in n.inputs.iter().enumerate() {
+                let Some(v) = *v else { continue };
+                let ok = j == 0 && n.op_type == "Gather" && n.domain.is_empty();
+                *gather_only.entry(v).or_insert(true) &= ok;
+            }
+            for v in &n.implicit_inputs {
+                gather_only.insert(*v, false);
+            }
+        }
+        for v in outputs {
+            gather_only.insert(*v, false);
+        }
         // Values that share their data with another (an elided Cast's input and output): their
         // own count of readers is not their data's.
         let mut aliases: std::collections::HashSet<u32> = std::collections::HashSet::new();
@@ -612,7 +627,9 @@ impl Program {
                 let src = match slot_of.get(&v) {
                     Some(s) => *s,
                     None if info.is_initializer() => {
-                        let owned = initializer(graph, v, info.elem_type)
+                        let widen = info.elem_type != Some(ElementType::Float16)
+                            || gather_only.get(&v) != Some(&true);
+                        let owned = initializer(graph, v, info.elem_type, widen)
                             .map_err(|e| op_error(&label, e))?;
                         constants.push(owned);
                         let s = Source::Constant(constants.len() - 1);
@@ -762,7 +779,8 @@ impl Program {
                 // A graph output that is an initializer of this graph.
                 None if graph.value(v)?.is_initializer() => {
                     let ty = graph.value(v)?.elem_type;
-                    constants.push(initializer(graph, v, ty).map_err(|e| op_error("output", e))?);
+                    constants
+                        .push(initializer(graph, v, ty, true).map_err(|e| op_error("output", e))?);
                     Source::Constant(constants.len() - 1)
                 }
                 None => {

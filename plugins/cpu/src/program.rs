@@ -923,6 +923,20 @@ impl Program {
             .any(|s| s.kind.split('+').any(|k| HEAVY.contains(&k)))
     }
 
+    /// Whether a step scores rows one by one against a fixed model (tree ensembles, SVMs):
+    /// one loop over the rows, shared with the intra-op pool in one hand-off, which pays on a
+    /// few thousand input values already.
+    pub fn has_row_model_steps(&self) -> bool {
+        const ROWS: &[&str] = &[
+            "TreeEnsembleClassifier",
+            "TreeEnsembleRegressor",
+            "TreeEnsemble",
+            "SVMClassifier",
+            "SVMRegressor",
+        ];
+        self.steps.iter().any(|s| ROWS.contains(&s.kind.as_str()))
+    }
+
     pub fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         for step in &self.steps {

@@ -162,16 +162,37 @@ fn batched_transpose<T: Elem>(a: &ArrayViewD<'_, T>, perm: &[usize]) -> Option<n
         long[first..first + len].iter().map(|&d| shape[d]).product()
     };
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let (batch, rows, cols) = match groups.as_slice() {
+    let k = long.len();
+    // Two swapped groups `[R, C] -> [C, R]`, after a leading batch group and before a trailing
+    // group that stays last (runs of `inner` contiguous elements, as in a transformer's
+    // `[B, S, H, D] -> [B, H, S, D]`).
+    let (batch, rows, cols, inner) = match groups.as_slice() {
         [] | [_] => return ndarray::ArrayD::from_shape_vec(out_shape, data.to_vec()).ok(),
-        [g1, g0] if g1.0 > g0.0 => (1, size(*g0), size(*g1)),
-        [b, g1, g0] if b.0 == 0 && g1.0 > g0.0 => (size(*b), size(*g0), size(*g1)),
+        [g1, g0] if g1.0 > g0.0 => (1, size(*g0), size(*g1), 1),
+        [b, g1, g0] if b.0 == 0 && g1.0 > g0.0 => (size(*b), size(*g0), size(*g1), 1),
+        [g1, g0, t] if g1.0 > g0.0 && t.0 + t.1 == k && t.0 > g1.0 => {
+            (1, size(*g0), size(*g1), size(*t))
+        }
+        [b, g1, g0, t] if b.0 == 0 && g1.0 > g0.0 && t.0 + t.1 == k && t.0 > g1.0 => {
+            (size(*b), size(*g0), size(*g1), size(*t))
+        }
         _ => return None,
     };
-    const TILE: usize = 32;
     let mut out = Vec::with_capacity(data.len());
-    // Every element is written once below; the tile loops visit each (r, c) exactly once.
+    // Every element is written once below; the loops visit each (r, c) exactly once.
     out.resize(data.len(), *data.first()?);
+    if inner > 1 {
+        let plane = rows * cols * inner;
+        for (src, dst) in data.chunks_exact(plane).zip(out.chunks_exact_mut(plane)) {
+            for (c, block) in dst.chunks_exact_mut(rows * inner).enumerate() {
+                for (r, run) in block.chunks_exact_mut(inner).enumerate() {
+                    run.copy_from_slice(&src[(r * cols + c) * inner..][..inner]);
+                }
+            }
+        }
+        return ndarray::ArrayD::from_shape_vec(out_shape, out).ok();
+    }
+    const TILE: usize = 32;
     for (src, dst) in data
         .chunks_exact(rows * cols)
         .zip(out.chunks_exact_mut(rows * cols))
@@ -961,11 +982,19 @@ mod tests {
             }
         }
         // [2,3,4,5] has 24 permutations, of which only the copy, the 2-D and the batched 2-D
-        // forms are taken; the unit axes make more of the others such.
-        assert!(taken >= 20, "the tiled path took only {taken} cases");
+        // forms (with or without a trailing run) are taken; the unit axes make more of the
+        // others such.
+        assert!(taken >= 24, "the tiled path took only {taken} cases");
         let x =
             ndarray::ArrayD::from_shape_vec(vec![2, 3, 4], (0..24).collect::<Vec<i32>>()).unwrap();
-        assert!(batched_transpose(&x.view(), &[1, 0, 2]).is_none());
+        assert!(batched_transpose(&x.view(), &[2, 1, 0]).is_none());
+        let runs = batched_transpose(&x.view(), &[1, 0, 2]).expect("a swap before a run");
+        let want = x
+            .view()
+            .permuted_axes(IxDyn(&[1, 0, 2]))
+            .as_standard_layout()
+            .into_owned();
+        assert_eq!(runs, want);
     }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {

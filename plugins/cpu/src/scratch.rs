@@ -185,7 +185,11 @@ mod tests {
         give(again);
         let other = take_any::<i8>(MIN_BYTES).expect("int8 has a pool");
         assert!(other.is_empty() && other.capacity() >= MIN_BYTES);
-        assert_eq!(held::<u8>(), 0, "the uint8 buffer went back to the allocator");
+        assert_eq!(
+            held::<u8>(),
+            0,
+            "the uint8 buffer went back to the allocator"
+        );
         assert!(take_any::<i64>(MIN_BYTES).is_none());
     }
 }

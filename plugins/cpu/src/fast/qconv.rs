@@ -24,11 +24,11 @@ pub struct PackedConv {
     m: usize,
     depth: usize,
     group: usize,
-    /// Per group, `[m / group] × depth`; empty when depthwise.
+    /// Per group, `[m / group] × depth`; empty when depthwise or packed in quads.
     groups: Vec<QWeights>,
-    /// Per group, the same weights with their depth in the order of [`Cols::Quads`] (channel
-    /// quad, tap, channel within the quad), for the stride-1 path of [`indirect`]; empty when
-    /// the channels of a group are not whole quads or the kernel is one tap.
+    /// Per group, the weights with their depth in the order of [`Cols::Quads`] (channel quad,
+    /// tap, channel within the quad), for the stride-1 path of [`indirect`]; empty unless
+    /// asked for (then `groups` is).
     quads: Vec<QWeights>,
     /// The centered weights `w - zw`, `[m] × taps`, for the depthwise loop (else empty), and
     /// the same values as f32 for its float32 kernel.
@@ -41,13 +41,15 @@ pub struct PackedConv {
 impl PackedConv {
     /// Packs `w` (`[m, depth]` bytes; `signed`: int8, else uint8) with its zero points (`zw`:
     /// one, or one per output channel, in `w`'s own domain), for the depthwise loop when each
-    /// group has one input and one output channel, else for the GEMM. `None` when the depth is
-    /// past [`MAX_DEPTH`].
+    /// group has one input and one output channel, else for the GEMM: with `quad_taps`
+    /// (`Some(taps)`, the kernel's taps), its depth in the order of [`indirect`], for a stride-1
+    /// convolution over whole channel quads. `None` when the depth is past [`MAX_DEPTH`], or
+    /// the quad order is asked for weights whose channels are not whole quads.
     pub fn new(
         w: &[u8],
         signed: bool,
         (m, depth, group): (usize, usize, usize),
-        taps: usize,
+        quad_taps: Option<usize>,
         depthwise: bool,
         zw: &[i32],
     ) -> Option<PackedConv> {
@@ -72,8 +74,12 @@ impl PackedConv {
             }
         };
         let mg = m / group;
-        let cg = depth.checked_div(taps).unwrap_or(0);
-        let in_quads = taps > 1 && cg * taps == depth && cg.is_multiple_of(4);
+        if let Some(taps) = quad_taps {
+            let cg = depth.checked_div(taps).unwrap_or(0);
+            if depthwise || taps < 2 || cg * taps != depth || !cg.is_multiple_of(4) {
+                return None;
+            }
+        }
         let (mut groups, mut quads, mut centered) = (Vec::new(), Vec::new(), Vec::new());
         if depthwise {
             centered = w
@@ -88,8 +94,7 @@ impl PackedConv {
                     .map(|&b| val(b) as i8)
                     .collect();
                 let ones = zw[g * mg..][..mg].iter().any(|&z| z != 0);
-                groups.push(QWeights::pack(&wg, mg, depth, ones));
-                if in_quads {
+                if let Some(taps) = quad_taps {
                     // Depth `(c, tap)` becomes `(c / 4, tap, c % 4)`.
                     let mut wq = vec![0i8; wg.len()];
                     for (row, src) in wq.chunks_exact_mut(depth).zip(wg.chunks_exact(depth)) {
@@ -100,6 +105,8 @@ impl PackedConv {
                         }
                     }
                     quads.push(QWeights::pack(&wq, mg, depth, ones));
+                } else {
+                    groups.push(QWeights::pack(&wg, mg, depth, ones));
                 }
             }
         }
@@ -215,17 +222,20 @@ fn run_inline(
         }
         depthwise(conv, x, w, &store);
     } else {
-        if w.groups.len() != w.group {
-            return None;
-        }
-        if conv.geo.strides == [1, 1]
-            && w.quads.len() == w.group
-            && cg.is_multiple_of(4)
-            && conv.kh * conv.kw > 1
-        {
-            indirect(conv, x, w, zx, &store);
-        } else {
+        if w.quads.is_empty() {
+            if w.groups.len() != w.group {
+                return None;
+            }
             gemm_conv(conv, x, w, zx, &store);
+        } else {
+            if conv.geo.strides != [1, 1]
+                || w.quads.len() != w.group
+                || !cg.is_multiple_of(4)
+                || conv.kh * conv.kw < 2
+            {
+                return None;
+            }
+            indirect(conv, x, w, zx, &store);
         }
     }
     Some(match out {

@@ -1272,11 +1272,19 @@ impl FastQConv {
         };
         let depth = cg * kh * kw;
         let depthwise = cg == 1 && m == g;
-        let packed = self
-            .cache
-            .get(&wb, &zw, [m, depth, g, usize::from(w_signed)], || {
-                PackedConv::new(&wb, w_signed, (m, depth, g), kh * kw, depthwise, &zw)
-            })?;
+        // A stride-1 convolution over whole channel quads reads its input in quads
+        // ([`qconv`]): its weights are packed in that depth order instead.
+        let quad_taps =
+            (geo2.strides == [1, 1] && !depthwise && cg % 4 == 0 && kh * kw > 1).then_some(kh * kw);
+        let key = [
+            m,
+            depth,
+            g,
+            usize::from(w_signed) | usize::from(quad_taps.is_some()) << 1,
+        ];
+        let packed = self.cache.get(&wb, &zw, key, || {
+            PackedConv::new(&wb, w_signed, (m, depth, g), quad_taps, depthwise, &zw)
+        })?;
         let conv = Conv2d {
             n: nb,
             c,

@@ -192,7 +192,7 @@ fn batched_transpose<T: Elem>(a: &ArrayViewD<'_, T>, perm: &[usize]) -> Option<n
         }
         return ndarray::ArrayD::from_shape_vec(out_shape, out).ok();
     }
-    const TILE: usize = 32;
+    const TILE: usize = 16;
     for (src, dst) in data
         .chunks_exact(rows * cols)
         .zip(out.chunks_exact_mut(rows * cols))

@@ -4,7 +4,9 @@
 //! Every form is compiled once, when the kernel is built, into one flat [`Forest`]: branch nodes
 //! in one array (feature, threshold, comparison, children as indices), leaves as ranges of one
 //! array of (target, weight) pairs. Evaluating a row walks each tree with plain index loads and
-//! allocates nothing.
+//! allocates nothing. When every branch compares the same way, a [`Flat`] copy (leaves as
+//! self-looping nodes, optionally a dense leaf-by-target weight table) lets sums walk eight rows
+//! at a time, a fixed number of steps in trees that are about as deep everywhere.
 
 use std::collections::HashMap;
 
@@ -15,7 +17,7 @@ use super::one;
 use super::util::input;
 use crate::bail;
 use crate::kernel::{AttrValue, NodeDef, OpKernel, OpResult, Registry, kernel};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
     add_ml(reg, "TreeEnsembleRegressor", 1, build_regressor);
@@ -84,6 +86,214 @@ struct Forest {
     roots: Vec<u32>,
     targets: usize,
     max_feature: usize,
+    /// The same trees laid out for walking several rows at once, where they allow it.
+    flat: Option<Flat>,
+}
+
+/// Rows walked through a tree together: their node loads are independent, so they overlap.
+const BLOCK: usize = 8;
+
+/// Set in [`FlatNode::feature`] when a missing (NaN) value takes the true branch.
+const MISSING_TRUE: u32 = 1 << 31;
+
+/// A node of a [`Flat`] forest. Leaves are nodes too, after the branches, with both children
+/// pointing at themselves, so a walk of fixed length may run past them.
+#[derive(Clone, Copy, Debug)]
+struct FlatNode {
+    value: f64,
+    /// The feature read, with [`MISSING_TRUE`] or-ed in.
+    feature: u32,
+    /// The false child, then the true child.
+    next: [u32; 2],
+}
+
+/// A forest whose branches all compare the same way (no set membership), as one array of
+/// [`FlatNode`]s.
+#[derive(Debug)]
+struct Flat {
+    cmp: Cmp,
+    /// Whether any branch sends a missing value to its true child.
+    missing: bool,
+    nodes: Vec<FlatNode>,
+    /// Index of the first leaf node.
+    first_leaf: u32,
+    /// Per tree: its root node and, when every row is best walked the same number of steps
+    /// (the tree is about as deep everywhere), that number.
+    trees: Vec<(u32, Option<u32>)>,
+    /// Per leaf, its weights as one row of `targets` values, when every leaf has at most one
+    /// weight per target and the table stays small; sums then add whole rows.
+    dense: Option<Vec<f64>>,
+}
+
+impl Flat {
+    fn new(f: &Forest) -> Option<Flat> {
+        let cmp = f.branches.first().map_or(Cmp::Leq, |b| b.cmp);
+        if cmp == Cmp::Member || f.branches.iter().any(|b| b.cmp != cmp) {
+            return None;
+        }
+        let first_leaf = u32::try_from(f.branches.len()).ok()?;
+        let node = |c: u32| {
+            if c & LEAF != 0 {
+                first_leaf + (c & !LEAF)
+            } else {
+                c
+            }
+        };
+        let mut nodes: Vec<FlatNode> = f
+            .branches
+            .iter()
+            .map(|b| FlatNode {
+                value: b.value,
+                feature: b.feature | if b.missing_true { MISSING_TRUE } else { 0 },
+                next: [node(b.if_false), node(b.if_true)],
+            })
+            .collect();
+        for l in 0..f.leaves.len() as u32 {
+            nodes.push(FlatNode {
+                value: 0.0,
+                feature: 0,
+                next: [first_leaf + l; 2],
+            });
+        }
+        // Per node: (deepest leaf, leaves below, sum of their depths), children before parents
+        // (the forest is acyclic, checked by `validate`).
+        let mut shape: Vec<Option<(u32, u64, u64)>> = vec![None; f.branches.len()];
+        let mut stack = Vec::new();
+        let leaf_shape = (0u32, 1u64, 0u64);
+        let of = |shape: &[Option<(u32, u64, u64)>], c: u32| {
+            if c & LEAF != 0 {
+                Some(leaf_shape)
+            } else {
+                shape[c as usize]
+            }
+        };
+        let mut trees = Vec::with_capacity(f.roots.len());
+        for &root in &f.roots {
+            if root & LEAF == 0 {
+                stack.push(root);
+            }
+            while let Some(&at) = stack.last() {
+                let b = &f.branches[at as usize];
+                match (of(&shape, b.if_true), of(&shape, b.if_false)) {
+                    (Some(t), Some(e)) => {
+                        let leaves = t.1.saturating_add(e.1);
+                        let sum = t.2.saturating_add(e.2).saturating_add(leaves);
+                        shape[at as usize] = Some((t.0.max(e.0) + 1, leaves, sum));
+                        stack.pop();
+                    }
+                    (t, e) => {
+                        for (c, done) in [(b.if_true, t), (b.if_false, e)] {
+                            if done.is_none() {
+                                stack.push(c);
+                            }
+                        }
+                    }
+                }
+            }
+            let (depth, leaves, sum) = of(&shape, root).unwrap_or(leaf_shape);
+            // A fixed walk costs the deepest leaf's depth for every row; it pays while that is
+            // not far beyond the mean depth of the leaves.
+            let mean = sum as f64 / leaves.max(1) as f64;
+            let fixed = (f64::from(depth) <= 1.5 * mean + 1.0).then_some(depth);
+            trees.push((node(root), fixed));
+        }
+        let t = f.targets;
+        let one_each = f.leaves.iter().all(|&(s, e)| {
+            let w = &f.weights[s as usize..e as usize];
+            w.iter()
+                .enumerate()
+                .all(|(i, a)| w[..i].iter().all(|b| b.0 != a.0))
+        });
+        let cells = f.leaves.len().saturating_mul(t);
+        let dense = (one_each && cells <= 4 * f.weights.len() + 4096).then(|| {
+            let mut d = vec![0.0; cells];
+            for (l, &(s, e)) in f.leaves.iter().enumerate() {
+                for &(target, w) in &f.weights[s as usize..e as usize] {
+                    d[l * t + target as usize] = w;
+                }
+            }
+            d
+        });
+        Some(Flat {
+            cmp,
+            missing: f.branches.iter().any(|b| b.missing_true),
+            nodes,
+            first_leaf,
+            trees,
+            dense,
+        })
+    }
+
+    /// The leaf node each of `R` rows (`x`, `cols` values each) reaches in the tree at `root`,
+    /// walked `steps` steps, or to a leaf when `steps` is `None`.
+    #[inline(always)]
+    fn walk<const R: usize, const MISSING: bool, C: Fn(f64, f64) -> bool>(
+        &self,
+        c: &C,
+        x: &[f64],
+        cols: usize,
+        root: u32,
+        steps: Option<u32>,
+    ) -> [u32; R] {
+        let step = |at: u32, row: usize| {
+            let n = &self.nodes[at as usize];
+            let v = x[row + (n.feature & !MISSING_TRUE) as usize];
+            let go = c(v, n.value) | (MISSING && n.feature & MISSING_TRUE != 0 && v.is_nan());
+            n.next[usize::from(go)]
+        };
+        let mut at = [root; R];
+        match steps {
+            Some(steps) => {
+                for _ in 0..steps {
+                    for (r, a) in at.iter_mut().enumerate() {
+                        *a = step(*a, r * cols);
+                    }
+                }
+            }
+            None => {
+                for (r, a) in at.iter_mut().enumerate() {
+                    while *a < self.first_leaf {
+                        *a = step(*a, r * cols);
+                    }
+                }
+            }
+        }
+        at
+    }
+
+    /// Adds, for `R` rows, the weights of the leaf they reach in every tree to `acc` (`R` rows of
+    /// `targets`), summing: only for `Sum` and `Average`.
+    fn sum_rows<const R: usize, const MISSING: bool, C: Fn(f64, f64) -> bool>(
+        &self,
+        forest: &Forest,
+        c: &C,
+        x: &[f64],
+        cols: usize,
+        acc: &mut [f64],
+    ) {
+        let t = forest.targets;
+        acc.fill(0.0);
+        for &(root, steps) in &self.trees {
+            let at = self.walk::<R, MISSING, C>(c, x, cols, root, steps);
+            for (r, &a) in at.iter().enumerate() {
+                let leaf = (a - self.first_leaf) as usize;
+                let dst = &mut acc[r * t..(r + 1) * t];
+                match &self.dense {
+                    Some(d) => {
+                        for (s, &w) in dst.iter_mut().zip(&d[leaf * t..(leaf + 1) * t]) {
+                            *s += w;
+                        }
+                    }
+                    None => {
+                        let (s, e) = forest.leaves[leaf];
+                        for &(target, w) in &forest.weights[s as usize..e as usize] {
+                            dst[target as usize] += w;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Forest {
@@ -202,24 +412,161 @@ impl Forest {
             return Ok(out);
         }
         let trees = self.roots.len().max(1) as f64;
+        let finish = |acc: &[f64], orow: &mut [f32]| {
+            for (t, (&v, d)) in acc.iter().zip(orow).enumerate() {
+                let v = if agg == Aggregate::Average {
+                    v / trees
+                } else {
+                    v
+                };
+                *d = (v + base.get(t).copied().unwrap_or(0.0)) as f32;
+            }
+        };
         // Runs of rows shared across the intra-op pool, each with its own accumulators.
-        let run = crate::par::chunk_len(rows, 16, 1);
+        let run = crate::par::chunk_len(rows, 16, BLOCK);
+        let summed = matches!(agg, Aggregate::Sum | Aggregate::Average);
         crate::par::for_each_chunk(&mut out, run * targets, |i, o| {
-            let mut acc = vec![(0.0, false); targets];
-            for (k, orow) in o.chunks_exact_mut(targets).enumerate() {
-                let r = i * run + k;
-                self.evaluate(&x[r * cols..(r + 1) * cols], agg, &mut acc);
-                for (t, (&(v, _), d)) in acc.iter().zip(orow).enumerate() {
-                    let v = if agg == Aggregate::Average {
-                        v / trees
-                    } else {
-                        v
-                    };
-                    *d = (v + base.get(t).copied().unwrap_or(0.0)) as f32;
+            let x = &x[i * run * cols..];
+            match &self.flat {
+                Some(flat) if summed => {
+                    let mut acc = vec![0.0; BLOCK * targets];
+                    flat.sum_all(self, x, cols, o, &mut acc, &finish);
+                }
+                _ => {
+                    let mut acc = vec![(0.0, false); targets];
+                    let mut sums = vec![0.0; targets];
+                    for (r, orow) in o.chunks_exact_mut(targets).enumerate() {
+                        self.evaluate(&x[r * cols..(r + 1) * cols], agg, &mut acc);
+                        for (s, a) in sums.iter_mut().zip(&acc) {
+                            *s = a.0;
+                        }
+                        finish(&sums, orow);
+                    }
                 }
             }
         });
         Ok(out)
+    }
+}
+
+impl Flat {
+    /// Sums every tree's leaves for each row of `out` (`targets` values each; `x` holds the rows
+    /// from the first) and writes them through `finish`, walking [`BLOCK`] rows at a time.
+    fn sum_all(
+        &self,
+        forest: &Forest,
+        x: &[f64],
+        cols: usize,
+        out: &mut [f32],
+        acc: &mut [f64],
+        finish: &dyn Fn(&[f64], &mut [f32]),
+    ) {
+        macro_rules! by_cmp {
+            ($missing:literal) => {
+                match self.cmp {
+                    Cmp::Leq => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v <= t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Lt => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v < t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Gte => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v >= t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Gt => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v > t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Eq => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v == t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Neq => self.sum_with::<$missing, _>(
+                        forest,
+                        &|v, t| v != t,
+                        x,
+                        cols,
+                        out,
+                        acc,
+                        finish,
+                    ),
+                    Cmp::Member => unreachable!("a forest with set membership is not flattened"),
+                }
+            };
+        }
+        if self.missing {
+            by_cmp!(true)
+        } else {
+            by_cmp!(false)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn sum_with<const MISSING: bool, C: Fn(f64, f64) -> bool>(
+        &self,
+        forest: &Forest,
+        c: &C,
+        x: &[f64],
+        cols: usize,
+        out: &mut [f32],
+        acc: &mut [f64],
+        finish: &dyn Fn(&[f64], &mut [f32]),
+    ) {
+        let t = forest.targets;
+        let done = (out.len() / t) / BLOCK * BLOCK;
+        let mut blocks = out.chunks_exact_mut(BLOCK * t);
+        for (b, o) in blocks.by_ref().enumerate() {
+            let rows = &x[b * BLOCK * cols..(b + 1) * BLOCK * cols];
+            self.sum_rows::<BLOCK, MISSING, C>(forest, c, rows, cols, acc);
+            for (a, orow) in acc.chunks_exact(t).zip(o.chunks_exact_mut(t)) {
+                finish(a, orow);
+            }
+        }
+        for (r, orow) in blocks.into_remainder().chunks_exact_mut(t).enumerate() {
+            let row = &x[(done + r) * cols..(done + r + 1) * cols];
+            self.sum_rows::<1, MISSING, C>(forest, c, row, cols, &mut acc[..t]);
+            finish(&acc[..t], orow);
+        }
+    }
+}
+
+/// The input as float64 values, converted directly when it is a float32 tensor.
+fn features_f64(x: &TensorRef<'_>) -> Vec<f64> {
+    match x.as_f32() {
+        Ok(v) => match v.as_slice() {
+            Some(v) => v.iter().map(|&v| f64::from(v)).collect(),
+            None => x.to_f64_vec(),
+        },
+        Err(_) => x.to_f64_vec(),
     }
 }
 
@@ -400,6 +747,7 @@ fn legacy_forest(n: &NodeDef, prefix: &str, targets: usize) -> OpResult<Forest> 
         forest.leaves.push((start, forest.weights.len() as u32));
     }
     forest.validate(n)?;
+    forest.flat = Flat::new(&forest);
     Ok(forest)
 }
 
@@ -413,7 +761,7 @@ fn build_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let (rows, cols) = rows_cols(&op, x)?;
-        let mut s = forest.scores(&op, &x.to_f64_vec(), rows, cols, agg, &base)?;
+        let mut s = forest.scores(&op, &features_f64(x), rows, cols, agg, &base)?;
         for row in s.chunks_mut(targets) {
             post.apply(row);
         }
@@ -435,7 +783,7 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let (rows, cols) = rows_cols(&op, x)?;
-        let raw = forest.scores(&op, &x.to_f64_vec(), rows, cols, Aggregate::Sum, &base)?;
+        let raw = forest.scores(&op, &features_f64(x), rows, cols, Aggregate::Sum, &base)?;
         let mut out_labels = Vec::with_capacity(rows);
         let mut out = Vec::with_capacity(rows * classes);
         for row in raw.chunks(classes.max(1)) {
@@ -466,9 +814,9 @@ fn build_classifier(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .enumerate()
                 .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
             out_labels.push(best);
-            let mut r = row.to_vec();
-            post.apply(&mut r);
-            out.extend(r);
+            let start = out.len();
+            out.extend_from_slice(row);
+            post.apply(&mut out[start..]);
         }
         Ok(vec![
             labels.tensor(&out_labels)?,
@@ -598,6 +946,7 @@ fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         forest.roots.push(root);
     }
     forest.validate(n)?;
+    forest.flat = Flat::new(&forest);
     let agg = match n.attr_int_or("aggregate_function", 1)? {
         0 => Aggregate::Average,
         1 => Aggregate::Sum,
@@ -617,7 +966,7 @@ fn build_tree_ensemble(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let (rows, cols) = rows_cols(&op, x)?;
-        let mut s = forest.scores(&op, &x.to_f64_vec(), rows, cols, agg, &[])?;
+        let mut s = forest.scores(&op, &features_f64(x), rows, cols, agg, &[])?;
         for row in s.chunks_mut(targets) {
             post.apply(row);
         }
@@ -670,5 +1019,129 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.0.contains("cycle"), "{e}");
+    }
+
+    /// A random forest in the legacy attributes: `trees` trees, each balanced to three to five
+    /// levels or (odd trees) a chain 16 levels deep with a leaf at every level, comparing with
+    /// `mode`;
+    /// some branches send missing values to their true child, and leaves have one to three
+    /// weights over `targets` targets (twice the same target when `repeat`).
+    fn random_forest(mode: &str, trees: i64, targets: usize, repeat: bool, seed: u64) -> NodeDef {
+        let mut next = crate::fast::qgemm::tests::lcg(seed);
+        let mut a: HashMap<&str, Vec<i64>> = HashMap::new();
+        let (mut values, mut modes, mut weights) = (Vec::new(), Vec::new(), Vec::new());
+        for tree in 0..trees {
+            // (node id, depth) of nodes still to lay out.
+            let mut todo = vec![(0i64, 0u32)];
+            let mut ids = 1i64;
+            let chain = tree % 2 == 1;
+            while let Some((id, d)) = todo.pop() {
+                let leaf = if chain {
+                    d >= 16
+                } else {
+                    d == 3 + (tree as u32 % 3)
+                };
+                for (k, v) in [("nodes_treeids", tree), ("nodes_nodeids", id)] {
+                    a.entry(k).or_default().push(v);
+                }
+                a.entry("nodes_featureids")
+                    .or_default()
+                    .push((next() % 5) as i64);
+                a.entry("nodes_missing_value_tracks_true")
+                    .or_default()
+                    .push(i64::from(next() % 3 == 0));
+                values.push((next() % 200) as f32 / 100.0 - 1.0);
+                if leaf {
+                    modes.push(b"LEAF".to_vec());
+                    a.entry("nodes_truenodeids").or_default().push(0);
+                    a.entry("nodes_falsenodeids").or_default().push(0);
+                    let n = 1 + next() as usize % 3;
+                    for k in 0..n.min(targets) {
+                        let target = if repeat && k == 1 { 0 } else { k };
+                        a.entry("target_treeids").or_default().push(tree);
+                        a.entry("target_nodeids").or_default().push(id);
+                        a.entry("target_ids").or_default().push(target as i64);
+                        weights.push((next() % 1000) as f32 / 300.0 - 1.5);
+                    }
+                    continue;
+                }
+                modes.push(mode.as_bytes().to_vec());
+                let (t, f) = (ids, ids + 1);
+                ids += 2;
+                a.entry("nodes_truenodeids").or_default().push(t);
+                a.entry("nodes_falsenodeids").or_default().push(f);
+                // A chain goes on through one side, chosen at random; the other is a leaf.
+                let f_depth = if chain { 16 } else { d + 1 };
+                if chain && next() % 2 == 0 {
+                    todo.push((t, f_depth));
+                    todo.push((f, d + 1));
+                } else {
+                    todo.push((t, d + 1));
+                    todo.push((f, f_depth));
+                }
+            }
+        }
+        let mut n = NodeDef::new("TreeEnsembleRegressor", 3);
+        n.domain = super::super::ml::ML.into();
+        for (k, v) in a {
+            n = n.with_attr(k, AttrValue::Ints(v));
+        }
+        n.with_attr("nodes_values", AttrValue::Floats(values))
+            .with_attr("nodes_modes", AttrValue::Strings(modes))
+            .with_attr("target_weights", AttrValue::Floats(weights))
+            .with_attr("n_targets", AttrValue::Int(targets as i64))
+            .with_io(1, 1)
+    }
+
+    /// The flat walk (blocks of rows, fixed-length and to-a-leaf walks, dense and sparse leaf
+    /// weights, missing values) gives exactly the scores of the branch-by-branch walk.
+    #[test]
+    fn the_flat_walk_scores_as_the_branch_walk_does() {
+        let mut next = crate::fast::qgemm::tests::lcg(7);
+        let rows = 2 * BLOCK + 5;
+        let cols = 5;
+        let x: Vec<f64> = (0..rows * cols)
+            .map(|_| match next() % 10 {
+                0 => f64::NAN,
+                1 => 0.5,
+                v => v as f64 / 5.0 - 1.0,
+            })
+            .collect();
+        let modes = [
+            "BRANCH_LEQ",
+            "BRANCH_LT",
+            "BRANCH_GTE",
+            "BRANCH_GT",
+            "BRANCH_EQ",
+            "BRANCH_NEQ",
+        ];
+        for (seed, mode) in modes.iter().enumerate() {
+            for repeat in [false, true] {
+                let n = random_forest(mode, 6, 3, repeat, seed as u64);
+                let flat = legacy_forest(&n, "target", 3).unwrap();
+                let plain = Forest {
+                    flat: None,
+                    ..legacy_forest(&n, "target", 3).unwrap()
+                };
+                let f = flat.flat.as_ref().expect("one comparison: flattened");
+                assert!(
+                    f.trees.iter().any(|t| t.1.is_some()),
+                    "{mode}: a fixed walk"
+                );
+                assert!(
+                    f.trees.iter().any(|t| t.1.is_none()),
+                    "{mode}: a walk to a leaf"
+                );
+                assert_eq!(f.dense.is_some(), !repeat, "{mode}");
+                assert!(f.missing, "{mode}");
+                for agg in [Aggregate::Sum, Aggregate::Average] {
+                    let base = [0.25, -1.0];
+                    let want = plain.scores("t", &x, rows, cols, agg, &base).unwrap();
+                    let got = flat.scores("t", &x, rows, cols, agg, &base).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{mode} {agg:?} repeat {repeat}");
+                }
+            }
+        }
     }
 }

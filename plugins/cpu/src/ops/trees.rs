@@ -1049,7 +1049,7 @@ mod tests {
                     .push((next() % 5) as i64);
                 a.entry("nodes_missing_value_tracks_true")
                     .or_default()
-                    .push(i64::from(next() % 3 == 0));
+                    .push(i64::from(next().is_multiple_of(3)));
                 values.push((next() % 200) as f32 / 100.0 - 1.0);
                 if leaf {
                     modes.push(b"LEAF".to_vec());
@@ -1072,7 +1072,7 @@ mod tests {
                 a.entry("nodes_falsenodeids").or_default().push(f);
                 // A chain goes on through one side, chosen at random; the other is a leaf.
                 let f_depth = if chain { 16 } else { d + 1 };
-                if chain && next() % 2 == 0 {
+                if chain && next().is_multiple_of(2) {
                     todo.push((t, f_depth));
                     todo.push((f, d + 1));
                 } else {

@@ -462,65 +462,22 @@ impl Flat {
         finish: &dyn Fn(&[f64], &mut [f32]),
     ) {
         macro_rules! by_cmp {
-            ($missing:literal) => {
+            ($missing:literal) => {{
+                macro_rules! sum {
+                    ($c:expr) => {
+                        self.sum_with::<$missing, _>(forest, &$c, x, cols, out, acc, finish)
+                    };
+                }
                 match self.cmp {
-                    Cmp::Leq => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v <= t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
-                    Cmp::Lt => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v < t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
-                    Cmp::Gte => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v >= t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
-                    Cmp::Gt => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v > t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
-                    Cmp::Eq => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v == t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
-                    Cmp::Neq => self.sum_with::<$missing, _>(
-                        forest,
-                        &|v, t| v != t,
-                        x,
-                        cols,
-                        out,
-                        acc,
-                        finish,
-                    ),
+                    Cmp::Leq => sum!(|v: f64, t: f64| v <= t),
+                    Cmp::Lt => sum!(|v: f64, t: f64| v < t),
+                    Cmp::Gte => sum!(|v: f64, t: f64| v >= t),
+                    Cmp::Gt => sum!(|v: f64, t: f64| v > t),
+                    Cmp::Eq => sum!(|v: f64, t: f64| v == t),
+                    Cmp::Neq => sum!(|v: f64, t: f64| v != t),
                     Cmp::Member => unreachable!("a forest with set membership is not flattened"),
                 }
-            };
+            }};
         }
         if self.missing {
             by_cmp!(true)

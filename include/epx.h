@@ -338,6 +338,16 @@ struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *opti
 struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
 
 /**
+ * The threads the CPU EP shares a kernel's work across, for sessions made with these options:
+ * 1 runs everything on the calling thread; 0, the default, one per core. It applies to the
+ * fallback CPU EP and to a requested `cpu` EP that does not set `intra_op_num_threads` itself.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_intra_op_threads(struct EpxSessionOptions *options,
+                                                          size_t threads);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -505,6 +515,20 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * `session` is a live session; `json` writable.
  */
 struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
+ * `model_version` (null when the file has none), `description` (the model's doc_string), `graph_name`, `graph_description`,
+ * `custom` (metadata_props as an object), `ir_version`, `opsets` (domain to version; `""` is
+ * the ONNX domain), `overridable_initializers` (graph inputs with an initializer, constants
+ * here), and `inputs` / `outputs`: name and `dims`, each extent a number, its symbol, or null.
+ * Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_metadata_json(const struct EpxSession *session,
+                                           char **json);
 
 /**
  * The declared type of model input `index` as ONNX spells it (`tensor(float)`,
@@ -724,6 +748,16 @@ struct EpxError *epx_session_options_add_provider(struct EpxSessionOptions *opti
 struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *options, bool strict);
 
 /**
+ * The threads the CPU EP shares a kernel's work across, for sessions made with these options:
+ * 1 runs everything on the calling thread; 0, the default, one per core. It applies to the
+ * fallback CPU EP and to a requested `cpu` EP that does not set `intra_op_num_threads` itself.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_intra_op_threads(struct EpxSessionOptions *options,
+                                                          size_t threads);
+
+/**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
@@ -854,6 +888,20 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * `session` is a live session; `json` writable.
  */
 struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
+ * `model_version` (null when the file has none), `description` (the model's doc_string), `graph_name`, `graph_description`,
+ * `custom` (metadata_props as an object), `ir_version`, `opsets` (domain to version; `""` is
+ * the ONNX domain), `overridable_initializers` (graph inputs with an initializer, constants
+ * here), and `inputs` / `outputs`: name and `dims`, each extent a number, its symbol, or null.
+ * Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_metadata_json(const struct EpxSession *session,
+                                           char **json);
 
 /**
  * The declared type of model input `index` as ONNX spells it (`tensor(float)`,

@@ -8,6 +8,8 @@ use super::*;
 pub struct EpxSessionOptions {
     pub(crate) providers: Vec<ExecutionProvider>,
     pub(crate) strict: bool,
+    /// The CPU EP's intra-op thread count; `None` for its default (one per core).
+    pub(crate) intra_op_threads: Option<usize>,
 }
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
@@ -17,6 +19,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
         Box::into_raw(Box::new(EpxSessionOptions {
             providers: Vec::new(),
             strict: false,
+            intra_op_threads: None,
         }))
     })
 }
@@ -85,6 +88,22 @@ pub extern "C" fn epx_session_options_set_strict(
     ffi_boundary!({
         let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
         options.strict = strict;
+        Res::Ok(())
+    })
+}
+/// The threads the CPU EP shares a kernel's work across, for sessions made with these options:
+/// 1 runs everything on the calling thread; 0, the default, one per core. It applies to the
+/// fallback CPU EP and to a requested `cpu` EP that does not set `intra_op_num_threads` itself.
+///
+/// Pointers: `options` is a live option set.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_intra_op_threads(
+    options: Option<&mut EpxSessionOptions>,
+    threads: usize,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.intra_op_threads = (threads > 0).then_some(threads);
         Res::Ok(())
     })
 }

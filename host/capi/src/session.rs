@@ -67,6 +67,9 @@ pub(crate) fn make_session(
         builder = builder
             .with_execution_providers(o.providers.iter().cloned())?
             .with_strict_placement(o.strict);
+        if let Some(n) = o.intra_op_threads {
+            builder = builder.with_intra_op_threads(n);
+        }
     }
     let session = commit(builder)?;
     let inputs = session.inputs().iter().map(ValueRow::of).collect();
@@ -208,6 +211,93 @@ pub unsafe extern "C" fn epx_session_placement_json(
             .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("placement JSON: {e}")))?;
         out_string(json, "json", &text)
     })
+}
+
+/// The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
+/// `model_version` (null when the file has none), `description` (the model's doc_string), `graph_name`, `graph_description`,
+/// `custom` (metadata_props as an object), `ir_version`, `opsets` (domain to version; `""` is
+/// the ONNX domain), `overridable_initializers` (graph inputs with an initializer, constants
+/// here), and `inputs` / `outputs`: name and `dims`, each extent a number, its symbol, or null.
+/// Free `*json` with [`epx_string_free`].
+///
+/// # Safety
+/// `session` is a live session; `json` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_metadata_json(
+    session: Option<&EpxSession>,
+    json: Option<&mut MaybeUninit<*mut c_char>>,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = object(session, "session")?;
+        let model = s.session.model();
+        let m = &model.metadata;
+        let dims = |specs: Vec<epx_host::ValueSpec>| {
+            specs
+                .iter()
+                .map(|v| {
+                    let dims = v.shape.as_ref().map(|shape| {
+                        shape
+                            .iter()
+                            .enumerate()
+                            .map(
+                                |(i, d)| match (d, v.symbols.get(i).and_then(Option::as_ref)) {
+                                    (Some(n), _) => serde_json::json!(n),
+                                    (None, Some(sym)) => serde_json::json!(sym),
+                                    (None, None) => serde_json::Value::Null,
+                                },
+                            )
+                            .collect::<Vec<_>>()
+                    });
+                    serde_json::json!({ "name": v.name, "dims": dims })
+                })
+                .collect::<Vec<_>>()
+        };
+        let overridable: Vec<_> = m
+            .overridable_initializers
+            .iter()
+            .map(|name| {
+                let ty = model
+                    .graph
+                    .value_id(name)
+                    .map(|v| &model.graph.values[v].ty);
+                let dims = ty.and_then(|t| match t {
+                    epx_host::ir::ValueType::Tensor { shape, .. } => shape.as_ref(),
+                    _ => None,
+                });
+                let dims = dims.map(|d| d.iter().map(dim_json).collect::<Vec<_>>());
+                serde_json::json!({
+                    "name": name,
+                    "type": ty.map(ToString::to_string),
+                    "dims": dims,
+                })
+            })
+            .collect();
+        let value = serde_json::json!({
+            "producer_name": model.producer,
+            "producer_version": m.producer_version,
+            "domain": m.domain,
+            "model_version": m.model_version,
+            "description": m.description,
+            "graph_name": m.graph_name,
+            "graph_description": m.graph_description,
+            "custom": m.custom,
+            "ir_version": model.ir_version,
+            "opsets": model.opsets,
+            "overridable_initializers": overridable,
+            "inputs": dims(s.session.inputs()),
+            "outputs": dims(s.session.outputs()),
+        });
+        out_string(json, "json", &value.to_string())
+    })
+}
+
+/// An extent as JSON: its number, its symbol, or null.
+fn dim_json(d: &epx_host::ir::Dim) -> serde_json::Value {
+    match d {
+        epx_host::ir::Dim::Known(n) => serde_json::json!(n),
+        epx_host::ir::Dim::Symbolic(s) => serde_json::json!(s),
+        epx_host::ir::Dim::Unknown => serde_json::Value::Null,
+    }
 }
 
 /// The declared type of model input `index` as ONNX spells it (`tensor(float)`,

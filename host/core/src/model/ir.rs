@@ -25,7 +25,28 @@ pub struct Model {
     /// Imported opsets: domain (`""` for the default ONNX domain) → version.
     pub opsets: BTreeMap<String, i64>,
     pub producer: String,
+    /// What the model says about itself (ONNX Runtime's `ModelMetadata`).
+    pub metadata: ModelMetadata,
     pub graph: Graph,
+}
+
+/// The descriptive fields of a model file: none of them changes what the model computes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelMetadata {
+    pub producer_version: String,
+    pub domain: String,
+    /// `None` when the file does not set it.
+    pub model_version: Option<i64>,
+    /// The model's `doc_string`.
+    pub description: String,
+    pub graph_name: String,
+    /// The main graph's `doc_string`.
+    pub graph_description: String,
+    /// `metadata_props`, in file order (a later duplicate key replaces an earlier one's value).
+    pub custom: BTreeMap<String, String>,
+    /// Graph inputs that also have an initializer (IR < 4 lists every initializer as an input):
+    /// ONNX Runtime lets a run override them; here they are constants of the session.
+    pub overridable_initializers: Vec<String>,
 }
 
 impl Model {

@@ -91,8 +91,48 @@ fn load_model_buf(bytes: impl bytes::Buf, source: &str, base_dir: Option<&Path>)
         ir_version,
         opsets,
         producer: proto.producer_name.clone().unwrap_or_default(),
+        metadata: metadata(&proto),
         graph,
     })
+}
+
+/// The descriptive fields of `proto` (see [`ModelMetadata`]).
+fn metadata(proto: &proto::ModelProto) -> ModelMetadata {
+    let graph = proto.graph.as_ref();
+    let initializers: HashSet<&str> = graph
+        .map(|g| {
+            g.initializer
+                .iter()
+                .filter_map(|t| t.name.as_deref())
+                .collect()
+        })
+        .unwrap_or_default();
+    ModelMetadata {
+        producer_version: proto.producer_version.clone().unwrap_or_default(),
+        domain: proto.domain.clone().unwrap_or_default(),
+        model_version: proto.model_version,
+        description: proto.doc_string.clone().unwrap_or_default(),
+        graph_name: graph.and_then(|g| g.name.clone()).unwrap_or_default(),
+        graph_description: graph.and_then(|g| g.doc_string.clone()).unwrap_or_default(),
+        custom: proto
+            .metadata_props
+            .iter()
+            .map(|e| {
+                let key = e.key.clone().unwrap_or_default();
+                (key, e.value.clone().unwrap_or_default())
+            })
+            .collect(),
+        overridable_initializers: graph
+            .map(|g| {
+                g.input
+                    .iter()
+                    .filter_map(|vi| vi.name.as_deref())
+                    .filter(|n| initializers.contains(n))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
 }
 
 /// Decodes a serialized `TensorProto` (as the ONNX test data `.pb` files hold).

@@ -286,3 +286,50 @@ fn an_opset_older_than_the_op_is_an_error() {
     ))
     .expect("unknown op");
 }
+
+#[test]
+fn descriptive_fields_and_overridable_initializers_are_kept() {
+    let mut m = model(vec![node("Add", &["x", "b"], &["y"])], &["x", "b"], &["y"]);
+    m.producer_version = Some("2.1".into());
+    m.domain = Some("ai.example".into());
+    m.doc_string = Some("a model".into());
+    m.metadata_props = ["one", "two", "one"]
+        .iter()
+        .zip(["1", "2", "3"])
+        .map(|(k, v)| proto::StringStringEntryProto {
+            key: Some(k.to_string()),
+            value: Some(v.into()),
+        })
+        .collect();
+    let g = m.graph.as_mut().unwrap();
+    g.doc_string = Some("the graph".into());
+    g.initializer.push(TensorProto {
+        name: Some("b".into()),
+        data_type: Some(1),
+        dims: vec![1],
+        float_data: vec![1.0],
+        ..Default::default()
+    });
+    let loaded = load(&m).unwrap();
+    let meta = &loaded.metadata;
+    assert_eq!(meta.producer_version, "2.1");
+    assert_eq!(meta.domain, "ai.example");
+    assert_eq!(meta.model_version, None);
+    assert_eq!(
+        (meta.description.as_str(), meta.graph_description.as_str()),
+        ("a model", "the graph")
+    );
+    // A later duplicate key wins, as in ONNX Runtime's metadata map.
+    let custom: Vec<_> = meta
+        .custom
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(custom, [("one", "3"), ("two", "2")]);
+    // `b` is both an input and an initializer: a constant here, listed as overridable.
+    assert_eq!(meta.overridable_initializers, ["b"]);
+    assert_eq!(
+        loaded.graph.inputs,
+        vec![loaded.graph.value_id("x").unwrap()]
+    );
+}

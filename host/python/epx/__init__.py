@@ -1,0 +1,446 @@
+"""epx: run ONNX models on execution providers shipped as plugins.
+
+    import numpy as np
+    import epx
+
+    session = epx.Session("model.onnx", providers=["cuda", ("openvino", {"device": "GPU"})])
+    outputs = session.run({"image": np.zeros((1, 3, 224, 224), np.float32)})
+    print(session.placement()["nodes"])      # which EP runs which node
+    print(epx.providers())                   # every EP found, and why one is unavailable
+
+EPs are tried in the order given; the CPU EP runs whatever they do not claim. Values beyond
+numeric tensors: string tensors are numpy unicode arrays, sequences lists, maps dicts, an
+optional its value or None, in both directions. Inputs may be numpy arrays or any object with
+`__dlpack__` in host memory (PyTorch CPU tensors, ...); outputs are numpy arrays over the
+memory libepx returned (no copy), so `torch.from_dlpack(out)` and `np.asarray(out)` share it.
+
+Failures raise `epx.EpxError` with libepx's code and message. For a program written for ONNX
+Runtime, `import epx.onnxruntime as onnxruntime` gives ONNX Runtime's Python API on epx.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _capi, _plugins
+from ._capi import ERROR_NAMES, EpxError, Library
+
+__version__ = "0.1.0"
+__all__ = [
+    "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
+    "DoctorReport", "providers", "doctor", "version", "plugin_dirs",
+]
+
+ProviderSpec = Union[str, Tuple[str, Mapping[str, Any]]]
+"""An EP to try: its name (`"cuda"`, `"ort_cpu"`, `"plugin/ep"`) or `(name, {option: value})`."""
+
+
+def version() -> str:
+    """libepx's version."""
+    return Library.default().version()
+
+
+def plugin_dirs() -> List[str]:
+    """The plugin folders Python packages add (see `epx._plugins`): `epx.plugins` entry points,
+    then `epx_plugins` folders on sys.path. libepx adds `EPX_PLUGIN_PATH` and its own folder."""
+    return _plugins.discovered_dirs()
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """An EP libepx found: its plugin, version, library, and why it is unavailable if it is."""
+
+    name: str
+    plugin: Optional[str]
+    version: Optional[str]
+    library: Optional[str]
+    available: bool
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What `epx doctor` says about the plugins: `ok` when every one is usable."""
+
+    ok: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A model input or output.
+
+    `type` is ONNX's spelling (`tensor(float)`, `seq(tensor(int64))`, `map(string,tensor(float))`);
+    `dtype` the numpy dtype of a tensor (None for strings, bfloat16 and non-tensors); `shape` a
+    tuple whose dynamic extents are their symbol (`"batch"`) or None, itself None when the rank
+    is unknown.
+    """
+
+    name: str
+    type: str
+    dtype: Optional[np.dtype]
+    shape: Optional[Tuple[Union[int, str, None], ...]]
+
+
+def _decode(s: Optional[bytes]) -> Optional[str]:
+    return None if s is None else s.decode("utf-8", "replace")
+
+
+class _Options:
+    """An EpxSessionOptions built from provider specs; freed by `close`."""
+
+    def __init__(self, lib: Library, providers: Sequence[ProviderSpec], strict: bool = False,
+                 error_on_failure: bool = True, intra_op_threads: Optional[int] = None):
+        self._lib = lib
+        self.ptr = lib.epx_session_options_new()
+        if not self.ptr:
+            raise EpxError(11, "epx_session_options_new failed")
+        try:
+            for p in providers:
+                name, opts = (p, {}) if isinstance(p, str) else p
+                opts = dict(opts or {})
+                keys = (ctypes.c_char_p * len(opts))(*[_capi.text(k) for k in opts])
+                values = (ctypes.c_char_p * len(opts))(*[_option_text(v) for v in opts.values()])
+                lib.check(lib.epx_session_options_add_provider(
+                    self.ptr, _capi.text(name), keys, values, len(opts), error_on_failure))
+            lib.check(lib.epx_session_options_set_strict(self.ptr, strict))
+            if intra_op_threads:
+                lib.check(lib.epx_session_options_set_intra_op_threads(self.ptr, intra_op_threads))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.ptr:
+            self._lib.epx_session_options_free(self.ptr)
+            self.ptr = None
+
+
+def _option_text(v: Any) -> bytes:
+    if isinstance(v, bool):  # ONNX Runtime's Python API spells booleans as "1"/"0" too
+        return b"1" if v else b"0"
+    return _capi.text(v)
+
+
+class Environment:
+    """Plugin folders and default EPs, shared by the sessions made from it.
+
+    Plugins are searched in `plugin_dirs`, then in the folders Python packages add (unless
+    `discover=False`; see `plugin_dirs()`), then `EPX_PLUGIN_PATH`, then the plugins this package
+    ships. `default_providers` are tried by every session after its own.
+    """
+
+    _default: Optional["Environment"] = None
+    _default_lock = threading.Lock()
+
+    def __init__(self, plugin_dirs: Sequence[Union[str, os.PathLike]] = (),
+                 default_providers: Sequence[ProviderSpec] = (), *,
+                 discover: bool = True, library: Optional[Library] = None):
+        self._lib = library or Library.default()
+        dirs = [_capi.text(d) for d in plugin_dirs]
+        if discover:
+            dirs += [_capi.text(d) for d in _plugins.discovered_dirs()]
+        self.plugin_dirs = [os.fsdecode(d) for d in dirs]
+        arr = (ctypes.c_char_p * len(dirs))(*dirs)
+        opts = _Options(self._lib, default_providers)
+        try:
+            self._ptr = self._lib.out(self._lib.epx_env_new, arr, len(dirs), opts.ptr)
+        finally:
+            opts.close()
+
+    @classmethod
+    def default(cls) -> "Environment":
+        """The process-wide environment `Session` uses when given none."""
+        with cls._default_lock:
+            if cls._default is None:
+                cls._default = cls()
+            return cls._default
+
+    def providers(self) -> List[ProviderInfo]:
+        """Every EP found (loading each plugin), the CPU EP last."""
+        result = []
+        for i in range(self._lib.epx_env_provider_count(self._ptr)):
+            d = _capi.ProviderDesc()
+            self._lib.check(self._lib.epx_env_provider(self._ptr, i, ctypes.byref(d)))
+            result.append(ProviderInfo(_decode(d.name), _decode(d.plugin), _decode(d.version),
+                                       _decode(d.library), bool(d.available), _decode(d.reason)))
+        return result
+
+    def doctor(self) -> DoctorReport:
+        """Checks every plugin as `epx doctor` does."""
+        ok, report = ctypes.c_bool(), _capi.P()
+        self._lib.check(self._lib.epx_env_doctor(self._ptr, ctypes.byref(ok), ctypes.byref(report)))
+        return DoctorReport(bool(ok.value), self._lib.take_string(report))
+
+    def close(self) -> None:
+        """Frees the environment; sessions made from it stay usable."""
+        if getattr(self, "_ptr", None):
+            self._lib.epx_env_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def providers(env: Optional[Environment] = None) -> List[ProviderInfo]:
+    """Every EP found in `env` (default: `Environment.default()`)."""
+    return (env or Environment.default()).providers()
+
+
+def doctor(env: Optional[Environment] = None) -> DoctorReport:
+    """The plugin check `epx doctor` prints, for `env` (default: `Environment.default()`)."""
+    return (env or Environment.default()).doctor()
+
+
+class _Outputs:
+    """Owns an EpxOutputs; the numpy arrays that view its memory keep it alive."""
+
+    def __init__(self, lib: Library, ptr: int):
+        self._lib, self.ptr = lib, ptr
+
+    def __del__(self) -> None:
+        if self.ptr:
+            self._lib.epx_outputs_free(self.ptr)
+            self.ptr = None
+
+
+def _host_array(value: Any, what: str) -> np.ndarray:
+    """A C-contiguous numpy array for a tensor input: numpy arrays as they are (copied only when
+    not contiguous), objects with `__dlpack__` through `np.from_dlpack` (no copy for host memory),
+    anything else through `np.asarray`."""
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value)
+    if hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple, str, bytes)):
+        try:
+            return np.ascontiguousarray(np.from_dlpack(value))
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            device = getattr(value, "device", None)
+            raise EpxError(8, f"{what}: cannot read this {type(value).__name__} through DLPack "
+                              f"in host memory (device {device}): {e}; move it to the CPU "
+                              "first (e.g. `.cpu()`)") from None
+    return np.ascontiguousarray(np.asarray(value))
+
+
+class Session:
+    """A model partitioned across `providers` and compiled, ready to run (from several threads).
+
+    `model` is a path or the model's bytes. `providers` are tried in order, each a name or
+    `(name, {option: value})`; the CPU EP runs what is left. With `strict`, making the session
+    fails when a node would fall back to the CPU EP; with `error_on_failure` (the default) an EP
+    that cannot be set up is an error, otherwise it is skipped and `placement()` says why.
+    `intra_op_threads` sets the CPU EP's thread count (default: one per core).
+    """
+
+    def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
+                 providers: Sequence[ProviderSpec] = (), *, env: Optional[Environment] = None,
+                 strict: bool = False, error_on_failure: bool = True,
+                 intra_op_threads: Optional[int] = None):
+        env = env or Environment.default()
+        self._env = env  # keeps the environment (and libepx) alive
+        self._lib = lib = env._lib
+        opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads)
+        try:
+            if isinstance(model, (bytes, bytearray, memoryview)):
+                data = bytes(model)
+                self._ptr = lib.out(lib.epx_session_new_from_bytes, env._ptr, data, len(data),
+                                    opts.ptr)
+            else:
+                self._ptr = lib.out(lib.epx_session_new, env._ptr, _capi.text(model), opts.ptr)
+        finally:
+            opts.close()
+        self.inputs: List[ValueInfo] = [
+            self._info(lib.epx_session_input, lib.epx_session_input_type, i)
+            for i in range(lib.epx_session_input_count(self._ptr))]
+        self.outputs: List[ValueInfo] = [
+            self._info(lib.epx_session_output, lib.epx_session_output_type, i)
+            for i in range(lib.epx_session_output_count(self._ptr))]
+        self._types = {v.name: v.type for v in self.inputs}
+        self._metadata: Optional[Dict[str, Any]] = None
+
+    def _info(self, desc_fn, type_fn, i: int) -> ValueInfo:
+        lib = self._lib
+        d = _capi.ValueDesc()
+        lib.check(desc_fn(self._ptr, i, ctypes.byref(d)))
+        ty = lib.take_string(lib.out(type_fn, self._ptr, i))
+        dtype = _capi.DTYPES.get(d.elem_type)
+        shape = None
+        if d.ndim >= 0:
+            shape = tuple(d.shape[k] if d.shape[k] >= 0 else None for k in range(d.ndim))
+        return ValueInfo(d.name.decode(), ty, np.dtype(dtype) if dtype else None, shape)
+
+    def metadata(self) -> Dict[str, Any]:
+        """The model's metadata: producer_name, producer_version, domain, model_version,
+        description, graph_name, graph_description, custom (metadata_props), dims (symbolic
+        extents of each input and output), overridable_initializers."""
+        if self._metadata is None:
+            self._metadata = json.loads(
+                self._lib.json_of(self._lib.epx_session_metadata_json, self._ptr))
+        return self._metadata
+
+    def placement(self) -> Dict[str, Any]:
+        """Which EP runs which node, the fused groups, the copies between memory spaces, the
+        nodes that fell back to the CPU EP and the EPs skipped, with reasons: plain data."""
+        return json.loads(self._lib.json_of(self._lib.epx_session_placement_json, self._ptr))
+
+    def run(self, feeds: Mapping[str, Any],
+            output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """Runs on `feeds` ({input name: value}) and returns {output name: value} for every
+        output, or for `output_names` in that order."""
+        lib = self._lib
+        made = []
+        try:
+            for name, value in feeds.items():
+                made.append(self._make(value, self._types.get(name, ""), f"input `{name}`"))
+            names = (ctypes.c_char_p * len(made))(*[_capi.text(n) for n in feeds])
+            values = (_capi.P * len(made))(*made)
+            out = lib.out(lib.epx_session_run_values, self._ptr, names, values, len(made))
+        finally:
+            for v in made:
+                lib.epx_value_free(v)
+        owner = _Outputs(lib, out)
+        result = {}
+        for i in range(lib.epx_outputs_count(out)):
+            name, value = ctypes.c_char_p(), _capi.P()
+            lib.check(lib.epx_outputs_value(out, i, ctypes.byref(name), ctypes.byref(value)))
+            result[name.value.decode()] = self._read(value.value, owner)
+        if output_names is None:
+            return result
+        missing = [n for n in output_names if n not in result]
+        if missing:
+            raise EpxError(1, f"the model has no output {', '.join(map(repr, missing))}; "
+                              f"its outputs are {', '.join(map(repr, result))}")
+        return {n: result[n] for n in output_names}
+
+    def _make(self, value: Any, ty: str, what: str) -> int:
+        """A libepx value (owned by the caller) from a Python value of declared type `ty`."""
+        lib = self._lib
+        if ty.startswith("optional("):
+            inner = None if value is None else self._make(value, ty[len("optional("):-1], what)
+            return lib.out(lib.epx_value_new_optional, inner)
+        if isinstance(value, dict) or ty.startswith("map("):
+            return self._make_map(value, ty, what)
+        if isinstance(value, (list, tuple)) and ty.startswith("seq("):
+            inner = ty[len("seq("):-1]
+            items = []
+            try:
+                for k, v in enumerate(value):
+                    items.append(self._make(v, inner, f"{what}[{k}]"))
+            except BaseException:
+                for v in items:
+                    lib.epx_value_free(v)
+                raise
+            elem = _capi.ONNX_NAMES.get(inner[len("tensor("):-1], 0) if inner.startswith("tensor(") else 0
+            arr = (_capi.P * len(items))(*items)
+            return lib.out(lib.epx_value_new_sequence, elem, arr, len(items))
+        arr = _host_array(value, what)
+        shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
+        if arr.dtype.kind in "USO":
+            flat = arr.reshape(-1)
+            if arr.dtype.kind == "O" and not all(isinstance(x, (str, bytes)) for x in flat):
+                raise EpxError(8, f"{what}: numpy dtype object has no epx element type "
+                                  "(object arrays are read only when every element is a str)")
+            texts = [x if isinstance(x, bytes) else str(x).encode() for x in flat]
+            strs = (ctypes.c_char_p * len(texts))(*texts)
+            return lib.out(lib.epx_value_new_strings, strs, shape, arr.ndim)
+        code = _capi.CODES.get(arr.dtype)
+        if code is None:
+            raise EpxError(8, f"{what}: numpy dtype {arr.dtype} has no epx element type")
+        ref = _capi.TensorRef()
+        ref.name, ref.elem_type = None, code
+        ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
+        ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
+        return lib.out(lib.epx_value_new_tensor, ctypes.byref(ref))
+
+    def _make_map(self, value: Mapping, ty: str, what: str) -> int:
+        key_ty, _, val_ty = ty[len("map("):-1].partition(",")
+        keys = list(value.keys())
+        if key_ty == "string" or (not key_ty and keys and isinstance(keys[0], str)):
+            k = np.array([str(x) for x in keys], dtype=str)
+        else:
+            k = np.array(keys, dtype=np.int64)
+        vdtype = {"tensor(double)": np.float64, "tensor(int64)": np.int64,
+                  "tensor(string)": str}.get(val_ty, np.float32)
+        v = np.array(list(value.values()), dtype=vdtype)
+        kv = self._make(k, "", what)
+        try:
+            vv = self._make(v, "", what)
+        except BaseException:
+            self._lib.epx_value_free(kv)
+            raise
+        return self._lib.out(self._lib.epx_value_new_map, kv, vv)
+
+    def _read(self, v: int, owner: _Outputs) -> Any:
+        """A Python value from a libepx value borrowed from the outputs `owner` holds."""
+        lib = self._lib
+        kind = lib.epx_value_kind(v)
+        if kind == _capi.SEQUENCE:
+            items = []
+            for k in range(lib.epx_value_sequence_len(v)):
+                items.append(self._read(lib.out(lib.epx_value_sequence_at, v, k), owner))
+            return items
+        if kind == _capi.MAP:
+            k, val = _capi.P(), _capi.P()
+            lib.check(lib.epx_value_map(v, ctypes.byref(k), ctypes.byref(val)))
+            keys, vals = self._read(k.value, owner), self._read(val.value, owner)
+            return {x.item(): y.item() if hasattr(y, "item") else y for x, y in zip(keys, vals)}
+        if kind == _capi.OPTIONAL:
+            inner = lib.out(lib.epx_value_optional, v)
+            return None if not inner else self._read(inner, owner)
+        t = _capi.TensorRef()
+        lib.check(lib.epx_value_tensor(v, ctypes.byref(t)))
+        shape = tuple(t.shape[k] for k in range(t.ndim))
+        if t.elem_type == _capi.STRING:
+            return self._strings(v, shape)
+        dtype = _capi.DTYPES.get(t.elem_type)
+        if dtype is None:
+            raise EpxError(9, f"output element type {t.elem_type} has no numpy dtype")
+        if not t.byte_len:
+            return np.zeros(shape, dtype)
+        # A view of libepx's buffer, writable (the outputs belong to this call alone), that keeps
+        # the outputs alive as long as any array over them lives.
+        buf = (ctypes.c_uint8 * t.byte_len).from_address(t.data)
+        buf._epx_outputs = owner
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def _strings(self, v: int, shape: Tuple[int, ...]) -> np.ndarray:
+        lib = self._lib
+        count, data, n = ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+        lib.check(lib.epx_value_string(v, 0, None, None, ctypes.byref(count)))
+        texts = []
+        for k in range(count.value):
+            lib.check(lib.epx_value_string(v, k, ctypes.byref(data), ctypes.byref(n), None))
+            texts.append(ctypes.string_at(data, n.value).decode("utf-8", "replace") if n.value else "")
+        return np.array(texts, dtype=str).reshape(shape)
+
+    def close(self) -> None:
+        """Frees the session now rather than when it is collected."""
+        if getattr(self, "_ptr", None):
+            self._lib.epx_session_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{v.name}: {v.type}" for v in self.inputs)
+        outs = ", ".join(f"{v.name}: {v.type}" for v in self.outputs)
+        return f"<epx.Session ({ins}) -> ({outs})>"

@@ -1,0 +1,1 @@
+"""`onnxruntime.capi` as programs import it: the exception classes."""

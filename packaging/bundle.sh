@@ -6,7 +6,8 @@
 #     lib/libepx.so  lib/libepx.a  lib/pkgconfig/epx.pc
 #     include/epx.h  include/epx_plugin.h
 #     lib/epx/plugins/<name>/{plugin.toml, libepx_<name>.so}   every plugin of this repository
-#     share/epx/python/epx.py              the ctypes module (finds ../../../lib/libepx.so)
+#     share/epx/python/epx/                the Python package (finds <prefix>/lib/libepx.so);
+#                                          packaging/wheel.sh makes a pip wheel of it instead
 #     share/doc/epx/{LICENSE, README.md}
 #     SHA256SUMS
 #   epx-<version>-<os>-<arch>.tar.gz
@@ -106,7 +107,9 @@ install_file "$ARTIFACTS/libepx.so" "$PREFIX/lib/libepx.so" 755
 install_file "$ARTIFACTS/libepx.a" "$PREFIX/lib/libepx.a" 644
 install -D -m 644 include/epx.h "$PREFIX/include/epx.h"
 install -D -m 644 include/epx_plugin.h "$PREFIX/include/epx_plugin.h"
-install -D -m 644 examples/python/epx.py "$PREFIX/share/epx/python/epx.py"
+while IFS= read -r f; do
+    install -D -m 644 "host/python/$f" "$PREFIX/share/epx/python/$f"
+done < <(cd host/python && find epx -name '*.py' -o -name py.typed | LC_ALL=C sort)
 install -D -m 644 packaging/LICENSE "$PREFIX/share/doc/epx/LICENSE"
 install -D -m 644 README.md "$PREFIX/share/doc/epx/README.md"
 mkdir -p "$PREFIX/lib/pkgconfig"

@@ -115,7 +115,8 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         "lib/epx/plugins/cuda/libepx_cuda.so",
         "lib/epx/plugins/ort_cpu/libepx_ort_cpu.so",
         "lib/epx/plugins/openvino/libepx_openvino.so",
-        "share/epx/python/epx.py",
+        "share/epx/python/epx/__init__.py",
+        "share/epx/python/epx/onnxruntime/__init__.py",
     ] {
         assert!(prefix.join(f).is_file(), "the bundle lacks {f}");
     }
@@ -179,7 +180,7 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         .arg(
             "import sys; sys.path.insert(0, sys.argv[1]); import epx; \
              print(epx.Library.default().path); \
-             print(sorted(p['name'] for p in epx.Environment().providers()))",
+             print(sorted(p.name for p in epx.Environment().providers()))",
         )
         .arg(prefix.join("share/epx/python"));
     let extra = repo_root().join(".testdata/py");

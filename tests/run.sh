@@ -28,3 +28,7 @@ cargo test --workspace --test conformance -- --nocapture
 # reverse, on any machine. The run above used the best level this CPU has; each says which.
 EPX_CPU_KERNELS=reference cargo test --workspace --test conformance -- --nocapture
 EPX_CPU_KERNELS=reference cargo test --workspace --test ort_models
+# The Python wheel, from the build above (no second build), installed into a fresh virtual
+# environment with pip; pytest runs there against ONNX Runtime and RapidOCR from PyPI.
+bash packaging/wheel.sh --profile dev --no-build --out target/wheels
+bash host/python/tests/run.sh target/wheels/epx-*.whl

@@ -1,4 +1,4 @@
-"""Runs an ONNX model through libepx from Python and prints its outputs and placement.
+"""Runs an ONNX model through epx from Python and prints its outputs and placement.
 
     python3 run_model.py MODEL [--plugin-dir DIR]... [--ep NAME]... [INPUT=FILE.npy]...
 
@@ -22,17 +22,17 @@ def main(argv):
     try:
         env = epx.Environment(plugin_dirs=args.plugin_dir)
         for p in env.providers():
-            state = "available" if p["available"] else f"unavailable: {p['reason']}"
-            print(f"EP {p['name']} ({p['plugin']}): {state}")
-        session = epx.Session(env, args.model, providers=args.ep)
+            state = "available" if p.available else f"unavailable: {p.reason}"
+            print(f"EP {p.name} ({p.plugin}): {state}")
+        session = epx.Session(args.model, providers=args.ep, env=env)
         given = dict(item.split("=", 1) for item in args.inputs)
         feeds = {}
         for spec in session.inputs:
-            if spec["name"] in given:
-                feeds[spec["name"]] = np.load(given[spec["name"]])
+            if spec.name in given:
+                feeds[spec.name] = np.load(given[spec.name])
             else:
-                shape = tuple(d or 1 for d in (spec["shape"] or ()))
-                feeds[spec["name"]] = np.zeros(shape, spec["dtype"] or np.float32)
+                shape = tuple(d if isinstance(d, int) else 1 for d in (spec.shape or ()))
+                feeds[spec.name] = np.zeros(shape, spec.dtype or np.float32)
         for name, value in session.run(feeds).items():
             print(f"output {name}: {value.dtype}{list(value.shape)} {value.ravel()[:8]}")
         counts = {}

@@ -24,7 +24,7 @@ import ctypes
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -140,7 +140,9 @@ class Environment:
 
     Plugins are searched in `plugin_dirs`, then in the folders Python packages add (unless
     `discover=False`; see `plugin_dirs()`), then `EPX_PLUGIN_PATH`, then the plugins this package
-    ships. `default_providers` are tried by every session after its own.
+    ships. `default_providers` are tried by every session after its own. The `onnxruntime` and
+    `openvino` wheels of this Python environment are added to `EPX_ORT_SEARCH_PATH` and
+    `EPX_OPENVINO_SEARCH_PATH`, where the ONNX Runtime and OpenVINO plugins look for them.
     """
 
     _default: Optional["Environment"] = None
@@ -150,6 +152,7 @@ class Environment:
                  default_providers: Sequence[ProviderSpec] = (), *,
                  discover: bool = True, library: Optional[Library] = None):
         self._lib = library or Library.default()
+        _plugins.export_runtime_paths()
         dirs = [_capi.text(d) for d in plugin_dirs]
         if discover:
             dirs += [_capi.text(d) for d in _plugins.discovered_dirs()]
@@ -269,6 +272,18 @@ class Session:
             for i in range(lib.epx_session_output_count(self._ptr))]
         self._types = {v.name: v.type for v in self.inputs}
         self._metadata: Optional[Dict[str, Any]] = None
+        # Symbolic extents by name, where the model gives them.
+        meta = self.metadata()
+        dims = {d["name"]: d["dims"] for d in meta["inputs"] + meta["outputs"]}
+        self.inputs = [self._named_extents(v, dims.get(v.name)) for v in self.inputs]
+        self.outputs = [self._named_extents(v, dims.get(v.name)) for v in self.outputs]
+
+    @staticmethod
+    def _named_extents(v: ValueInfo, dims: Optional[List[Any]]) -> ValueInfo:
+        if v.shape is None or dims is None or len(dims) != len(v.shape):
+            return v
+        shape = tuple(d if d is not None else s for s, d in zip(v.shape, dims))
+        return replace(v, shape=shape)
 
     def _info(self, desc_fn, type_fn, i: int) -> ValueInfo:
         lib = self._lib
@@ -300,16 +315,18 @@ class Session:
         """Runs on `feeds` ({input name: value}) and returns {output name: value} for every
         output, or for `output_names` in that order."""
         lib = self._lib
-        made = []
-        try:
-            for name, value in feeds.items():
-                made.append(self._make(value, self._types.get(name, ""), f"input `{name}`"))
-            names = (ctypes.c_char_p * len(made))(*[_capi.text(n) for n in feeds])
-            values = (_capi.P * len(made))(*made)
-            out = lib.out(lib.epx_session_run_values, self._ptr, names, values, len(made))
-        finally:
-            for v in made:
-                lib.epx_value_free(v)
+        out = self._run_tensors(feeds)
+        if out is None:
+            made = []
+            try:
+                for name, value in feeds.items():
+                    made.append(self._make(value, self._types.get(name, ""), f"input `{name}`"))
+                names = (ctypes.c_char_p * len(made))(*[_capi.text(n) for n in feeds])
+                values = (_capi.P * len(made))(*made)
+                out = lib.out(lib.epx_session_run_values, self._ptr, names, values, len(made))
+            finally:
+                for v in made:
+                    lib.epx_value_free(v)
         owner = _Outputs(lib, out)
         result = {}
         for i in range(lib.epx_outputs_count(out)):
@@ -323,6 +340,29 @@ class Session:
             raise EpxError(1, f"the model has no output {', '.join(map(repr, missing))}; "
                               f"its outputs are {', '.join(map(repr, result))}")
         return {n: result[n] for n in output_names}
+
+    def _run_tensors(self, feeds: Mapping[str, Any]) -> Optional[int]:
+        """Runs through `epx_session_run` (each input copied once, straight from its buffer) when
+        every input is a numeric tensor; None when one is not (strings, sequences, maps,
+        optionals go through libepx values)."""
+        arrays = []
+        for name, value in feeds.items():
+            ty = self._types.get(name, "")
+            if not ty.startswith("tensor(") or isinstance(value, (dict, list, tuple, str)):
+                return None
+            arr = _host_array(value, f"input `{name}`")
+            if arr.dtype not in _capi.CODES:
+                return None  # strings, objects, unknown dtypes: the value path says what is wrong
+            arrays.append((name, arr))
+        refs = (_capi.TensorRef * len(arrays))()
+        keep = []
+        for ref, (name, arr) in zip(refs, arrays):
+            shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
+            keep.append(shape)
+            ref.name, ref.elem_type = _capi.text(name), _capi.CODES[arr.dtype]
+            ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
+            ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
+        return self._lib.out(self._lib.epx_session_run, self._ptr, refs, len(arrays))
 
     def _make(self, value: Any, ty: str, what: str) -> int:
         """A libepx value (owned by the caller) from a Python value of declared type `ty`."""

@@ -117,6 +117,7 @@ SIGNATURES = {
     "epx_value_sequence_at": (P, [P, _SIZE, _PP]),
     "epx_value_map": (P, [P, _PP, _PP]),
     "epx_value_optional": (P, [P, _PP]),
+    "epx_session_run": (P, [P, ctypes.POINTER(TensorRef), _SIZE, _PP]),
     "epx_session_run_values": (P, [P, ctypes.POINTER(_STR), _PP, _SIZE, _PP]),
     "epx_outputs_value": (P, [P, _SIZE, ctypes.POINTER(_STR), _PP]),
 }

@@ -76,3 +76,30 @@ def discovered_dirs() -> List[str]:
             seen.add(d)
             out.append(d)
     return out
+
+
+# Vendor runtimes that pip installs and plugins of the wheel load: the variable each plugin
+# searches, and the folder of the library under site-packages.
+RUNTIMES = (
+    ("EPX_ORT_SEARCH_PATH", os.path.join("onnxruntime", "capi")),       # onnxruntime(-gpu) wheels
+    ("EPX_OPENVINO_SEARCH_PATH", os.path.join("openvino", "libs")),     # the openvino wheel
+)
+
+
+def export_runtime_paths() -> None:
+    """Appends the runtime folders of this Python environment (an `onnxruntime` or `openvino`
+    wheel installed beside epx) to the search variables the plugins read, so a venv works
+    without being activated. Folders already listed, and what the user set, stay first."""
+    for var, sub in RUNTIMES:
+        found = []
+        for entry in sys.path:
+            folder = os.path.join(entry or os.getcwd(), sub)
+            if os.path.isdir(folder):
+                found.append(os.path.abspath(folder))
+        if not found:
+            continue
+        current = [p for p in os.environ.get(var, "").split(os.pathsep) if p]
+        merged = current + [f for f in found if f not in current]
+        if merged != current:
+            os.environ[var] = os.pathsep.join(merged)
+

@@ -75,6 +75,11 @@ PROVIDER_NAMES: Dict[str, str] = {
     "AzureExecutionProvider": "azure",
 }
 _ORT_NAMES = {v: k for k, v in PROVIDER_NAMES.items()}
+# The EPs an ONNX Runtime name may run on, first available first: OpenVINO natively, else
+# through ONNX Runtime's own OpenVINO EP.
+_CANDIDATES: Dict[str, Tuple[str, ...]] = {k: (v,) for k, v in PROVIDER_NAMES.items()}
+_CANDIDATES["OpenVINOExecutionProvider"] = ("openvino", "ort_openvino")
+_ORT_NAMES["ort_openvino"] = "OpenVINOExecutionProvider"
 # ONNX Runtime's CPU provider options: they tune its memory arena, which epx's CPU EP does not
 # have (it keeps buffer pools per session); accepted and without effect.
 _CPU_ARENA_OPTIONS = {"arena_extend_strategy", "use_arena", "enable_cpu_mem_arena",
@@ -122,12 +127,9 @@ def get_available_providers() -> List[str]:
     (epx's own name otherwise), `CPUExecutionProvider` last."""
     names = []
     for name in _available():
-        if name == "cpu":
-            continue
-        ort = _ORT_NAMES.get(name)
-        if ort is None and name.startswith("ort_"):  # ort_openvino: ONNX Runtime's own OpenVINO
-            ort = _ORT_NAMES.get(name[4:])
-        names.append(ort or name)
+        ort = next((o for o, eps in _CANDIDATES.items() if name in eps), name)
+        if ort != "CPUExecutionProvider":
+            names.append(ort)
     names.append("CPUExecutionProvider")
     return list(dict.fromkeys(names))
 
@@ -251,7 +253,9 @@ class ModelMetadata:
         self.domain: str = meta.get("domain", "")
         self.description: str = meta.get("description", "")
         self.graph_description: str = meta.get("graph_description", "")
-        self.version: int = meta.get("model_version", 0)
+        version = meta.get("model_version")
+        # ONNX Runtime's value for a model that sets no version: INT64_MAX.
+        self.version: int = (1 << 63) - 1 if version is None else version
         self.custom_metadata_map: Dict[str, str] = dict(meta.get("custom", {}))
 
 
@@ -325,7 +329,8 @@ class InferenceSession:
         eps: List[Tuple[str, Dict[str, Any]]] = []
         chosen: List[Tuple[str, str, Dict[str, str]]] = []  # (ort name, epx name, options)
         for name, options in requested:
-            ep = PROVIDER_NAMES.get(name, name)
+            candidates = _CANDIDATES.get(name, (name,))
+            ep = next((c for c in candidates if c in available), candidates[0])
             if ep not in available:
                 if name not in PROVIDER_NAMES and ep not in {p.name for p in _env().providers()}:
                     raise ValueError(f"Unknown Provider Type: {name}; known: "
@@ -352,9 +357,10 @@ class InferenceSession:
         except EpxError as e:
             raise _from_epx(e) from None
         skipped = {s["name"] for s in self._session.placement().get("skipped_providers", [])}
-        self._providers = [c for c in chosen if c[1] not in skipped and c[1] != "cpu"]
-        self._providers.append(("CPUExecutionProvider", "cpu",
-                                next((c[2] for c in chosen if c[1] == "cpu"), {})))
+        # As ONNX Runtime lists them: in the order given, the CPU EP last unless given earlier.
+        self._providers = [c for c in chosen if c[1] not in skipped]
+        if not any(c[1] == "cpu" for c in self._providers):
+            self._providers.append(("CPUExecutionProvider", "cpu", {}))
         meta = self._session.metadata()
         self._meta = meta
         self._inputs = _node_args(self._session.inputs, meta.get("inputs", []))

@@ -1,0 +1,241 @@
+"""`import epx`: the Pythonic API over libepx, as installed from the wheel."""
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import epx
+from conftest import example, here, python, repo
+
+
+def test_the_package_is_the_installed_wheel_with_its_library_and_plugins():
+    pkg = os.path.dirname(epx.__file__)
+    assert pkg.startswith(sys.prefix), (pkg, sys.prefix)
+    lib = epx.Library.default()
+    assert lib.path == os.path.join(pkg, "lib", "libepx.so"), lib.path
+    assert epx.version().count(".") == 2
+    plugins = os.listdir(os.path.join(pkg, "lib", "epx", "plugins"))
+    assert {"openvino", "ort_cpu", "cuda"} <= set(plugins), plugins
+    for name in plugins:
+        assert os.path.exists(os.path.join(pkg, "lib", "epx", "plugins", name, "plugin.toml"))
+
+
+def test_providers_and_doctor_are_plain_data():
+    eps = {p.name: p for p in epx.providers()}
+    assert eps["cpu"].available and eps["cpu"].reason is None
+    # The shipped plugins are listed; one that cannot run here says why.
+    assert "cuda" in eps and "openvino" in eps, sorted(eps)
+    for p in eps.values():
+        assert p.available or p.reason, p
+    report = epx.doctor()
+    assert "plugin search path" in report.text and isinstance(report.ok, bool)
+
+
+def test_the_shipped_ort_cpu_plugin_finds_onnxruntime_in_this_environment():
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed in this venv")
+    eps = {p.name: p for p in epx.providers()}
+    assert eps["ort_cpu"].available, eps["ort_cpu"].reason
+    s = epx.Session(example("mnist-cnn.onnx"), providers=["ort_cpu"], strict=True)
+    out = s.run({"image": np.load(example("mnist-cnn.input.image.npy"))})
+    want = np.load(example("mnist-cnn.output.probabilities.npy"))
+    assert np.max(np.abs(out["probabilities"] - want)) <= 1e-5
+    assert {n["provider"] for n in s.placement()["nodes"]} == {"ort_cpu"}
+
+
+def test_a_session_from_a_path_runs_and_describes_itself():
+    s = epx.Session(example("mnist-cnn.onnx"), providers=["cpu"])
+    assert [(i.name, i.type, i.dtype, i.shape) for i in s.inputs] == [
+        ("image", "tensor(float)", np.dtype(np.float32), (1, 1, 28, 28))]
+    assert [(o.name, o.type) for o in s.outputs] == [("probabilities", "tensor(float)")]
+    out = s.run({"image": np.load(example("mnist-cnn.input.image.npy"))})
+    want = np.load(example("mnist-cnn.output.probabilities.npy"))
+    got = out["probabilities"]
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 1e-5
+    placement = s.placement()
+    assert len(placement["nodes"]) == 11 and {n["provider"] for n in placement["nodes"]} == {"cpu"}
+    json.dumps(placement)  # plain data
+
+
+def test_a_session_from_bytes_with_threads_and_strict_placement():
+    with open(example("mlp-int.onnx"), "rb") as f:
+        s = epx.Session(f.read(), strict=True, intra_op_threads=1)
+    feeds = {i.name: np.load(example(f"mlp-int.input.{i.name}.npy")) for i in s.inputs}
+    for name, value in s.run(feeds).items():
+        want = np.load(example(f"mlp-int.output.{name}.npy"))
+        assert value.dtype == want.dtype and np.array_equal(value, want), name
+
+
+def test_outputs_are_numpy_views_of_libepx_memory_and_stay_valid():
+    s = epx.Session(example("mnist-cnn.onnx"))
+    x = np.load(example("mnist-cnn.input.image.npy"))
+    got = s.run({"image": x})["probabilities"]
+    want = got.copy()
+    # The array owns nothing itself: its base chain ends at libepx's buffer, freed with it.
+    assert not got.flags.owndata and got.flags.writeable
+    del s
+    for _ in range(3):  # other runs and sessions reuse memory; this view must not change
+        epx.Session(example("mnist-cnn.onnx")).run({"image": x * 0.5})
+    assert np.array_equal(got, want)
+    # DLPack and the array protocol share the buffer, no copy.
+    assert np.shares_memory(np.from_dlpack(got), got)
+    assert np.shares_memory(np.asarray(got), got)
+
+
+class HostTensor:
+    """An array-like that offers only DLPack, as a framework's CPU tensor does."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._arr.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+def test_inputs_with_dlpack_are_read():
+    s = epx.Session(example("add.onnx"))
+    a, b = (np.load(example(f"add.input.{n}.npy")) for n in ("a", "b"))
+    out = s.run({"a": HostTensor(a), "b": HostTensor(b)})
+    assert np.array_equal(out["sum"], np.load(example("add.output.sum.npy")))
+
+
+def test_torch_tensors_go_in_and_come_out_through_dlpack():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed in this venv")
+    s = epx.Session(example("add.onnx"))
+    a, b = (np.load(example(f"add.input.{n}.npy")) for n in ("a", "b"))
+    out = s.run({"a": torch.from_numpy(a), "b": torch.from_numpy(b)})["sum"]
+    t = torch.from_dlpack(out)
+    assert t.data_ptr() == out.ctypes.data
+
+
+def test_errors_are_exceptions_with_code_and_message():
+    def raises(code, needle, fn):
+        with pytest.raises(epx.EpxError) as e:
+            fn()
+        assert e.value.code == code, (e.value.code, e.value.message)
+        assert needle in e.value.message, e.value.message
+        assert e.value.code_name == epx.ERROR_NAMES[code]
+
+    s = epx.Session(example("mnist-cnn.onnx"))
+    raises(2, "not a valid ONNX model", lambda: epx.Session(b"\x08\x01garbage"))
+    raises(3, "nonexistent", lambda: epx.Session("/nonexistent.onnx"))
+    raises(5, "frobnicator", lambda: epx.Session(example("add.onnx"), providers=["frobnicator"]))
+    raises(5, "colour", lambda: epx.Session(example("add.onnx"), providers=[("cpu", {"colour": "red"})]))
+    raises(8, "image", lambda: s.run({"imag": np.zeros((1, 1, 28, 28), np.float32)}))
+    raises(8, "must have shape [1, 1, 28, 28]", lambda: s.run({"image": np.zeros((1, 1, 28, 27), np.float32)}))
+    raises(8, "dtype", lambda: s.run({"image": np.zeros(3, dtype=object)}))
+    raises(1, "no output 'nope'", lambda: s.run({"image": np.zeros((1, 1, 28, 28), np.float32)}, ["nope"]))
+
+
+def test_model_metadata_and_symbolic_extents():
+    s = epx.Session(here("models", "metadata.onnx"))
+    m = s.metadata()
+    assert (m["producer_name"], m["producer_version"], m["domain"], m["model_version"]) == (
+        "epx-tests", "2.1", "ai.epx.tests", 7)
+    assert m["description"] == "a model with metadata" and m["graph_description"] == "adds a bias"
+    assert m["custom"] == {"character": "a\nb\nc", "author": "epx"}
+    assert m["inputs"] == [{"name": "x", "dims": ["batch", 3]}]
+    assert m["overridable_initializers"] == [{"name": "bias", "type": "tensor(float)", "dims": [3]}]
+    assert [i.name for i in s.inputs] == ["x"] and s.inputs[0].shape == ("batch", 3)
+    out = s.run({"x": np.ones((2, 3), np.float32)})["y"]
+    assert np.array_equal(out, np.array([[2.0, -1.0, 1.5]] * 2, np.float32))
+
+
+VALUES = repo("tests", "models", "sklearn-values")
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-5 * max(1.0, abs(b))
+
+
+def test_strings_sequences_and_maps():
+    text = epx.Session(os.path.join(VALUES, "tfidf-text", "model.onnx"))
+    assert text.inputs[0].type == "tensor(string)" and text.inputs[0].dtype is None
+    assert text.outputs[1].type == "seq(map(int64,tensor(float)))"
+    words = np.load(os.path.join(VALUES, "tfidf-text", "input", "text.npy"))
+    probs = text.run({"text": words})["output_probability"]
+    assert isinstance(probs, list) and len(probs) == len(words)
+    for k, row in enumerate(probs):
+        with open(os.path.join(VALUES, "tfidf-text", "output", "output_probability", f"{k}.json")) as f:
+            want = {int(key): v for key, v in json.load(f).items()}
+        assert row.keys() == want.keys() and all(close(row[c], want[c]) for c in want)
+
+    forest = epx.Session(os.path.join(VALUES, "random-forest-string-labels", "model.onnx"))
+    out = forest.run({"X": np.load(os.path.join(VALUES, "random-forest-string-labels", "input", "X.npy"))})
+    want = np.load(os.path.join(VALUES, "random-forest-string-labels", "output", "output_label.npy"))
+    assert out["output_label"].dtype.kind == "U" and list(out["output_label"]) == list(want)
+    assert set(out["output_probability"][0]) == {"setosa", "versicolor", "virginica"}
+
+    dv = epx.Session(os.path.join(VALUES, "dict-vectorizer", "model.onnx"))
+    out = dv.run({"x": {"a": 1.0, "c": 2.0}})
+    want = np.load(os.path.join(VALUES, "dict-vectorizer", "output", "output_label.npy"))
+    assert np.array_equal(out["output_label"], want)
+
+
+def _plugin_folder(root, library):
+    folder = os.path.join(root, "relu_plugin")
+    os.makedirs(folder)
+    shutil.copy(library, folder)
+    with open(os.path.join(folder, "plugin.toml"), "w") as f:
+        f.write(textwrap.dedent(f"""\
+            name = "relu_plugin"
+            version = "0.1.0"
+            abi = "1.0"
+            providers = ["relu_only", "never_available"]
+
+            [library]
+            linux = "{os.path.basename(library)}"
+            """))
+    return folder
+
+
+PLACEMENT = f"""
+import epx, numpy as np
+eps = {{p.name: p for p in epx.providers()}}
+assert eps["relu_only"].available, eps["relu_only"]
+assert not eps["never_available"].available and "Frobnicator" in eps["never_available"].reason
+s = epx.Session({example("mnist-cnn.onnx")!r}, providers=["relu_only"])
+placed = {{n["op_type"]: n["provider"] for n in s.placement()["nodes"]}}
+assert placed["Relu"] == "relu_only" and placed["Conv"] == "cpu", placed
+print("ok")
+"""
+
+
+def test_a_plugin_declared_by_an_entry_point_is_found(tmp_path, fixture_library):
+    # What pip leaves for a package that declares `[project.entry-points."epx.plugins"]`.
+    site = tmp_path / "site"
+    pkg = site / "vendor_ep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    folder = _plugin_folder(str(pkg), fixture_library)
+    dist = site / "vendor_ep-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vendor-ep\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[epx.plugins]\nrelu = vendor_ep:plugin_dir\nbroken = vendor_ep_missing\n")
+    (pkg / "__init__.py").write_text(f"def plugin_dir():\n    return {folder!r}\n")
+    out = python(PLACEMENT, env={"PYTHONPATH": str(site)})
+    assert out.stdout.strip() == "ok"
+    # The broken entry point is skipped with a warning that names it; the good one still works.
+    assert "broken = vendor_ep_missing" in out.stderr and "vendor-ep" in out.stderr, out.stderr
+
+
+def test_a_plugin_in_an_epx_plugins_folder_on_sys_path_is_found(tmp_path, fixture_library):
+    _plugin_folder(str(tmp_path / "epx_plugins"), fixture_library)
+    out = python(PLACEMENT, env={"PYTHONPATH": str(tmp_path)})
+    assert out.stdout.strip() == "ok"
+
+
+def test_the_epx_command_is_installed():
+    exe = os.path.join(os.path.dirname(sys.executable), "epx")
+    out = python(f"import subprocess; print(subprocess.run([{exe!r}, '--version'], "
+                 "capture_output=True, text=True, check=True).stdout)")
+    assert out.stdout.startswith("epx "), out.stdout

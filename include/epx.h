@@ -217,6 +217,12 @@ extern "C" {
 const char *epx_version(void);
 
 /**
+ * The plugin ABI version this host speaks, as `"major.minor"` (e.g. `"1.3"`): plugins built
+ * for this major and a minor up to this one load. Static, never freed.
+ */
+const char *epx_plugin_abi_version(void);
+
+/**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.

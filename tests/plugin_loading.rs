@@ -1137,3 +1137,80 @@ fn a_node_no_ep_supports_is_an_error_naming_it() {
     );
     assert_good_plugin_works(&env);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The manifest against what the library reports
+
+/// `older_minor` (built for ABI 1.0, EPs `relu_only` and `never_available`) in its own folder,
+/// under a manifest declaring `abi` and `providers`.
+fn dir_with_manifest(tag: &str, abi: &str, providers: &[&str]) -> TempDir {
+    let dir = TempDir::new(tag).expect("temp dir");
+    let lib = fixture_library("older_minor");
+    let file = lib
+        .file_name()
+        .and_then(|f| f.to_str())
+        .expect("file name")
+        .to_string();
+    dir.add_plugin("toy", &lib, Some(&manifest("toy", abi, providers, &file)))
+        .expect("copy older_minor");
+    dir
+}
+
+#[test]
+fn a_manifest_listing_other_eps_than_the_library_registers_is_refused_naming_both() {
+    let dir = dir_with_manifest("manifest-eps", "1.0", &["toyx", "relu_only"]);
+    let env = env_for(&dir);
+    let (kind, message) = load_error(env.find_provider("toyx"));
+    assert_eq!(kind, PluginLoadErrorKind::ManifestMismatch, "{message}");
+    assert!(
+        message.contains("lists EP `toyx` that the library does not register")
+            && message.contains("registers EP `never_available` that plugin.toml does not list"),
+        "{message}"
+    );
+    // The EP both agree on is refused too: the package is wrong as a whole.
+    let (kind, _) = load_error(env.find_provider("relu_only"));
+    assert_eq!(kind, PluginLoadErrorKind::ManifestMismatch);
+    let (report, ok) = epx::doctor::report(&env);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("✗") && report.contains("`toyx`"),
+        "{report}"
+    );
+}
+
+#[test]
+fn doctor_says_when_the_manifest_abi_differs_from_the_library_or_the_host() {
+    let eps = ["relu_only", "never_available"];
+    // A stale minor: the library loads and runs; doctor says what differs and how to fix it.
+    let dir = dir_with_manifest("manifest-abi", "1.1", &eps);
+    let env = env_for(&dir);
+    assert!(env.find_provider("relu_only").is_ok());
+    let (report, ok) = epx::doctor::report(&env);
+    assert!(ok, "{report}");
+    assert!(
+        report.contains(
+            "! plugin.toml declares ABI 1.1, but the library was built for ABI 1.0 (set abi = \"1.0\")"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("all plugins OK, 1 warning(s)"), "{report}");
+    assert!(
+        report.starts_with(&format!(
+            "host: epx {}, plugin ABI {}",
+            env!("CARGO_PKG_VERSION"),
+            epx::plugin_abi_version()
+        )),
+        "{report}"
+    );
+    // A minor newer than the host's.
+    let dir = dir_with_manifest("manifest-abi-new", "1.99", &eps);
+    let (report, ok) = epx::doctor::report(&env_for(&dir));
+    assert!(ok, "{report}");
+    assert!(
+        report.contains(&format!(
+            "plugin.toml declares ABI 1.99, newer than this host's {}",
+            epx::plugin_abi_version()
+        )),
+        "{report}"
+    );
+}

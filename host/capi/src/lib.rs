@@ -65,8 +65,30 @@ pub extern "C" fn epx_version() -> *const c_char {
     ffi_boundary!(VERSION.as_ptr())
 }
 
+/// The plugin ABI version this host speaks, as `"major.minor"` (e.g. `"1.3"`): plugins built
+/// for this major and a minor up to this one load. Static, never freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_plugin_abi_version() -> *const c_char {
+    static TEXT: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+    ffi_boundary!(
+        TEXT.get_or_init(|| c_string(&epx_host::plugin_abi_version()))
+            .as_ptr()
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_plugin_abi_version_is_the_abi_modules() {
+        use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
+        // SAFETY: a static NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(super::epx_plugin_abi_version()) };
+        assert_eq!(
+            text.to_str().unwrap(),
+            format!("{EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}")
+        );
+    }
+
     #[test]
     fn version_constants_match_the_crate() {
         // SAFETY: a static NUL-terminated string.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use epx::Environment;
 
 #[derive(Parser)]
@@ -69,7 +69,23 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // The version line names the plugin ABI too: what a plugin author needs to build against.
+    let version: &'static str = Box::leak(
+        format!(
+            "{} (plugin ABI {})",
+            env!("CARGO_PKG_VERSION"),
+            epx::plugin_abi_version()
+        )
+        .into_boxed_str(),
+    );
+    let cli = match Cli::command()
+        .version(version)
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = Environment::builder()
         .with_plugin_dirs(cli.plugin_dirs)
         .commit()

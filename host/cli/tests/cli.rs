@@ -633,3 +633,28 @@ fn the_kernel_level_is_chosen_by_environment_and_a_wrong_one_is_one_clear_error(
         assert!(line.contains("which this CPU does not have"), "{line}");
     }
 }
+
+#[test]
+fn version_names_the_plugin_abi_and_doctor_names_the_host() {
+    let out = epx(&["--version"]);
+    assert!(out.status.success());
+    let line = text(&out.stdout);
+    assert_eq!(
+        line.trim(),
+        format!(
+            "epx {} (plugin ABI {})",
+            env!("CARGO_PKG_VERSION"),
+            epx::plugin_abi_version()
+        )
+    );
+    let out = epx(&["doctor"]);
+    let report = text(&out.stdout);
+    assert!(
+        report.starts_with(&format!(
+            "host: epx {}, plugin ABI {}",
+            env!("CARGO_PKG_VERSION"),
+            epx::plugin_abi_version()
+        )),
+        "{report}"
+    );
+}

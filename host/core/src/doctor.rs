@@ -5,7 +5,10 @@
 
 use std::fmt::Write as _;
 
+use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
+
 use crate::error::PluginLoadErrorKind;
+use crate::plugin::admit::compare_with_manifest;
 use crate::plugin::resolve::DependencyStatus;
 use crate::session::Environment;
 
@@ -14,6 +17,11 @@ use crate::session::Environment;
 pub fn report(env: &Environment) -> (String, bool) {
     let mut out = String::new();
     let mut broken = 0;
+    let _ = writeln!(
+        out,
+        "host: epx {}, plugin ABI {EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}",
+        env!("CARGO_PKG_VERSION")
+    );
     let _ = writeln!(out, "plugin search path:");
     for d in env.search_path() {
         let _ = writeln!(out, "  {} ({:?})", d.path.display(), d.origin);
@@ -26,7 +34,7 @@ pub fn report(env: &Environment) -> (String, bool) {
         let _ = writeln!(out, "\n✗ {}\n    {}", problem.path.display(), problem.error);
     }
     // Not a failure (both plugins are offered), but which one runs depends on the search order.
-    let warnings = env.discovery().shadowed.len();
+    let mut warnings = env.discovery().shadowed.len();
     for s in &env.discovery().shadowed {
         let _ = writeln!(
             out,
@@ -112,6 +120,12 @@ pub fn report(env: &Environment) -> (String, bool) {
                     "    ✓ loads: plugin {} {}, ABI {}.{}",
                     lib.name, lib.version, abi.major, abi.minor
                 );
+                if let Some(m) = &candidate.manifest {
+                    for w in compare_with_manifest(m, &lib).abi_warnings {
+                        warnings += 1;
+                        let _ = writeln!(out, "    ! {w}");
+                    }
+                }
                 for p in &lib.providers {
                     match &p.availability {
                         Ok(()) => {

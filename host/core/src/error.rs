@@ -85,6 +85,8 @@ pub enum PluginLoadErrorKind {
     /// The library file's SHA-256 is not the one its `plugin.toml` pins (`sha256`). Found by
     /// hashing the file before it is opened, so none of its code ran.
     ChecksumMismatch,
+    /// The library registers other EPs than its `plugin.toml` lists.
+    ManifestMismatch,
 }
 
 /// The host library's result type.

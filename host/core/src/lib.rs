@@ -54,3 +54,10 @@ pub use session::{
     SessionBuilder, SessionOutputs, ValueSpec,
 };
 pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};
+
+/// The plugin ABI version this host speaks, as `major.minor` (`"1.3"`): plugins built for this
+/// major and a minor up to this one load.
+pub fn plugin_abi_version() -> String {
+    use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
+    format!("{EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}")
+}

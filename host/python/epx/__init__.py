@@ -35,7 +35,7 @@ from ._capi import ERROR_NAMES, EpxError, Library
 __version__ = "0.1.0"
 __all__ = [
     "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
-    "DoctorReport", "providers", "doctor", "version", "plugin_dirs",
+    "DoctorReport", "providers", "doctor", "version", "plugin_abi_version", "plugin_dirs",
 ]
 
 ProviderSpec = Union[str, Tuple[str, Mapping[str, Any]]]
@@ -45,6 +45,11 @@ ProviderSpec = Union[str, Tuple[str, Mapping[str, Any]]]
 def version() -> str:
     """libepx's version."""
     return Library.default().version()
+
+
+def plugin_abi_version() -> str:
+    """The plugin ABI version libepx speaks, as "major.minor"."""
+    return Library.default().epx_plugin_abi_version().decode()
 
 
 def plugin_dirs() -> List[str]:
@@ -271,6 +276,7 @@ class Session:
             self._info(lib.epx_session_output, lib.epx_session_output_type, i)
             for i in range(lib.epx_session_output_count(self._ptr))]
         self._types = {v.name: v.type for v in self.inputs}
+        self._names = {v.name: v.name.encode() for v in self.inputs}
         self._metadata: Optional[Dict[str, Any]] = None
         # Symbolic extents by name, where the model gives them.
         meta = self.metadata()
@@ -345,24 +351,22 @@ class Session:
         """Runs through `epx_session_run` (each input copied once, straight from its buffer) when
         every input is a numeric tensor; None when one is not (strings, sequences, maps,
         optionals go through libepx values)."""
-        arrays = []
+        refs = []
+        keep = []  # the arrays and shapes the refs point into, alive until the call returns
         for name, value in feeds.items():
-            ty = self._types.get(name, "")
-            if not ty.startswith("tensor(") or isinstance(value, (dict, list, tuple, str)):
+            ty = self._types.get(name)
+            if ty is None or not ty.startswith("tensor(") or isinstance(value, (dict, list, tuple, str)):
                 return None
             arr = _host_array(value, f"input `{name}`")
-            if arr.dtype not in _capi.CODES:
+            code = _capi.CODES.get(arr.dtype)
+            if code is None:
                 return None  # strings, objects, unknown dtypes: the value path says what is wrong
-            arrays.append((name, arr))
-        refs = (_capi.TensorRef * len(arrays))()
-        keep = []
-        for ref, (name, arr) in zip(refs, arrays):
             shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
-            keep.append(shape)
-            ref.name, ref.elem_type = _capi.text(name), _capi.CODES[arr.dtype]
-            ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
-            ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
-        return self._lib.out(self._lib.epx_session_run, self._ptr, refs, len(arrays))
+            keep.append((arr, shape))
+            refs.append(_capi.TensorRef(self._names[name], code, shape, arr.ndim,
+                                        arr.ctypes.data, arr.nbytes))
+        array = (_capi.TensorRef * len(refs))(*refs)
+        return self._lib.out(self._lib.epx_session_run, self._ptr, array, len(refs))
 
     def _make(self, value: Any, ty: str, what: str) -> int:
         """A libepx value (owned by the caller) from a Python value of declared type `ty`."""

@@ -76,6 +76,7 @@ _PP = ctypes.POINTER(P)
 _SIZE = ctypes.c_size_t
 SIGNATURES = {
     "epx_version": (_STR, []),
+    "epx_plugin_abi_version": (_STR, []),
     "epx_error_code": (ctypes.c_int, [P]),
     "epx_error_message": (_STR, [P]),
     "epx_error_free": (None, [P]),

@@ -19,6 +19,7 @@ def test_the_package_is_the_installed_wheel_with_its_library_and_plugins():
     lib = epx.Library.default()
     assert lib.path == os.path.join(pkg, "lib", "libepx.so"), lib.path
     assert epx.version().count(".") == 2
+    assert epx.plugin_abi_version().startswith("1.")
     plugins = os.listdir(os.path.join(pkg, "lib", "epx", "plugins"))
     assert {"openvino", "ort_cpu", "cuda"} <= set(plugins), plugins
     for name in plugins:
@@ -34,6 +35,7 @@ def test_providers_and_doctor_are_plain_data():
         assert p.available or p.reason, p
     report = epx.doctor()
     assert "plugin search path" in report.text and isinstance(report.ok, bool)
+    assert f"plugin ABI {epx.plugin_abi_version()}" in report.text
 
 
 def test_the_shipped_ort_cpu_plugin_finds_onnxruntime_in_this_environment():

@@ -9,12 +9,18 @@
 //! 2. the manifest's `abi` has the host's ABI major;
 //! 3. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
 //! 4. every library it needs is found ([`resolve`]), in the order they are to be preloaded.
+//!
+//! Once the library is open, [`compare_with_manifest`] checks what it reports against what its
+//! manifest says: EP names that differ refuse it (the manifest is what requests are routed by),
+//! an ABI version that differs is a warning.
 
 use std::path::{Path, PathBuf};
 
 use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
 
 use super::discover::{MANIFEST_FILE, PluginCandidate};
+use super::library::PluginLibrary;
+use super::manifest::PluginManifest;
 use super::resolve::{self, DependencyReport};
 use crate::error::{Error, PluginLoadErrorKind as Kind};
 
@@ -277,5 +283,92 @@ mod tests {
                 .as_ref()
                 .is_some_and(|d| d.is_complete())
         );
+    }
+}
+
+/// How an opened library differs from its manifest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ManifestDiff {
+    /// EPs the manifest lists that the library does not register.
+    pub unregistered: Vec<String>,
+    /// EPs the library registers that the manifest does not list (unreachable by name).
+    pub unlisted: Vec<String>,
+    /// Warnings about the `abi` field: it differs from the library's, or is newer than the host's.
+    pub abi_warnings: Vec<String>,
+}
+
+impl ManifestDiff {
+    /// The refusal for EP names that differ, if they do.
+    pub fn refusal(&self) -> Option<Refusal> {
+        if self.unregistered.is_empty() && self.unlisted.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !self.unregistered.is_empty() {
+            parts.push(format!(
+                "its {MANIFEST_FILE} lists EP {} that the library does not register",
+                quoted(&self.unregistered)
+            ));
+        }
+        if !self.unlisted.is_empty() {
+            parts.push(format!(
+                "the library registers EP {} that {MANIFEST_FILE} does not list",
+                quoted(&self.unlisted)
+            ));
+        }
+        Some(Refusal::new(
+            Kind::ManifestMismatch,
+            format!(
+                "{}; set `providers` in {MANIFEST_FILE} to the EPs the library registers",
+                parts.join(", and ")
+            ),
+        ))
+    }
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Compares an opened library with its manifest (see the module docs).
+pub fn compare_with_manifest(manifest: &PluginManifest, lib: &PluginLibrary) -> ManifestDiff {
+    let registered: Vec<&str> = lib.providers.iter().map(|p| p.name.as_str()).collect();
+    let unregistered = manifest
+        .providers
+        .iter()
+        .filter(|p| !registered.contains(&p.as_str()))
+        .cloned()
+        .collect();
+    let unlisted = registered
+        .iter()
+        .filter(|r| !manifest.providers.iter().any(|p| p == *r))
+        .map(|r| r.to_string())
+        .collect();
+    let mut abi_warnings = Vec::new();
+    let (declared, built) = (&manifest.abi, lib.abi_version);
+    if (declared.major, declared.minor) != (u64::from(built.major), u64::from(built.minor)) {
+        abi_warnings.push(format!(
+            "{MANIFEST_FILE} declares ABI {}.{}, but the library was built for ABI {}.{} \
+             (set abi = \"{}.{}\")",
+            declared.major, declared.minor, built.major, built.minor, built.major, built.minor
+        ));
+    }
+    if declared.major == u64::from(EPX_ABI_VERSION_MAJOR)
+        && declared.minor > u64::from(EPX_ABI_VERSION_MINOR)
+    {
+        abi_warnings.push(format!(
+            "{MANIFEST_FILE} declares ABI {}.{}, newer than this host's \
+             {EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}",
+            declared.major, declared.minor
+        ));
+    }
+    ManifestDiff {
+        unregistered,
+        unlisted,
+        abi_warnings,
     }
 }

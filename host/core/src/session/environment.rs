@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::ExecutionProvider;
 use crate::error::{Error, Result};
 use crate::plugin::PluginLibrary;
-use crate::plugin::admit::{AdmissionReport, Refusal, admit};
+use crate::plugin::admit::{AdmissionReport, Refusal, admit, compare_with_manifest};
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
 use epx_plugin_api::abi::EpxPluginEntryFn;
 
@@ -218,7 +218,17 @@ impl Environment {
                 let admission = Arc::new(admit(candidate));
                 let library = match &admission.refusal {
                     Some(refusal) => Err(refusal.clone()),
-                    None => PluginLibrary::open(&candidate.library, &admission.preload_order()),
+                    None => PluginLibrary::open(&candidate.library, &admission.preload_order())
+                        .and_then(|lib| match &candidate.manifest {
+                            Some(m) => {
+                                let diff = compare_with_manifest(m, &lib);
+                                for w in &diff.abi_warnings {
+                                    tracing::warn!(plugin = %candidate.name, "{w}");
+                                }
+                                diff.refusal().map_or(Ok(lib), Err)
+                            }
+                            None => Ok(lib),
+                        }),
                 };
                 LoadOutcome { admission, library }
             })

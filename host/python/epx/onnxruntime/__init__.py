@@ -367,6 +367,8 @@ class InferenceSession:
         self._outputs = _node_args(self._session.outputs, meta.get("outputs", []))
         self._overridable = [NodeArg(o["name"], o.get("type") or "", list(o.get("dims") or []))
                              for o in meta.get("overridable_initializers", [])]
+        self._required = [i.name for i in self._inputs if not i.type.startswith("optional")]
+        self._output_names = [o.name for o in self._outputs]
 
     # Introspection
 
@@ -419,6 +421,8 @@ class InferenceSession:
     # Running
 
     def _check_feed(self, input_feed: Mapping[str, Any]) -> None:
+        if len(input_feed) == len(self._required) and all(n in input_feed for n in self._required):
+            return  # the usual case: exactly the required inputs
         overridden = [n for n in input_feed if n in {o.name for o in self._overridable}]
         if overridden:
             raise InvalidArgument(8, f"{', '.join(overridden)}: an initializer of the model; "
@@ -445,7 +449,7 @@ class InferenceSession:
         if run_options is not None and run_options.terminate:
             raise RuntimeException(9, "the run was terminated (RunOptions.terminate is set)")
         self._check_feed(input_feed)
-        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        names = list(output_names) if output_names else self._output_names
         try:
             result = self._session.run(self._feed(input_feed), names)
         except EpxError as e:

@@ -192,7 +192,7 @@ fn wrong_kernel_outputs_fail_run() {
     let cases = [
         (
             "wrong_shape",
-            "output `r` has shape [1], but the model declares [2, 3]",
+            "the kernel of nodes Relu_r (Relu): output `r` has shape [1], but the model declares [2, 3]",
         ),
         (
             "wrong_type",
@@ -277,4 +277,52 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
         let want: Vec<f32> = X.iter().map(|v| -v.max(0.0)).collect();
         assert_eq!(y, want);
     }
+}
+
+/// r = Relu(x) with no declaration of `r` (the host infers [2, 3]), then y = Add(r, x): a
+/// wrong-shaped `r` of [1] would broadcast into a wrong `y` of the right shape.
+fn relu_add_undeclared_model() -> Vec<u8> {
+    model_bytes(proto::GraphProto {
+        name: Some("relu_add".into()),
+        node: vec![
+            node("Relu", &["x"], &["r"]),
+            node("Add", &["r", "x"], &["y"]),
+        ],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("y", &[2, 3])],
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_wrong_shape_against_an_inferred_one_stops_at_the_kernel_not_downstream() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let s = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([adversarial("wrong_shape")])
+        })
+        .and_then(|b| b.commit_from_memory(&relu_add_undeclared_model()))
+        .expect("session");
+    assert_eq!(s.node_placement(), ["adversarial", "cpu"]);
+    assert_provider_error(
+        s.run([("x", input())]),
+        "wrong_shape",
+        "execute",
+        EpxStatusCode::InvalidGraph,
+        "the kernel of nodes Relu_r (Relu): output `r` has shape [1], but the host infers from the \
+         model [2, 3]",
+    );
+    // The same model on a well-behaved kernel runs.
+    let s = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([adversarial("good")])
+        })
+        .and_then(|b| b.commit_from_memory(&relu_add_undeclared_model()))
+        .expect("session");
+    let y = s.run([("x", input())]).expect("run");
+    let want: Vec<f32> = X.iter().map(|v| v.max(0.0) + v).collect();
+    assert_eq!(y["y"].as_slice::<f32>().expect("f32"), &want[..]);
 }

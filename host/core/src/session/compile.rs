@@ -40,7 +40,9 @@ pub(super) struct Kernel {
 }
 
 /// What the model declares about a value: element type and static extents, where known.
-pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>);
+/// What the host knows of a value: element type, static extents, and whether the extents were
+/// inferred by the host rather than declared by the model.
+pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool);
 
 /// The pipeline.
 pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
@@ -283,15 +285,13 @@ fn compile_kernels(
     Ok(kernels)
 }
 
-/// What the model declares about a value. Only declarations are held against a kernel:
-/// inferred shapes help EPs decide, they are not a contract.
+/// What the host knows about a value, declared by the model or inferred from it. Both are held
+/// against a plugin's kernel (a wrong shape must stop at the kernel that made it, not broadcast
+/// downstream); the fallback CPU EP is held to declarations only (see `Kernel::lenient_shapes`).
 fn declared(g: &Graph, v: ValueId) -> Declared {
     let val = &g.values[v];
-    let dims = val
-        .shape()
-        .filter(|_| !val.shape_inferred)
-        .map(|s| s.iter().map(Dim::known).collect());
-    (val.elem_type(), dims)
+    let dims = val.shape().map(|s| s.iter().map(Dim::known).collect());
+    (val.elem_type(), dims, val.shape_inferred)
 }
 
 /// Step 9: the order of kernels and copies, and when each value is released.
@@ -513,7 +513,7 @@ mod tests {
     }
 
     #[test]
-    fn only_declared_shapes_are_held_against_a_kernel() {
+    fn declared_and_inferred_shapes_are_told_apart() {
         let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
         // Declare x as [2, N]; y's shape is only inferred.
         let dims = |d: &[Option<i64>]| {
@@ -548,9 +548,11 @@ mod tests {
         let y = g.value_id("y").expect("y");
         assert_eq!(
             declared(&g, x),
-            (Some(ElementType::Float), Some(vec![Some(2), None]))
+            (Some(ElementType::Float), Some(vec![Some(2), None]), false)
         );
-        assert_eq!(declared(&g, y).1, None, "an inferred shape is no contract");
+        // y's shape is the host's inference, marked so: held against plugin kernels only.
+        assert_eq!(declared(&g, y).1, Some(vec![Some(2), None]));
+        assert!(declared(&g, y).2, "y's shape is inferred");
     }
 
     /// The session of model `m` on `env`, one intra-op thread.

@@ -89,6 +89,57 @@ impl<'a> TensorView<'a> {
     pub fn dims(&self) -> Vec<usize> {
         self.shape.iter().map(|&d| d as usize).collect()
     }
+
+    /// The elements as `&[T]` (`view.as_slice::<f32>()?`); an error naming both types when the
+    /// tensor holds another element type.
+    pub fn as_slice<T: Element>(&self) -> Result<&'a [T]> {
+        check_type::<T>(self.elem_type)?;
+        // SAFETY: `T` is a plain number type (sealed `Element`): every bit pattern is a value.
+        let (head, body, tail) = unsafe { self.data.align_to::<T>() };
+        if !head.is_empty() || !tail.is_empty() {
+            return Err(Error::invalid_argument(format!(
+                "tensor data is not aligned for {}",
+                T::TYPE
+            )));
+        }
+        Ok(body)
+    }
+}
+
+/// A Rust type tensor elements are read and written as: `f32`, `f64`, `i8`, `u8`, `i16`,
+/// `u16`, `i32`, `u32`, `i64`, `u64` (the ONNX types whose every bit pattern is a value).
+pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+    /// The element type a tensor of `Self` has.
+    const TYPE: ElementType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! elements {
+    ($($t:ty => $e:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const TYPE: ElementType = ElementType::$e;
+        }
+    )*};
+}
+
+elements!(
+    f32 => Float, f64 => Double, i8 => Int8, u8 => Uint8, i16 => Int16, u16 => Uint16,
+    i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64,
+);
+
+fn check_type<T: Element>(have: ElementType) -> Result<()> {
+    if have == T::TYPE {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "the tensor holds {have}, read as {} (a {})",
+        T::TYPE,
+        std::any::type_name::<T>()
+    )))
 }
 
 /// The shape and element count of a compact host-memory `DLTensor` (strides NULL or those of
@@ -306,6 +357,30 @@ impl<'a> GraphView<'a> {
         Ok(None)
     }
 
+    /// The static shape of tensor value `id` when its element type is `elem_type` and every
+    /// extent is known; `None` otherwise (or when `id` is not a value).
+    pub fn static_shape(&self, id: u32, elem_type: ElementType) -> Option<&'a [i64]> {
+        let v = self.value(id).ok()?;
+        let shape = v.shape.filter(|s| s.iter().all(|&d| d >= 0))?;
+        (v.elem_type == Some(elem_type)).then_some(shape)
+    }
+
+    /// The usual capability answer: each node of `unclaimed` for which `claims` says yes, as a
+    /// group of its own.
+    pub fn claim_each(
+        &self,
+        unclaimed: &[u32],
+        mut claims: impl FnMut(&NodeView<'a>) -> Result<bool>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let mut groups = Vec::new();
+        for &id in unclaimed {
+            if claims(&self.node(id)?)? {
+                groups.push(vec![id]);
+            }
+        }
+        Ok(groups)
+    }
+
     pub fn value(&self, id: u32) -> Result<ValueView<'a>> {
         // SAFETY: all-zero is a valid EpxValueInfo.
         let mut info: EpxValueInfo = unsafe { std::mem::zeroed() };
@@ -519,13 +594,50 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { t.as_ref() })
     }
 
-    /// Input `index` in host memory.
-    pub fn input(&self, index: usize) -> Result<Option<TensorView<'a>>> {
+    /// Input `index` in host memory. Every input the node has is there; an optional input
+    /// the model left out (an empty name) is an error here: read such inputs with
+    /// [`Self::optional_input`].
+    pub fn input(&self, index: usize) -> Result<TensorView<'a>> {
+        self.optional_input(index)?.ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "input {index} is absent (an optional input the model left out); read it with \
+                 `optional_input`"
+            ))
+        })
+    }
+
+    /// Input `index` in host memory; `None` for an optional input the model left out.
+    pub fn optional_input(&self, index: usize) -> Result<Option<TensorView<'a>>> {
         match self.input_raw(index)? {
             // SAFETY: inputs live for the call.
             Some(t) => Ok(Some(unsafe { TensorView::from_dl(t) }?)),
             None => Ok(None),
         }
+    }
+
+    /// Input `index` as `&[T]` with its shape: `let (x, shape) = ctx.input_as::<f32>(0)?;`.
+    /// An error names both types when the input holds another element type.
+    pub fn input_as<T: Element>(&self, index: usize) -> Result<(&'a [T], &'a [i64])> {
+        let view = self.input(index)?;
+        let data = view
+            .as_slice::<T>()
+            .map_err(|e| Error::invalid_argument(format!("input {index}: {}", e.message)))?;
+        Ok((data, view.shape))
+    }
+
+    /// Allocates output `index` in host memory as `T` elements of `shape` and returns them for
+    /// writing.
+    pub fn output_as<T: Element>(&mut self, index: usize, shape: &[i64]) -> Result<&'a mut [T]> {
+        let bytes = self.output(index, T::TYPE, shape)?;
+        // SAFETY: `T` is a plain number type (sealed `Element`): every bit pattern is a value.
+        let (head, body, tail) = unsafe { bytes.align_to_mut::<T>() };
+        if !head.is_empty() || !tail.is_empty() {
+            return Err(Error::runtime(format!(
+                "output {index}: the host's buffer is not aligned for {}",
+                T::TYPE
+            )));
+        }
+        Ok(body)
     }
 
     /// Whether the host speaks ABI 1.3's values ([`Self::input_value`], [`Self::set_output`]).
@@ -601,5 +713,33 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe {
             std::slice::from_raw_parts_mut(t.data.cast::<u8>().add(t.byte_offset as usize), bytes)
         })
+    }
+}
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    #[test]
+    fn a_view_reads_as_its_own_element_type_only() {
+        let values = [1.5f32, -2.0];
+        // f32 storage, so the bytes are aligned for f32 as host tensors are.
+        let storage: Vec<f32> = values.to_vec();
+        // SAFETY: viewing initialized f32 storage as its bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(storage.as_ptr().cast::<u8>(), storage.len() * 4) };
+        let view = TensorView {
+            elem_type: ElementType::Float,
+            shape: &[2],
+            data: bytes,
+        };
+        assert_eq!(view.as_slice::<f32>().unwrap(), &values);
+        let e = view.as_slice::<i32>().unwrap_err();
+        assert_eq!(e.code, EpxStatusCode::InvalidArgument);
+        assert!(
+            e.message.contains("holds float32") && e.message.contains("int32"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -15,7 +15,7 @@ use std::ffi::{CString, c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub use graph::{
-    Attribute, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView,
+    Attribute, Element, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView,
 };
 pub use options::ProviderOptions;
 pub use status::{
@@ -38,6 +38,20 @@ pub struct ProviderInfo {
     pub device_type: DLDeviceType,
     /// Whether one kernel may run on several threads at once.
     pub concurrent_kernels: bool,
+}
+
+impl ProviderInfo {
+    /// An EP whose tensors are in host memory and whose kernels may run on several threads at
+    /// once (the common case for a CPU EP).
+    pub fn host_memory(name: &str, vendor: &str, version: &str) -> Self {
+        ProviderInfo {
+            name: name.into(),
+            vendor: vendor.into(),
+            version: version.into(),
+            device_type: DLDeviceType::Cpu,
+            concurrent_kernels: true,
+        }
+    }
 }
 
 /// One EP a plugin library offers.
@@ -106,9 +120,39 @@ pub fn log(level: EpxLogLevel, message: &str) {
         }
     });
     if let Some(f) = log {
-        // SAFETY: host contract; the message is borrowed for the call.
-        unsafe { f(level as u32, std::ptr::null(), EpxStr::new(message)) };
+        let target = LOG_NAME.get().map_or(std::ptr::null(), |n| n.as_ptr());
+        // SAFETY: host contract; the target (static) and message are valid for the call.
+        unsafe { f(level as u32, target, EpxStr::new(message)) };
     }
+}
+
+/// Logs at error level through the host, under this plugin's name.
+pub fn error(message: &str) {
+    log(EpxLogLevel::Error, message)
+}
+
+/// Logs at warning level through the host, under this plugin's name.
+pub fn warn(message: &str) {
+    log(EpxLogLevel::Warn, message)
+}
+
+/// Logs at info level through the host, under this plugin's name.
+pub fn info(message: &str) {
+    log(EpxLogLevel::Info, message)
+}
+
+/// Logs at debug level through the host, under this plugin's name.
+pub fn debug(message: &str) {
+    log(EpxLogLevel::Debug, message)
+}
+
+/// The name [`log`] reports this library's messages under.
+static LOG_NAME: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+
+/// Sets the name this library's log messages carry (the plugin's name). Done by
+/// [`export_plugin!`](crate::export_plugin); a provider linked into a host logs as `plugin`.
+pub fn set_log_name(name: &str) {
+    let _ = LOG_NAME.set(c_string(name));
 }
 
 /// Sends panic messages of this library to the host's log instead of stderr. A plugin library
@@ -570,7 +614,10 @@ macro_rules! export_plugin {
             host: *const $crate::abi::EpxHostApi,
             out: *mut *mut $crate::abi::EpxPluginDescriptor,
         ) -> *mut $crate::abi::EpxStatus {
-            $crate::ffi_boundary!($crate::sdk::route_panics_to_host_log());
+            $crate::ffi_boundary!({
+                $crate::sdk::set_log_name($name);
+                $crate::sdk::route_panics_to_host_log()
+            });
             // SAFETY: forwarded unchanged from the host.
             unsafe { __epx_plugin_entry_impl(host, out) }
         }
@@ -584,4 +631,48 @@ macro_rules! export_plugin {
 pub unsafe fn c_text(p: *const c_char) -> String {
     // SAFETY: the caller's contract.
     unsafe { cstr_or_empty(p) }.into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    static SEEN: Mutex<Vec<(u32, String, String)>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn record(level: u32, target: *const c_char, message: EpxStr) {
+        // SAFETY: the SDK passes a static C string or NULL, and a message valid for the call.
+        let (target, message) = unsafe { (c_text(target), message.as_bytes()) };
+        let message = String::from_utf8_lossy(message).into_owned();
+        SEEN.lock().unwrap().push((level, target, message));
+    }
+
+    #[test]
+    fn log_messages_carry_the_plugin_name() {
+        // SAFETY: all-zero is a valid table (every function absent); the fields read are set.
+        let mut api: EpxHostApi = unsafe { std::mem::zeroed() };
+        api.struct_size = std::mem::size_of::<EpxHostApi>();
+        api.log = Some(record);
+        let api: &'static EpxHostApi = Box::leak(Box::new(api));
+        HOST_API.store((api as *const EpxHostApi).cast_mut(), Ordering::Release);
+        set_log_name("toy");
+        warn("disk is full");
+        info("compiled 3 kernels");
+        let seen = SEEN.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                (
+                    EpxLogLevel::Warn as u32,
+                    "toy".into(),
+                    "disk is full".into()
+                ),
+                (
+                    EpxLogLevel::Info as u32,
+                    "toy".into(),
+                    "compiled 3 kernels".into()
+                ),
+            ]
+        );
+    }
 }

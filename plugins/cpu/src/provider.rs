@@ -205,7 +205,7 @@ impl Kernel for CpuKernel {
             let (o, b) = match if values {
                 ctx.input_value(i)?
             } else {
-                ctx.input(i)?.map(ValueRef::Tensor)
+                ctx.optional_input(i)?.map(ValueRef::Tensor)
             } {
                 None => (None, None),
                 Some(ValueRef::Tensor(t)) if packed_bits(t.elem_type).is_none() => (None, Some(t)),

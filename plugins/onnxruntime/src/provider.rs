@@ -489,9 +489,7 @@ impl Kernel for OrtKernel {
         let api = ort::api();
         let mut inputs = Vec::with_capacity(self.input_names.len());
         for i in 0..self.input_names.len() {
-            let view = ctx.input(i)?.ok_or_else(|| {
-                Error::invalid_argument(format!("input {i} of an ONNX Runtime kernel is absent"))
-            })?;
+            let view = ctx.input(i)?;
             inputs.push(self.wrap(&view)?);
         }
         let input_ptrs: Vec<*const OrtValue> = inputs.iter().map(|v| v.0.cast_const()).collect();

@@ -418,8 +418,8 @@ fn rt(e: String) -> Error {
 impl OpenVinoKernel {
     fn run(&self, request: &mut InferRequest, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
         for (i, name) in self.inputs.iter().enumerate() {
-            let t = ctx.input(i)?.ok_or_else(|| {
-                Error::invalid_argument(format!("{PROVIDER_NAME}: input `{name}` is absent"))
+            let t = ctx.input(i).map_err(|e| {
+                Error::invalid_argument(format!("{PROVIDER_NAME}: input `{name}`: {}", e.message))
             })?;
             let ty = to_ov(t.elem_type).ok_or_else(|| {
                 Error::not_implemented(format!(

@@ -1,0 +1,120 @@
+//! The Rust example plugin (`examples/rust-plugin`, EP `toy`): its manifest as shipped, loaded
+//! from a plugin folder, run on a model whose Relu and Add it claims and whose Sigmoid falls back
+//! to the CPU EP; its results equal the CPU EP's. It stays the small example it is meant to be.
+//!
+//! Needs `cargo build --workspace` first (the plugin is a cdylib crate).
+
+use std::sync::Arc;
+
+use epx::onnx::proto;
+use epx::{Environment, ExecutionProvider, Session, Tensor};
+use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::{TempDir, built_library, repo_root};
+
+/// x → Relu → r; Add(r, x) → s; Sigmoid(s) → y; and Add(y, b) with `b` of another shape
+/// (broadcast), which `toy` must leave to the CPU EP.
+fn model() -> Vec<u8> {
+    model_bytes(proto::GraphProto {
+        name: Some("relu_add_sigmoid".into()),
+        node: vec![
+            node("Relu", &["x"], &["r"]),
+            node("Add", &["r", "x"], &["s"]),
+            node("Sigmoid", &["s"], &["y"]),
+            node("Add", &["y", "b"], &["z"]),
+        ],
+        input: vec![float_value("x", &[2, 3]), float_value("b", &[3])],
+        output: vec![float_value("z", &[2, 3])],
+        ..Default::default()
+    })
+}
+
+fn plugin_dir() -> TempDir {
+    let dir = TempDir::new("rust-example").expect("temp dir");
+    let manifest = std::fs::read_to_string(repo_root().join("examples/rust-plugin/plugin.toml"))
+        .expect("the example's plugin.toml");
+    dir.add_plugin("toy", &built_library("epx_toy"), Some(&manifest))
+        .expect("copy the example plugin");
+    dir
+}
+
+fn run(env: &Arc<Environment>, eps: Vec<ExecutionProvider>) -> (Vec<String>, Vec<f32>) {
+    let s = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers(eps)
+        })
+        .and_then(|b| b.commit_from_memory(&model()))
+        .expect("session");
+    let x = Tensor::from_array(
+        ndarray::Array::from_shape_vec((2, 3), vec![-1.5, 0.0, 2.0, -0.25, f32::NAN, -4.0])
+            .expect("x"),
+    );
+    let b = Tensor::from_array(ndarray::arr1(&[0.5f32, -1.0, 2.0]).into_dyn());
+    let out = s.run([("x", x), ("b", b)]).expect("run");
+    let z = out["z"].as_slice::<f32>().expect("f32").to_vec();
+    (
+        s.node_placement().iter().map(|p| p.to_string()).collect(),
+        z,
+    )
+}
+
+#[test]
+fn the_rust_example_runs_relu_and_add_and_matches_the_cpu_ep() {
+    let dir = plugin_dir();
+    let env = Environment::builder()
+        .with_plugin_dirs([dir.path()])
+        .commit()
+        .expect("environment");
+    let (placed, got) = run(&env, vec![ExecutionProvider::new("toy").error_on_failure()]);
+    assert_eq!(placed, ["toy", "toy", "cpu", "cpu"]);
+    let (_, want) = run(&env, vec![]);
+    // Bit for bit, NaN included (Relu keeps a NaN, as the CPU EP does).
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    // It takes no options, and says so.
+    let e = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([ExecutionProvider::new("toy")
+                    .with_option("colour", "red")
+                    .error_on_failure()])
+        })
+        .and_then(|b| b.commit_from_memory(&model()))
+        .err()
+        .expect("an unknown option is an error")
+        .to_string();
+    assert!(e.contains("colour"), "{e}");
+}
+
+#[test]
+fn the_rust_example_stays_within_60_lines() {
+    let path = repo_root().join("examples/rust-plugin/src/lib.rs");
+    let lines = std::fs::read_to_string(&path)
+        .expect("read")
+        .lines()
+        .count();
+    assert!(lines <= 60, "{} has {lines} lines", path.display());
+}
+
+#[test]
+fn the_abi_walk_through_shows_the_example_as_it_is() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/ABI.md")).expect("docs/ABI.md");
+    let section = doc
+        .split("## 10. Writing a plugin in Rust with the SDK")
+        .nth(1)
+        .and_then(|s| s.split("## 11.").next())
+        .expect("section 10");
+    let shown = section
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a rust block in section 10");
+    let source = std::fs::read_to_string(repo_root().join("examples/rust-plugin/src/lib.rs"))
+        .expect("the example's source");
+    assert_eq!(
+        shown, source,
+        "docs/ABI.md §10 differs from examples/rust-plugin/src/lib.rs"
+    );
+}

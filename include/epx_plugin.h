@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /** Opaque: a model graph, read-only, owned by the host; read it through EpxHostApi. */
 typedef struct EpxGraph EpxGraph;
@@ -911,3 +915,128 @@ typedef struct EpxStatus *(*EpxPluginEntryFn)(const struct EpxHostApi *host,
                                               struct EpxPluginDescriptor **out);
 
 #endif  /* EPX_PLUGIN_H */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers for plugins written in C (header-only; not part of the ABI).                        */
+
+#ifndef EPX_PLUGIN_HELPERS_H
+#define EPX_PLUGIN_HELPERS_H
+
+/** Exports a function from the plugin library: `EPX_EXPORT EpxStatus *epx_plugin_entry(...)`. */
+#if defined(_WIN32)
+#define EPX_EXPORT __declspec(dllexport)
+#else
+#define EPX_EXPORT __attribute__((visibility("default")))
+#endif
+
+/** The ABI version of this header, for `EpxPluginDescriptor.abi_version`. */
+#define EPX_ABI_VERSION_INIT { EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR, EPX_ABI_VERSION_PATCH }
+
+/** Whether the host's table has `field` (an older host of the same major has a shorter one). */
+#define EPX_HOST_HAS(host, field) \
+    ((host)->struct_size >= offsetof(EpxHostApi, field) + sizeof((host)->field) && (host)->field)
+
+/** Where a pointer-sized field ends: a struct of ABI 1.0 is at least
+ *  `EPX_FIELD_END(type, last_1_0_field)` bytes (see the preamble). */
+#define EPX_FIELD_END(type, field) (offsetof(type, field) + sizeof(void *))
+
+static inline void epx__static_status_release(EpxStatus *status) {
+    (void)status;
+}
+
+/**
+ * A status with `code` and a printf-style message, made by the host (`status_create`). Never
+ * NULL: when the host cannot make one, a static status says so. Return NULL for success.
+ */
+static inline EpxStatus *epx_status(const EpxHostApi *host, uint32_t code, const char *format, ...) {
+    static EpxStatus no_status = {sizeof(EpxStatus), EPX_STATUS_CODE_RUNTIME_ERROR,
+                                  "the host could not make a status", epx__static_status_release};
+    char message[512];
+    va_list args;
+    va_start(args, format);
+    int n = vsnprintf(message, sizeof message, format, args);
+    va_end(args);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof message ? (size_t)n : sizeof message - 1;
+    EpxStr text = {(const uint8_t *)message, len};
+    EpxStatus *status = host && EPX_HOST_HAS(host, status_create) ? host->status_create(code, text) : NULL;
+    return status ? status : &no_status;
+}
+
+/** Frees a status (NULL is a no-op). */
+static inline void epx_status_free(EpxStatus *status) {
+    if (status) status->release(status);
+}
+
+/** Whether `s` holds exactly the C string `c`. */
+static inline bool epx_str_eq(EpxStr s, const char *c) {
+    size_t n = strlen(c);
+    return s.len == n && (n == 0 || memcmp(s.data, c, n) == 0);
+}
+
+/** Node `id` of `graph` into `*out` (zeroed, `struct_size` set, as the host expects). */
+static inline EpxStatus *epx_node(const EpxHostApi *host, const EpxGraph *graph, uint32_t id,
+                                  EpxNodeInfo *out) {
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    return host->graph_node(graph, id, out);
+}
+
+/** Value `id` of `graph` into `*out` (zeroed, `struct_size` set). */
+static inline EpxStatus *epx_value(const EpxHostApi *host, const EpxGraph *graph, uint32_t id,
+                                   EpxValueInfo *out) {
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    return host->graph_value(graph, id, out);
+}
+
+/** Whether value `id` is a tensor of `elem_type` (EpxElementType) whose extents are all known. */
+static inline bool epx_static_tensor(const EpxHostApi *host, const EpxGraph *graph, uint32_t id,
+                                     int32_t elem_type, EpxValueInfo *out) {
+    EpxStatus *status = epx_value(host, graph, id, out);
+    if (status) {
+        epx_status_free(status);
+        return false;
+    }
+    if (out->elem_type != elem_type || out->rank < 0) return false;
+    for (int64_t d = 0; d < out->rank; d++) {
+        if (out->dims[d] < 0) return false;
+    }
+    return true;
+}
+
+static inline void epx__capability_release(EpxCapability *capability) {
+    free(capability->private_data);
+}
+
+/** Answers `get_capability` with each of `ids` as a group of its own (copied). */
+static inline EpxStatus *epx_capability_each(const EpxHostApi *host, const uint32_t *ids, size_t n,
+                                             EpxCapability *out) {
+    char *block = (char *)malloc(n * (sizeof(size_t) + sizeof(uint32_t)) + 1);
+    if (!block) return epx_status(host, EPX_STATUS_CODE_OUT_OF_MEMORY, "capability: out of memory");
+    size_t *sizes = (size_t *)block;
+    uint32_t *nodes = (uint32_t *)(block + n * sizeof(size_t));
+    for (size_t i = 0; i < n; i++) {
+        sizes[i] = 1;
+        nodes[i] = ids[i];
+    }
+    out->num_groups = n;
+    out->group_sizes = sizes;
+    out->nodes = nodes;
+    out->release = epx__capability_release;
+    out->private_data = block;
+    return NULL;
+}
+
+/** The element count of a tensor (the product of its extents). */
+static inline int64_t epx_numel(const DLTensor *t) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/** A tensor's data, at its byte offset. */
+static inline void *epx_data(const DLTensor *t) {
+    return (char *)t->data + t->byte_offset;
+}
+
+#endif  /* EPX_PLUGIN_HELPERS_H */

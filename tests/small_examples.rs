@@ -1,15 +1,20 @@
-//! The Rust example plugin (`examples/rust-plugin`, EP `toy`): its manifest as shipped, loaded
-//! from a plugin folder, run on a model whose Relu and Add it claims and whose Sigmoid falls back
-//! to the CPU EP; its results equal the CPU EP's. It stays the small example it is meant to be.
+//! The two small example EPs, `toy` in Rust (`examples/rust-plugin`, with the SDK) and `toy_c`
+//! in C (`examples/c-toy`, with the header's helpers): each with its manifest as shipped, loaded
+//! from a plugin folder, run on a model whose Relu and Add it claims and whose Sigmoid and
+//! broadcasting Add fall back to the CPU EP; their results equal the CPU EP's bit for bit. Each
+//! stays the small example it is meant to be (60 and 120 lines).
 //!
-//! Needs `cargo build --workspace` first (the plugin is a cdylib crate).
+//! Needs `cargo build --workspace` first (the Rust plugin is a cdylib crate) and `cc` for the C
+//! one (skipped, saying so, without it).
 
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 
 use epx::onnx::proto;
 use epx::{Environment, ExecutionProvider, Session, Tensor};
 use epx_tests::models::{float_value, model_bytes, node};
-use epx_tests::{TempDir, built_library, repo_root};
+use epx_tests::{TempDir, built_library, library_file_name, repo_root};
 
 /// x → Relu → r; Add(r, x) → s; Sigmoid(s) → y; and Add(y, b) with `b` of another shape
 /// (broadcast), which `toy` must leave to the CPU EP.
@@ -28,11 +33,12 @@ fn model() -> Vec<u8> {
     })
 }
 
-fn plugin_dir() -> TempDir {
-    let dir = TempDir::new("rust-example").expect("temp dir");
-    let manifest = std::fs::read_to_string(repo_root().join("examples/rust-plugin/plugin.toml"))
+/// A plugin folder holding `library` under the example's own `plugin.toml`.
+fn plugin_dir(example: &str, library: &Path) -> TempDir {
+    let dir = TempDir::new(example).expect("temp dir");
+    let manifest = std::fs::read_to_string(repo_root().join(example).join("plugin.toml"))
         .expect("the example's plugin.toml");
-    dir.add_plugin("toy", &built_library("epx_toy"), Some(&manifest))
+    dir.add_plugin("plugin", library, Some(&manifest))
         .expect("copy the example plugin");
     dir
 }
@@ -58,26 +64,25 @@ fn run(env: &Arc<Environment>, eps: Vec<ExecutionProvider>) -> (Vec<String>, Vec
     )
 }
 
-#[test]
-fn the_rust_example_runs_relu_and_add_and_matches_the_cpu_ep() {
-    let dir = plugin_dir();
+/// The example EP `ep` in `dir` claims Relu and the same-shape Add, computes what the CPU EP
+/// computes, and refuses an option it does not take.
+fn check_example(dir: &TempDir, ep: &str) {
     let env = Environment::builder()
         .with_plugin_dirs([dir.path()])
         .commit()
         .expect("environment");
-    let (placed, got) = run(&env, vec![ExecutionProvider::new("toy").error_on_failure()]);
-    assert_eq!(placed, ["toy", "toy", "cpu", "cpu"]);
+    let (placed, got) = run(&env, vec![ExecutionProvider::new(ep).error_on_failure()]);
+    assert_eq!(placed, [ep, ep, "cpu", "cpu"]);
     let (_, want) = run(&env, vec![]);
     // Bit for bit, NaN included (Relu keeps a NaN, as the CPU EP does).
     assert_eq!(
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
-    // It takes no options, and says so.
     let e = Session::builder()
         .and_then(|b| {
             b.with_environment(env.clone())
-                .with_execution_providers([ExecutionProvider::new("toy")
+                .with_execution_providers([ExecutionProvider::new(ep)
                     .with_option("colour", "red")
                     .error_on_failure()])
         })
@@ -86,6 +91,65 @@ fn the_rust_example_runs_relu_and_add_and_matches_the_cpu_ep() {
         .expect("an unknown option is an error")
         .to_string();
     assert!(e.contains("colour"), "{e}");
+}
+
+fn line_count(file: &str) -> usize {
+    let path = repo_root().join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .lines()
+        .count()
+}
+
+#[test]
+fn the_rust_example_runs_relu_and_add_and_matches_the_cpu_ep() {
+    let dir = plugin_dir("examples/rust-plugin", &built_library("epx_toy"));
+    check_example(&dir, "toy");
+}
+
+#[test]
+fn the_c_example_runs_relu_and_add_and_matches_the_cpu_ep() {
+    let have_cc = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_cc {
+        eprintln!("skipping: `cc` was not found, so the C example cannot be built");
+        return;
+    }
+    let build = TempDir::new("c-toy-build").expect("temp dir");
+    let lib = build.path().join(library_file_name("epx_c_toy"));
+    // The build command in the file's own comment, warnings as errors.
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-O2",
+            "-shared",
+        ])
+        .args(["-fPIC", "-I"])
+        .arg(repo_root().join("include"))
+        .arg(repo_root().join("examples/c-toy/epx_c_toy.c"))
+        .arg("-o")
+        .arg(&lib)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = plugin_dir("examples/c-toy", &lib);
+    check_example(&dir, "toy_c");
+}
+
+#[test]
+fn the_c_example_stays_within_120_lines() {
+    let lines = line_count("examples/c-toy/epx_c_toy.c");
+    assert!(lines <= 120, "examples/c-toy/epx_c_toy.c has {lines} lines");
 }
 
 #[test]

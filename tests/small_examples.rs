@@ -182,3 +182,57 @@ fn the_abi_walk_through_shows_the_example_as_it_is() {
         "docs/ABI.md §10 differs from examples/rust-plugin/src/lib.rs"
     );
 }
+
+/// `epx-plugin-api` stands alone: a copy of its folder, outside any workspace, builds the Rust
+/// example as a third party's crate would (a path dependency, no checkout of the rest).
+#[test]
+fn the_rust_example_builds_against_a_standalone_copy_of_plugin_api() {
+    let root = TempDir::new("standalone-sdk").expect("temp dir");
+    let sdk = root.path().join("epx-plugin-api");
+    copy_dir(&repo_root().join("plugin-api"), &sdk);
+    let crate_dir = root.path().join("toy");
+    std::fs::create_dir_all(crate_dir.join("src")).expect("mkdir");
+    std::fs::copy(
+        repo_root().join("examples/rust-plugin/src/lib.rs"),
+        crate_dir.join("src/lib.rs"),
+    )
+    .expect("copy lib.rs");
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"epx-toy\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+         [lib]\nname = \"epx_toy\"\ncrate-type = [\"cdylib\"]\n\n\
+         [dependencies]\nepx-plugin-api = { path = \"../epx-plugin-api\" }\n\n[workspace]\n",
+    )
+    .expect("write Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", root.path().join("target"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "the example does not build against a standalone copy of plugin-api:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib = root
+        .path()
+        .join("target/debug")
+        .join(library_file_name("epx_toy"));
+    assert!(lib.is_file(), "{} was not built", lib.display());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod compare;
 mod doctor;
 mod run;
 
@@ -37,6 +38,9 @@ enum Command {
     Partition(run::PartitionArgs),
     /// Run a model and print (or save) its outputs.
     Run(run::RunArgs),
+    /// Run a model on the CPU EP alone and on other EP lists; show per output how far each is,
+    /// and the first node that diverges.
+    Compare(compare::CompareArgs),
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -94,6 +98,13 @@ fn main() -> ExitCode {
             Command::Doctor => Ok(doctor::doctor(&env)),
             Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
             Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+            Command::Compare(args) => compare::compare(env, args).map(|ok| {
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                }
+            }),
         });
     match result {
         Ok(code) => code,

@@ -83,7 +83,7 @@ pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
     Ok(())
 }
 
-fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
+pub(crate) fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
     let (name, opts) = spec.split_once(':').unwrap_or((spec, ""));
     let mut ep = ExecutionProvider::new(name).error_on_failure();
     // `KEY=VALUE,KEY=VALUE`; a part without `=` continues the previous value, so list values
@@ -177,7 +177,7 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Value)>> {
+pub(crate) fn make_inputs(session: &Session, given: &[String]) -> Result<Vec<(String, Value)>> {
     let specs = session.inputs();
     let mut out = Vec::new();
     for g in given {

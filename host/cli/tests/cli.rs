@@ -658,3 +658,69 @@ fn version_names_the_plugin_abi_and_doctor_names_the_host() {
         "{report}"
     );
 }
+
+#[test]
+fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
+    let dir = Scratch::new("compare");
+    let libs = Path::new(env!("CARGO_BIN_EXE_epx"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = libs.join("libepx_fixture_adversarial.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        lib.display()
+    );
+    let plugin = dir.0.join("adversarial");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::copy(&lib, plugin.join("libepx_fixture_adversarial.so")).unwrap();
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.3\"\n\
+         providers = [\"adversarial\"]\n\n[library]\nlinux = \"libepx_fixture_adversarial.so\"\n",
+    )
+    .unwrap();
+    let out = epx(&[
+        "--plugin-dir",
+        dir.0.to_str().unwrap(),
+        "compare",
+        "examples/models/mnist-cnn.onnx",
+        "--input",
+        "image=examples/models/mnist-cnn.input.image.npy",
+        "--ep",
+        "adversarial:mode=good",
+        "--ep",
+        "adversarial:mode=wrong_values",
+    ]);
+    let stdout = text(&out.stdout);
+    // Exit 3: the comparison ran and found outputs off (not an error of the tool).
+    assert_eq!(out.status.code(), Some(3), "{stdout}{}", text(&out.stderr));
+    let (good, bad) = stdout
+        .split_once("--ep adversarial:mode=wrong_values")
+        .expect("a section per EP list");
+    assert!(
+        good.contains("--ep adversarial:mode=good: nodes on")
+            && good.contains("adversarial 2")
+            && good.contains("cpu 9"),
+        "{good}"
+    );
+    assert!(
+        good.lines()
+            .any(|l| l.trim_start().starts_with("probabilities") && l.ends_with("ok")),
+        "{good}"
+    );
+    assert!(
+        bad.lines()
+            .any(|l| l.trim_start().starts_with("probabilities") && l.ends_with("OFF")),
+        "{bad}"
+    );
+    assert!(
+        bad.contains("first divergence: node") && bad.contains("(Relu) on adversarial"),
+        "{bad}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("some outputs are off"),
+        "{stdout}"
+    );
+}

@@ -552,3 +552,26 @@ fn outputs_can_stay_in_the_plugins_memory_until_asked_for() {
         "`r` given to with_device_outputs is not an output of the model"
     );
 }
+
+/// `epx conformance --ep c_example` on the node tests of its five ops and on mnist-cnn: what it
+/// claims passes (in its own memory space), what it declines says why, nothing crashes.
+#[test]
+fn the_c_example_passes_epx_conformance_on_its_ops() {
+    let dir = TempDir::new("c-plugin-conformance").expect("temp dir");
+    if install_plugin(&dir, None).is_none() {
+        return;
+    }
+    let Some((code, out)) = epx_tests::run_conformance(
+        dir.path(),
+        EP,
+        "test_relu,test_sigmoid,test_tanh,test_add,test_mul",
+        &[],
+    ) else {
+        return;
+    };
+    let (cases, claimed, passed, wrong, crashed, declined) = epx_tests::conformance_totals(&out);
+    assert!(claimed >= 5 && claimed + declined == cases, "{out}");
+    assert_eq!((passed, wrong, crashed), (claimed, 0, 0), "{out}");
+    assert!(out.contains("not claimed by c_example"), "{out}");
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use epx::ir::ValueType;
-use epx::onnx::{load_model_file, load_value_bytes};
-use epx::{ElementType, Environment, Session, Tensor, Value};
-
-const RTOL: f64 = 1e-3;
-const ATOL: f64 = 1e-5;
+use epx::onnx::load_model_file;
+use epx::{Environment, Session};
+use epx_io::compare::{Tolerance, check_value};
+use epx_io::nodetest::{data_sets, read_data_set};
 
 fn data_dir() -> PathBuf {
     match std::env::var_os("EPX_ONNX_NODE_TESTS") {
@@ -96,19 +95,13 @@ fn run_case(env: &Arc<Environment>, dir: &Path) -> (CaseInfo, Result<(), String>
             );
         }
     };
-    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_dir())
-                .collect()
-        })
-        .unwrap_or_default();
-    sets.sort();
+    let sets = data_sets(dir);
     for set in sets {
         let result = (|| -> Result<(), String> {
-            let feed = read_values(&set, "input", &inputs).map_err(|e| strip(&e, dir))?;
-            let expected = read_values(&set, "output", &outputs).map_err(|e| strip(&e, dir))?;
+            let feed =
+                read_data_set(&set, "input", &inputs).map_err(|e| first_line(&strip(&e, dir)))?;
+            let expected =
+                read_data_set(&set, "output", &outputs).map_err(|e| first_line(&strip(&e, dir)))?;
             let got = session
                 .run(feed)
                 .map_err(|e| first_line(&format!("run: {e}")))?;
@@ -116,7 +109,7 @@ fn run_case(env: &Arc<Environment>, dir: &Path) -> (CaseInfo, Result<(), String>
                 let have = got
                     .value(name)
                     .ok_or_else(|| format!("output `{name}` missing"))?;
-                compare_value(name, have, want)?;
+                check_value(name, have, want, Tolerance::NODE_TESTS)?;
             }
             Ok(())
         })();
@@ -140,116 +133,6 @@ fn first_line(s: &str) -> String {
     } else {
         line
     }
-}
-
-/// `input_K.pb` (or `output_K.pb`) of a data set, named after the model's K-th input/output
-/// and read as its type (a `TensorProto`, or a `SequenceProto`, `MapProto`, `OptionalProto`).
-fn read_values(
-    set: &Path,
-    prefix: &str,
-    names: &[(String, ValueType)],
-) -> Result<Vec<(String, Value)>, String> {
-    let mut out = Vec::new();
-    for (k, (name, ty)) in names.iter().enumerate() {
-        let path = set.join(format!("{prefix}_{k}.pb"));
-        if !path.exists() {
-            continue;
-        }
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (_, v) = load_value_bytes(&bytes, ty, &format!("test data {prefix}_{k}.pb"))
-            .map_err(|e| first_line(&e.to_string()))?;
-        out.push((name.clone(), v));
-    }
-    Ok(out)
-}
-
-fn as_f64(t: &Tensor) -> Option<Vec<f64>> {
-    Some(match t.elem_type() {
-        ElementType::Float => t.as_slice::<f32>()?.iter().map(|&x| f64::from(x)).collect(),
-        ElementType::Double => t.as_slice::<f64>()?.to_vec(),
-        ElementType::Float16 => t
-            .as_slice::<half::f16>()?
-            .iter()
-            .map(|x| x.to_f64())
-            .collect(),
-        ElementType::Bfloat16 => t
-            .as_slice::<half::bf16>()?
-            .iter()
-            .map(|x| x.to_f64())
-            .collect(),
-        _ => return None,
-    })
-}
-
-/// Values compare by kind, then item by item; tensors as [`compare`] does.
-fn compare_value(name: &str, have: &Value, want: &Value) -> Result<(), String> {
-    match (have, want) {
-        (Value::Host(h), Value::Host(w)) => compare(name, h, w),
-        (Value::Sequence(h), Value::Sequence(w)) => {
-            if h.len() != w.len() {
-                return Err(format!(
-                    "output `{name}`: a sequence of {} items instead of {}",
-                    h.len(),
-                    w.len()
-                ));
-            }
-            for (i, (a, b)) in h.items().iter().zip(w.items()).enumerate() {
-                compare_value(&format!("{name}[{i}]"), a, b)?;
-            }
-            Ok(())
-        }
-        (Value::Map(h), Value::Map(w)) => {
-            compare(&format!("{name} keys"), h.keys(), w.keys())?;
-            compare(&format!("{name} values"), h.values(), w.values())
-        }
-        (Value::Optional(h), Value::Optional(w)) => match (h, w) {
-            (Some(a), Some(b)) => compare_value(name, a, b),
-            (None, None) => Ok(()),
-            _ => Err(format!(
-                "output `{name}`: {} instead of {}",
-                have.type_name(),
-                want.type_name()
-            )),
-        },
-        // ONNX test data stores an optional's value without its wrapper at times.
-        (Value::Optional(Some(a)), b) => compare_value(name, a, b),
-        (a, Value::Optional(Some(b))) => compare_value(name, a, b),
-        _ => Err(format!(
-            "output `{name}`: {} instead of {}",
-            have.type_name(),
-            want.type_name()
-        )),
-    }
-}
-
-fn compare(name: &str, have: &Tensor, want: &Tensor) -> Result<(), String> {
-    if have.elem_type() != want.elem_type() {
-        return Err(format!(
-            "output `{name}`: type {} instead of {}",
-            have.elem_type(),
-            want.elem_type()
-        ));
-    }
-    if have.shape() != want.shape() {
-        return Err(format!(
-            "output `{name}`: shape {:?} instead of {:?}",
-            have.shape(),
-            want.shape()
-        ));
-    }
-    if let (Some(h), Some(w)) = (as_f64(have), as_f64(want)) {
-        for (i, (a, b)) in h.iter().zip(&w).enumerate() {
-            let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs();
-            if !ok {
-                return Err(format!("output `{name}`: element {i} is {a}, expected {b}"));
-            }
-        }
-        return Ok(());
-    }
-    if have != want {
-        return Err(format!("output `{name}`: values differ"));
-    }
-    Ok(())
 }
 
 fn read_expected() -> BTreeMap<String, String> {

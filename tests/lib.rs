@@ -409,3 +409,75 @@ pub mod examples {
         env
     }
 }
+
+/// `epx --plugin-dir DIR conformance --ep EP` on the node tests matching `filter` and on
+/// `examples/models/mnist-cnn.onnx`, with `envs` set: the exit code and what it printed (or
+/// `None`, saying why, when the CLI is not built). The node tests come from
+/// `tests/fetch-testdata.sh`.
+pub fn run_conformance(
+    dir: &Path,
+    ep: &str,
+    filter: &str,
+    envs: &[(&str, &Path)],
+) -> Option<(Option<i32>, String)> {
+    let cli = artifact_dir().join(format!("epx{}", std::env::consts::EXE_SUFFIX));
+    if !cli.is_file() {
+        eprintln!(
+            "skipping: {} is missing (run `cargo build --workspace`)",
+            cli.display()
+        );
+        return None;
+    }
+    let nodes = repo_root().join(".testdata/onnx-node");
+    assert!(
+        nodes.is_dir(),
+        "{} is missing: run `bash tests/fetch-testdata.sh`",
+        nodes.display()
+    );
+    let mut cmd = std::process::Command::new(cli);
+    cmd.arg("--plugin-dir")
+        .arg(dir)
+        .args([
+            "conformance",
+            "--ep",
+            ep,
+            "--filter",
+            filter,
+            "--node-tests",
+        ])
+        .arg(&nodes)
+        .arg("--model")
+        .arg(repo_root().join("examples/models/mnist-cnn.onnx"));
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("running epx conformance");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.code(), text))
+}
+
+/// The totals line of `epx conformance`: (cases, claimed, passed, wrong, crashed, declined).
+pub fn conformance_totals(report: &str) -> (usize, usize, usize, usize, usize, usize) {
+    let line = report
+        .lines()
+        .rev()
+        .find(|l| l.contains(" cases, ") && l.contains(" claimed, "))
+        .unwrap_or_else(|| panic!("no totals line:\n{report}"));
+    let n = |word: &str| -> usize {
+        let before = line.split(&format!(" {word}")).next().unwrap_or("");
+        before
+            .rsplit(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("no `{word}` count in `{line}`"))
+    };
+    (
+        n("cases"),
+        n("claimed"),
+        n("passed"),
+        n("wrong"),
+        n("crashed"),
+        n("declined"),
+    )
+}

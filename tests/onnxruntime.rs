@@ -550,3 +550,28 @@ fn untyped_values_are_probed_as_float_and_inferred_by_ort() {
         assert_eq!(f32s(y.bytes().expect("numeric")), want, "ops {ops:?}");
     }
 }
+
+/// `epx conformance --ep ort_cpu` on the node tests of common float ops and on mnist-cnn: every
+/// case claimed and passed, each batch in a child process.
+#[test]
+fn ort_cpu_passes_epx_conformance_on_common_ops() {
+    ort_ready();
+    let dir = plugin_dir("ort_cpu");
+    let runtime = runtime_dir();
+    let Some((code, out)) = epx_tests::run_conformance(
+        dir.path(),
+        "ort_cpu",
+        "test_relu,test_sigmoid,test_tanh,test_add,test_mul,test_conv_,test_matmul,test_softmax",
+        &[("EPX_ORT_SEARCH_PATH", runtime.as_path())],
+    ) else {
+        return;
+    };
+    let (cases, claimed, passed, wrong, crashed, declined) = epx_tests::conformance_totals(&out);
+    assert!(cases > 40, "{out}");
+    assert_eq!(
+        (claimed, passed, wrong, crashed, declined),
+        (cases, cases, 0, 0, 0),
+        "{out}"
+    );
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -21,6 +21,16 @@ const LIBRARY_VAR: &str = "EPX_OPENVINO_LIBRARY";
 /// Set in the child processes of `missing_runtime_names_the_places_searched`.
 const CHILD_VAR: &str = "EPX_OPENVINO_TEST_CHILD";
 
+/// A plugin folder with the OpenVINO plugin and its shipped manifest.
+fn openvino_plugin() -> TempDir {
+    shipped_plugin(
+        "openvino",
+        "openvino",
+        "plugins/openvino/plugin.toml",
+        "epx_openvino",
+    )
+}
+
 fn runtime_dir() -> PathBuf {
     repo_root().join(".testdata/openvino/libs")
 }
@@ -124,12 +134,7 @@ fn assert_close(
 #[test]
 fn models_match_the_cpu_ep_in_f32() {
     use_fetched_runtime();
-    let dir = shipped_plugin(
-        "openvino",
-        "openvino",
-        "plugins/openvino/plugin.toml",
-        "epx_openvino",
-    );
+    let dir = openvino_plugin();
     let env = env_for(&dir);
     let (lib, i) = env.find_provider(EP).expect("the OpenVINO plugin is found");
     assert!(
@@ -211,12 +216,7 @@ fn cpu_optimization_capabilities() -> Vec<String> {
 #[test]
 fn bf16_precision_changes_results_a_little() {
     use_fetched_runtime();
-    let dir = shipped_plugin(
-        "openvino",
-        "openvino",
-        "plugins/openvino/plugin.toml",
-        "epx_openvino",
-    );
+    let dir = openvino_plugin();
     let env = env_for(&dir);
     let model = "mnist-cnn";
     let inputs = reference_inputs(model);
@@ -262,12 +262,7 @@ fn bf16_precision_changes_results_a_little() {
 #[test]
 fn one_session_from_four_threads() {
     use_fetched_runtime();
-    let dir = shipped_plugin(
-        "openvino",
-        "openvino",
-        "plugins/openvino/plugin.toml",
-        "epx_openvino",
-    );
+    let dir = openvino_plugin();
     let env = env_for(&dir);
     for model in MODELS {
         let session = openvino_session(&env, model, &[]).expect("session");
@@ -297,12 +292,7 @@ fn one_session_from_four_threads() {
 #[test]
 fn bad_options_are_errors_naming_the_valid_keys() {
     use_fetched_runtime();
-    let dir = shipped_plugin(
-        "openvino",
-        "openvino",
-        "plugins/openvino/plugin.toml",
-        "epx_openvino",
-    );
+    let dir = openvino_plugin();
     let env = env_for(&dir);
     let err = openvino_session(&env, "mlp-int", &[("colour", "red")])
         .err()
@@ -383,12 +373,7 @@ fn child_reports_what_it_searched() {
         std::env::var_os(CHILD_VAR).is_some(),
         "run by missing_runtime_names_the_places_searched, with its environment"
     );
-    let dir = shipped_plugin(
-        "openvino",
-        "openvino",
-        "plugins/openvino/plugin.toml",
-        "epx_openvino",
-    );
+    let dir = openvino_plugin();
     let env = env_for(&dir);
     let (lib, i) = env
         .find_provider(EP)
@@ -422,4 +407,26 @@ fn child_reports_what_it_searched() {
         msg.contains("not available") && msg.contains(&reason),
         "{msg}"
     );
+}
+
+/// `epx conformance --ep openvino` on the node tests of common float ops and on mnist-cnn:
+/// nothing wrong or crashed, most cases claimed.
+#[test]
+fn openvino_passes_epx_conformance_on_common_ops() {
+    use_fetched_runtime();
+    let dir = openvino_plugin();
+    let runtime = runtime_dir();
+    let Some((code, out)) = epx_tests::run_conformance(
+        dir.path(),
+        EP,
+        "test_relu,test_sigmoid,test_tanh,test_add,test_mul,test_conv_,test_matmul,test_softmax",
+        &[(SEARCH_PATH_VAR, runtime.as_path())],
+    ) else {
+        return;
+    };
+    let (cases, claimed, passed, wrong, crashed, _) = epx_tests::conformance_totals(&out);
+    assert!(cases > 40 && claimed * 2 > cases, "{out}");
+    assert_eq!((wrong, crashed), (0, 0), "{out}");
+    assert_eq!(passed, claimed, "{out}");
+    assert_eq!(code, Some(0), "{out}");
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod compare;
+mod conformance;
 mod doctor;
 mod run;
 
@@ -41,6 +42,9 @@ enum Command {
     /// Run a model on the CPU EP alone and on other EP lists; show per output how far each is,
     /// and the first node that diverges.
     Compare(compare::CompareArgs),
+    /// Test an EP on the ONNX node tests and on models: per op what it claimed, passed, got
+    /// wrong, crashed on or declined; each batch of cases runs in a child process.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -98,6 +102,13 @@ fn main() -> ExitCode {
             Command::Doctor => Ok(doctor::doctor(&env)),
             Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
             Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+            Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                }
+            }),
             Command::Compare(args) => compare::compare(env, args).map(|ok| {
                 if ok {
                     ExitCode::SUCCESS

@@ -662,28 +662,10 @@ fn version_names_the_plugin_abi_and_doctor_names_the_host() {
 #[test]
 fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
     let dir = Scratch::new("compare");
-    let libs = Path::new(env!("CARGO_BIN_EXE_epx"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let lib = libs.join("libepx_fixture_adversarial.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: run `cargo build --workspace` before the tests",
-        lib.display()
-    );
-    let plugin = dir.0.join("adversarial");
-    std::fs::create_dir_all(&plugin).unwrap();
-    std::fs::copy(&lib, plugin.join("libepx_fixture_adversarial.so")).unwrap();
-    std::fs::write(
-        plugin.join("plugin.toml"),
-        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.3\"\n\
-         providers = [\"adversarial\"]\n\n[library]\nlinux = \"libepx_fixture_adversarial.so\"\n",
-    )
-    .unwrap();
+    let folder = adversarial_plugin(&dir);
     let out = epx(&[
         "--plugin-dir",
-        dir.0.to_str().unwrap(),
+        &folder,
         "compare",
         "examples/models/mnist-cnn.onnx",
         "--input",
@@ -723,4 +705,127 @@ fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
         stdout.trim_end().ends_with("some outputs are off"),
         "{stdout}"
     );
+}
+
+/// A plugin folder in `dir` holding the `adversarial` fixture (EP `adversarial`).
+fn adversarial_plugin(dir: &Scratch) -> String {
+    let libs = Path::new(env!("CARGO_BIN_EXE_epx"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = libs.join("libepx_fixture_adversarial.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        lib.display()
+    );
+    let plugin = dir.0.join("adversarial");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::copy(&lib, plugin.join("libepx_fixture_adversarial.so")).unwrap();
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.3\"\n\
+         providers = [\"adversarial\"]\n\n[library]\nlinux = \"libepx_fixture_adversarial.so\"\n",
+    )
+    .unwrap();
+    dir.0.to_str().unwrap().to_string()
+}
+
+/// The cases of one run: Relu node tests (the EP claims the one-node ones), LeakyRelu (not
+/// claimed), and mnist-cnn (claimed in part, compared with the CPU EP alone).
+fn conformance(dir: &str, mode: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let nodes = repo().join(".testdata/onnx-node");
+    assert!(
+        nodes.join("test_relu").is_dir(),
+        "{} has no node tests: run `bash tests/fetch-testdata.sh`",
+        nodes.display()
+    );
+    let ep = format!("adversarial:mode={mode}");
+    let mut args = vec![
+        "--plugin-dir",
+        dir,
+        "conformance",
+        "--ep",
+        &ep,
+        "--node-tests",
+        nodes.to_str().unwrap(),
+        "--filter",
+        "test_relu,test_leakyrelu_example",
+        "--model",
+        "examples/models/mnist-cnn.onnx",
+    ];
+    args.extend_from_slice(extra);
+    let out = epx(&args);
+    (out.status.code(), text(&out.stdout) + &text(&out.stderr))
+}
+
+fn row<'a>(table: &'a str, op: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(op))
+        .unwrap_or_else(|| panic!("no row for {op}:\n{table}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[test]
+fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
+    let dir = Scratch::new("conformance");
+    let folder = adversarial_plugin(&dir);
+    let (code, out) = conformance(&folder, "good", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    // op, cases, claimed, passed, wrong, max err, crashed, declined
+    assert_eq!(
+        row(&out, "Relu"),
+        ["Relu", "1", "1", "1", "0", "-", "0", "0"],
+        "{out}"
+    );
+    assert_eq!(
+        row(&out, "LeakyRelu"),
+        ["LeakyRelu", "1", "0", "0", "0", "-", "0", "1"]
+    );
+    assert!(
+        out.contains("LeakyRelu: not claimed by adversarial"),
+        "{out}"
+    );
+    assert_eq!(
+        row(&out, "mnist-cnn.onnx")[..5],
+        ["mnist-cnn.onnx", "1", "1", "1", "0"],
+        "{out}"
+    );
+
+    let (code, out) = conformance(&folder, "wrong_values", &[]);
+    assert_eq!(code, Some(3), "{out}");
+    let relu = row(&out, "Relu");
+    assert_eq!(relu[..5], ["Relu", "1", "1", "0", "1"], "{out}");
+    assert_eq!(relu[5], "1.00e0", "{out}");
+    assert!(out.contains("test_relu: output `y`: element"), "{out}");
+}
+
+#[test]
+fn conformance_contains_a_crash_or_a_hang_and_goes_on() {
+    let dir = Scratch::new("conformance-crash");
+    let folder = adversarial_plugin(&dir);
+    let (code, out) = conformance(&folder, "abort", &[]);
+    assert_eq!(code, Some(3), "{out}");
+    assert_eq!(
+        row(&out, "Relu")[..7],
+        ["Relu", "1", "1", "0", "0", "-", "1"],
+        "{out}"
+    );
+    assert!(
+        out.contains("test_relu: the process died with signal 6"),
+        "{out}"
+    );
+    // The cases after the crash still ran, in a new worker.
+    assert_eq!(row(&out, "LeakyRelu")[7], "1", "{out}");
+    assert_eq!(row(&out, "mnist-cnn.onnx")[6], "1", "{out}");
+
+    let (code, out) = conformance(&folder, "hang", &["--timeout", "2"]);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("test_relu: no answer within 2 s (hung)"),
+        "{out}"
+    );
+    assert_eq!(row(&out, "LeakyRelu")[7], "1", "{out}");
 }

@@ -5,5 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compare;
+pub mod nodetest;
 pub mod npy;
 pub mod valuefile;

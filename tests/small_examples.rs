@@ -93,6 +93,19 @@ fn check_example(dir: &TempDir, ep: &str) {
     assert!(e.contains("colour"), "{e}");
 }
 
+/// `epx conformance --ep ep` on the Relu and Add node tests: the example claims some, passes
+/// what it claims, and crashes on none.
+fn check_conformance(dir: &TempDir, ep: &str) {
+    let Some((code, out)) = epx_tests::run_conformance(dir.path(), ep, "test_relu,test_add", &[])
+    else {
+        return;
+    };
+    let (_, claimed, passed, wrong, crashed, _) = epx_tests::conformance_totals(&out);
+    assert!(claimed >= 3, "{out}");
+    assert_eq!((passed, wrong, crashed), (claimed, 0, 0), "{out}");
+    assert_eq!(code, Some(0), "{out}");
+}
+
 fn line_count(file: &str) -> usize {
     let path = repo_root().join(file);
     std::fs::read_to_string(&path)
@@ -105,6 +118,7 @@ fn line_count(file: &str) -> usize {
 fn the_rust_example_runs_relu_and_add_and_matches_the_cpu_ep() {
     let dir = plugin_dir("examples/rust-plugin", &built_library("epx_toy"));
     check_example(&dir, "toy");
+    check_conformance(&dir, "toy");
 }
 
 #[test]
@@ -144,6 +158,7 @@ fn the_c_example_runs_relu_and_add_and_matches_the_cpu_ep() {
     );
     let dir = plugin_dir("examples/c-toy", &lib);
     check_example(&dir, "toy_c");
+    check_conformance(&dir, "toy_c");
 }
 
 #[test]

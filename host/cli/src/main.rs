@@ -7,6 +7,7 @@ mod compare;
 mod conformance;
 mod doctor;
 mod run;
+mod scaffold;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +46,8 @@ enum Command {
     /// Test an EP on the ONNX node tests and on models: per op what it claimed, passed, got
     /// wrong, crashed on or declined; each batch of cases runs in a child process.
     Conformance(conformance::ConformanceArgs),
+    /// Write a new plugin folder (Rust or C) that builds and passes `epx conformance`.
+    NewPlugin(scaffold::NewPluginArgs),
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
             Command::Doctor => Ok(doctor::doctor(&env)),
             Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
             Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+            Command::NewPlugin(args) => scaffold::new_plugin(args).map(|()| ExitCode::SUCCESS),
             Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
                 if ok {
                     ExitCode::SUCCESS

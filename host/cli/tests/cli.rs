@@ -829,3 +829,100 @@ fn conformance_contains_a_crash_or_a_hang_and_goes_on() {
     );
     assert_eq!(row(&out, "LeakyRelu")[7], "1", "{out}");
 }
+
+/// Builds the folder `epx new-plugin` wrote and runs `epx conformance` on it: the scaffold
+/// passes for its ops as generated.
+fn check_scaffold(folder: &Path, name: &str) {
+    let model = folder.join("models/relu_add.onnx");
+    let out = epx(&[
+        "--plugin-dir",
+        folder.to_str().unwrap(),
+        "conformance",
+        "--ep",
+        name,
+        "--node-tests",
+        repo().join(".testdata/onnx-node").to_str().unwrap(),
+        "--filter",
+        "test_relu,test_add",
+        "--model",
+        model.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!(
+            "{name}: 11 cases, 3 claimed, 3 passed, 0 wrong, 0 crashed"
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn new_plugin_writes_a_c_plugin_that_builds_and_passes_conformance() {
+    let dir = Scratch::new("new-plugin-c");
+    let out = epx(&[
+        "new-plugin",
+        "demo_c",
+        "--lang",
+        "c",
+        "--dir",
+        dir.0.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let folder = dir.0.join("demo_c");
+    let built = std::process::Command::new("cc")
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-I", ".",
+        ])
+        .args(["epx_demo_c.c", "-o", "libepx_demo_c.so"])
+        .current_dir(&folder)
+        .output();
+    let Ok(built) = built else {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    };
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    check_scaffold(&folder, "demo_c");
+    // A second time, or a bad name, is an error that says so.
+    for (name, says) in [
+        ("demo_c", "exists already"),
+        ("Demo-X", "is not a plugin name"),
+    ] {
+        let dir = dir.0.to_str().unwrap();
+        let out = epx(&["new-plugin", name, "--lang", "c", "--dir", dir]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+    }
+}
+
+#[test]
+fn new_plugin_writes_a_rust_plugin_that_builds_and_passes_conformance() {
+    let dir = Scratch::new("new-plugin-rust");
+    let sdk = repo().join("plugin-api");
+    let out = epx(&[
+        "new-plugin",
+        "demo_rs",
+        "--lang",
+        "rust",
+        "--dir",
+        dir.0.to_str().unwrap(),
+        "--sdk",
+        sdk.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let folder = dir.0.join("demo_rs");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = std::process::Command::new(cargo)
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(&folder)
+        .env("CARGO_TARGET_DIR", dir.0.join("target"))
+        .output()
+        .expect("run cargo");
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    std::fs::copy(
+        dir.0.join("target/debug/libepx_demo_rs.so"),
+        folder.join("libepx_demo_rs.so"),
+    )
+    .unwrap();
+    check_scaffold(&folder, "demo_rs");
+}

@@ -79,7 +79,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 3
+#define EPX_ABI_VERSION_MINOR 4
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -583,6 +583,20 @@ typedef struct EpxCapability {
      */
     void (*release)(struct EpxCapability *capability);
     void *private_data;
+    /**
+     * (ABI 1.4) How many nodes the EP says why it declined (optional; 0 says nothing). Write
+     * the three `declined` fields only when `struct_size` (the host's) covers them.
+     */
+    size_t num_declined;
+    /**
+     * (ABI 1.4) `num_declined` node ids, each one of `unclaimed` and not in a group.
+     */
+    const uint32_t *declined_nodes;
+    /**
+     * (ABI 1.4) `num_declined` reasons (UTF-8), one per id: what a user reads in the placement
+     * report. Plugin memory until `release`, like the groups.
+     */
+    const struct EpxStr *declined_reasons;
 } EpxCapability;
 
 /**

@@ -232,7 +232,7 @@ fn an_unknown_mode_names_the_valid_ones() {
                 message,
                 "adversarial option `mode`: `sideways` is not one of good, out_of_range, \
                  duplicate, not_offered, empty_group, compile_fails, wrong_shape, wrong_type, \
-                 missing_output, wrong_values, abort, hang"
+                 missing_output, wrong_values, abort, hang, explains, decline_unoffered"
             );
         }
         other => panic!("expected a setup error, got {:?}", other.err()),
@@ -325,4 +325,34 @@ fn a_wrong_shape_against_an_inferred_one_stops_at_the_kernel_not_downstream() {
     let y = s.run([("x", input())]).expect("run");
     let want: Vec<f32> = X.iter().map(|v| v.max(0.0) + v).collect();
     assert_eq!(y["y"].as_slice::<f32>().expect("f32"), &want[..]);
+}
+
+#[test]
+fn decline_reasons_reach_the_placement_report_and_nonsense_ones_are_refused() {
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let s = session(&env, [adversarial("explains")]).expect("session");
+    let report = s.placement();
+    assert_eq!(report.fallbacks.len(), 1, "{report:?}");
+    assert_eq!(
+        report.fallbacks[0].reason,
+        "adversarial declined it: adversarial runs Relu only, not Neg"
+    );
+    assert!(
+        report
+            .table()
+            .contains("adversarial declined it: adversarial runs Relu only, not Neg")
+    );
+    // Saying it declines a node it was never offered is a wrong answer, like claiming one.
+    match session(&env, [adversarial("decline_unoffered")]) {
+        Err(Error::Provider {
+            provider, message, ..
+        }) => {
+            assert_eq!(provider, "adversarial");
+            assert!(message.contains("which was not offered"), "{message}");
+        }
+        Err(other) => panic!("expected a provider error, got {other}"),
+        Ok(_) => panic!("expected a provider error, got a session"),
+    }
+    assert_good_mode_works(&env);
 }

@@ -165,6 +165,17 @@ fn ort_cpu_and_the_cpu_ep_share_a_model() {
     );
     let placement = s.node_placement();
     assert_eq!(placement.iter().filter(|p| **p == "ort_cpu").count(), 4);
+    // Each node left to the CPU EP says why the adapter declined it.
+    let report = s.placement();
+    let pool = report
+        .fallbacks
+        .iter()
+        .find(|f| f.op_type == "MaxPool")
+        .expect("MaxPool falls back");
+    assert_eq!(
+        pool.reason,
+        "ort_cpu declined it: `MaxPool` is not in its `ops` option"
+    );
     let inputs = reference_inputs(model);
     let got = run(&s, &inputs);
     assert_close(model, &got, &run(&session(&env, &path, vec![]), &inputs));

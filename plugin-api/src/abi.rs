@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 3;
+pub const EPX_ABI_VERSION_MINOR: u32 = 4;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -377,6 +377,14 @@ pub struct EpxCapability {
     /// Frees the arrays; NULL when the plugin returned no groups.
     pub release: Option<unsafe extern "C" fn(capability: *mut EpxCapability)>,
     pub private_data: *mut c_void,
+    /// (ABI 1.4) How many nodes the EP says why it declined (optional; 0 says nothing). Write
+    /// the three `declined` fields only when `struct_size` (the host's) covers them.
+    pub num_declined: usize,
+    /// (ABI 1.4) `num_declined` node ids, each one of `unclaimed` and not in a group.
+    pub declined_nodes: *const u32,
+    /// (ABI 1.4) `num_declined` reasons (UTF-8), one per id: what a user reads in the placement
+    /// report. Plugin memory until `release`, like the groups.
+    pub declined_reasons: *const EpxStr,
 }
 
 impl EpxCapability {
@@ -389,6 +397,9 @@ impl EpxCapability {
             nodes: std::ptr::null(),
             release: None,
             private_data: std::ptr::null_mut(),
+            num_declined: 0,
+            declined_nodes: std::ptr::null(),
+            declined_reasons: std::ptr::null(),
         }
     }
 }

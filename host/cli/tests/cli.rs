@@ -724,7 +724,7 @@ fn adversarial_plugin(dir: &Scratch) -> String {
     std::fs::copy(&lib, plugin.join("libepx_fixture_adversarial.so")).unwrap();
     std::fs::write(
         plugin.join("plugin.toml"),
-        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.3\"\n\
+        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.4\"\n\
          providers = [\"adversarial\"]\n\n[library]\nlinux = \"libepx_fixture_adversarial.so\"\n",
     )
     .unwrap();

@@ -66,11 +66,36 @@ pub trait ProviderFactory: Send + Sync + 'static {
     fn create(&self, options: ProviderOptions) -> Result<Box<dyn Provider>>;
 }
 
+/// A capability answer that also says why nodes were declined (ABI 1.4; an older host does not
+/// read the reasons).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capability {
+    /// Groups of node ids to claim, as [`Provider::capability`] returns them.
+    pub groups: Vec<Vec<u32>>,
+    /// Nodes of `unclaimed` the EP looked at and declined, with a reason a user can act on.
+    pub declined: Vec<(u32, String)>,
+}
+
+impl From<Vec<Vec<u32>>> for Capability {
+    fn from(groups: Vec<Vec<u32>>) -> Self {
+        Capability {
+            groups,
+            declined: Vec::new(),
+        }
+    }
+}
+
 /// An EP instance.
 pub trait Provider: Send + Sync + 'static {
     /// Groups of node ids to claim, each fused into one kernel. Only ids in `unclaimed` may be
     /// returned.
     fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> Result<Vec<Vec<u32>>>;
+    /// (ABI 1.4) The answer with a reason for each node declined, shown in the placement
+    /// report. The default is [`Self::capability`] with no reasons; an EP that says why
+    /// overrides this one and has `capability` return its groups.
+    fn capability_explained(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> Result<Capability> {
+        Ok(self.capability(graph, unclaimed)?.into())
+    }
     /// Compiles one group into a kernel. Copy what the kernel needs: `graph` is borrowed.
     fn compile(
         &self,
@@ -383,6 +408,10 @@ unsafe fn provider<'a>(state: *mut c_void) -> &'a dyn Provider {
 struct CapabilityArrays {
     sizes: Vec<usize>,
     nodes: Vec<u32>,
+    declined_nodes: Vec<u32>,
+    reason_texts: Vec<String>,
+    /// Borrows `reason_texts`.
+    reasons: Vec<EpxStr>,
 }
 
 unsafe extern "C" fn release_capability(cap: *mut EpxCapability) {
@@ -420,16 +449,27 @@ unsafe extern "C" fn provider_get_capability(
             };
             (provider(state), GraphView::from_raw(api, graph), unclaimed)
         };
-        let groups = p.capability(&view, unclaimed)?;
-        let arrays = Box::new(CapabilityArrays {
+        let Capability { groups, declined } = p.capability_explained(&view, unclaimed)?;
+        let mut arrays = Box::new(CapabilityArrays {
             sizes: groups.iter().map(Vec::len).collect(),
             nodes: groups.into_iter().flatten().collect(),
+            declined_nodes: declined.iter().map(|(n, _)| *n).collect(),
+            reason_texts: declined.into_iter().map(|(_, r)| r).collect(),
+            reasons: Vec::new(),
         });
-        // SAFETY: `out` checked non-null; the arrays live until `release_capability`.
+        // The strings do not move again: `reasons` borrows them until release.
+        arrays.reasons = arrays.reason_texts.iter().map(|r| EpxStr::new(r)).collect();
+        // SAFETY: `out` checked non-null; the arrays live until `release_capability`. The
+        // reasons are written only where the host's struct has room for them (ABI 1.4).
         unsafe {
             (*out).num_groups = arrays.sizes.len();
             (*out).group_sizes = arrays.sizes.as_ptr();
             (*out).nodes = arrays.nodes.as_ptr();
+            if (*out).struct_size >= crate::epx_field_end!(EpxCapability, declined_reasons) {
+                (*out).num_declined = arrays.declined_nodes.len();
+                (*out).declined_nodes = arrays.declined_nodes.as_ptr();
+                (*out).declined_reasons = arrays.reasons.as_ptr();
+            }
             (*out).release = Some(release_capability);
             (*out).private_data = Box::into_raw(arrays).cast::<c_void>();
         }

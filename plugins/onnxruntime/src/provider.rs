@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use epx_plugin_api::ElementType;
 use epx_plugin_api::abi::EpxLogLevel;
 use epx_plugin_api::sdk::{
-    self, Attribute, DataTransfer, Error, GraphView, Kernel, KernelContext, NodeView, Provider,
-    ProviderFactory, ProviderInfo, ProviderOptions, SubgraphView, TensorView,
+    self, Attribute, Capability, DataTransfer, Error, GraphView, Kernel, KernelContext, NodeView,
+    Provider, ProviderFactory, ProviderInfo, ProviderOptions, SubgraphView, TensorView,
 };
 use ort::AsPointer;
 use ort::ep::ExecutionProviderDispatch;
@@ -203,7 +203,8 @@ pub struct OrtProvider {
     intra_threads: Option<usize>,
     ops: Option<HashSet<String>>,
     /// Node signature → whether a one-node session with this EP could be created.
-    probes: Mutex<HashMap<String, bool>>,
+    /// Probe results by node signature: `Err` holds why ONNX Runtime refused it.
+    probes: Mutex<HashMap<String, std::result::Result<(), String>>>,
     /// Allocator, IO binding and copies, for EPs that keep tensors in their own memory.
     device: Option<Arc<DeviceIo>>,
 }
@@ -246,8 +247,13 @@ impl OrtProvider {
         b.commit_from_memory(model).map_err(|e| e.to_string())
     }
 
-    /// Whether the node can run on this EP, from a cached or fresh one-node probe.
-    fn supports(&self, graph: &GraphView<'_>, node: &NodeView<'_>) -> sdk::Result<bool> {
+    /// Whether the node can run on this EP, from a cached or fresh one-node probe: `Err` with
+    /// the reason when it cannot.
+    fn supports(
+        &self,
+        graph: &GraphView<'_>,
+        node: &NodeView<'_>,
+    ) -> sdk::Result<std::result::Result<(), String>> {
         let attrs = graph.attributes(node)?;
         if attrs
             .iter()
@@ -255,7 +261,11 @@ impl OrtProvider {
         {
             // Control flow: the bodies read enclosing values by name, which a one-node model
             // cut out of the graph does not carry.
-            return Ok(false);
+            return Ok(Err(
+                "its nested graphs read values of the enclosing graph, which a one-node \
+                 ONNX Runtime session cannot be given"
+                    .into(),
+            ));
         }
         let mut key = format!(
             "{}|{}|{}|{:?}|in:",
@@ -266,7 +276,10 @@ impl OrtProvider {
             let info = graph.value(*v)?;
             if let Some(t) = info.elem_type {
                 if t.to_dlpack().is_none() && !info.is_initializer() {
-                    return Ok(false); // strings and other types that cannot cross the ABI
+                    // Strings and other types that cannot cross the ABI as tensors.
+                    return Ok(Err(format!(
+                        "{t} inputs do not cross the plugin ABI as tensors"
+                    )));
                 }
             }
             key.push_str(&format!(
@@ -285,19 +298,21 @@ impl OrtProvider {
             let info = graph.value(*v)?;
             if let Some(t) = info.elem_type {
                 if t.to_dlpack().is_none() {
-                    return Ok(false);
+                    return Ok(Err(format!(
+                        "{t} outputs do not cross the plugin ABI as tensors"
+                    )));
                 }
             }
             key.push_str(&format!("{:?}/{:?};", info.elem_type, info.shape));
             outputs.push(*v);
         }
-        if let Some(&known) = self
+        if let Some(known) = self
             .probes
             .lock()
             .map_err(|_| Error::runtime("probe cache poisoned"))?
             .get(&key)
         {
-            return Ok(known);
+            return Ok(known.clone());
         }
         let nodes = [node.id];
         let sub = SubgraphView {
@@ -309,7 +324,7 @@ impl OrtProvider {
         let ok = match fill_unknown_types(&bytes, ElementType::Float.onnx_code())
             .and_then(|m| self.session(&m, SessionKind::Probe).map(|_| ()))
         {
-            Ok(()) => true,
+            Ok(()) => Ok(()),
             Err(e) => {
                 sdk::log(
                     EpxLogLevel::Debug,
@@ -318,37 +333,54 @@ impl OrtProvider {
                         self.name, node.op_type, node.name, node.opset
                     ),
                 );
-                false
+                let first = e.lines().next().unwrap_or_default().to_string();
+                Err(format!(
+                    "ONNX Runtime's {} refused a session of this one node: {first}",
+                    self.ep.ort_name()
+                ))
             }
         };
         self.probes
             .lock()
             .map_err(|_| Error::runtime("probe cache poisoned"))?
-            .insert(key, ok);
+            .insert(key, ok.clone());
         Ok(ok)
     }
 }
 
 impl Provider for OrtProvider {
     fn capability(&self, graph: &GraphView<'_>, unclaimed: &[u32]) -> sdk::Result<Vec<Vec<u32>>> {
+        Ok(self.capability_explained(graph, unclaimed)?.groups)
+    }
+
+    fn capability_explained(
+        &self,
+        graph: &GraphView<'_>,
+        unclaimed: &[u32],
+    ) -> sdk::Result<Capability> {
         let mut claimed = Vec::new();
+        let mut declined = Vec::new();
         for &id in unclaimed {
             let node = graph.node(id)?;
             if let Some(ops) = &self.ops {
                 if !ops.contains(node.op_type) {
+                    let reason = format!("`{}` is not in its `ops` option", node.op_type);
+                    declined.push((id, reason));
                     continue;
                 }
             }
-            if self.supports(graph, &node)? {
-                claimed.push(id);
+            match self.supports(graph, &node)? {
+                Ok(()) => claimed.push(id),
+                Err(reason) => declined.push((id, reason)),
             }
         }
         // One group: the host splits it into convex pieces.
-        Ok(if claimed.is_empty() {
+        let groups = if claimed.is_empty() {
             Vec::new()
         } else {
             vec![claimed]
-        })
+        };
+        Ok(Capability { groups, declined })
     }
 
     fn compile(

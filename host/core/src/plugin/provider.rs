@@ -225,12 +225,13 @@ impl ProviderInstance {
         unsafe { take_status(status) }.map_err(|e| provider_error(name, call, e))
     }
 
-    /// Asks which of the `unclaimed` nodes this EP runs; validates the answer.
+    /// Asks which of the `unclaimed` nodes this EP runs; validates the answer. Returns the
+    /// groups and, from a 1.4 plugin, the reasons it gave for nodes it declined.
     pub(crate) fn capability(
         &self,
         graph: &AbiGraph<'_>,
         unclaimed: &[u32],
-    ) -> Result<Vec<Vec<usize>>> {
+    ) -> Result<(Vec<Vec<usize>>, Declined)> {
         let name = self.name();
         let mut cap = EpxCapability::empty();
         // SAFETY: validated provider; graph and list are borrowed for the call.
@@ -249,13 +250,16 @@ impl ProviderInstance {
         // SAFETY: plugin status.
         let result =
             unsafe { take_status(status) }.map_err(|e| provider_error(name, "get_capability", e));
-        // Read the groups (if any), then release them whatever happened.
-        let groups = result.and_then(|()| read_groups(name, &cap, graph.graph.nodes.len()));
+        // Read the groups and reasons (if any), then release them whatever happened.
+        let read = result.and_then(|()| {
+            let groups = read_groups(name, &cap, graph.graph.nodes.len())?;
+            Ok((groups, read_declined(name, &cap, unclaimed)?))
+        });
         if let Some(release) = cap.release {
             // SAFETY: the plugin's release for the arrays it filled, called once.
             unsafe { release(&mut cap) };
         }
-        let groups = groups?;
+        let (groups, declined) = read?;
         let unclaimed_set: std::collections::HashSet<u32> = unclaimed.iter().copied().collect();
         let mut seen = std::collections::HashSet::new();
         for g in &groups {
@@ -279,7 +283,17 @@ impl ProviderInstance {
                 }
             }
         }
-        Ok(groups)
+        if let Some((n, _)) = declined
+            .iter()
+            .find(|(n, _)| groups.iter().any(|g| g.contains(n)))
+        {
+            return Err(nonsense(
+                name,
+                "get_capability",
+                format!("declined node {n}, which it also claimed"),
+            ));
+        }
+        Ok((groups, declined))
     }
 
     /// Compiles one group.
@@ -336,6 +350,66 @@ impl ProviderInstance {
         }
         Ok(kernel)
     }
+}
+
+/// Nodes an EP declined, with its reason for each (ABI 1.4).
+pub(crate) type Declined = Vec<(usize, String)>;
+
+/// The longest decline reason kept (a reason is a line in a report, not a log).
+const MAX_REASON_CHARS: usize = 500;
+
+/// The (ABI 1.4) reasons a plugin gave for the nodes it declined: each node one of `unclaimed`,
+/// each reason UTF-8 (invalid bytes replaced), cut to [`MAX_REASON_CHARS`].
+fn read_declined(name: &str, cap: &EpxCapability, unclaimed: &[u32]) -> Result<Declined> {
+    if cap.num_declined == 0 {
+        return Ok(Vec::new());
+    }
+    if cap.declined_nodes.is_null() || cap.declined_reasons.is_null() {
+        return Err(nonsense(
+            name,
+            "get_capability",
+            "declined nodes with NULL arrays".into(),
+        ));
+    }
+    if cap.num_declined > unclaimed.len() {
+        return Err(nonsense(
+            name,
+            "get_capability",
+            format!(
+                "declined {} nodes, but only {} were offered",
+                cap.num_declined,
+                unclaimed.len()
+            ),
+        ));
+    }
+    // SAFETY: the plugin filled `num_declined` ids and reasons (bounded above), valid until
+    // `release`; each reason points at `len` bytes.
+    let (ids, reasons) = unsafe {
+        (
+            std::slice::from_raw_parts(cap.declined_nodes, cap.num_declined),
+            std::slice::from_raw_parts(cap.declined_reasons, cap.num_declined),
+        )
+    };
+    let mut out = Vec::with_capacity(ids.len());
+    for (&id, reason) in ids.iter().zip(reasons) {
+        if unclaimed.binary_search(&id).is_err() {
+            return Err(nonsense(
+                name,
+                "get_capability",
+                format!("declined node {id}, which was not offered"),
+            ));
+        }
+        // Bounded: a reason is read no further than the longest one kept could reach.
+        let bounded = EpxStr {
+            data: reason.data,
+            len: reason.len.min(4 * MAX_REASON_CHARS),
+        };
+        // SAFETY: as above (a prefix of the reason's bytes).
+        let text = String::from_utf8_lossy(unsafe { bounded.as_bytes() });
+        let text: String = text.chars().take(MAX_REASON_CHARS).collect();
+        out.push((id as usize, text));
+    }
+    Ok(out)
 }
 
 fn read_groups(name: &str, cap: &EpxCapability, num_nodes: usize) -> Result<Vec<Vec<usize>>> {

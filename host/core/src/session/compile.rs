@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
-use super::partition::{Group, partition};
+use super::partition::{Declines, Group, partition};
 use super::placement::{
     CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider,
 };
@@ -56,8 +56,8 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let mut model = model;
     let g = &model.graph;
     let abi = AbiGraph::new(&model);
-    let groups = partition(&abi, &providers)?;
-    let (node_provider, fallbacks) = place_fallbacks(g, &groups, &providers, env);
+    let (groups, declines) = partition(&abi, &providers)?;
+    let (node_provider, fallbacks) = place_fallbacks(g, &groups, &providers, &declines, env);
     check_strict(request.strict, &fallbacks)?;
     let keep_on_device = device_outputs(g, &request.device_outputs)?;
     let kernels = compile_kernels(&abi, g, &groups, &providers, fallback)?;
@@ -193,6 +193,7 @@ fn place_fallbacks(
     g: &Graph,
     groups: &[Group],
     providers: &[Arc<ProviderInstance>],
+    declines: &Declines,
     env: &Environment,
 ) -> (Vec<usize>, Vec<Fallback>) {
     let fallback = providers.len() - 1;
@@ -206,18 +207,34 @@ fn place_fallbacks(
         for &n in &group.nodes {
             node_provider[n] = group.provider;
             if group.provider == fallback && fallback > 0 && !fallback_requested {
-                let asked: Vec<&str> = providers[..fallback].iter().map(|p| p.name()).collect();
                 fallbacks.push(Fallback {
                     node: n,
                     name: g.nodes[n].display_name(n),
                     op_type: g.nodes[n].op_type.clone(),
-                    reason: format!("not claimed by {}", asked.join(", ")),
+                    reason: fallback_reason(&providers[..fallback], declines.get(&n)),
                 });
             }
         }
     }
     fallbacks.sort_by_key(|f| f.node);
     (node_provider, fallbacks)
+}
+
+/// Why a node fell back: each EP asked, with the reason it gave (ABI 1.4) or that it did not
+/// claim the node: `cuda: Gelu needs CUDA 12; not claimed by ort_cpu`.
+fn fallback_reason(asked: &[Arc<ProviderInstance>], said: Option<&Vec<(usize, String)>>) -> String {
+    let mut silent = Vec::new();
+    let mut parts = Vec::new();
+    for (i, p) in asked.iter().enumerate() {
+        match said.and_then(|s| s.iter().find(|(pi, _)| *pi == i)) {
+            Some((_, reason)) => parts.push(format!("{} declined it: {reason}", p.name())),
+            None => silent.push(p.name()),
+        }
+    }
+    if !silent.is_empty() {
+        parts.push(format!("not claimed by {}", silent.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// Step 6: strict placement refuses any fallback, naming each node.

@@ -24,14 +24,19 @@ pub struct Group {
     pub outputs: Vec<ValueId>,
 }
 
-/// Assigns every node to a provider; groups come back in an order they can run in.
+/// Why EPs declined nodes, as they said (ABI 1.4): per node, (provider index, reason).
+pub(crate) type Declines = std::collections::HashMap<NodeId, Vec<(usize, String)>>;
+
+/// Assigns every node to a provider; groups come back in an order they can run in, with the
+/// reasons EPs gave for the nodes they declined.
 pub(crate) fn partition(
     graph: &AbiGraph<'_>,
     providers: &[Arc<ProviderInstance>],
-) -> Result<Vec<Group>> {
+) -> Result<(Vec<Group>, Declines)> {
     let g = graph.graph;
     let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut raw_groups: Vec<(usize, Vec<NodeId>)> = Vec::new();
+    let mut declines = Declines::new();
     for (pi, p) in providers.iter().enumerate() {
         let minor = p.library.abi_version.minor;
         let unclaimed: Vec<u32> = (0..g.nodes.len())
@@ -42,7 +47,11 @@ pub(crate) fn partition(
             break;
         }
         let _span = tracing::debug_span!("capability", provider = p.name()).entered();
-        for mut group in p.capability(graph, &unclaimed)? {
+        let (groups, declined) = p.capability(graph, &unclaimed)?;
+        for (n, reason) in declined {
+            declines.entry(n).or_default().push((pi, reason));
+        }
+        for mut group in groups {
             group.sort_unstable();
             for &n in &group {
                 owner[n] = Some(pi);
@@ -88,8 +97,8 @@ pub(crate) fn partition(
             }
         })
         .collect();
-    match order_groups(g, groups) {
-        Ok(ordered) => Ok(ordered),
+    let ordered = match order_groups(g, groups) {
+        Ok(ordered) => ordered,
         // Convex groups can still wait on each other (a → b in one pair of groups, b' → a' in
         // the other): split further by level, which always gives a runnable order.
         Err(groups) => {
@@ -98,9 +107,10 @@ pub(crate) fn partition(
                 "fused groups wait on each other; split by level"
             );
             order_groups(g, split_by_level(g, groups))
-                .map_err(|_| Error::Run("internal: fused groups form a cycle".into()))
+                .map_err(|_| Error::Run("internal: fused groups form a cycle".into()))?
         }
-    }
+    };
+    Ok((ordered, declines))
 }
 
 /// Ops whose inputs or outputs are sequences, maps or optionals whatever the model declares.

@@ -190,9 +190,20 @@ impl PlacementReport {
             );
             for &n in &g.nodes {
                 if let Some(node) = self.nodes.get(n) {
+                    // A node that fell back carries why, as a tooltip (SVG) and a dashed border.
+                    let why =
+                        self.fallbacks
+                            .iter()
+                            .find(|f| f.node == n)
+                            .map_or_else(String::new, |f| {
+                                format!(
+                                    ", tooltip=\"{}\", penwidth=2, color=\"#cc3333\"",
+                                    esc(&f.reason)
+                                )
+                            });
                     let _ = writeln!(
                         s,
-                        "    n{} [label=\"{}\\n{}\\n[{}]\", fillcolor=\"{}\"];",
+                        "    n{} [label=\"{}\\n{}\\n[{}]\", fillcolor=\"{}\"{why}];",
                         n,
                         esc(&node.name),
                         esc(&node.op_type),

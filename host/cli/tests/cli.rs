@@ -794,6 +794,19 @@ fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
         "{out}"
     );
 
+    // The same as JSON, for CI: every case, the per-op rows and the totals.
+    let (code, out) = conformance(&folder, "good", &["--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let cases = doc["cases"].as_array().expect("cases").len() as u64;
+    assert_eq!(doc["totals"]["cases"].as_u64(), Some(cases), "{doc:#}");
+    assert_eq!(doc["totals"]["wrong"].as_u64(), Some(0));
+    assert_eq!(doc["ops"]["Relu"]["passed"].as_u64(), Some(1));
+    assert_eq!(
+        doc["ops"]["LeakyRelu"]["declined_reason"].as_str(),
+        Some("not claimed by adversarial")
+    );
+
     let (code, out) = conformance(&folder, "wrong_values", &[]);
     assert_eq!(code, Some(3), "{out}");
     let relu = row(&out, "Relu");

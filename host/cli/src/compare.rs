@@ -102,8 +102,12 @@ pub fn compare(env: Arc<Environment>, args: CompareArgs) -> Result<bool> {
             };
             ok &= d.ok();
             println!(
-                "  {:<32} {:>12.3e} {:>12.3e} {:>10}  {verdict}",
-                name, d.max_abs, d.max_rel, d.off
+                "  {:<32} {:>12.3e} {:>12.3e} {:>10}  {}",
+                epx::printable(name),
+                d.max_abs,
+                d.max_rel,
+                d.off,
+                epx::printable(&verdict)
             );
         }
         if !ok {
@@ -176,10 +180,11 @@ fn first_divergence(
             let what = d.mismatch.unwrap_or_else(|| {
                 format!("max abs err {:.3e}, {} value(s) off", d.max_abs, d.off)
             });
-            println!(
+            let line = format!(
                 "  first divergence: node {label} ({}) on {ep}, output `{name}`: {what}",
                 node.op_type
             );
+            println!("{}", epx::printable(&line));
             return Ok(());
         }
     }

@@ -483,7 +483,7 @@ fn report(args: &ConformanceArgs, results: &[serde_json::Value]) -> bool {
     if !problems.is_empty() {
         println!("\nfirst wrong or crashed case per op:");
         for p in problems {
-            println!("  {p}");
+            println!("  {}", epx::printable(p));
         }
     }
     let reasons: Vec<(String, String)> = rows
@@ -494,7 +494,7 @@ fn report(args: &ConformanceArgs, results: &[serde_json::Value]) -> bool {
     if !reasons.is_empty() {
         println!("\ndeclined, with the host's reason (first case per op):");
         for (op, why) in reasons.iter().take(40) {
-            println!("  {op}: {why}");
+            println!("  {}: {}", epx::printable(op), epx::printable(why));
         }
         if reasons.len() > 40 {
             println!(

@@ -7,7 +7,7 @@ use epx::Environment;
 
 pub fn doctor(env: &Arc<Environment>) -> ExitCode {
     let (text, ok) = epx::doctor::report(env);
-    print!("{text}");
+    print!("{}", epx::printable_lines(&text));
     if ok {
         ExitCode::SUCCESS
     } else {

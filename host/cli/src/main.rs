@@ -79,6 +79,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: a log piped to a file or another program stays plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // The version line names the plugin ABI too: what a plugin author needs to build against.
     let version: &'static str = Box::leak(
@@ -130,14 +132,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// `println!` with names from plugins made safe for a terminal.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", epx::printable_lines(&format!($($arg)*)))
+    };
+}
+
 fn providers(env: &Arc<Environment>) -> epx::Result<()> {
-    println!(
+    say!(
         "{:<16} {:<12} {:<10} {:<9} library / reason",
-        "EP", "plugin", "version", "status"
+        "EP",
+        "plugin",
+        "version",
+        "status"
     );
     let builtin = env.builtin();
     for p in &builtin.providers {
-        println!(
+        say!(
             "{:<16} {:<12} {:<10} {:<9} (linked into epx)",
             p.name,
             epx::BUILTIN_PLUGIN,
@@ -176,9 +188,12 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
                             ("shadowed", detail)
                         }
                     };
-                    println!(
+                    say!(
                         "{:<16} {:<12} {:<10} {:<9} {detail}",
-                        p.name, lib.name, p.version, status
+                        p.name,
+                        lib.name,
+                        p.version,
+                        status
                     );
                 }
             }
@@ -187,9 +202,12 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
                     .manifest
                     .as_ref()
                     .map_or_else(|| candidate.name.clone(), |m| m.providers.join(","));
-                println!(
+                say!(
                     "{:<16} {:<12} {:<10} {:<9} {e}",
-                    eps, candidate.name, "-", "broken"
+                    eps,
+                    candidate.name,
+                    "-",
+                    "broken"
                 );
             }
         }
@@ -197,7 +215,7 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
     // EPs claimed in a manifest but not in a row above (the plugin is broken, or its library
     // does not provide the EP after all).
     for (s, _) in shadowed.iter().zip(&shown).filter(|(_, shown)| !**shown) {
-        println!(
+        say!(
             "{:<16} {:<12} {:<10} {:<9} {} — {}",
             s.provider,
             s.shadowed,
@@ -208,7 +226,7 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
         );
     }
     for problem in &env.discovery().problems {
-        println!(
+        say!(
             "{:<16} {:<12} {:<10} {:<9} {}: {}",
             "-",
             "-",

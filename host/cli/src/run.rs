@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use epx::{
     ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, Value, ValueSpec,
+    printable,
 };
 use epx_io::valuefile;
 
@@ -127,7 +128,7 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
 
     let inputs = make_inputs(&session, &args.inputs)?;
     for (name, v) in &inputs {
-        println!("input  {name}: {}", describe(v));
+        println!("input  {}: {}", printable(name), printable(&describe(v)));
     }
     let feed = || -> Result<Vec<(&str, Value)>> {
         inputs
@@ -137,17 +138,28 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
     };
     let outputs = session.run(feed()?)?;
     for (name, v) in outputs.values() {
-        println!("output {name}: {}", describe(v));
+        println!("output {}: {}", printable(name), printable(&describe(v)));
     }
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.clone(),
             source,
         })?;
-        for (name, v) in outputs.values() {
-            let written = valuefile::write_value(&dir.join(valuefile::safe_file_name(name)), v)?;
+        let names: Vec<&str> = outputs.values().map(|(n, _)| n).collect();
+        let files = valuefile::unique_file_names(&names);
+        for ((name, v), file) in outputs.values().zip(&files) {
+            if *file != valuefile::safe_file_name(name) {
+                println!(
+                    "output {} is written as {file}: its file name would be another output's",
+                    printable(name)
+                );
+            }
+            let written = valuefile::write_value(&dir.join(file), v)?;
             if written.is_empty() {
-                println!("output {name} is an empty optional: nothing written");
+                println!(
+                    "output {} is an empty optional: nothing written",
+                    printable(name)
+                );
             }
             for path in written {
                 println!("wrote {}", path.display());

@@ -939,3 +939,93 @@ fn new_plugin_writes_a_rust_plugin_that_builds_and_passes_conformance() {
     .unwrap();
     check_scaffold(&folder, "demo_rs");
 }
+
+/// x: float [3] → Identity → each of `outputs` (the nodes named after them).
+fn identity_model(outputs: &[&str]) -> Vec<u8> {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes, node};
+    model_bytes(proto::GraphProto {
+        name: Some("identities".into()),
+        node: outputs
+            .iter()
+            .map(|o| node("Identity", &["x"], &[o]))
+            .collect(),
+        input: vec![float_value("x", &[3])],
+        output: outputs.iter().map(|o| float_value(o, &[3])).collect(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn outputs_whose_file_names_collide_are_all_written() {
+    let dir = Scratch::new("collide");
+    let model = dir.0.join("m.onnx");
+    std::fs::write(&model, identity_model(&["a/b", "a_b", "a:b"])).unwrap();
+    let out_dir = dir.0.join("out");
+    let out = epx(&[
+        "run",
+        model.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let mut files: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["a_b.npy", "a_b~1.npy", "a_b~2.npy"], "{stdout}");
+    assert!(
+        stdout.contains("output a_b is written as a_b~1: its file name would be another output's"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn names_with_escape_sequences_are_printed_escaped() {
+    let dir = Scratch::new("escapes");
+    let model = dir.0.join("m.onnx");
+    std::fs::write(&model, identity_model(&["\u{1b}[2J\u{1b}[31mred\r"])).unwrap();
+    for args in [
+        vec!["run", model.to_str().unwrap()],
+        vec!["partition", model.to_str().unwrap()],
+    ] {
+        let out = epx(&args);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        assert!(
+            !stdout.contains('\u{1b}') && !stdout.contains('\r'),
+            "{stdout:?}"
+        );
+        assert!(
+            stdout.contains("\\u{1b}[2J\\u{1b}[31mred\\u{d}"),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_not_read_forever() {
+    let out = epx(&["run", "examples/models/add.onnx", "--input", "a=/dev/zero"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/dev/zero") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn log_lines_carry_no_colour_codes_into_a_pipe() {
+    let dir = Scratch::new("plain-log");
+    std::fs::create_dir_all(dir.0.join("bad")).unwrap();
+    std::fs::write(dir.0.join("bad/plugin.toml"), "garbage [").unwrap();
+    let out = epx(&["--plugin-dir", dir.0.to_str().unwrap(), "providers"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("WARN") && stderr.contains("plugin.toml"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}

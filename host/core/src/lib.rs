@@ -61,3 +61,47 @@ pub fn plugin_abi_version() -> String {
     use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
     format!("{EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}")
 }
+
+/// `s` safe to print on a terminal: control characters (escape sequences, carriage returns,
+/// C1 codes; newlines too) are written as `\u{..}` escapes, so a name from a model or a plugin
+/// cannot move the cursor, recolour the screen or hide text.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    printable_keeping(s, false)
+}
+
+/// [`printable`], keeping newlines: for multi-line reports.
+pub fn printable_lines(s: &str) -> std::borrow::Cow<'_, str> {
+    printable_keeping(s, true)
+}
+
+fn printable_keeping(s: &str, newlines: bool) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() && !(newlines && c == '\n');
+    if !s.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if bad(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod printable_tests {
+    #[test]
+    fn control_characters_are_escaped_and_plain_text_is_borrowed() {
+        assert!(matches!(
+            super::printable("logits"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            super::printable("a\u{1b}[31mb\r\n\u{9b}c"),
+            "a\\u{1b}[31mb\\u{d}\\u{a}\\u{9b}c"
+        );
+        assert_eq!(super::printable_lines("a\u{7}\nb"), "a\\u{7}\nb");
+    }
+}

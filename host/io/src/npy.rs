@@ -208,9 +208,10 @@ fn show_bytes(bytes: &[u8]) -> String {
     s
 }
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file: a regular file only (not a device, FIFO or socket, whose reads need not
+/// end), read to its length as it was when opened.
 pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
+    let bytes = crate::read_regular_file(path).map_err(|source| NpyError::Io {
         path: path.to_owned(),
         source,
     })?;
@@ -890,9 +891,11 @@ fn parse_header(header: &str) -> Result<(String, bool, Vec<usize>), NpyError> {
     }
     .dict()
     .map_err(bad)?;
+    // A key given twice takes its last value, as Python's dict literal (and so numpy) does.
     let get = |key: &str| {
         entries
             .iter()
+            .rev()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v)
             .ok_or_else(|| bad(format!("the key '{key}' is missing")))
@@ -1524,5 +1527,28 @@ for code in ["b1", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_given_twice_takes_its_last_value_as_numpy_does() {
+        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'descr': '<i4', }";
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        let mut text = header.to_string();
+        while (10 + text.len() + 1) % 64 != 0 {
+            text.push(' ');
+        }
+        text.push('\n');
+        bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(text.as_bytes());
+        bytes.extend_from_slice(&7i32.to_le_bytes());
+        bytes.extend_from_slice(&(-1i32).to_le_bytes());
+        let a = parse_npy(&bytes).unwrap();
+        assert_eq!(a.elem_type, ElementType::Int32);
+    }
+
+    #[test]
+    fn devices_and_fifos_are_not_read() {
+        let e = read_npy(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

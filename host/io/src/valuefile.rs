@@ -83,7 +83,8 @@ pub fn read_value(path: &Path, ty: &ValueType) -> Result<Value> {
             Sequence::new(elem, values).map(Value::Sequence)
         }
         ValueType::Map { key, value } => {
-            let text = std::fs::read_to_string(path).map_err(|e| bad(path, e))?;
+            let bytes = crate::read_regular_file(path).map_err(|e| bad(path, e))?;
+            let text = String::from_utf8(bytes).map_err(|e| bad(path, e))?;
             read_map(path, &text, *key, value.innermost_elem_type())
         }
         _ => {
@@ -258,6 +259,26 @@ pub fn safe_file_name(name: &str) -> String {
     } else {
         s
     }
+}
+
+/// A file name per value name, each [`safe_file_name`], made unique: a name whose safe form an
+/// earlier one already took (`a/b` and `a_b` both give `a_b`) gets `~1`, `~2`, ... so no output
+/// overwrites another.
+pub fn unique_file_names(names: &[&str]) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    names
+        .iter()
+        .map(|name| {
+            let base = safe_file_name(name);
+            let mut candidate = base.clone();
+            let mut k = 1;
+            while !taken.insert(candidate.clone()) {
+                candidate = format!("{base}~{k}");
+                k += 1;
+            }
+            candidate
+        })
+        .collect()
 }
 
 /// `base` with `suffix` appended (not replacing an extension: `logits.1` becomes `logits.1.npy`).

@@ -169,7 +169,8 @@ impl PlacementReport {
         for p in &self.skipped_providers {
             let _ = writeln!(s, "\nEP {} was skipped: {}", p.name, p.reason);
         }
-        s
+        // Names come from the model and the plugins: no escape sequence reaches a terminal.
+        crate::printable_lines(&s).into_owned()
     }
 
     /// A Graphviz picture: nodes coloured by EP, fused groups boxed, copy edges dashed red and

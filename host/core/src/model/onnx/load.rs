@@ -805,8 +805,32 @@ impl Ctx<'_> {
             path: path.clone(),
             source,
         };
-        let mut f = std::fs::File::open(&path).map_err(io)?;
-        let file_len = f.metadata().map_err(io)?.len();
+        // A FIFO would block the open and a device never ends: only regular files are read,
+        // checked before opening and again on what was opened.
+        if !std::fs::metadata(&path).map_err(io)?.is_file() {
+            return Err(self.err(format!("external data `{location}` is not a regular file")));
+        }
+        // Symbolic links may not lead out of the model's folder (a link to /etc/passwd, or
+        // through a linked subfolder): the file is opened by its resolved path inside it.
+        let real = std::fs::canonicalize(&path).map_err(io)?;
+        let real_base = std::fs::canonicalize(base).map_err(|source| Error::Io {
+            path: base.to_path_buf(),
+            source,
+        })?;
+        if !real.starts_with(&real_base) {
+            return Err(self.err(format!(
+                "external data `{location}` resolves to {}, outside the model's folder {} \
+                 (through a symbolic link); copy the file into the folder",
+                real.display(),
+                real_base.display()
+            )));
+        }
+        let mut f = std::fs::File::open(&real).map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(self.err(format!("external data `{location}` is not a regular file")));
+        }
+        let file_len = meta.len();
         let want = length.unwrap_or(nbytes as u64);
         if offset.checked_add(want).is_none_or(|end| end > file_len) {
             return Err(self.err(format!(

@@ -152,6 +152,42 @@ fn initializers_from_raw_typed_and_external_data() {
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     let err = load_model_file(&path).unwrap_err().to_string();
     assert!(err.contains("must stay inside the model's folder"), "{err}");
+
+    // Symbolic links out of the folder, directly or through a linked subfolder, are refused;
+    // so is anything that is not a regular file (a FIFO would block the read forever).
+    #[cfg(unix)]
+    {
+        let outside = std::env::temp_dir().join(format!("epx-ext-out-{}", std::process::id()));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.bin"), &file).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.bin"), dir.join("link.bin")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("sub")).unwrap();
+        // A link that stays inside the folder is fine.
+        std::os::unix::fs::symlink(dir.join("weights.bin"), dir.join("inside.bin")).unwrap();
+        let fifo = dir.join("fifo.bin");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        for (location, want) in [
+            ("link.bin", Some("outside the model's folder")),
+            ("sub/secret.bin", Some("outside the model's folder")),
+            ("inside.bin", None),
+            ("fifo.bin", Some("is not a regular file")),
+        ] {
+            if location == "fifo.bin" && !made.as_ref().is_ok_and(|s| s.success()) {
+                eprintln!("skipping the FIFO case: mkfifo is not available");
+                continue;
+            }
+            let g = m.graph.as_mut().unwrap();
+            g.initializer[0].external_data[0] = kv("location", location);
+            std::fs::write(&path, m.encode_to_vec()).unwrap();
+            match (load_model_file(&path), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{location}: {e}"),
+                (Ok(_), Some(w)) => panic!("{location}: loaded, expected `{w}`"),
+                (Err(e), None) => panic!("{location}: {e}"),
+            }
+        }
+        std::fs::remove_dir_all(&outside).ok();
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

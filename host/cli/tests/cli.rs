@@ -1029,3 +1029,33 @@ fn log_lines_carry_no_colour_codes_into_a_pipe() {
     );
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+/// A graph input declared [2^33] (32 GiB of float32): `epx run`'s random input is an error
+/// naming the size, not an abort in the allocator.
+#[test]
+fn a_huge_declared_input_is_an_error_not_an_abort() {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes, node};
+    let dir = Scratch::new("huge");
+    let model = dir.0.join("huge.onnx");
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("huge".into()),
+        node: vec![node("Relu", &["x"], &["y"])],
+        input: vec![float_value("x", &[1 << 33])],
+        output: vec![float_value("y", &[1 << 33])],
+        ..Default::default()
+    });
+    std::fs::write(&model, bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args(["run", model.to_str().unwrap()])
+        .env("EPX_MAX_TENSOR_BYTES", "1000000000")
+        .output()
+        .expect("run epx");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("a float32 tensor of shape [8589934592] needs 34359738368 bytes")
+            && stderr.contains("EPX_MAX_TENSOR_BYTES"),
+        "{stderr}"
+    );
+}

@@ -74,28 +74,84 @@ fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// The largest tensor the host allocates: `EPX_MAX_TENSOR_BYTES` when set (a number of bytes),
+/// else this machine's physical memory (from `/proc/meminfo`; no limit where that is not
+/// there). A bigger tensor is an error naming its shape and size, never an abort in the
+/// allocator.
+pub fn max_tensor_bytes() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        if let Some(v) = std::env::var("EPX_MAX_TENSOR_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            return v;
+        }
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                kib.checked_mul(1024)
+            })
+            .unwrap_or(u64::MAX)
+    })
+}
+
+/// An error when `bytes` are more than [`max_tensor_bytes`].
+fn check_size(bytes: u64, what: &impl Fn() -> String) -> Result<()> {
+    let limit = max_tensor_bytes();
+    if bytes > limit {
+        return Err(Error::InvalidInput(format!(
+            "{} needs {bytes} bytes, more than the {limit} this host allocates for one tensor \
+             (EPX_MAX_TENSOR_BYTES; default: the machine's memory)",
+            what()
+        )));
+    }
+    Ok(())
+}
+
+/// `words` zeroed `u64`s, or an error (over [`max_tensor_bytes`], or the allocator refused).
+fn zeroed_words(words: usize, what: impl Fn() -> String) -> Result<Vec<u64>> {
+    let bytes = (words as u64).saturating_mul(8);
+    check_size(bytes, &what)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(words)
+        .map_err(|_| Error::InvalidInput(format!("{}: cannot allocate {bytes} bytes", what())))?;
+    v.resize(words, 0);
+    Ok(v)
+}
+
 impl Tensor {
-    /// A zero-filled tensor.
+    /// A zero-filled tensor; an error (not an abort) when it is too big to allocate.
     pub fn zeros(elem_type: ElementType, shape: &[usize]) -> Result<Self> {
         let count = element_count(shape)
             .ok_or_else(|| Error::InvalidInput(format!("tensor shape {shape:?} overflows")))?;
         if elem_type == ElementType::String {
+            // An empty string is three words of bookkeeping.
+            let what = || format!("a string tensor of shape {shape:?}");
+            check_size((count as u64).saturating_mul(24), &what)?;
+            let mut strings = Vec::new();
+            strings.try_reserve_exact(count).map_err(|_| {
+                Error::InvalidInput(format!("a string tensor of shape {shape:?} is too big"))
+            })?;
+            strings.resize(count, Vec::new());
             return Ok(Tensor {
                 elem_type,
                 shape: shape.to_vec(),
-                data: Storage::Strings(vec![Vec::new(); count]),
+                data: Storage::Strings(strings),
             });
         }
         let len = elem_type.storage_bytes(count).ok_or_else(|| {
             Error::InvalidInput(format!("{elem_type} tensor of shape {shape:?} overflows"))
         })?;
+        let words = zeroed_words(len.div_ceil(8), || {
+            format!("a {elem_type} tensor of shape {shape:?}")
+        })?;
         Ok(Tensor {
             elem_type,
             shape: shape.to_vec(),
-            data: Storage::Bytes {
-                words: vec![0; len.div_ceil(8)],
-                len,
-            },
+            data: Storage::Bytes { words, len },
         })
     }
 

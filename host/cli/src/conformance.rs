@@ -178,6 +178,10 @@ fn run_batch(
             }
             Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait().ok();
+                // Ended between cases with some left: the next one gets the blame, so no case
+                // is dropped without a result.
+                let current = current
+                    .or_else(|| (done < batch.len()).then(|| batch[done].display().to_string()));
                 if let Some(case) = current {
                     let how = match status.and_then(|s| exit_signal(&s)) {
                         Some(sig) => format!("the process died with signal {sig}"),
@@ -277,8 +281,10 @@ fn run_case(env: &Arc<Environment>, ep: &ExecutionProvider, case: &Path) -> serd
     let model = match load_model_file(&case_model(case)) {
         Ok(m) => m,
         Err(e) => {
-            return json!({ "case": name, "op": "(load)", "domain": "", "status": "skipped",
-                           "claimed": 0, "message": first_line(&e.to_string()) });
+            // Not the EP's doing: counted as declined, with the host's reason.
+            let message = first_line(&format!("the host cannot load it: {e}"));
+            return json!({ "case": name, "op": "(load)", "domain": "", "status": "declined",
+                           "claimed": 0, "message": message });
         }
     };
     let (op, domain) = op_of(case, &model);

@@ -1059,3 +1059,64 @@ fn a_huge_declared_input_is_an_error_not_an_abort() {
         "{stderr}"
     );
 }
+
+/// Valid models asking the CPU EP for huge tensors (the sizes come from constants in the
+/// model): each run is an error naming the size, and the process exits normally, never with an
+/// allocator abort.
+#[test]
+fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes, node};
+    let ints = |name: &str, v: &[i64]| proto::TensorProto {
+        name: Some(name.into()),
+        data_type: Some(7),
+        dims: vec![v.len() as i64],
+        int64_data: v.to_vec(),
+        ..Default::default()
+    };
+    let dir = Scratch::new("huge-ops");
+    let cases: [(&str, Vec<proto::NodeProto>, Vec<proto::TensorProto>); 3] = [
+        (
+            "ConstantOfShape [2^40]",
+            vec![
+                node("ConstantOfShape", &["s"], &["c"]),
+                node("Add", &["x", "c"], &["y"]),
+            ],
+            vec![ints("s", &[1 << 40])],
+        ),
+        (
+            "Expand [2^20, 2^20]",
+            vec![node("Expand", &["x", "s"], &["y"])],
+            vec![ints("s", &[1 << 20, 1 << 20])],
+        ),
+        (
+            "Tile x 2^40",
+            vec![node("Tile", &["x", "r"], &["y"])],
+            vec![ints("r", &[1 << 40])],
+        ),
+    ];
+    for (what, nodes, inits) in cases {
+        let model = dir.0.join("m.onnx");
+        let bytes = model_bytes(proto::GraphProto {
+            name: Some("huge".into()),
+            node: nodes,
+            input: vec![float_value("x", &[1])],
+            output: vec![float_value("y", &[-1])],
+            initializer: inits,
+            ..Default::default()
+        });
+        std::fs::write(&model, bytes).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_epx"))
+            .args(["run", model.to_str().unwrap()])
+            .env("EPX_MAX_TENSOR_BYTES", "1000000000")
+            .output()
+            .expect("run epx");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+        assert!(
+            stderr.contains("elements, more than the 1000000000 bytes")
+                || stderr.contains("bytes, more than the 1000000000"),
+            "{what}: {stderr}"
+        );
+    }
+}

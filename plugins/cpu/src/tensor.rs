@@ -598,10 +598,43 @@ pub fn zeros_checked<T: Clone + Default>(len: usize, what: &str) -> OpResult<Vec
 
 /// Number of elements of a shape, failing on overflow.
 pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
-    shape
+    let n = shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| OpError(format!("shape {shape:?} has too many elements")))
+        .ok_or_else(|| OpError(format!("shape {shape:?} has too many elements")))?;
+    // Every element is at least a byte (packed 4-bit types aside, which are never this large):
+    // a shape over the limit cannot be allocated, and saying so beats an allocator abort.
+    let limit = max_tensor_bytes();
+    if n as u64 > limit {
+        return Err(OpError(format!(
+            "shape {shape:?} has {n} elements, more than the {limit} bytes allocated for one \
+             tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
+        )));
+    }
+    Ok(n)
+}
+
+/// The largest tensor epx allocates: `EPX_MAX_TENSOR_BYTES` when set (a number of bytes), else
+/// this machine's physical memory (from `/proc/meminfo`; no limit where that is not there). A
+/// bigger tensor is an error naming its shape, never an abort in the allocator.
+pub fn max_tensor_bytes() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        if let Some(v) = std::env::var("EPX_MAX_TENSOR_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            return v;
+        }
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                kib.checked_mul(1024)
+            })
+            .unwrap_or(u64::MAX)
+    })
 }
 
 fn expected_len(ty: ElementType, shape: &[usize], got: usize) -> OpResult<usize> {

@@ -74,29 +74,9 @@ fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
-/// The largest tensor the host allocates: `EPX_MAX_TENSOR_BYTES` when set (a number of bytes),
-/// else this machine's physical memory (from `/proc/meminfo`; no limit where that is not
-/// there). A bigger tensor is an error naming its shape and size, never an abort in the
-/// allocator.
-pub fn max_tensor_bytes() -> u64 {
-    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        if let Some(v) = std::env::var("EPX_MAX_TENSOR_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            return v;
-        }
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-                kib.checked_mul(1024)
-            })
-            .unwrap_or(u64::MAX)
-    })
-}
+/// The largest tensor epx allocates (shared with the CPU EP's kernels): `EPX_MAX_TENSOR_BYTES`,
+/// else the machine's memory.
+pub use epx_cpu::tensor::max_tensor_bytes;
 
 /// An error when `bytes` are more than [`max_tensor_bytes`].
 fn check_size(bytes: u64, what: &impl Fn() -> String) -> Result<()> {

@@ -1066,7 +1066,7 @@ fn a_huge_declared_input_is_an_error_not_an_abort() {
 #[test]
 fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
     use epx::onnx::proto;
-    use epx_tests::models::{float_value, model_bytes, node};
+    use epx_tests::models::{float_value, int_attr, model_bytes, node};
     let ints = |name: &str, v: &[i64]| proto::TensorProto {
         name: Some(name.into()),
         data_type: Some(7),
@@ -1074,8 +1074,15 @@ fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
         int64_data: v.to_vec(),
         ..Default::default()
     };
+    let floats = |name: &str, v: &[f32]| proto::TensorProto {
+        name: Some(name.into()),
+        data_type: Some(1),
+        dims: vec![v.len() as i64],
+        float_data: v.to_vec(),
+        ..Default::default()
+    };
     let dir = Scratch::new("huge-ops");
-    let cases: [(&str, Vec<proto::NodeProto>, Vec<proto::TensorProto>); 3] = [
+    let cases: [(&str, Vec<proto::NodeProto>, Vec<proto::TensorProto>); 6] = [
         (
             "ConstantOfShape [2^40]",
             vec![
@@ -1093,6 +1100,29 @@ fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
             "Tile x 2^40",
             vec![node("Tile", &["x", "r"], &["y"])],
             vec![ints("r", &[1 << 40])],
+        ),
+        (
+            "Pad 2^40",
+            vec![node("Pad", &["x", "p"], &["y"])],
+            vec![ints("p", &[0, 1 << 40])],
+        ),
+        (
+            "Resize x 1e12",
+            vec![node("Resize", &["x", "", "sc"], &["y"])],
+            vec![floats("sc", &[1e12])],
+        ),
+        (
+            "OneHot depth 2^40",
+            vec![
+                {
+                    let mut cast = node("Cast", &["x"], &["i"]);
+                    cast.attribute.push(int_attr("to", 7));
+                    cast
+                },
+                node("OneHot", &["i", "d", "v"], &["h"]),
+                node("ReduceSum", &["h"], &["y"]),
+            ],
+            vec![ints("d", &[1 << 40]), floats("v", &[0.0, 1.0])],
         ),
     ];
     for (what, nodes, inits) in cases {

@@ -282,16 +282,7 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
 /// r = Relu(x) with no declaration of `r` (the host infers [2, 3]), then y = Add(r, x): a
 /// wrong-shaped `r` of [1] would broadcast into a wrong `y` of the right shape.
 fn relu_add_undeclared_model() -> Vec<u8> {
-    model_bytes(proto::GraphProto {
-        name: Some("relu_add".into()),
-        node: vec![
-            node("Relu", &["x"], &["r"]),
-            node("Add", &["r", "x"], &["y"]),
-        ],
-        input: vec![float_value("x", &[2, 3])],
-        output: vec![float_value("y", &[2, 3])],
-        ..Default::default()
-    })
+    epx_tests::models::relu_add_model("relu_add")
 }
 
 #[test]

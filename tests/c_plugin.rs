@@ -406,16 +406,7 @@ fn declines_add_unless_both_shapes_are_known_and_equal() {
     };
     let env = env_for(&dir);
     // `r` has no declared shape, but the host infers [2, 3] from the Relu: c_example takes both.
-    let bytes = model_bytes(proto::GraphProto {
-        name: Some("c_example_inferred".into()),
-        node: vec![
-            node("Relu", &["x"], &["r"]),
-            node("Add", &["r", "x"], &["y"]),
-        ],
-        input: vec![float_value("x", &[2, 3])],
-        output: vec![float_value("y", &[2, 3])],
-        ..Default::default()
-    });
+    let bytes = epx_tests::models::relu_add_model("c_example_inferred");
     let s = session(
         &env,
         vec![ExecutionProvider::new(EP).error_on_failure()],

@@ -257,6 +257,21 @@ pub mod models {
             .collect()
     }
 
+    /// x [2, 3] → Relu → r; y = Add(r, x), with `r` undeclared (its shape is the host's
+    /// inference).
+    pub fn relu_add_model(name: &str) -> Vec<u8> {
+        model_bytes(proto::GraphProto {
+            name: Some(name.into()),
+            node: vec![
+                node("Relu", &["x"], &["r"]),
+                node("Add", &["r", "x"], &["y"]),
+            ],
+            input: vec![float_value("x", &[2, 3])],
+            output: vec![float_value("y", &[2, 3])],
+            ..Default::default()
+        })
+    }
+
     /// An opset-17 (IR 8) model around `graph`, encoded.
     pub fn model_bytes(graph: proto::GraphProto) -> Vec<u8> {
         proto::ModelProto {

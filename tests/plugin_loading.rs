@@ -82,25 +82,7 @@ fn env_for(dir: &TempDir) -> Arc<Environment> {
 
 /// A plugin folder with the good plugin (`older_minor`: EPs `relu_only`, `never_available`).
 fn dir_with_good_plugin(tag: &str) -> TempDir {
-    let dir = TempDir::new(tag).expect("temp dir");
-    let lib = fixture_library("older_minor");
-    let file = lib
-        .file_name()
-        .and_then(|f| f.to_str())
-        .expect("file name")
-        .to_string();
-    dir.add_plugin(
-        "older_minor",
-        &lib,
-        Some(&manifest(
-            "older_minor",
-            "1.0",
-            &["relu_only", "never_available"],
-            &file,
-        )),
-    )
-    .expect("copy older_minor");
-    dir
+    dir_with_manifest(tag, "older_minor", "1.0", &["relu_only", "never_available"])
 }
 
 /// Adds fixture `name` to `dir` as plugin `name` offering EP `ep`; returns the copied library.
@@ -1141,9 +1123,9 @@ fn a_node_no_ep_supports_is_an_error_naming_it() {
 // ---------------------------------------------------------------------------------------------
 // The manifest against what the library reports
 
-/// `older_minor` (built for ABI 1.0, EPs `relu_only` and `never_available`) in its own folder,
-/// under a manifest declaring `abi` and `providers`.
-fn dir_with_manifest(tag: &str, abi: &str, providers: &[&str]) -> TempDir {
+/// `older_minor` (built for ABI 1.0, EPs `relu_only` and `never_available`) as plugin `name` in
+/// its own folder, under a manifest declaring `abi` and `providers`.
+fn dir_with_manifest(tag: &str, name: &str, abi: &str, providers: &[&str]) -> TempDir {
     let dir = TempDir::new(tag).expect("temp dir");
     let lib = fixture_library("older_minor");
     let file = lib
@@ -1151,14 +1133,14 @@ fn dir_with_manifest(tag: &str, abi: &str, providers: &[&str]) -> TempDir {
         .and_then(|f| f.to_str())
         .expect("file name")
         .to_string();
-    dir.add_plugin("toy", &lib, Some(&manifest("toy", abi, providers, &file)))
+    dir.add_plugin(name, &lib, Some(&manifest(name, abi, providers, &file)))
         .expect("copy older_minor");
     dir
 }
 
 #[test]
 fn a_manifest_listing_other_eps_than_the_library_registers_is_refused_naming_both() {
-    let dir = dir_with_manifest("manifest-eps", "1.0", &["toyx", "relu_only"]);
+    let dir = dir_with_manifest("manifest-eps", "toy", "1.0", &["toyx", "relu_only"]);
     let env = env_for(&dir);
     let (kind, message) = load_error(env.find_provider("toyx"));
     assert_eq!(kind, PluginLoadErrorKind::ManifestMismatch, "{message}");
@@ -1182,7 +1164,7 @@ fn a_manifest_listing_other_eps_than_the_library_registers_is_refused_naming_bot
 fn doctor_says_when_the_manifest_abi_differs_from_the_library_or_the_host() {
     let eps = ["relu_only", "never_available"];
     // A stale minor: the library loads and runs; doctor says what differs and how to fix it.
-    let dir = dir_with_manifest("manifest-abi", "1.1", &eps);
+    let dir = dir_with_manifest("manifest-abi", "toy", "1.1", &eps);
     let env = env_for(&dir);
     assert!(env.find_provider("relu_only").is_ok());
     let (report, ok) = epx::doctor::report(&env);
@@ -1203,7 +1185,7 @@ fn doctor_says_when_the_manifest_abi_differs_from_the_library_or_the_host() {
         "{report}"
     );
     // A minor newer than the host's.
-    let dir = dir_with_manifest("manifest-abi-new", "1.99", &eps);
+    let dir = dir_with_manifest("manifest-abi-new", "toy", "1.99", &eps);
     let (report, ok) = epx::doctor::report(&env_for(&dir));
     assert!(ok, "{report}");
     assert!(

@@ -195,16 +195,16 @@ fn first_divergence(
     Ok(())
 }
 
-/// The elements of a numeric tensor as f64.
+/// The elements of a numeric tensor as f64: floats as the node tests read them, integers and
+/// bools here.
 fn numbers(t: &Tensor) -> Option<Vec<f64>> {
     fn conv<T: epx::TensorElement + Copy>(t: &Tensor, f: impl Fn(T) -> f64) -> Option<Vec<f64>> {
         t.as_slice::<T>().map(|s| s.iter().map(|&v| f(v)).collect())
     }
+    if let Some(floats) = epx_io::compare::float_elements(t) {
+        return Some(floats);
+    }
     match t.elem_type() {
-        ElementType::Float => conv::<f32>(t, f64::from),
-        ElementType::Double => conv::<f64>(t, |v| v),
-        ElementType::Float16 => conv::<half::f16>(t, |v| f64::from(v.to_f32())),
-        ElementType::Bfloat16 => conv::<half::bf16>(t, |v| f64::from(v.to_f32())),
         ElementType::Int8 => conv::<i8>(t, f64::from),
         ElementType::Uint8 => conv::<u8>(t, f64::from),
         ElementType::Int16 => conv::<i16>(t, f64::from),

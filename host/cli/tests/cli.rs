@@ -661,11 +661,11 @@ fn version_names_the_plugin_abi_and_doctor_names_the_host() {
 
 #[test]
 fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
-    let dir = Scratch::new("compare");
-    let folder = adversarial_plugin(&dir);
+    let dir = adversarial_plugin();
+    let folder = dir.path().to_str().unwrap();
     let out = epx(&[
         "--plugin-dir",
-        &folder,
+        folder,
         "compare",
         "examples/models/mnist-cnn.onnx",
         "--input",
@@ -707,28 +707,18 @@ fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
     );
 }
 
-/// A plugin folder in `dir` holding the `adversarial` fixture (EP `adversarial`).
-fn adversarial_plugin(dir: &Scratch) -> String {
-    let libs = Path::new(env!("CARGO_BIN_EXE_epx"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let lib = libs.join("libepx_fixture_adversarial.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: run `cargo build --workspace` before the tests",
-        lib.display()
-    );
-    let plugin = dir.0.join("adversarial");
-    std::fs::create_dir_all(&plugin).unwrap();
-    std::fs::copy(&lib, plugin.join("libepx_fixture_adversarial.so")).unwrap();
-    std::fs::write(
-        plugin.join("plugin.toml"),
-        "name = \"adversarial\"\nversion = \"0.1.0\"\nabi = \"1.4\"\n\
-         providers = [\"adversarial\"]\n\n[library]\nlinux = \"libepx_fixture_adversarial.so\"\n",
+/// A plugin folder holding the `adversarial` fixture (EP `adversarial`).
+fn adversarial_plugin() -> epx_tests::TempDir {
+    let dir = epx_tests::TempDir::new("cli-adversarial").expect("temp dir");
+    let file = epx_tests::library_file_name("epx_fixture_adversarial");
+    let manifest = epx_tests::manifest("adversarial", "1.4", &["adversarial"], &file);
+    dir.add_plugin(
+        "adversarial",
+        &epx_tests::fixture_library("adversarial"),
+        Some(&manifest),
     )
-    .unwrap();
-    dir.0.to_str().unwrap().to_string()
+    .expect("copy the adversarial fixture");
+    dir
 }
 
 /// The cases of one run: Relu node tests (the EP claims the one-node ones), LeakyRelu (not
@@ -770,9 +760,9 @@ fn row<'a>(table: &'a str, op: &str) -> Vec<&'a str> {
 
 #[test]
 fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
-    let dir = Scratch::new("conformance");
-    let folder = adversarial_plugin(&dir);
-    let (code, out) = conformance(&folder, "good", &[]);
+    let dir = adversarial_plugin();
+    let folder = dir.path().to_str().unwrap();
+    let (code, out) = conformance(folder, "good", &[]);
     assert_eq!(code, Some(0), "{out}");
     // op, cases, claimed, passed, wrong, max err, crashed, declined
     assert_eq!(
@@ -795,7 +785,7 @@ fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
     );
 
     // The same as JSON, for CI: every case, the per-op rows and the totals.
-    let (code, out) = conformance(&folder, "good", &["--json"]);
+    let (code, out) = conformance(folder, "good", &["--json"]);
     assert_eq!(code, Some(0), "{out}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
     let cases = doc["cases"].as_array().expect("cases").len() as u64;
@@ -807,7 +797,7 @@ fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
         Some("not claimed by adversarial")
     );
 
-    let (code, out) = conformance(&folder, "wrong_values", &[]);
+    let (code, out) = conformance(folder, "wrong_values", &[]);
     assert_eq!(code, Some(3), "{out}");
     let relu = row(&out, "Relu");
     assert_eq!(relu[..5], ["Relu", "1", "1", "0", "1"], "{out}");
@@ -817,9 +807,9 @@ fn conformance_tables_what_an_ep_claims_passes_gets_wrong_and_declines() {
 
 #[test]
 fn conformance_contains_a_crash_or_a_hang_and_goes_on() {
-    let dir = Scratch::new("conformance-crash");
-    let folder = adversarial_plugin(&dir);
-    let (code, out) = conformance(&folder, "abort", &[]);
+    let dir = adversarial_plugin();
+    let folder = dir.path().to_str().unwrap();
+    let (code, out) = conformance(folder, "abort", &[]);
     assert_eq!(code, Some(3), "{out}");
     assert_eq!(
         row(&out, "Relu")[..7],
@@ -834,7 +824,7 @@ fn conformance_contains_a_crash_or_a_hang_and_goes_on() {
     assert_eq!(row(&out, "LeakyRelu")[7], "1", "{out}");
     assert_eq!(row(&out, "mnist-cnn.onnx")[6], "1", "{out}");
 
-    let (code, out) = conformance(&folder, "hang", &["--timeout", "2"]);
+    let (code, out) = conformance(folder, "hang", &["--timeout", "2"]);
     assert_eq!(code, Some(3), "{out}");
     assert!(
         out.contains("test_relu: no answer within 2 s (hung)"),
@@ -1030,29 +1020,39 @@ fn log_lines_carry_no_colour_codes_into_a_pipe() {
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
 
-/// A graph input declared [2^33] (32 GiB of float32): `epx run`'s random input is an error
-/// naming the size, not an abort in the allocator.
-#[test]
-fn a_huge_declared_input_is_an_error_not_an_abort() {
-    use epx::onnx::proto;
-    use epx_tests::models::{float_value, model_bytes, node};
-    let dir = Scratch::new("huge");
+/// `epx run` on `graph` (random inputs) with a 1 GB tensor limit: exit code and stderr.
+fn run_under_a_1_gb_limit(
+    dir: &Scratch,
+    graph: epx::onnx::proto::GraphProto,
+) -> (Option<i32>, String) {
     let model = dir.0.join("huge.onnx");
-    let bytes = model_bytes(proto::GraphProto {
-        name: Some("huge".into()),
-        node: vec![node("Relu", &["x"], &["y"])],
-        input: vec![float_value("x", &[1 << 33])],
-        output: vec![float_value("y", &[1 << 33])],
-        ..Default::default()
-    });
-    std::fs::write(&model, bytes).unwrap();
+    std::fs::write(&model, epx_tests::models::model_bytes(graph)).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_epx"))
         .args(["run", model.to_str().unwrap()])
         .env("EPX_MAX_TENSOR_BYTES", "1000000000")
         .output()
         .expect("run epx");
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    (out.status.code(), text(&out.stderr))
+}
+
+/// A graph input declared [2^33] (32 GiB of float32): `epx run`'s random input is an error
+/// naming the size, not an abort in the allocator.
+#[test]
+fn a_huge_declared_input_is_an_error_not_an_abort() {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, node};
+    let dir = Scratch::new("huge");
+    let (code, stderr) = run_under_a_1_gb_limit(
+        &dir,
+        proto::GraphProto {
+            name: Some("huge".into()),
+            node: vec![node("Relu", &["x"], &["y"])],
+            input: vec![float_value("x", &[1 << 33])],
+            output: vec![float_value("y", &[1 << 33])],
+            ..Default::default()
+        },
+    );
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("a float32 tensor of shape [8589934592] needs 34359738368 bytes")
             && stderr.contains("EPX_MAX_TENSOR_BYTES"),
@@ -1066,7 +1066,7 @@ fn a_huge_declared_input_is_an_error_not_an_abort() {
 #[test]
 fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
     use epx::onnx::proto;
-    use epx_tests::models::{float_value, int_attr, model_bytes, node};
+    use epx_tests::models::{float_value, int_attr, node};
     let ints = |name: &str, v: &[i64]| proto::TensorProto {
         name: Some(name.into()),
         data_type: Some(7),
@@ -1126,23 +1126,18 @@ fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
         ),
     ];
     for (what, nodes, inits) in cases {
-        let model = dir.0.join("m.onnx");
-        let bytes = model_bytes(proto::GraphProto {
-            name: Some("huge".into()),
-            node: nodes,
-            input: vec![float_value("x", &[1])],
-            output: vec![float_value("y", &[-1])],
-            initializer: inits,
-            ..Default::default()
-        });
-        std::fs::write(&model, bytes).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_epx"))
-            .args(["run", model.to_str().unwrap()])
-            .env("EPX_MAX_TENSOR_BYTES", "1000000000")
-            .output()
-            .expect("run epx");
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+        let (code, stderr) = run_under_a_1_gb_limit(
+            &dir,
+            proto::GraphProto {
+                name: Some("huge".into()),
+                node: nodes,
+                input: vec![float_value("x", &[1])],
+                output: vec![float_value("y", &[-1])],
+                initializer: inits,
+                ..Default::default()
+            },
+        );
+        assert_eq!(code, Some(1), "{what}: {stderr}");
         assert!(
             stderr.contains("elements, more than the 1000000000 bytes")
                 || stderr.contains("bytes, more than the 1000000000"),

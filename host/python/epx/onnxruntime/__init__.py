@@ -167,12 +167,33 @@ def install() -> None:
         sys.modules[__name__ + ".capi.onnxruntime_pybind11_state"]
 
 
-class SessionOptions:
+class _ConfigEntries:
+    """The string key/value entries ONNX Runtime's option objects carry."""
+
+    _kind = "config"
+
+    def __init__(self) -> None:
+        self._config: Dict[str, str] = {}
+
+    def _set_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def _entry(self, key: str) -> str:
+        try:
+            return self._config[key]
+        except KeyError:
+            raise RuntimeException(1, f"{self._kind} config entry `{key}` is not set") from None
+
+
+class SessionOptions(_ConfigEntries):
     """ONNX Runtime's session options. Thread counts take effect (`intra_op_num_threads`: the
     CPU EP's threads; 0 means one per core); the others are accepted, and those that would write
     a file epx does not write warn when the session is made."""
 
+    _kind = "session"
+
     def __init__(self) -> None:
+        super().__init__()
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -188,16 +209,12 @@ class SessionOptions:
         self.profile_file_prefix = "onnxruntime_profile_"
         self.optimized_model_filepath = ""
         self.use_deterministic_compute = False
-        self._config: Dict[str, str] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        self._set_entry(key, value)
 
     def get_session_config_entry(self, key: str) -> str:
-        try:
-            return self._config[key]
-        except KeyError:
-            raise RuntimeException(1, f"session config entry `{key}` is not set") from None
+        return self._entry(key)
 
     def register_custom_ops_library(self, library_path: str) -> None:
         raise NotImplemented(7, f"custom op libraries are ONNX Runtime's ({library_path}); in "
@@ -212,25 +229,24 @@ class SessionOptions:
                                 "them into the session")
 
 
-class RunOptions:
+class RunOptions(_ConfigEntries):
     """ONNX Runtime's run options: accepted; `terminate` set before a run makes it fail."""
 
+    _kind = "run"
+
     def __init__(self) -> None:
+        super().__init__()
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
         self.terminate = False
         self.only_execute_path_to_fetches = False
-        self._config: Dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        self._set_entry(key, value)
 
     def get_run_config_entry(self, key: str) -> str:
-        try:
-            return self._config[key]
-        except KeyError:
-            raise RuntimeException(1, f"run config entry `{key}` is not set") from None
+        return self._entry(key)
 
 
 class NodeArg:

@@ -4,11 +4,13 @@
 //! cannot disagree.
 //!
 //! The checks, in order (the first that fails is the refusal; later ones are not run):
-//! 1. the library file is not writable by every user (discovery refuses such files and folders
-//!    while scanning; a library given by path is checked here);
+//! 1. nobody but root and the current user can replace the library or a folder on its way
+//!    ([`trust::check`]; discovery checks folders and manifests while scanning, a library
+//!    given by path is checked here);
 //! 2. the manifest's `abi` has the host's ABI major;
 //! 3. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
-//! 4. every library it needs is found ([`resolve`]), in the order they are to be preloaded.
+//! 4. every library it needs is found ([`resolve`]), in the order they are to be preloaded,
+//!    and each one to preload passes the check of step 1.
 //!
 //! Once the library is open, [`compare_with_manifest`] checks what it reports against what its
 //! manifest says: EP names that differ refuse it (the manifest is what requests are routed by),
@@ -22,6 +24,7 @@ use super::discover::{MANIFEST_FILE, PluginCandidate};
 use super::library::PluginLibrary;
 use super::manifest::PluginManifest;
 use super::resolve::{self, DependencyReport};
+use super::trust;
 use crate::error::{Error, PluginLoadErrorKind as Kind};
 
 /// Why a plugin library is not loaded: a kind to match on and a message a person can act on.
@@ -75,6 +78,13 @@ impl AdmissionReport {
             _ => Vec::new(),
         }
     }
+
+    fn preload_order_unchecked(&self) -> Vec<PathBuf> {
+        self.dependencies
+            .as_ref()
+            .map(DependencyReport::preload_order)
+            .unwrap_or_default()
+    }
 }
 
 /// Runs every admission check on a candidate, without opening the library.
@@ -113,22 +123,21 @@ fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Resu
     if !complete {
         return Err(Refusal::new(Kind::MissingDependency, text));
     }
+    // The libraries preloaded for it run code too (the system loader's own are root's).
+    for dep in report.preload_order_unchecked() {
+        trust::check(&dep).map_err(|u| {
+            Refusal::new(
+                Kind::Refused,
+                format!("its dependency {}: {}", dep.display(), u.reason),
+            )
+        })?;
+    }
     Ok(())
 }
 
-/// A library file anyone may replace is not trusted.
+/// A library someone else could replace is not trusted ([`trust::check`]).
 fn check_permissions(library: &Path) -> Result<(), Refusal> {
-    match std::fs::metadata(library) {
-        Ok(meta) if world_writable(&meta) => Err(Refusal::new(
-            Kind::Refused,
-            format!(
-                "{} is writable by every user, so any of them could replace the code it runs; \
-                 remove the write permission for others (chmod o-w)",
-                library.display()
-            ),
-        )),
-        _ => Ok(()),
-    }
+    trust::check(library).map_err(|u| Refusal::new(Kind::Refused, u.reason))
 }
 
 /// The manifest says which ABI the library was built for: a wrong major is refused without
@@ -183,18 +192,6 @@ pub(crate) fn check_sha256(candidate: &PluginCandidate) -> Result<Option<String>
         ));
     }
     Ok(Some(actual))
-}
-
-#[cfg(unix)]
-pub(crate) fn world_writable(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o002 != 0
-}
-
-/// Windows has no "other" permission bits; ACL checks are left to the OS.
-#[cfg(not(unix))]
-pub(crate) fn world_writable(_meta: &std::fs::Metadata) -> bool {
-    false
 }
 
 #[cfg(test)]

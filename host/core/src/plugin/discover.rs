@@ -26,7 +26,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::admit::world_writable;
+use super::trust;
 use super::manifest::{ManifestError, PluginManifest, read_manifest};
 
 /// Name of the manifest file in a plugin folder.
@@ -147,12 +147,9 @@ pub enum DiscoveryError {
         library: String,
         dir: PathBuf,
     },
-    #[error(
-        "refused: {} is writable by every user; anyone could replace the plugin. Fix with chmod o-w {}",
-        path.display(),
-        path.display()
-    )]
-    WorldWritable { path: PathBuf },
+    /// Someone other than root and the current user could change it ([`trust::check`]).
+    #[error("refused: {0}")]
+    Untrusted(trust::Untrusted),
     #[error("cannot read plugin folder {}: {source}", path.display())]
     Unreadable {
         path: PathBuf,
@@ -354,9 +351,9 @@ fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
         found.problem(path, DiscoveryError::NotADirectory { path: path.clone() });
         return;
     }
-    // Anyone could drop a plugin into a world-writable search folder.
-    if world_writable(&meta) {
-        found.problem(path, DiscoveryError::WorldWritable { path: path.clone() });
+    // Whoever could write into the search folder could drop a plugin in it.
+    if let Err(u) = trust::check(path) {
+        found.problem(path, DiscoveryError::Untrusted(u));
         return;
     }
 
@@ -413,13 +410,8 @@ fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
             let Some(plugin) = name.to_str().and_then(plugin_name_from_library_file) else {
                 continue;
             };
-            if world_writable(&meta) {
-                found.problem(
-                    &entry_path,
-                    DiscoveryError::WorldWritable {
-                        path: entry_path.clone(),
-                    },
-                );
+            if let Err(u) = trust::check(&entry_path) {
+                found.problem(&entry_path, DiscoveryError::Untrusted(u));
                 continue;
             }
             found.add(PluginCandidate {
@@ -435,17 +427,12 @@ fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
 
 /// A folder with a `plugin.toml`.
 fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
-    match std::fs::metadata(dir) {
-        Ok(meta) if world_writable(&meta) => {
-            found.problem(
-                dir,
-                DiscoveryError::WorldWritable {
-                    path: dir.to_path_buf(),
-                },
-            );
+    match std::fs::metadata(dir).map(|_| trust::check(dir)) {
+        Ok(Err(u)) => {
+            found.problem(dir, DiscoveryError::Untrusted(u));
             return;
         }
-        Ok(_) => {}
+        Ok(Ok(())) => {}
         Err(source) => {
             found.problem(
                 dir,
@@ -459,15 +446,8 @@ fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
     }
 
     let manifest_path = dir.join(MANIFEST_FILE);
-    if let Ok(meta) = std::fs::metadata(&manifest_path)
-        && world_writable(&meta)
-    {
-        found.problem(
-            &manifest_path,
-            DiscoveryError::WorldWritable {
-                path: manifest_path.clone(),
-            },
-        );
+    if let Err(u) = trust::check(&manifest_path) {
+        found.problem(&manifest_path, DiscoveryError::Untrusted(u));
         return;
     }
     let manifest = match read_manifest(&manifest_path) {
@@ -493,13 +473,8 @@ fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
     let library = dir.join(&library_name);
     match std::fs::metadata(&library) {
         Ok(meta) if meta.is_file() => {
-            if world_writable(&meta) {
-                found.problem(
-                    &library,
-                    DiscoveryError::WorldWritable {
-                        path: library.clone(),
-                    },
-                );
+            if let Err(u) = trust::check(&library) {
+                found.problem(&library, DiscoveryError::Untrusted(u));
                 return;
             }
         }
@@ -746,7 +721,8 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "refused: {0} is writable by every user; anyone could replace the plugin. Fix with chmod o-w {0}",
+                "refused: folder {0} is writable by every user (mode 0777), so any of them could \
+                 replace the plugin's code; remove their write permission (chmod o-w {0})",
                 open.display()
             )
         );
@@ -759,12 +735,56 @@ mod tests {
         assert!(matches!(
             found.problems[..],
             [DiscoveryProblem {
-                error: DiscoveryError::WorldWritable { .. },
+                error: DiscoveryError::Untrusted(_),
                 ..
             }]
         ));
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
+    }
+
+    /// The ways around a check of the plugin's own folder alone: a search folder under a folder
+    /// anyone may write to, and a library that is a symlink into one.
+    #[cfg(unix)]
+    #[test]
+    fn folders_above_and_symlink_targets_are_checked_too() {
+        use std::os::unix::fs::PermissionsExt;
+        let chmod = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        let root = TestDir::new("discover-above");
+        let open = root.path().join("open");
+        mkdir(&open);
+        let search = open.join("plugins");
+        mkdir(&search);
+        plugin_folder(&search, "p", "p", true);
+        chmod(&open, 0o777);
+        let found = discover(&[sd(&search, SearchOrigin::Explicit)]);
+        assert!(found.plugins.is_empty());
+        assert_eq!(found.problems.len(), 1);
+        assert_eq!(found.problems[0].path, search);
+        let text = found.problems[0].error.to_string();
+        assert!(
+            text.starts_with(&format!("refused: folder {} is writable by every user", open.display())),
+            "{text}"
+        );
+        chmod(&open, 0o755);
+        assert_eq!(discover(&[sd(&search, SearchOrigin::Explicit)]).plugins.len(), 1);
+
+        // The library is a symlink to a file in a world-writable folder elsewhere.
+        let lib = search.join("p").join(lib_file("p"));
+        let elsewhere = root.path().join("elsewhere");
+        mkdir(&elsewhere);
+        std::fs::rename(&lib, elsewhere.join("real.so")).expect("move");
+        std::os::unix::fs::symlink(elsewhere.join("real.so"), &lib).expect("symlink");
+        chmod(&elsewhere, 0o777);
+        let found = discover(&[sd(&search, SearchOrigin::Explicit)]);
+        assert!(found.plugins.is_empty());
+        assert_eq!(found.problems[0].path, lib);
+        let text = found.problems[0].error.to_string();
+        assert!(text.contains(&elsewhere.display().to_string()), "{text}");
+        chmod(&elsewhere, 0o755);
+        assert_eq!(discover(&[sd(&search, SearchOrigin::Explicit)]).plugins.len(), 1);
     }
 
     /// A plugin folder `root/folder` holding plugin `name` (providing `providers`) with library

@@ -16,6 +16,7 @@ mod library;
 pub mod manifest;
 mod provider;
 pub mod resolve;
+pub mod trust;
 
 pub use admit::{AdmissionReport, Refusal, admit};
 /// The model as plugins read it (nodes, values, attributes in the ABI's form): built once per

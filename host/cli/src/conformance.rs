@@ -22,6 +22,7 @@ use epx_io::compare::{Tolerance, check_value, max_abs_error};
 use epx_io::nodetest::{data_sets, read_data_set};
 use serde_json::json;
 
+use crate::probe::{exit_signal, signal_name};
 use crate::run::{make_inputs, parse_ep};
 
 #[derive(clap::Args)]
@@ -184,7 +185,9 @@ fn run_batch(
                     .or_else(|| (done < batch.len()).then(|| batch[done].display().to_string()));
                 if let Some(case) = current {
                     let how = match status.and_then(|s| exit_signal(&s)) {
-                        Some(sig) => format!("the process died with signal {sig}"),
+                        Some(sig) => {
+                            format!("the process died with signal {sig} ({})", signal_name(sig))
+                        }
                         None => format!(
                             "the process ended ({}) during the case",
                             status.map_or("unknown status".into(), |s| s.to_string())
@@ -211,17 +214,6 @@ fn run_batch(
             }
         }
     }
-}
-
-#[cfg(unix)]
-fn exit_signal(s: &std::process::ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    s.signal()
-}
-
-#[cfg(not(unix))]
-fn exit_signal(_: &std::process::ExitStatus) -> Option<i32> {
-    None
 }
 
 fn unfinished(case: &str, status: &str, message: String) -> serde_json::Value {

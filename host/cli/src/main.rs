@@ -6,6 +6,7 @@
 mod compare;
 mod conformance;
 mod doctor;
+mod probe;
 mod run;
 mod scaffold;
 
@@ -48,6 +49,10 @@ enum Command {
     Conformance(conformance::ConformanceArgs),
     /// Write a new plugin folder (Rust or C) that builds and passes `epx conformance`.
     NewPlugin(scaffold::NewPluginArgs),
+    /// Open one plugin library and report surviving it (run by `providers` and `doctor`, in a
+    /// child process, before they open a library themselves).
+    #[command(hide = true)]
+    ProbeLibrary(probe::ProbeArgs),
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -99,30 +104,36 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    let result = Environment::builder()
-        .with_plugin_dirs(cli.plugin_dirs)
-        .commit()
-        .and_then(|env| match cli.command {
-            Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
-            Command::Doctor => Ok(doctor::doctor(&env)),
-            Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
-            Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
-            Command::NewPlugin(args) => scaffold::new_plugin(args).map(|()| ExitCode::SUCCESS),
-            Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
-                if ok {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(3)
-                }
-            }),
-            Command::Compare(args) => compare::compare(env, args).map(|ok| {
-                if ok {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(3)
-                }
-            }),
-        });
+    // Listings open every plugin: each is opened in a child process first, so one that crashes
+    // the loader is reported, not fatal.
+    let builder = Environment::builder().with_plugin_dirs(cli.plugin_dirs);
+    let builder = match cli.command {
+        Command::ProbeLibrary(args) => return probe::child(args),
+        Command::Providers | Command::Doctor => builder.with_load_probe(probe::load_probe()),
+        _ => builder,
+    };
+    let result = builder.commit().and_then(|env| match cli.command {
+        Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
+        Command::Doctor => Ok(doctor::doctor(&env)),
+        Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
+        Command::NewPlugin(args) => scaffold::new_plugin(args).map(|()| ExitCode::SUCCESS),
+        Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }),
+        Command::ProbeLibrary(_) => unreachable!("handled before the environment is built"),
+        Command::Compare(args) => compare::compare(env, args).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }),
+    });
     match result {
         Ok(code) => code,
         Err(e) => {

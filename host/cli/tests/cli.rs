@@ -1145,3 +1145,126 @@ fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
         );
     }
 }
+
+/// `epx providers` / `epx doctor` with `EPX_PROBE_TIMEOUT_S=2`.
+fn listing(dir: &Path, command: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args(["--plugin-dir", dir.to_str().unwrap(), command])
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .env("EPX_PROBE_TIMEOUT_S", "2")
+        .output()
+        .expect("run epx")
+}
+
+/// Builds `libepx_<name>.so` in `dir` from C source; `None` without a C compiler.
+fn c_library(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let lib = dir.join(format!("libepx_{name}.so"));
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&c)
+        .output()
+        .ok()?;
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    std::fs::remove_file(&c).unwrap();
+    Some(lib)
+}
+
+#[test]
+fn libraries_that_crash_or_hang_the_loader_are_reported_and_the_listing_goes_on() {
+    let dir = adversarial_plugin();
+    let crashes = c_library(
+        dir.path(),
+        "segv",
+        "__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\n",
+    );
+    if crashes.is_none() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    c_library(
+        dir.path(),
+        "hang",
+        "#include <unistd.h>\n__attribute__((constructor)) static void wait(void) { for (;;) pause(); }\n",
+    );
+    let out = listing(dir.path(), "providers");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{stdout}"))
+            .to_string()
+    };
+    let segv = row("segv");
+    assert!(segv.contains("broken"), "{segv}");
+    assert!(
+        segv.contains(
+            "a child process opening it was killed by signal 11 (SIGSEGV). It was not opened here"
+        ),
+        "{segv}"
+    );
+    let hang = row("hang");
+    assert!(
+        hang.contains("opening it did not finish within 2 s in a child process (hung"),
+        "{hang}"
+    );
+    assert!(row("adversarial").contains(" ok "), "{stdout}");
+
+    // doctor goes through all of them too, and fails only for the two.
+    let out = listing(dir.path(), "doctor");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("✓ loads: plugin adversarial"), "{stdout}");
+    assert!(stdout.contains("killed by signal 11 (SIGSEGV)"), "{stdout}");
+    assert!(stdout.contains("did not finish within 2 s"), "{stdout}");
+    assert!(stdout.contains("2 problem(s) found"), "{stdout}");
+}
+
+/// Byte-mutated copies of a real plugin library crash `ld.so` in many ways (SIGSEGV, SIGBUS,
+/// its own assertions); the listing reports each and never dies.
+#[test]
+fn corrupt_copies_of_a_plugin_library_do_not_kill_the_listing() {
+    let dir = epx_tests::TempDir::new("cli-corrupt").expect("temp dir");
+    let original = std::fs::read(epx_tests::fixture_library("adversarial")).unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let copies = 30;
+    for i in 0..copies {
+        let mut bytes = original.clone();
+        // Headers, dynamic section and relocations live in the first 64 KiB.
+        for _ in 0..8 {
+            let at = (next() % 65536.min(bytes.len() as u64)) as usize;
+            bytes[at] = next() as u8;
+        }
+        std::fs::write(dir.path().join(format!("libepx_m{i:02}.so")), &bytes).unwrap();
+    }
+    for command in ["providers", "doctor"] {
+        let out = listing(dir.path(), command);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.code().is_some_and(|c| c <= 1),
+            "{command}: {:?}\n{stdout}{}",
+            out.status,
+            text(&out.stderr)
+        );
+        for i in 0..copies {
+            assert!(
+                stdout.contains(&format!("libepx_m{i:02}.so")),
+                "{command}: m{i:02}\n{stdout}"
+            );
+        }
+        let died = stdout.matches("a child process opening it").count();
+        eprintln!("{command}: {died} of {copies} copies killed the child process that opened them");
+        assert!(died > 0, "{stdout}");
+    }
+}

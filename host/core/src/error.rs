@@ -87,6 +87,9 @@ pub enum PluginLoadErrorKind {
     ChecksumMismatch,
     /// The library registers other EPs than its `plugin.toml` lists.
     ManifestMismatch,
+    /// Opening the library in a child process first ([`EnvironmentBuilder::with_load_probe`](crate::EnvironmentBuilder::with_load_probe))
+    /// killed or hung that process, so it was not opened in this one.
+    Crashed,
 }
 
 /// The host library's result type.

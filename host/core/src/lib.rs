@@ -50,8 +50,8 @@ pub use error::{Error, PluginLoadErrorKind, Result};
 pub use model::{ir, onnx};
 pub use session::placement::{self, PlacementReport};
 pub use session::{
-    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider, Session,
-    SessionBuilder, SessionOutputs, ValueSpec,
+    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
+    LoadProbe, Session, SessionBuilder, SessionOutputs, ValueSpec,
 };
 pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};
 

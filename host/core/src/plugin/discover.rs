@@ -26,8 +26,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::trust;
 use super::manifest::{ManifestError, PluginManifest, read_manifest};
+use super::trust;
 
 /// Name of the manifest file in a plugin folder.
 pub const MANIFEST_FILE: &str = "plugin.toml";
@@ -765,11 +765,19 @@ mod tests {
         assert_eq!(found.problems[0].path, search);
         let text = found.problems[0].error.to_string();
         assert!(
-            text.starts_with(&format!("refused: folder {} is writable by every user", open.display())),
+            text.starts_with(&format!(
+                "refused: folder {} is writable by every user",
+                open.display()
+            )),
             "{text}"
         );
         chmod(&open, 0o755);
-        assert_eq!(discover(&[sd(&search, SearchOrigin::Explicit)]).plugins.len(), 1);
+        assert_eq!(
+            discover(&[sd(&search, SearchOrigin::Explicit)])
+                .plugins
+                .len(),
+            1
+        );
 
         // The library is a symlink to a file in a world-writable folder elsewhere.
         let lib = search.join("p").join(lib_file("p"));
@@ -784,7 +792,12 @@ mod tests {
         let text = found.problems[0].error.to_string();
         assert!(text.contains(&elsewhere.display().to_string()), "{text}");
         chmod(&elsewhere, 0o755);
-        assert_eq!(discover(&[sd(&search, SearchOrigin::Explicit)]).plugins.len(), 1);
+        assert_eq!(
+            discover(&[sd(&search, SearchOrigin::Explicit)])
+                .plugins
+                .len(),
+            1
+        );
     }
 
     /// A plugin folder `root/folder` holding plugin `name` (providing `providers`) with library

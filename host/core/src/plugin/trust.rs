@@ -185,14 +185,16 @@ impl Who {
 /// `name (uid N)` from /etc/passwd when it is there, else `uid N`.
 #[cfg(unix)]
 fn user_name(uid: u32) -> String {
-    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|text| {
-        text.lines().find_map(|line| {
-            let mut fields = line.split(':');
-            let name = fields.next()?;
-            let id: u32 = fields.nth(1)?.parse().ok()?;
-            (id == uid).then(|| name.to_string())
-        })
-    });
+    let name = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                let id: u32 = fields.nth(1)?.parse().ok()?;
+                (id == uid).then(|| name.to_string())
+            })
+        });
     match name {
         Some(n) => format!("user {n} (uid {uid})"),
         None => format!("uid {uid}"),
@@ -236,7 +238,10 @@ mod tests {
         // The thing checked may not be world-writable itself, even with the sticky bit.
         let sticky = mkdir(&root.path().join("sticky"), 0o1777);
         let reason = refused_at(check(&sticky), &sticky);
-        assert!(reason.contains("writable by every user (mode 1777)"), "{reason}");
+        assert!(
+            reason.contains("writable by every user (mode 1777)"),
+            "{reason}"
+        );
         // Above the thing checked, a sticky world-writable folder (like /tmp) is fine.
         let inside = file(&mkdir(&sticky.join("p"), 0o755).join("lib.so"));
         assert_eq!(check(&inside), Ok(()));
@@ -250,7 +255,10 @@ mod tests {
         let open = mkdir(&root.path().join("open"), 0o777);
         let lib = file(&mkdir(&open.join("plugins/p"), 0o755).join("lib.so"));
         let reason = refused_at(check(&lib), &open);
-        assert!(reason.starts_with(&format!("folder {} is writable", open.display())), "{reason}");
+        assert!(
+            reason.starts_with(&format!("folder {} is writable", open.display())),
+            "{reason}"
+        );
         assert!(reason.contains("chmod o-w"), "{reason}");
         chmod(&open, 0o755);
         assert_eq!(check(&lib), Ok(()));
@@ -295,7 +303,10 @@ mod tests {
         }
         std::os::unix::fs::chown(&lib, None, Some(54321)).expect("chgrp");
         let reason = refused_at(check(&lib), &lib);
-        assert!(reason.contains("writable by group 54321 (mode 0775)"), "{reason}");
+        assert!(
+            reason.contains("writable by group 54321 (mode 0775)"),
+            "{reason}"
+        );
         chmod(&lib, 0o755);
         assert_eq!(check(&lib), Ok(()));
     }
@@ -322,7 +333,10 @@ mod tests {
         std::os::unix::fs::lchown(&lib, Some(0), None).expect("chown");
         symlink(&lib, root.path().join("link.so")).expect("symlink");
         std::os::unix::fs::lchown(root.path().join("link.so"), Some(54321), None).expect("chown");
-        let reason = refused_at(check(&root.path().join("link.so")), &root.path().join("link.so"));
+        let reason = refused_at(
+            check(&root.path().join("link.so")),
+            &root.path().join("link.so"),
+        );
         assert!(reason.starts_with("symlink "), "{reason}");
     }
 }

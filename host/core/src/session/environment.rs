@@ -39,6 +39,12 @@ struct LoadOutcome {
     library: std::result::Result<Arc<PluginLibrary>, Refusal>,
 }
 
+/// Opens a library somewhere it may crash (a child process) before this process opens it: gets
+/// the candidate and the libraries admission would preload, and returns why it must not be
+/// opened here ([`EnvironmentBuilder::with_load_probe`]).
+pub type LoadProbe =
+    Arc<dyn Fn(&PluginCandidate, &[PathBuf]) -> std::result::Result<(), String> + Send + Sync>;
+
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {
     search: Vec<SearchDir>,
@@ -50,6 +56,7 @@ pub struct Environment {
     builtin: Arc<PluginLibrary>,
     builtin_providers: BuiltinProviders,
     default_providers: Vec<ExecutionProvider>,
+    probe: Option<LoadProbe>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -68,6 +75,7 @@ pub struct EnvironmentBuilder {
     default_dirs: Vec<PathBuf>,
     providers: Vec<ExecutionProvider>,
     linked: Vec<EpxPluginEntryFn>,
+    probe: Option<LoadProbe>,
 }
 
 impl EnvironmentBuilder {
@@ -79,7 +87,18 @@ impl EnvironmentBuilder {
             default_dirs: Vec::new(),
             providers: Vec::new(),
             linked: Vec::new(),
+            probe: None,
         }
+    }
+
+    /// Every admitted library is first handed to `probe`, which opens it somewhere a crash
+    /// cannot hurt (`epx providers` and `epx doctor` re-execute `epx` for each), before this
+    /// process opens it. A probe's `Err` refuses the library with
+    /// [`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed) and its
+    /// message; the library's code never runs here.
+    pub fn with_load_probe(mut self, probe: LoadProbe) -> Self {
+        self.probe = Some(probe);
+        self
     }
 
     /// Adds plugin folders searched before `EPX_PLUGIN_PATH` and the default location.
@@ -143,6 +162,7 @@ impl EnvironmentBuilder {
             builtin,
             builtin_providers: self.builtin,
             default_providers: self.providers,
+            probe: self.probe,
         }))
     }
 }
@@ -216,10 +236,17 @@ impl Environment {
             .entry(candidate.library.clone())
             .or_insert_with(|| {
                 let admission = Arc::new(admit(candidate));
-                let library = match &admission.refusal {
-                    Some(refusal) => Err(refusal.clone()),
-                    None => PluginLibrary::open(&candidate.library, &admission.preload_order())
-                        .and_then(|lib| match &candidate.manifest {
+                let preload = admission.preload_order();
+                let probed = match (&admission.refusal, &self.probe) {
+                    (None, Some(probe)) => probe(candidate, &preload).map_err(|why| {
+                        Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why)
+                    }),
+                    _ => Ok(()),
+                };
+                let library = match admission.refusal.clone().map_or(probed, Err) {
+                    Err(refusal) => Err(refusal),
+                    Ok(()) => PluginLibrary::open(&candidate.library, &preload).and_then(|lib| {
+                        match &candidate.manifest {
                             Some(m) => {
                                 let diff = compare_with_manifest(m, &lib);
                                 for w in &diff.abi_warnings {
@@ -228,7 +255,8 @@ impl Environment {
                                 diff.refusal().map_or(Ok(lib), Err)
                             }
                             None => Ok(lib),
-                        }),
+                        }
+                    }),
                 };
                 LoadOutcome { admission, library }
             })

@@ -223,6 +223,14 @@ const char *epx_version(void);
 const char *epx_plugin_abi_version(void);
 
 /**
+ * Sets the largest tensor (in bytes) epx allocates, for the whole process: a model or an input
+ * asking for more gets an error naming the shape and the size, never an abort. The default is
+ * `EPX_MAX_TENSOR_BYTES` when set, else the machine's physical memory; 0 restores nothing and is
+ * taken as 1. Returns the limit now in force.
+ */
+uint64_t epx_set_max_tensor_bytes(uint64_t bytes);
+
+/**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.

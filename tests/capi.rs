@@ -246,3 +246,122 @@ fn the_cpp_example_runs_with_raii_wrappers() {
         text(&bad)
     );
 }
+
+/// An Add(x, c) model whose `c` [1] is external data at `location` (4 bytes unless `dims` say
+/// more).
+fn external_model(location: &str, dims: &[i64]) -> Vec<u8> {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes, node};
+    let entry = |k: &str, v: &str| proto::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
+    model_bytes(proto::GraphProto {
+        name: Some("external".into()),
+        node: vec![node("Add", &["x", "c"], &["y"])],
+        input: vec![float_value("x", &[1])],
+        output: vec![float_value("y", &[-1])],
+        initializer: vec![proto::TensorProto {
+            name: Some("c".into()),
+            dims: dims.to_vec(),
+            data_type: Some(1),
+            data_location: Some(1),
+            external_data: vec![entry("location", location)],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// Every hostile model of `epx_tests::hostile`, models whose external data leaves their folder,
+/// is a FIFO or a 1 TiB sparse file, a truncated model, and an input far larger than its buffer:
+/// all through the C API in one process, which must report each as an error and then still run
+/// a model.
+#[test]
+fn one_process_survives_every_hostile_model_through_the_c_api() {
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    use epx_tests::hostile::{Expect, TOO_BIG};
+    let dir = TempDir::new("c-hostile").expect("temp dir");
+    let mut cases = String::new();
+    for (i, case) in epx_tests::hostile::cases().into_iter().enumerate() {
+        let path = dir.path().join(format!("case{i:02}.onnx"));
+        std::fs::write(&path, &case.model).unwrap();
+        let needle = match case.expect {
+            Expect::TooBig => TOO_BIG,
+            Expect::Error(s) => s,
+        };
+        cases.push_str(&format!("{}\t{needle}\n", path.display()));
+    }
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    let mut add = |file: &str, bytes: Vec<u8>, needle: &str| {
+        let path = models.join(file);
+        std::fs::write(&path, bytes).unwrap();
+        cases.push_str(&format!("{}\t{needle}\n", path.display()));
+    };
+    std::fs::write(dir.path().join("outside.bin"), [0u8; 4]).unwrap();
+    add(
+        "dotdot.onnx",
+        external_model("../outside.bin", &[1]),
+        "must stay inside the model's folder",
+    );
+    add(
+        "absolute.onnx",
+        external_model("/etc/passwd", &[1]),
+        "must stay inside the model's folder",
+    );
+    std::os::unix::fs::symlink("/etc/passwd", models.join("passwd.bin")).unwrap();
+    add(
+        "symlink.onnx",
+        external_model("passwd.bin", &[1]),
+        "outside the model's folder",
+    );
+    let fifo = Command::new("mkfifo")
+        .arg(models.join("fifo.bin"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if fifo {
+        add(
+            "fifo.onnx",
+            external_model("fifo.bin", &[1]),
+            "is not a regular file",
+        );
+    } else {
+        eprintln!("mkfifo failed: the FIFO case was not tried");
+    }
+    let sparse = std::fs::File::create(models.join("sparse.bin")).unwrap();
+    sparse.set_len(1 << 40).unwrap();
+    add(
+        "sparse.onnx",
+        external_model("sparse.bin", &[1 << 38]),
+        "1099511627776 bytes, more than the 1000000000",
+    );
+    let mnist = std::fs::read(repo_root().join("examples/models/mnist-cnn.onnx")).unwrap();
+    add(
+        "truncated.onnx",
+        mnist[..mnist.len() / 2].to_vec(),
+        "not a valid ONNX model",
+    );
+    let list = dir.path().join("cases.txt");
+    std::fs::write(&list, &cases).unwrap();
+
+    let exe = dir.path().join("hostile");
+    build_c(&[repo_root().join("tests/capi/hostile.c")], &exe, true);
+    let out = Command::new(&exe)
+        .arg(&list)
+        .arg(repo_root().join("examples/models/add.onnx"))
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("EPX_MAX_TENSOR_BYTES")
+        .output()
+        .expect("running the hostile cases");
+    let stdout = text(&out);
+    let n = cases.lines().count() + 1;
+    assert!(
+        out.status.success() && stdout.contains(&format!("SURVIVED {n}")),
+        "{:?}\n{stdout}",
+        out.status
+    );
+}

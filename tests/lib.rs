@@ -172,6 +172,10 @@ fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Models asking for huge tensors or lying about their data.
+#[path = "hostile_models.rs"]
+pub mod hostile;
+
 /// Builders for the small ONNX models the tests make.
 pub mod models {
     use epx::onnx::proto;

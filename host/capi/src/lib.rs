@@ -76,6 +76,18 @@ pub extern "C" fn epx_plugin_abi_version() -> *const c_char {
     )
 }
 
+/// Sets the largest tensor (in bytes) epx allocates, for the whole process: a model or an input
+/// asking for more gets an error naming the shape and the size, never an abort. The default is
+/// `EPX_MAX_TENSOR_BYTES` when set, else the machine's physical memory; 0 restores nothing and is
+/// taken as 1. Returns the limit now in force.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_set_max_tensor_bytes(bytes: u64) -> u64 {
+    ffi_boundary!({
+        epx_host::set_max_tensor_bytes(bytes);
+        epx_host::max_tensor_bytes()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

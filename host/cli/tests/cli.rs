@@ -1061,89 +1061,36 @@ fn a_huge_declared_input_is_an_error_not_an_abort() {
 }
 
 /// Valid models asking the CPU EP for huge tensors (the sizes come from constants in the
-/// model): each run is an error naming the size, and the process exits normally, never with an
-/// allocator abort.
+/// model, `epx_tests::hostile`): each run is an error naming the size, and the process exits
+/// normally, never with an allocator abort.
 #[test]
 fn huge_tensors_asked_for_by_a_model_are_errors_not_aborts() {
-    use epx::onnx::proto;
-    use epx_tests::models::{float_value, int_attr, node};
-    let ints = |name: &str, v: &[i64]| proto::TensorProto {
-        name: Some(name.into()),
-        data_type: Some(7),
-        dims: vec![v.len() as i64],
-        int64_data: v.to_vec(),
-        ..Default::default()
-    };
-    let floats = |name: &str, v: &[f32]| proto::TensorProto {
-        name: Some(name.into()),
-        data_type: Some(1),
-        dims: vec![v.len() as i64],
-        float_data: v.to_vec(),
-        ..Default::default()
-    };
+    use epx_tests::hostile::{Expect, LIMIT, TOO_BIG};
     let dir = Scratch::new("huge-ops");
-    let cases: [(&str, Vec<proto::NodeProto>, Vec<proto::TensorProto>); 6] = [
-        (
-            "ConstantOfShape [2^40]",
-            vec![
-                node("ConstantOfShape", &["s"], &["c"]),
-                node("Add", &["x", "c"], &["y"]),
-            ],
-            vec![ints("s", &[1 << 40])],
-        ),
-        (
-            "Expand [2^20, 2^20]",
-            vec![node("Expand", &["x", "s"], &["y"])],
-            vec![ints("s", &[1 << 20, 1 << 20])],
-        ),
-        (
-            "Tile x 2^40",
-            vec![node("Tile", &["x", "r"], &["y"])],
-            vec![ints("r", &[1 << 40])],
-        ),
-        (
-            "Pad 2^40",
-            vec![node("Pad", &["x", "p"], &["y"])],
-            vec![ints("p", &[0, 1 << 40])],
-        ),
-        (
-            "Resize x 1e12",
-            vec![node("Resize", &["x", "", "sc"], &["y"])],
-            vec![floats("sc", &[1e12])],
-        ),
-        (
-            "OneHot depth 2^40",
-            vec![
-                {
-                    let mut cast = node("Cast", &["x"], &["i"]);
-                    cast.attribute.push(int_attr("to", 7));
-                    cast
-                },
-                node("OneHot", &["i", "d", "v"], &["h"]),
-                node("ReduceSum", &["h"], &["y"]),
-            ],
-            vec![ints("d", &[1 << 40]), floats("v", &[0.0, 1.0])],
-        ),
-    ];
-    for (what, nodes, inits) in cases {
-        let (code, stderr) = run_under_a_1_gb_limit(
-            &dir,
-            proto::GraphProto {
-                name: Some("huge".into()),
-                node: nodes,
-                input: vec![float_value("x", &[1])],
-                output: vec![float_value("y", &[-1])],
-                initializer: inits,
-                ..Default::default()
-            },
-        );
-        assert_eq!(code, Some(1), "{what}: {stderr}");
-        assert!(
-            stderr.contains("elements, more than the 1000000000 bytes")
-                || stderr.contains("bytes, more than the 1000000000"),
-            "{what}: {stderr}"
-        );
+    let mut failures = Vec::new();
+    for case in epx_tests::hostile::cases() {
+        let model = dir.0.join("hostile.onnx");
+        std::fs::write(&model, &case.model).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_epx"))
+            .args(["run", model.to_str().unwrap()])
+            .env("EPX_MAX_TENSOR_BYTES", LIMIT.to_string())
+            .output()
+            .expect("run epx");
+        let stderr = text(&out.stderr);
+        let says = match case.expect {
+            Expect::TooBig => TOO_BIG,
+            Expect::Error(s) => s,
+        };
+        let ok = out.status.code() == Some(1)
+            && stderr.starts_with("error: ")
+            && stderr.lines().count() == 1
+            && stderr.contains(says);
+        eprintln!("{}: {:?} {}", case.name, out.status, stderr.trim_end());
+        if !ok {
+            failures.push(format!("{}: {:?}: {stderr}", case.name, out.status));
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// `epx providers` / `epx doctor` with `EPX_PROBE_TIMEOUT_S=2`.

@@ -577,7 +577,8 @@ impl FusedChain {
     /// The block walk, when every input is f32 and lines up with the output; `None` otherwise.
     fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
         let plan = self.plan(inputs, None)?;
-        let total: usize = plan.out_shape.iter().product();
+        // Over the size limit: the op-by-op path reports it.
+        let total = crate::tensor::checked_numel(&plan.out_shape).ok()?;
         let work_len = plan.work_len(self.ops.len());
         let chunk = crate::par::chunk_len(total, PAR_MIN, BLOCK);
         if chunk >= total {

@@ -586,6 +586,7 @@ macro_rules! by_type {
 /// `len` zeros, or an error (instead of an abort) when the memory cannot be had: for sizes a
 /// model's attributes or scalar inputs choose.
 pub fn zeros_checked<T: Clone + Default>(len: usize, what: &str) -> OpResult<Vec<T>> {
+    checked_len(&[len], size_of::<T>()).map_err(|e| OpError(format!("{what}: {}", e.0)))?;
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| {
         OpError(format!(
@@ -611,30 +612,78 @@ pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
              tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
         )));
     }
+    // An empty tensor with a huge dim ([2^40, 0]) holds nothing, but kernels size tables and
+    // loops by its dims (per-index maps, reductions over the empty axis): its non-zero dims are
+    // held to the same limit.
+    let extent = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    if n == 0 && extent.is_none_or(|e| e > limit) {
+        return Err(OpError(format!(
+            "empty shape {shape:?} has dims whose product is more than the {limit} bytes \
+             allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
+        )));
+    }
     Ok(n)
 }
 
-/// The largest tensor epx allocates: `EPX_MAX_TENSOR_BYTES` when set (a number of bytes), else
-/// this machine's physical memory (from `/proc/meminfo`; no limit where that is not there). A
-/// bigger tensor is an error naming its shape, never an abort in the allocator.
+/// Number of elements of a shape whose elements take `elem_bytes` each (a scratch buffer of
+/// `f64` or complex values, say), failing on overflow or when the bytes are over the limit.
+pub fn checked_len(shape: &[usize], elem_bytes: usize) -> OpResult<usize> {
+    let n = checked_numel(shape)?;
+    let limit = max_tensor_bytes();
+    match n.checked_mul(elem_bytes) {
+        Some(b) if b as u64 <= limit => Ok(n),
+        _ => Err(OpError(format!(
+            "shape {shape:?} of {elem_bytes}-byte elements needs more than the {limit} bytes \
+             allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
+        ))),
+    }
+}
+
+/// The largest tensor epx allocates: the last [`set_max_tensor_bytes`], else
+/// `EPX_MAX_TENSOR_BYTES` when set (a number of bytes), else this machine's physical memory
+/// (from `/proc/meminfo`; no limit where that is not there). A bigger tensor is an error naming
+/// its shape, never an abort in the allocator.
 pub fn max_tensor_bytes() -> u64 {
-    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        if let Some(v) = std::env::var("EPX_MAX_TENSOR_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            return v;
+    use std::sync::atomic::Ordering;
+    match MAX_TENSOR_BYTES.load(Ordering::Relaxed) {
+        0 => {
+            let limit = default_max_tensor_bytes();
+            // A concurrent `set_max_tensor_bytes` wins over the default.
+            let _ =
+                MAX_TENSOR_BYTES.compare_exchange(0, limit, Ordering::Relaxed, Ordering::Relaxed);
+            MAX_TENSOR_BYTES.load(Ordering::Relaxed)
         }
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-                kib.checked_mul(1024)
-            })
-            .unwrap_or(u64::MAX)
-    })
+        limit => limit,
+    }
+}
+
+/// Sets the limit [`max_tensor_bytes`] returns, for the whole process (at least 1 byte).
+pub fn set_max_tensor_bytes(bytes: u64) {
+    MAX_TENSOR_BYTES.store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// 0 until read or set.
+static MAX_TENSOR_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn default_max_tensor_bytes() -> u64 {
+    if let Some(v) = std::env::var("EPX_MAX_TENSOR_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+    {
+        return v;
+    }
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(u64::MAX)
 }
 
 fn expected_len(ty: ElementType, shape: &[usize], got: usize) -> OpResult<usize> {

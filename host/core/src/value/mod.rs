@@ -4,7 +4,7 @@
 
 mod device;
 mod dlpack;
-mod tensor;
+pub(crate) mod tensor;
 
 pub(crate) use device::DeviceMemory;
 pub use device::DeviceTensor;

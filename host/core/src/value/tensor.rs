@@ -74,9 +74,9 @@ fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
-/// The largest tensor epx allocates (shared with the CPU EP's kernels): `EPX_MAX_TENSOR_BYTES`,
-/// else the machine's memory.
-pub use epx_cpu::tensor::max_tensor_bytes;
+/// The largest tensor epx allocates (shared with the CPU EP's kernels), and how to set it for
+/// the process: `set_max_tensor_bytes`, else `EPX_MAX_TENSOR_BYTES`, else the machine's memory.
+pub use epx_cpu::tensor::{max_tensor_bytes, set_max_tensor_bytes};
 
 /// An error when `bytes` are more than [`max_tensor_bytes`].
 fn check_size(bytes: u64, what: &impl Fn() -> String) -> Result<()> {

@@ -422,7 +422,8 @@ pub fn broadcast_binary(
             _ => return None,
         });
     }
-    let total: usize = out_shape.iter().product();
+    // Over the size limit: the general path reports it.
+    let total = crate::tensor::checked_numel(&out_shape).ok()?;
     // Filled block by block, in order: no zero-fill first.
     let mut out = crate::scratch::take(total);
     if total == 0 {

@@ -83,6 +83,7 @@ impl Conv {
         }
         let in_sp = &xs[2..];
         let geo = self.attrs.resolve(op, in_sp, &kernel)?;
+        geo.checked_output(&[xs[0], m])?;
         // 1-D and 2-D convolutions take the 2-D fast kernel: a 1-D one is a 2-D one of height 1
         // with a kernel of height 1, which reads and writes the same memory.
         let planar = match *in_sp {

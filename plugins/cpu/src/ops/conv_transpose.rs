@@ -69,9 +69,20 @@ impl ConvT {
             );
         }
         let in_sp: Vec<i64> = xs[2..].iter().map(|&d| d as i64).collect();
-        let full: Vec<i64> = (0..nd)
-            .map(|d| strides[d] * (in_sp[d] - 1) + opad[d] + (kernel[d] as i64 - 1) * dil[d] + 1)
-            .collect();
+        let full = (0..nd)
+            .map(|d| {
+                strides[d]
+                    .checked_mul(in_sp[d] - 1)
+                    .and_then(|v| v.checked_add(opad[d]))
+                    .and_then(|v| v.checked_add((kernel[d] as i64 - 1).checked_mul(dil[d])?))
+                    .and_then(|v| v.checked_add(1))
+            })
+            .collect::<Option<Vec<i64>>>()
+            .ok_or_else(|| {
+                crate::kernel::OpError(format!(
+                    "{op}: strides {strides:?}, dilations {dil:?} and output_padding {opad:?} make an output too large to count"
+                ))
+            })?;
         let out_shape_attr = match &self.output_shape {
             // output_shape may list the spatial dims only, or the whole shape.
             Some(s) if s.len() == nd => Some(s.clone()),
@@ -81,12 +92,14 @@ impl ConvT {
         };
         let same = matches!(self.attrs.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
         let (pad_begin, out_sp): (Vec<i64>, Vec<i64>) = if same && self.attrs.pads.is_none() {
-            let out = out_shape_attr
-                .clone()
-                .unwrap_or_else(|| (0..nd).map(|d| in_sp[d] * strides[d]).collect());
+            let out = out_shape_attr.clone().unwrap_or_else(|| {
+                (0..nd)
+                    .map(|d| in_sp[d].saturating_mul(strides[d]))
+                    .collect()
+            });
             let pb = (0..nd)
                 .map(|d| {
-                    let total = full[d] - out[d];
+                    let total = full[d].saturating_sub(out[d]);
                     if self.attrs.auto_pad == AutoPad::SameUpper {
                         total.div_euclid(2)
                     } else {
@@ -107,7 +120,9 @@ impl ConvT {
             };
             let out = match &out_shape_attr {
                 Some(s) => s.clone(),
-                None => (0..nd).map(|d| full[d] - pads[d] - pads[d + nd]).collect(),
+                None => (0..nd)
+                    .map(|d| full[d].saturating_sub(pads[d]).saturating_sub(pads[d + nd]))
+                    .collect(),
             };
             (pads[..nd].to_vec(), out)
         };
@@ -115,6 +130,9 @@ impl ConvT {
             bail!("{op}: output spatial shape {out_sp:?} is negative");
         }
         let out_u: Vec<usize> = out_sp.iter().map(|&o| o as usize).collect();
+        let mut shape = vec![nb, m];
+        shape.extend_from_slice(&out_u);
+        let total = super::util::checked_numel(&shape)?;
         let b = match opt_input(inputs, 2) {
             Some(b) => {
                 if b.shape() != [m] {
@@ -158,9 +176,6 @@ impl ConvT {
         let plane_out: usize = out_u.iter().product();
         let kn: usize = kernel.iter().product();
         let ostr = c_strides(&out_u);
-        let mut shape = vec![nb, m];
-        shape.extend_from_slice(&out_u);
-        let total = super::util::checked_numel(&shape)?;
         let mut y = vec![0.0f64; total];
         for (i, v) in y.iter_mut().enumerate() {
             *v = b

@@ -233,7 +233,7 @@ fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let xv = float_values(&op, "X", x)?;
         let rv = float_values(&op, "rois", rois)?;
-        let mut out = vec![0f64; k * c * oh * ow];
+        let mut out = vec![0f64; crate::tensor::checked_len(&[k, c, oh, ow], 8)?];
         let mut samples = Vec::new();
         for r in 0..k {
             let b = usize::try_from(idx[r])

@@ -338,6 +338,9 @@ fn build_split(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 if parts == 0 {
                     bail!("{op}: needs at least one output");
                 }
+                if parts != outputs {
+                    bail!("{op}: num_outputs is {parts}, but the node has {outputs} outputs");
+                }
                 if num_outputs_attr.is_some() {
                     let chunk = dim.div_ceil(parts);
                     (0..parts)

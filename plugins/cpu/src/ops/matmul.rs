@@ -143,6 +143,7 @@ pub fn matmul<T: MatElem>(
         ))
     })?;
     let nbatch = super::util::checked_numel(&batch)?;
+    super::util::checked_numel(&[nbatch, m, n])?;
     let a_c = a.as_standard_layout();
     let b_c = b.as_standard_layout();
     let a3 = a_c
@@ -347,6 +348,7 @@ impl Gemm {
                 [k2, n]
             );
         }
+        super::util::checked_numel(&[m, n])?;
         let (mut out, beta) = match c {
             Some(c) if self.beta != 0.0 => {
                 if broadcast_shapes(c.shape(), &[m, n]).as_deref() != Some(&[m, n][..]) {

@@ -499,7 +499,8 @@ fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let (rows, cols) = rows_cols(&op, x)?;
-        if coef.len() != targets * cols {
+        crate::tensor::checked_len(&[rows, targets], 4)?;
+        if Some(coef.len()) != targets.checked_mul(cols) {
             bail!(
                 "{op}: {} coefficients for {targets} targets of {cols} features",
                 coef.len()

@@ -102,6 +102,7 @@ impl Pool {
             );
         }
         let geo = self.attrs.resolve(op, &shape[2..], &self.kernel)?;
+        geo.checked_output(&shape[..2])?;
         Ok((geo, shape[0] * shape[1], shape[2..].iter().product()))
     }
 
@@ -402,6 +403,7 @@ fn build_lp_pool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let in_sp = &xs[2..];
         let geo = attrs.resolve(&op, in_sp, &kernel_attr)?;
+        geo.checked_output(&xs[..2])?;
         let xv = float_values(&op, "X", x)?;
         let planes = xs[0] * xs[1];
         let plane_in: usize = in_sp.iter().product();
@@ -469,8 +471,11 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let mut inferred = xs[..2].to_vec();
         for d in 0..nd {
-            let v = (xs[d + 2] as i64 - 1) * strides[d] - pads[d] - pads[d + nd]
-                + kernel_attr[d] as i64;
+            let v = (xs[d + 2] as i64 - 1)
+                .saturating_mul(strides[d])
+                .saturating_sub(pads[d])
+                .saturating_sub(pads[d + nd])
+                .saturating_add(kernel_attr[d] as i64);
             if v < 0 {
                 bail!("{op}: inferred output dim {d} is negative ({v})");
             }
@@ -490,7 +495,9 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             None => inferred.clone(),
         };
-        let ninf = super::util::checked_numel(&inferred)?;
+        // Sized before the indices are read: a huge output_shape is refused as such.
+        let total = crate::tensor::checked_len(&shape, 8)?;
+        let ninf = crate::tensor::checked_len(&inferred, 8)?;
         let mut yinf = vec![0.0f64; ninf];
         let xv = float_values(&op, "X", x)?;
         let iv = idx.to_i64_vec(&format!("{op}: I"))?;
@@ -505,7 +512,6 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 })?;
             *slot = v;
         }
-        let total = super::util::checked_numel(&shape)?;
         let mut y = vec![0.0f64; total];
         let ostr = c_strides(&shape);
         let mut k = 0;

@@ -836,6 +836,8 @@ impl FastQMatMul {
         } else {
             1
         };
+        // Over the size limit: the reference path reports it.
+        crate::tensor::checked_len(&[rows, n], 4).ok()?;
         let mut bytes = Vec::new();
         let mut ints = Vec::new();
         match out {
@@ -1265,6 +1267,7 @@ impl FastQConv {
             return None;
         }
         let geo = self.attrs.resolve(op, &xs[2..], &kernel).ok()?;
+        geo.checked_output(&[xs[0], m]).ok()?;
         let ((h, wd), (kh, kw), geo2) = match (&xs[2..], &kernel[..]) {
             ([h, wd], [kh, kw]) => ((*h, *wd), (*kh, *kw), geo.clone()),
             ([wd], [kw]) => ((1, *wd), (1, *kw), as_2d(&geo)),

@@ -759,9 +759,32 @@ fn tile_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, reps: &[usize]) -> OpResu
             cur = ArrayD::from_elem(IxDyn(&s), T::default());
             continue;
         }
-        let v = cur.view();
-        let parts = vec![v; r];
-        cur = ndarray::concatenate(Axis(ax), &parts).map_err(|e| OpError(format!("{op}: {e}")))?;
+        if r <= 64 {
+            let parts = vec![cur.view(); r];
+            cur = ndarray::concatenate(Axis(ax), &parts)
+                .map_err(|e| OpError(format!("{op}: {e}")))?;
+            continue;
+        }
+        // Many repeats: doubling copies, log2(r) concatenations of two views each, never r
+        // views at once.
+        let mut rep = cur.clone();
+        let mut out: Option<ArrayD<T>> = None;
+        let mut left = r;
+        while left > 0 {
+            if left & 1 == 1 {
+                out = Some(match out {
+                    None => rep.clone(),
+                    Some(o) => ndarray::concatenate(Axis(ax), &[o.view(), rep.view()])
+                        .map_err(|e| OpError(format!("{op}: {e}")))?,
+                });
+            }
+            left >>= 1;
+            if left > 0 {
+                rep = ndarray::concatenate(Axis(ax), &[rep.view(), rep.view()])
+                    .map_err(|e| OpError(format!("{op}: {e}")))?;
+            }
+        }
+        cur = out.unwrap_or(cur);
     }
     Ok(cur.into())
 }
@@ -903,10 +926,12 @@ fn range_typed<T: Num>(
         bail!("{op}: delta must not be zero");
     }
     let count = ((l.to_f64() - s.to_f64()) / d.to_f64()).ceil();
-    if count.is_nan() || count > (1u64 << 32) as f64 {
+    if count.is_nan() || count >= u64::MAX as f64 {
         bail!("{op}: range of {count} elements is too large");
     }
     let n = count.max(0.0) as usize;
+    crate::tensor::checked_len(&[n], size_of::<T>())
+        .map_err(|e| OpError(format!("{op}: range of {n} elements: {}", e.0)))?;
     let v: Vec<T> = if T::IS_FLOAT {
         (0..n)
             .map(|i| T::from_f64(s.to_f64() + i as f64 * d.to_f64()))

@@ -9,7 +9,7 @@ use super::util::{float_values, input, is_float_type, opt_input, scalar_i64, ten
 use super::{add, one};
 use crate::bail;
 use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
-use crate::tensor::TensorRef;
+use crate::tensor::{TensorRef, checked_len};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "DFT", 17, build_dft);
@@ -66,6 +66,7 @@ fn build_mel_weight_matrix(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
         let (mlo, mhi) = (mel(lo), mel(hi));
         let step = (mhi - mlo) / (mels + 2) as f64;
+        checked_len(&[mels.saturating_add(2)], 8)?;
         let edges: Vec<usize> = (0..mels + 2)
             .map(|i| {
                 let hz = 700.0 * (10f64.powf((i as f64 * step + mlo) / 2595.0) - 1.0);
@@ -175,8 +176,8 @@ fn build_dft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (true, true) => (len, 1),
             _ => (len, 2),
         };
-        let mut out = vec![0.0f64; outer * bins * inner * out_last];
-        let mut sig = vec![(0.0, 0.0); len];
+        let mut out = vec![0.0f64; checked_len(&[outer, bins, inner, out_last], 8)?];
+        let mut sig = vec![(0.0, 0.0); checked_len(&[len], 16)?];
         for o in 0..outer {
             for i in 0..inner {
                 for (j, s) in sig.iter_mut().enumerate() {
@@ -266,7 +267,7 @@ fn build_stft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let frames = 1 + (len - flen) / step;
         let bins = if onesided { flen / 2 + 1 } else { flen };
         let xv = float_values(&op, "signal", x)?;
-        let mut out = Vec::with_capacity(b * frames * bins * 2);
+        let mut out = Vec::with_capacity(checked_len(&[b, frames, bins, 2], 8)?);
         for bi in 0..b {
             for f in 0..frames {
                 let sig: Vec<(f64, f64)> = (0..flen)
@@ -325,6 +326,7 @@ fn build_window(n: &NodeDef, kind: Window) -> OpResult<Box<dyn OpKernel>> {
         let size = scalar_i64(&op, "size", input(&op, inputs, 0)?)?;
         let size = usize::try_from(size)
             .map_err(|_| crate::kernel::OpError(format!("{op}: size must be >= 0, got {size}")))?;
+        checked_len(&[size], 8)?;
         let denom = if periodic {
             size
         } else {

@@ -474,7 +474,7 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .map(|v| grams.ints.get(v).copied())
                 .collect(),
         };
-        let mut out = vec![0f32; rows * width];
+        let mut out = vec![0f32; crate::tensor::checked_len(&[rows, width], 4)?];
         let mut key = Vec::with_capacity(max_n);
         for r in 0..rows {
             let row = &tokens[r * cols..(r + 1) * cols];

@@ -407,7 +407,7 @@ impl Forest {
             );
         }
         let targets = self.targets;
-        let mut out = vec![0f32; rows * targets];
+        let mut out = vec![0f32; crate::tensor::checked_len(&[rows, targets], 4)?];
         if targets == 0 {
             return Ok(out);
         }

@@ -311,6 +311,7 @@ pub fn broadcast_all(op: &str, shapes: &[&[usize]]) -> OpResult<Vec<usize>> {
             ))
         })?;
     }
+    checked_numel(&out).map_err(|e| OpError(format!("{op}: broadcast result: {}", e.0)))?;
     Ok(out)
 }
 
@@ -610,6 +611,19 @@ impl SpatialAttrs {
             }
         }
         checked_numel(&out)?;
+        // A stride past the padded input leaves one window in that dim: the same output as a
+        // stride of the padded extent + 1, which keeps layouts sized by the stride (the
+        // depthwise kernels' phase split) as small as the input.
+        let mut strides = strides;
+        for d in 0..n {
+            if out[d] <= 1 {
+                let reach = input[d]
+                    .saturating_add(pad_begin[d])
+                    .saturating_add(pad_end[d])
+                    .saturating_add(1);
+                strides[d] = strides[d].min(reach);
+            }
+        }
         Ok(Spatial {
             kernel,
             strides,
@@ -618,6 +632,17 @@ impl SpatialAttrs {
             pad_end,
             out,
         })
+    }
+}
+
+impl Spatial {
+    /// The output shape `[lead..., out...]` (batch and channels first), checked against the
+    /// tensor size limit.
+    pub fn checked_output(&self, lead: &[usize]) -> OpResult<Vec<usize>> {
+        let mut shape = lead.to_vec();
+        shape.extend_from_slice(&self.out);
+        checked_numel(&shape)?;
+        Ok(shape)
     }
 }
 
@@ -765,5 +790,27 @@ mod tests {
         assert_eq!(s.out, vec![2, 2]);
         let e = ceil.resolve("MaxPool", &[1, 1], &[3, 3]).unwrap_err();
         assert!(e.0.contains("larger than the padded input"), "{e}");
+    }
+
+    /// A stride past the padded input gives one window, as the same stride clamped to the
+    /// padded extent + 1 does, in floor and ceil mode alike; the clamp keeps stride-sized
+    /// layouts small.
+    #[test]
+    fn strides_past_the_input_are_clamped_without_changing_the_output() {
+        for ceil_mode in [false, true] {
+            let attrs = |s: i64| SpatialAttrs {
+                auto_pad: AutoPad::NotSet,
+                kernel_shape: None,
+                strides: Some(vec![s, 2]),
+                dilations: None,
+                pads: Some(vec![1, 0, 2, 0]),
+                ceil_mode,
+            };
+            let huge = attrs(1 << 40).resolve("Conv", &[3, 5], &[2, 1]).unwrap();
+            let small = attrs(7).resolve("Conv", &[3, 5], &[2, 1]).unwrap();
+            assert_eq!(huge.out, vec![1, 3]);
+            assert_eq!(huge, small, "ceil_mode {ceil_mode}");
+            assert_eq!(huge.strides, vec![7, 2]);
+        }
     }
 }

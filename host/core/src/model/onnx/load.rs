@@ -364,9 +364,13 @@ impl Ctx<'_> {
             if graph.by_name.contains_key(&name) {
                 return Err(self.invalid(format!("initializer `{name}` is defined twice")));
             }
-            let tensor = self
-                .tensor(init)
-                .map_err(|e| self.invalid(format!("initializer `{name}`: {e}")))?;
+            let tensor = self.tensor(init).map_err(|e| match e {
+                // Its message without the model's name, which the new error carries.
+                Error::Model { message, .. } | Error::InvalidGraph { message, .. } => {
+                    self.invalid(format!("initializer `{name}`: {message}"))
+                }
+                other => self.invalid(format!("initializer `{name}`: {other}")),
+            })?;
             let ty = ValueType::Tensor {
                 elem_type: Some(tensor.elem_type()),
                 shape: Some(
@@ -837,10 +841,28 @@ impl Ctx<'_> {
                 "external data `{location}`: range {offset}+{want} is past the end of the file ({file_len} bytes)"
             )));
         }
+        // A sparse file can be larger than the machine's memory while taking no disk.
+        let limit = crate::max_tensor_bytes();
+        if want > limit {
+            return Err(self.err(format!(
+                "external data `{location}`: {want} bytes, more than the {limit} this host \
+                 allocates for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
+            )));
+        }
         f.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut buf =
-            vec![0u8; usize::try_from(want).map_err(|_| self.err("external data too large"))?];
-        f.read_exact(&mut buf).map_err(io)?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(want as usize).map_err(|_| {
+            self.err(format!(
+                "external data `{location}`: cannot allocate {want} bytes"
+            ))
+        })?;
+        f.take(want).read_to_end(&mut buf).map_err(io)?;
+        if buf.len() as u64 != want {
+            return Err(self.err(format!(
+                "external data `{location}`: the file ended after {} of {want} bytes",
+                buf.len()
+            )));
+        }
         Ok(buf)
     }
 }

@@ -28,6 +28,10 @@ cargo test --workspace --test conformance -- --nocapture
 # reverse, on any machine. The run above used the best level this CPU has; each says which.
 EPX_CPU_KERNELS=reference cargo test --workspace --test conformance -- --nocapture
 EPX_CPU_KERNELS=reference cargo test --workspace --test ort_models
+# A bounded fuzz run (45 s per target: ONNX loader and sessions, .npy, plugin.toml, the C API's
+# run entry), seeded with the repository's files; a crash or a panic fails the run and leaves
+# the input in target/fuzz. Longer runs: see README ("Fuzzing").
+target/debug/epx-fuzz run --seconds "${EPX_FUZZ_SECONDS:-45}" --seed "${EPX_FUZZ_SEED:-1}" --out target/fuzz
 # The Python wheel, from the build above (no second build), installed into a fresh virtual
 # environment with pip; pytest runs there against ONNX Runtime and RapidOCR from PyPI.
 bash packaging/wheel.sh --profile dev --no-build --out target/wheels

@@ -350,7 +350,14 @@ fn window(
         return Dim::Unknown;
     };
     let stride = stride.max(1);
-    let effective = dilation.max(1) * (kernel.max(1) - 1) + 1;
+    // Attributes past any real size leave the dim unknown; the kernel says what is wrong.
+    let Some(effective) = dilation
+        .max(1)
+        .checked_mul(kernel.max(1) - 1)
+        .and_then(|e| e.checked_add(1))
+    else {
+        return Dim::Unknown;
+    };
     match auto_pad {
         "SAME_UPPER" | "SAME_LOWER" => Dim::Known(n.div_ceil(stride)),
         "VALID" => Dim::Known(if n >= effective {
@@ -359,7 +366,9 @@ fn window(
             0
         }),
         _ => {
-            let padded = n + pads.0 + pads.1;
+            let Some(padded) = n.checked_add(pads.0).and_then(|p| p.checked_add(pads.1)) else {
+                return Dim::Unknown;
+            };
             if padded < effective {
                 return Dim::Known(0);
             }
@@ -370,7 +379,7 @@ fn window(
                 span / stride + 1
             };
             // A window that would start in the end padding is dropped (ONNX, as in PyTorch).
-            if ceil && (out - 1) * stride >= n + pads.0 {
+            if ceil && (out - 1).saturating_mul(stride) >= n.saturating_add(pads.0) {
                 out -= 1;
             }
             Dim::Known(out)
@@ -525,7 +534,10 @@ fn output_shapes(
         }
         "Flatten" => one(input(0).and_then(|x| {
             let a = axis(attr_int(node, "axis").unwrap_or(1), x.len() + 1)?;
-            let prod = |d: &[Dim]| d.iter().try_fold(1u64, |acc, d| known(d).map(|k| acc * k));
+            let prod = |d: &[Dim]| {
+                d.iter()
+                    .try_fold(1u64, |acc, d| known(d).and_then(|k| acc.checked_mul(k)))
+            };
             let left = prod(&x[..a]).map_or(Dim::Unknown, Dim::Known);
             let right = prod(&x[a..]).map_or(Dim::Unknown, Dim::Known);
             Some(vec![left, right])
@@ -548,7 +560,7 @@ fn output_shapes(
                     if s.len() != first.len() {
                         return None;
                     }
-                    total = total.zip(known(&s[a])).map(|(t, k)| t + k);
+                    total = total.zip(known(&s[a])).and_then(|(t, k)| t.checked_add(k));
                 }
                 out[a] = total.map_or(Dim::Unknown, Dim::Known);
                 Some(out)
@@ -558,7 +570,9 @@ fn output_shapes(
             .zip(const_ints(consts.get(1).copied().flatten()))
             .and_then(|(x, spec)| {
                 let allow_zero = attr_int(node, "allowzero") == Some(1);
-                let total = x.iter().try_fold(1u64, |acc, d| known(d).map(|k| acc * k));
+                let total = x
+                    .iter()
+                    .try_fold(1u64, |acc, d| known(d).and_then(|k| acc.checked_mul(k)));
                 let mut out = Vec::with_capacity(spec.len());
                 let mut infer_at = None;
                 for (i, &s) in spec.iter().enumerate() {
@@ -577,7 +591,9 @@ fn output_shapes(
                         .iter()
                         .enumerate()
                         .filter(|(j, _)| *j != i)
-                        .try_fold(1u64, |acc, (_, d)| known(d).map(|k| acc * k));
+                        .try_fold(1u64, |acc, (_, d)| {
+                            known(d).and_then(|k| acc.checked_mul(k))
+                        });
                     if let (Some(t), Some(r)) = (total, rest) {
                         if r > 0 && t % r == 0 {
                             out[i] = Dim::Known(t / r);

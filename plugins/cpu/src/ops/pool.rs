@@ -44,37 +44,56 @@ fn windows(input: &[usize], geo: &Spatial) -> Windows {
     for d in 1..nd {
         f_str[d] = f_str[d - 1] * input[d - 1];
     }
+    // Per dim and output index: the input positions of the taps that fall inside the input (in
+    // tap order), and how many taps fall inside the padded input. Computed per dim rather than
+    // per tap, so a window mostly made of padding (SAME padding of a huge kernel) costs what
+    // its taps inside the input cost.
+    let per_dim: Vec<Vec<(Vec<usize>, usize)>> = (0..nd)
+        .map(|d| {
+            let (n, k) = (input[d] as i128, geo.kernel[d] as i128);
+            let (s, dl) = (geo.strides[d] as i128, geo.dilations[d].max(1) as i128);
+            let (pb, pe) = (geo.pad_begin[d] as i128, geo.pad_end[d] as i128);
+            (0..geo.out[d])
+                .map(|o| {
+                    // The position of tap 0; tap t is at start + t·dl.
+                    let start = o as i128 * s - pb;
+                    let first = if start >= 0 {
+                        0
+                    } else {
+                        (-start + dl - 1) / dl
+                    };
+                    let last = if start >= n {
+                        -1
+                    } else {
+                        ((n - 1 - start) / dl).min(k - 1)
+                    };
+                    let inside = (first..=last).map(|t| (start + t * dl) as usize).collect();
+                    let padded = ((n + pe - start + dl - 1) / dl).clamp(0, k) as usize;
+                    (inside, padded)
+                })
+                .collect()
+        })
+        .collect();
     let mut w = Windows {
         ranges: vec![0],
         taps: Vec::new(),
         padded_counts: Vec::new(),
     };
     for_each_index(&geo.out, |o| {
-        let mut padded = 0;
-        for_each_index(&geo.kernel, |k| {
-            let mut inside = true;
-            let mut in_padded = true;
-            let (mut off, mut foff) = (0, 0);
-            for d in 0..nd {
-                let i = (o[d] * geo.strides[d] + k[d] * geo.dilations[d]) as i64
-                    - geo.pad_begin[d] as i64;
-                if i < 0 || i >= input[d] as i64 {
-                    inside = false;
-                    if i >= (input[d] + geo.pad_end[d]) as i64 {
-                        in_padded = false;
-                    }
-                } else {
-                    off += i as usize * c_str[d];
-                    foff += i as usize * f_str[d];
+        let dims: Vec<&(Vec<usize>, usize)> = (0..nd).map(|d| &per_dim[d][o[d]]).collect();
+        let padded = dims.iter().fold(1usize, |a, (_, p)| a.saturating_mul(*p));
+        let counts: Vec<usize> = dims.iter().map(|(inside, _)| inside.len()).collect();
+        if counts.iter().all(|&c| c > 0) {
+            for_each_index(&counts, |t| {
+                let (mut off, mut foff) = (0, 0);
+                for d in 0..nd {
+                    let i = dims[d].0[t[d]];
+                    off += i * c_str[d];
+                    foff += i * f_str[d];
                 }
-            }
-            if in_padded {
-                padded += 1;
-            }
-            if inside {
                 w.taps.push((off, foff));
-            }
-        });
+            });
+        }
         w.ranges.push(w.taps.len());
         w.padded_counts.push(padded);
     });
@@ -408,30 +427,13 @@ fn build_lp_pool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let planes = xs[0] * xs[1];
         let plane_in: usize = in_sp.iter().product();
         let plane_out: usize = geo.out.iter().product();
-        let istr = c_strides(in_sp);
-        let nd = in_sp.len();
         // For each output position: the in-plane offsets of the taps inside the input.
-        let mut windows: Vec<Vec<usize>> = Vec::with_capacity(plane_out);
-        for_each_index(&geo.out, |oo| {
-            let mut taps = Vec::new();
-            for_each_index(&geo.kernel, |kk| {
-                let mut off = Some(0usize);
-                for d in 0..nd {
-                    let i = (oo[d] * geo.strides[d] + kk[d] * geo.dilations[d]) as i64
-                        - geo.pad_begin[d] as i64;
-                    off = match off {
-                        Some(acc) if i >= 0 && (i as usize) < in_sp[d] => {
-                            Some(acc + i as usize * istr[d])
-                        }
-                        _ => None,
-                    };
-                }
-                if let Some(o) = off {
-                    taps.push(o);
-                }
-            });
-            windows.push(taps);
-        });
+        let w = windows(in_sp, &geo);
+        let windows: Vec<Vec<usize>> = w
+            .ranges
+            .windows(2)
+            .map(|r| w.taps[r[0]..r[1]].iter().map(|&(off, _)| off).collect())
+            .collect();
         let mut y = Vec::with_capacity(planes * plane_out);
         for pl in 0..planes {
             let base = pl * plane_in;

@@ -199,6 +199,75 @@ fn stack_typed<'a, T: Elem>(
         .map_err(|e| OpError(format!("iterations produced different shapes: {e}")))
 }
 
+/// A Loop's scan output, stacked as the iterations come: the elements of each one appended to
+/// one byte buffer, so that ten million scalar iterations hold their 40 MB of floats and not a
+/// tensor (with its shape and allocation) each. Types whose elements share bytes (4-bit, 2-bit)
+/// and strings keep the tensors and stack them at the end.
+#[derive(Default)]
+struct ScanStack {
+    /// Element type and shape of the first iteration's value.
+    first: Option<(epx_plugin_api::ElementType, Vec<usize>)>,
+    bytes: Vec<u8>,
+    count: usize,
+    kept: Vec<Tensor>,
+}
+
+impl ScanStack {
+    fn push(&mut self, t: Tensor, label: &str) -> OpResult<()> {
+        let ty = t.elem_type();
+        let flat = crate::tensor::packed_bits(ty).is_none() && ty.storage_bytes(1).is_some();
+        if !flat || !self.kept.is_empty() {
+            self.kept.push(t);
+            return Ok(());
+        }
+        match &self.first {
+            None => self.first = Some((ty, t.shape().to_vec())),
+            Some((first_ty, shape)) if *first_ty == ty && shape == t.shape() => {}
+            Some((first_ty, shape)) => {
+                return Err(OpError(format!(
+                    "Loop `{label}`: iteration {} gave a scan output of {ty} {:?}, the first gave {first_ty} {shape:?}",
+                    self.count,
+                    t.shape()
+                )));
+            }
+        }
+        let n = t.byte_len();
+        let total = self
+            .bytes
+            .len()
+            .checked_add(n)
+            .filter(|&b| b as u64 <= crate::tensor::max_tensor_bytes())
+            .ok_or_else(|| {
+                OpError(format!(
+                    "Loop `{label}`: the scan output after {} iterations is more than the {} bytes allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)",
+                    self.count + 1,
+                    crate::tensor::max_tensor_bytes()
+                ))
+            })?;
+        self.bytes.try_reserve(n).map_err(|_| {
+            OpError(format!(
+                "Loop `{label}`: cannot allocate {total} bytes for a scan output"
+            ))
+        })?;
+        let start = self.bytes.len();
+        self.bytes.resize(total, 0);
+        t.write_bytes(&mut self.bytes[start..])?;
+        self.count += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> OpResult<Tensor> {
+        match self.first {
+            Some((ty, shape)) if self.kept.is_empty() => {
+                let mut full = vec![self.count];
+                full.extend(shape);
+                Tensor::from_bytes(ty, &full, &self.bytes)
+            }
+            _ => stack(&self.kept, 0),
+        }
+    }
+}
+
 /// Stacks per-iteration values along a new `axis`.
 fn stack(items: &[Tensor], axis: usize) -> OpResult<Tensor> {
     let Some(first) = items.first() else {
@@ -342,7 +411,7 @@ impl OpKernel for Loop {
         }
         let outer = inputs.get(self.explicit..).unwrap_or(&[]);
         let scan_count = self.body.num_outputs().saturating_sub(1 + self.carried);
-        let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); scan_count];
+        let mut scans: Vec<ScanStack> = (0..scan_count).map(|_| ScanStack::default()).collect();
         let mut i: i64 = 0;
         while cond && max.is_none_or(|m| i < m) {
             let iter = Tensor::scalar(i);
@@ -365,14 +434,14 @@ impl OpKernel for Loop {
             carried = outs.by_ref().take(self.carried).collect();
             for (k, t) in outs.enumerate() {
                 if let Some(s) = scans.get_mut(k) {
-                    s.push(t);
+                    s.push(t, &self.label)?;
                 }
             }
             i += 1;
         }
         let mut result = carried;
-        for s in &scans {
-            result.push(stack(s, 0)?);
+        for s in scans {
+            result.push(s.finish()?);
         }
         Ok(result)
     }

@@ -259,6 +259,9 @@ fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             } else {
                 (rw / ow as f64).ceil().max(0.0) as usize
             };
+            // The sample table of one roi: a huge sampling_ratio (or roi) is a size error.
+            crate::tensor::checked_len(&[oh, ow, gh, gw], size_of_val(&bilinear(0.0, 0.0, 1, 1)))
+                .map_err(|e| OpError(format!("{op}: sampling grid {gh}x{gw} per bin: {}", e.0)))?;
             let count = (gh * gw).max(1) as f64;
             samples.clear();
             for ph in 0..oh {

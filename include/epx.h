@@ -231,6 +231,11 @@ const char *epx_plugin_abi_version(void);
 uint64_t epx_set_max_tensor_bytes(uint64_t bytes);
 
 /**
+ * The largest tensor (in bytes) epx allocates now ([`epx_set_max_tensor_bytes`]).
+ */
+uint64_t epx_max_tensor_bytes(void);
+
+/**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.

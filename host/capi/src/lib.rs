@@ -88,6 +88,12 @@ pub extern "C" fn epx_set_max_tensor_bytes(bytes: u64) -> u64 {
     })
 }
 
+/// The largest tensor (in bytes) epx allocates now ([`epx_set_max_tensor_bytes`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_max_tensor_bytes() -> u64 {
+    ffi_boundary!(epx_host::max_tensor_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

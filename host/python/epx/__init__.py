@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
     "DoctorReport", "providers", "doctor", "version", "plugin_abi_version", "plugin_dirs",
+    "max_tensor_bytes", "set_max_tensor_bytes",
 ]
 
 ProviderSpec = Union[str, Tuple[str, Mapping[str, Any]]]
@@ -50,6 +51,18 @@ def version() -> str:
 def plugin_abi_version() -> str:
     """The plugin ABI version libepx speaks, as "major.minor"."""
     return Library.default().epx_plugin_abi_version().decode()
+
+
+def max_tensor_bytes() -> int:
+    """The largest tensor (bytes) epx allocates: a model or input asking for more gets an
+    EpxError naming the shape and the size. Default: EPX_MAX_TENSOR_BYTES, else the machine's
+    memory."""
+    return int(Library.default().epx_max_tensor_bytes())
+
+
+def set_max_tensor_bytes(limit: int) -> int:
+    """Sets `max_tensor_bytes()` for the whole process; returns the limit now in force."""
+    return int(Library.default().epx_set_max_tensor_bytes(int(limit)))
 
 
 def plugin_dirs() -> List[str]:

@@ -77,6 +77,8 @@ _SIZE = ctypes.c_size_t
 SIGNATURES = {
     "epx_version": (_STR, []),
     "epx_plugin_abi_version": (_STR, []),
+    "epx_max_tensor_bytes": (ctypes.c_uint64, []),
+    "epx_set_max_tensor_bytes": (ctypes.c_uint64, [ctypes.c_uint64]),
     "epx_error_code": (ctypes.c_int, [P]),
     "epx_error_message": (_STR, [P]),
     "epx_error_free": (None, [P]),

@@ -137,6 +137,21 @@ def test_errors_are_exceptions_with_code_and_message():
     raises(1, "no output 'nope'", lambda: s.run({"image": np.zeros((1, 1, 28, 28), np.float32)}, ["nope"]))
 
 
+def test_the_tensor_limit_turns_a_huge_tensor_into_an_error():
+    old = epx.max_tensor_bytes()
+    assert old > 0
+    s = epx.Session(example("mnist-cnn.onnx"))
+    image = np.zeros((1, 1, 28, 28), np.float32)
+    try:
+        assert epx.set_max_tensor_bytes(1000) == 1000
+        with pytest.raises(epx.EpxError) as e:
+            s.run({"image": image})
+        assert "more than the 1000" in e.value.message, e.value.message
+    finally:
+        epx.set_max_tensor_bytes(old)
+    assert s.run({"image": image})["probabilities"].shape == (1, 10)
+
+
 def test_model_metadata_and_symbolic_extents():
     s = epx.Session(here("models", "metadata.onnx"))
     m = s.metadata()

@@ -481,8 +481,9 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             let counts = &mut out[r * width..(r + 1) * width];
             for gram in min_n..=max_n.min(grams.by_len.len()) {
                 let table = &grams.by_len[gram - 1];
-                // Unigrams have no gaps: count them once, not once per skip.
-                let skips = if gram == 1 { 0 } else { max_skip };
+                // Unigrams have no gaps: count them once, not once per skip. A skip of a row's
+                // length or more leaves no room for a second token.
+                let skips = if gram == 1 { 0 } else { max_skip.min(cols) };
                 for skip in 0..=skips {
                     let step = skip + 1;
                     let span = (gram - 1) * step;

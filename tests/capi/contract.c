@@ -8,19 +8,9 @@
 #include <string.h>
 
 #include "epx.h"
+#include "check.h"
 
-static int checks = 0;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Expects `e` to be an error with `code` whose message contains `needle`; frees it. */
 static void expect_error(EpxError *e, EpxErrorCode code, const char *needle, const char *what) {

@@ -12,16 +12,8 @@
 #include <string.h>
 
 #include "epx.h"
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Loads `path` and runs it on x = [1.0]: the first error, or NULL when both worked. */
 static EpxError *load_and_run(const EpxEnv *env, const char *path) {

@@ -9,16 +9,8 @@
 #include <stdlib.h>
 
 #include "epx.h"
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define MAX_INPUTS 8
 

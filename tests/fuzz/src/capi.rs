@@ -255,21 +255,8 @@ pub fn run(input: &[u8]) -> bool {
         .iter()
         .zip(&shapes)
         .zip(&buffers)
-        .map(|((&(name, elem_type, null_data), shape), buf)| TensorRef {
-            name,
-            elem_type,
-            shape: if shape.is_empty() {
-                std::ptr::null()
-            } else {
-                shape.as_ptr()
-            },
-            ndim: shape.len(),
-            data: if null_data {
-                std::ptr::null()
-            } else {
-                buf.as_ptr().cast()
-            },
-            byte_len: buf.len(),
+        .map(|((&(name, elem_type, null_data), shape), buf)| {
+            tensor_ref(name, elem_type, shape, buf, null_data)
         })
         .collect();
     call(state, model, &refs)
@@ -337,20 +324,36 @@ fn valid_then_changed(state: &State, model: &Model, c: &mut Choices<'_>) -> bool
         .iter()
         .zip(&types)
         .zip(shapes.iter().zip(&buffers))
-        .map(|((&name, &elem_type), (shape, buf))| TensorRef {
-            name,
-            elem_type,
-            shape: if shape.is_empty() {
-                std::ptr::null()
-            } else {
-                shape.as_ptr()
-            },
-            ndim: shape.len(),
-            data: buf.as_ptr().cast(),
-            byte_len: buf.len(),
-        })
+        .map(|((&name, &elem_type), (shape, buf))| tensor_ref(name, elem_type, shape, buf, false))
         .collect();
     call(state, model, &refs)
+}
+
+/// The C description of one input: `shape` and `buf` are borrowed (NULL when empty, or when
+/// `null_data` asks for a NULL data pointer).
+fn tensor_ref(
+    name: *const c_char,
+    elem_type: i32,
+    shape: &[i64],
+    buf: &[u8],
+    null_data: bool,
+) -> TensorRef {
+    TensorRef {
+        name,
+        elem_type,
+        shape: if shape.is_empty() {
+            std::ptr::null()
+        } else {
+            shape.as_ptr()
+        },
+        ndim: shape.len(),
+        data: if null_data {
+            std::ptr::null()
+        } else {
+            buf.as_ptr().cast()
+        },
+        byte_len: buf.len(),
+    }
 }
 
 /// One `epx_session_run`; reads every output it returns. Whether the run worked.

@@ -299,34 +299,28 @@ fn fuzz(target: Target, seconds: u64, seed: u64, out: &Path, timeout: Duration) 
                         _ => {}
                     }
                 }
-                Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                ended => {
+                    // The child died (its pipe closed) or went quiet for too long.
+                    let hung = matches!(ended, Err(mpsc::RecvTimeoutError::Timeout));
+                    if hung {
+                        let _ = child.kill();
+                    }
                     let status = child.wait().ok();
                     if let Some(c) = running {
                         cases += 1;
-                        crashes += 1;
                         next = c + 1;
-                        let to = save("crash", c);
+                        let (kind, how) = if hung {
+                            hangs += 1;
+                            ("hang", format!("ran longer than {} s", timeout.as_secs()))
+                        } else {
+                            crashes += 1;
+                            let status = status.map_or("unknown status".into(), |s| s.to_string());
+                            ("crash", format!("killed the process ({status})"))
+                        };
+                        let to = save(kind, c);
                         println!(
-                            "{}: case {c} killed the process ({}) (input: {})",
+                            "{}: case {c} {how} (input: {})",
                             target.name(),
-                            status.map_or("unknown status".into(), |s| s.to_string()),
-                            to.display()
-                        );
-                    }
-                    break;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    if let Some(c) = running {
-                        cases += 1;
-                        hangs += 1;
-                        next = c + 1;
-                        let to = save("hang", c);
-                        println!(
-                            "{}: case {c} ran longer than {} s (input: {})",
-                            target.name(),
-                            timeout.as_secs(),
                             to.display()
                         );
                     }

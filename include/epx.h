@@ -367,6 +367,17 @@ struct EpxError *epx_session_options_set_intra_op_threads(struct EpxSessionOptio
                                                           size_t threads);
 
 /**
+ * The largest tensor (bytes) sessions made with these options allocate, in place of the
+ * process's limit ([`epx_set_max_tensor_bytes`](crate::epx_set_max_tensor_bytes)): a model or
+ * input asking for more is an error naming the node and the size. 0 goes back to the process's
+ * limit.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptions *options,
+                                                          uint64_t bytes);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -775,6 +786,17 @@ struct EpxError *epx_session_options_set_strict(struct EpxSessionOptions *option
  */
 struct EpxError *epx_session_options_set_intra_op_threads(struct EpxSessionOptions *options,
                                                           size_t threads);
+
+/**
+ * The largest tensor (bytes) sessions made with these options allocate, in place of the
+ * process's limit ([`epx_set_max_tensor_bytes`](crate::epx_set_max_tensor_bytes)): a model or
+ * input asking for more is an error naming the node and the size. 0 goes back to the process's
+ * limit.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptions *options,
+                                                          uint64_t bytes);
 
 /**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the

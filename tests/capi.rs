@@ -358,7 +358,7 @@ fn one_process_survives_every_hostile_model_through_the_c_api() {
         .output()
         .expect("running the hostile cases");
     let stdout = text(&out);
-    let n = cases.lines().count() + 1;
+    let n = cases.lines().count() + 2;
     assert!(
         out.status.success() && stdout.contains(&format!("SURVIVED {n}")),
         "{:?}\n{stdout}",

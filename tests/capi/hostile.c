@@ -80,6 +80,27 @@ int main(int argc, char **argv) {
     epx_error_free(e);
     survived++;
 
+    /* A session's own limit holds for that session alone. */
+    EpxSessionOptions *opts = epx_session_options_new();
+    CHECK(epx_session_options_set_max_tensor_bytes(opts, 8) == NULL, "set the session limit");
+    EpxSession *small = NULL;
+    e = epx_session_new(env, argv[2], opts, &small);
+    CHECK(e == NULL, "%s with a limit: %s", argv[2], epx_error_message(e));
+    epx_session_options_free(opts);
+    float four[4] = {1, 2, 3, 4};
+    int64_t four_shape[1] = {4};
+    EpxTensorRef over[2] = {
+        {in0.name, EPX_ELEMENT_TYPE_FLOAT, four_shape, 1, four, sizeof four},
+        {in1.name, EPX_ELEMENT_TYPE_FLOAT, four_shape, 1, four, sizeof four},
+    };
+    e = epx_session_run(small, over, 2, &outs);
+    CHECK(e != NULL && strstr(epx_error_message(e), "more than the 8") != NULL,
+          "16 bytes under a session limit of 8: %s", e ? epx_error_message(e) : "ran");
+    printf("ok   a session limit of 8 bytes: %s\n", epx_error_message(e));
+    epx_error_free(e);
+    epx_session_free(small);
+    survived++;
+
     /* The process still runs models. */
     size_t count = 1;
     for (int64_t k = 0; k < in0.ndim; k++) {

@@ -10,6 +10,8 @@ pub struct EpxSessionOptions {
     pub(crate) strict: bool,
     /// The CPU EP's intra-op thread count; `None` for its default (one per core).
     pub(crate) intra_op_threads: Option<usize>,
+    /// The sessions' own tensor limit; `None` for the process's.
+    pub(crate) max_tensor_bytes: Option<u64>,
 }
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
@@ -20,6 +22,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
             providers: Vec::new(),
             strict: false,
             intra_op_threads: None,
+            max_tensor_bytes: None,
         }))
     })
 }
@@ -104,6 +107,24 @@ pub extern "C" fn epx_session_options_set_intra_op_threads(
     ffi_boundary!({
         let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
         options.intra_op_threads = (threads > 0).then_some(threads);
+        Res::Ok(())
+    })
+}
+
+/// The largest tensor (bytes) sessions made with these options allocate, in place of the
+/// process's limit ([`epx_set_max_tensor_bytes`](crate::epx_set_max_tensor_bytes)): a model or
+/// input asking for more is an error naming the node and the size. 0 goes back to the process's
+/// limit.
+///
+/// Pointers: `options` is a live option set.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_max_tensor_bytes(
+    options: Option<&mut EpxSessionOptions>,
+    bytes: u64,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.max_tensor_bytes = (bytes > 0).then_some(bytes);
         Res::Ok(())
     })
 }

@@ -62,6 +62,15 @@ pub(crate) fn element_type(code: i32, what: &str) -> Res<ElementType> {
         .ok_or_else(|| invalid(format!("{what}: {code} is not an EpxElementType")))
 }
 
+/// Runs `f` under the session's tensor limit (the process's for a NULL session), so that the
+/// input tensors made from the caller's buffers are held to it too.
+fn within_limits<R>(session: Option<&EpxSession>, f: impl FnOnce() -> R) -> R {
+    match session {
+        Some(s) => s.session.within_limits(f),
+        None => f(),
+    }
+}
+
 pub(crate) fn run_session(
     session: Option<&EpxSession>,
     inputs: Vec<(String, Value)>,
@@ -160,7 +169,7 @@ pub unsafe extern "C" fn epx_session_run(
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
-    ffi_boundary!({
+    ffi_boundary!(within_limits(session, || {
         // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let refs = unsafe { slice(inputs, n_inputs, "inputs") }?;
         let mut tensors = Vec::with_capacity(refs.len());
@@ -173,7 +182,7 @@ pub unsafe extern "C" fn epx_session_run(
             tensors.push((name.to_string(), Value::Host(t)));
         }
         run_session(session, tensors, out)
-    })
+    }))
 }
 
 /// Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
@@ -191,7 +200,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
-    ffi_boundary!({
+    ffi_boundary!(within_limits(session, || {
         // SAFETY: `input_names` is NULL or points at `n_inputs` elements, per this function's
         // contract.
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
@@ -206,7 +215,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
             tensors.push((name.to_string(), Value::Host(tensor_from_dl(t, name)?)));
         }
         run_session(session, tensors, out)
-    })
+    }))
 }
 
 pub(crate) fn tensor_from_dl(t: &DLTensor, name: &str) -> Res<Tensor> {
@@ -353,7 +362,7 @@ pub unsafe extern "C" fn epx_session_run_values(
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
-    ffi_boundary!({
+    ffi_boundary!(within_limits(session, || {
         // SAFETY: `input_names` is NULL or points at `n_inputs` elements, per this function's
         // contract.
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
@@ -368,7 +377,7 @@ pub unsafe extern "C" fn epx_session_run_values(
             feed.push((name.to_string(), v.to_value()?));
         }
         run_session(session, feed, out)
-    })
+    }))
 }
 
 /// Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)

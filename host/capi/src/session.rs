@@ -67,6 +67,9 @@ pub(crate) fn make_session(
         builder = builder
             .with_execution_providers(o.providers.iter().cloned())?
             .with_strict_placement(o.strict);
+        if let Some(n) = o.max_tensor_bytes {
+            builder = builder.with_max_tensor_bytes(n);
+        }
         if let Some(n) = o.intra_op_threads {
             builder = builder.with_intra_op_threads(n);
         }

@@ -53,7 +53,7 @@ pub use session::{
     BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
     LoadProbe, Session, SessionBuilder, SessionOutputs, ValueSpec,
 };
-pub use value::tensor::{max_tensor_bytes, set_max_tensor_bytes};
+pub use value::tensor::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};
 pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};
 
 /// The plugin ABI version this host speaks, as `major.minor` (`"1.3"`): plugins built for this

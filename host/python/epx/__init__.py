@@ -121,7 +121,8 @@ class _Options:
     """An EpxSessionOptions built from provider specs; freed by `close`."""
 
     def __init__(self, lib: Library, providers: Sequence[ProviderSpec], strict: bool = False,
-                 error_on_failure: bool = True, intra_op_threads: Optional[int] = None):
+                 error_on_failure: bool = True, intra_op_threads: Optional[int] = None,
+                 max_tensor_bytes: Optional[int] = None):
         self._lib = lib
         self.ptr = lib.epx_session_options_new()
         if not self.ptr:
@@ -137,6 +138,8 @@ class _Options:
             lib.check(lib.epx_session_options_set_strict(self.ptr, strict))
             if intra_op_threads:
                 lib.check(lib.epx_session_options_set_intra_op_threads(self.ptr, intra_op_threads))
+            if max_tensor_bytes:
+                lib.check(lib.epx_session_options_set_max_tensor_bytes(self.ptr, max_tensor_bytes))
         except BaseException:
             self.close()
             raise
@@ -262,17 +265,19 @@ class Session:
     `(name, {option: value})`; the CPU EP runs what is left. With `strict`, making the session
     fails when a node would fall back to the CPU EP; with `error_on_failure` (the default) an EP
     that cannot be set up is an error, otherwise it is skipped and `placement()` says why.
-    `intra_op_threads` sets the CPU EP's thread count (default: one per core).
+    `intra_op_threads` sets the CPU EP's thread count (default: one per core);
+    `max_tensor_bytes` this session's tensor limit (default: `epx.max_tensor_bytes()`).
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
                  providers: Sequence[ProviderSpec] = (), *, env: Optional[Environment] = None,
                  strict: bool = False, error_on_failure: bool = True,
-                 intra_op_threads: Optional[int] = None):
+                 intra_op_threads: Optional[int] = None, max_tensor_bytes: Optional[int] = None):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
-        opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads)
+        opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
+                        max_tensor_bytes)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)

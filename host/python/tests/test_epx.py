@@ -150,6 +150,12 @@ def test_the_tensor_limit_turns_a_huge_tensor_into_an_error():
     finally:
         epx.set_max_tensor_bytes(old)
     assert s.run({"image": image})["probabilities"].shape == (1, 10)
+    # A session's own limit, for that session alone (here its weights are already too big).
+    with pytest.raises(epx.EpxError) as e:
+        epx.Session(example("mnist-cnn.onnx"), max_tensor_bytes=1000)
+    assert "more than the 1000" in e.value.message, e.value.message
+    assert epx.max_tensor_bytes() == old
+    assert s.run({"image": image})["probabilities"].shape == (1, 10)
 
 
 def test_model_metadata_and_symbolic_extents():

@@ -642,12 +642,17 @@ pub fn checked_len(shape: &[usize], elem_bytes: usize) -> OpResult<usize> {
     }
 }
 
-/// The largest tensor epx allocates: the last [`set_max_tensor_bytes`], else
+/// The largest tensor epx allocates: the limit of the session running on this thread
+/// ([`with_max_tensor_bytes`]), else the last [`set_max_tensor_bytes`], else
 /// `EPX_MAX_TENSOR_BYTES` when set (a number of bytes), else this machine's physical memory
 /// (from `/proc/meminfo`; no limit where that is not there). A bigger tensor is an error naming
 /// its shape, never an abort in the allocator.
 pub fn max_tensor_bytes() -> u64 {
     use std::sync::atomic::Ordering;
+    let scoped = SCOPED_MAX_TENSOR_BYTES.with(std::cell::Cell::get);
+    if scoped != 0 {
+        return scoped;
+    }
     match MAX_TENSOR_BYTES.load(Ordering::Relaxed) {
         0 => {
             let limit = default_max_tensor_bytes();
@@ -663,6 +668,29 @@ pub fn max_tensor_bytes() -> u64 {
 /// Sets the limit [`max_tensor_bytes`] returns, for the whole process (at least 1 byte).
 pub fn set_max_tensor_bytes(bytes: u64) {
     MAX_TENSOR_BYTES.store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Runs `f` with [`max_tensor_bytes`] returning `limit` on this thread (a session's own limit,
+/// around its creation and its runs); `None` runs it under the process's limit. Checks made on
+/// other threads meanwhile (a kernel's pool workers) keep the process's limit.
+pub fn with_max_tensor_bytes<R>(limit: Option<u64>, f: impl FnOnce() -> R) -> R {
+    let Some(limit) = limit else {
+        return f();
+    };
+    /// Puts the previous value back, also when `f` panics.
+    struct Restore(u64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED_MAX_TENSOR_BYTES.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SCOPED_MAX_TENSOR_BYTES.with(|s| s.replace(limit.max(1))));
+    f()
+}
+
+thread_local! {
+    /// The limit of the session running on this thread; 0 when none is set.
+    static SCOPED_MAX_TENSOR_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// 0 until read or set.

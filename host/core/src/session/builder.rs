@@ -16,6 +16,7 @@ pub struct SessionBuilder {
     strict: bool,
     device_outputs: Vec<String>,
     intra_op_threads: Option<usize>,
+    max_tensor_bytes: Option<u64>,
 }
 
 impl Session {
@@ -26,6 +27,7 @@ impl Session {
             strict: false,
             device_outputs: Vec::new(),
             intra_op_threads: None,
+            max_tensor_bytes: None,
         })
     }
 }
@@ -62,6 +64,15 @@ impl SessionBuilder {
         self
     }
 
+    /// The largest tensor this session allocates (bytes), in place of the process's limit
+    /// ([`crate::max_tensor_bytes`]): a model or input asking for more is an error naming the
+    /// node and the size. It holds for the host and the CPU EP's checks made on the thread that
+    /// creates or runs the session; checks on the CPU EP's pool threads use the process's limit.
+    pub fn with_max_tensor_bytes(mut self, bytes: u64) -> Self {
+        self.max_tensor_bytes = Some(bytes);
+        self
+    }
+
     /// Leaves these graph outputs in their EP's memory instead of copying them to the host;
     /// read them with [`SessionOutputs::device`] and copy them later with
     /// [`DeviceTensor::to_host`].
@@ -75,12 +86,16 @@ impl SessionBuilder {
     }
 
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
-        let model = crate::model::onnx::load_model_file(path.as_ref())?;
+        let model = crate::with_max_tensor_bytes(self.max_tensor_bytes, || {
+            crate::model::onnx::load_model_file(path.as_ref())
+        })?;
         self.commit_from_model(model)
     }
 
     pub fn commit_from_memory(self, bytes: &[u8]) -> Result<Session> {
-        let model = crate::model::onnx::load_model_bytes(bytes, "<memory>", None)?;
+        let model = crate::with_max_tensor_bytes(self.max_tensor_bytes, || {
+            crate::model::onnx::load_model_bytes(bytes, "<memory>", None)
+        })?;
         self.commit_from_model(model)
     }
 
@@ -89,15 +104,20 @@ impl SessionBuilder {
             Some(e) => e,
             None => Environment::global()?,
         };
-        compile::compile(
-            &env,
-            compile::Request {
-                providers: self.providers,
-                strict: self.strict,
-                device_outputs: self.device_outputs,
-                intra_op_threads: self.intra_op_threads,
-            },
-            model,
-        )
+        let limit = self.max_tensor_bytes;
+        let mut session = crate::with_max_tensor_bytes(limit, || {
+            compile::compile(
+                &env,
+                compile::Request {
+                    providers: self.providers,
+                    strict: self.strict,
+                    device_outputs: self.device_outputs,
+                    intra_op_threads: self.intra_op_threads,
+                },
+                model,
+            )
+        })?;
+        session.max_tensor_bytes = limit;
+        Ok(session)
     }
 }

@@ -79,6 +79,7 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         copy_bytes,
         placement,
         node_provider,
+        max_tensor_bytes: None,
     })
 }
 
@@ -436,6 +437,33 @@ mod tests {
             .with_execution_providers([ep])
             .commit()
             .expect("environment")
+    }
+
+    /// A session's own tensor limit holds for its runs and nothing else: another session on
+    /// the same thread, and the thread after the run, keep the process's limit.
+    #[test]
+    fn a_session_limit_holds_for_that_session_alone() {
+        let m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+        let bytes = m.encode_to_vec();
+        let x = || crate::Tensor::zeros(crate::ElementType::Float, &[1000]).expect("x");
+        let limited = crate::Session::builder()
+            .expect("builder")
+            .with_max_tensor_bytes(100)
+            .commit_from_memory(&bytes)
+            .expect("session");
+        let open = crate::Session::builder()
+            .expect("builder")
+            .commit_from_memory(&bytes)
+            .expect("session");
+        let process = crate::max_tensor_bytes();
+        let e = limited
+            .run([("x", x())])
+            .expect_err("4000 bytes over a 100-byte limit");
+        assert!(e.to_string().contains("more than the 100"), "{e}");
+        assert_eq!(crate::max_tensor_bytes(), process);
+        let y = open.run([("x", x())]).expect("the other session");
+        assert_eq!(y["y"].len(), 1000);
+        assert_eq!(limited.within_limits(crate::max_tensor_bytes), 100);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Session {
     copy_bytes: Vec<AtomicU64>,
     placement: PlacementReport,
     node_provider: Vec<usize>,
+    /// This session's tensor limit ([`SessionBuilder::with_max_tensor_bytes`]).
+    max_tensor_bytes: Option<u64>,
 }
 
 /// A graph input or output as the session sees it.

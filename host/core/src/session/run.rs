@@ -89,6 +89,22 @@ impl Session {
         &self,
         inputs: impl IntoIterator<Item = (S, V)>,
     ) -> Result<SessionOutputs> {
+        self.within_limits(|| self.run_unscoped(inputs))
+    }
+
+    /// Runs `f` under this session's tensor limit ([`SessionBuilder::with_max_tensor_bytes`];
+    /// the process's when it has none): for callers that make the session's input tensors
+    /// themselves, as the C API does.
+    ///
+    /// [`SessionBuilder::with_max_tensor_bytes`]: crate::SessionBuilder::with_max_tensor_bytes
+    pub fn within_limits<R>(&self, f: impl FnOnce() -> R) -> R {
+        crate::with_max_tensor_bytes(self.max_tensor_bytes, f)
+    }
+
+    fn run_unscoped<S: AsRef<str>, V: Into<Value>>(
+        &self,
+        inputs: impl IntoIterator<Item = (S, V)>,
+    ) -> Result<SessionOutputs> {
         let g = &self.model.graph;
         let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
         let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();

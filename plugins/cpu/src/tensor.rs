@@ -603,13 +603,14 @@ pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| OpError(format!("shape {shape:?} has too many elements")))?;
-    // Every element is at least a byte (packed 4-bit types aside, which are never this large):
-    // a shape over the limit cannot be allocated, and saying so beats an allocator abort.
+    // Counted at 8 bytes an element: the widest form the kernels hold a tensor's values in
+    // while computing it (f64, whatever the output type), so that no shape passing this check
+    // makes an allocation larger than the limit. Saying so beats an allocator abort.
     let limit = max_tensor_bytes();
-    if n as u64 > limit {
+    if (n as u64).saturating_mul(8) > limit {
         return Err(OpError(format!(
-            "shape {shape:?} has {n} elements, more than the {limit} bytes allocated for one \
-             tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
+            "shape {shape:?} has {n} elements, at up to 8 bytes each more than the {limit} \
+             bytes allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"
         )));
     }
     // An empty tensor with a huge dim ([2^40, 0]) holds nothing, but kernels size tables and
@@ -619,7 +620,7 @@ pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
         .iter()
         .filter(|&&d| d != 0)
         .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-    if n == 0 && extent.is_none_or(|e| e > limit) {
+    if n == 0 && extent.is_none_or(|e| e.saturating_mul(8) > limit) {
         return Err(OpError(format!(
             "empty shape {shape:?} has dims whose product is more than the {limit} bytes \
              allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)"

@@ -931,7 +931,7 @@ fn range_typed<T: Num>(
     }
     let n = count.max(0.0) as usize;
     crate::tensor::checked_len(&[n], size_of::<T>())
-        .map_err(|e| OpError(format!("{op}: range of {n} elements: {}", e.0)))?;
+        .map_err(|e| OpError(format!("{op}: {}", e.0)))?;
     let v: Vec<T> = if T::IS_FLOAT {
         (0..n)
             .map(|i| T::from_f64(s.to_f64() + i as f64 * d.to_f64()))

@@ -261,7 +261,9 @@ struct EpxError *epx_env_new(const char *const *plugin_dirs,
 void epx_env_free(struct EpxEnv *env);
 
 /**
- * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+ * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each, after
+ * opening it in a child process when an `epx` executable is beside libepx, `../bin/epx` or
+ * `EPX_PROBE_EXE`, so that a library that crashes the loader is listed as broken), then the
  * built-in ones. 0 for NULL.
  *
  * Pointers: `env` is NULL or a live environment.
@@ -281,7 +283,8 @@ struct EpxError *epx_env_provider(const struct EpxEnv *env,
 /**
  * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
  * with its manifest, ABI and each library it depends on, found or not and where it was looked
- * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+ * for. `*all_ok` (may be NULL) says whether every plugin is usable. Plugins are opened in a
+ * child process first, as for [`epx_env_provider_count`]. Free `*report` with
  * [`epx_string_free`].
  *
  * # Safety
@@ -824,7 +827,9 @@ struct EpxError *epx_env_new(const char *const *plugin_dirs,
 void epx_env_free(struct EpxEnv *env);
 
 /**
- * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+ * How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each, after
+ * opening it in a child process when an `epx` executable is beside libepx, `../bin/epx` or
+ * `EPX_PROBE_EXE`, so that a library that crashes the loader is listed as broken), then the
  * built-in ones. 0 for NULL.
  *
  * Pointers: `env` is NULL or a live environment.
@@ -844,7 +849,8 @@ struct EpxError *epx_env_provider(const struct EpxEnv *env,
 /**
  * The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
  * with its manifest, ABI and each library it depends on, found or not and where it was looked
- * for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+ * for. `*all_ok` (may be NULL) says whether every plugin is usable. Plugins are opened in a
+ * child process first, as for [`epx_env_provider_count`]. Free `*report` with
  * [`epx_string_free`].
  *
  * # Safety

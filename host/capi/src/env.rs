@@ -30,7 +30,27 @@ pub(crate) struct ProviderRow {
 /// The plugin directories, default EPs and loaded plugins every session starts from.
 pub struct EpxEnv {
     pub(crate) env: Arc<Environment>,
-    pub(crate) providers: Vec<ProviderRow>,
+    /// The EP list, made at the first call that reads it (it loads every plugin).
+    providers: std::sync::OnceLock<Vec<ProviderRow>>,
+}
+
+impl EpxEnv {
+    /// Every plugin found is first opened in a child process (`epx probe-library`), when an
+    /// `epx` executable is beside this library or named by `EPX_PROBE_EXE`: a plugin that
+    /// crashes the loader is then listed as broken instead of ending the calling program.
+    fn probe_plugins(&self) {
+        if let Some(exe) = own_dir().and_then(|d| epx_host::plugin::probe::find_epx(&d)) {
+            self.env
+                .probe_unloaded(&epx_host::plugin::probe::child_process(exe));
+        }
+    }
+
+    fn providers(&self) -> &[ProviderRow] {
+        self.providers.get_or_init(|| {
+            self.probe_plugins();
+            provider_rows(&self.env)
+        })
+    }
 }
 
 /// The folder holding this library (`<prefix>/lib` once installed), for the default plugin
@@ -143,11 +163,13 @@ pub unsafe extern "C" fn epx_env_new(
             builder = builder.with_execution_providers(defaults.providers.iter().cloned());
         }
         let env = builder.commit()?;
-        let providers = provider_rows(&env);
         put(
             out,
             "out",
-            Box::into_raw(Box::new(EpxEnv { env, providers })),
+            Box::into_raw(Box::new(EpxEnv {
+                env,
+                providers: std::sync::OnceLock::new(),
+            })),
         )
     })
 }
@@ -162,13 +184,15 @@ pub extern "C" fn epx_env_free(env: Option<Box<EpxEnv>>) {
     ffi_boundary!(drop(env))
 }
 
-/// How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each), then the
+/// How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each, after
+/// opening it in a child process when an `epx` executable is beside libepx, `../bin/epx` or
+/// `EPX_PROBE_EXE`, so that a library that crashes the loader is listed as broken), then the
 /// built-in ones. 0 for NULL.
 ///
 /// Pointers: `env` is NULL or a live environment.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_env_provider_count(env: Option<&EpxEnv>) -> usize {
-    ffi_boundary!(env.map_or(0, |e| e.providers.len()))
+    ffi_boundary!(env.map_or(0, |e| e.providers().len()))
 }
 
 /// Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
@@ -183,10 +207,11 @@ pub extern "C" fn epx_env_provider(
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = object(env, "env")?;
-        let row = env.providers.get(index).ok_or_else(|| {
+        let rows = env.providers();
+        let row = rows.get(index).ok_or_else(|| {
             invalid(format!(
                 "EP index {index} out of range (there are {})",
-                env.providers.len()
+                rows.len()
             ))
         })?;
         let desc = EpxProviderDesc {
@@ -206,7 +231,8 @@ pub extern "C" fn epx_env_provider(
 
 /// The doctor report (what `epx doctor` prints): every plugin folder searched, every plugin found
 /// with its manifest, ABI and each library it depends on, found or not and where it was looked
-/// for. `*all_ok` (may be NULL) says whether every plugin is usable. Free `*report` with
+/// for. `*all_ok` (may be NULL) says whether every plugin is usable. Plugins are opened in a
+/// child process first, as for [`epx_env_provider_count`]. Free `*report` with
 /// [`epx_string_free`].
 ///
 /// # Safety
@@ -219,6 +245,7 @@ pub unsafe extern "C" fn epx_env_doctor(
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = object(env, "env")?;
+        env.probe_plugins();
         let (text, ok) = epx_host::doctor::report(&env.env);
         if let Some(all_ok) = all_ok {
             all_ok.write(ok);

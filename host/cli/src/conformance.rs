@@ -22,8 +22,8 @@ use epx_io::compare::{Tolerance, check_value, max_abs_error};
 use epx_io::nodetest::{data_sets, read_data_set};
 use serde_json::json;
 
-use crate::probe::{exit_signal, signal_name};
 use crate::run::{make_inputs, parse_ep};
+use epx::plugin::probe::{exit_signal, signal_name};
 
 #[derive(clap::Args)]
 pub struct ConformanceArgs {

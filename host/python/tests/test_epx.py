@@ -118,6 +118,27 @@ def test_torch_tensors_go_in_and_come_out_through_dlpack():
     assert t.data_ptr() == out.ctypes.data
 
 
+def test_a_plugin_that_crashes_the_loader_is_listed_as_broken(tmp_path):
+    """libepx opens each plugin in a child process (the wheel's bin/epx) before loading it, so a
+    library whose constructor faults is a row with the signal, not the end of Python."""
+    import subprocess
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build the faulting library")
+    src = tmp_path / "segv.c"
+    src.write_text("__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\n")
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(plugins / "libepx_segv.so"), str(src)],
+                   check=True)
+    env = epx.Environment(plugin_dirs=[plugins], discover=False)
+    rows = {p.name: p for p in env.providers()}
+    assert not rows["segv"].available
+    assert "killed by signal 11 (SIGSEGV)" in rows["segv"].reason, rows["segv"].reason
+    assert rows["cpu"].available
+    report = env.doctor()
+    assert not report.ok and "SIGSEGV" in report.text, report.text
+
+
 def test_errors_are_exceptions_with_code_and_message():
     def raises(code, needle, fn):
         with pytest.raises(epx.EpxError) as e:

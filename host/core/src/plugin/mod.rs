@@ -14,6 +14,7 @@ pub mod discover;
 pub(crate) mod host_api;
 mod library;
 pub mod manifest;
+pub mod probe;
 mod provider;
 pub mod resolve;
 pub mod trust;

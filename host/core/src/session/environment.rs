@@ -385,6 +385,36 @@ impl Environment {
         names
     }
 
+    /// Runs `probe` on every discovered plugin not loaded yet that admission passes, and
+    /// remembers each it refuses, so that a listing ([`Environment::load_all`], the doctor
+    /// report) that follows never opens those here. The others are left to load as usual.
+    pub fn probe_unloaded(&self, probe: &LoadProbe) {
+        for candidate in &self.discovery.plugins {
+            if self.loaded_outcome(&candidate.library).is_some() {
+                continue;
+            }
+            let admission = admit(candidate);
+            if admission.refusal.is_some() {
+                continue;
+            }
+            if let Err(why) = probe(candidate, &admission.preload_order()) {
+                let refusal = Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why);
+                let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+                loaded
+                    .entry(candidate.library.clone())
+                    .or_insert_with(|| LoadOutcome {
+                        admission: Arc::new(admission),
+                        library: Err(refusal),
+                    });
+            }
+        }
+    }
+
+    fn loaded_outcome(&self, library: &Path) -> Option<LoadOutcome> {
+        let loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        loaded.get(library).cloned()
+    }
+
     /// Loads every discovered plugin, for listings: each candidate with its library or error.
     pub fn load_all(&self) -> Vec<(PluginCandidate, Result<Arc<PluginLibrary>>)> {
         self.discovery

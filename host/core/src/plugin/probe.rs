@@ -1,0 +1,161 @@
+//! Opening a plugin library in a child process before this process opens it: a library that
+//! crashes the loader (a corrupt file, a constructor that faults, an `ld.so` assertion) or hangs
+//! kills or stalls the child, and is refused here with the signal or exit status
+//! ([`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed)).
+//!
+//! The child is the `epx` executable: `epx probe-library LIB [--preload DEP]...` opens the
+//! library as loading does and prints [`SURVIVED`]. `epx providers` / `epx doctor` re-run
+//! themselves; libepx looks for `epx` beside itself ([`find_epx`]).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::discover::PluginCandidate;
+use crate::session::LoadProbe;
+
+/// The line a child prints when opening the library did not kill it.
+pub const SURVIVED: &str = "epx-probe: survived";
+
+/// How long a library may take to open in the child (`EPX_PROBE_TIMEOUT_S`, default 60 s: ONNX
+/// Runtime and OpenVINO take a second or two; a GPU runtime's first start can take longer).
+fn timeout() -> Duration {
+    let secs = std::env::var("EPX_PROBE_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(60.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// A probe that runs `epx` (at `exe`) on each library.
+pub fn child_process(exe: PathBuf) -> LoadProbe {
+    Arc::new(move |candidate: &PluginCandidate, preloads: &[PathBuf]| {
+        probe(&exe, &candidate.library, preloads, timeout())
+    })
+}
+
+/// The `epx` executable for a library in `lib_dir`: `EPX_PROBE_EXE`, else `<lib_dir>/../bin/epx`
+/// (an installed bundle, the Python wheel), else `<lib_dir>/epx` (a cargo build).
+pub fn find_epx(lib_dir: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("EPX_PROBE_EXE") {
+        return Some(PathBuf::from(p));
+    }
+    [lib_dir.join("../bin/epx"), lib_dir.join("epx")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+fn probe(exe: &Path, library: &Path, preloads: &[PathBuf], limit: Duration) -> Result<(), String> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("probe-library").arg(library);
+    for p in preloads {
+        cmd.arg("--preload").arg(p);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start {} to open it in a child process: {e}",
+                exe.display()
+            )
+        })?;
+    // Both pipes are drained on threads so a chatty library cannot block the child.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(r) = r {
+                let _ = r.take(1 << 20).read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("lost the child process opening it: {e}")),
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    let Some(status) = status else {
+        return Err(format!(
+            "opening it did not finish within {:.0} s in a child process (hung; set \
+             EPX_PROBE_TIMEOUT_S to wait longer), so it was not opened here",
+            limit.as_secs_f64()
+        ));
+    };
+    if status.success() && out.lines().any(|l| l.starts_with(SURVIVED)) {
+        return Ok(());
+    }
+    let how = match exit_signal(&status) {
+        Some(sig) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+        None => format!("ended with {status}"),
+    };
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!("; it last said: {}", l.trim()))
+        .unwrap_or_default();
+    Err(format!(
+        "the library is broken: a child process opening it {how}{last}. It was not opened here"
+    ))
+}
+
+/// The signal that ended a process, if one did.
+#[cfg(unix)]
+pub fn exit_signal(s: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    s.signal()
+}
+
+#[cfg(not(unix))]
+pub fn exit_signal(_: &std::process::ExitStatus) -> Option<i32> {
+    None
+}
+
+/// The usual name of a signal number on Linux.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => "signal",
+    }
+}

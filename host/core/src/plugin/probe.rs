@@ -14,7 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::discover::PluginCandidate;
-use crate::session::LoadProbe;
+
+/// Opens a library somewhere it may crash (a child process) before this process opens it: gets
+/// the candidate and the libraries admission would preload, and returns why it must not be
+/// opened here ([`EnvironmentBuilder::with_load_probe`](crate::EnvironmentBuilder::with_load_probe)).
+pub type LoadProbe =
+    Arc<dyn Fn(&PluginCandidate, &[PathBuf]) -> std::result::Result<(), String> + Send + Sync>;
 
 /// The line a child prints when opening the library did not kill it.
 pub const SURVIVED: &str = "epx-probe: survived";

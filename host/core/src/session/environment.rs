@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::plugin::PluginLibrary;
 use crate::plugin::admit::{AdmissionReport, Refusal, admit, compare_with_manifest};
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
+use crate::plugin::probe::LoadProbe;
 use epx_plugin_api::abi::EpxPluginEntryFn;
 
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
@@ -38,12 +39,6 @@ struct LoadOutcome {
     admission: Arc<AdmissionReport>,
     library: std::result::Result<Arc<PluginLibrary>, Refusal>,
 }
-
-/// Opens a library somewhere it may crash (a child process) before this process opens it: gets
-/// the candidate and the libraries admission would preload, and returns why it must not be
-/// opened here ([`EnvironmentBuilder::with_load_probe`]).
-pub type LoadProbe =
-    Arc<dyn Fn(&PluginCandidate, &[PathBuf]) -> std::result::Result<(), String> + Send + Sync>;
 
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {

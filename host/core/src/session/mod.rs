@@ -24,9 +24,7 @@ pub mod request;
 mod run;
 
 pub use builder::SessionBuilder;
-pub use environment::{
-    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, LoadProbe,
-};
+pub use environment::{BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder};
 pub use placement::PlacementReport;
 pub use request::ExecutionProvider;
 pub use run::SessionOutputs;

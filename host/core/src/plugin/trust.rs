@@ -39,7 +39,7 @@ pub fn check(path: &Path) -> Result<(), Untrusted> {
     let start = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut resolved = PathBuf::from("/");
     let mut links = 0;
-    who.check_one(&resolved, false)?;
+    who.check_one(&resolved, true)?;
     let mut queue = components(&start);
     while let Some(name) = queue.pop_front() {
         if name == ".." {

@@ -475,7 +475,9 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .collect(),
         };
         let mut out = vec![0f32; crate::tensor::checked_len(&[rows, width], 4)?];
-        let mut key = Vec::with_capacity(max_n);
+        // An n-gram is never longer than the longest one in the pool (max_gram_length may be
+        // far larger).
+        let mut key = Vec::with_capacity(max_n.min(grams.by_len.len()));
         for r in 0..rows {
             let row = &tokens[r * cols..(r + 1) * cols];
             let counts = &mut out[r * width..(r + 1) * width];

@@ -232,7 +232,7 @@ fn an_unknown_mode_names_the_valid_ones() {
                 message,
                 "adversarial option `mode`: `sideways` is not one of good, out_of_range, \
                  duplicate, not_offered, empty_group, compile_fails, wrong_shape, wrong_type, \
-                 missing_output, wrong_values, abort, hang, explains, decline_unoffered"
+                 missing_output, wrong_values, abort, hang, explains, decline_unoffered, abort_on_nan"
             );
         }
         other => panic!("expected a setup error, got {:?}", other.err()),

@@ -53,6 +53,10 @@ enum Command {
     /// child process, before they open a library themselves).
     #[command(hide = true)]
     ProbeLibrary(probe::ProbeArgs),
+    /// Host one plugin library's EP for an isolated session, over the pipes and shared memory
+    /// its parent set up (see `epx::plugin::isolate`).
+    #[command(hide = true)]
+    ServePlugin(probe::ServeArgs),
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -106,9 +110,14 @@ fn main() -> ExitCode {
     };
     // Listings open every plugin: each is opened in a child process first, so one that crashes
     // the loader is reported, not fatal.
-    let builder = Environment::builder().with_plugin_dirs(cli.plugin_dirs);
+    let mut builder = Environment::builder().with_plugin_dirs(cli.plugin_dirs);
+    if let Ok(exe) = std::env::current_exe() {
+        // Isolated EPs run in this same executable (`epx serve-plugin`).
+        builder = builder.with_epx_executable(exe);
+    }
     let builder = match cli.command {
         Command::ProbeLibrary(args) => return probe::child(args),
+        Command::ServePlugin(args) => return probe::serve(args),
         Command::Providers | Command::Doctor => builder.with_load_probe(probe::load_probe()),
         _ => builder,
     };
@@ -125,7 +134,9 @@ fn main() -> ExitCode {
                 ExitCode::from(3)
             }
         }),
-        Command::ProbeLibrary(_) => unreachable!("handled before the environment is built"),
+        Command::ProbeLibrary(_) | Command::ServePlugin(_) => {
+            unreachable!("handled before the environment is built")
+        }
         Command::Compare(args) => compare::compare(env, args).map(|ok| {
             if ok {
                 ExitCode::SUCCESS

@@ -31,6 +31,23 @@ pub fn child(args: ProbeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    library: PathBuf,
+    /// A library to open first (repeatable, in order).
+    #[arg(long = "preload", value_name = "LIB")]
+    preloads: Vec<PathBuf>,
+    /// The descriptor of the memory shared with the parent.
+    #[arg(long = "shm-fd", value_name = "FD")]
+    shm_fd: i32,
+}
+
+/// An isolated EP's process: serves its parent until the parent closes the pipe.
+pub fn serve(args: ServeArgs) -> ExitCode {
+    let code = epx::plugin::isolate::serve(&args.library, &args.preloads, args.shm_fd);
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
+}
+
 /// The probe handed to the environment: this executable, re-run.
 pub fn load_probe() -> epx::LoadProbe {
     match std::env::current_exe() {

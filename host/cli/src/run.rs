@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Threads the CPU EP shares each kernel's work across (0: one per core, the default).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Run each --ep in a child process: a crash or hang of its plugin fails the run with an
+    /// error instead of killing epx (host-memory EPs only).
+    #[arg(long)]
+    isolate: bool,
 }
 
 #[derive(clap::Args)]
@@ -55,10 +59,11 @@ fn session(
     eps: &[String],
     strict: bool,
     threads: Option<usize>,
+    isolate: bool,
 ) -> Result<Session> {
     let eps = eps
         .iter()
-        .map(|s| parse_ep(s))
+        .map(|s| parse_ep(s).map(|ep| if isolate { ep.isolated() } else { ep }))
         .collect::<Result<Vec<_>>>()?;
     let mut builder = Session::builder()?
         .with_environment(env)
@@ -71,7 +76,7 @@ fn session(
 }
 
 pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let session = session(env, &args.model, &args.eps, args.strict, None)?;
+    let session = session(env, &args.model, &args.eps, args.strict, None, false)?;
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
@@ -111,7 +116,14 @@ pub(crate) fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
 }
 
 pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
-    let session = session(env, &args.model, &args.eps, false, args.threads)?;
+    let session = session(
+        env,
+        &args.model,
+        &args.eps,
+        false,
+        args.threads,
+        args.isolate,
+    )?;
     let report = session.placement();
     let placement = report.node_counts();
     let summary: Vec<String> = placement

@@ -12,6 +12,7 @@ use epx_plugin_api::sdk::take_status;
 
 use super::admit::Refusal;
 use super::host_api::host_api;
+use super::isolate::{Described, Isolation};
 use crate::error::{PluginLoadErrorKind as Kind, Result};
 
 /// What one EP of a loaded library says about itself.
@@ -41,6 +42,11 @@ pub struct PluginLibrary {
     pub path: Option<PathBuf>,
     pub abi_version: EpxVersion,
     pub providers: Vec<ProviderDescription>,
+    /// The dependencies preloaded before the library, in order.
+    pub preloads: Vec<PathBuf>,
+    /// Set when the library was opened only in a child process (its manifest says `isolate =
+    /// true`): its EPs can run only there.
+    pub isolation: Option<Isolation>,
     descriptor: *mut EpxPluginDescriptor,
     factories: Vec<*const EpxProviderFactory>,
     // Dropped after the descriptor is released (see Drop), dependencies last.
@@ -151,6 +157,7 @@ impl PluginLibrary {
             .ok_or_else(|| load_error(Kind::BadDescriptor, "internal: shared too early"))?;
         lib_mut.library = Some(library);
         lib_mut._preloaded = preloaded;
+        lib_mut.preloads = preload.to_vec();
         Ok(lib)
     }
 
@@ -325,8 +332,32 @@ impl PluginLibrary {
             path: None,
             abi_version: abi,
             providers,
+            preloads: Vec::new(),
+            isolation: None,
             descriptor: d,
             factories,
+            library: None,
+            _preloaded: Vec::new(),
+        })
+    }
+
+    /// A library opened in a child process only, as that process described it.
+    pub fn isolated(
+        path: &Path,
+        preloads: &[PathBuf],
+        isolation: Isolation,
+        described: Described,
+    ) -> Arc<PluginLibrary> {
+        Arc::new(PluginLibrary {
+            name: described.name,
+            version: described.version,
+            path: Some(path.to_path_buf()),
+            abi_version: described.abi_version,
+            providers: described.providers,
+            preloads: preloads.to_vec(),
+            isolation: Some(isolation),
+            descriptor: std::ptr::null_mut(),
+            factories: Vec::new(),
             library: None,
             _preloaded: Vec::new(),
         })

@@ -12,6 +12,9 @@
 //! # Optional: the SHA-256 of the library file below (64 hex digits, as `sha256sum` prints it).
 //! # A library that does not match is refused before it is opened.
 //! sha256 = "3f4c…"
+//! # Optional: run this plugin's EPs in a child process (`epx serve-plugin`), so a crash or hang
+//! # in it fails a run instead of killing the program. Host-memory EPs only.
+//! isolate = true
 //!
 //! [library]
 //! linux = "libepx_cpu.so"
@@ -61,6 +64,9 @@ pub struct PluginManifest {
     pub dependencies: Vec<DependencySpec>,
     /// Default options per EP name (`[default_options.<ep>]`); every EP named is in `providers`.
     pub default_options: BTreeMap<String, BTreeMap<String, String>>,
+    /// The library is opened, and its EPs run, only in a child process
+    /// ([`crate::plugin::isolate`]).
+    pub isolate: bool,
 }
 
 /// The `[library]` table: one file name per OS.
@@ -139,6 +145,8 @@ struct RawManifest {
     dependencies: Vec<DependencySpec>,
     #[serde(default)]
     default_options: BTreeMap<String, BTreeMap<String, String>>,
+    #[serde(default)]
+    isolate: bool,
 }
 
 /// Reads and validates the manifest at `path` (the `plugin.toml` file itself).
@@ -414,6 +422,7 @@ impl RawManifest {
             library: self.library,
             dependencies: self.dependencies,
             default_options: self.default_options,
+            isolate: self.isolate,
         })
     }
 }

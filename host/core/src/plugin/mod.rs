@@ -12,6 +12,7 @@
 pub mod admit;
 pub mod discover;
 pub(crate) mod host_api;
+pub mod isolate;
 mod library;
 pub mod manifest;
 pub mod probe;

@@ -9,6 +9,7 @@ use epx_plugin_api::dlpack::{DLDevice, DLTensor};
 use epx_plugin_api::sdk::take_status;
 
 use super::host_api::{AbiGraph, KernelCall};
+use super::isolate::{Isolation, Remote};
 use super::library::{PluginLibrary, ProviderDescription};
 use crate::error::{Error, Result};
 use crate::value::{DeviceMemory, Value};
@@ -19,7 +20,15 @@ type CopyFn = unsafe extern "C" fn(*mut c_void, *const DLTensor, *mut DLTensor) 
 pub struct ProviderInstance {
     pub library: Arc<PluginLibrary>,
     pub description: ProviderDescription,
-    raw: *mut EpxProvider,
+    backend: Backend,
+}
+
+/// Where the EP runs.
+enum Backend {
+    /// In this process: the plugin's provider.
+    Local(*mut EpxProvider),
+    /// In a child process ([`super::isolate`]).
+    Isolated(Box<Remote>),
 }
 
 // SAFETY: the ABI requires providers' functions to be callable from any thread; the raw
@@ -30,11 +39,13 @@ unsafe impl Sync for ProviderInstance {}
 
 impl Drop for ProviderInstance {
     fn drop(&mut self) {
-        // SAFETY: made by the plugin's `create`, released once; every kernel holds an Arc to
-        // this instance, so none is alive any more.
-        unsafe {
-            if let Some(release) = (*self.raw).release {
-                release(self.raw);
+        if let Backend::Local(raw) = self.backend {
+            // SAFETY: made by the plugin's `create`, released once; every kernel holds an Arc
+            // to this instance, so none is alive any more.
+            unsafe {
+                if let Some(release) = (*raw).release {
+                    release(raw);
+                }
             }
         }
     }
@@ -59,12 +70,16 @@ fn nonsense(name: &str, call: &'static str, message: String) -> Error {
 }
 
 impl ProviderInstance {
-    /// Creates EP `index` of `library` with string options.
+    /// Creates EP `index` of `library` with string options: in this process, or in a child
+    /// process when the library was opened only there.
     pub fn create(
         library: &Arc<PluginLibrary>,
         index: usize,
         options: &[(String, String)],
     ) -> Result<Arc<Self>> {
+        if let Some(iso) = &library.isolation {
+            return Self::create_isolated(library, index, options, iso.clone());
+        }
         let description =
             library
                 .providers
@@ -118,7 +133,7 @@ impl ProviderInstance {
         let instance = Arc::new(ProviderInstance {
             library: library.clone(),
             description,
-            raw,
+            backend: Backend::Local(raw),
         });
         if !ok {
             return Err(nonsense(
@@ -150,8 +165,73 @@ impl ProviderInstance {
         Ok(instance)
     }
 
+    /// Creates EP `index` of `library` in a child process (`isolation.exe serve-plugin`), which
+    /// opens the library itself: a crash or hang there fails a call, not this process.
+    pub fn create_isolated(
+        library: &Arc<PluginLibrary>,
+        index: usize,
+        options: &[(String, String)],
+        isolation: Isolation,
+    ) -> Result<Arc<Self>> {
+        let setup = |message: String| Error::ProviderSetup {
+            name: library.name.clone(),
+            message,
+        };
+        let description = library
+            .providers
+            .get(index)
+            .cloned()
+            .ok_or_else(|| setup(format!("no provider #{index}")))?;
+        let path = library.path.as_deref().ok_or_else(|| {
+            setup(format!(
+                "EP `{}` is linked into the program, not a plugin library; only a plugin \
+                 library can run in a child process",
+                description.name
+            ))
+        })?;
+        let remote = Remote::start(
+            isolation,
+            path,
+            &library.preloads,
+            index,
+            &description,
+            options,
+        )?;
+        Ok(Arc::new(ProviderInstance {
+            library: library.clone(),
+            description,
+            backend: Backend::Isolated(Box::new(remote)),
+        }))
+    }
+
     pub fn name(&self) -> &str {
         &self.description.name
+    }
+
+    /// Whether this EP runs in a child process.
+    pub fn is_isolated(&self) -> bool {
+        matches!(self.backend, Backend::Isolated(_))
+    }
+
+    /// How many times its child process was started again after dying or hanging (0 for an EP
+    /// in this process).
+    pub fn restarts(&self) -> u32 {
+        match &self.backend {
+            Backend::Isolated(r) => r.restarts(),
+            Backend::Local(_) => 0,
+        }
+    }
+
+    /// The plugin's provider, for the calls made in this process.
+    fn raw(&self, call: &'static str) -> Result<*mut EpxProvider> {
+        match self.backend {
+            Backend::Local(raw) => Ok(raw),
+            Backend::Isolated(_) => Err(nonsense(
+                self.name(),
+                call,
+                "an isolated EP has no device memory in this process".into(),
+            )),
+        }
     }
 
     /// The DLPack device of this EP's tensors.
@@ -165,14 +245,15 @@ impl ProviderInstance {
     /// Allocates device memory through the EP's data transfer.
     pub(crate) fn allocate(&self, bytes: usize, alignment: usize) -> Result<*mut c_void> {
         let name = self.name();
+        let raw = self.raw("allocate")?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: `allocate` was checked non-NULL at creation for device EPs; `ptr` is a valid
         // out-pointer.
         let status = unsafe {
-            let f = (*self.raw)
+            let f = (*raw)
                 .allocate
                 .ok_or_else(|| nonsense(name, "allocate", "NULL".into()))?;
-            f((*self.raw).state, bytes, alignment, &mut ptr)
+            f((*raw).state, bytes, alignment, &mut ptr)
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "allocate", e))?;
@@ -188,25 +269,28 @@ impl ProviderInstance {
 
     /// Frees memory from [`allocate`](Self::allocate).
     pub(crate) fn free(&self, ptr: *mut c_void) {
+        let Ok(raw) = self.raw("free") else { return };
         // SAFETY: `ptr` came from this EP's `allocate` and is freed once (DeviceTensor::drop).
         unsafe {
-            if let Some(f) = (*self.raw).free {
-                f((*self.raw).state, ptr);
+            if let Some(f) = (*raw).free {
+                f((*raw).state, ptr);
             }
         }
     }
 
     /// Copies a host tensor into a device tensor of the same type and shape.
     pub(crate) fn copy_to_device(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        let raw = self.raw("copy_to_device")?;
         // SAFETY: checked non-NULL at creation for device EPs.
-        let f = unsafe { (*self.raw).copy_to_device };
+        let f = unsafe { (*raw).copy_to_device };
         self.copy("copy_to_device", f, src, dst)
     }
 
     /// Copies a device tensor into a host tensor of the same type and shape.
     pub(crate) fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
+        let raw = self.raw("copy_to_host")?;
         // SAFETY: checked non-NULL at creation for device EPs.
-        let f = unsafe { (*self.raw).copy_to_host };
+        let f = unsafe { (*raw).copy_to_host };
         self.copy("copy_to_host", f, src, dst)
     }
 
@@ -219,8 +303,9 @@ impl ProviderInstance {
     ) -> Result<()> {
         let name = self.name();
         let f = f.ok_or_else(|| nonsense(name, call, "NULL".into()))?;
+        let raw = self.raw(call)?;
         // SAFETY: both tensors describe live buffers of the same type and shape for the call.
-        let status = unsafe { f((*self.raw).state, src, dst) };
+        let status = unsafe { f((*raw).state, src, dst) };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, call, e))
     }
@@ -233,14 +318,36 @@ impl ProviderInstance {
         unclaimed: &[u32],
     ) -> Result<(Vec<Vec<usize>>, Declined)> {
         let name = self.name();
+        let (groups, declined) = match &self.backend {
+            Backend::Local(raw) => self.local_capability(*raw, graph, unclaimed)?,
+            Backend::Isolated(remote) => {
+                if !std::ptr::eq(graph.graph, &graph.model.graph) {
+                    // A nested body reads values of the graph around it, which the child does
+                    // not have; it runs with its If/Loop/Scan node instead.
+                    return Ok((Vec::new(), Vec::new()));
+                }
+                remote.capability(graph.model, graph.graph, unclaimed)?
+            }
+        };
+        check_claims(name, graph, unclaimed, groups, declined)
+    }
+
+    /// The capability query in this process: the plugin's arrays read and released.
+    fn local_capability(
+        &self,
+        raw: *mut EpxProvider,
+        graph: &AbiGraph<'_>,
+        unclaimed: &[u32],
+    ) -> Result<(Vec<Vec<usize>>, Declined)> {
+        let name = self.name();
         let mut cap = EpxCapability::empty();
         // SAFETY: validated provider; graph and list are borrowed for the call.
         let status = unsafe {
-            let get = (*self.raw)
+            let get = (*raw)
                 .get_capability
                 .ok_or_else(|| nonsense(name, "get_capability", "NULL".into()))?;
             get(
-                (*self.raw).state,
+                (*raw).state,
                 graph.as_raw(),
                 unclaimed.as_ptr(),
                 unclaimed.len(),
@@ -259,18 +366,42 @@ impl ProviderInstance {
             // SAFETY: the plugin's release for the arrays it filled, called once.
             unsafe { release(&mut cap) };
         }
-        let (groups, declined) = read?;
+        read
+    }
+}
+
+/// Checks an EP's answer to a capability query: every claimed node offered and claimed once,
+/// none both claimed and declined.
+fn check_claims(
+    name: &str,
+    graph: &AbiGraph<'_>,
+    unclaimed: &[u32],
+    groups: Vec<Vec<usize>>,
+    declined: Declined,
+) -> Result<(Vec<Vec<usize>>, Declined)> {
+    {
         let unclaimed_set: std::collections::HashSet<u32> = unclaimed.iter().copied().collect();
         let mut seen = std::collections::HashSet::new();
         for g in &groups {
+            if g.is_empty() {
+                return Err(nonsense(
+                    name,
+                    "get_capability",
+                    "returned an empty group".into(),
+                ));
+            }
             for &n in g {
                 if !unclaimed_set.contains(&(n as u32)) {
+                    let op = graph
+                        .graph
+                        .nodes
+                        .get(n)
+                        .map_or("out of range", |node| node.op_type.as_str());
                     return Err(nonsense(
                         name,
                         "get_capability",
                         format!(
-                            "claimed node {n} ({}), which is not among the unclaimed nodes it was offered",
-                            graph.graph.nodes[n].op_type
+                            "claimed node {n} ({op}), which is not among the unclaimed nodes it was offered",
                         ),
                     ));
                 }
@@ -285,6 +416,16 @@ impl ProviderInstance {
         }
         if let Some((n, _)) = declined
             .iter()
+            .find(|(n, _)| !unclaimed_set.contains(&(*n as u32)))
+        {
+            return Err(nonsense(
+                name,
+                "get_capability",
+                format!("declined node {n}, which was not offered"),
+            ));
+        }
+        if let Some((n, _)) = declined
+            .iter()
             .find(|(n, _)| groups.iter().any(|g| g.contains(n)))
         {
             return Err(nonsense(
@@ -295,7 +436,9 @@ impl ProviderInstance {
         }
         Ok((groups, declined))
     }
+}
 
+impl ProviderInstance {
     /// Compiles one group.
     pub(crate) fn compile(
         self: &Arc<Self>,
@@ -315,13 +458,32 @@ impl ProviderInstance {
             num_outputs: outputs.len(),
             outputs: outputs.as_ptr(),
         };
+        let provider = match &self.backend {
+            Backend::Local(raw) => *raw,
+            Backend::Isolated(remote) => {
+                if !std::ptr::eq(graph.graph, &graph.model.graph) {
+                    return Err(nonsense(
+                        name,
+                        "compile",
+                        "an isolated EP compiles nodes of the main graph only".into(),
+                    ));
+                }
+                let id = remote.compile(graph.model, graph.graph, nodes, inputs, outputs)?;
+                return Ok(CompiledKernel {
+                    provider: self.clone(),
+                    kernel: KernelBackend::Isolated(id),
+                    serialize: None,
+                    num_outputs: outputs.len(),
+                });
+            }
+        };
         let mut raw: *mut EpxKernel = std::ptr::null_mut();
         // SAFETY: validated provider; everything passed is borrowed for the call.
         let status = unsafe {
-            let compile = (*self.raw)
+            let compile = (*provider)
                 .compile
                 .ok_or_else(|| nonsense(name, "compile", "NULL".into()))?;
-            compile((*self.raw).state, graph.as_raw(), &sub, &mut raw)
+            compile((*provider).state, graph.as_raw(), &sub, &mut raw)
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "compile", e))?;
@@ -337,7 +499,7 @@ impl ProviderInstance {
             unsafe { (*raw).struct_size >= EPX_KERNEL_SIZE_1_0 && (*raw).execute.is_some() };
         let kernel = CompiledKernel {
             provider: self.clone(),
-            raw,
+            kernel: KernelBackend::Local(raw),
             serialize: (!self.description.concurrent_kernels).then(|| Mutex::new(())),
             num_outputs: outputs.len(),
         };
@@ -475,7 +637,7 @@ fn read_groups(name: &str, cap: &EpxCapability, num_nodes: usize) -> Result<Vec<
 /// A compiled group, ready to run many times.
 pub struct CompiledKernel {
     provider: Arc<ProviderInstance>,
-    raw: *mut EpxKernel,
+    kernel: KernelBackend,
     /// Held around `execute` for EPs that did not declare concurrent kernels.
     serialize: Option<Mutex<()>>,
     num_outputs: usize,
@@ -487,13 +649,26 @@ unsafe impl Send for CompiledKernel {}
 // SAFETY: as above.
 unsafe impl Sync for CompiledKernel {}
 
+/// A kernel in this process, or the id of one in an isolated EP's child process.
+enum KernelBackend {
+    Local(*mut EpxKernel),
+    Isolated(u64),
+}
+
 impl Drop for CompiledKernel {
     fn drop(&mut self) {
-        // SAFETY: made by `compile`, released once, before its provider (we hold an Arc to it).
-        unsafe {
-            if let Some(release) = (*self.raw).release {
-                release(self.raw);
+        match (&self.kernel, &self.provider.backend) {
+            (KernelBackend::Local(raw), _) => {
+                // SAFETY: made by `compile`, released once, before its provider (we hold an
+                // Arc to it).
+                unsafe {
+                    if let Some(release) = (**raw).release {
+                        release(*raw);
+                    }
+                }
             }
+            (KernelBackend::Isolated(id), Backend::Isolated(remote)) => remote.release(*id),
+            (KernelBackend::Isolated(_), Backend::Local(_)) => {}
         }
     }
 }
@@ -507,6 +682,19 @@ impl CompiledKernel {
     /// output, in that space.
     pub(crate) fn execute(&self, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let name = self.provider.name();
+        let raw = match (&self.kernel, &self.provider.backend) {
+            (KernelBackend::Local(raw), _) => *raw,
+            (KernelBackend::Isolated(id), Backend::Isolated(remote)) => {
+                return remote.execute(*id, inputs, self.num_outputs);
+            }
+            (KernelBackend::Isolated(_), Backend::Local(_)) => {
+                return Err(nonsense(
+                    name,
+                    "execute",
+                    "kernel of another process".into(),
+                ));
+            }
+        };
         let device = (!self.provider.description.uses_host_memory()).then_some(&self.provider);
         let minor = self.provider.library.abi_version.minor;
         let mut call = KernelCall::new(inputs, self.num_outputs, device, minor)
@@ -518,10 +706,10 @@ impl CompiledKernel {
         // SAFETY: validated kernel; `call` lives across the call and is only touched by the
         // plugin through the host API meanwhile.
         let status = unsafe {
-            let exec = (*self.raw)
+            let exec = (*raw)
                 .execute
                 .ok_or_else(|| nonsense(name, "execute", "NULL".into()))?;
-            exec((*self.raw).state, call.as_raw())
+            exec((*raw).state, call.as_raw())
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "execute", e))?;

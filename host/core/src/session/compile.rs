@@ -166,6 +166,15 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     // Manifest defaults first: the user's options come later and win.
     let mut options = env.default_options(&lib, &desc.name);
     options.extend(ep.options.iter().cloned());
+    if ep.isolated && lib.isolation.is_none() {
+        let isolation = env.isolation().ok_or_else(|| Error::ProviderSetup {
+            name: ep.name.clone(),
+            message: "cannot run isolated: no epx executable is known to host it (the program \
+                      did not name one, and EPX_PROBE_EXE is not set)"
+                .into(),
+        })?;
+        return ProviderInstance::create_isolated(&lib, index, &options, isolation);
+    }
     ProviderInstance::create(&lib, index, &options)
 }
 

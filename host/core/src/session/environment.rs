@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::plugin::PluginLibrary;
 use crate::plugin::admit::{AdmissionReport, Refusal, admit, compare_with_manifest};
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
+use crate::plugin::isolate::{self, Isolation};
 use crate::plugin::probe::LoadProbe;
 use epx_plugin_api::abi::EpxPluginEntryFn;
 
@@ -52,6 +53,8 @@ pub struct Environment {
     builtin_providers: BuiltinProviders,
     default_providers: Vec<ExecutionProvider>,
     probe: Option<LoadProbe>,
+    epx_exe: Option<PathBuf>,
+    isolation_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -71,6 +74,8 @@ pub struct EnvironmentBuilder {
     providers: Vec<ExecutionProvider>,
     linked: Vec<EpxPluginEntryFn>,
     probe: Option<LoadProbe>,
+    epx_exe: Option<PathBuf>,
+    isolation_timeout: Option<std::time::Duration>,
 }
 
 impl EnvironmentBuilder {
@@ -83,7 +88,24 @@ impl EnvironmentBuilder {
             providers: Vec::new(),
             linked: Vec::new(),
             probe: None,
+            epx_exe: None,
+            isolation_timeout: None,
         }
+    }
+
+    /// How long one call into an isolated EP may take before its process is taken for hung,
+    /// killed and restarted (default: `EPX_ISOLATE_TIMEOUT_S`, else 600 s).
+    pub fn with_isolation_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.isolation_timeout = Some(timeout);
+        self
+    }
+
+    /// The `epx` executable that hosts isolated EPs (`epx serve-plugin`): plugins whose manifest
+    /// says `isolate = true`, and EPs requested with [`ExecutionProvider::isolated`]. Without
+    /// one, `EPX_PROBE_EXE` is used, and failing that such EPs cannot be set up.
+    pub fn with_epx_executable(mut self, exe: impl Into<PathBuf>) -> Self {
+        self.epx_exe = Some(exe.into());
+        self
     }
 
     /// Every admitted library is first handed to `probe`, which opens it somewhere a crash
@@ -158,6 +180,8 @@ impl EnvironmentBuilder {
             builtin_providers: self.builtin,
             default_providers: self.providers,
             probe: self.probe,
+            epx_exe: self.epx_exe,
+            isolation_timeout: self.isolation_timeout,
         }))
     }
 }
@@ -176,6 +200,19 @@ impl Environment {
         }
         let env = Environment::builder().commit()?;
         Ok(GLOBAL.get_or_init(|| env).clone())
+    }
+
+    /// How isolated EPs are hosted: the executable given to the builder, else `EPX_PROBE_EXE`.
+    pub fn isolation(&self) -> Option<Isolation> {
+        let mut iso = self
+            .epx_exe
+            .clone()
+            .or_else(|| std::env::var_os("EPX_PROBE_EXE").map(PathBuf::from))
+            .map(Isolation::new)?;
+        if let Some(t) = self.isolation_timeout {
+            iso.timeout = t;
+        }
+        Some(iso)
     }
 
     /// The folders searched, in order.
@@ -232,6 +269,14 @@ impl Environment {
             .or_insert_with(|| {
                 let admission = Arc::new(admit(candidate));
                 let preload = admission.preload_order();
+                let isolate = candidate.manifest.as_ref().is_some_and(|m| m.isolate);
+                if isolate {
+                    let library = admission
+                        .refusal
+                        .clone()
+                        .map_or_else(|| self.open_isolated(candidate, &preload), Err);
+                    return LoadOutcome { admission, library };
+                }
                 let probed = match (&admission.refusal, &self.probe) {
                     (None, Some(probe)) => probe(candidate, &preload).map_err(|why| {
                         Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why)
@@ -256,6 +301,33 @@ impl Environment {
                 LoadOutcome { admission, library }
             })
             .clone()
+    }
+
+    /// A plugin whose manifest says `isolate = true`: opened in a child process, never here.
+    fn open_isolated(
+        &self,
+        candidate: &PluginCandidate,
+        preload: &[PathBuf],
+    ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
+        let isolation = self.isolation().ok_or_else(|| {
+            Refusal::new(
+                crate::error::PluginLoadErrorKind::Open,
+                "its manifest says `isolate = true`, but no epx executable is known to host it \
+                 (the program did not name one, and EPX_PROBE_EXE is not set); it was not opened",
+            )
+        })?;
+        let described = isolate::describe(&isolation, &candidate.library, preload)?;
+        let lib = PluginLibrary::isolated(&candidate.library, preload, isolation, described);
+        match &candidate.manifest {
+            Some(m) => {
+                let diff = compare_with_manifest(m, &lib);
+                for w in &diff.abi_warnings {
+                    tracing::warn!(plugin = %candidate.name, "{w}");
+                }
+                diff.refusal().map_or(Ok(lib), Err)
+            }
+            None => Ok(lib),
+        }
     }
 
     /// Finds the library providing EP `name` (`ep` or `plugin/ep`): discovered plugins in search

@@ -7,6 +7,7 @@ pub struct ExecutionProvider {
     pub(crate) name: String,
     pub(crate) options: Vec<(String, String)>,
     pub(crate) error_on_failure: bool,
+    pub(crate) isolated: bool,
 }
 
 impl ExecutionProvider {
@@ -15,6 +16,7 @@ impl ExecutionProvider {
             name: name.into(),
             options: Vec::new(),
             error_on_failure: false,
+            isolated: false,
         }
     }
 
@@ -28,6 +30,19 @@ impl ExecutionProvider {
     pub fn error_on_failure(mut self) -> Self {
         self.error_on_failure = true;
         self
+    }
+
+    /// Run this EP in a child process (`epx serve-plugin`): a crash or hang of the plugin fails
+    /// the call it happened in, and the next call starts a new process. Tensors pass through
+    /// shared memory; only EPs of plugin libraries whose tensors live in host memory can be
+    /// isolated. A plugin whose manifest says `isolate = true` always is.
+    pub fn isolated(mut self) -> Self {
+        self.isolated = true;
+        self
+    }
+
+    pub fn is_isolated(&self) -> bool {
+        self.isolated
     }
 
     pub fn name(&self) -> &str {

@@ -381,6 +381,18 @@ struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptio
                                                           uint64_t bytes);
 
 /**
+ * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
+ * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
+ * then fails the run it happened in with an error, and the next run starts a new process,
+ * instead of ending the calling program. Tensors pass through shared memory; only EPs of plugin
+ * libraries whose tensors live in host memory can be isolated (others fail to set up, saying
+ * why). A plugin whose `plugin.toml` says `isolate = true` is always isolated.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_isolated(struct EpxSessionOptions *options, bool isolated);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -800,6 +812,18 @@ struct EpxError *epx_session_options_set_intra_op_threads(struct EpxSessionOptio
  */
 struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptions *options,
                                                           uint64_t bytes);
+
+/**
+ * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
+ * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
+ * then fails the run it happened in with an error, and the next run starts a new process,
+ * instead of ending the calling program. Tensors pass through shared memory; only EPs of plugin
+ * libraries whose tensors live in host memory can be isolated (others fail to set up, saying
+ * why). A plugin whose `plugin.toml` says `isolate = true` is always isolated.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_isolated(struct EpxSessionOptions *options, bool isolated);
 
 /**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the

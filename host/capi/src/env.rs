@@ -158,6 +158,10 @@ pub unsafe extern "C" fn epx_env_new(
         let mut builder = Environment::builder().with_plugin_dirs(paths);
         if let Some(dir) = own_dir() {
             builder = builder.with_default_plugin_dirs([dir.join("epx").join("plugins")]);
+            // Isolated EPs run in the epx executable shipped beside libepx.
+            if let Some(exe) = epx_host::plugin::probe::find_epx(&dir) {
+                builder = builder.with_epx_executable(exe);
+            }
         }
         if let Some(defaults) = default_providers {
             builder = builder.with_execution_providers(defaults.providers.iter().cloned());

@@ -12,6 +12,8 @@ pub struct EpxSessionOptions {
     pub(crate) intra_op_threads: Option<usize>,
     /// The sessions' own tensor limit; `None` for the process's.
     pub(crate) max_tensor_bytes: Option<u64>,
+    /// Every EP of the list runs in a child process.
+    pub(crate) isolated: bool,
 }
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
@@ -23,6 +25,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
             strict: false,
             intra_op_threads: None,
             max_tensor_bytes: None,
+            isolated: false,
         }))
     })
 }
@@ -128,4 +131,24 @@ pub extern "C" fn epx_session_options_set_max_tensor_bytes(
         Res::Ok(())
     })
 }
+/// Runs every EP of the list in a child process (the `epx` executable beside libepx, at
+/// `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
+/// then fails the run it happened in with an error, and the next run starts a new process,
+/// instead of ending the calling program. Tensors pass through shared memory; only EPs of plugin
+/// libraries whose tensors live in host memory can be isolated (others fail to set up, saying
+/// why). A plugin whose `plugin.toml` says `isolate = true` is always isolated.
+///
+/// Pointers: `options` is a live option set.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_isolated(
+    options: Option<&mut EpxSessionOptions>,
+    isolated: bool,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.isolated = isolated;
+        Res::Ok(())
+    })
+}
+
 impl PanicPointee for EpxSessionOptions {}

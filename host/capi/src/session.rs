@@ -65,7 +65,13 @@ pub(crate) fn make_session(
     let mut builder = Session::builder()?.with_environment(env.env.clone());
     if let Some(o) = options {
         builder = builder
-            .with_execution_providers(o.providers.iter().cloned())?
+            .with_execution_providers(o.providers.iter().map(|ep| {
+                if o.isolated {
+                    ep.clone().isolated()
+                } else {
+                    ep.clone()
+                }
+            }))?
             .with_strict_placement(o.strict);
         if let Some(n) = o.max_tensor_bytes {
             builder = builder.with_max_tensor_bytes(n);

@@ -721,6 +721,97 @@ fn adversarial_plugin() -> epx_tests::TempDir {
     dir
 }
 
+#[test]
+fn run_isolate_turns_a_plugin_crash_into_one_error_line() {
+    let dir = adversarial_plugin();
+    let plugins = dir.path().display().to_string();
+    let model = "examples/models/mnist-cnn.onnx";
+    let run = |mode: &str, isolate: bool| {
+        let ep = format!("adversarial:mode={mode}");
+        let mut args = vec!["run", model, "--plugin-dir", &plugins, "--ep", &ep];
+        if isolate {
+            args.push("--isolate");
+        }
+        epx(&args)
+    };
+    // In process, the plugin's abort is epx's.
+    let crashed = run("abort", false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(crashed.status.signal(), Some(6), "{crashed:?}");
+    }
+    // Isolated, it is one error line, and epx exits normally.
+    let out = run("abort", true);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let line = assert_one_error_line(&out);
+    assert!(
+        line.contains("adversarial: execute failed")
+            && line.contains("was killed by signal 6 (SIGABRT)"),
+        "{line}"
+    );
+    // A good plugin gives the same answer isolated as in process (random inputs are seeded).
+    let (a, b) = (run("good", false), run("good", true));
+    assert!(a.status.success() && b.status.success(), "{a:?} {b:?}");
+    assert_eq!(text(&a.stdout), text(&b.stdout));
+    assert!(
+        text(&b.stdout).contains("adversarial: 2 nodes"),
+        "{}",
+        text(&b.stdout)
+    );
+}
+
+/// Pids of `epx serve-plugin` processes serving a library under `dir`.
+fn serving(dir: &Path) -> Vec<u32> {
+    let needle = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    let cmd = String::from_utf8_lossy(&cmd);
+                    cmd.contains("serve-plugin") && cmd.contains(&needle)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn an_isolated_ep_stuck_in_a_call_does_not_outlive_epx() {
+    let dir = adversarial_plugin();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args(["run", "examples/models/mnist-cnn.onnx", "--plugin-dir"])
+        .arg(dir.path())
+        .args(["--ep", "adversarial:mode=hang", "--isolate"])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start epx");
+    let wait_for = |want: bool| {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(20) {
+            if serving(dir.path()).is_empty() != want {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    };
+    assert!(wait_for(true), "no epx serve-plugin process appeared");
+    // epx is killed while its EP hangs in execute: the child must end too.
+    child.kill().expect("kill epx");
+    child.wait().expect("wait");
+    assert!(
+        wait_for(false),
+        "epx serve-plugin outlived epx: {:?}",
+        serving(dir.path())
+    );
+}
+
 /// The cases of one run: Relu node tests (the EP claims the one-node ones), LeakyRelu (not
 /// claimed), and mnist-cnn (claimed in part, compared with the CPU EP alone).
 fn conformance(dir: &str, mode: &str, extra: &[&str]) -> (Option<i32>, String) {

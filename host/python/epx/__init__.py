@@ -122,7 +122,7 @@ class _Options:
 
     def __init__(self, lib: Library, providers: Sequence[ProviderSpec], strict: bool = False,
                  error_on_failure: bool = True, intra_op_threads: Optional[int] = None,
-                 max_tensor_bytes: Optional[int] = None):
+                 max_tensor_bytes: Optional[int] = None, isolate: bool = False):
         self._lib = lib
         self.ptr = lib.epx_session_options_new()
         if not self.ptr:
@@ -140,6 +140,8 @@ class _Options:
                 lib.check(lib.epx_session_options_set_intra_op_threads(self.ptr, intra_op_threads))
             if max_tensor_bytes:
                 lib.check(lib.epx_session_options_set_max_tensor_bytes(self.ptr, max_tensor_bytes))
+            if isolate:
+                lib.check(lib.epx_session_options_set_isolated(self.ptr, True))
         except BaseException:
             self.close()
             raise
@@ -267,17 +269,21 @@ class Session:
     that cannot be set up is an error, otherwise it is skipped and `placement()` says why.
     `intra_op_threads` sets the CPU EP's thread count (default: one per core);
     `max_tensor_bytes` this session's tensor limit (default: `epx.max_tensor_bytes()`).
+    With `isolate`, every EP in `providers` runs in a child process: a crash or hang of its
+    plugin raises `EpxError` from that `run` (the next run starts a new process) instead of
+    ending Python.
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
                  providers: Sequence[ProviderSpec] = (), *, env: Optional[Environment] = None,
                  strict: bool = False, error_on_failure: bool = True,
-                 intra_op_threads: Optional[int] = None, max_tensor_bytes: Optional[int] = None):
+                 intra_op_threads: Optional[int] = None, max_tensor_bytes: Optional[int] = None,
+                 isolate: bool = False):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
         opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
-                        max_tensor_bytes)
+                        max_tensor_bytes, isolate)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)

@@ -90,6 +90,7 @@ SIGNATURES = {
     "epx_session_options_set_strict": (P, [P, ctypes.c_bool]),
     "epx_session_options_set_intra_op_threads": (P, [P, _SIZE]),
     "epx_session_options_set_max_tensor_bytes": (P, [P, ctypes.c_uint64]),
+    "epx_session_options_set_isolated": (P, [P, ctypes.c_bool]),
     "epx_env_new": (P, [ctypes.POINTER(_STR), _SIZE, P, _PP]),
     "epx_env_free": (None, [P]),
     "epx_env_provider_count": (_SIZE, [P]),

@@ -139,6 +139,48 @@ def test_a_plugin_that_crashes_the_loader_is_listed_as_broken(tmp_path):
     assert not report.ok and "SIGSEGV" in report.text, report.text
 
 
+def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
+    """With `isolate=True` the EP runs in the wheel's bin/epx (`epx serve-plugin`): the fixture
+    EP aborting on a NaN input fails that run with an EpxError; the next run starts a new
+    process and answers again."""
+    folder = os.environ.get("EPX_TEST_FIXTURES")
+    if not folder:
+        pytest.skip("EPX_TEST_FIXTURES is not set: no adversarial fixture plugin")
+    library = os.path.join(folder, "libepx_fixture_adversarial.so")
+    plugin = tmp_path / "plugins" / "adversarial"
+    plugin.mkdir(parents=True, mode=0o755)
+    os.chmod(tmp_path / "plugins", 0o755)
+    shutil.copy(library, plugin)
+    (plugin / "plugin.toml").write_text(textwrap.dedent(f"""\
+        name = "adversarial"
+        version = "0.1.0"
+        abi = "1.0"
+        providers = ["adversarial"]
+
+        [library]
+        linux = "{os.path.basename(library)}"
+        """))
+    env = epx.Environment(plugin_dirs=[tmp_path / "plugins"], discover=False)
+    s = epx.Session(example("mnist-cnn.onnx"), [("adversarial", {"mode": "abort_on_nan"})],
+                    env=env, isolate=True)
+    placed = {n["op_type"]: n["provider"] for n in s.placement()["nodes"]}
+    assert placed["Relu"] == "adversarial", placed
+    name = s.inputs[0].name
+    x = np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)
+    want = epx.Session(example("mnist-cnn.onnx")).run({name: x})
+    got = s.run({name: x})
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+    bad = x.copy()
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(epx.EpxError) as e:
+        s.run({name: bad})
+    assert "SIGABRT" in str(e.value), str(e.value)
+    got = s.run({name: x})
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+
+
 def test_errors_are_exceptions_with_code_and_message():
     def raises(code, needle, fn):
         with pytest.raises(epx.EpxError) as e:

@@ -57,6 +57,7 @@ pub fn serve(library: &Path, preloads: &[PathBuf], shm_fd: i32) -> i32 {
         File::from_raw_fd(fd)
     };
     let mut out = std::io::BufWriter::new(proto);
+    watch_parent();
     // SAFETY: the host's spawn put the shared memory at `shm_fd` for this process alone.
     let shm = match unsafe { Shared::inherit(shm_fd) } {
         Ok(s) => s,
@@ -130,6 +131,24 @@ pub fn serve(library: &Path, preloads: &[PathBuf], shm_fd: i32) -> i32 {
             return 0;
         }
     }
+}
+
+/// Ends this process when its parent is gone: a plugin stuck in a call never reads the closed
+/// pipe, and must not outlive the host as an orphan.
+fn watch_parent() {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            // SAFETY: as above.
+            if unsafe { libc::getppid() } != parent {
+                // SAFETY: _exit ends the process without running handlers a stuck plugin
+                // might hold locks for.
+                unsafe { libc::_exit(0) };
+            }
+        }
+    });
 }
 
 impl Server {

@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash tests/bench/fetch-models.sh >/dev/null
 bash plugins/onnxruntime/fetch-runtime.sh >/dev/null
-cargo build --release -p epx-bench --features bench
+cargo build --release -p epx-bench -p epx-cli -p epx-cpu-plugin --features epx-bench/bench
 EPX_ORT_SEARCH_PATH="${EPX_ORT_SEARCH_PATH:-$PWD/.testdata/onnxruntime/capi}" \
     exec "${CARGO_TARGET_DIR:-target}/release/epx-bench" "$@"

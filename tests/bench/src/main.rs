@@ -23,8 +23,13 @@
 //! elementwise chain) in GFLOP/s or GB/s, against ONNX Runtime on the same one-node models and
 //! against the FMA peak of the cores in use, measured on all of them at once.
 //!
+//! `--isolation` measures instead what running an EP in a child process costs per run: the CPU
+//! EP's plugin library (`libepx_cpu.so`, the same kernels as the built-in fallback) runs each
+//! model in this process and isolated (`epx serve-plugin`, tensors through shared memory), with
+//! ONNX Runtime alongside.
+//!
 //! Run: `bash tests/bench/run.sh [--runs N] [--threads 1,2] [--only det,rec-f16,...] [--tract]
-//! [--no-micro]`.
+//! [--no-micro] [--isolation]`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1179,6 +1184,187 @@ fn bench_overhead(env: &std::sync::Arc<Environment>) {
     );
 }
 
+// ---- isolated EPs ------------------------------------------------------------------------------
+
+/// A plugin folder holding the CPU EP's plugin library from this build, and the `epx` executable
+/// that hosts isolated EPs.
+fn cpu_plugin_dir() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
+    let bin = exe.parent().unwrap_or_else(|| fail("no folder"));
+    let lib = bin.join("libepx_cpu.so");
+    let epx = bin.join("epx");
+    for f in [&lib, &epx] {
+        if !f.is_file() {
+            fail(format!(
+                "{} is missing: `cargo build --release -p epx-cpu-plugin -p epx-cli`",
+                f.display()
+            ));
+        }
+    }
+    let dir = bin.join("epx-bench-plugins");
+    let plugin = dir.join("cpu");
+    std::fs::create_dir_all(&plugin).unwrap_or_else(|e| fail(e));
+    std::fs::copy(&lib, plugin.join("libepx_cpu.so")).unwrap_or_else(|e| fail(e));
+    std::fs::copy(
+        repo_root().join("plugins/cpu/cdylib/plugin.toml"),
+        plugin.join("plugin.toml"),
+    )
+    .unwrap_or_else(|e| fail(e));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for (p, m) in [(&dir, 0o755), (&plugin, 0o755)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+                .unwrap_or_else(|e| fail(e));
+        }
+    }
+    (dir, epx)
+}
+
+fn cpu_plugin_session(env: &std::sync::Arc<Environment>, path: &Path, isolated: bool) -> Session {
+    let ep = epx::ExecutionProvider::new("cpu/cpu")
+        .with_option("intra_op_num_threads", threads().to_string())
+        .error_on_failure();
+    let ep = if isolated { ep.isolated() } else { ep };
+    Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([ep])
+        })
+        .and_then(|b| b.commit_from_file(path))
+        .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())))
+}
+
+/// The per-run cost of isolation, per model: median of the CPU plugin in this process, of the
+/// same plugin isolated, and of ONNX Runtime, run in turn.
+fn bench_isolation(only: &[String], runs: usize, passes: &[usize]) {
+    let (dir, epx) = cpu_plugin_dir();
+    let env = Environment::builder()
+        .with_plugin_dirs([dir])
+        .with_epx_executable(epx)
+        .commit()
+        .unwrap_or_else(|e| fail(e));
+    let add = repo_root().join("examples/models/add.onnx");
+    let add_inputs = || {
+        vec![
+            Input {
+                name: "a".into(),
+                shape: vec![1, 4],
+                data: Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
+            },
+            Input {
+                name: "b".into(),
+                shape: vec![1, 4],
+                data: Data::F32(vec![0.5; 4]),
+            },
+        ]
+    };
+    let mut models: Vec<(String, PathBuf, Vec<Input>)> =
+        vec![("add 1×4".into(), add, add_inputs())];
+    for key in only {
+        let (case, path) = model_file(key);
+        models.push((case.what, path, (case.inputs)()));
+    }
+    for &n in passes {
+        THREADS.store(n, Ordering::Relaxed);
+        println!(
+            "\nisolated EP per-run cost, {n} thread{} (CPU plugin in-process vs in a child \
+             process; medians of {runs} runs)",
+            if n == 1 { "" } else { "s" }
+        );
+        println!(
+            "{:<22} {:>10} {:>11} {:>10} {:>9} {:>12} {:>9} {:>11}",
+            "model",
+            "in-proc ms",
+            "isolated ms",
+            "ORT ms",
+            "iso/in",
+            "iso-in ms",
+            "iso/ORT",
+            "MB in+out"
+        );
+        let mut ratios = Vec::new();
+        for (what, path, inputs) in &models {
+            let local = cpu_plugin_session(&env, path, false);
+            let iso = cpu_plugin_session(&env, path, true);
+            let tensors = epx_tensors(inputs);
+            let mut ort = Ort::new(Source::File(path), inputs);
+            let run = |s: &Session| {
+                s.run(tensors.iter().map(|(n, t)| (n.as_str(), t.clone())))
+                    .unwrap_or_else(|e| fail(format!("{what}: {e}")))
+            };
+            // Same kernels, so the same bits: isolation must not change an answer.
+            let (a, b) = (run(&local), run(&iso));
+            let mut moved = tensors
+                .iter()
+                .map(|(_, t)| t.bytes().map_or(0, <[u8]>::len))
+                .sum::<usize>();
+            if a.len() != b.len() {
+                fail(format!(
+                    "{what}: isolated gives {} outputs, in-process {}",
+                    b.len(),
+                    a.len()
+                ));
+            }
+            for (na, ta) in a.iter() {
+                let same = b.get(na).is_some_and(|tb| {
+                    ta.shape() == tb.shape() && ta.bytes().is_some() && ta.bytes() == tb.bytes()
+                });
+                if !same {
+                    fail(format!(
+                        "{what}: output {na} differs between in-process and isolated"
+                    ));
+                }
+                moved += ta.bytes().map_or(0, <[u8]>::len);
+            }
+            let reps = if what.starts_with("add") {
+                runs * 100
+            } else {
+                runs
+            };
+            // Each engine runs its own block of runs (the child's pool threads are not seen by
+            // `settle`, so interleaving would time one engine against another's spinning
+            // workers); the blocks run twice, in opposite orders, and the lower median counts.
+            let mut block = |engine: usize| {
+                let mut once = || match engine {
+                    0 => drop(run(&local)),
+                    1 => drop(run(&iso)),
+                    _ => drop(ort.run(false)),
+                };
+                for _ in 0..3 {
+                    once();
+                }
+                let mut t: Vec<Duration> = (0..reps).map(|_| time_settled(&mut once)).collect();
+                median_ms(&mut t)
+            };
+            let mut best = [f64::INFINITY; 3];
+            for order in [[0, 1, 2], [2, 1, 0]] {
+                for e in order {
+                    best[e] = best[e].min(block(e));
+                }
+            }
+            let [l, i, o] = best;
+            ratios.push(i / l);
+            println!(
+                "{:<22} {:>10.3} {:>11.3} {:>10.3} {:>8.2}× {:>12.3} {:>8.2}× {:>11.2}",
+                what,
+                l,
+                i,
+                o,
+                i / l,
+                i - l,
+                i / o,
+                moved as f64 / 1e6
+            );
+        }
+        println!(
+            "{n} thread{}: isolated / in-process, geometric mean {:.2}×",
+            if n == 1 { "" } else { "s" },
+            geomean(&ratios)
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--rss") {
@@ -1202,6 +1388,7 @@ fn main() {
     let mut only: Vec<String> = cases().into_iter().map(|m| m.key).collect();
     let mut passes = vec![1, 2];
     let mut micro = true;
+    let mut isolation = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -1232,6 +1419,7 @@ fn main() {
                     .unwrap_or_else(|| fail("--threads needs positive numbers, e.g. 1,2"))
             }
             "--tract" => TRACT.store(true, Ordering::Relaxed),
+            "--isolation" => isolation = true,
             "--no-micro" => micro = false,
             other => fail(format!("unknown argument `{other}`")),
         }
@@ -1240,6 +1428,10 @@ fn main() {
         model_file(key);
     }
     init_ort();
+    if isolation {
+        bench_isolation(&only, runs, &passes);
+        return;
+    }
     let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));
     let mut summary = Vec::new();
     for &n in &passes {

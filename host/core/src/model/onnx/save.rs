@@ -16,6 +16,30 @@ pub fn subgraph_model_bytes(
     inputs: &[u32],
     outputs: &[u32],
 ) -> Result<Vec<u8>> {
+    subgraph_bytes(model, g, nodes, inputs, outputs, false)
+}
+
+/// As [`subgraph_model_bytes`], with a `value_info` entry for every value the nodes make, so a
+/// loader on the other side knows the types and shapes this host knew (inferred or declared)
+/// rather than what its own inference finds.
+pub fn subgraph_model_bytes_with_shapes(
+    model: &Model,
+    g: &Graph,
+    nodes: &[u32],
+    inputs: &[u32],
+    outputs: &[u32],
+) -> Result<Vec<u8>> {
+    subgraph_bytes(model, g, nodes, inputs, outputs, true)
+}
+
+fn subgraph_bytes(
+    model: &Model,
+    g: &Graph,
+    nodes: &[u32],
+    inputs: &[u32],
+    outputs: &[u32],
+    shapes: bool,
+) -> Result<Vec<u8>> {
     let bad = |m: String| Error::InvalidInput(format!("subgraph: {m}"));
     let value = |id: u32| {
         g.values
@@ -32,10 +56,11 @@ pub fn subgraph_model_bytes(
             .nodes
             .get(n as usize)
             .ok_or_else(|| bad(format!("node id {n} out of range")))?;
-        for v in node.inputs.iter().flatten() {
-            let val = &g.values[*v];
+        // Implicit inputs too: an If/Loop/Scan body may read an initializer of this graph.
+        for v in node.all_inputs() {
+            let val = &g.values[v];
             if let Some(t) = &val.initializer {
-                if seen_inits.insert(*v) {
+                if seen_inits.insert(v) {
                     graph.initializer.push(tensor_proto(&val.name, t));
                 }
             }
@@ -47,6 +72,18 @@ pub fn subgraph_model_bytes(
     }
     for &o in outputs {
         graph.output.push(value_info(value(o)?));
+    }
+    if shapes {
+        let listed: std::collections::HashSet<u32> =
+            inputs.iter().chain(outputs).copied().collect();
+        for &n in nodes {
+            for &v in g.nodes[n as usize].outputs.iter().flatten() {
+                let val = &g.values[v];
+                if !listed.contains(&(v as u32)) && val.shape().is_some() {
+                    graph.value_info.push(value_info(val));
+                }
+            }
+        }
     }
     let proto = proto::ModelProto {
         ir_version: Some(model.ir_version),

@@ -16,7 +16,7 @@ use super::shm::{Shared, align_up};
 use super::wire::{self, Reader, Writer, ask, reply};
 use crate::error::{Error, PluginLoadErrorKind as Kind, Result};
 use crate::model::ir::{Graph, Model};
-use crate::model::onnx::save::subgraph_model_bytes;
+use crate::model::onnx::save::subgraph_model_bytes_with_shapes as subgraph_model_bytes;
 use crate::plugin::admit::Refusal;
 use crate::plugin::library::ProviderDescription;
 use crate::plugin::probe::{exit_signal, signal_name};
@@ -497,12 +497,7 @@ impl Remote {
     }
 
     /// Asks the child which of `unclaimed` (ids of `g`'s nodes) its EP runs.
-    pub(crate) fn capability(
-        &self,
-        model: &Model,
-        g: &Graph,
-        unclaimed: &[u32],
-    ) -> Result<Claims> {
+    pub(crate) fn capability(&self, model: &Model, g: &Graph, unclaimed: &[u32]) -> Result<Claims> {
         let call = "get_capability";
         let all: Vec<u32> = (0..g.nodes.len() as u32).collect();
         let inputs: Vec<u32> = g.inputs.iter().map(|&v| v as u32).collect();

@@ -553,13 +553,14 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
 /**
  * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
- * last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
- * reason). Free `*json` with [`epx_string_free`].
+ * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
+ * reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.
  */
-struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+struct EpxError *epx_session_placement_json(const struct EpxSession *session,
+                                            char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
@@ -952,13 +953,14 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
 /**
  * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
- * last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
- * reason). Free `*json` with [`epx_string_free`].
+ * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
+ * reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.
  */
-struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+struct EpxError *epx_session_placement_json(const struct EpxSession *session,
+                                            char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,

@@ -115,6 +115,14 @@ fn an_isolated_ep_answers_as_it_does_in_process() {
     let env = environment(&dir);
     let local = session(&env, adversarial("good")).expect("in-process session");
     let isolated = session(&env, adversarial("good").isolated()).expect("isolated session");
+    assert!(local.placement().isolated_providers.is_empty());
+    assert_eq!(isolated.placement().isolated_providers, ["adversarial"]);
+    assert!(
+        isolated
+            .placement()
+            .table()
+            .contains("EP adversarial runs isolated, in a child process")
+    );
     for s in [&local, &isolated] {
         assert_eq!(
             s.placement().node_counts(),

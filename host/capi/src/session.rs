@@ -204,8 +204,8 @@ pub extern "C" fn epx_session_output(
 
 /// The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
 /// provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
-/// last_run_bytes), `fallbacks` (node, name, op_type, reason) and `skipped_providers` (name,
-/// reason). Free `*json` with [`epx_string_free`].
+/// last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
+/// reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
 ///
 /// # Safety
 /// `session` is a live session; `json` writable.

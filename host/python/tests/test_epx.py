@@ -165,6 +165,7 @@ def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
                     env=env, isolate=True)
     placed = {n["op_type"]: n["provider"] for n in s.placement()["nodes"]}
     assert placed["Relu"] == "adversarial", placed
+    assert s.placement()["isolated_providers"] == ["adversarial"]
     name = s.inputs[0].name
     x = np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)
     want = epx.Session(example("mnist-cnn.onnx")).run({name: x})

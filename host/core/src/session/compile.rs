@@ -431,6 +431,11 @@ fn report(
         copies,
         fallbacks,
         skipped_providers,
+        isolated_providers: providers
+            .iter()
+            .filter(|p| p.is_isolated())
+            .map(|p| p.name().to_string())
+            .collect(),
     }
 }
 

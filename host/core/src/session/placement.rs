@@ -68,6 +68,8 @@ pub struct PlacementReport {
     pub copies: Vec<CopyPlacement>,
     pub fallbacks: Vec<Fallback>,
     pub skipped_providers: Vec<SkippedProvider>,
+    /// EPs of the session running in a child process ([`crate::plugin::isolate`]).
+    pub isolated_providers: Vec<String>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -168,6 +170,9 @@ impl PlacementReport {
         }
         for p in &self.skipped_providers {
             let _ = writeln!(s, "\nEP {} was skipped: {}", p.name, p.reason);
+        }
+        for p in &self.isolated_providers {
+            let _ = writeln!(s, "\nEP {p} runs isolated, in a child process");
         }
         // Names come from the model and the plugins: no escape sequence reaches a terminal.
         crate::printable_lines(&s).into_owned()

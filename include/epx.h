@@ -293,6 +293,19 @@ struct EpxError *epx_env_provider(const struct EpxEnv *env,
 struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
 
 /**
+ * Every device the environment's EPs can run on (ABI 1.5), as JSON: an array of `selector`
+ * (how a session names the EP on that device: `cuda:1`, `openvino:GPU.0`), `provider`,
+ * `plugin`, and `device` (`kind`: cpu, gpu, npu or other; `id`; `id_name`; `vendor`; `name`;
+ * `memory_bytes`, null when unknown; `driver_version`; `unusable`, null or why the EP cannot
+ * use it). Plugins are opened in a child process first, as for [`epx_env_provider_count`].
+ * Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `json` is writable.
+ */
+struct EpxError *epx_env_devices_json(const struct EpxEnv *env, char **json);
+
+/**
  * The code of `error` ([`EpxErrorCode::Internal`] for NULL).
  *
  * Pointers: `error` is NULL or an error from this library, not yet freed.
@@ -882,6 +895,19 @@ struct EpxError *epx_env_provider(const struct EpxEnv *env,
  * `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
  */
 struct EpxError *epx_env_doctor(const struct EpxEnv *env, bool *all_ok, char **report);
+
+/**
+ * Every device the environment's EPs can run on (ABI 1.5), as JSON: an array of `selector`
+ * (how a session names the EP on that device: `cuda:1`, `openvino:GPU.0`), `provider`,
+ * `plugin`, and `device` (`kind`: cpu, gpu, npu or other; `id`; `id_name`; `vendor`; `name`;
+ * `memory_bytes`, null when unknown; `driver_version`; `unusable`, null or why the EP cannot
+ * use it). Plugins are opened in a child process first, as for [`epx_env_provider_count`].
+ * Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `env` is a live environment; `json` is writable.
+ */
+struct EpxError *epx_env_devices_json(const struct EpxEnv *env, char **json);
 
 /**
  * Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP

@@ -79,7 +79,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 4
+#define EPX_ABI_VERSION_MINOR 5
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -849,6 +849,62 @@ typedef struct EpxProvider {
 } EpxProvider;
 
 /**
+ * One device an EP can run on (ABI 1.5). Strings are UTF-8, plugin memory until the list's
+ * `release`; an empty string means unknown.
+ */
+typedef struct EpxDevice {
+    size_t struct_size;
+    /**
+     * An [`EpxDeviceKind`] value.
+     */
+    uint32_t kind;
+    /**
+     * The EP's own number for the device (`cuda:1` is id 1); unique within the EP.
+     */
+    uint32_t device_id;
+    /**
+     * The name a user asks for the device by, when it is not its number (OpenVINO's `GPU.0`);
+     * empty to use the number.
+     */
+    struct EpxStr id_name;
+    struct EpxStr vendor;
+    /**
+     * The product name (`NVIDIA A100-SXM4-80GB`).
+     */
+    struct EpxStr name;
+    /**
+     * Memory of the device in bytes; 0 when unknown or shared with the host.
+     */
+    uint64_t memory_bytes;
+    /**
+     * Driver or runtime version, as the vendor writes it.
+     */
+    struct EpxStr driver_version;
+    /**
+     * Empty when the EP can use the device; else why not (driver too old, library missing).
+     */
+    struct EpxStr unusable_reason;
+} EpxDevice;
+
+/**
+ * The devices of one EP, filled by `get_devices` (ABI 1.5).
+ */
+typedef struct EpxDeviceList {
+    size_t struct_size;
+    size_t num_devices;
+    /**
+     * `num_devices` entries, each `device_size` bytes apart (the plugin's `sizeof(EpxDevice)`).
+     */
+    const struct EpxDevice *devices;
+    size_t device_size;
+    /**
+     * Frees the array and its strings; NULL when there is nothing to free.
+     */
+    void (*release)(struct EpxDeviceList *list);
+    void *private_data;
+} EpxDeviceList;
+
+/**
  * One EP a library offers: what it is, whether it can run here, and how to make one.
  * Lives as long as the plugin descriptor it belongs to.
  */
@@ -889,6 +945,13 @@ typedef struct EpxProviderFactory {
                                 const struct EpxStr *keys,
                                 const struct EpxStr *values,
                                 struct EpxProvider **out);
+    /**
+     * (ABI 1.5) The devices this EP can run on, present ones it cannot use included (with the
+     * reason). Optional: NULL, or an answer of zero devices, says nothing about devices. The
+     * host passes `out` zeroed except `struct_size`; the plugin fills it, and the host calls
+     * `out->release` once it has read it.
+     */
+    struct EpxStatus *(*get_devices)(void *state, struct EpxDeviceList *out);
 } EpxProviderFactory;
 
 /**

@@ -94,7 +94,7 @@ static EpxStatus *create(void *state, size_t n, const EpxStr *keys, const EpxStr
 
 static const EpxProviderFactory factory = {
     sizeof(EpxProviderFactory), NULL, "toy_c", "epx examples", "0.1.0", DL_DEVICE_TYPE_CPU,
-    EPX_PROVIDER_CONCURRENT_KERNELS, NULL, create};
+    EPX_PROVIDER_CONCURRENT_KERNELS, NULL, create, NULL};
 static const EpxProviderFactory *const factories[] = {&factory};
 
 static void release_descriptor(EpxPluginDescriptor *descriptor) { (void)descriptor; }

@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 4;
+pub const EPX_ABI_VERSION_MINOR: u32 = 5;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -720,6 +720,87 @@ pub struct EpxProviderFactory {
             out: *mut *mut EpxProvider,
         ) -> *mut EpxStatus,
     >,
+    /// (ABI 1.5) The devices this EP can run on, present ones it cannot use included (with the
+    /// reason). Optional: NULL, or an answer of zero devices, says nothing about devices. The
+    /// host passes `out` zeroed except `struct_size`; the plugin fills it, and the host calls
+    /// `out->release` once it has read it.
+    pub get_devices:
+        Option<unsafe extern "C" fn(state: *mut c_void, out: *mut EpxDeviceList) -> *mut EpxStatus>,
+}
+
+/// What kind of hardware a device is (ABI 1.5).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpxDeviceKind {
+    /// Not said, or none of the others.
+    Other = 0,
+    Cpu = 1,
+    Gpu = 2,
+    Npu = 3,
+}
+
+impl EpxDeviceKind {
+    /// The kind for a raw value read from a plugin; unknown values become `Other`.
+    pub fn from_raw(v: u32) -> Self {
+        match v {
+            1 => EpxDeviceKind::Cpu,
+            2 => EpxDeviceKind::Gpu,
+            3 => EpxDeviceKind::Npu,
+            _ => EpxDeviceKind::Other,
+        }
+    }
+}
+
+/// One device an EP can run on (ABI 1.5). Strings are UTF-8, plugin memory until the list's
+/// `release`; an empty string means unknown.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxDevice {
+    pub struct_size: usize,
+    /// An [`EpxDeviceKind`] value.
+    pub kind: u32,
+    /// The EP's own number for the device (`cuda:1` is id 1); unique within the EP.
+    pub device_id: u32,
+    /// The name a user asks for the device by, when it is not its number (OpenVINO's `GPU.0`);
+    /// empty to use the number.
+    pub id_name: EpxStr,
+    pub vendor: EpxStr,
+    /// The product name (`NVIDIA A100-SXM4-80GB`).
+    pub name: EpxStr,
+    /// Memory of the device in bytes; 0 when unknown or shared with the host.
+    pub memory_bytes: u64,
+    /// Driver or runtime version, as the vendor writes it.
+    pub driver_version: EpxStr,
+    /// Empty when the EP can use the device; else why not (driver too old, library missing).
+    pub unusable_reason: EpxStr,
+}
+
+/// The devices of one EP, filled by `get_devices` (ABI 1.5).
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpxDeviceList {
+    pub struct_size: usize,
+    pub num_devices: usize,
+    /// `num_devices` entries, each `device_size` bytes apart (the plugin's `sizeof(EpxDevice)`).
+    pub devices: *const EpxDevice,
+    pub device_size: usize,
+    /// Frees the array and its strings; NULL when there is nothing to free.
+    pub release: Option<unsafe extern "C" fn(list: *mut EpxDeviceList)>,
+    pub private_data: *mut c_void,
+}
+
+impl EpxDeviceList {
+    /// An empty answer, for the host to pass as the out-parameter.
+    pub fn empty() -> Self {
+        EpxDeviceList {
+            struct_size: std::mem::size_of::<EpxDeviceList>(),
+            num_devices: 0,
+            devices: std::ptr::null(),
+            device_size: 0,
+            release: None,
+            private_data: std::ptr::null_mut(),
+        }
+    }
 }
 
 /// What a plugin library provides. Returned by the entry function; freed through `release`.
@@ -774,6 +855,11 @@ pub const EPX_HOST_API_SIZE_1_0: usize = epx_field_end!(EpxHostApi, kernel_outpu
 pub const EPX_NODE_INFO_SIZE_1_0: usize = epx_field_end!(EpxNodeInfo, num_attributes);
 /// See [`EPX_PLUGIN_DESCRIPTOR_SIZE_1_0`].
 pub const EPX_ATTRIBUTE_SIZE_1_0: usize = epx_field_end!(EpxAttribute, tensor);
+/// A factory from ABI 1.5 on (with `get_devices`).
+pub const EPX_PROVIDER_FACTORY_SIZE_1_5: usize = epx_field_end!(EpxProviderFactory, get_devices);
+/// The first version of [`EpxDevice`] (ABI 1.5).
+pub const EPX_DEVICE_SIZE_1_5: usize =
+    ::std::mem::offset_of!(EpxDevice, unusable_reason) + ::std::mem::size_of::<EpxStr>();
 
 #[cfg(test)]
 mod tests {
@@ -790,5 +876,7 @@ mod tests {
         assert_eq!(EPX_HOST_API_SIZE_1_0, 136);
         assert_eq!(EPX_NODE_INFO_SIZE_1_0, 104);
         assert_eq!(EPX_ATTRIBUTE_SIZE_1_0, 96);
+        assert_eq!(EPX_PROVIDER_FACTORY_SIZE_1_5, 72);
+        assert_eq!(EPX_DEVICE_SIZE_1_5, 104);
     }
 }

@@ -257,4 +257,27 @@ pub unsafe extern "C" fn epx_env_doctor(
         out_string(report, "report", &text)
     })
 }
+/// Every device the environment's EPs can run on (ABI 1.5), as JSON: an array of `selector`
+/// (how a session names the EP on that device: `cuda:1`, `openvino:GPU.0`), `provider`,
+/// `plugin`, and `device` (`kind`: cpu, gpu, npu or other; `id`; `id_name`; `vendor`; `name`;
+/// `memory_bytes`, null when unknown; `driver_version`; `unusable`, null or why the EP cannot
+/// use it). Plugins are opened in a child process first, as for [`epx_env_provider_count`].
+/// Free `*json` with [`epx_string_free`].
+///
+/// # Safety
+/// `env` is a live environment; `json` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_env_devices_json(
+    env: Option<&EpxEnv>,
+    json: Option<&mut MaybeUninit<*mut c_char>>,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let env = object(env, "env")?;
+        env.probe_plugins();
+        let text = serde_json::to_string(&env.env.devices())
+            .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("devices JSON: {e}")))?;
+        out_string(json, "json", &text)
+    })
+}
+
 impl PanicPointee for EpxEnv {}

@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List every EP found: plugin, library, version, available or why not.
-    Providers,
+    Providers(ProvidersArgs),
     /// Check every plugin: manifest, ABI, each dependency found where or missing.
     Doctor,
     /// Show where each node of a model would run: EP, fused kernels, copies, fallbacks.
@@ -57,6 +57,14 @@ enum Command {
     /// its parent set up (see `epx::plugin::isolate`).
     #[command(hide = true)]
     ServePlugin(probe::ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ProvidersArgs {
+    /// Also list, under each EP, the devices it can run on (kind, name, memory, driver, and why
+    /// a present device cannot be used), with the name a session asks for it by.
+    #[arg(long)]
+    devices: bool,
 }
 
 /// Output cut short by a closed pipe (`epx providers | head`) ends the program quietly; any other
@@ -118,11 +126,11 @@ fn main() -> ExitCode {
     let builder = match cli.command {
         Command::ProbeLibrary(args) => return probe::child(args),
         Command::ServePlugin(args) => return probe::serve(args),
-        Command::Providers | Command::Doctor => builder.with_load_probe(probe::load_probe()),
+        Command::Providers(_) | Command::Doctor => builder.with_load_probe(probe::load_probe()),
         _ => builder,
     };
     let result = builder.commit().and_then(|env| match cli.command {
-        Command::Providers => providers(&env).map(|()| ExitCode::SUCCESS),
+        Command::Providers(args) => providers(&env, args.devices).map(|()| ExitCode::SUCCESS),
         Command::Doctor => Ok(doctor::doctor(&env)),
         Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
@@ -161,7 +169,46 @@ macro_rules! say {
     };
 }
 
-fn providers(env: &Arc<Environment>) -> epx::Result<()> {
+/// The device lines printed under an EP by `epx providers --devices`.
+fn device_lines(p: &epx::plugin::ProviderDescription) -> Vec<String> {
+    if let Some(e) = &p.devices_error {
+        return vec![format!("    devices could not be listed: {e}")];
+    }
+    if p.devices.is_empty() {
+        return vec!["    (lists no devices)".into()];
+    }
+    p.devices
+        .iter()
+        .map(|d| {
+            let mut what = vec![d.vendor.clone(), d.name.clone()];
+            what.retain(|s| !s.is_empty());
+            let mut detail = Vec::new();
+            if let Some(m) = d.memory_bytes {
+                detail.push(format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64));
+            }
+            if !d.driver_version.is_empty() {
+                detail.push(format!("driver {}", d.driver_version));
+            }
+            let detail = if detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", detail.join(", "))
+            };
+            let status = match &d.unusable {
+                None => "ok".to_string(),
+                Some(why) => format!("unusable: {why}"),
+            };
+            format!(
+                "    {:<20} {:<5} {}{detail} — {status}",
+                d.selector(&p.name),
+                d.kind,
+                what.join(" ")
+            )
+        })
+        .collect()
+}
+
+fn providers(env: &Arc<Environment>, devices: bool) -> epx::Result<()> {
     say!(
         "{:<16} {:<12} {:<10} {:<9} library / reason",
         "EP",
@@ -178,6 +225,11 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
             p.version,
             "ok"
         );
+        if devices {
+            for l in device_lines(p) {
+                say!("{l}");
+            }
+        }
     }
     let shadowed = &env.discovery().shadowed;
     let mut shown = vec![false; shadowed.len()];
@@ -217,6 +269,11 @@ fn providers(env: &Arc<Environment>) -> epx::Result<()> {
                         p.version,
                         status
                     );
+                    if devices {
+                        for l in device_lines(p) {
+                            say!("{l}");
+                        }
+                    }
                 }
             }
             Err(e) => {

@@ -711,7 +711,7 @@ fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
 fn adversarial_plugin() -> epx_tests::TempDir {
     let dir = epx_tests::TempDir::new("cli-adversarial").expect("temp dir");
     let file = epx_tests::library_file_name("epx_fixture_adversarial");
-    let manifest = epx_tests::manifest("adversarial", "1.4", &["adversarial"], &file);
+    let manifest = epx_tests::manifest("adversarial", "1.5", &["adversarial"], &file);
     dir.add_plugin(
         "adversarial",
         &epx_tests::fixture_library("adversarial"),
@@ -759,6 +759,38 @@ fn run_isolate_turns_a_plugin_crash_into_one_error_line() {
         "{}",
         text(&b.stdout)
     );
+}
+
+#[test]
+fn providers_devices_lists_each_eps_devices_and_why_one_is_unusable() {
+    let dir = adversarial_plugin();
+    let plugins = dir.path().display().to_string();
+    let out = epx(&["providers", "--devices", "--plugin-dir", &plugins]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    let line = |needle: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(needle))
+            .unwrap_or_else(|| panic!("no line for {needle}:\n{stdout}"))
+            .to_string()
+    };
+    let gpu = line("adversarial:0 ");
+    assert!(
+        gpu.contains("gpu")
+            && gpu.contains("Fixture Graphics FG-1 (fake) (8.0 GiB, driver 2.5.1) — ok"),
+        "{gpu}"
+    );
+    let npu = line("adversarial:NPU.0");
+    assert!(
+        npu.contains("npu")
+            && npu.contains("unusable: driver 1.2.0 is older than the 2.0 this EP needs"),
+        "{npu}"
+    );
+    assert!(line("cpu:0").contains("kernels: "), "{stdout}");
+    // Without --devices, no device lines.
+    let plain = text(&epx(&["providers", "--plugin-dir", &plugins]).stdout);
+    assert!(!plain.contains("adversarial:0"), "{plain}");
 }
 
 /// Pids of `epx serve-plugin` processes serving a library under `dir`.

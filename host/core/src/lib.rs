@@ -48,11 +48,12 @@ pub mod value;
 pub use builtin::CPU as BUILTIN_CPU;
 pub use error::{Error, PluginLoadErrorKind, Result};
 pub use model::{ir, onnx};
+pub use plugin::Device;
 pub use plugin::probe::LoadProbe;
 pub use session::placement::{self, PlacementReport};
 pub use session::{
-    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider, Session,
-    SessionBuilder, SessionOutputs, ValueSpec,
+    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
+    ProviderDevice, Session, SessionBuilder, SessionOutputs, ValueSpec,
 };
 pub use value::tensor::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};
 pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};

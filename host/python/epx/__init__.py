@@ -34,7 +34,7 @@ from ._capi import ERROR_NAMES, EpxError, Library
 
 __version__ = "0.1.0"
 __all__ = [
-    "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
+    "devices", "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
     "DoctorReport", "providers", "doctor", "version", "plugin_abi_version", "plugin_dirs",
     "max_tensor_bytes", "set_max_tensor_bytes",
 ]
@@ -205,6 +205,13 @@ class Environment:
                                        _decode(d.library), bool(d.available), _decode(d.reason)))
         return result
 
+    def devices(self) -> List[Dict[str, Any]]:
+        """Every device the EPs can run on (plugins listing devices, ABI 1.5), as plain data:
+        `selector` (`cuda:1`, `openvino:GPU.0`), `provider`, `plugin` and `device` (kind, id,
+        id_name, vendor, name, memory_bytes, driver_version, and `unusable`: why the EP cannot
+        use a present device, or None)."""
+        return json.loads(self._lib.json_of(self._lib.epx_env_devices_json, self._ptr))
+
     def doctor(self) -> DoctorReport:
         """Checks every plugin as `epx doctor` does."""
         ok, report = ctypes.c_bool(), _capi.P()
@@ -224,6 +231,11 @@ class Environment:
 def providers(env: Optional[Environment] = None) -> List[ProviderInfo]:
     """Every EP found in `env` (default: `Environment.default()`)."""
     return (env or Environment.default()).providers()
+
+
+def devices(env: Optional[Environment] = None) -> List[Dict[str, Any]]:
+    """Every device the EPs of `env` (default: `Environment.default()`) can run on."""
+    return (env or Environment.default()).devices()
 
 
 def doctor(env: Optional[Environment] = None) -> DoctorReport:

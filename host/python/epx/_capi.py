@@ -96,6 +96,7 @@ SIGNATURES = {
     "epx_env_provider_count": (_SIZE, [P]),
     "epx_env_provider": (P, [P, _SIZE, ctypes.POINTER(ProviderDesc)]),
     "epx_env_doctor": (P, [P, ctypes.POINTER(ctypes.c_bool), _PP]),
+    "epx_env_devices_json": (P, [P, _PP]),
     "epx_session_new": (P, [P, _STR, P, _PP]),
     "epx_session_new_from_bytes": (P, [P, _STR, _SIZE, P, _PP]),
     "epx_session_free": (None, [P]),

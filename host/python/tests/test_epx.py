@@ -139,10 +139,8 @@ def test_a_plugin_that_crashes_the_loader_is_listed_as_broken(tmp_path):
     assert not report.ok and "SIGSEGV" in report.text, report.text
 
 
-def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
-    """With `isolate=True` the EP runs in the wheel's bin/epx (`epx serve-plugin`): the fixture
-    EP aborting on a NaN input fails that run with an EpxError; the next run starts a new
-    process and answers again."""
+def _adversarial_plugins(tmp_path):
+    """A plugin folder holding the `adversarial` fixture (a Relu EP with fake devices)."""
     folder = os.environ.get("EPX_TEST_FIXTURES")
     if not folder:
         pytest.skip("EPX_TEST_FIXTURES is not set: no adversarial fixture plugin")
@@ -154,13 +152,31 @@ def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
     (plugin / "plugin.toml").write_text(textwrap.dedent(f"""\
         name = "adversarial"
         version = "0.1.0"
-        abi = "1.0"
+        abi = "1.5"
         providers = ["adversarial"]
 
         [library]
         linux = "{os.path.basename(library)}"
         """))
-    env = epx.Environment(plugin_dirs=[tmp_path / "plugins"], discover=False)
+    return tmp_path / "plugins"
+
+
+def test_devices_are_listed_with_why_one_is_unusable(tmp_path):
+    env = epx.Environment(plugin_dirs=[_adversarial_plugins(tmp_path)], discover=False)
+    devices = {d["selector"]: d for d in env.devices()}
+    gpu = devices["adversarial:0"]["device"]
+    assert gpu["kind"] == "gpu" and gpu["memory_bytes"] == 8 << 30 and gpu["unusable"] is None
+    npu = devices["adversarial:NPU.0"]["device"]
+    assert npu["kind"] == "npu" and "older than the 2.0" in npu["unusable"], npu
+    assert devices["cpu:0"]["device"]["kind"] == "cpu"
+
+
+def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
+    """With `isolate=True` the EP runs in the wheel's bin/epx (`epx serve-plugin`): the fixture
+    EP aborting on a NaN input fails that run with an EpxError; the next run starts a new
+    process and answers again."""
+    plugins = _adversarial_plugins(tmp_path)
+    env = epx.Environment(plugin_dirs=[plugins], discover=False)
     s = epx.Session(example("mnist-cnn.onnx"), [("adversarial", {"mode": "abort_on_nan"})],
                     env=env, isolate=True)
     placed = {n["op_type"]: n["provider"] for n in s.placement()["nodes"]}

@@ -54,12 +54,55 @@ impl ProviderInfo {
     }
 }
 
+/// One device an EP can run on (ABI 1.5), as `epx providers --devices` lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub kind: DeviceKind,
+    /// The EP's number for the device (`cuda:1`).
+    pub device_id: u32,
+    /// The name users ask for it by when that is not the number (OpenVINO's `GPU.0`).
+    pub id_name: String,
+    pub vendor: String,
+    pub name: String,
+    /// Bytes of memory; 0 when unknown or shared with the host.
+    pub memory_bytes: u64,
+    pub driver_version: String,
+    /// Why a device that is present cannot be used (driver too old, library missing).
+    pub unusable: Option<String>,
+}
+
+/// What kind of hardware a device is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceKind {
+    #[default]
+    Other,
+    Cpu,
+    Gpu,
+    Npu,
+}
+
+impl DeviceKind {
+    fn raw(self) -> EpxDeviceKind {
+        match self {
+            DeviceKind::Other => EpxDeviceKind::Other,
+            DeviceKind::Cpu => EpxDeviceKind::Cpu,
+            DeviceKind::Gpu => EpxDeviceKind::Gpu,
+            DeviceKind::Npu => EpxDeviceKind::Npu,
+        }
+    }
+}
+
 /// One EP a plugin library offers.
 pub trait ProviderFactory: Send + Sync + 'static {
     fn info(&self) -> ProviderInfo;
     /// `Err(reason)` when the EP cannot run on this machine; the reason is shown to the user.
     fn availability(&self) -> Result<()> {
         Ok(())
+    }
+    /// (ABI 1.5) The devices the EP can run on, present ones it cannot use included. The
+    /// default lists none, which says nothing about devices.
+    fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        Ok(Vec::new())
     }
     /// Makes an EP instance. Call [`ProviderOptions::finish`] after taking the keys you know, so
     /// unknown keys are an error naming the valid ones.
@@ -321,6 +364,7 @@ fn factory_state(factory: Box<dyn ProviderFactory>) -> Box<FactoryState> {
             },
             is_available: Some(factory_is_available),
             create: Some(factory_create),
+            get_devices: Some(factory_get_devices),
         },
         factory,
         _strings: strings,
@@ -344,6 +388,80 @@ unsafe extern "C" fn factory_is_available(state: *mut c_void) -> *mut EpxStatus 
         // SAFETY: `state` is the FactoryState pointer we put in the factory struct.
         let st = unsafe { &*state.cast::<FactoryState>() };
         st.factory.availability()
+    })
+}
+
+/// The device array handed to the host and the strings it points into; freed by `release`.
+struct DeviceListState {
+    devices: Vec<EpxDevice>,
+    _strings: Vec<String>,
+}
+
+unsafe extern "C" fn factory_get_devices(
+    state: *mut c_void,
+    out: *mut EpxDeviceList,
+) -> *mut EpxStatus {
+    crate::ffi_boundary!({
+        if out.is_null() {
+            return Err(Error::invalid_argument("get_devices: NULL out-pointer"));
+        }
+        // SAFETY: `state` is the FactoryState pointer we put in the factory struct.
+        let st = unsafe { &*state.cast::<FactoryState>() };
+        let list = st.factory.devices()?;
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut strings: Vec<String> = Vec::with_capacity(list.len() * 5);
+        let mut text = |s: &str| {
+            // A String's heap buffer does not move when the Vec holding it grows.
+            strings.push(s.to_string());
+            let last = strings.last().map_or("", String::as_str);
+            EpxStr {
+                data: last.as_ptr(),
+                len: last.len(),
+            }
+        };
+        let devices: Vec<EpxDevice> = list
+            .iter()
+            .map(|d| EpxDevice {
+                struct_size: std::mem::size_of::<EpxDevice>(),
+                kind: d.kind.raw() as u32,
+                device_id: d.device_id,
+                id_name: text(&d.id_name),
+                vendor: text(&d.vendor),
+                name: text(&d.name),
+                memory_bytes: d.memory_bytes,
+                driver_version: text(&d.driver_version),
+                unusable_reason: text(d.unusable.as_deref().unwrap_or("")),
+            })
+            .collect();
+        let state = Box::new(DeviceListState {
+            devices,
+            _strings: strings,
+        });
+        // SAFETY: `out` checked non-null; the host gave a list of at least the 1.5 size.
+        unsafe {
+            (*out).num_devices = state.devices.len();
+            (*out).devices = state.devices.as_ptr();
+            (*out).device_size = std::mem::size_of::<EpxDevice>();
+            (*out).release = Some(release_devices);
+            (*out).private_data = Box::into_raw(state).cast::<c_void>();
+        }
+        Ok::<(), Error>(())
+    })
+}
+
+unsafe extern "C" fn release_devices(list: *mut EpxDeviceList) {
+    crate::ffi_boundary!({
+        // SAFETY: the host calls this once on the list `factory_get_devices` filled.
+        unsafe {
+            if !list.is_null() && !(*list).private_data.is_null() {
+                drop(Box::from_raw(
+                    (*list).private_data.cast::<DeviceListState>(),
+                ));
+                (*list).private_data = std::ptr::null_mut();
+            }
+        }
     })
 }
 

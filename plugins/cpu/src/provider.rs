@@ -33,6 +33,35 @@ impl ProviderFactory for CpuFactory {
         }
     }
 
+    /// The one device: this machine's processor, named as `/proc/cpuinfo` names it, with the
+    /// kernel level the EP runs (or why the level asked for cannot run here).
+    fn devices(&self) -> sdk::Result<Vec<sdk::DeviceInfo>> {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |key: &str| {
+            info.lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == key).then(|| v.trim().to_string())
+                })
+                .unwrap_or_default()
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (kernels, unusable) = match crate::fast::configured_isa() {
+            Ok(isa) => (isa.name.to_string(), None),
+            Err(e) => (String::new(), Some(e)),
+        };
+        Ok(vec![sdk::DeviceInfo {
+            kind: sdk::DeviceKind::Cpu,
+            device_id: 0,
+            id_name: String::new(),
+            vendor: field("vendor_id"),
+            name: format!("{} ({cores} cores)", field("model name")),
+            memory_bytes: 0,
+            driver_version: format!("epx-cpu {}, kernels: {kernels}", env!("CARGO_PKG_VERSION")),
+            unusable,
+        }])
+    }
+
     fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
         // A kernel level the environment asks for but this CPU cannot run is an error here,
         // not a silent fall back to another level.

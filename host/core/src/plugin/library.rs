@@ -26,6 +26,131 @@ pub struct ProviderDescription {
     pub concurrent_kernels: bool,
     /// `Err(reason)` when it cannot run on this machine.
     pub availability: std::result::Result<(), String>,
+    /// The devices it can run on (ABI 1.5), present ones it cannot use included; empty when
+    /// the plugin says nothing about devices.
+    pub devices: Vec<Device>,
+    /// Why asking the plugin for its devices failed, when it did.
+    pub devices_error: Option<String>,
+}
+
+/// One device an EP can run on, as its plugin describes it (ABI 1.5).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Device {
+    /// `cpu`, `gpu`, `npu` or `other`.
+    pub kind: &'static str,
+    /// The EP's number for the device.
+    pub id: u32,
+    /// The name a user asks for it by when that is not the number (OpenVINO's `GPU.0`).
+    pub id_name: Option<String>,
+    pub vendor: String,
+    pub name: String,
+    /// Bytes of memory, when known.
+    pub memory_bytes: Option<u64>,
+    pub driver_version: String,
+    /// Why the EP cannot use this device, when it cannot.
+    pub unusable: Option<String>,
+}
+
+impl Device {
+    /// How a session names the device after its EP: `cuda:1`, `openvino:GPU.0`.
+    pub fn selector(&self, provider: &str) -> String {
+        match &self.id_name {
+            Some(n) => format!("{provider}:{n}"),
+            None => format!("{provider}:{}", self.id),
+        }
+    }
+}
+
+/// The most devices read from one EP, and the longest string kept of each field.
+const MAX_DEVICES: usize = 1024;
+const MAX_DEVICE_TEXT: usize = 512;
+
+/// Reads an EP's device list (ABI 1.5): bounded, validated, released.
+///
+/// # Safety
+/// `f` is a validated factory whose `struct_size` covers `get_devices`.
+unsafe fn read_devices(f: &EpxProviderFactory) -> std::result::Result<Vec<Device>, String> {
+    let Some(get) = f.get_devices else {
+        return Ok(Vec::new());
+    };
+    let mut list = EpxDeviceList::empty();
+    // SAFETY: the caller's contract; `list` is a valid out-parameter.
+    let status = unsafe { get(f.state, &mut list) };
+    // SAFETY: plugin status, released through its own function.
+    let result = unsafe { take_status(status) }.map_err(|e| e.message);
+    let read = result.and_then(|()| {
+        if list.num_devices == 0 {
+            return Ok(Vec::new());
+        }
+        if list.num_devices > MAX_DEVICES {
+            return Err(format!("lists {} devices", list.num_devices));
+        }
+        if list.devices.is_null() || list.device_size < EPX_DEVICE_SIZE_1_5 {
+            return Err(format!(
+                "device array is NULL or its entries are {} bytes, fewer than ABI 1.5's {}",
+                list.device_size, EPX_DEVICE_SIZE_1_5
+            ));
+        }
+        let text = |s: &EpxStr| {
+            let bounded = EpxStr {
+                data: s.data,
+                len: s.len.min(4 * MAX_DEVICE_TEXT),
+            };
+            if bounded.data.is_null() {
+                return String::new();
+            }
+            // SAFETY: a plugin string valid until `release`, read no further than its length.
+            let t = String::from_utf8_lossy(unsafe { bounded.as_bytes() });
+            t.chars().take(MAX_DEVICE_TEXT).collect::<String>()
+        };
+        let mut out = Vec::with_capacity(list.num_devices);
+        for i in 0..list.num_devices {
+            // SAFETY: `num_devices` entries `device_size` bytes apart (bounded above), each at
+            // least ABI 1.5's size.
+            let d = unsafe {
+                &*list
+                    .devices
+                    .cast::<u8>()
+                    .add(i * list.device_size)
+                    .cast::<EpxDevice>()
+            };
+            if d.struct_size < EPX_DEVICE_SIZE_1_5 {
+                return Err(format!(
+                    "device {i}: struct_size {} is too small",
+                    d.struct_size
+                ));
+            }
+            let id_name = Some(text(&d.id_name)).filter(|n| !n.is_empty());
+            let unusable = Some(text(&d.unusable_reason)).filter(|n| !n.is_empty());
+            let device = Device {
+                kind: match EpxDeviceKind::from_raw(d.kind) {
+                    EpxDeviceKind::Cpu => "cpu",
+                    EpxDeviceKind::Gpu => "gpu",
+                    EpxDeviceKind::Npu => "npu",
+                    EpxDeviceKind::Other => "other",
+                },
+                id: d.device_id,
+                id_name,
+                vendor: text(&d.vendor),
+                name: text(&d.name),
+                memory_bytes: (d.memory_bytes > 0).then_some(d.memory_bytes),
+                driver_version: text(&d.driver_version),
+                unusable,
+            };
+            if out.iter().any(|o: &Device| {
+                o.id == device.id || (o.id_name.is_some() && o.id_name == device.id_name)
+            }) {
+                return Err(format!("device {i}: its id is listed twice"));
+            }
+            out.push(device);
+        }
+        Ok(out)
+    });
+    if let Some(release) = list.release {
+        // SAFETY: the plugin's release for the list it filled, called once.
+        unsafe { release(&mut list) };
+    }
+    read
 }
 
 impl ProviderDescription {
@@ -314,6 +439,15 @@ impl PluginLibrary {
                     None => Ok(()),
                     Some(f) => take_status(f(r.state)).map_err(|e| e.message),
                 };
+                let (devices, devices_error) =
+                    if abi.minor >= 5 && r.struct_size >= EPX_PROVIDER_FACTORY_SIZE_1_5 {
+                        match read_devices(r) {
+                            Ok(d) => (d, None),
+                            Err(e) => (Vec::new(), Some(e)),
+                        }
+                    } else {
+                        (Vec::new(), None)
+                    };
                 ProviderDescription {
                     name,
                     vendor: plugin_str(r.vendor, "vendor").unwrap_or_default(),
@@ -321,6 +455,8 @@ impl PluginLibrary {
                     device_type: r.device_type,
                     concurrent_kernels: r.flags & EPX_PROVIDER_CONCURRENT_KERNELS != 0,
                     availability,
+                    devices,
+                    devices_error,
                 }
             };
             factories.push(f);

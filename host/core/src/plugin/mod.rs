@@ -24,5 +24,5 @@ pub use admit::{AdmissionReport, Refusal, admit};
 /// The model as plugins read it (nodes, values, attributes in the ABI's form): built once per
 /// session and handed to every capability query and compile.
 pub(crate) use host_api::AbiGraph;
-pub use library::{PluginLibrary, ProviderDescription};
+pub use library::{Device, PluginLibrary, ProviderDescription};
 pub use provider::{CompiledKernel, ProviderInstance};

@@ -41,6 +41,16 @@ struct LoadOutcome {
     library: std::result::Result<Arc<PluginLibrary>, Refusal>,
 }
 
+/// A device one EP can run on, as [`Environment::devices`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ProviderDevice {
+    /// How a session asks for this EP on this device: `cuda:1`, `openvino:GPU.0`.
+    pub selector: String,
+    pub provider: String,
+    pub plugin: String,
+    pub device: crate::plugin::Device,
+}
+
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {
     search: Vec<SearchDir>,
@@ -480,6 +490,31 @@ impl Environment {
     fn loaded_outcome(&self, library: &Path) -> Option<LoadOutcome> {
         let loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         loaded.get(library).cloned()
+    }
+
+    /// Every device the EPs of this environment list (ABI 1.5), loading every discovered plugin:
+    /// plugins in search order, then linked and built-in EPs. A plugin that fails to load, or an
+    /// EP that lists no devices, adds none (`epx providers` says why).
+    pub fn devices(&self) -> Vec<ProviderDevice> {
+        let loaded = self.load_all().into_iter().filter_map(|(_, l)| l.ok());
+        let libs: Vec<Arc<PluginLibrary>> = loaded
+            .chain(self.linked.iter().cloned())
+            .chain(std::iter::once(self.builtin.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for lib in &libs {
+            for p in &lib.providers {
+                for d in &p.devices {
+                    out.push(ProviderDevice {
+                        selector: d.selector(&p.name),
+                        provider: p.name.clone(),
+                        plugin: lib.name.clone(),
+                        device: d.clone(),
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// Loads every discovered plugin, for listings: each candidate with its library or error.

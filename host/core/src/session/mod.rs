@@ -24,7 +24,9 @@ pub mod request;
 mod run;
 
 pub use builder::SessionBuilder;
-pub use environment::{BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder};
+pub use environment::{
+    BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ProviderDevice,
+};
 pub use placement::PlacementReport;
 pub use request::ExecutionProvider;
 pub use run::SessionOutputs;

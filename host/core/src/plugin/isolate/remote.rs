@@ -18,7 +18,7 @@ use crate::error::{Error, PluginLoadErrorKind as Kind, Result};
 use crate::model::ir::{Graph, Model};
 use crate::model::onnx::save::subgraph_model_bytes_with_shapes as subgraph_model_bytes;
 use crate::plugin::admit::Refusal;
-use crate::plugin::library::ProviderDescription;
+use crate::plugin::library::{Device, ProviderDescription};
 use crate::plugin::probe::{exit_signal, signal_name};
 use crate::value::{ElementType, Tensor, Value};
 
@@ -237,6 +237,7 @@ fn hello(p: &mut Process, iso: &Isolation) -> std::result::Result<Described, Ref
                     0 => Ok(()),
                     _ => Err(r.str().map_err(bad)?),
                 };
+                let (devices, devices_error) = read_devices(&mut r).map_err(bad)?;
                 providers.push(ProviderDescription {
                     name,
                     vendor,
@@ -244,6 +245,8 @@ fn hello(p: &mut Process, iso: &Isolation) -> std::result::Result<Described, Ref
                     device_type,
                     concurrent_kernels,
                     availability,
+                    devices,
+                    devices_error,
                 });
             }
             Ok(Described {
@@ -259,6 +262,65 @@ fn hello(p: &mut Process, iso: &Isolation) -> std::result::Result<Described, Ref
         }
         other => Err(bad(format!("unexpected first message {other:#x}"))),
     }
+}
+
+fn optional(r: &mut Reader<'_>) -> wire::WireResult<Option<String>> {
+    Ok(match r.u8()? {
+        0 => None,
+        _ => Some(r.str()?),
+    })
+}
+
+pub(super) fn put_optional(w: &mut Writer, s: Option<&str>) {
+    match s {
+        None => w.u8(0),
+        Some(s) => w.u8(1).str(s),
+    };
+}
+
+/// An EP's devices as the child read them from the library.
+fn read_devices(r: &mut Reader<'_>) -> wire::WireResult<(Vec<Device>, Option<String>)> {
+    let n = r.count(27)?;
+    let mut devices = Vec::with_capacity(n);
+    for _ in 0..n {
+        let kind = match r.u8()? {
+            1 => "cpu",
+            2 => "gpu",
+            3 => "npu",
+            _ => "other",
+        };
+        devices.push(Device {
+            kind,
+            id: r.u32()?,
+            id_name: optional(r)?,
+            vendor: r.str()?,
+            name: r.str()?,
+            memory_bytes: Some(r.u64()?).filter(|&m| m > 0),
+            driver_version: r.str()?,
+            unusable: optional(r)?,
+        });
+    }
+    Ok((devices, optional(r)?))
+}
+
+pub(super) fn put_devices(w: &mut Writer, d: &ProviderDescription) {
+    w.u32(d.devices.len() as u32);
+    for dev in &d.devices {
+        let kind = match dev.kind {
+            "cpu" => 1,
+            "gpu" => 2,
+            "npu" => 3,
+            _ => 0,
+        };
+        w.u8(kind).u32(dev.id);
+        put_optional(w, dev.id_name.as_deref());
+        w.str(&dev.vendor)
+            .str(&dev.name)
+            .u64(dev.memory_bytes.unwrap_or(0))
+            .str(&dev.driver_version);
+        put_optional(w, dev.unusable.as_deref());
+    }
+    put_optional(w, d.devices_error.as_deref());
 }
 
 const KINDS: [Kind; 12] = [

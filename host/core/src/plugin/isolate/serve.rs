@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use epx_plugin_api::abi::EpxStatusCode;
 
-use super::remote::{kind_code, node_key, put_tensor_header, read_tensor_header};
+use super::remote::{kind_code, node_key, put_devices, put_tensor_header, read_tensor_header};
 use super::shm::{Shared, align_up};
 use super::wire::{self, Reader, Writer, ask, reply};
 use crate::error::Error;
@@ -92,6 +92,7 @@ pub fn serve(library: &Path, preloads: &[PathBuf], shm_fd: i32) -> i32 {
             Ok(()) => w.u8(0),
             Err(why) => w.u8(1).str(why),
         };
+        put_devices(&mut w, d);
     }
     if wire::send(&mut out, reply::HELLO, &w.0).is_err() {
         return 0;

@@ -349,7 +349,9 @@ struct EpxSessionOptions *epx_session_options_new(void);
 void epx_session_options_free(struct EpxSessionOptions *options);
 
 /**
- * Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+ * Appends EP `name` (`ep` or `plugin/ep`, optionally followed by `:DEVICE` to run it on one of
+ * the devices it lists, as [`epx_env_devices_json`](crate::epx_env_devices_json)'s `selector`
+ * names it: `cuda:1`, `openvino:GPU.0`) with `n_options` options `keys[i] = values[i]`, after
  * the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
  * up; without, the EP is skipped and the placement report says why. Unknown option keys are an
  * error when the session is made, naming the valid keys.
@@ -783,7 +785,9 @@ struct EpxSessionOptions *epx_session_options_new(void);
 void epx_session_options_free(struct EpxSessionOptions *options);
 
 /**
- * Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+ * Appends EP `name` (`ep` or `plugin/ep`, optionally followed by `:DEVICE` to run it on one of
+ * the devices it lists, as [`epx_env_devices_json`](crate::epx_env_devices_json)'s `selector`
+ * names it: `cuda:1`, `openvino:GPU.0`) with `n_options` options `keys[i] = values[i]`, after
  * the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
  * up; without, the EP is skipped and the placement report says why. Unknown option keys are an
  * error when the session is made, naming the valid keys.

@@ -92,3 +92,90 @@ fn an_isolated_plugin_lists_the_same_devices() {
     assert!(lib.isolation.is_some(), "the manifest asks for isolation");
     check_fixture_devices(&env.devices());
 }
+
+fn relu_neg_model() -> Vec<u8> {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes, node};
+    model_bytes(proto::GraphProto {
+        name: Some("relu_neg".into()),
+        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
+        input: vec![float_value("x", &[2, 3])],
+        output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
+        ..Default::default()
+    })
+}
+
+fn session_on(env: &Arc<Environment>, ep: epx::ExecutionProvider) -> epx::Result<epx::Session> {
+    epx::Session::builder()?
+        .with_environment(env.clone())
+        .with_execution_providers([ep.error_on_failure()])?
+        .commit_from_memory(&relu_neg_model())
+}
+
+fn setup_error(r: epx::Result<epx::Session>) -> String {
+    match r {
+        Err(epx::Error::ProviderSetup { message, .. }) => message,
+        other => panic!("expected a set-up error, got {:?}", other.err()),
+    }
+}
+
+#[test]
+fn a_session_runs_an_ep_on_the_device_it_names() {
+    let dir = plugin_dir(false);
+    let env = environment(&dir);
+    for isolated in [false, true] {
+        let ep = epx::ExecutionProvider::new("adversarial").on_device("0");
+        let ep = if isolated { ep.isolated() } else { ep };
+        let s = session_on(&env, ep).expect("session on adversarial:0");
+        let report = s.placement();
+        assert_eq!(
+            report.devices,
+            [("adversarial".to_string(), "adversarial:0".to_string())]
+        );
+        assert!(
+            report
+                .table()
+                .contains("EP adversarial runs on device adversarial:0")
+        );
+        let x = epx::Tensor::from_array(
+            ndarray::Array::from_shape_vec((2, 3), vec![-1.0f32, 2.0, -3.0, 4.0, -5.0, 6.0])
+                .expect("shape"),
+        );
+        let out = s.run(vec![("x".to_string(), x)]).expect("run");
+        assert_eq!(
+            out["r"].as_slice::<f32>().expect("f32"),
+            &[0.0, 2.0, 0.0, 4.0, 0.0, 6.0]
+        );
+    }
+    // The built-in CPU EP on its one device, by number.
+    let s = session_on(&env, epx::ExecutionProvider::new("cpu").on_device("0")).expect("cpu:0");
+    assert_eq!(
+        s.placement().devices,
+        [("cpu".to_string(), "cpu:0".to_string())]
+    );
+}
+
+#[test]
+fn a_device_that_is_unusable_unknown_or_unlisted_is_refused_with_the_reason() {
+    let dir = plugin_dir(false);
+    let env = environment(&dir);
+    let adv = |d: &str| epx::ExecutionProvider::new("adversarial").on_device(d);
+    let msg = setup_error(session_on(&env, adv("NPU.0")));
+    assert_eq!(
+        msg,
+        "device adversarial:NPU.0 (FN-7 (fake)) is present but unusable: driver 1.2.0 is older \
+         than the 2.0 this EP needs"
+    );
+    // By number, the same device.
+    assert!(setup_error(session_on(&env, adv("1"))).contains("unusable"));
+    let msg = setup_error(session_on(&env, adv("7")));
+    assert_eq!(
+        msg,
+        "has no device `7`; its devices: adversarial:0, adversarial:NPU.0"
+    );
+    let msg = setup_error(session_on(
+        &env,
+        epx::ExecutionProvider::new("relu_only").on_device("0"),
+    ));
+    assert!(msg.contains("the EP lists no devices"), "{msg}");
+}

@@ -290,6 +290,69 @@ fn one_session_from_four_threads() {
 }
 
 #[test]
+fn the_devices_openvino_lists_are_the_eps_devices() {
+    use_fetched_runtime();
+    let dir = openvino_plugin();
+    let env = env_for(&dir);
+    let devices: Vec<_> = env
+        .devices()
+        .into_iter()
+        .filter(|d| d.provider == "openvino")
+        .collect();
+    // This machine has no Intel GPU or NPU: OpenVINO's CPU device is the one listed, under its
+    // OpenVINO name, with the processor's full name and OpenVINO's version.
+    let cpu = devices
+        .iter()
+        .find(|d| d.selector == "openvino:CPU")
+        .unwrap_or_else(|| panic!("no openvino:CPU in {devices:?}"));
+    assert_eq!(cpu.device.kind, "cpu");
+    assert!(!cpu.device.name.is_empty(), "{cpu:?}");
+    assert!(
+        cpu.device.driver_version.starts_with("OpenVINO 20"),
+        "{cpu:?}"
+    );
+    assert_eq!(cpu.device.unusable, None);
+    for d in &devices {
+        println!(
+            "{}: {} {} {:?}",
+            d.selector, d.device.kind, d.device.name, d.device.memory_bytes
+        );
+    }
+    // A session on that device: the EP compiles for OpenVINO's `CPU`, and says so.
+    let on_cpu = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([ExecutionProvider::new(EP)
+                    .on_device("CPU")
+                    .error_on_failure()])
+        })
+        .and_then(|b| b.commit_from_file(model_path("mlp-int")))
+        .expect("openvino:CPU session");
+    assert_eq!(
+        on_cpu.placement().devices,
+        [(EP.to_string(), "openvino:CPU".to_string())]
+    );
+    let inputs = reference_inputs("mlp-int");
+    let plain = openvino_session(&env, "mlp-int", &[]).expect("session");
+    assert_eq!(run(&on_cpu, &inputs), run(&plain, &inputs));
+    // Naming the device twice, differently, is an error.
+    let both = Session::builder()
+        .and_then(|b| {
+            b.with_environment(env.clone())
+                .with_execution_providers([ExecutionProvider::new(EP)
+                    .on_device("CPU")
+                    .with_option("device_type", "GPU")
+                    .error_on_failure()])
+        })
+        .and_then(|b| b.commit_from_file(model_path("mlp-int")));
+    let msg = both.err().expect("conflicting devices").to_string();
+    assert!(
+        msg.contains("says GPU, but the session chose device CPU"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn bad_options_are_errors_naming_the_valid_keys() {
     use_fetched_runtime();
     let dir = openvino_plugin();

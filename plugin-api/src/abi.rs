@@ -728,6 +728,11 @@ pub struct EpxProviderFactory {
         Option<unsafe extern "C" fn(state: *mut c_void, out: *mut EpxDeviceList) -> *mut EpxStatus>,
 }
 
+/// The option key (ABI 1.5) under which the host passes `create` the device a session chose:
+/// the `device_id` of one of the EP's listed devices, in decimal. Passed only to EPs that list
+/// devices, and only a usable one; an EP that lists devices accepts it.
+pub const EPX_DEVICE_OPTION: &str = "epx.device";
+
 /// What kind of hardware a device is (ABI 1.5).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

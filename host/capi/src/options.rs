@@ -39,7 +39,9 @@ pub extern "C" fn epx_session_options_free(options: Option<Box<EpxSessionOptions
     ffi_boundary!(drop(options))
 }
 
-/// Appends EP `name` (`ep` or `plugin/ep`) with `n_options` options `keys[i] = values[i]`, after
+/// Appends EP `name` (`ep` or `plugin/ep`, optionally followed by `:DEVICE` to run it on one of
+/// the devices it lists, as [`epx_env_devices_json`](crate::epx_env_devices_json)'s `selector`
+/// names it: `cuda:1`, `openvino:GPU.0`) with `n_options` options `keys[i] = values[i]`, after
 /// the EPs added before it. With `error_on_failure`, a session fails when this EP cannot be set
 /// up; without, the EP is skipped and the placement report says why. Unknown option keys are an
 /// error when the session is made, naming the valid keys.
@@ -67,7 +69,13 @@ pub unsafe extern "C" fn epx_session_options_add_provider(
         let keys = unsafe { slice(keys, n_options, "keys") }?;
         // SAFETY: `values` is NULL or points at `n_options` elements, per this function's contract.
         let values = unsafe { slice(values, n_options, "values") }?;
-        let mut ep = ExecutionProvider::new(name);
+        let mut ep = match name.split_once(':') {
+            Some((ep, device)) if !ep.is_empty() && !device.is_empty() => {
+                ExecutionProvider::new(ep).on_device(device)
+            }
+            Some(_) => return Err(invalid(format!("`{name}` is not EP or EP:DEVICE"))),
+            None => ExecutionProvider::new(name),
+        };
         for (i, (&k, &v)) in keys.iter().zip(values).enumerate() {
             // SAFETY: `k` is NULL or a NUL-terminated string, per this function's contract.
             let k = unsafe { text(k, &format!("keys[{i}]")) }?;

@@ -19,7 +19,8 @@ pub struct RunArgs {
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
     /// An EP to use, in priority order (repeatable); the CPU EP always takes what is left.
-    /// Options as NAME:KEY=VALUE,KEY=VALUE.
+    /// Options as NAME:KEY=VALUE,KEY=VALUE; a device the EP lists (`epx providers --devices`)
+    /// as NAME:DEVICE or NAME:DEVICE:KEY=VALUE,...
     #[arg(long = "ep", value_name = "NAME")]
     eps: Vec<String>,
     /// Write each output as <DIR>/<output name>.npy.
@@ -89,9 +90,19 @@ pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
     Ok(())
 }
 
+/// `NAME[:DEVICE][:KEY=VALUE,...]`: a part after the name without `=` names a device the EP
+/// lists (`cuda:1`, `openvino:GPU.0`); options follow it, or the name, after a `:`.
 pub(crate) fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
-    let (name, opts) = spec.split_once(':').unwrap_or((spec, ""));
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let (device, opts) = match rest.split_once(':') {
+        Some((d, o)) if !d.contains('=') => (Some(d), o),
+        None if !rest.is_empty() && !rest.contains('=') => (Some(rest), ""),
+        _ => (None, rest),
+    };
     let mut ep = ExecutionProvider::new(name).error_on_failure();
+    if let Some(d) = device {
+        ep = ep.on_device(d);
+    }
     // `KEY=VALUE,KEY=VALUE`; a part without `=` continues the previous value, so list values
     // such as `ops=Conv,Relu` need no quoting.
     let mut options: Vec<(&str, String)> = Vec::new();
@@ -434,7 +445,15 @@ mod tests {
                 ("gpu_mem_limit".into(), "2".into())
             ]
         );
-        assert!(parse_ep("cuda:device_id").is_err());
+        assert_eq!(ep.device(), None);
+        // A part without `=` names a device; options may follow it.
+        let ep = parse_ep("cuda:1").unwrap();
+        assert_eq!((ep.name(), ep.device()), ("cuda", Some("1")));
+        assert!(ep.options().is_empty());
+        let ep = parse_ep("openvino:GPU.0:precision=f16").unwrap();
+        assert_eq!((ep.name(), ep.device()), ("openvino", Some("GPU.0")));
+        assert_eq!(ep.options(), &[("precision".into(), "f16".into())]);
+        assert!(parse_ep("cuda:1:device_id").is_err());
         // List values continue over commas.
         let ep = parse_ep("ort_cpu:ops=Conv,Relu,intra_op_num_threads=2").unwrap();
         assert_eq!(

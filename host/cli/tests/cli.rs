@@ -791,6 +791,21 @@ fn providers_devices_lists_each_eps_devices_and_why_one_is_unusable() {
     // Without --devices, no device lines.
     let plain = text(&epx(&["providers", "--plugin-dir", &plugins]).stdout);
     assert!(!plain.contains("adversarial:0"), "{plain}");
+    // `--ep NAME:DEVICE` runs there, or says why it cannot.
+    let model = "examples/models/mnist-cnn.onnx";
+    let on = |ep: &str| epx(&["partition", model, "--plugin-dir", &plugins, "--ep", ep]);
+    let out = on("adversarial:0");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("EP adversarial runs on device adversarial:0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let line = assert_one_error_line(&on("adversarial:NPU.0"));
+    assert!(
+        line.contains("adversarial") && line.contains("present but unusable: driver 1.2.0"),
+        "{line}"
+    );
 }
 
 /// Pids of `epx serve-plugin` processes serving a library under `dir`.

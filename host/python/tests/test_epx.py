@@ -169,6 +169,13 @@ def test_devices_are_listed_with_why_one_is_unusable(tmp_path):
     npu = devices["adversarial:NPU.0"]["device"]
     assert npu["kind"] == "npu" and "older than the 2.0" in npu["unusable"], npu
     assert devices["cpu:0"]["device"]["kind"] == "cpu"
+    # A session on a listed device, by its selector; an unusable one is an error saying why.
+    model = example("mnist-cnn.onnx")
+    s = epx.Session(model, ["adversarial:0"], env=env)
+    assert s.placement()["devices"] == [["adversarial", "adversarial:0"]]
+    with pytest.raises(epx.EpxError) as e:
+        epx.Session(model, ["adversarial:NPU.0"], env=env)
+    assert "present but unusable" in str(e.value), str(e.value)
 
 
 def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):

@@ -52,10 +52,48 @@ impl ProviderOptions {
         }
     }
 
+    /// (ABI 1.5) The `device_id` of the device the session chose among those
+    /// [`ProviderFactory::devices`](crate::sdk::ProviderFactory::devices) listed, if it chose
+    /// one. An EP that lists devices takes it; left untaken, [`finish`](Self::finish) fails.
+    pub fn take_device(&mut self) -> Result<Option<u32>> {
+        let key = crate::abi::EPX_DEVICE_OPTION;
+        let mut found = None;
+        self.entries.retain(|(k, v)| {
+            if k == key {
+                found = Some(v.clone());
+                false
+            } else {
+                true
+            }
+        });
+        found
+            .map(|v| {
+                v.trim().parse::<u32>().map_err(|_| {
+                    Error::invalid_argument(format!(
+                        "{} device `{v}` is not a device id",
+                        self.provider
+                    ))
+                })
+            })
+            .transpose()
+    }
+
     /// Fails if any option was not taken, naming it and listing the valid keys.
     pub fn finish(self) -> Result<()> {
         if self.entries.is_empty() {
             return Ok(());
+        }
+        if self
+            .entries
+            .iter()
+            .any(|(k, _)| k == crate::abi::EPX_DEVICE_OPTION)
+        {
+            return Err(Error::invalid_argument(format!(
+                "{} cannot run on a chosen device: the plugin does not take the host's device \
+                 choice (`{}`)",
+                self.provider,
+                crate::abi::EPX_DEVICE_OPTION
+            )));
         }
         let unknown: Vec<&str> = self.entries.iter().map(|(k, _)| k.as_str()).collect();
         let valid = if self.known.is_empty() {

@@ -68,6 +68,14 @@ impl ProviderFactory for CpuFactory {
         crate::fast::configured_isa().map_err(Error::invalid_argument)?;
         let threads = options
             .take_parsed::<usize>("intra_op_num_threads", "a thread count (0: one per core)")?;
+        // The one device it lists is this processor.
+        if let Some(d) = options.take_device()?
+            && d != 0
+        {
+            return Err(Error::invalid_argument(format!(
+                "cpu has no device {d}; its one device is 0"
+            )));
+        }
         options.finish()?;
         let threads = match threads {
             None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),

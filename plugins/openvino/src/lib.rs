@@ -91,12 +91,77 @@ impl ProviderFactory for OpenVinoFactory {
         Ok(())
     }
 
+    /// Every device OpenVINO lists (`ov_core_get_available_devices`), with its full name,
+    /// kind, and memory where the device reports it; a session names one as `openvino:GPU.0`.
+    fn devices(&self) -> sdk::Result<Vec<sdk::DeviceInfo>> {
+        let loaded = library::ensure_loaded(None).map_err(Error::unavailable)?;
+        let core = Core::new().map_err(|e| Error::unavailable(e.to_string()))?;
+        let names = core
+            .available_devices()
+            .map_err(|e| Error::unavailable(e.to_string()))?;
+        Ok(names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let prop = |key: &str| core.property(name, key).unwrap_or_default();
+                let kind = match name.split('.').next().unwrap_or_default() {
+                    "CPU" => sdk::DeviceKind::Cpu,
+                    "GPU" => sdk::DeviceKind::Gpu,
+                    "NPU" => sdk::DeviceKind::Npu,
+                    _ => sdk::DeviceKind::Other,
+                };
+                let full = prop("FULL_DEVICE_NAME");
+                let (vendor, product) = match full.split_once(' ') {
+                    Some((v, rest)) if matches!(v, "Intel(R)" | "AMD" | "Intel") => {
+                        (v.to_string(), rest.to_string())
+                    }
+                    _ => (String::new(), full),
+                };
+                sdk::DeviceInfo {
+                    kind,
+                    device_id: i as u32,
+                    id_name: name.clone(),
+                    vendor,
+                    name: product,
+                    // Reported by GPUs; a CPU shares the host's memory.
+                    memory_bytes: prop("GPU_DEVICE_TOTAL_MEM_SIZE").parse().unwrap_or(0),
+                    driver_version: format!("OpenVINO {}", loaded.version),
+                    unusable: None,
+                }
+            })
+            .collect())
+    }
+
     fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
-        let device = options
+        let device_type = options
             .take("device_type")
             .map(|d| d.trim().to_string())
-            .filter(|d| !d.is_empty())
-            .unwrap_or_else(|| REQUIRED_DEVICE.to_string());
+            .filter(|d| !d.is_empty());
+        // A device the session chose from the list (`openvino:GPU.0`): its OpenVINO name.
+        let chosen = match options.take_device()? {
+            None => None,
+            Some(id) => {
+                let names = Core::new()
+                    .and_then(|c| c.available_devices())
+                    .map_err(|e| Error::unavailable(e.to_string()))?;
+                Some(names.get(id as usize).cloned().ok_or_else(|| {
+                    Error::invalid_argument(format!(
+                        "{PROVIDER_NAME} has no device {id} (devices: {})",
+                        list(&names)
+                    ))
+                })?)
+            }
+        };
+        let device = match (device_type, chosen) {
+            (Some(t), Some(c)) if t != c => {
+                return Err(Error::invalid_argument(format!(
+                    "{PROVIDER_NAME}: option `device_type` says {t}, but the session chose \
+                     device {c}; give one of them"
+                )));
+            }
+            (Some(d), _) | (None, Some(d)) => d,
+            (None, None) => REQUIRED_DEVICE.to_string(),
+        };
         let precision = match options.take("precision") {
             None => "f32",
             Some(p) => parse_precision(&p).ok_or_else(|| {

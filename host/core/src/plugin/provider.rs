@@ -21,6 +21,8 @@ pub struct ProviderInstance {
     pub library: Arc<PluginLibrary>,
     pub description: ProviderDescription,
     backend: Backend,
+    /// The device a session chose for it (`cuda:1`), if one was.
+    device: Option<String>,
 }
 
 /// Where the EP runs.
@@ -134,6 +136,7 @@ impl ProviderInstance {
             library: library.clone(),
             description,
             backend: Backend::Local(raw),
+            device: None,
         });
         if !ok {
             return Err(nonsense(
@@ -201,11 +204,28 @@ impl ProviderInstance {
             library: library.clone(),
             description,
             backend: Backend::Isolated(Box::new(remote)),
+            device: None,
         }))
     }
 
     pub fn name(&self) -> &str {
         &self.description.name
+    }
+
+    /// Records the device the session chose (the instance was just made, so it is not shared).
+    pub(crate) fn with_device(self: Arc<Self>, device: String) -> Arc<Self> {
+        match Arc::try_unwrap(self) {
+            Ok(mut p) => {
+                p.device = Some(device);
+                Arc::new(p)
+            }
+            Err(shared) => shared,
+        }
+    }
+
+    /// The device a session chose for this EP (`cuda:1`), if it chose one.
+    pub fn chosen_device(&self) -> Option<&str> {
+        self.device.as_deref()
     }
 
     /// Whether this EP runs in a child process.

@@ -16,6 +16,7 @@ use crate::model::ir::{Dim, Graph, Model, ValueId};
 use crate::plugin::AbiGraph;
 use crate::plugin::{CompiledKernel, ProviderInstance};
 use crate::value::ElementType;
+use epx_plugin_api::abi::EPX_DEVICE_OPTION;
 
 /// What the builder asks for.
 pub(super) struct Request {
@@ -166,6 +167,73 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
     // Manifest defaults first: the user's options come later and win.
     let mut options = env.default_options(&lib, &desc.name);
     options.extend(ep.options.iter().cloned());
+    let device = match &ep.device {
+        Some(asked) => {
+            let d = choose_device(desc, asked).map_err(|message| Error::ProviderSetup {
+                name: ep.name.clone(),
+                message,
+            })?;
+            options.retain(|(k, _)| k != EPX_DEVICE_OPTION);
+            options.push((EPX_DEVICE_OPTION.to_string(), d.id.to_string()));
+            Some(d.selector(&desc.name))
+        }
+        None => None,
+    };
+    let instance = create_provider(env, ep, &lib, index, &options)?;
+    Ok(match device {
+        Some(d) => instance.with_device(d),
+        None => instance,
+    })
+}
+
+/// The listed device of `desc` that `asked` names (by id or by name), if it is usable.
+fn choose_device<'d>(
+    desc: &'d crate::plugin::ProviderDescription,
+    asked: &str,
+) -> std::result::Result<&'d crate::plugin::Device, String> {
+    if let Some(e) = &desc.devices_error {
+        return Err(format!(
+            "cannot choose device `{asked}`: its devices could not be listed: {e}"
+        ));
+    }
+    if desc.devices.is_empty() {
+        return Err(format!(
+            "cannot run on device `{asked}`: the EP lists no devices (a plugin built for ABI \
+             1.5 or later lists them)"
+        ));
+    }
+    let found = desc
+        .devices
+        .iter()
+        .find(|d| d.id_name.as_deref() == Some(asked) || d.id.to_string() == asked);
+    let Some(d) = found else {
+        let names: Vec<String> = desc
+            .devices
+            .iter()
+            .map(|d| d.selector(&desc.name))
+            .collect();
+        return Err(format!(
+            "has no device `{asked}`; its devices: {}",
+            names.join(", ")
+        ));
+    };
+    if let Some(why) = &d.unusable {
+        return Err(format!(
+            "device {} ({}) is present but unusable: {why}",
+            d.selector(&desc.name),
+            d.name
+        ));
+    }
+    Ok(d)
+}
+
+fn create_provider(
+    env: &Environment,
+    ep: &ExecutionProvider,
+    lib: &Arc<crate::plugin::PluginLibrary>,
+    index: usize,
+    options: &[(String, String)],
+) -> Result<Arc<ProviderInstance>> {
     if ep.isolated && lib.isolation.is_none() {
         let isolation = env.isolation().ok_or_else(|| Error::ProviderSetup {
             name: ep.name.clone(),
@@ -173,9 +241,9 @@ fn setup_provider(env: &Environment, ep: &ExecutionProvider) -> Result<Arc<Provi
                       did not name one, and EPX_PROBE_EXE is not set)"
                 .into(),
         })?;
-        return ProviderInstance::create_isolated(&lib, index, &options, isolation);
+        return ProviderInstance::create_isolated(lib, index, options, isolation);
     }
-    ProviderInstance::create(&lib, index, &options)
+    ProviderInstance::create(lib, index, options)
 }
 
 /// Step 4: the built-in fallback EP, always last.
@@ -435,6 +503,13 @@ fn report(
             .iter()
             .filter(|p| p.is_isolated())
             .map(|p| p.name().to_string())
+            .collect(),
+        devices: providers
+            .iter()
+            .filter_map(|p| {
+                p.chosen_device()
+                    .map(|d| (p.name().to_string(), d.to_string()))
+            })
             .collect(),
     }
 }

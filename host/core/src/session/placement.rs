@@ -70,6 +70,8 @@ pub struct PlacementReport {
     pub skipped_providers: Vec<SkippedProvider>,
     /// EPs of the session running in a child process ([`crate::plugin::isolate`]).
     pub isolated_providers: Vec<String>,
+    /// (EP, device) for the EPs the session put on a chosen device (`cuda:1`).
+    pub devices: Vec<(String, String)>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -170,6 +172,9 @@ impl PlacementReport {
         }
         for p in &self.skipped_providers {
             let _ = writeln!(s, "\nEP {} was skipped: {}", p.name, p.reason);
+        }
+        for (p, d) in &self.devices {
+            let _ = writeln!(s, "\nEP {p} runs on device {d}");
         }
         for p in &self.isolated_providers {
             let _ = writeln!(s, "\nEP {p} runs isolated, in a child process");

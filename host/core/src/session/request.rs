@@ -8,6 +8,7 @@ pub struct ExecutionProvider {
     pub(crate) options: Vec<(String, String)>,
     pub(crate) error_on_failure: bool,
     pub(crate) isolated: bool,
+    pub(crate) device: Option<String>,
 }
 
 impl ExecutionProvider {
@@ -17,6 +18,7 @@ impl ExecutionProvider {
             options: Vec::new(),
             error_on_failure: false,
             isolated: false,
+            device: None,
         }
     }
 
@@ -39,6 +41,19 @@ impl ExecutionProvider {
     pub fn isolated(mut self) -> Self {
         self.isolated = true;
         self
+    }
+
+    /// Run this EP on one of the devices it lists (ABI 1.5), named by its id (`1` for
+    /// `cuda:1`) or its name (`GPU.0` for `openvino:GPU.0`), as `epx providers --devices`
+    /// shows them. Setting up the EP fails, saying why, when it lists no such device or the
+    /// device is unusable. The placement report names the device.
+    pub fn on_device(mut self, device: impl Into<String>) -> Self {
+        self.device = Some(device.into());
+        self
+    }
+
+    pub fn device(&self) -> Option<&str> {
+        self.device.as_deref()
     }
 
     pub fn is_isolated(&self) -> bool {

@@ -179,3 +179,89 @@ fn a_device_that_is_unusable_unknown_or_unlisted_is_refused_with_the_reason() {
     ));
     assert!(msg.contains("the EP lists no devices"), "{msg}");
 }
+
+fn session_by(env: &Arc<Environment>, policy: epx::SelectionPolicy) -> epx::Session {
+    epx::Session::builder()
+        .map(|b| {
+            b.with_environment(env.clone())
+                .with_selection_policy(policy)
+        })
+        .and_then(|b| b.commit_from_memory(&relu_neg_model()))
+        .expect("session by policy")
+}
+
+#[test]
+fn a_selection_policy_picks_eps_by_the_devices_they_list_and_says_why() {
+    use epx::SelectionPolicy as P;
+    let dir = plugin_dir(false);
+    let env = environment(&dir);
+    // The fixture's GPU is usable, its NPU is not: every policy but prefer-cpu lands on the GPU.
+    for policy in [P::PreferGpu, P::MaxPerformance, P::PreferNpu, P::MinPower] {
+        let name = policy.name();
+        let s = session_by(&env, policy);
+        let report = s.placement();
+        let sel = report.selection.clone().expect("selection reported");
+        assert_eq!(sel.policy, name);
+        assert_eq!(sel.chosen, ["adversarial:0"], "{name}");
+        assert!(
+            sel.reasons.iter().any(|r| r
+                == "adversarial:NPU.0 (npu FN-7 (fake)): unusable: driver 1.2.0 is older than \
+                    the 2.0 this EP needs"),
+            "{name}: {:?}",
+            sel.reasons
+        );
+        assert_eq!(
+            report.node_counts(),
+            vec![("adversarial".to_string(), 1), ("cpu".to_string(), 1)],
+            "{name}"
+        );
+        assert!(
+            report
+                .table()
+                .contains(&format!("selection policy {name} chose adversarial:0"))
+        );
+    }
+    // No plugin EP lists a CPU device: the built-in CPU EP runs everything, and the report says so.
+    let s = session_by(&env, P::PreferCpu);
+    let sel = s.placement().selection.expect("selection");
+    assert!(sel.chosen.is_empty());
+    assert!(
+        sel.reasons
+            .last()
+            .is_some_and(|r| r.contains("the built-in cpu EP runs everything")),
+        "{:?}",
+        sel.reasons
+    );
+    assert_eq!(s.placement().node_counts(), vec![("cpu".to_string(), 2)]);
+}
+
+#[test]
+fn an_applications_own_policy_sees_the_devices_and_the_model() {
+    let dir = plugin_dir(false);
+    let env = environment(&dir);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let policy = epx::SelectionPolicy::Custom(Arc::new(move |input: &epx::SelectionInput<'_>| {
+        let mut log = log.lock().expect("lock");
+        log.extend(input.devices.iter().map(|d| d.selector.clone()));
+        log.push(format!("nodes: {}", input.model.graph.nodes.len()));
+        vec![epx::ExecutionProvider::new("adversarial").on_device("0")]
+    }));
+    let s = session_by(&env, policy);
+    let seen = seen.lock().expect("lock").clone();
+    assert!(seen.contains(&"adversarial:NPU.0".to_string()), "{seen:?}");
+    assert!(seen.contains(&"nodes: 2".to_string()), "{seen:?}");
+    let sel = s.placement().selection.expect("selection");
+    assert_eq!(
+        (sel.policy.as_str(), sel.chosen.clone()),
+        ("custom", vec!["adversarial:0".to_string()])
+    );
+    // Naming EPs as well as a policy is an error, not a silent choice of one.
+    let both = epx::Session::builder()
+        .map(|b| b.with_environment(env.clone()))
+        .and_then(|b| b.with_execution_providers([epx::ExecutionProvider::new("adversarial")]))
+        .map(|b| b.with_selection_policy(epx::SelectionPolicy::PreferGpu))
+        .and_then(|b| b.commit_from_memory(&relu_neg_model()));
+    assert!(both.err().expect("error").to_string().contains("not both"));
+    assert!(epx::SelectionPolicy::from_name("fastest").is_err());
+}

@@ -36,6 +36,11 @@ pub struct RunArgs {
     /// error instead of killing epx (host-memory EPs only).
     #[arg(long)]
     isolate: bool,
+    /// Choose the EPs by policy from the devices they list instead of naming them:
+    /// prefer-cpu, prefer-gpu, prefer-npu, max-performance, min-power (`--ep auto` is
+    /// max-performance).
+    #[arg(long, value_name = "NAME")]
+    policy: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -51,6 +56,9 @@ pub struct PartitionArgs {
     /// Also write the placement as a Graphviz picture (nodes coloured by EP, copies in red).
     #[arg(long, value_name = "FILE")]
     dot: Option<PathBuf>,
+    /// Choose the EPs by policy, as for `run`.
+    #[arg(long, value_name = "NAME")]
+    policy: Option<String>,
 }
 
 /// A session on the EPs given as `--ep` specs.
@@ -61,7 +69,19 @@ fn session(
     strict: bool,
     threads: Option<usize>,
     isolate: bool,
+    policy: Option<&str>,
 ) -> Result<Session> {
+    // `--ep auto`: the EPs the max-performance policy picks.
+    let policy = match (policy, eps) {
+        (Some(p), _) => Some(p),
+        (None, [only]) if only == "auto" => Some("max-performance"),
+        _ => None,
+    };
+    let eps: &[String] = if policy.is_some() && eps.len() == 1 && eps[0] == "auto" {
+        &[]
+    } else {
+        eps
+    };
     let eps = eps
         .iter()
         .map(|s| parse_ep(s).map(|ep| if isolate { ep.isolated() } else { ep }))
@@ -70,6 +90,9 @@ fn session(
         .with_environment(env)
         .with_execution_providers(eps)?
         .with_strict_placement(strict);
+    if let Some(p) = policy {
+        builder = builder.with_selection_policy(epx::SelectionPolicy::from_name(p)?);
+    }
     if let Some(n) = threads {
         builder = builder.with_intra_op_threads(n);
     }
@@ -77,7 +100,15 @@ fn session(
 }
 
 pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let session = session(env, &args.model, &args.eps, args.strict, None, false)?;
+    let session = session(
+        env,
+        &args.model,
+        &args.eps,
+        args.strict,
+        None,
+        false,
+        args.policy.as_deref(),
+    )?;
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
@@ -134,6 +165,7 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         false,
         args.threads,
         args.isolate,
+        args.policy.as_deref(),
     )?;
     let report = session.placement();
     let placement = report.node_counts();

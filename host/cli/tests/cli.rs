@@ -801,6 +801,37 @@ fn providers_devices_lists_each_eps_devices_and_why_one_is_unusable() {
         "{}",
         text(&out.stdout)
     );
+    // `--ep auto` / `--policy`: chosen from the devices, and said why.
+    let auto = text(&on("auto").stdout);
+    assert!(
+        auto.contains("selection policy max-performance chose adversarial:0:")
+            && auto.contains("adversarial:NPU.0 (npu FN-7 (fake)): unusable"),
+        "{auto}"
+    );
+    let cpu = epx(&[
+        "partition",
+        model,
+        "--plugin-dir",
+        &plugins,
+        "--policy",
+        "prefer-cpu",
+    ]);
+    assert!(
+        text(&cpu.stdout).contains("selection policy prefer-cpu chose nothing"),
+        "{cpu:?}"
+    );
+    let bad = assert_one_error_line(&epx(&[
+        "partition",
+        model,
+        "--plugin-dir",
+        &plugins,
+        "--policy",
+        "fastest",
+    ]));
+    assert!(
+        bad.contains("the policies are prefer-cpu, prefer-gpu"),
+        "{bad}"
+    );
     let line = assert_one_error_line(&on("adversarial:NPU.0"));
     assert!(
         line.contains("adversarial") && line.contains("present but unusable: driver 1.2.0"),

@@ -53,7 +53,8 @@ pub use plugin::probe::LoadProbe;
 pub use session::placement::{self, PlacementReport};
 pub use session::{
     BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
-    ProviderDevice, Session, SessionBuilder, SessionOutputs, ValueSpec,
+    ProviderDevice, Selection, SelectionFn, SelectionInput, SelectionPolicy, Session,
+    SessionBuilder, SessionOutputs, ValueSpec,
 };
 pub use value::tensor::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};
 pub use value::{DeviceTensor, ElementType, Map, Sequence, Tensor, TensorElement, Value};

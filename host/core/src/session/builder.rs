@@ -17,6 +17,7 @@ pub struct SessionBuilder {
     device_outputs: Vec<String>,
     intra_op_threads: Option<usize>,
     max_tensor_bytes: Option<u64>,
+    policy: Option<super::SelectionPolicy>,
 }
 
 impl Session {
@@ -28,6 +29,7 @@ impl Session {
             device_outputs: Vec::new(),
             intra_op_threads: None,
             max_tensor_bytes: None,
+            policy: None,
         })
     }
 }
@@ -36,6 +38,15 @@ impl SessionBuilder {
     /// Uses `env` instead of [`Environment::global`].
     pub fn with_environment(mut self, env: Arc<Environment>) -> Self {
         self.env = Some(env);
+        self
+    }
+
+    /// Chooses the EPs by `policy` from the devices the environment's EPs list (prefer GPU,
+    /// NPU or CPU, max performance, min power, or the application's own function), instead of
+    /// naming them. The placement report says what the policy chose and why. Naming EPs too
+    /// is an error: one or the other.
+    pub fn with_selection_policy(mut self, policy: super::SelectionPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -113,6 +124,7 @@ impl SessionBuilder {
                     strict: self.strict,
                     device_outputs: self.device_outputs,
                     intra_op_threads: self.intra_op_threads,
+                    policy: self.policy,
                 },
                 model,
             )

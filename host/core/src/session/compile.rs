@@ -24,6 +24,7 @@ pub(super) struct Request {
     pub(super) strict: bool,
     pub(super) device_outputs: Vec<String>,
     pub(super) intra_op_threads: Option<usize>,
+    pub(super) policy: Option<super::SelectionPolicy>,
 }
 
 pub(super) struct Kernel {
@@ -49,7 +50,20 @@ pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool)
 pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
     let _span = tracing::debug_span!("session", model = %model.source).entered();
     let threads = threads_option(env, request.intra_op_threads);
-    let requested = requested_providers(env, request.providers, threads.as_ref());
+    let (asked, selection) = match &request.policy {
+        None => (request.providers, None),
+        Some(_) if !request.providers.is_empty() => {
+            return Err(Error::InvalidInput(
+                "a session takes named EPs or a selection policy, not both".into(),
+            ));
+        }
+        Some(policy) => {
+            let (eps, selection) = super::select::select(env, policy, &model);
+            tracing::debug!(policy = policy.name(), chosen = ?selection.chosen, "EPs selected");
+            (eps, Some(selection))
+        }
+    };
+    let requested = requested_providers(env, asked, threads.as_ref());
     let (mut providers, skipped) = set_up_providers(env, &requested)?;
     providers.push(fallback_provider(env, threads)?);
     let fallback = providers.len() - 1;
@@ -64,7 +78,8 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let kernels = compile_kernels(&abi, g, &groups, &providers, fallback)?;
     drop(abi);
     let plan = plan_copies(g, &groups, &providers, &keep_on_device);
-    let placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
+    let mut placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
+    placement.selection = selection;
     tracing::debug!("placement of {}:\n{}", model.source, placement.table());
     let copy_bytes = plan
         .copies
@@ -511,6 +526,7 @@ fn report(
                     .map(|d| (p.name().to_string(), d.to_string()))
             })
             .collect(),
+        selection: None,
     }
 }
 
@@ -702,6 +718,7 @@ mod tests {
             strict,
             device_outputs: Vec::new(),
             intra_op_threads: Some(1),
+            policy: None,
         };
         compile(env, request, loaded).expect("compiles")
     }

@@ -47,6 +47,7 @@ pub struct ProviderDevice {
     /// How a session asks for this EP on this device: `cuda:1`, `openvino:GPU.0`.
     pub selector: String,
     pub provider: String,
+    /// The plugin as sessions name it (`plugin/ep`): its manifest's name, or `builtin`.
     pub plugin: String,
     pub device: crate::plugin::Device,
 }
@@ -496,19 +497,25 @@ impl Environment {
     /// plugins in search order, then linked and built-in EPs. A plugin that fails to load, or an
     /// EP that lists no devices, adds none (`epx providers` says why).
     pub fn devices(&self) -> Vec<ProviderDevice> {
-        let loaded = self.load_all().into_iter().filter_map(|(_, l)| l.ok());
-        let libs: Vec<Arc<PluginLibrary>> = loaded
-            .chain(self.linked.iter().cloned())
-            .chain(std::iter::once(self.builtin.clone()))
+        let loaded = self
+            .load_all()
+            .into_iter()
+            .filter_map(|(c, l)| Some((c.name, l.ok()?)));
+        let libs: Vec<(String, Arc<PluginLibrary>)> = loaded
+            .chain(self.linked.iter().map(|l| (l.name.clone(), l.clone())))
+            .chain(std::iter::once((
+                BUILTIN_PLUGIN.to_string(),
+                self.builtin.clone(),
+            )))
             .collect();
         let mut out = Vec::new();
-        for lib in &libs {
+        for (plugin, lib) in &libs {
             for p in &lib.providers {
                 for d in &p.devices {
                     out.push(ProviderDevice {
                         selector: d.selector(&p.name),
                         provider: p.name.clone(),
-                        plugin: lib.name.clone(),
+                        plugin: plugin.clone(),
                         device: d.clone(),
                     });
                 }

@@ -22,6 +22,7 @@ pub mod placement;
 pub mod plan;
 pub mod request;
 mod run;
+mod select;
 
 pub use builder::SessionBuilder;
 pub use environment::{
@@ -30,6 +31,7 @@ pub use environment::{
 pub use placement::PlacementReport;
 pub use request::ExecutionProvider;
 pub use run::SessionOutputs;
+pub use select::{Selection, SelectionFn, SelectionInput, SelectionPolicy};
 
 use compile::Kernel;
 use plan::Plan;

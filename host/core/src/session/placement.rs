@@ -72,6 +72,8 @@ pub struct PlacementReport {
     pub isolated_providers: Vec<String>,
     /// (EP, device) for the EPs the session put on a chosen device (`cuda:1`).
     pub devices: Vec<(String, String)>,
+    /// What a selection policy chose and why, when the session used one.
+    pub selection: Option<super::Selection>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -172,6 +174,17 @@ impl PlacementReport {
         }
         for p in &self.skipped_providers {
             let _ = writeln!(s, "\nEP {} was skipped: {}", p.name, p.reason);
+        }
+        if let Some(sel) = &self.selection {
+            let chosen = if sel.chosen.is_empty() {
+                "nothing".to_string()
+            } else {
+                sel.chosen.join(", ")
+            };
+            let _ = writeln!(s, "\nselection policy {} chose {chosen}:", sel.policy);
+            for r in &sel.reasons {
+                let _ = writeln!(s, "  {r}");
+            }
         }
         for (p, d) in &self.devices {
             let _ = writeln!(s, "\nEP {p} runs on device {d}");

@@ -129,6 +129,8 @@ typedef struct EpxSession EpxSession;
  */
 typedef struct EpxSessionOptions EpxSessionOptions;
 
+typedef struct Option_EpxSelectionFn Option_EpxSelectionFn;
+
 /**
  * One EP as [`epx_env_provider`] describes it. Strings belong to the environment.
  */
@@ -408,6 +410,35 @@ struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptio
 struct EpxError *epx_session_options_set_isolated(struct EpxSessionOptions *options, bool isolated);
 
 /**
+ * Chooses the EPs of sessions made with these options by policy, from the devices the
+ * environment's EPs list ([`epx_env_devices_json`](crate::epx_env_devices_json)): `prefer-cpu`,
+ * `prefer-gpu`, `prefer-npu`, `max-performance` or `min-power`; NULL goes back to the EPs added
+ * by name. Naming EPs as well fails the session. The placement JSON's `selection` says what the
+ * policy chose and why.
+ *
+ * # Safety
+ * `options` is a live option set; `policy` is NULL or a string.
+ */
+struct EpxError *epx_session_options_set_selection_policy(struct EpxSessionOptions *options,
+                                                          const char *policy);
+
+/**
+ * The application's own selection policy: `select(devices_json, model_json, eps, capacity,
+ * user_data)` gets the devices (as [`epx_env_devices_json`](crate::epx_env_devices_json)) and
+ * the model (`graph_name`, `producer_name`, `op_types`: the distinct `domain:op` of its nodes,
+ * `inputs`, `outputs`), writes the EPs to use, in order, into `eps` as a NUL-terminated,
+ * comma-separated list of `EP` or `EP:DEVICE` when `capacity` holds it, and returns the list's
+ * length without the NUL (it is called again with a larger buffer when that does not fit).
+ * Returning `SIZE_MAX` fails the session: the function could not choose. Called on the thread
+ * that makes the session, during `epx_session_new`; `user_data` is passed through.
+ *
+ * Pointers: `options` is a live option set; `select` NULL clears the function.
+ */
+struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOptions *options,
+                                                            struct Option_EpxSelectionFn select,
+                                                            void *user_data);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -569,13 +600,14 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
  * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
- * reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
+ * reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
+ * device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
+ * and its `reasons`). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.
  */
-struct EpxError *epx_session_placement_json(const struct EpxSession *session,
-                                            char **json);
+struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
@@ -844,6 +876,35 @@ struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptio
 struct EpxError *epx_session_options_set_isolated(struct EpxSessionOptions *options, bool isolated);
 
 /**
+ * Chooses the EPs of sessions made with these options by policy, from the devices the
+ * environment's EPs list ([`epx_env_devices_json`](crate::epx_env_devices_json)): `prefer-cpu`,
+ * `prefer-gpu`, `prefer-npu`, `max-performance` or `min-power`; NULL goes back to the EPs added
+ * by name. Naming EPs as well fails the session. The placement JSON's `selection` says what the
+ * policy chose and why.
+ *
+ * # Safety
+ * `options` is a live option set; `policy` is NULL or a string.
+ */
+struct EpxError *epx_session_options_set_selection_policy(struct EpxSessionOptions *options,
+                                                          const char *policy);
+
+/**
+ * The application's own selection policy: `select(devices_json, model_json, eps, capacity,
+ * user_data)` gets the devices (as [`epx_env_devices_json`](crate::epx_env_devices_json)) and
+ * the model (`graph_name`, `producer_name`, `op_types`: the distinct `domain:op` of its nodes,
+ * `inputs`, `outputs`), writes the EPs to use, in order, into `eps` as a NUL-terminated,
+ * comma-separated list of `EP` or `EP:DEVICE` when `capacity` holds it, and returns the list's
+ * length without the NUL (it is called again with a larger buffer when that does not fit).
+ * Returning `SIZE_MAX` fails the session: the function could not choose. Called on the thread
+ * that makes the session, during `epx_session_new`; `user_data` is passed through.
+ *
+ * Pointers: `options` is a live option set; `select` NULL clears the function.
+ */
+struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOptions *options,
+                                                            struct Option_EpxSelectionFn select,
+                                                            void *user_data);
+
+/**
  * Makes an environment: plugins are searched in `plugin_dirs` (absolute, or relative to the
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
@@ -984,13 +1045,14 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
  * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
- * reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
+ * reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
+ * device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
+ * and its `reasons`). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.
  */
-struct EpxError *epx_session_placement_json(const struct EpxSession *session,
-                                            char **json);
+struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,

@@ -245,7 +245,9 @@ fn an_applications_own_policy_sees_the_devices_and_the_model() {
         let mut log = log.lock().expect("lock");
         log.extend(input.devices.iter().map(|d| d.selector.clone()));
         log.push(format!("nodes: {}", input.model.graph.nodes.len()));
-        vec![epx::ExecutionProvider::new("adversarial").on_device("0")]
+        Ok(vec![
+            epx::ExecutionProvider::new("adversarial").on_device("0"),
+        ])
     }));
     let s = session_by(&env, policy);
     let seen = seen.lock().expect("lock").clone();
@@ -264,4 +266,21 @@ fn an_applications_own_policy_sees_the_devices_and_the_model() {
         .and_then(|b| b.commit_from_memory(&relu_neg_model()));
     assert!(both.err().expect("error").to_string().contains("not both"));
     assert!(epx::SelectionPolicy::from_name("fastest").is_err());
+    // A function that cannot choose fails the session with its reason.
+    let refuses = epx::SelectionPolicy::Custom(Arc::new(|_: &epx::SelectionInput<'_>| {
+        Err("no device is good enough".to_string())
+    }));
+    let err = epx::Session::builder()
+        .map(|b| {
+            b.with_environment(env.clone())
+                .with_selection_policy(refuses)
+        })
+        .and_then(|b| b.commit_from_memory(&relu_neg_model()))
+        .err()
+        .expect("error");
+    assert!(
+        err.to_string()
+            .contains("the selection function failed: no device is good enough"),
+        "{err}"
+    );
 }

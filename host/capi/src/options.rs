@@ -14,6 +14,8 @@ pub struct EpxSessionOptions {
     pub(crate) max_tensor_bytes: Option<u64>,
     /// Every EP of the list runs in a child process.
     pub(crate) isolated: bool,
+    /// EPs chosen by policy instead of by name.
+    pub(crate) policy: Option<epx_host::SelectionPolicy>,
 }
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
@@ -26,6 +28,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
             intra_op_threads: None,
             max_tensor_bytes: None,
             isolated: false,
+            policy: None,
         }))
     })
 }
@@ -157,6 +160,150 @@ pub extern "C" fn epx_session_options_set_isolated(
         options.isolated = isolated;
         Res::Ok(())
     })
+}
+
+/// Chooses the EPs of sessions made with these options by policy, from the devices the
+/// environment's EPs list ([`epx_env_devices_json`](crate::epx_env_devices_json)): `prefer-cpu`,
+/// `prefer-gpu`, `prefer-npu`, `max-performance` or `min-power`; NULL goes back to the EPs added
+/// by name. Naming EPs as well fails the session. The placement JSON's `selection` says what the
+/// policy chose and why.
+///
+/// # Safety
+/// `options` is a live option set; `policy` is NULL or a string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_options_set_selection_policy(
+    options: Option<&mut EpxSessionOptions>,
+    policy: *const c_char,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.policy = if policy.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated string, per this function's contract.
+            let name = unsafe { text(policy, "policy") }?;
+            Some(epx_host::SelectionPolicy::from_name(name)?)
+        };
+        Res::Ok(())
+    })
+}
+
+/// The application's own selection policy: `select(devices_json, model_json, eps, capacity,
+/// user_data)` gets the devices (as [`epx_env_devices_json`](crate::epx_env_devices_json)) and
+/// the model (`graph_name`, `producer_name`, `op_types`: the distinct `domain:op` of its nodes,
+/// `inputs`, `outputs`), writes the EPs to use, in order, into `eps` as a NUL-terminated,
+/// comma-separated list of `EP` or `EP:DEVICE` when `capacity` holds it, and returns the list's
+/// length without the NUL (it is called again with a larger buffer when that does not fit).
+/// Returning `SIZE_MAX` fails the session: the function could not choose. Called on the thread
+/// that makes the session, during `epx_session_new`; `user_data` is passed through.
+///
+/// Pointers: `options` is a live option set; `select` NULL clears the function.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_selection_function(
+    options: Option<&mut EpxSessionOptions>,
+    select: Option<EpxSelectionFn>,
+    user_data: *mut c_void,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.policy = select.map(|f| {
+            let call = ForeignSelect { f, user_data };
+            epx_host::SelectionPolicy::Custom(std::sync::Arc::new(move |input| call.call(input)))
+        });
+        Res::Ok(())
+    })
+}
+
+/// See [`epx_session_options_set_selection_function`].
+pub type EpxSelectionFn = unsafe extern "C" fn(
+    devices_json: *const c_char,
+    model_json: *const c_char,
+    eps: *mut c_char,
+    capacity: usize,
+    user_data: *mut c_void,
+) -> usize;
+
+/// An application's C selection function and its data.
+struct ForeignSelect {
+    f: EpxSelectionFn,
+    user_data: *mut c_void,
+}
+
+// SAFETY: the function is called only while a session is being made, on the thread making it
+// (the contract of `epx_session_options_set_selection_function`); the pointer is passed through.
+unsafe impl Send for ForeignSelect {}
+// SAFETY: as above.
+unsafe impl Sync for ForeignSelect {}
+
+/// The longest EP list a selection function may write.
+const MAX_SELECTION_LIST: usize = 1 << 16;
+
+impl ForeignSelect {
+    fn call(
+        &self,
+        input: &epx_host::SelectionInput<'_>,
+    ) -> std::result::Result<Vec<ExecutionProvider>, String> {
+        let g = &input.model.graph;
+        let mut ops: Vec<String> = g
+            .nodes
+            .iter()
+            .map(|n| format!("{}:{}", n.domain, n.op_type))
+            .collect();
+        ops.sort();
+        ops.dedup();
+        let names = |ids: &[usize]| -> Vec<String> {
+            ids.iter().map(|&v| g.values[v].name.clone()).collect()
+        };
+        let model = serde_json::json!({
+            "graph_name": input.model.metadata.graph_name,
+            "producer_name": input.model.producer,
+            "op_types": ops,
+            "inputs": names(&g.inputs),
+            "outputs": names(&g.outputs),
+        });
+        let devices = serde_json::to_string(input.devices).map_err(|e| e.to_string())?;
+        let c = |s: String| std::ffi::CString::new(s).map_err(|e| e.to_string());
+        let (devices, model) = (c(devices)?, c(model.to_string())?);
+        let mut buf = vec![0u8; 1024];
+        for _ in 0..2 {
+            // SAFETY: the application's function, with NUL-terminated strings and a buffer of
+            // `buf.len()` bytes, all live for the call.
+            let n = unsafe {
+                (self.f)(
+                    devices.as_ptr(),
+                    model.as_ptr(),
+                    buf.as_mut_ptr().cast::<c_char>(),
+                    buf.len(),
+                    self.user_data,
+                )
+            };
+            if n == usize::MAX {
+                return Err("it returned SIZE_MAX".into());
+            }
+            if n >= buf.len() {
+                if n >= MAX_SELECTION_LIST {
+                    return Err(format!("it asked for {n} bytes for the EP list"));
+                }
+                buf = vec![0u8; n + 1];
+                continue;
+            }
+            let list = std::str::from_utf8(&buf[..n])
+                .map_err(|_| "its EP list is not UTF-8".to_string())?;
+            return list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|spec| match spec.split_once(':') {
+                    Some((ep, d)) if !ep.is_empty() && !d.is_empty() => {
+                        Ok(ExecutionProvider::new(ep).on_device(d).error_on_failure())
+                    }
+                    Some(_) => Err(format!("`{spec}` is not EP or EP:DEVICE")),
+                    None => Ok(ExecutionProvider::new(spec).error_on_failure()),
+                })
+                .collect();
+        }
+        Err("its EP list did not fit the buffer it asked for".into())
+    }
 }
 
 impl PanicPointee for EpxSessionOptions {}

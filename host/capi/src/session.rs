@@ -76,6 +76,9 @@ pub(crate) fn make_session(
         if let Some(n) = o.max_tensor_bytes {
             builder = builder.with_max_tensor_bytes(n);
         }
+        if let Some(p) = &o.policy {
+            builder = builder.with_selection_policy(p.clone());
+        }
         if let Some(n) = o.intra_op_threads {
             builder = builder.with_intra_op_threads(n);
         }
@@ -205,7 +208,9 @@ pub extern "C" fn epx_session_output(
 /// The placement report as JSON: `nodes` (id, name, op_type, provider, group), `groups` (id,
 /// provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
 /// last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
-/// reason) and `isolated_providers` (names of the EPs running in a child process). Free `*json` with [`epx_string_free`].
+/// reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
+/// device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
+/// and its `reasons`). Free `*json` with [`epx_string_free`].
 ///
 /// # Safety
 /// `session` is a live session; `json` writable.

@@ -25,7 +25,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -122,8 +122,12 @@ class _Options:
 
     def __init__(self, lib: Library, providers: Sequence[ProviderSpec], strict: bool = False,
                  error_on_failure: bool = True, intra_op_threads: Optional[int] = None,
-                 max_tensor_bytes: Optional[int] = None, isolate: bool = False):
+                 max_tensor_bytes: Optional[int] = None, isolate: bool = False,
+                 policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
+                                                    Sequence[str]]] = None):
         self._lib = lib
+        self._select = None
+        self.policy_error: Optional[BaseException] = None
         self.ptr = lib.epx_session_options_new()
         if not self.ptr:
             raise EpxError(11, "epx_session_options_new failed")
@@ -142,9 +146,31 @@ class _Options:
                 lib.check(lib.epx_session_options_set_max_tensor_bytes(self.ptr, max_tensor_bytes))
             if isolate:
                 lib.check(lib.epx_session_options_set_isolated(self.ptr, True))
+            if isinstance(policy, str):
+                lib.check(lib.epx_session_options_set_selection_policy(self.ptr,
+                                                                       _capi.text(policy)))
+            elif policy is not None:
+                self._select = _capi.SELECTION_FN(self._trampoline(policy))
+                lib.check(lib.epx_session_options_set_selection_function(
+                    self.ptr, ctypes.cast(self._select, ctypes.c_void_p), None))
         except BaseException:
             self.close()
             raise
+
+    def _trampoline(self, policy):
+        """The C callback around a Python policy: its exception is kept and re-raised."""
+        def select(devices_json, model_json, buf, capacity, _user):
+            try:
+                eps = policy(json.loads(devices_json), json.loads(model_json))
+                data = ",".join(str(e) for e in eps).encode("utf-8")
+                if len(data) < capacity:
+                    ctypes.memmove(buf, data, len(data))
+                    ctypes.memset(buf + len(data), 0, 1)
+                return len(data)
+            except BaseException as e:  # noqa: BLE001 - re-raised by Session
+                self.policy_error = e
+                return ctypes.c_size_t(-1).value
+        return select
 
     def close(self) -> None:
         if self.ptr:
@@ -283,19 +309,24 @@ class Session:
     `max_tensor_bytes` this session's tensor limit (default: `epx.max_tensor_bytes()`).
     With `isolate`, every EP in `providers` runs in a child process: a crash or hang of its
     plugin raises `EpxError` from that `run` (the next run starts a new process) instead of
-    ending Python.
+    ending Python. `policy` chooses the EPs instead of `providers`: a name (`prefer-gpu`,
+    `prefer-npu`, `prefer-cpu`, `max-performance`, `min-power`) or a function given the devices
+    (as `epx.devices()`) and the model (`graph_name`, `producer_name`, `op_types`, `inputs`,
+    `outputs`) that returns `"ep"` or `"ep:device"` strings in order.
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
                  providers: Sequence[ProviderSpec] = (), *, env: Optional[Environment] = None,
                  strict: bool = False, error_on_failure: bool = True,
                  intra_op_threads: Optional[int] = None, max_tensor_bytes: Optional[int] = None,
-                 isolate: bool = False):
+                 isolate: bool = False,
+                 policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
+                                                    Sequence[str]]] = None):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
         opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
-                        max_tensor_bytes, isolate)
+                        max_tensor_bytes, isolate, policy)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)
@@ -303,6 +334,10 @@ class Session:
                                     opts.ptr)
             else:
                 self._ptr = lib.out(lib.epx_session_new, env._ptr, _capi.text(model), opts.ptr)
+        except EpxError:
+            if opts.policy_error is not None:
+                raise opts.policy_error
+            raise
         finally:
             opts.close()
         self.inputs: List[ValueInfo] = [

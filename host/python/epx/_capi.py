@@ -73,6 +73,11 @@ class TensorRef(ctypes.Structure):
 P = ctypes.c_void_p
 _STR = ctypes.c_char_p
 _PP = ctypes.POINTER(P)
+
+# size_t select(const char *devices_json, const char *model_json, char *eps, size_t capacity,
+#               void *user_data)
+SELECTION_FN = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, P,
+                                ctypes.c_size_t, P)
 _SIZE = ctypes.c_size_t
 SIGNATURES = {
     "epx_version": (_STR, []),
@@ -91,6 +96,8 @@ SIGNATURES = {
     "epx_session_options_set_intra_op_threads": (P, [P, _SIZE]),
     "epx_session_options_set_max_tensor_bytes": (P, [P, ctypes.c_uint64]),
     "epx_session_options_set_isolated": (P, [P, ctypes.c_bool]),
+    "epx_session_options_set_selection_policy": (P, [P, _STR]),
+    "epx_session_options_set_selection_function": (P, [P, P, P]),
     "epx_env_new": (P, [ctypes.POINTER(_STR), _SIZE, P, _PP]),
     "epx_env_free": (None, [P]),
     "epx_env_provider_count": (_SIZE, [P]),

@@ -176,6 +176,27 @@ def test_devices_are_listed_with_why_one_is_unusable(tmp_path):
     with pytest.raises(epx.EpxError) as e:
         epx.Session(model, ["adversarial:NPU.0"], env=env)
     assert "present but unusable" in str(e.value), str(e.value)
+    # By policy: the usable GPU; the report says what was chosen and why.
+    s = epx.Session(model, env=env, policy="max-performance")
+    sel = s.placement()["selection"]
+    assert sel["policy"] == "max-performance" and sel["chosen"] == ["adversarial:0"], sel
+    # By the program's own function, given the devices and the model.
+    seen = {}
+
+    def choose(devices, model_info):
+        seen["devices"] = [d["selector"] for d in devices]
+        seen["ops"] = model_info["op_types"]
+        return ["adversarial:0"]
+
+    s = epx.Session(model, env=env, policy=choose)
+    assert s.placement()["selection"]["chosen"] == ["adversarial:0"]
+    assert "adversarial:NPU.0" in seen["devices"] and ":Relu" in seen["ops"], seen
+
+    def refuse(devices, model_info):
+        raise LookupError("nothing suits this model")
+
+    with pytest.raises(LookupError, match="nothing suits"):
+        epx.Session(model, env=env, policy=refuse)
 
 
 def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):

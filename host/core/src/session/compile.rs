@@ -58,7 +58,7 @@ pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Resu
             ));
         }
         Some(policy) => {
-            let (eps, selection) = super::select::select(env, policy, &model);
+            let (eps, selection) = super::select::select(env, policy, &model)?;
             tracing::debug!(policy = policy.name(), chosen = ?selection.chosen, "EPs selected");
             (eps, Some(selection))
         }

@@ -14,8 +14,13 @@ pub struct SelectionInput<'a> {
     pub model: &'a Model,
 }
 
-/// An application's policy: the EPs to try, in order (the CPU EP still takes what is left).
-pub type SelectionFn = Arc<dyn Fn(&SelectionInput<'_>) -> Vec<ExecutionProvider> + Send + Sync>;
+/// An application's policy: the EPs to try, in order (the CPU EP still takes what is left), or
+/// why it cannot choose (which fails the session with that message).
+pub type SelectionFn = Arc<
+    dyn Fn(&SelectionInput<'_>) -> std::result::Result<Vec<ExecutionProvider>, String>
+        + Send
+        + Sync,
+>;
 
 /// How a session picks its EPs when none are named ([`crate::SessionBuilder::with_selection_policy`]).
 #[derive(Clone)]
@@ -111,7 +116,7 @@ pub(super) fn select(
     env: &Environment,
     policy: &SelectionPolicy,
     model: &Model,
-) -> (Vec<ExecutionProvider>, Selection) {
+) -> Result<(Vec<ExecutionProvider>, Selection)> {
     let devices = env.devices();
     let mut selection = Selection {
         policy: policy.name().to_string(),
@@ -121,7 +126,8 @@ pub(super) fn select(
         let eps = f(&SelectionInput {
             devices: &devices,
             model,
-        });
+        })
+        .map_err(|why| Error::InvalidInput(format!("the selection function failed: {why}")))?;
         selection.chosen = eps
             .iter()
             .map(|e| match e.device() {
@@ -132,7 +138,7 @@ pub(super) fn select(
         selection
             .reasons
             .push("ordered by the application's function".into());
-        return (eps, selection);
+        return Ok((eps, selection));
     }
     let fallback = env.builtin_providers().fallback;
     let mut ranked: Vec<(u8, &ProviderDevice)> = Vec::new();
@@ -195,5 +201,5 @@ pub(super) fn select(
             policy.name()
         ));
     }
-    (eps, selection)
+    Ok((eps, selection))
 }

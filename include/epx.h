@@ -129,8 +129,6 @@ typedef struct EpxSession EpxSession;
  */
 typedef struct EpxSessionOptions EpxSessionOptions;
 
-typedef struct Option_EpxSelectionFn Option_EpxSelectionFn;
-
 /**
  * One EP as [`epx_env_provider`] describes it. Strings belong to the environment.
  */
@@ -160,6 +158,15 @@ typedef struct EpxProviderDesc {
      */
     const char *reason;
 } EpxProviderDesc;
+
+/**
+ * See [`epx_session_options_set_selection_function`].
+ */
+typedef size_t (*EpxSelectionFn)(const char *devices_json,
+                                 const char *model_json,
+                                 char *eps,
+                                 size_t capacity,
+                                 void *user_data);
 
 /**
  * A tensor in host memory as a plain pointer, shape and element type: an input to
@@ -435,7 +442,7 @@ struct EpxError *epx_session_options_set_selection_policy(struct EpxSessionOptio
  * Pointers: `options` is a live option set; `select` NULL clears the function.
  */
 struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOptions *options,
-                                                            struct Option_EpxSelectionFn select,
+                                                            EpxSelectionFn select,
                                                             void *user_data);
 
 /**
@@ -901,7 +908,7 @@ struct EpxError *epx_session_options_set_selection_policy(struct EpxSessionOptio
  * Pointers: `options` is a live option set; `select` NULL clears the function.
  */
 struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOptions *options,
-                                                            struct Option_EpxSelectionFn select,
+                                                            EpxSelectionFn select,
                                                             void *user_data);
 
 /**

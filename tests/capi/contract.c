@@ -23,6 +23,27 @@ static void expect_error(EpxError *e, EpxErrorCode code, const char *needle, con
     epx_error_free(e);
 }
 
+static int select_calls = 0;
+
+/* A selection function: checks what it is given and asks for the CPU EP on its device 0. */
+static size_t choose_cpu(const char *devices_json, const char *model_json, char *eps,
+                         size_t capacity, void *user_data) {
+    CHECK(user_data == &select_calls, "user_data passed through");
+    CHECK(strstr(devices_json, "\"selector\":\"cpu:0\"") != NULL, "devices: %s", devices_json);
+    CHECK(strstr(model_json, "\"op_types\"") != NULL, "model: %s", model_json);
+    select_calls++;
+    const char *list = "cpu:0";
+    size_t n = strlen(list);
+    if (n < capacity) memcpy(eps, list, n + 1);
+    return n;
+}
+
+static size_t cannot_choose(const char *devices_json, const char *model_json, char *eps,
+                            size_t capacity, void *user_data) {
+    (void)devices_json, (void)model_json, (void)eps, (void)capacity, (void)user_data;
+    return SIZE_MAX;
+}
+
 static void expect_ok(EpxError *e, const char *what) {
     CHECK(e == NULL, "%s: %s", what, epx_error_message(e));
 }
@@ -216,6 +237,40 @@ int main(int argc, char **argv) {
     epx_session_free(s);
     free(a);
     free(b);
+
+    /* Devices, a device by name, and EPs chosen by policy or by the program's function. */
+    expect_ok(epx_env_devices_json(env, &json), "devices_json");
+    CHECK(strstr(json, "\"selector\":\"cpu:0\"") && strstr(json, "\"kind\":\"cpu\""),
+          "devices JSON: %s", json);
+    epx_string_free(json);
+    opts = epx_session_options_new();
+    expect_ok(epx_session_options_add_provider(opts, "cpu:7", NULL, NULL, 0, true), "cpu:7");
+    expect_error(epx_session_new(env, add_path, opts, &s), EPX_ERROR_CODE_PROVIDER_SETUP,
+                 "has no device `7`", "a device the EP does not list");
+    epx_session_options_free(opts);
+    opts = epx_session_options_new();
+    expect_error(epx_session_options_set_selection_policy(opts, "fastest"),
+                 EPX_ERROR_CODE_INVALID_INPUT, "the policies are", "an unknown policy");
+    expect_ok(epx_session_options_set_selection_policy(opts, "prefer-cpu"), "prefer-cpu");
+    expect_ok(epx_session_new(env, add_path, opts, &s), "session by policy");
+    expect_ok(epx_session_placement_json(s, &json), "placement_json");
+    CHECK(strstr(json, "\"policy\":\"prefer-cpu\""), "placement: %s", json);
+    epx_string_free(json);
+    epx_session_free(s);
+    expect_ok(epx_session_options_set_selection_function(opts, choose_cpu, &select_calls),
+              "selection function");
+    expect_ok(epx_session_new(env, add_path, opts, &s), "session by function");
+    CHECK(select_calls == 1, "the function ran once");
+    expect_ok(epx_session_placement_json(s, &json), "placement_json");
+    CHECK(strstr(json, "\"chosen\":[\"cpu:0\"]") && strstr(json, "\"policy\":\"custom\""),
+          "placement: %s", json);
+    epx_string_free(json);
+    epx_session_free(s);
+    expect_ok(epx_session_options_set_selection_function(opts, cannot_choose, NULL), "refusing");
+    expect_error(epx_session_new(env, add_path, opts, &s), EPX_ERROR_CODE_INVALID_INPUT,
+                 "the selection function failed", "a function that cannot choose");
+    epx_session_options_free(opts);
+    printf("ok   devices and selection policies\n");
 
     /* A session outlives its environment. */
     expect_ok(epx_session_new(env, mnist_path, NULL, &s), "mnist session");

@@ -201,7 +201,7 @@ pub unsafe extern "C" fn epx_session_options_set_selection_policy(
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_selection_function(
     options: Option<&mut EpxSessionOptions>,
-    select: Option<EpxSelectionFn>,
+    select: EpxSelectionFn,
     user_data: *mut c_void,
 ) -> *mut EpxError {
     ffi_boundary!({
@@ -215,17 +215,25 @@ pub extern "C" fn epx_session_options_set_selection_function(
 }
 
 /// See [`epx_session_options_set_selection_function`].
-pub type EpxSelectionFn = unsafe extern "C" fn(
-    devices_json: *const c_char,
-    model_json: *const c_char,
-    eps: *mut c_char,
-    capacity: usize,
-    user_data: *mut c_void,
-) -> usize;
+pub type EpxSelectionFn = Option<
+    unsafe extern "C" fn(
+        devices_json: *const c_char,
+        model_json: *const c_char,
+        eps: *mut c_char,
+        capacity: usize,
+        user_data: *mut c_void,
+    ) -> usize,
+>;
 
 /// An application's C selection function and its data.
 struct ForeignSelect {
-    f: EpxSelectionFn,
+    f: unsafe extern "C" fn(
+        devices_json: *const c_char,
+        model_json: *const c_char,
+        eps: *mut c_char,
+        capacity: usize,
+        user_data: *mut c_void,
+    ) -> usize,
     user_data: *mut c_void,
 }
 

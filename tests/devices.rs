@@ -284,3 +284,54 @@ fn an_applications_own_policy_sees_the_devices_and_the_model() {
         "{err}"
     );
 }
+
+#[test]
+fn the_measure_policy_times_the_candidates_and_remembers_the_fastest() {
+    let dir = plugin_dir(false);
+    let cache = TempDir::new("devices-cache").expect("cache dir");
+    let env = Environment::builder()
+        .with_plugin_dirs([dir.path()])
+        .with_cache_dir(cache.path())
+        .commit()
+        .expect("environment");
+    let measure = || epx::SelectionPolicy::Measure { runs: 3 };
+    let first = session_by(&env, measure()).placement();
+    let sel = first.selection.clone().expect("selection");
+    assert_eq!(sel.policy, "measure");
+    // Both candidates were timed: the fixture's GPU EP alone, and the CPU EP alone.
+    for who in ["adversarial:0: ", "cpu alone: "] {
+        assert!(
+            sel.reasons
+                .iter()
+                .any(|r| r.starts_with(who) && r.ends_with("ms a run (median of 3)")),
+            "{who} {:?}",
+            sel.reasons
+        );
+    }
+    let winner = sel
+        .reasons
+        .iter()
+        .find_map(|r| r.strip_suffix(": fastest, chosen"))
+        .expect("a winner")
+        .to_string();
+    assert!(
+        winner == "adversarial:0" || winner == "cpu alone",
+        "{winner}"
+    );
+    // The choice is in the cache folder, and the next session of the model uses it unmeasured.
+    let remembered: Vec<_> = std::fs::read_dir(cache.path().join("selection"))
+        .expect("selection cache")
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).expect("read"))
+        .collect();
+    assert_eq!(remembered, std::slice::from_ref(&winner));
+    let again = session_by(&env, measure()).placement();
+    let sel = again.selection.clone().expect("selection");
+    assert_eq!(sel.reasons.len(), 1, "{:?}", sel.reasons);
+    assert!(
+        sel.reasons[0].starts_with(&format!("{winner}: remembered")),
+        "{:?}",
+        sel.reasons
+    );
+    assert_eq!(again.node_counts(), first.node_counts());
+}

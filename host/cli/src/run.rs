@@ -37,8 +37,8 @@ pub struct RunArgs {
     #[arg(long)]
     isolate: bool,
     /// Choose the EPs by policy from the devices they list instead of naming them:
-    /// prefer-cpu, prefer-gpu, prefer-npu, max-performance, min-power (`--ep auto` is
-    /// max-performance).
+    /// prefer-cpu, prefer-gpu, prefer-npu, max-performance, min-power, or measure (times the
+    /// candidates on the model and remembers the fastest); `--ep auto` is max-performance.
     #[arg(long, value_name = "NAME")]
     policy: Option<String>,
 }

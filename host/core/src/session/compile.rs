@@ -19,12 +19,12 @@ use crate::value::ElementType;
 use epx_plugin_api::abi::EPX_DEVICE_OPTION;
 
 /// What the builder asks for.
-pub(super) struct Request {
-    pub(super) providers: Vec<ExecutionProvider>,
-    pub(super) strict: bool,
-    pub(super) device_outputs: Vec<String>,
-    pub(super) intra_op_threads: Option<usize>,
-    pub(super) policy: Option<super::SelectionPolicy>,
+pub(crate) struct Request {
+    pub(crate) providers: Vec<ExecutionProvider>,
+    pub(crate) strict: bool,
+    pub(crate) device_outputs: Vec<String>,
+    pub(crate) intra_op_threads: Option<usize>,
+    pub(crate) policy: Option<super::SelectionPolicy>,
 }
 
 pub(super) struct Kernel {
@@ -47,7 +47,7 @@ pub(super) struct Kernel {
 pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool);
 
 /// The pipeline.
-pub(super) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
+pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
     let _span = tracing::debug_span!("session", model = %model.source).entered();
     let threads = threads_option(env, request.intra_op_threads);
     let (asked, selection) = match &request.policy {

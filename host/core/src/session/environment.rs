@@ -66,6 +66,7 @@ pub struct Environment {
     probe: Option<LoadProbe>,
     epx_exe: Option<PathBuf>,
     isolation_timeout: Option<std::time::Duration>,
+    cache_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -87,6 +88,7 @@ pub struct EnvironmentBuilder {
     probe: Option<LoadProbe>,
     epx_exe: Option<PathBuf>,
     isolation_timeout: Option<std::time::Duration>,
+    cache_dir: Option<PathBuf>,
 }
 
 impl EnvironmentBuilder {
@@ -101,7 +103,15 @@ impl EnvironmentBuilder {
             probe: None,
             epx_exe: None,
             isolation_timeout: None,
+            cache_dir: None,
         }
+    }
+
+    /// The folder for what epx remembers between runs (the `measure` policy's choices). Without
+    /// one: `EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else `$HOME/.cache/epx`.
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
     }
 
     /// How long one call into an isolated EP may take before its process is taken for hung,
@@ -193,6 +203,7 @@ impl EnvironmentBuilder {
             probe: self.probe,
             epx_exe: self.epx_exe,
             isolation_timeout: self.isolation_timeout,
+            cache_dir: self.cache_dir,
         }))
     }
 }
@@ -211,6 +222,20 @@ impl Environment {
         }
         let env = Environment::builder().commit()?;
         Ok(GLOBAL.get_or_init(|| env).clone())
+    }
+
+    /// The cache folder ([`EnvironmentBuilder::with_cache_dir`]), if one can be named.
+    pub fn cache_dir(&self) -> Option<PathBuf> {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        self.cache_dir
+            .clone()
+            .or_else(|| var("EPX_CACHE_DIR"))
+            .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("epx")))
+            .or_else(|| var("HOME").map(|d| d.join(".cache").join("epx")))
     }
 
     /// How isolated EPs are hosted: the executable given to the builder, else `EPX_PROBE_EXE`.

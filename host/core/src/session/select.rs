@@ -35,6 +35,12 @@ pub enum SelectionPolicy {
     MaxPerformance,
     /// What usually draws least power: NPU, then CPU, then GPU.
     MinPower,
+    /// Times the candidates on the model itself: each EP the max-performance policy would pick,
+    /// alone, and the built-in CPU EP alone, `runs` timed runs each on zero inputs (within
+    /// about ten seconds in all), and keeps the fastest. The choice is remembered in the
+    /// environment's cache folder per model, device and plugin version, so the next session
+    /// of the same model skips the measurement.
+    Measure { runs: usize },
     /// The application's own ordering.
     Custom(SelectionFn),
 }
@@ -54,17 +60,19 @@ impl SelectionPolicy {
             SelectionPolicy::PreferNpu => "prefer-npu",
             SelectionPolicy::MaxPerformance => "max-performance",
             SelectionPolicy::MinPower => "min-power",
+            SelectionPolicy::Measure { .. } => "measure",
             SelectionPolicy::Custom(_) => "custom",
         }
     }
 
     /// Every named policy.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "prefer-cpu",
         "prefer-gpu",
         "prefer-npu",
         "max-performance",
         "min-power",
+        "measure",
     ];
 
     /// A policy by name; the error lists the names.
@@ -75,6 +83,7 @@ impl SelectionPolicy {
             "prefer-npu" => SelectionPolicy::PreferNpu,
             "max-performance" => SelectionPolicy::MaxPerformance,
             "min-power" => SelectionPolicy::MinPower,
+            "measure" => SelectionPolicy::Measure { runs: 3 },
             other => {
                 return Err(Error::InvalidInput(format!(
                     "no selection policy `{other}`; the policies are {}",
@@ -88,7 +97,9 @@ impl SelectionPolicy {
     fn rank(&self, kind: &str) -> u8 {
         let order: &[&str] = match self {
             SelectionPolicy::PreferCpu => &["cpu"],
-            SelectionPolicy::PreferGpu | SelectionPolicy::MaxPerformance => &["gpu", "npu", "cpu"],
+            SelectionPolicy::PreferGpu
+            | SelectionPolicy::MaxPerformance
+            | SelectionPolicy::Measure { .. } => &["gpu", "npu", "cpu"],
             SelectionPolicy::PreferNpu => &["npu", "gpu", "cpu"],
             SelectionPolicy::MinPower => &["npu", "cpu", "gpu"],
             SelectionPolicy::Custom(_) => &[],
@@ -195,6 +206,9 @@ pub(super) fn select(
         selection.chosen.push(d.selector.clone());
         selection.reasons.push(format!("{what}: chosen"));
     }
+    if let SelectionPolicy::Measure { runs } = policy {
+        return measure::choose(env, model, eps, selection, &devices, *runs);
+    }
     if eps.is_empty() {
         selection.reasons.push(format!(
             "no device fits {}: the built-in {fallback} EP runs everything",
@@ -202,4 +216,181 @@ pub(super) fn select(
         ));
     }
     Ok((eps, selection))
+}
+
+/// The `measure` policy: time each candidate on the model, remember the fastest.
+mod measure {
+    use std::time::{Duration, Instant};
+
+    use sha2::{Digest, Sha256};
+
+    use super::{ExecutionProvider, ProviderDevice, Selection};
+    use crate::error::Result;
+    use crate::model::ir::Model;
+    use crate::session::{Environment, Session, compile};
+    use crate::value::Tensor;
+
+    /// The whole measurement stops once this much time went by (each candidate started runs).
+    const BUDGET: Duration = Duration::from_secs(10);
+
+    pub(super) fn choose(
+        env: &Environment,
+        model: &Model,
+        ranked: Vec<ExecutionProvider>,
+        mut selection: Selection,
+        devices: &[ProviderDevice],
+        runs: usize,
+    ) -> Result<(Vec<ExecutionProvider>, Selection)> {
+        let runs = runs.max(1);
+        // Candidates: each ranked EP alone, then the built-in CPU EP alone.
+        let mut candidates: Vec<Vec<ExecutionProvider>> =
+            ranked.into_iter().map(|ep| vec![ep]).collect();
+        candidates.push(Vec::new());
+        let label = |c: &[ExecutionProvider]| match c.first() {
+            Some(ep) => {
+                let name = ep.name().rsplit('/').next().unwrap_or(ep.name());
+                format!("{name}:{}", ep.device().unwrap_or(""))
+            }
+            None => format!("{} alone", env.builtin_providers().fallback),
+        };
+        selection.chosen.clear();
+        selection.reasons.retain(|r| !r.ends_with(": chosen"));
+        let key = cache_key(model, devices);
+        let file = env
+            .cache_dir()
+            .map(|d| d.join("selection").join(format!("{key}.txt")));
+        if let Some(remembered) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+            let remembered = remembered.trim();
+            if let Some(c) = candidates.iter().find(|c| label(c) == remembered) {
+                selection.reasons = vec![format!(
+                    "{remembered}: remembered as the fastest from an earlier measurement of this \
+                     model on these devices and plugin versions"
+                )];
+                selection.chosen = c
+                    .first()
+                    .map(|_| remembered.to_string())
+                    .into_iter()
+                    .collect();
+                return Ok((c.clone(), selection));
+            }
+        }
+        let started = Instant::now();
+        let mut best: Option<(Duration, usize)> = None;
+        for (i, c) in candidates.iter().enumerate() {
+            if started.elapsed() > BUDGET {
+                selection.reasons.push(format!(
+                    "{}: not measured, the time for measuring ran out",
+                    label(c)
+                ));
+                continue;
+            }
+            match time_candidate(env, model, c, runs) {
+                Ok(t) => {
+                    selection.reasons.push(format!(
+                        "{}: {:.3} ms a run (median of {runs})",
+                        label(c),
+                        t.as_secs_f64() * 1e3
+                    ));
+                    if best.is_none_or(|(b, _)| t < b) {
+                        best = Some((t, i));
+                    }
+                }
+                Err(e) => selection.reasons.push(format!("{}: failed: {e}", label(c))),
+            }
+        }
+        let chosen = best.map_or(candidates.len() - 1, |(_, i)| i);
+        let winner = candidates.swap_remove(chosen);
+        let name = label(&winner);
+        selection.reasons.push(format!("{name}: fastest, chosen"));
+        selection.chosen = winner.first().map(|_| name.clone()).into_iter().collect();
+        if let Some(f) = file {
+            remember(&f, &name);
+        }
+        Ok((winner, selection))
+    }
+
+    /// The median of `runs` runs of a session on the candidate, after one warm-up run, on zero
+    /// inputs (dynamic extents 1).
+    fn time_candidate(
+        env: &Environment,
+        model: &Model,
+        eps: &[ExecutionProvider],
+        runs: usize,
+    ) -> Result<Duration> {
+        let request = compile::Request {
+            providers: eps
+                .iter()
+                .cloned()
+                .map(ExecutionProvider::error_on_failure)
+                .collect(),
+            strict: false,
+            device_outputs: Vec::new(),
+            intra_op_threads: None,
+            policy: None,
+        };
+        let session: Session = compile::compile(env, request, model.clone())?;
+        let mut inputs = Vec::new();
+        for spec in session.inputs() {
+            let elem = spec.elem_type.ok_or_else(|| {
+                crate::Error::InvalidInput(format!("input `{}` has no element type", spec.name))
+            })?;
+            let shape: Vec<usize> = spec
+                .shape
+                .unwrap_or_default()
+                .iter()
+                .map(|d| d.map_or(1, |d| d as usize))
+                .collect();
+            inputs.push((spec.name, Tensor::zeros(elem, &shape)?));
+        }
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..=runs {
+            let t = Instant::now();
+            session.run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))?;
+            if i > 0 {
+                times.push(t.elapsed());
+            }
+        }
+        times.sort();
+        Ok(times[times.len() / 2])
+    }
+
+    /// Model contents (graph and weights, as ONNX), devices and plugin versions, hashed.
+    fn cache_key(model: &Model, devices: &[ProviderDevice]) -> String {
+        let g = &model.graph;
+        let all: Vec<u32> = (0..g.nodes.len() as u32).collect();
+        let ins: Vec<u32> = g.inputs.iter().map(|&v| v as u32).collect();
+        let outs: Vec<u32> = g.outputs.iter().map(|&v| v as u32).collect();
+        let mut h = Sha256::new();
+        match crate::model::onnx::save::subgraph_model_bytes(model, g, &all, &ins, &outs) {
+            Ok(bytes) => h.update(&bytes),
+            Err(_) => h.update(model.source.as_bytes()),
+        }
+        for d in devices {
+            h.update(format!("{}|{}|{:?}\n", d.selector, d.plugin, d.device).as_bytes());
+        }
+        h.update(crate::plugin_abi_version().as_bytes());
+        h.update(env!("CARGO_PKG_VERSION").as_bytes());
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Writes the choice atomically (a temporary file renamed); a failure only costs a
+    /// measurement next time, and is logged.
+    fn remember(file: &std::path::Path, choice: &str) {
+        let write = || -> std::io::Result<()> {
+            let dir = file
+                .parent()
+                .ok_or_else(|| std::io::Error::other("no folder"))?;
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(
+                ".{}-{:?}.tmp",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::write(&tmp, choice)?;
+            std::fs::rename(&tmp, file)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(file = %file.display(), "cannot remember the measured EP choice: {e}");
+        }
+    }
 }

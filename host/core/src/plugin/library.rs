@@ -528,3 +528,113 @@ unsafe fn open_now(path: &Path) -> std::result::Result<libloading::Library, libl
         unsafe { libloading::Library::new(path) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+
+    use super::*;
+
+    /// Lists released so far. Device arrays a plugin might hand back, by the factory's
+    /// `state`: 0 good, 1 an id twice, 2 entries smaller than ABI 1.5's, 3 a NULL array with a
+    /// count, 4 a huge count, 5 an error.
+    static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn device(id: u32, name: &'static str) -> EpxDevice {
+        EpxDevice {
+            struct_size: std::mem::size_of::<EpxDevice>(),
+            kind: 2,
+            device_id: id,
+            id_name: EpxStr::new(""),
+            vendor: EpxStr::new("v"),
+            name: EpxStr::new(name),
+            memory_bytes: 0,
+            driver_version: EpxStr::new(""),
+            unusable_reason: EpxStr::new(""),
+        }
+    }
+
+    unsafe extern "C" fn release(_: *mut EpxDeviceList) {
+        RELEASED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    unsafe extern "C" fn get_devices(
+        state: *mut c_void,
+        out: *mut EpxDeviceList,
+    ) -> *mut EpxStatus {
+        let devices: &'static [EpxDevice] = Box::leak(Box::new([device(0, "a"), device(0, "b")]));
+        let case = state as usize;
+        // SAFETY: the host's out-parameter.
+        let out = unsafe { &mut *out };
+        out.release = Some(release);
+        match case {
+            0 => {
+                out.num_devices = 1;
+                out.devices = devices.as_ptr();
+                out.device_size = std::mem::size_of::<EpxDevice>();
+            }
+            1 => {
+                out.num_devices = 2;
+                out.devices = devices.as_ptr();
+                out.device_size = std::mem::size_of::<EpxDevice>();
+            }
+            2 => {
+                out.num_devices = 1;
+                out.devices = devices.as_ptr();
+                out.device_size = 8;
+            }
+            3 => {
+                out.num_devices = 3;
+                out.devices = std::ptr::null();
+                out.device_size = std::mem::size_of::<EpxDevice>();
+            }
+            4 => {
+                out.num_devices = usize::MAX;
+                out.devices = devices.as_ptr();
+                out.device_size = std::mem::size_of::<EpxDevice>();
+            }
+            _ => {
+                return epx_plugin_api::sdk::into_raw_status(
+                    epx_plugin_api::sdk::Error::unavailable("no driver"),
+                );
+            }
+        }
+        std::ptr::null_mut()
+    }
+
+    fn factory(case: usize) -> EpxProviderFactory {
+        EpxProviderFactory {
+            struct_size: std::mem::size_of::<EpxProviderFactory>(),
+            state: case as *mut c_void,
+            name: c"t".as_ptr(),
+            vendor: c"t".as_ptr(),
+            version: c"0".as_ptr(),
+            device_type: 1,
+            flags: 0,
+            is_available: None,
+            create: None,
+            get_devices: Some(get_devices),
+        }
+    }
+
+    #[test]
+    fn nonsense_device_lists_are_refused_and_always_released() {
+        // SAFETY: the factory is valid for the call; cases are read one at a time.
+        let read = |case| unsafe { read_devices(&factory(case)) };
+        let ok = read(0).expect("a good list");
+        assert_eq!((ok.len(), ok[0].kind, ok[0].name.as_str()), (1, "gpu", "a"));
+        assert_eq!(read(1).unwrap_err(), "device 1: its id is listed twice");
+        assert!(read(2).unwrap_err().contains("fewer than ABI 1.5's 104"));
+        assert!(read(3).unwrap_err().contains("NULL"));
+        assert_eq!(
+            read(4).unwrap_err(),
+            format!("lists {} devices", usize::MAX)
+        );
+        assert_eq!(read(5).unwrap_err(), "no driver");
+        assert_eq!(
+            RELEASED.load(std::sync::atomic::Ordering::Relaxed),
+            6,
+            "every list was released, good or not"
+        );
+    }
+}

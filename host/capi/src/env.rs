@@ -38,7 +38,7 @@ impl EpxEnv {
     /// Every plugin found is first opened in a child process (`epx probe-library`), when an
     /// `epx` executable is beside this library or named by `EPX_PROBE_EXE`: a plugin that
     /// crashes the loader is then listed as broken instead of ending the calling program.
-    fn probe_plugins(&self) {
+    pub(crate) fn probe_plugins(&self) {
         if let Some(exe) = own_dir().and_then(|d| epx_host::plugin::probe::find_epx(&d)) {
             self.env
                 .probe_unloaded(&epx_host::plugin::probe::child_process(exe));

@@ -77,6 +77,13 @@ pub(crate) fn make_session(
             builder = builder.with_max_tensor_bytes(n);
         }
         if let Some(p) = &o.policy {
+            if o.isolated {
+                return Err(invalid(
+                    "isolation applies to EPs added by name; a selection policy chooses its own",
+                ));
+            }
+            // A policy loads every plugin to read its devices: each is opened in a child first.
+            env.probe_plugins();
             builder = builder.with_selection_policy(p.clone());
         }
         if let Some(n) = o.intra_op_threads {

@@ -127,6 +127,13 @@ fn main() -> ExitCode {
         Command::ProbeLibrary(args) => return probe::child(args),
         Command::ServePlugin(args) => return probe::serve(args),
         Command::Providers(_) | Command::Doctor => builder.with_load_probe(probe::load_probe()),
+        // A selection policy opens every plugin to read its devices.
+        Command::Run(ref a) if a.chooses_by_policy() => {
+            builder.with_load_probe(probe::load_probe())
+        }
+        Command::Partition(ref a) if a.chooses_by_policy() => {
+            builder.with_load_probe(probe::load_probe())
+        }
         _ => builder,
     };
     let result = builder.commit().and_then(|env| match cli.command {

@@ -43,6 +43,20 @@ pub struct RunArgs {
     policy: Option<String>,
 }
 
+impl RunArgs {
+    /// Whether the EPs are chosen by policy (which loads every plugin to read its devices).
+    pub fn chooses_by_policy(&self) -> bool {
+        self.policy.is_some() || self.eps == ["auto"]
+    }
+}
+
+impl PartitionArgs {
+    /// As [`RunArgs::chooses_by_policy`].
+    pub fn chooses_by_policy(&self) -> bool {
+        self.policy.is_some() || self.eps == ["auto"]
+    }
+}
+
 #[derive(clap::Args)]
 pub struct PartitionArgs {
     /// The ONNX model file.
@@ -71,6 +85,11 @@ fn session(
     isolate: bool,
     policy: Option<&str>,
 ) -> Result<Session> {
+    if isolate && (policy.is_some() || eps == ["auto"]) {
+        return Err(Error::InvalidInput(
+            "--isolate applies to EPs named with --ep; a selection policy chooses its own".into(),
+        ));
+    }
     // `--ep auto`: the EPs the max-performance policy picks.
     let policy = match (policy, eps) {
         (Some(p), _) => Some(p),

@@ -832,6 +832,19 @@ fn providers_devices_lists_each_eps_devices_and_why_one_is_unusable() {
         bad.contains("the policies are prefer-cpu, prefer-gpu"),
         "{bad}"
     );
+    let both = assert_one_error_line(&epx(&[
+        "run",
+        model,
+        "--plugin-dir",
+        &plugins,
+        "--ep",
+        "auto",
+        "--isolate",
+    ]));
+    assert!(
+        both.contains("a selection policy chooses its own"),
+        "{both}"
+    );
     let line = assert_one_error_line(&on("adversarial:NPU.0"));
     assert!(
         line.contains("adversarial") && line.contains("present but unusable: driver 1.2.0"),

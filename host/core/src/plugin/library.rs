@@ -91,6 +91,16 @@ unsafe fn read_devices(f: &EpxProviderFactory) -> std::result::Result<Vec<Device
                 list.device_size, EPX_DEVICE_SIZE_1_5
             ));
         }
+        let align = std::mem::align_of::<EpxDevice>();
+        if list.device_size > 4096
+            || list.device_size % align != 0
+            || (list.devices as usize) % align != 0
+        {
+            return Err(format!(
+                "device entries of {} bytes at {:p} are not a plausible, aligned array",
+                list.device_size, list.devices
+            ));
+        }
         let text = |s: &EpxStr| {
             let bounded = EpxStr {
                 data: s.data,
@@ -537,7 +547,7 @@ mod tests {
 
     /// Lists released so far. Device arrays a plugin might hand back, by the factory's
     /// `state`: 0 good, 1 an id twice, 2 entries smaller than ABI 1.5's, 3 a NULL array with a
-    /// count, 4 a huge count, 5 an error.
+    /// count, 4 a huge count, 5 misaligned entries, 6 an error.
     static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     fn device(id: u32, name: &'static str) -> EpxDevice {
@@ -593,6 +603,11 @@ mod tests {
                 out.devices = devices.as_ptr();
                 out.device_size = std::mem::size_of::<EpxDevice>();
             }
+            5 => {
+                out.num_devices = 1;
+                out.devices = devices.as_ptr();
+                out.device_size = std::mem::size_of::<EpxDevice>() + 1;
+            }
             _ => {
                 return epx_plugin_api::sdk::into_raw_status(
                     epx_plugin_api::sdk::Error::unavailable("no driver"),
@@ -630,10 +645,15 @@ mod tests {
             read(4).unwrap_err(),
             format!("lists {} devices", usize::MAX)
         );
-        assert_eq!(read(5).unwrap_err(), "no driver");
+        assert!(
+            read(5)
+                .unwrap_err()
+                .contains("not a plausible, aligned array")
+        );
+        assert_eq!(read(6).unwrap_err(), "no driver");
         assert_eq!(
             RELEASED.load(std::sync::atomic::Ordering::Relaxed),
-            6,
+            7,
             "every list was released, good or not"
         );
     }

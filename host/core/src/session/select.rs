@@ -255,7 +255,7 @@ mod measure {
         };
         selection.chosen.clear();
         selection.reasons.retain(|r| !r.ends_with(": chosen"));
-        let key = cache_key(model, devices);
+        let key = cache_key(env, model, devices);
         let file = env
             .cache_dir()
             .map(|d| d.join("selection").join(format!("{key}.txt")));
@@ -274,10 +274,19 @@ mod measure {
                 return Ok((c.clone(), selection));
             }
         }
+        if candidates.len() == 1 {
+            selection.reasons.push(format!(
+                "{}: the only candidate, chosen without measuring",
+                label(&candidates[0])
+            ));
+            return Ok((Vec::new(), selection));
+        }
         let started = Instant::now();
         let mut best: Option<(Duration, usize)> = None;
+        let mut all_measured = true;
         for (i, c) in candidates.iter().enumerate() {
             if started.elapsed() > BUDGET {
+                all_measured = false;
                 selection.reasons.push(format!(
                     "{}: not measured, the time for measuring ran out",
                     label(c)
@@ -295,16 +304,28 @@ mod measure {
                         best = Some((t, i));
                     }
                 }
-                Err(e) => selection.reasons.push(format!("{}: failed: {e}", label(c))),
+                Err(e) => {
+                    all_measured = false;
+                    selection.reasons.push(format!("{}: failed: {e}", label(c)));
+                }
             }
         }
-        let chosen = best.map_or(candidates.len() - 1, |(_, i)| i);
+        let Some((_, chosen)) = best else {
+            selection.reasons.push(format!(
+                "no candidate could be measured: the built-in {} EP runs everything",
+                env.builtin_providers().fallback
+            ));
+            return Ok((Vec::new(), selection));
+        };
         let winner = candidates.swap_remove(chosen);
         let name = label(&winner);
         selection.reasons.push(format!("{name}: fastest, chosen"));
         selection.chosen = winner.first().map(|_| name.clone()).into_iter().collect();
-        if let Some(f) = file {
-            remember(&f, &name);
+        // Only a full measurement is remembered: a candidate that failed or was not timed this
+        // time (out of memory, a slow first compile) gets another chance next time.
+        match file {
+            Some(f) if all_measured => remember(&f, &name),
+            _ => {}
         }
         Ok((winner, selection))
     }
@@ -355,7 +376,7 @@ mod measure {
     }
 
     /// Model contents (graph and weights, as ONNX), devices and plugin versions, hashed.
-    fn cache_key(model: &Model, devices: &[ProviderDevice]) -> String {
+    fn cache_key(env: &Environment, model: &Model, devices: &[ProviderDevice]) -> String {
         let g = &model.graph;
         let all: Vec<u32> = (0..g.nodes.len() as u32).collect();
         let ins: Vec<u32> = g.inputs.iter().map(|&v| v as u32).collect();
@@ -367,6 +388,13 @@ mod measure {
         }
         for d in devices {
             h.update(format!("{}|{}|{:?}\n", d.selector, d.plugin, d.device).as_bytes());
+            // The plugin's version and library: an upgraded plugin is measured again.
+            if let Ok((lib, i)) = env.find_provider(&format!("{}/{}", d.plugin, d.provider)) {
+                let version = &lib.providers[i].version;
+                h.update(
+                    format!("{}|{}|{version}|{:?}\n", lib.name, lib.version, lib.path).as_bytes(),
+                );
+            }
         }
         h.update(crate::plugin_abi_version().as_bytes());
         h.update(env!("CARGO_PKG_VERSION").as_bytes());

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -52,7 +55,9 @@ impl Isolation {
 /// A running child: its pipes and the memory it shares with this process.
 struct Process {
     child: Child,
-    to: ChildStdin,
+    /// The child's stdin: one end of a socket pair, written with [`NoSigPipe`] under the call
+    /// timeout.
+    to: UnixStream,
     from: ChildStdout,
     shm: Shared,
 }
@@ -105,6 +110,37 @@ impl Read for Deadline<'_> {
     }
 }
 
+/// Writes to the child without SIGPIPE: a child that died makes the write an error on this call,
+/// not a signal ending the host (a C program hosting libepx keeps SIGPIPE's default action).
+struct NoSigPipe<'a>(&'a UnixStream);
+
+impl Write for NoSigPipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: a valid socket, and a buffer of `buf.len()` bytes for the call.
+            let n = unsafe {
+                libc::send(
+                    self.0.as_raw_fd(),
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Process {
     fn spawn(iso: &Isolation, library: &Path, preloads: &[PathBuf]) -> std::io::Result<Self> {
         let shm = Shared::create()?;
@@ -129,12 +165,14 @@ impl Process {
                 Ok(())
             });
         }
+        let (to, theirs) = UnixStream::pair()?;
+        to.set_write_timeout(Some(iso.timeout))?;
         let mut child = cmd
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
-        let (Some(to), Some(from)) = (child.stdin.take(), child.stdout.take()) else {
+        let Some(from) = child.stdout.take() else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(std::io::Error::other("the child's pipes are missing"));
@@ -154,8 +192,13 @@ impl Process {
         payload: &[u8],
         timeout: Duration,
     ) -> std::result::Result<(u8, Vec<u8>), Lost> {
-        if tag != 0 && wire::send(&mut self.to, tag, payload).is_err() {
-            return Err(Lost::Died(self.how_it_ended()));
+        if tag != 0 {
+            match wire::send(&mut NoSigPipe(&self.to), tag, payload) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(Lost::Hung),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(Lost::Hung),
+                Err(_) => return Err(Lost::Died(self.how_it_ended())),
+            }
         }
         let mut from = Deadline {
             from: &mut self.from,
@@ -323,7 +366,7 @@ pub(super) fn put_devices(w: &mut Writer, d: &ProviderDescription) {
     put_optional(w, d.devices_error.as_deref());
 }
 
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 11] = [
     Kind::Open,
     Kind::MissingDependency,
     Kind::MissingEntry,
@@ -335,7 +378,6 @@ const KINDS: [Kind; 12] = [
     Kind::ChecksumMismatch,
     Kind::ManifestMismatch,
     Kind::Crashed,
-    Kind::Open,
 ];
 
 pub(super) fn kind_code(k: Kind) -> u8 {
@@ -377,7 +419,6 @@ pub(crate) struct Remote {
 }
 
 /// A compiled kernel's subgraph (ONNX bytes) and its input and output counts.
-#[derive(Clone)]
 struct Stored {
     model: Vec<u8>,
     inputs: usize,
@@ -495,10 +536,21 @@ impl Remote {
                     e => e,
                 });
             }
-            let kernels: Vec<(u64, Stored)> =
-                st.kernels.iter().map(|(k, v)| (*k, v.clone())).collect();
-            for (id, k) in kernels {
-                self.compile_in_child(st, id, &k.model, k.inputs, k.outputs, call)?;
+            // Taken out while they are sent (no copy of their weights), then put back.
+            let kernels = std::mem::take(&mut st.kernels);
+            let mut failed = None;
+            for (&id, k) in &kernels {
+                if let Err(e) = self.compile_in_child(st, id, &k.model, k.inputs, k.outputs, call) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            st.kernels = kernels;
+            if let Some(e) = failed {
+                // A child missing some of the session's kernels must not serve the next call:
+                // it starts over then.
+                st.process = None;
+                return Err(e);
             }
         }
         st.process
@@ -742,7 +794,7 @@ impl Remote {
             let mut w = Writer::default();
             w.u64(id);
             // No reply: a dead child has nothing to release.
-            let _ = wire::send(&mut p.to, ask::RELEASE, &w.0);
+            let _ = wire::send(&mut NoSigPipe(&p.to), ask::RELEASE, &w.0);
         }
     }
 

@@ -216,13 +216,21 @@ impl Server {
             .enumerate()
             .map(|(i, node)| (node_key(g, node), i as u32))
             .collect();
-        if here.len() != keys.len() || g.nodes.len() != keys.len() {
+        if g.nodes.len() != keys.len() {
             return Err(format!(
                 "the graph has {} nodes here and {} in the host",
                 g.nodes.len(),
                 keys.len()
             )
             .into());
+        }
+        if here.len() != keys.len() {
+            return Err(
+                "nodes of the graph share their output names; they cannot be matched \
+                        with the host's"
+                    .to_string()
+                    .into(),
+            );
         }
         let mut to_host = vec![u32::MAX; keys.len()];
         for (host_id, k) in keys.iter().enumerate() {

@@ -24,13 +24,37 @@ impl Shared {
     pub fn create() -> std::io::Result<Self> {
         // SAFETY: a NUL-terminated name; flags are valid. The descriptor is close-on-exec; the
         // spawn duplicates it onto the child's descriptor 3 (see `super::remote`).
-        let fd = unsafe { libc::memfd_create(c"epx-isolated-ep".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"epx-isolated-ep".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: `fd` was just opened and is owned by nobody else.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        Ok(Shared { file, map: None })
+        let mut owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        if fd < 3 {
+            // A host that closed stdin/stdout/stderr got one of those numbers back; the spawn
+            // puts the child's pipes there, so the region moves above them.
+            // SAFETY: duplicating a descriptor we own.
+            let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if high < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: just made, owned by nobody else; the low one closes as `owned` drops.
+            owned = unsafe { OwnedFd::from_raw_fd(high) };
+        }
+        // The child may grow the region but never shrink it under the host's mapping.
+        // SAFETY: a descriptor we own, made with MFD_ALLOW_SEALING.
+        if unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Shared {
+            file: File::from(owned),
+            map: None,
+        })
     }
 
     /// The region inherited as descriptor `fd` (child side).
@@ -40,6 +64,9 @@ impl Shared {
     pub unsafe fn inherit(fd: i32) -> std::io::Result<Self> {
         // SAFETY: the caller's contract.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // Not passed on to processes a plugin may start.
+        // SAFETY: a descriptor this process owns.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
         let mut s = Shared { file, map: None };
         s.remap()?;
         Ok(s)
@@ -77,7 +104,13 @@ impl Shared {
             return Ok(());
         }
         let grown = size.max(current.saturating_mul(2)).max(1 << 20);
-        self.file.set_len(grown as u64)?;
+        // Grown by reserving the pages (the size changes only if that succeeds): memory that
+        // runs out is this error, not a SIGBUS at the first touch of a page.
+        // SAFETY: a descriptor we own; the range is the file's new size.
+        let err = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, grown as libc::off_t) };
+        if err != 0 {
+            return Err(std::io::Error::from_raw_os_error(err));
+        }
         self.remap()
     }
 

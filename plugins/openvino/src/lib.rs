@@ -49,6 +49,11 @@ epx_plugin_api::export_plugin!(name: "openvino", version: env!("CARGO_PKG_VERSIO
 #[derive(Debug, Default)]
 pub struct OpenVinoFactory;
 
+/// The device names `devices()` listed when the host loaded the plugin, in order: a session's
+/// device id (`epx.device`) indexes this list, the one the host checked the choice against, not
+/// a new listing whose order might differ.
+static LISTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 fn list(items: &[String]) -> String {
     if items.is_empty() {
         "none".to_string()
@@ -99,6 +104,7 @@ impl ProviderFactory for OpenVinoFactory {
         let names = core
             .available_devices()
             .map_err(|e| Error::unavailable(e.to_string()))?;
+        *LISTED.lock().unwrap_or_else(|p| p.into_inner()) = names.clone();
         Ok(names
             .iter()
             .enumerate()
@@ -141,9 +147,7 @@ impl ProviderFactory for OpenVinoFactory {
         let chosen = match options.take_device()? {
             None => None,
             Some(id) => {
-                let names = Core::new()
-                    .and_then(|c| c.available_devices())
-                    .map_err(|e| Error::unavailable(e.to_string()))?;
+                let names = LISTED.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 Some(names.get(id as usize).cloned().ok_or_else(|| {
                     Error::invalid_argument(format!(
                         "{PROVIDER_NAME} has no device {id} (devices: {})",

@@ -9,22 +9,10 @@ use std::sync::Arc;
 use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
 use epx_plugin_api::abi::EpxStatusCode;
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::{float_value, model_bytes, node, relu_neg_model};
 use epx_tests::{TempDir, fixture_library, manifest};
 
 const X: [f32; 6] = [-1.5, 0.0, 2.0, -0.25, 3.5, -4.0];
-
-/// Node 0: r = Relu(x); node 1: y = Neg(r). Both `r` and `y` are graph outputs, float32 [2, 3],
-/// so the host knows the type and shape the Relu kernel must produce.
-fn relu_neg_model() -> Vec<u8> {
-    model_bytes(proto::GraphProto {
-        name: Some("relu_neg".into()),
-        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
-        input: vec![float_value("x", &[2, 3])],
-        output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
-        ..Default::default()
-    })
-}
 
 /// A plugin folder holding the `adversarial` fixture and the good `older_minor` one.
 fn plugin_dir() -> TempDir {

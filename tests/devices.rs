@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use epx::{Environment, ProviderDevice};
+use epx_tests::models::relu_neg_model;
 use epx_tests::{TempDir, artifact_dir, fixture_library, manifest};
 
 fn plugin_dir(isolate: bool) -> TempDir {
@@ -91,18 +92,6 @@ fn an_isolated_plugin_lists_the_same_devices() {
     let (lib, _) = env.find_provider("adversarial").expect("adversarial");
     assert!(lib.isolation.is_some(), "the manifest asks for isolation");
     check_fixture_devices(&env.devices());
-}
-
-fn relu_neg_model() -> Vec<u8> {
-    use epx::onnx::proto;
-    use epx_tests::models::{float_value, model_bytes, node};
-    model_bytes(proto::GraphProto {
-        name: Some("relu_neg".into()),
-        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
-        input: vec![float_value("x", &[2, 3])],
-        output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
-        ..Default::default()
-    })
 }
 
 fn session_on(env: &Arc<Environment>, ep: epx::ExecutionProvider) -> epx::Result<epx::Session> {

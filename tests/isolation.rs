@@ -8,22 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epx::onnx::proto;
 use epx::{Environment, Error, ExecutionProvider, Session, Tensor};
 use epx_plugin_api::abi::EpxStatusCode;
-use epx_tests::models::{float_value, model_bytes, node};
+use epx_tests::models::relu_neg_model;
 use epx_tests::{TempDir, artifact_dir, fixture_library, manifest};
-
-/// r = Relu(x), y = Neg(r); both outputs, float32 [2, 3].
-fn relu_neg_model() -> Vec<u8> {
-    model_bytes(proto::GraphProto {
-        name: Some("relu_neg".into()),
-        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
-        input: vec![float_value("x", &[2, 3])],
-        output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
-        ..Default::default()
-    })
-}
 
 fn epx_exe() -> std::path::PathBuf {
     artifact_dir().join(format!("epx{}", std::env::consts::EXE_SUFFIX))

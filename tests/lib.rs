@@ -276,6 +276,18 @@ pub mod models {
         })
     }
 
+    /// r = Relu(x), y = Neg(r); both graph outputs, float32 [2, 3], so the host knows the type
+    /// and shape a Relu kernel must produce (the EP tests' model: one node an EP can claim).
+    pub fn relu_neg_model() -> Vec<u8> {
+        model_bytes(proto::GraphProto {
+            name: Some("relu_neg".into()),
+            node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
+            input: vec![float_value("x", &[2, 3])],
+            output: vec![float_value("r", &[2, 3]), float_value("y", &[2, 3])],
+            ..Default::default()
+        })
+    }
+
     /// An opset-17 (IR 8) model around `graph`, encoded.
     pub fn model_bytes(graph: proto::GraphProto) -> Vec<u8> {
         proto::ModelProto {

@@ -164,7 +164,8 @@ pub extern "C" fn epx_session_options_set_isolated(
 
 /// Chooses the EPs of sessions made with these options by policy, from the devices the
 /// environment's EPs list ([`epx_env_devices_json`](crate::epx_env_devices_json)): `prefer-cpu`,
-/// `prefer-gpu`, `prefer-npu`, `max-performance` or `min-power`; NULL goes back to the EPs added
+/// `prefer-gpu`, `prefer-npu`, `max-performance`, `min-power`, or `measure` (times the candidates
+/// on the model and remembers the fastest); NULL goes back to the EPs added
 /// by name. Naming EPs as well fails the session. The placement JSON's `selection` says what the
 /// policy chose and why.
 ///

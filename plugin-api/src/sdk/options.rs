@@ -23,6 +23,11 @@ impl ProviderOptions {
     /// Takes a string option (the last one given wins).
     pub fn take(&mut self, key: &'static str) -> Option<String> {
         self.known.push(key);
+        self.remove(key)
+    }
+
+    /// Removes every entry of `key`; returns the last one's value.
+    fn remove(&mut self, key: &str) -> Option<String> {
         let mut found = None;
         self.entries.retain(|(k, v)| {
             if k == key {
@@ -56,16 +61,7 @@ impl ProviderOptions {
     /// [`ProviderFactory::devices`](crate::sdk::ProviderFactory::devices) listed, if it chose
     /// one. An EP that lists devices takes it; left untaken, [`finish`](Self::finish) fails.
     pub fn take_device(&mut self) -> Result<Option<u32>> {
-        let key = crate::abi::EPX_DEVICE_OPTION;
-        let mut found = None;
-        self.entries.retain(|(k, v)| {
-            if k == key {
-                found = Some(v.clone());
-                false
-            } else {
-                true
-            }
-        });
+        let found = self.remove(crate::abi::EPX_DEVICE_OPTION);
         found
             .map(|v| {
                 v.trim().parse::<u32>().map_err(|_| {

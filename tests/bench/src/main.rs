@@ -1143,10 +1143,9 @@ fn bench_micro(env: &std::sync::Arc<Environment>) {
     }
 }
 
-fn bench_overhead(env: &std::sync::Arc<Environment>) {
-    let path = repo_root().join("examples/models/add.onnx");
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
-    let inputs = vec![
+/// The inputs of `examples/models/add.onnx` the overhead measurements use: two 1×4 floats.
+fn add_inputs() -> Vec<Input> {
+    vec![
         Input {
             name: "a".into(),
             shape: vec![1, 4],
@@ -1157,7 +1156,13 @@ fn bench_overhead(env: &std::sync::Arc<Environment>) {
             shape: vec![1, 4],
             data: Data::F32(vec![0.5; 4]),
         },
-    ];
+    ]
+}
+
+fn bench_overhead(env: &std::sync::Arc<Environment>) {
+    let path = repo_root().join("examples/models/add.onnx");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| fail(e));
+    let inputs = add_inputs();
     let epx = Epx::new(env, Source::Bytes(&bytes), &inputs);
     let mut ort = Ort::new(Source::Bytes(&bytes), &inputs);
     for _ in 0..500 {
@@ -1245,20 +1250,6 @@ fn bench_isolation(only: &[String], runs: usize, passes: &[usize]) {
         .commit()
         .unwrap_or_else(|e| fail(e));
     let add = repo_root().join("examples/models/add.onnx");
-    let add_inputs = || {
-        vec![
-            Input {
-                name: "a".into(),
-                shape: vec![1, 4],
-                data: Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
-            },
-            Input {
-                name: "b".into(),
-                shape: vec![1, 4],
-                data: Data::F32(vec![0.5; 4]),
-            },
-        ]
-    };
     let mut models: Vec<(String, PathBuf, Vec<Input>)> =
         vec![("add 1×4".into(), add, add_inputs())];
     for key in only {

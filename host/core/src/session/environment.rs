@@ -41,6 +41,22 @@ struct LoadOutcome {
     library: std::result::Result<Arc<PluginLibrary>, Refusal>,
 }
 
+/// A library as its entry function described it (opened here or in a child), held against its
+/// manifest: ABI differences are logged, a mismatch in the EPs it provides refuses it.
+fn checked_against_manifest(
+    candidate: &PluginCandidate,
+    lib: Arc<PluginLibrary>,
+) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
+    let Some(m) = &candidate.manifest else {
+        return Ok(lib);
+    };
+    let diff = compare_with_manifest(m, &lib);
+    for w in &diff.abi_warnings {
+        tracing::warn!(plugin = %candidate.name, "{w}");
+    }
+    diff.refusal().map_or(Ok(lib), Err)
+}
+
 /// A device one EP can run on, as [`Environment::devices`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ProviderDevice {
@@ -321,18 +337,8 @@ impl Environment {
                 };
                 let library = match admission.refusal.clone().map_or(probed, Err) {
                     Err(refusal) => Err(refusal),
-                    Ok(()) => PluginLibrary::open(&candidate.library, &preload).and_then(|lib| {
-                        match &candidate.manifest {
-                            Some(m) => {
-                                let diff = compare_with_manifest(m, &lib);
-                                for w in &diff.abi_warnings {
-                                    tracing::warn!(plugin = %candidate.name, "{w}");
-                                }
-                                diff.refusal().map_or(Ok(lib), Err)
-                            }
-                            None => Ok(lib),
-                        }
-                    }),
+                    Ok(()) => PluginLibrary::open(&candidate.library, &preload)
+                        .and_then(|lib| checked_against_manifest(candidate, lib)),
                 };
                 LoadOutcome { admission, library }
             })
@@ -354,16 +360,7 @@ impl Environment {
         })?;
         let described = isolate::describe(&isolation, &candidate.library, preload)?;
         let lib = PluginLibrary::isolated(&candidate.library, preload, isolation, described);
-        match &candidate.manifest {
-            Some(m) => {
-                let diff = compare_with_manifest(m, &lib);
-                for w in &diff.abi_warnings {
-                    tracing::warn!(plugin = %candidate.name, "{w}");
-                }
-                diff.refusal().map_or(Ok(lib), Err)
-            }
-            None => Ok(lib),
-        }
+        checked_against_manifest(candidate, lib)
     }
 
     /// Finds the library providing EP `name` (`ep` or `plugin/ep`): discovered plugins in search

@@ -79,7 +79,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 5
+#define EPX_ABI_VERSION_MINOR 6
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -846,6 +846,30 @@ typedef struct EpxProvider {
      * Frees the provider (and this struct). Called once, after every kernel it made was released.
      */
     void (*release)(struct EpxProvider *provider);
+    /**
+     * (ABI 1.6, optional, with `kernel_deserialize`) Writes bytes from which
+     * `kernel_deserialize` rebuilds `kernel` (one this provider compiled) into `out`, which the
+     * host passes zeroed except `struct_size`. The plugin fills `data`, `len`, `release` and
+     * `private_data`; the host copies the bytes and calls `out->release` once. A
+     * `NotImplemented` status says this kernel cannot be stored (not an error); the host then
+     * compiles it again next time.
+     */
+    struct EpxStatus *(*kernel_serialize)(void *state,
+                                          const struct EpxKernel *kernel,
+                                          struct EpxBuffer *out);
+    /**
+     * (ABI 1.6, optional, with `kernel_serialize`) Rebuilds a kernel from bytes an earlier
+     * `kernel_serialize` wrote, for the same group: the host passes the graph and subgraph a
+     * compile would get, and the `len` bytes at `data`, all borrowed for the call. The bytes
+     * come from a file: a plugin checks what it reads and fails on anything it does not
+     * recognise (another version, another device, damage); the host then compiles instead.
+     */
+    struct EpxStatus *(*kernel_deserialize)(void *state,
+                                            const EpxGraph *graph,
+                                            const struct EpxSubgraph *subgraph,
+                                            const uint8_t *data,
+                                            size_t len,
+                                            struct EpxKernel **out);
 } EpxProvider;
 
 /**

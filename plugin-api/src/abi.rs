@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 5;
+pub const EPX_ABI_VERSION_MINOR: u32 = 6;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -223,6 +223,19 @@ pub struct EpxBuffer {
     pub release: Option<unsafe extern "C" fn(buffer: *mut EpxBuffer)>,
     /// The maker's bookkeeping; the receiver never reads it.
     pub private_data: *mut c_void,
+}
+
+impl EpxBuffer {
+    /// An empty buffer, for the receiver to pass as an out-parameter.
+    pub fn empty() -> Self {
+        EpxBuffer {
+            struct_size: std::mem::size_of::<EpxBuffer>(),
+            data: std::ptr::null_mut(),
+            len: 0,
+            release: None,
+            private_data: std::ptr::null_mut(),
+        }
+    }
 }
 
 /// A model graph, read-only, owned by the host. Opaque: read it through [`EpxHostApi`].
@@ -688,6 +701,34 @@ pub struct EpxProvider {
     >,
     /// Frees the provider (and this struct). Called once, after every kernel it made was released.
     pub release: Option<unsafe extern "C" fn(provider: *mut EpxProvider)>,
+    /// (ABI 1.6, optional, with `kernel_deserialize`) Writes bytes from which
+    /// `kernel_deserialize` rebuilds `kernel` (one this provider compiled) into `out`, which the
+    /// host passes zeroed except `struct_size`. The plugin fills `data`, `len`, `release` and
+    /// `private_data`; the host copies the bytes and calls `out->release` once. A
+    /// `NotImplemented` status says this kernel cannot be stored (not an error); the host then
+    /// compiles it again next time.
+    pub kernel_serialize: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            kernel: *const EpxKernel,
+            out: *mut EpxBuffer,
+        ) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.6, optional, with `kernel_serialize`) Rebuilds a kernel from bytes an earlier
+    /// `kernel_serialize` wrote, for the same group: the host passes the graph and subgraph a
+    /// compile would get, and the `len` bytes at `data`, all borrowed for the call. The bytes
+    /// come from a file: a plugin checks what it reads and fails on anything it does not
+    /// recognise (another version, another device, damage); the host then compiles instead.
+    pub kernel_deserialize: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            graph: *const EpxGraph,
+            subgraph: *const EpxSubgraph,
+            data: *const u8,
+            len: usize,
+            out: *mut *mut EpxKernel,
+        ) -> *mut EpxStatus,
+    >,
 }
 
 /// One EP a library offers: what it is, whether it can run here, and how to make one.
@@ -862,6 +903,8 @@ pub const EPX_NODE_INFO_SIZE_1_0: usize = epx_field_end!(EpxNodeInfo, num_attrib
 pub const EPX_ATTRIBUTE_SIZE_1_0: usize = epx_field_end!(EpxAttribute, tensor);
 /// A factory from ABI 1.5 on (with `get_devices`).
 pub const EPX_PROVIDER_FACTORY_SIZE_1_5: usize = epx_field_end!(EpxProviderFactory, get_devices);
+/// A provider from ABI 1.6 on (with `kernel_serialize` and `kernel_deserialize`).
+pub const EPX_PROVIDER_SIZE_1_6: usize = epx_field_end!(EpxProvider, kernel_deserialize);
 /// The first version of [`EpxDevice`] (ABI 1.5).
 pub const EPX_DEVICE_SIZE_1_5: usize =
     ::std::mem::offset_of!(EpxDevice, unusable_reason) + ::std::mem::size_of::<EpxStr>();
@@ -883,5 +926,6 @@ mod tests {
         assert_eq!(EPX_ATTRIBUTE_SIZE_1_0, 96);
         assert_eq!(EPX_PROVIDER_FACTORY_SIZE_1_5, 72);
         assert_eq!(EPX_DEVICE_SIZE_1_5, 104);
+        assert_eq!(EPX_PROVIDER_SIZE_1_6, 96);
     }
 }

@@ -38,6 +38,7 @@
 //! ```
 
 mod builtin;
+pub mod cache;
 pub mod doctor;
 pub mod error;
 pub mod model;

@@ -152,7 +152,7 @@ def _adversarial_plugins(tmp_path):
     (plugin / "plugin.toml").write_text(textwrap.dedent(f"""\
         name = "adversarial"
         version = "0.1.0"
-        abi = "1.5"
+        abi = "1.6"
         providers = ["adversarial"]
 
         [library]

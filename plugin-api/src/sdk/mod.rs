@@ -149,11 +149,36 @@ pub trait Provider: Send + Sync + 'static {
     fn data_transfer(&self) -> Option<&dyn DataTransfer> {
         None
     }
+    /// (ABI 1.6) Whether this EP's kernels can be stored in the host's kernel cache: when
+    /// `true`, the host asks each compiled kernel for [`Kernel::serialize`] and, on a later
+    /// session of the same group, calls [`Self::deserialize`] instead of [`Self::compile`].
+    fn caches_kernels(&self) -> bool {
+        false
+    }
+    /// (ABI 1.6) Rebuilds a kernel from the bytes [`Kernel::serialize`] gave, for the same
+    /// group (`graph` and `subgraph` are what `compile` would get). The bytes come from a file:
+    /// check them, and fail on anything not recognised (another version, another device,
+    /// damage); the host then compiles instead and stores the new kernel.
+    fn deserialize(
+        &self,
+        _graph: &GraphView<'_>,
+        _subgraph: &SubgraphView<'_>,
+        _bytes: &[u8],
+    ) -> Result<Box<dyn Kernel>> {
+        Err(Error::not_implemented(
+            "this EP does not rebuild kernels from bytes",
+        ))
+    }
 }
 
 /// A compiled group of nodes.
 pub trait Kernel: Send + Sync + 'static {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> Result<()>;
+    /// (ABI 1.6) Bytes from which [`Provider::deserialize`] rebuilds this kernel, when its EP
+    /// [caches kernels](Provider::caches_kernels); `Ok(None)` when this one cannot be stored.
+    fn serialize(&self) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
 }
 
 /// Allocation and copies for EPs with their own memory space.
@@ -496,6 +521,7 @@ unsafe extern "C" fn factory_create(
         let name = st.factory.info().name;
         let provider = st.factory.create(ProviderOptions::new(&name, options))?;
         let has_transfer = provider.data_transfer().is_some();
+        let caches = provider.caches_kernels();
         let boxed = Box::new(EpxProvider {
             struct_size: std::mem::size_of::<EpxProvider>(),
             state: Box::into_raw(Box::new(provider)).cast::<c_void>(),
@@ -507,6 +533,8 @@ unsafe extern "C" fn factory_create(
             copy_to_host: has_transfer.then_some(provider_copy_to_host as _),
             copy_on_device: has_transfer.then_some(provider_copy_on_device as _),
             release: Some(provider_release),
+            kernel_serialize: caches.then_some(provider_kernel_serialize as _),
+            kernel_deserialize: caches.then_some(provider_kernel_deserialize as _),
         });
         // SAFETY: `out` checked non-null.
         unsafe { *out = Box::into_raw(boxed) };
@@ -615,14 +643,92 @@ unsafe extern "C" fn provider_compile(
             )
         };
         let kernel = p.compile(&view, &sub)?;
-        let raw = Box::new(EpxKernel {
-            struct_size: std::mem::size_of::<EpxKernel>(),
-            state: Box::into_raw(Box::new(kernel)).cast::<c_void>(),
-            execute: Some(kernel_execute),
-            release: Some(kernel_release),
-        });
         // SAFETY: `out` checked non-null.
-        unsafe { *out = Box::into_raw(raw) };
+        unsafe { *out = raw_kernel(kernel) };
+        Ok::<(), Error>(())
+    })
+}
+
+/// The C struct handed to the host for a kernel; freed by `kernel_release`.
+fn raw_kernel(kernel: Box<dyn Kernel>) -> *mut EpxKernel {
+    Box::into_raw(Box::new(EpxKernel {
+        struct_size: std::mem::size_of::<EpxKernel>(),
+        state: Box::into_raw(Box::new(kernel)).cast::<c_void>(),
+        execute: Some(kernel_execute),
+        release: Some(kernel_release),
+    }))
+}
+
+unsafe extern "C" fn provider_kernel_serialize(
+    _state: *mut c_void,
+    kernel: *const EpxKernel,
+    out: *mut EpxBuffer,
+) -> *mut EpxStatus {
+    crate::ffi_boundary!({
+        if out.is_null() || kernel.is_null() {
+            return Err(Error::invalid_argument("kernel_serialize: NULL argument"));
+        }
+        // SAFETY: host contract: `kernel` is one this provider compiled (made by `raw_kernel`),
+        // alive for the call.
+        let kernel = unsafe { &**(*kernel).state.cast::<Box<dyn Kernel>>() };
+        let bytes = kernel
+            .serialize()?
+            .ok_or_else(|| Error::not_implemented("this kernel cannot be stored"))?;
+        let mut bytes = Box::new(bytes.into_boxed_slice());
+        // SAFETY: `out` checked non-null; the bytes live until `release_buffer`.
+        unsafe {
+            (*out).data = bytes.as_mut_ptr();
+            (*out).len = bytes.len();
+            (*out).release = Some(release_buffer);
+            (*out).private_data = Box::into_raw(bytes).cast::<c_void>();
+        }
+        Ok::<(), Error>(())
+    })
+}
+
+unsafe extern "C" fn release_buffer(buffer: *mut EpxBuffer) {
+    crate::ffi_boundary!({
+        // SAFETY: the host calls this once on the buffer `provider_kernel_serialize` filled.
+        unsafe {
+            if !buffer.is_null() && !(*buffer).private_data.is_null() {
+                drop(Box::from_raw((*buffer).private_data.cast::<Box<[u8]>>()));
+                (*buffer).private_data = std::ptr::null_mut();
+                (*buffer).data = std::ptr::null_mut();
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn provider_kernel_deserialize(
+    state: *mut c_void,
+    graph: *const EpxGraph,
+    subgraph: *const EpxSubgraph,
+    data: *const u8,
+    len: usize,
+    out: *mut *mut EpxKernel,
+) -> *mut EpxStatus {
+    crate::ffi_boundary!({
+        let api = api()?;
+        if out.is_null() || subgraph.is_null() || (data.is_null() && len > 0) {
+            return Err(Error::invalid_argument("kernel_deserialize: NULL argument"));
+        }
+        // SAFETY: host contract: graph, subgraph and the `len` bytes at `data` are borrowed for
+        // this call.
+        let (p, view, sub, bytes) = unsafe {
+            (
+                provider(state),
+                GraphView::from_raw(api, graph),
+                SubgraphView::from_raw(&*subgraph),
+                if len == 0 {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(data, len)
+                },
+            )
+        };
+        let kernel = p.deserialize(&view, &sub, bytes)?;
+        // SAFETY: `out` checked non-null.
+        unsafe { *out = raw_kernel(kernel) };
         Ok::<(), Error>(())
     })
 }

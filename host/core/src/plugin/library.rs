@@ -182,6 +182,8 @@ pub struct PluginLibrary {
     /// Set when the library was opened only in a child process (its manifest says `isolate =
     /// true`): its EPs can run only there.
     pub isolation: Option<Isolation>,
+    /// The library file's SHA-256, once asked for ([`Self::file_sha256`]).
+    file_sha256: std::sync::OnceLock<Option<String>>,
     descriptor: *mut EpxPluginDescriptor,
     factories: Vec<*const EpxProviderFactory>,
     // Dropped after the descriptor is released (see Drop), dependencies last.
@@ -253,6 +255,19 @@ unsafe fn plugin_str(
 }
 
 impl PluginLibrary {
+    /// The SHA-256 of the library file, read once per process; `None` for providers linked
+    /// into the program or a file that cannot be read.
+    pub fn file_sha256(&self) -> Option<&str> {
+        self.file_sha256
+            .get_or_init(|| {
+                let path = self.path.as_deref()?;
+                super::manifest::sha256_file(path)
+                    .map_err(|e| tracing::debug!(path = %path.display(), "cannot hash: {e}"))
+                    .ok()
+            })
+            .as_deref()
+    }
+
     /// Opens a plugin library admitted by [`admit`](super::admit::admit): preloads `preload`
     /// (its dependencies, in order), `dlopen`s it, calls its entry function and validates the
     /// descriptor.
@@ -480,6 +495,7 @@ impl PluginLibrary {
             providers,
             preloads: Vec::new(),
             isolation: None,
+            file_sha256: std::sync::OnceLock::new(),
             descriptor: d,
             factories,
             library: None,
@@ -502,6 +518,7 @@ impl PluginLibrary {
             providers: described.providers,
             preloads: preloads.to_vec(),
             isolation: Some(isolation),
+            file_sha256: std::sync::OnceLock::new(),
             descriptor: std::ptr::null_mut(),
             factories: Vec::new(),
             library: None,

@@ -23,6 +23,8 @@ pub struct ProviderInstance {
     backend: Backend,
     /// The device a session chose for it (`cuda:1`), if one was.
     device: Option<String>,
+    /// The options it was made with.
+    options: Vec<(String, String)>,
 }
 
 /// Where the EP runs.
@@ -137,6 +139,7 @@ impl ProviderInstance {
             description,
             backend: Backend::Local(raw),
             device: None,
+            options: options.to_vec(),
         });
         if !ok {
             return Err(nonsense(
@@ -205,6 +208,7 @@ impl ProviderInstance {
             description,
             backend: Backend::Isolated(Box::new(remote)),
             device: None,
+            options: options.to_vec(),
         }))
     }
 
@@ -226,6 +230,11 @@ impl ProviderInstance {
     /// The device a session chose for this EP (`cuda:1`), if it chose one.
     pub fn chosen_device(&self) -> Option<&str> {
         self.device.as_deref()
+    }
+
+    /// The options the EP was made with.
+    pub fn options(&self) -> &[(String, String)] {
+        &self.options
     }
 
     /// Whether this EP runs in a child process.
@@ -507,32 +516,167 @@ impl ProviderInstance {
         };
         // SAFETY: plugin status.
         unsafe { take_status(status) }.map_err(|e| provider_error(name, "compile", e))?;
+        self.checked_kernel(raw, "compile", outputs.len())
+    }
+
+    /// Wraps a kernel the plugin returned as success (released on every path), after checking it.
+    fn checked_kernel(
+        self: &Arc<Self>,
+        raw: *mut EpxKernel,
+        call: &'static str,
+        num_outputs: usize,
+    ) -> Result<CompiledKernel> {
+        let name = self.name();
         if raw.is_null() {
             return Err(nonsense(
                 name,
-                "compile",
+                call,
                 "returned success but no kernel".into(),
             ));
         }
-        // SAFETY: non-null kernel from `compile`.
+        // SAFETY: non-null kernel from the plugin.
         let valid =
             unsafe { (*raw).struct_size >= EPX_KERNEL_SIZE_1_0 && (*raw).execute.is_some() };
         let kernel = CompiledKernel {
             provider: self.clone(),
             kernel: KernelBackend::Local(raw),
             serialize: (!self.description.concurrent_kernels).then(|| Mutex::new(())),
-            num_outputs: outputs.len(),
+            num_outputs,
         };
         if !valid {
             return Err(nonsense(
                 name,
-                "compile",
+                call,
                 "kernel struct is too small or has no execute".into(),
             ));
         }
         Ok(kernel)
     }
+
+    /// The plugin's (ABI 1.6) kernel cache functions, when it has both.
+    fn cache_fns(&self) -> Option<(KernelSerializeFn, KernelDeserializeFn)> {
+        let Backend::Local(raw) = self.backend else {
+            return None;
+        };
+        // SAFETY: validated provider; the fields are read only where its size covers them.
+        unsafe {
+            if (*raw).struct_size < EPX_PROVIDER_SIZE_1_6 {
+                return None;
+            }
+            Some(((*raw).kernel_serialize?, (*raw).kernel_deserialize?))
+        }
+    }
+
+    /// Whether this EP's kernels can go in the kernel cache (ABI 1.6, in this process).
+    pub fn caches_kernels(&self) -> bool {
+        self.cache_fns().is_some()
+    }
+
+    /// The bytes from which [`Self::deserialize_kernel`] rebuilds `kernel`: `Ok(None)` when
+    /// the EP does not cache kernels or says this one cannot be stored.
+    pub(crate) fn serialize_kernel(&self, kernel: &CompiledKernel) -> Result<Option<Vec<u8>>> {
+        let name = self.name();
+        let (Some((serialize, _)), KernelBackend::Local(k), Backend::Local(raw)) =
+            (self.cache_fns(), &kernel.kernel, &self.backend)
+        else {
+            return Ok(None);
+        };
+        let mut buf = EpxBuffer::empty();
+        // SAFETY: a kernel this provider made, alive for the call; `buf` is a valid out-struct.
+        let status = unsafe { serialize((**raw).state, *k, &mut buf) };
+        // SAFETY: plugin status.
+        let result = match unsafe { take_status(status) } {
+            Ok(()) if buf.len > 0 && buf.data.is_null() => Err(nonsense(
+                name,
+                "kernel_serialize",
+                format!("returned {} bytes at NULL", buf.len),
+            )),
+            Ok(()) if buf.len > MAX_KERNEL_BYTES => Err(nonsense(
+                name,
+                "kernel_serialize",
+                format!(
+                    "returned {} bytes, more than the {MAX_KERNEL_BYTES} a cached kernel may hold",
+                    buf.len
+                ),
+            )),
+            // SAFETY: the plugin wrote `len` bytes at `data`, valid until `release`.
+            Ok(()) if buf.len > 0 => Ok(Some(
+                unsafe { std::slice::from_raw_parts(buf.data, buf.len) }.to_vec(),
+            )),
+            Ok(()) => Err(nonsense(
+                name,
+                "kernel_serialize",
+                "returned success but no bytes".into(),
+            )),
+            Err(e) if e.code == EpxStatusCode::NotImplemented => Ok(None),
+            Err(e) => Err(provider_error(name, "kernel_serialize", e)),
+        };
+        if let Some(release) = buf.release {
+            // SAFETY: the plugin's release for the buffer it filled, called once.
+            unsafe { release(&mut buf) };
+        }
+        result
+    }
+
+    /// Rebuilds a kernel from bytes [`Self::serialize_kernel`] gave, for the group `compile`
+    /// would get.
+    pub(crate) fn deserialize_kernel(
+        self: &Arc<Self>,
+        graph: &AbiGraph<'_>,
+        group: (&[u32], &[u32], &[u32]),
+        bytes: &[u8],
+    ) -> Result<CompiledKernel> {
+        let name = self.name();
+        let (Some((_, deserialize)), Backend::Local(raw)) = (self.cache_fns(), &self.backend)
+        else {
+            return Err(nonsense(
+                name,
+                "kernel_deserialize",
+                "the EP does not rebuild kernels".into(),
+            ));
+        };
+        let (nodes, inputs, outputs) = group;
+        let sub = EpxSubgraph {
+            struct_size: std::mem::size_of::<EpxSubgraph>(),
+            num_nodes: nodes.len(),
+            nodes: nodes.as_ptr(),
+            num_inputs: inputs.len(),
+            inputs: inputs.as_ptr(),
+            num_outputs: outputs.len(),
+            outputs: outputs.as_ptr(),
+        };
+        let mut k: *mut EpxKernel = std::ptr::null_mut();
+        // SAFETY: validated provider; everything passed is borrowed for the call.
+        let status = unsafe {
+            deserialize(
+                (**raw).state,
+                graph.as_raw(),
+                &sub,
+                bytes.as_ptr(),
+                bytes.len(),
+                &mut k,
+            )
+        };
+        // SAFETY: plugin status.
+        unsafe { take_status(status) }
+            .map_err(|e| provider_error(name, "kernel_deserialize", e))?;
+        self.checked_kernel(k, "kernel_deserialize", outputs.len())
+    }
 }
+
+type KernelSerializeFn =
+    unsafe extern "C" fn(*mut c_void, *const EpxKernel, *mut EpxBuffer) -> *mut EpxStatus;
+type KernelDeserializeFn = unsafe extern "C" fn(
+    *mut c_void,
+    *const EpxGraph,
+    *const EpxSubgraph,
+    *const u8,
+    usize,
+    *mut *mut EpxKernel,
+) -> *mut EpxStatus;
+
+/// The largest serialized kernel the host takes (a compiled model with its weights).
+const MAX_KERNEL_BYTES: usize = 4 << 30;
 
 /// Nodes an EP declined, with its reason for each (ABI 1.4).
 pub(crate) type Declined = Vec<(usize, String)>;

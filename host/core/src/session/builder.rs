@@ -18,6 +18,7 @@ pub struct SessionBuilder {
     intra_op_threads: Option<usize>,
     max_tensor_bytes: Option<u64>,
     policy: Option<super::SelectionPolicy>,
+    kernel_cache: bool,
 }
 
 impl Session {
@@ -30,6 +31,7 @@ impl Session {
             intra_op_threads: None,
             max_tensor_bytes: None,
             policy: None,
+            kernel_cache: true,
         })
     }
 }
@@ -47,6 +49,15 @@ impl SessionBuilder {
     /// is an error: one or the other.
     pub fn with_selection_policy(mut self, policy: super::SelectionPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Whether this session uses the environment's compiled-kernel cache (default: yes, when
+    /// the environment has one; see [`crate::EnvironmentBuilder::with_kernel_cache`]): kernels
+    /// of EPs that serialize them (ABI 1.6) are rebuilt from `<cache dir>/kernels` instead of
+    /// compiled, and new ones stored there. The placement report says what happened per kernel.
+    pub fn with_kernel_cache(mut self, enabled: bool) -> Self {
+        self.kernel_cache = enabled;
         self
     }
 
@@ -125,6 +136,7 @@ impl SessionBuilder {
                     device_outputs: self.device_outputs,
                     intra_op_threads: self.intra_op_threads,
                     policy: self.policy,
+                    kernel_cache: self.kernel_cache,
                 },
                 model,
             )

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use super::partition::{Declines, Group, partition};
 use super::placement::{
-    CopyPlacement, Fallback, GroupPlacement, NodePlacement, PlacementReport, SkippedProvider,
+    CopyPlacement, Fallback, GroupPlacement, KernelCacheUse, NodePlacement, PlacementReport,
+    SkippedProvider,
 };
 use super::plan::{self, Action, Plan, Source, Space};
 use super::{Environment, ExecutionProvider, Session};
@@ -25,6 +26,8 @@ pub(crate) struct Request {
     pub(crate) device_outputs: Vec<String>,
     pub(crate) intra_op_threads: Option<usize>,
     pub(crate) policy: Option<super::SelectionPolicy>,
+    /// Whether the environment's kernel cache is used.
+    pub(crate) kernel_cache: bool,
 }
 
 pub(super) struct Kernel {
@@ -75,11 +78,17 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let (node_provider, fallbacks) = place_fallbacks(g, &groups, &providers, &declines, env);
     check_strict(request.strict, &fallbacks)?;
     let keep_on_device = device_outputs(g, &request.device_outputs)?;
-    let kernels = compile_kernels(&abi, g, &groups, &providers, fallback)?;
+    let cache = request.kernel_cache.then(|| env.kernel_cache()).flatten();
+    let (kernels, cache_uses) =
+        compile_kernels(&abi, g, &groups, &providers, fallback, cache.as_ref())?;
     drop(abi);
     let plan = plan_copies(g, &groups, &providers, &keep_on_device);
     let mut placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
     placement.selection = selection;
+    for mut u in cache_uses {
+        u.kernel = placement.groups[u.group].kernel.clone();
+        placement.kernel_cache.push(u);
+    }
     tracing::debug!("placement of {}:\n{}", model.source, placement.table());
     let copy_bytes = plan
         .copies
@@ -363,23 +372,32 @@ fn device_outputs(g: &Graph, names: &[String]) -> Result<Vec<ValueId>> {
         .collect()
 }
 
-/// Step 8: each group compiled by its EP, with what the model declares about its outputs.
+/// Step 8: each group compiled by its EP (or rebuilt from the kernel cache), with what the
+/// model declares about its outputs, and what the cache did for each group of an EP that uses it.
 fn compile_kernels(
     abi: &AbiGraph<'_>,
     g: &Graph,
     groups: &[Group],
     providers: &[Arc<ProviderInstance>],
     fallback: usize,
-) -> Result<Vec<Kernel>> {
+    cache: Option<&crate::cache::KernelCache>,
+) -> Result<(Vec<Kernel>, Vec<KernelCacheUse>)> {
     let mut kernels = Vec::with_capacity(groups.len());
-    for group in groups {
+    let mut uses = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
         let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-        let compiled = providers[group.provider].compile(
+        let (compiled, used) = super::kernel_cache::compile_group(
+            cache,
             abi,
+            &providers[group.provider],
             &ids(&group.nodes),
             &ids(&group.inputs),
             &ids(&group.outputs),
         )?;
+        if let Some(mut u) = used {
+            u.group = i;
+            uses.push(u);
+        }
         kernels.push(Kernel {
             compiled,
             group: group.clone(),
@@ -392,7 +410,7 @@ fn compile_kernels(
             expected: group.outputs.iter().map(|&v| declared(g, v)).collect(),
         });
     }
-    Ok(kernels)
+    Ok((kernels, uses))
 }
 
 /// What the host knows about a value, declared by the model or inferred from it. Both are held
@@ -527,6 +545,7 @@ fn report(
             })
             .collect(),
         selection: None,
+        kernel_cache: Vec::new(),
     }
 }
 
@@ -719,6 +738,7 @@ mod tests {
             device_outputs: Vec::new(),
             intra_op_threads: Some(1),
             policy: None,
+            kernel_cache: true,
         };
         compile(env, request, loaded).expect("compiles")
     }

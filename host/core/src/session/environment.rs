@@ -83,6 +83,8 @@ pub struct Environment {
     epx_exe: Option<PathBuf>,
     isolation_timeout: Option<std::time::Duration>,
     cache_dir: Option<PathBuf>,
+    kernel_cache: Option<bool>,
+    kernel_cache_limit: Option<u64>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -105,6 +107,8 @@ pub struct EnvironmentBuilder {
     epx_exe: Option<PathBuf>,
     isolation_timeout: Option<std::time::Duration>,
     cache_dir: Option<PathBuf>,
+    kernel_cache: Option<bool>,
+    kernel_cache_limit: Option<u64>,
 }
 
 impl EnvironmentBuilder {
@@ -120,6 +124,8 @@ impl EnvironmentBuilder {
             epx_exe: None,
             isolation_timeout: None,
             cache_dir: None,
+            kernel_cache: None,
+            kernel_cache_limit: None,
         }
     }
 
@@ -127,6 +133,21 @@ impl EnvironmentBuilder {
     /// one: `EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else `$HOME/.cache/epx`.
     pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Whether sessions keep compiled kernels of EPs that can serialize them (ABI 1.6) in
+    /// `<cache dir>/kernels` and reuse them. Default: on, unless `EPX_KERNEL_CACHE` is `0`,
+    /// `off`, `false` or `no`.
+    pub fn with_kernel_cache(mut self, enabled: bool) -> Self {
+        self.kernel_cache = Some(enabled);
+        self
+    }
+
+    /// The size the kernel cache folder is held to, evicting the entries used least recently
+    /// (default: `EPX_KERNEL_CACHE_MAX_BYTES`, else 2 GiB).
+    pub fn with_kernel_cache_limit(mut self, bytes: u64) -> Self {
+        self.kernel_cache_limit = Some(bytes);
         self
     }
 
@@ -220,6 +241,8 @@ impl EnvironmentBuilder {
             epx_exe: self.epx_exe,
             isolation_timeout: self.isolation_timeout,
             cache_dir: self.cache_dir,
+            kernel_cache: self.kernel_cache,
+            kernel_cache_limit: self.kernel_cache_limit,
         }))
     }
 }
@@ -252,6 +275,37 @@ impl Environment {
             .or_else(|| var("EPX_CACHE_DIR"))
             .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("epx")))
             .or_else(|| var("HOME").map(|d| d.join(".cache").join("epx")))
+    }
+
+    /// The compiled-kernel cache sessions use, unless it is switched off
+    /// ([`EnvironmentBuilder::with_kernel_cache`], `EPX_KERNEL_CACHE=off`) or no cache folder
+    /// can be named.
+    pub fn kernel_cache(&self) -> Option<crate::cache::KernelCache> {
+        let from_env = std::env::var("EPX_KERNEL_CACHE").ok().map(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "0" | "off" | "false" | "no"
+            )
+        });
+        if !self.kernel_cache.or(from_env).unwrap_or(true) {
+            return None;
+        }
+        let limit = self.kernel_cache_limit.or_else(|| {
+            let v = std::env::var("EPX_KERNEL_CACHE_MAX_BYTES").ok()?;
+            let parsed = v.trim().parse().ok();
+            if parsed.is_none() {
+                tracing::warn!(
+                    "EPX_KERNEL_CACHE_MAX_BYTES={v:?} is not a number of bytes; the limit is the \
+                     default 2 GiB"
+                );
+            }
+            parsed
+        });
+        let dir = self.cache_dir()?;
+        Some(crate::cache::KernelCache::new(
+            &dir,
+            limit.unwrap_or(crate::cache::DEFAULT_MAX_BYTES),
+        ))
     }
 
     /// How isolated EPs are hosted: the executable given to the builder, else `EPX_PROBE_EXE`.

@@ -17,6 +17,7 @@ use crate::value::ElementType;
 pub mod builder;
 mod compile;
 pub mod environment;
+mod kernel_cache;
 pub mod partition;
 pub mod placement;
 pub mod plan;

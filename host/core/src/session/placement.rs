@@ -60,6 +60,31 @@ pub struct SkippedProvider {
     pub reason: String,
 }
 
+/// What the kernel cache did for one kernel of an EP that can store its kernels (ABI 1.6).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KernelCacheUse {
+    /// Index into [`PlacementReport::groups`].
+    pub group: usize,
+    /// The kernel's name, as in [`GroupPlacement::kernel`].
+    pub kernel: String,
+    /// Whether the kernel was rebuilt from the cache (not compiled).
+    pub loaded: bool,
+    /// What happened: `loaded (...)`, `compiled and stored (...)`, or why it was compiled and
+    /// what went wrong (a damaged entry, an entry the EP refused, a folder it could not write).
+    pub note: String,
+}
+
+impl KernelCacheUse {
+    pub(crate) fn new(loaded: bool, note: String) -> Self {
+        KernelCacheUse {
+            group: 0,
+            kernel: String::new(),
+            loaded,
+            note,
+        }
+    }
+}
+
 /// Everything about where a session runs what.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PlacementReport {
@@ -74,6 +99,8 @@ pub struct PlacementReport {
     pub devices: Vec<(String, String)>,
     /// What a selection policy chose and why, when the session used one.
     pub selection: Option<super::Selection>,
+    /// What the compiled-kernel cache did, per kernel of an EP that can store its kernels.
+    pub kernel_cache: Vec<KernelCacheUse>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -191,6 +218,12 @@ impl PlacementReport {
         }
         for p in &self.isolated_providers {
             let _ = writeln!(s, "\nEP {p} runs isolated, in a child process");
+        }
+        if !self.kernel_cache.is_empty() {
+            let _ = writeln!(s, "\nkernel cache:");
+            for u in &self.kernel_cache {
+                let _ = writeln!(s, "  {}: {}", u.kernel, u.note);
+            }
         }
         // Names come from the model and the plugins: no escape sequence reaches a terminal.
         crate::printable_lines(&s).into_owned()

@@ -348,6 +348,7 @@ mod measure {
             device_outputs: Vec::new(),
             intra_op_threads: None,
             policy: None,
+            kernel_cache: true,
         };
         let session: Session = compile::compile(env, request, model.clone())?;
         let mut inputs = Vec::new();

@@ -47,6 +47,8 @@ enum Command {
     /// Test an EP on the ONNX node tests and on models: per op what it claimed, passed, got
     /// wrong, crashed on or declined; each batch of cases runs in a child process.
     Conformance(conformance::ConformanceArgs),
+    /// List or clear what epx keeps between runs: compiled kernels and measured EP choices.
+    Cache(cache::CacheArgs),
     /// Write a new plugin folder (Rust or C) that builds and passes `epx conformance`.
     NewPlugin(scaffold::NewPluginArgs),
     /// Open one plugin library and report surviving it (run by `providers` and `doctor`, in a
@@ -142,6 +144,7 @@ fn main() -> ExitCode {
         Command::Partition(args) => run::partition(env, args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
         Command::NewPlugin(args) => scaffold::new_plugin(args).map(|()| ExitCode::SUCCESS),
+        Command::Cache(args) => cache::cache(&env, args).map(|()| ExitCode::SUCCESS),
         Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
@@ -175,6 +178,9 @@ macro_rules! say {
         println!("{}", epx::printable_lines(&format!($($arg)*)))
     };
 }
+
+// After `say!`, which it uses.
+mod cache;
 
 /// The device lines printed under an EP by `epx providers --devices`.
 fn device_lines(p: &epx::plugin::ProviderDescription) -> Vec<String> {

@@ -1397,3 +1397,49 @@ fn corrupt_copies_of_a_plugin_library_do_not_kill_the_listing() {
         assert!(died > 0, "{stdout}");
     }
 }
+
+#[test]
+fn cache_list_and_clear_show_and_remove_the_kernels_sessions_stored() {
+    let dir = adversarial_plugin();
+    let cache = Scratch::new("kernel-cache");
+    let plugins = dir.path().display().to_string();
+    let epx_in = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_epx"))
+            .args(args)
+            .current_dir(repo())
+            .env_remove("EPX_PLUGIN_PATH")
+            .env_remove("EPX_KERNEL_CACHE")
+            .env("EPX_CACHE_DIR", &cache.0)
+            .output()
+            .expect("run epx")
+    };
+    let partition = || {
+        let out = epx_in(&[
+            "partition",
+            "examples/models/mnist-cnn.onnx",
+            "--plugin-dir",
+            &plugins,
+            "--ep",
+            "adversarial:cache=on",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout)
+    };
+    let cold = partition();
+    assert!(cold.contains("kernel cache:"), "{cold}");
+    assert_eq!(cold.matches("compiled and stored").count(), 2, "{cold}");
+    let list = text(&epx_in(&["cache", "list"]).stdout);
+    assert!(list.contains("2 entries"), "{list}");
+    assert_eq!(list.matches("  adversarial  ").count(), 2, "{list}");
+    let warm = partition();
+    assert_eq!(warm.matches(": loaded (").count(), 2, "{warm}");
+    let clear = epx_in(&["cache", "clear"]);
+    assert!(clear.status.success(), "{clear:?}");
+    assert!(
+        text(&clear.stdout).contains("removed 2 stored kernels"),
+        "{}",
+        text(&clear.stdout)
+    );
+    let list = text(&epx_in(&["cache", "list"]).stdout);
+    assert!(list.contains("0 entries"), "{list}");
+}

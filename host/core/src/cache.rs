@@ -291,6 +291,19 @@ impl KernelCache {
     }
 }
 
+/// The `measure` policy's remembered choices under the cache folder `root` (one file each).
+pub fn measured_choices(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    match std::fs::read_dir(root.join("selection")) {
+        Ok(d) => Ok(d
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 struct Header {
     key: String,
     meta: EntryMeta,

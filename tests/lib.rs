@@ -426,10 +426,12 @@ pub mod examples {
         dir
     }
 
-    /// An environment over one plugin folder, which must hold no broken plugin.
+    /// An environment over one plugin folder, which must hold no broken plugin, with its cache
+    /// folder (compiled kernels) inside that folder.
     pub fn env_for(dir: &TempDir) -> Arc<Environment> {
         let env = Environment::builder()
             .with_plugin_dirs([dir.path()])
+            .with_cache_dir(dir.path().join("cache"))
             .commit()
             .expect("environment");
         assert!(

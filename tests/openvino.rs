@@ -179,17 +179,7 @@ fn models_match_the_cpu_ep_in_f32() {
 fn cpu_optimization_capabilities() -> Vec<String> {
     use openvino_sys as sys;
     use std::ffi::{CStr, CString, c_char};
-    let lib = std::fs::read_dir(runtime_dir())
-        .expect("runtime folder")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libopenvino_c.so"))
-        })
-        .expect("libopenvino_c.so in the runtime folder");
-    // The plugin may have opened the same file already; `load_from` then shares that handle.
-    let _ = sys::library::load_from(&lib);
+    load_fetched_runtime();
     let (device, key) = (c"CPU", CString::new("OPTIMIZATION_CAPABILITIES").unwrap());
     let mut core = std::ptr::null_mut();
     let mut value: *mut c_char = std::ptr::null_mut();
@@ -492,4 +482,126 @@ fn openvino_passes_epx_conformance_on_common_ops() {
     assert_eq!((wrong, crashed), (0, 0), "{out}");
     assert_eq!(passed, claimed, "{out}");
     assert_eq!(code, Some(0), "{out}");
+}
+
+/// The kernel cache through OpenVINO's export and import: a second session imports what the
+/// first compiled and gives the same numbers, bit for bit; a stored kernel of another OpenVINO
+/// build, or one OpenVINO cannot read, is refused by the EP and compiled again.
+#[test]
+fn compiled_models_are_exported_and_imported_by_the_next_session() {
+    use_fetched_runtime();
+    let dir = openvino_plugin();
+    let env = env_for(&dir);
+    let cache = env.kernel_cache().expect("a kernel cache");
+    let only_use = |s: &Session| {
+        let uses = s.placement().kernel_cache;
+        assert_eq!(uses.len(), 1, "{uses:?}");
+        (uses[0].loaded, uses[0].note.clone())
+    };
+    for model in MODELS {
+        let inputs = reference_inputs(model);
+        let cold = openvino_session(&env, model, &[]).expect("cold session");
+        let (loaded, note) = only_use(&cold);
+        assert!(
+            !loaded && note.starts_with("compiled and stored"),
+            "{model}: {note}"
+        );
+        let want = run(&cold, &inputs);
+        let warm = openvino_session(&env, model, &[]).expect("warm session");
+        let (loaded, note) = only_use(&warm);
+        assert!(loaded, "{model}: {note}");
+        let got = run(&warm, &inputs);
+        assert!(
+            got == want,
+            "{model}: imported kernel differs from the compiled one"
+        );
+    }
+    // Another precision is another kernel.
+    let f16 = openvino_session(&env, "mnist-cnn", &[("precision", "f16")]).expect("session");
+    assert!(!only_use(&f16).0);
+
+    let stored = |model: &str| {
+        let s = openvino_session(&env, model, &[]).expect("session");
+        let (loaded, _) = only_use(&s);
+        assert!(loaded);
+        let entries = cache.entries().expect("entries");
+        let key = s.placement().kernel_cache[0].note.clone();
+        let e = entries
+            .into_iter()
+            .find(|e| key.contains(&e.key[..16]))
+            .expect("the session's entry");
+        (e.key.clone(), e.meta.clone().expect("readable"))
+    };
+    let (key, meta) = stored("mnist-cnn");
+    let payload = |bytes: &[u8]| {
+        cache.put(&key, &meta, bytes).expect("put");
+    };
+    for (what, bytes, says) in [
+        (
+            "another OpenVINO build",
+            b"epx openvino kernel 1; OpenVINO 2019.1.0-0000; device CPU\nblob".to_vec(),
+            "the stored kernel was made for `epx openvino kernel 1; OpenVINO 2019.1.0",
+        ),
+        (
+            "OpenVINO cannot read it",
+            [
+                format!(
+                    "epx openvino kernel 1; OpenVINO {}; device CPU\n",
+                    openvino_version()
+                )
+                .into_bytes(),
+                vec![0x5a; 4096],
+            ]
+            .concat(),
+            "importing a compiled model for CPU",
+        ),
+    ] {
+        payload(&bytes);
+        let s = openvino_session(&env, "mnist-cnn", &[]).expect("session");
+        let (loaded, note) = only_use(&s);
+        assert!(!loaded, "{what}");
+        assert!(
+            note.contains("the EP refused its stored kernel")
+                && note.contains(says)
+                && note.contains("compiled and stored"),
+            "{what}: {note}"
+        );
+        let inputs = reference_inputs("mnist-cnn");
+        let want = run(&cpu_session(&env, "mnist-cnn"), &inputs);
+        assert_close("mnist-cnn", &run(&s, &inputs), &want, 1e-4, 1e-3);
+    }
+}
+
+/// Opens the fetched `libopenvino_c.so` for the test's own calls into OpenVINO.
+fn load_fetched_runtime() {
+    let lib = std::fs::read_dir(runtime_dir())
+        .expect("runtime folder")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libopenvino_c.so"))
+        })
+        .expect("libopenvino_c.so in the runtime folder");
+    // The plugin may have opened the same file already; `load_from` then shares that handle.
+    let _ = openvino_sys::library::load_from(&lib);
+}
+
+/// OpenVINO's build number, asked through the C API directly.
+fn openvino_version() -> String {
+    use openvino_sys as sys;
+    load_fetched_runtime();
+    let mut v = sys::ov_version_t {
+        buildNumber: std::ptr::null(),
+        description: std::ptr::null(),
+    };
+    // SAFETY: a valid out-struct, freed with the matching function; the string is copied first.
+    unsafe {
+        assert_eq!(sys::ov_get_openvino_version(&mut v), sys::ov_status_e::OK);
+        let s = std::ffi::CStr::from_ptr(v.buildNumber)
+            .to_string_lossy()
+            .into_owned();
+        sys::ov_version_free(&mut v);
+        s
+    }
 }

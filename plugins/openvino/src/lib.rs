@@ -437,6 +437,72 @@ impl Provider for OpenVinoProvider {
         graph: &GraphView<'_>,
         subgraph: &SubgraphView<'_>,
     ) -> sdk::Result<Box<dyn Kernel>> {
+        let (inputs, reshape, outputs) = self.binding(graph, subgraph)?;
+        let onnx = graph.serialize_subgraph(subgraph)?;
+        let (compiled, _) = self.compile_onnx(&onnx, &reshape).map_err(|e| {
+            Error::not_implemented(format!(
+                "{PROVIDER_NAME}: group of {} nodes: {e}",
+                subgraph.nodes.len()
+            ))
+        })?;
+        Ok(Box::new(OpenVinoKernel {
+            requests: Mutex::new(Vec::new()),
+            compiled,
+            inputs,
+            outputs,
+            blob_header: self.blob_header(),
+        }))
+    }
+
+    /// Compiled models go in the host's kernel cache: exported, and imported by later sessions.
+    fn caches_kernels(&self) -> bool {
+        true
+    }
+
+    fn deserialize(
+        &self,
+        graph: &GraphView<'_>,
+        subgraph: &SubgraphView<'_>,
+        bytes: &[u8],
+    ) -> sdk::Result<Box<dyn Kernel>> {
+        let header = self.blob_header();
+        let blob = bytes.strip_prefix(header.as_bytes()).ok_or_else(|| {
+            let end = bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(bytes.len())
+                .min(120);
+            Error::invalid_argument(format!(
+                "{PROVIDER_NAME}: the stored kernel was made for `{}`, this EP is `{}`",
+                String::from_utf8_lossy(&bytes[..end]),
+                header.trim_end()
+            ))
+        })?;
+        let (inputs, _, outputs) = self.binding(graph, subgraph)?;
+        let compiled = self
+            .core
+            .import(blob, &self.device)
+            .map_err(|e| Error::invalid_argument(format!("{PROVIDER_NAME}: {e}")))?;
+        Ok(Box::new(OpenVinoKernel {
+            requests: Mutex::new(Vec::new()),
+            compiled,
+            inputs,
+            outputs,
+            blob_header: header,
+        }))
+    }
+}
+
+/// A group's tensor names: inputs (with the shapes given to those of unknown rank) and outputs
+/// (with the element type the model declares).
+type Binding = (
+    Vec<String>,
+    Vec<(String, Vec<i64>)>,
+    Vec<(String, Option<ElementType>)>,
+);
+
+impl OpenVinoProvider {
+    fn binding(&self, graph: &GraphView<'_>, subgraph: &SubgraphView<'_>) -> sdk::Result<Binding> {
         let mut inputs = Vec::new();
         let mut reshape = Vec::new();
         for &v in subgraph.inputs {
@@ -453,19 +519,17 @@ impl Provider for OpenVinoProvider {
             .iter()
             .map(|&v| graph.value(v).map(|x| (x.name.to_string(), x.elem_type)))
             .collect::<sdk::Result<Vec<_>>>()?;
-        let onnx = graph.serialize_subgraph(subgraph)?;
-        let (compiled, _) = self.compile_onnx(&onnx, &reshape).map_err(|e| {
-            Error::not_implemented(format!(
-                "{PROVIDER_NAME}: group of {} nodes: {e}",
-                subgraph.nodes.len()
-            ))
-        })?;
-        Ok(Box::new(OpenVinoKernel {
-            requests: Mutex::new(Vec::new()),
-            compiled,
-            inputs,
-            outputs,
-        }))
+        Ok((inputs, reshape, outputs))
+    }
+
+    /// The first line of every stored kernel: the OpenVINO build and the device it was
+    /// compiled for. A blob of another build or device is refused before OpenVINO reads it.
+    fn blob_header(&self) -> String {
+        let version = ov::version().unwrap_or_default();
+        format!(
+            "epx openvino kernel 1; OpenVINO {version}; device {}\n",
+            self.device
+        )
     }
 }
 
@@ -478,6 +542,8 @@ struct OpenVinoKernel {
     inputs: Vec<String>,
     /// Tensor names of the group's outputs with the element type the model declares.
     outputs: Vec<(String, Option<ElementType>)>,
+    /// What [`Kernel::serialize`] writes before OpenVINO's blob.
+    blob_header: String,
 }
 
 fn rt(e: String) -> Error {
@@ -538,6 +604,14 @@ impl OpenVinoKernel {
 }
 
 impl Kernel for OpenVinoKernel {
+    fn serialize(&self) -> sdk::Result<Option<Vec<u8>>> {
+        let blob = self.compiled.export().map_err(rt)?;
+        let mut bytes = Vec::with_capacity(self.blob_header.len() + blob.len());
+        bytes.extend_from_slice(self.blob_header.as_bytes());
+        bytes.extend_from_slice(&blob);
+        Ok(Some(bytes))
+    }
+
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
         let pooled = lock(&self.requests).pop();
         let mut request = match pooled {

@@ -201,6 +201,25 @@ impl Core {
         Ok(Model(p))
     }
 
+    /// Rebuilds a compiled model from bytes [`CompiledModel::export`] wrote, for `device`
+    /// (OpenVINO checks the blob and refuses one of another version or device).
+    pub fn import(&self, blob: &[u8], device: &str) -> OvResult<CompiledModel> {
+        let d = c_string(device)?;
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid handle; the blob is read during the call.
+        let status = unsafe {
+            sys::ov_core_import_model(
+                self.0,
+                blob.as_ptr().cast::<c_char>(),
+                blob.len(),
+                d.as_ptr(),
+                &mut p,
+            )
+        };
+        check(status, &format!("importing a compiled model for {device}"))?;
+        Ok(CompiledModel(p))
+    }
+
     /// Compiles with the properties set on the core for `device`.
     pub fn compile(&self, model: &Model, device: &str) -> OvResult<CompiledModel> {
         let d = c_string(device)?;
@@ -312,6 +331,34 @@ impl Drop for CompiledModel {
 }
 
 impl CompiledModel {
+    /// The compiled model as bytes [`Core::import`] reads back. The C API exports to a file
+    /// only: a file of our own (created new, mode 0600) in the temporary folder, read and
+    /// removed.
+    pub fn export(&self) -> OvResult<Vec<u8>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "epx-openvino-export-{}-{n}.blob",
+            std::process::id()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot make {}: {e}", path.display()))?;
+        let result = (|| {
+            let p = c_string(&path.to_string_lossy())?;
+            // SAFETY: valid handle and path.
+            let status = unsafe { sys::ov_compiled_model_export_model(self.0, p.as_ptr()) };
+            check(status, "exporting the compiled model")?;
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        })();
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
     pub fn create_request(&self) -> OvResult<InferRequest> {
         let mut p = std::ptr::null_mut();
         // SAFETY: valid handle and out-pointer.

@@ -516,6 +516,45 @@ fn compiled_models_are_exported_and_imported_by_the_next_session() {
             "{model}: imported kernel differs from the compiled one"
         );
     }
+    // A kernel with weights over the allocator's mmap threshold (512 KiB): OpenVINO reads an
+    // imported blob in place, so the blob must live as long as the kernel, or this run reads
+    // unmapped memory.
+    let big = big_weights_model();
+    let inputs = vec![(
+        "x".to_string(),
+        Tensor::from_array(
+            ndarray::ArrayD::from_shape_vec(
+                ndarray::IxDyn(&[1, 64, 8, 8]),
+                epx_tests::models::seeded_floats(3, 64 * 64, 1.0),
+            )
+            .expect("shape"),
+        ),
+    )];
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        let s = Session::builder()
+            .and_then(|b| {
+                b.with_environment(env.clone())
+                    .with_execution_providers([ExecutionProvider::new(EP).error_on_failure()])
+            })
+            .and_then(|b| b.commit_from_memory(&big))
+            .expect("session");
+        // Allocations the size of the entry the host read, to take that memory if the kernel
+        // were still pointing into it after the host freed it.
+        let entry = cache
+            .entries()
+            .expect("entries")
+            .iter()
+            .map(|e| e.bytes as usize)
+            .max()
+            .unwrap_or(0);
+        let scribble: Vec<Vec<u8>> = (0..8).map(|i| vec![0xa5 ^ i; entry]).collect();
+        outs.push((only_use(&s).0, run(&s, &inputs)));
+        drop(scribble);
+    }
+    assert!(!outs[0].0 && outs[1].0, "compiled, then imported");
+    assert!(outs[0].1 == outs[1].1, "imported weights differ");
+
     // Another precision is another kernel.
     let f16 = openvino_session(&env, "mnist-cnn", &[("precision", "f16")]).expect("session");
     assert!(!only_use(&f16).0);
@@ -570,6 +609,35 @@ fn compiled_models_are_exported_and_imported_by_the_next_session() {
         let want = run(&cpu_session(&env, "mnist-cnn"), &inputs);
         assert_close("mnist-cnn", &run(&s, &inputs), &want, 1e-4, 1e-3);
     }
+}
+
+/// Two 3×3 convolutions of 64 channels with biases and a Relu between, on [1, 64, 8, 8] (about
+/// 300 KiB of weights).
+fn big_weights_model() -> Vec<u8> {
+    use epx_tests::models::{float_init, float_value, model_bytes, node, seeded_floats};
+    let conv = |x: &str, w: &str, b: &str, y: &str| {
+        let mut n = node("Conv", &[x, w, b], &[y]);
+        n.attribute
+            .push(epx_tests::models::ints_attr("pads", &[1, 1, 1, 1]));
+        n
+    };
+    model_bytes(epx::onnx::proto::GraphProto {
+        name: Some("big_weights".into()),
+        node: vec![
+            conv("x", "w1", "b1", "h"),
+            node("Relu", &["h"], &["r"]),
+            conv("r", "w2", "b2", "y"),
+        ],
+        initializer: vec![
+            float_init("w1", &[64, 64, 3, 3], seeded_floats(5, 64 * 64 * 9, 0.05)),
+            float_init("b1", &[64], seeded_floats(6, 64, 0.1)),
+            float_init("w2", &[64, 64, 3, 3], seeded_floats(7, 64 * 64 * 9, 0.05)),
+            float_init("b2", &[64], seeded_floats(8, 64, 0.1)),
+        ],
+        input: vec![float_value("x", &[1, 64, 8, 8])],
+        output: vec![float_value("y", &[1, 64, 8, 8])],
+        ..Default::default()
+    })
 }
 
 /// Opens the fetched `libopenvino_c.so` for the test's own calls into OpenVINO.

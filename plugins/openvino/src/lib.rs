@@ -481,7 +481,7 @@ impl Provider for OpenVinoProvider {
         let (inputs, _, outputs) = self.binding(graph, subgraph)?;
         let compiled = self
             .core
-            .import(blob, &self.device)
+            .import(blob.to_vec(), &self.device)
             .map_err(|e| Error::invalid_argument(format!("{PROVIDER_NAME}: {e}")))?;
         Ok(Box::new(OpenVinoKernel {
             requests: Mutex::new(Vec::new()),

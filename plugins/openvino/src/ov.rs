@@ -202,11 +202,15 @@ impl Core {
     }
 
     /// Rebuilds a compiled model from bytes [`CompiledModel::export`] wrote, for `device`
-    /// (OpenVINO checks the blob and refuses one of another version or device).
-    pub fn import(&self, blob: &[u8], device: &str) -> OvResult<CompiledModel> {
+    /// (OpenVINO checks the blob and refuses one of another version or device). The compiled
+    /// model keeps the blob: OpenVINO's CPU plugin reads a blob in memory in place, and its
+    /// weights stay there for the model's life.
+    pub fn import(&self, blob: Vec<u8>, device: &str) -> OvResult<CompiledModel> {
         let d = c_string(device)?;
+        let blob = blob.into_boxed_slice();
         let mut p = std::ptr::null_mut();
-        // SAFETY: valid handle; the blob is read during the call.
+        // SAFETY: valid handle; the blob lives as long as the compiled model (its `_blob`,
+        // dropped after the model is freed), since OpenVINO may keep pointing into it.
         let status = unsafe {
             sys::ov_core_import_model(
                 self.0,
@@ -217,7 +221,10 @@ impl Core {
             )
         };
         check(status, &format!("importing a compiled model for {device}"))?;
-        Ok(CompiledModel(p))
+        Ok(CompiledModel {
+            raw: p,
+            _blob: Some(blob),
+        })
     }
 
     /// Compiles with the properties set on the core for `device`.
@@ -227,7 +234,10 @@ impl Core {
         // SAFETY: valid handles; zero variadic property pairs follow.
         let status = unsafe { sys::ov_core_compile_model(self.0, model.0, d.as_ptr(), 0, &mut p) };
         check(status, &format!("compiling for {device}"))?;
-        Ok(CompiledModel(p))
+        Ok(CompiledModel {
+            raw: p,
+            _blob: None,
+        })
     }
 }
 
@@ -316,7 +326,12 @@ impl Model {
 }
 
 /// `ov_compiled_model_t`.
-pub struct CompiledModel(*mut sys::ov_compiled_model_t);
+pub struct CompiledModel {
+    raw: *mut sys::ov_compiled_model_t,
+    /// The bytes an imported model was read from, which OpenVINO may still point into; freed
+    /// after the model (fields drop after `Drop::drop`).
+    _blob: Option<Box<[u8]>>,
+}
 
 // SAFETY: a compiled model is thread-safe in OpenVINO (requests are made from any thread).
 unsafe impl Send for CompiledModel {}
@@ -326,7 +341,7 @@ unsafe impl Sync for CompiledModel {}
 impl Drop for CompiledModel {
     fn drop(&mut self) {
         // SAFETY: made by `ov_core_compile_model`, freed once.
-        unsafe { sys::ov_compiled_model_free(self.0) }
+        unsafe { sys::ov_compiled_model_free(self.raw) }
     }
 }
 
@@ -351,7 +366,7 @@ impl CompiledModel {
         let result = (|| {
             let p = c_string(&path.to_string_lossy())?;
             // SAFETY: valid handle and path.
-            let status = unsafe { sys::ov_compiled_model_export_model(self.0, p.as_ptr()) };
+            let status = unsafe { sys::ov_compiled_model_export_model(self.raw, p.as_ptr()) };
             check(status, "exporting the compiled model")?;
             std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
         })();
@@ -362,7 +377,7 @@ impl CompiledModel {
     pub fn create_request(&self) -> OvResult<InferRequest> {
         let mut p = std::ptr::null_mut();
         // SAFETY: valid handle and out-pointer.
-        let status = unsafe { sys::ov_compiled_model_create_infer_request(self.0, &mut p) };
+        let status = unsafe { sys::ov_compiled_model_create_infer_request(self.raw, &mut p) };
         check(status, "creating an infer request")?;
         Ok(InferRequest(p))
     }

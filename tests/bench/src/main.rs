@@ -28,8 +28,12 @@
 //! model in this process and isolated (`epx serve-plugin`, tensors through shared memory), with
 //! ONNX Runtime alongside.
 //!
+//! `--kernel-cache` measures session creation through the OpenVINO EP with an empty kernel
+//! cache (compile and store), a filled one (import), and the cache off, with ONNX Runtime's CPU
+//! session creation alongside.
+//!
 //! Run: `bash tests/bench/run.sh [--runs N] [--threads 1,2] [--only det,rec-f16,...] [--tract]
-//! [--no-micro] [--isolation]`.
+//! [--no-micro] [--isolation] [--kernel-cache]`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1356,6 +1360,175 @@ fn bench_isolation(only: &[String], runs: usize, passes: &[usize]) {
     }
 }
 
+/// A plugin folder holding the release OpenVINO plugin (`libepx_openvino.so`) beside this
+/// program, with its shipped manifest.
+fn openvino_plugin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
+    let bin = exe.parent().unwrap_or_else(|| fail("no folder"));
+    let lib = bin.join("libepx_openvino.so");
+    if !lib.is_file() {
+        fail(format!(
+            "{} is missing: `cargo build --release -p epx-openvino`",
+            lib.display()
+        ));
+    }
+    let dir = bin.join("epx-bench-openvino");
+    let plugin = dir.join("openvino");
+    std::fs::create_dir_all(&plugin).unwrap_or_else(|e| fail(e));
+    std::fs::copy(&lib, plugin.join("libepx_openvino.so")).unwrap_or_else(|e| fail(e));
+    std::fs::copy(
+        repo_root().join("plugins/openvino/plugin.toml"),
+        plugin.join("plugin.toml"),
+    )
+    .unwrap_or_else(|e| fail(e));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for p in [&dir, &plugin] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+                .unwrap_or_else(|e| fail(e));
+        }
+    }
+    dir
+}
+
+/// Session creation through the OpenVINO EP with an empty kernel cache (cold: compile, export,
+/// store), with the kernels it stored (warm: import), and with the cache off; ONNX Runtime's CPU
+/// session creation alongside. Medians of `runs` creations each; cold ones each get an empty
+/// cache folder of their own. The warm session's outputs must equal the cold one's bit for bit.
+fn bench_kernel_cache(only: &[String], runs: usize, passes: &[usize]) {
+    let plugins = openvino_plugin_dir();
+    let scratch = std::env::temp_dir().join(format!("epx-bench-kcache-{}", std::process::id()));
+    let env_with = |cache: &Path, on: bool| {
+        Environment::builder()
+            .with_plugin_dirs([plugins.clone()])
+            .with_cache_dir(cache)
+            .with_kernel_cache(on)
+            .commit()
+            .unwrap_or_else(|e| fail(e))
+    };
+    let session = |env: &std::sync::Arc<Environment>, path: &Path| {
+        let ep = epx::ExecutionProvider::new("openvino")
+            .with_option("num_of_threads", threads().to_string())
+            .error_on_failure();
+        Session::builder()
+            .and_then(|b| {
+                b.with_environment(env.clone())
+                    .with_intra_op_threads(threads())
+                    .with_execution_providers([ep])
+            })
+            .and_then(|b| b.commit_from_file(path))
+            .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())))
+    };
+    for &n in passes {
+        THREADS.store(n, Ordering::Relaxed);
+        println!(
+            "\nsession creation through the OpenVINO EP, {n} thread{}: kernel cache empty (cold), \
+             filled (warm), off; ONNX Runtime CPU alongside; medians of {runs}",
+            if n == 1 { "" } else { "s" }
+        );
+        println!(
+            "{:<22} {:>7} {:>10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}",
+            "model",
+            "kernels",
+            "stored MB",
+            "off ms",
+            "cold ms",
+            "warm ms",
+            "cold/warm",
+            "ORT ms",
+            "warm/ORT"
+        );
+        let mut speedups = Vec::new();
+        for key in only {
+            let (case, path) = model_file(key);
+            let inputs = epx_tensors(&(case.inputs)());
+            let outputs = |s: &Session| {
+                let out = s
+                    .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+                    .unwrap_or_else(|e| fail(format!("{key}: {e}")));
+                out.into_iter()
+                    .map(|(n, v)| {
+                        let t = v.into_host().unwrap_or_else(|e| fail(e));
+                        (n, t.bytes().map(<[u8]>::to_vec))
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let mut cold = Vec::new();
+            let mut warm = Vec::new();
+            let mut off = Vec::new();
+            let mut ort = Vec::new();
+            let mut kernels = 0;
+            let mut stored = 0u64;
+            for i in 0..runs {
+                let dir = scratch.join(format!("{key}-{n}-{i}"));
+                let _ = std::fs::remove_dir_all(&dir);
+                let env = env_with(&dir, true);
+                let mut first = None;
+                cold.push(time_settled(|| first = Some(session(&env, &path))));
+                let first = first.unwrap_or_else(|| fail("no session"));
+                let uses = first.placement().kernel_cache;
+                kernels = first.kernel_count();
+                if uses.is_empty()
+                    || uses
+                        .iter()
+                        .any(|u| !u.note.starts_with("compiled and stored"))
+                {
+                    fail(format!(
+                        "{key}: the cold session did not store its kernels: {uses:?}"
+                    ));
+                }
+                stored = env
+                    .kernel_cache()
+                    .and_then(|c| c.entries().ok())
+                    .map_or(0, |e| e.iter().map(|e| e.bytes).sum());
+                let mut second = None;
+                warm.push(time_settled(|| second = Some(session(&env, &path))));
+                let second = second.unwrap_or_else(|| fail("no session"));
+                let uses = second.placement().kernel_cache;
+                if uses.iter().any(|u| !u.loaded) {
+                    fail(format!("{key}: the warm session compiled: {uses:?}"));
+                }
+                if i == 0 && outputs(&first) != outputs(&second) {
+                    fail(format!(
+                        "{key}: the imported kernels give other outputs than the compiled ones"
+                    ));
+                }
+                drop((first, second));
+                let env_off = env_with(&dir, false);
+                off.push(time_settled(|| drop(session(&env_off, &path))));
+                ort.push(time_settled(|| drop(Ort::new(Source::File(&path), &[]))));
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            let (c, w, o, r) = (
+                median_ms(&mut cold),
+                median_ms(&mut warm),
+                median_ms(&mut off),
+                median_ms(&mut ort),
+            );
+            speedups.push(c / w);
+            println!(
+                "{:<22} {:>7} {:>10.2} {:>9.1} {:>9.1} {:>10.1} {:>9.2}× {:>9.1} {:>8.2}×",
+                case.what,
+                kernels,
+                stored as f64 / 1e6,
+                o,
+                c,
+                w,
+                c / w,
+                r,
+                w / r
+            );
+        }
+        println!(
+            "{n} thread{}: cold / warm session creation, geometric mean {:.2}×",
+            if n == 1 { "" } else { "s" },
+            geomean(&speedups)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--rss") {
@@ -1380,6 +1553,7 @@ fn main() {
     let mut passes = vec![1, 2];
     let mut micro = true;
     let mut isolation = false;
+    let mut kernel_cache = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -1411,6 +1585,7 @@ fn main() {
             }
             "--tract" => TRACT.store(true, Ordering::Relaxed),
             "--isolation" => isolation = true,
+            "--kernel-cache" => kernel_cache = true,
             "--no-micro" => micro = false,
             other => fail(format!("unknown argument `{other}`")),
         }
@@ -1421,6 +1596,10 @@ fn main() {
     init_ort();
     if isolation {
         bench_isolation(&only, runs, &passes);
+        return;
+    }
+    if kernel_cache {
+        bench_kernel_cache(&only, runs, &passes);
         return;
     }
     let env = Environment::builder().commit().unwrap_or_else(|e| fail(e));

@@ -77,11 +77,15 @@ fn journal(path: &Path) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
+/// The stored kernels (not the recorded capability answers beside them).
 fn entries(cache: &Path) -> Vec<PathBuf> {
     let dir = cache.join("kernels");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
+    files.retain(|f| {
+        std::fs::read(f).is_ok_and(|b| String::from_utf8_lossy(&b).contains("\nkind kernel\n"))
+    });
     files.sort();
     files
 }
@@ -115,6 +119,9 @@ fn a_second_session_rebuilds_the_kernel_instead_of_compiling_it() {
     );
     let (loaded, note) = cache_note(&warm);
     assert!(loaded && note.starts_with("loaded"), "{note}");
+    // Nor a capability query: the answer the cold session got is replayed.
+    assert!(cold.placement().replayed_capabilities.is_empty());
+    assert_eq!(warm.placement().replayed_capabilities, ["adversarial"]);
     check_outputs(&warm);
     assert_eq!(entries(st.cache.path()), files, "nothing new stored");
 

@@ -510,6 +510,7 @@ fn compiled_models_are_exported_and_imported_by_the_next_session() {
         let warm = openvino_session(&env, model, &[]).expect("warm session");
         let (loaded, note) = only_use(&warm);
         assert!(loaded, "{model}: {note}");
+        assert_eq!(warm.placement().replayed_capabilities, [EP], "{model}");
         let got = run(&warm, &inputs);
         assert!(
             got == want,

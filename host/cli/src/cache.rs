@@ -11,9 +11,10 @@ pub struct CacheArgs {
 
 #[derive(clap::Subcommand)]
 enum CacheAction {
-    /// List the stored kernels (EP, plugin, nodes, size, last use) and remembered EP choices.
+    /// List the stored kernels and recorded partitions (EP, plugin, nodes, size, last use) and
+    /// remembered EP choices.
     List,
-    /// Delete every stored kernel and remembered EP choice.
+    /// Delete every stored kernel, recorded partition and remembered EP choice.
     Clear,
 }
 
@@ -72,8 +73,9 @@ pub fn cache(env: &Environment, args: CacheArgs) -> epx::Result<()> {
             );
             if !entries.is_empty() {
                 say!(
-                    "  {:<16}  {:<12}  {:<24}  {:>5}  {:>10}  LAST USED",
+                    "  {:<16}  {:<9}  {:<12}  {:<24}  {:>5}  {:>10}  LAST USED",
                     "ENTRY",
+                    "KIND",
                     "EP",
                     "PLUGIN",
                     "NODES",
@@ -84,7 +86,8 @@ pub fn cache(env: &Environment, args: CacheArgs) -> epx::Result<()> {
                 let key = &e.key[..e.key.len().min(16)];
                 match &e.meta {
                     Ok(m) => say!(
-                        "  {key:<16}  {:<12}  {:<24}  {:>5}  {:>10}  {}",
+                        "  {key:<16}  {:<9}  {:<12}  {:<24}  {:>5}  {:>10}  {}",
+                        m.kind,
                         m.provider,
                         m.plugin,
                         m.nodes,
@@ -108,7 +111,7 @@ pub fn cache(env: &Environment, args: CacheArgs) -> epx::Result<()> {
                 std::fs::remove_file(c).map_err(io)?;
             }
             say!(
-                "removed {n} stored kernels ({}) and {} measured EP choices from {}",
+                "removed {n} entries ({}) and {} measured EP choices from {}",
                 size(bytes),
                 choices.len(),
                 root.display()

@@ -1429,14 +1429,24 @@ fn cache_list_and_clear_show_and_remove_the_kernels_sessions_stored() {
     assert!(cold.contains("kernel cache:"), "{cold}");
     assert_eq!(cold.matches("compiled and stored").count(), 2, "{cold}");
     let list = text(&epx_in(&["cache", "list"]).stdout);
-    assert!(list.contains("2 entries"), "{list}");
-    assert_eq!(list.matches("  adversarial  ").count(), 2, "{list}");
+    // Two kernels, and the EP's recorded capability answer.
+    assert!(list.contains("3 entries"), "{list}");
+    assert_eq!(
+        list.matches("  kernel     adversarial  ").count(),
+        2,
+        "{list}"
+    );
+    assert_eq!(
+        list.matches("  partition  adversarial  ").count(),
+        1,
+        "{list}"
+    );
     let warm = partition();
     assert_eq!(warm.matches(": loaded (").count(), 2, "{warm}");
     let clear = epx_in(&["cache", "clear"]);
     assert!(clear.status.success(), "{clear:?}");
     assert!(
-        text(&clear.stdout).contains("removed 2 stored kernels"),
+        text(&clear.stdout).contains("removed 3 entries"),
         "{}",
         text(&clear.stdout)
     );

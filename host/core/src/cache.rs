@@ -35,7 +35,10 @@ pub struct KernelCache {
 /// What an entry says about itself, besides its payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryMeta {
-    /// The EP that compiled the kernel.
+    /// What the entry holds: `kernel` (a serialized kernel) or `partition` (an EP's recorded
+    /// capability answer for a graph).
+    pub kind: String,
+    /// The EP that made it.
     pub provider: String,
     /// `<plugin name> <plugin version>`.
     pub plugin: String,
@@ -162,7 +165,8 @@ impl KernelCache {
     /// until the folder is within its limit. Returns how many entries were evicted.
     pub fn put(&self, key: &str, meta: &EntryMeta, payload: &[u8]) -> std::io::Result<usize> {
         let header = format!(
-            "{MAGIC}\nkey {key}\nprovider {}\nplugin {}\nnodes {}\npayload {} {}\n\n",
+            "{MAGIC}\nkey {key}\nkind {}\nprovider {}\nplugin {}\nnodes {}\npayload {} {}\n\n",
+            field(&meta.kind),
             field(&meta.provider),
             field(&meta.plugin),
             meta.nodes,
@@ -268,7 +272,7 @@ impl KernelCache {
                 last_used: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             });
         }
-        out.sort_by(|a, b| b.last_used.cmp(&a.last_used));
+        out.sort_by_key(|e| std::cmp::Reverse(e.last_used));
         Ok(out)
     }
 
@@ -337,6 +341,7 @@ fn parse_header(header: &str) -> Result<Header, String> {
             .ok_or_else(|| format!("its header has `{line}` where `{name}` belongs"))
     };
     let key = get("key")?;
+    let kind = get("kind")?;
     let provider = get("provider")?;
     let plugin = get("plugin")?;
     let nodes = get("nodes")?
@@ -352,6 +357,7 @@ fn parse_header(header: &str) -> Result<Header, String> {
     Ok(Header {
         key,
         meta: EntryMeta {
+            kind,
             provider,
             plugin,
             nodes,
@@ -377,6 +383,7 @@ mod tests {
 
     fn meta() -> EntryMeta {
         EntryMeta {
+            kind: "kernel".into(),
             provider: "toy".into(),
             plugin: "toy 1.0.0".into(),
             nodes: 3,
@@ -411,7 +418,8 @@ mod tests {
     fn damaged_entries_are_reported_deleted_and_never_returned() {
         let (_d, c) = cache("kcache-damaged", 1 << 20);
         let payload = vec![7u8; 1000];
-        let damage: [(&str, fn(&mut Vec<u8>)); 5] = [
+        type Damage = fn(&mut Vec<u8>);
+        let damage: [(&str, Damage); 5] = [
             ("flipped payload byte", |b| {
                 let n = b.len() - 10;
                 b[n] ^= 1
@@ -488,6 +496,7 @@ mod tests {
     fn header_fields_cannot_break_the_format() {
         let (_d, c) = cache("kcache-fields", 1 << 20);
         let m = EntryMeta {
+            kind: "kernel".into(),
             provider: "evil\nkey 00".into(),
             plugin: "p\r\n1".into(),
             nodes: 1,

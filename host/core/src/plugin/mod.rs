@@ -25,4 +25,5 @@ pub use admit::{AdmissionReport, Refusal, admit};
 /// session and handed to every capability query and compile.
 pub(crate) use host_api::AbiGraph;
 pub use library::{Device, PluginLibrary, ProviderDescription};
+pub(crate) use provider::Declined;
 pub use provider::{CompiledKernel, ProviderInstance};

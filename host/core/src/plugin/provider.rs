@@ -361,6 +361,17 @@ impl ProviderInstance {
         check_claims(name, graph, unclaimed, groups, declined)
     }
 
+    /// Checks a capability answer recorded earlier (the kernel cache) as a live one is checked.
+    pub(crate) fn check_recorded_capability(
+        &self,
+        graph: &AbiGraph<'_>,
+        unclaimed: &[u32],
+        groups: Vec<Vec<usize>>,
+        declined: Declined,
+    ) -> Result<(Vec<Vec<usize>>, Declined)> {
+        check_claims(self.name(), graph, unclaimed, groups, declined)
+    }
+
     /// The capability query in this process: the plugin's arrays read and released.
     fn local_capability(
         &self,

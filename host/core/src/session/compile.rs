@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
+use super::kernel_cache;
 use super::partition::{Declines, Group, partition};
 use super::placement::{
     CopyPlacement, Fallback, GroupPlacement, KernelCacheUse, NodePlacement, PlacementReport,
@@ -74,14 +75,20 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let mut model = model;
     let g = &model.graph;
     let abi = AbiGraph::new(&model);
-    let (groups, declines) = partition(&abi, &providers)?;
-    let (node_provider, fallbacks) = place_fallbacks(g, &groups, &providers, &declines, env);
-    check_strict(request.strict, &fallbacks)?;
     let keep_on_device = device_outputs(g, &request.device_outputs)?;
     let cache = request.kernel_cache.then(|| env.kernel_cache()).flatten();
-    let (kernels, cache_uses) =
-        compile_kernels(&abi, g, &groups, &providers, fallback, cache.as_ref())?;
+    let built = partition_and_compile(&abi, &providers, fallback, cache.as_ref())?;
+    let (node_provider, fallbacks) =
+        place_fallbacks(g, &built.groups, &providers, &built.declines, env);
+    check_strict(request.strict, &fallbacks)?;
     drop(abi);
+    let Built {
+        groups,
+        kernels,
+        cache_uses,
+        replayed,
+        ..
+    } = built;
     let plan = plan_copies(g, &groups, &providers, &keep_on_device);
     let mut placement = report(&model, &providers, &groups, &plan, fallbacks, skipped);
     placement.selection = selection;
@@ -89,6 +96,7 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         u.kernel = placement.groups[u.group].kernel.clone();
         placement.kernel_cache.push(u);
     }
+    placement.replayed_capabilities = replayed;
     tracing::debug!("placement of {}:\n{}", model.source, placement.table());
     let copy_bytes = plan
         .copies
@@ -372,8 +380,105 @@ fn device_outputs(g: &Graph, names: &[String]) -> Result<Vec<ValueId>> {
         .collect()
 }
 
+/// Steps 7 and 8, partition and compile, and what the kernel cache did.
+struct Built {
+    groups: Vec<Group>,
+    declines: Declines,
+    kernels: Vec<Kernel>,
+    cache_uses: Vec<KernelCacheUse>,
+    /// EPs whose capability answers were replayed from the kernel cache.
+    replayed: Vec<String>,
+}
+
+/// Partitions the graph and compiles the groups. With a kernel cache and an EP that stores its
+/// kernels, first tries the recorded capability answers of those EPs with every one of their
+/// kernels rebuilt from the cache (no query, no compile); anything missing, and it starts over
+/// asking every EP, recording the answers and storing the kernels.
+fn partition_and_compile(
+    abi: &AbiGraph<'_>,
+    providers: &[Arc<ProviderInstance>],
+    fallback: usize,
+    cache: Option<&crate::cache::KernelCache>,
+) -> Result<Built> {
+    let g = abi.graph;
+    let digest = cache
+        .filter(|_| providers.iter().any(|p| p.caches_kernels()))
+        .and_then(|_| {
+            kernel_cache::graph_digest(abi.model)
+                .map_err(|e| tracing::debug!("no graph digest for the kernel cache: {e}"))
+                .ok()
+        });
+    let mut earlier = kernel_cache::EarlierNotes::new();
+    if let (Some(c), Some(d)) = (cache, &digest) {
+        let mut caps = kernel_cache::Capabilities::new(c, d.clone(), true, providers.len());
+        let replay = (|| -> Result<Option<Built>> {
+            let (groups, declines) = partition(abi, providers, &mut |i, unclaimed| {
+                caps.answer(i, &providers[i], abi, unclaimed)
+            })?;
+            if caps.missed {
+                return Ok(None);
+            }
+            let must_load = caps.replayed.clone();
+            let compiled = compile_kernels(
+                abi,
+                g,
+                &groups,
+                providers,
+                fallback,
+                cache,
+                &must_load,
+                &mut earlier,
+            )?;
+            Ok(compiled.map(|(kernels, cache_uses)| Built {
+                groups,
+                declines,
+                kernels,
+                cache_uses,
+                replayed: providers
+                    .iter()
+                    .zip(&must_load)
+                    .filter(|(_, r)| **r)
+                    .map(|(p, _)| p.name().to_string())
+                    .collect(),
+            }))
+        })();
+        match replay {
+            Ok(Some(built)) => return Ok(built),
+            Ok(None) => tracing::debug!("kernel cache: not every answer and kernel is stored"),
+            Err(e) => tracing::debug!("kernel cache: replaying recorded answers failed: {e}"),
+        }
+    }
+    let mut caps = cache
+        .zip(digest)
+        .map(|(c, d)| kernel_cache::Capabilities::new(c, d, false, providers.len()));
+    let (groups, declines) = partition(abi, providers, &mut |i, unclaimed| match caps.as_mut() {
+        Some(caps) => caps.answer(i, &providers[i], abi, unclaimed),
+        None => providers[i].capability(abi, unclaimed),
+    })?;
+    let none = vec![false; providers.len()];
+    let (kernels, cache_uses) = compile_kernels(
+        abi,
+        g,
+        &groups,
+        providers,
+        fallback,
+        cache,
+        &none,
+        &mut earlier,
+    )?
+    .ok_or_else(|| Error::Run("internal: a kernel had to come from the cache".into()))?;
+    Ok(Built {
+        groups,
+        declines,
+        kernels,
+        cache_uses,
+        replayed: Vec::new(),
+    })
+}
+
 /// Step 8: each group compiled by its EP (or rebuilt from the kernel cache), with what the
 /// model declares about its outputs, and what the cache did for each group of an EP that uses it.
+#[allow(clippy::too_many_arguments)]
 fn compile_kernels(
     abi: &AbiGraph<'_>,
     g: &Graph,
@@ -381,19 +486,28 @@ fn compile_kernels(
     providers: &[Arc<ProviderInstance>],
     fallback: usize,
     cache: Option<&crate::cache::KernelCache>,
-) -> Result<(Vec<Kernel>, Vec<KernelCacheUse>)> {
+    must_load: &[bool],
+    earlier: &mut kernel_cache::EarlierNotes,
+) -> Result<Option<(Vec<Kernel>, Vec<KernelCacheUse>)>> {
     let mut kernels = Vec::with_capacity(groups.len());
     let mut uses = Vec::new();
     for (i, group) in groups.iter().enumerate() {
         let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-        let (compiled, used) = super::kernel_cache::compile_group(
+        let made = kernel_cache::compile_group(
             cache,
             abi,
             &providers[group.provider],
-            &ids(&group.nodes),
-            &ids(&group.inputs),
-            &ids(&group.outputs),
+            (
+                &ids(&group.nodes),
+                &ids(&group.inputs),
+                &ids(&group.outputs),
+            ),
+            must_load[group.provider],
+            earlier,
         )?;
+        let kernel_cache::Compiled::Kernel(compiled, used) = made else {
+            return Ok(None);
+        };
         if let Some(mut u) = used {
             u.group = i;
             uses.push(u);
@@ -410,7 +524,7 @@ fn compile_kernels(
             expected: group.outputs.iter().map(|&v| declared(g, v)).collect(),
         });
     }
-    Ok((kernels, uses))
+    Ok(Some((kernels, uses)))
 }
 
 /// What the host knows about a value, declared by the model or inferred from it. Both are held
@@ -546,6 +660,7 @@ fn report(
             .collect(),
         selection: None,
         kernel_cache: Vec::new(),
+        replayed_capabilities: Vec::new(),
     }
 }
 

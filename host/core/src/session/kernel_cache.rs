@@ -11,26 +11,15 @@ use crate::cache::{EntryMeta, KernelCache, Lookup, hex};
 use crate::error::Result;
 use crate::model::ir::Model;
 use crate::plugin::AbiGraph;
-use crate::plugin::{CompiledKernel, ProviderInstance};
+use crate::plugin::{CompiledKernel, Declined, ProviderInstance};
 
 /// Version of the key's layout: a change here is a change of every key.
 const KEY_FORMAT: &str = "epx kernel key 1";
 
-/// The key of a group's kernel: what it was compiled from (the group as standalone ONNX, with
-/// the shapes the host knows and the initializers' contents), by what (the EP, its version, the
-/// plugin's name, version and library digest), and for what (the EP's options, the device the
-/// session chose, and every device the EP lists with its driver version).
-pub(super) fn key(
-    provider: &ProviderInstance,
-    model: &Model,
-    nodes: &[u32],
-    inputs: &[u32],
-    outputs: &[u32],
-) -> Result<String> {
-    let g = &model.graph;
-    let onnx = crate::model::onnx::save::subgraph_model_bytes_with_shapes(
-        model, g, nodes, inputs, outputs,
-    )?;
+/// What identifies the kernels an EP makes, besides the nodes: the EP, its version, the
+/// plugin's name, version and library digest, the EP's options, the device the session chose,
+/// and every device the EP lists with its driver version.
+fn provider_hasher(provider: &ProviderInstance, what: &str) -> Sha256 {
     let lib = &provider.library;
     let d = &provider.description;
     let mut h = Sha256::new();
@@ -39,6 +28,7 @@ pub(super) fn key(
         h.update(s.as_bytes());
     };
     line(KEY_FORMAT);
+    line(what);
     line(&crate::plugin_abi_version());
     line(&d.name);
     line(&d.version);
@@ -58,41 +48,226 @@ pub(super) fn key(
             dev.kind, dev.id, dev.id_name, dev.name, dev.driver_version
         ));
     }
+    h
+}
+
+/// The key of a group's kernel: what it was compiled from (the group as standalone ONNX, with
+/// the shapes the host knows and the initializers' contents) and by what ([`provider_hasher`]).
+pub(super) fn key(
+    provider: &ProviderInstance,
+    model: &Model,
+    nodes: &[u32],
+    inputs: &[u32],
+    outputs: &[u32],
+) -> Result<String> {
+    let g = &model.graph;
+    let onnx = crate::model::onnx::save::subgraph_model_bytes_with_shapes(
+        model, g, nodes, inputs, outputs,
+    )?;
+    let mut h = provider_hasher(provider, "kernel");
     h.update(&onnx);
     Ok(hex(&h.finalize()))
 }
 
+/// The digest of a whole main graph (nodes, attributes, weights, the shapes the host knows),
+/// for the keys of capability answers.
+pub(super) fn graph_digest(model: &Model) -> Result<String> {
+    let g = &model.graph;
+    let all: Vec<u32> = (0..g.nodes.len() as u32).collect();
+    let ins: Vec<u32> = g.inputs.iter().map(|&v| v as u32).collect();
+    let outs: Vec<u32> = g.outputs.iter().map(|&v| v as u32).collect();
+    let onnx =
+        crate::model::onnx::save::subgraph_model_bytes_with_shapes(model, g, &all, &ins, &outs)?;
+    Ok(hex(&Sha256::digest(&onnx)))
+}
+
+/// Capability answers of EPs that cache kernels, kept beside their kernels: with every kernel
+/// stored, a later session of the same model replays the answers instead of asking (an EP's
+/// capability query can cost more than its compile: OpenVINO compiles each op to see whether it
+/// runs), and rebuilds every kernel from the cache. A session that replays answers must find
+/// every kernel of those EPs stored; otherwise it starts over asking every EP (see
+/// `session::compile`), so an EP never compiles a group it was not asked about.
+pub(super) struct Capabilities<'a> {
+    cache: &'a KernelCache,
+    graph: String,
+    /// Replay recorded answers (and note a miss) rather than ask and record.
+    replay: bool,
+    /// Per provider: its answer was replayed.
+    pub(super) replayed: Vec<bool>,
+    /// A provider that caches kernels had no usable recorded answer (the pass then fails).
+    pub(super) missed: bool,
+}
+
+impl<'a> Capabilities<'a> {
+    pub(super) fn new(
+        cache: &'a KernelCache,
+        graph: String,
+        replay: bool,
+        providers: usize,
+    ) -> Self {
+        Capabilities {
+            cache,
+            graph,
+            replay,
+            replayed: vec![false; providers],
+            missed: false,
+        }
+    }
+
+    fn key(&self, provider: &ProviderInstance, unclaimed: &[u32]) -> String {
+        let mut h = provider_hasher(provider, "capability");
+        h.update(self.graph.as_bytes());
+        for n in unclaimed {
+            h.update(n.to_le_bytes());
+        }
+        hex(&h.finalize())
+    }
+
+    /// The answer of provider `index` for `unclaimed`: replayed, or asked (and recorded).
+    pub(super) fn answer(
+        &mut self,
+        index: usize,
+        provider: &ProviderInstance,
+        abi: &AbiGraph<'_>,
+        unclaimed: &[u32],
+    ) -> Result<(Vec<Vec<usize>>, Declined)> {
+        if !provider.caches_kernels() {
+            return provider.capability(abi, unclaimed);
+        }
+        let key = self.key(provider, unclaimed);
+        if self.replay {
+            let recorded = match self.cache.get(&key) {
+                Lookup::Hit(bytes) => parse_answer(&bytes),
+                _ => None,
+            };
+            return match recorded {
+                Some((groups, declined)) => {
+                    let checked =
+                        provider.check_recorded_capability(abi, unclaimed, groups, declined)?;
+                    self.replayed[index] = true;
+                    Ok(checked)
+                }
+                None => {
+                    // Ends this pass: the session asks every EP instead.
+                    self.missed = true;
+                    Err(crate::Error::Run(format!(
+                        "no recorded capability answer of {}",
+                        provider.name()
+                    )))
+                }
+            };
+        }
+        let (groups, declined) = provider.capability(abi, unclaimed)?;
+        let meta = EntryMeta {
+            kind: "partition".into(),
+            provider: provider.name().to_string(),
+            plugin: format!("{} {}", provider.library.name, provider.library.version),
+            nodes: groups.iter().map(Vec::len).sum(),
+        };
+        if let Err(e) = self
+            .cache
+            .put(&key, &meta, &answer_text(&groups, &declined))
+        {
+            tracing::debug!(
+                ep = provider.name(),
+                "cannot record a capability answer: {e}"
+            );
+        }
+        Ok((groups, declined))
+    }
+}
+
+/// A capability answer as text: `group <ids>` lines, then `declined <id> <reason>` lines.
+fn answer_text(groups: &[Vec<usize>], declined: &Declined) -> Vec<u8> {
+    let mut s = String::new();
+    for g in groups {
+        s.push_str("group");
+        for n in g {
+            s.push_str(&format!(" {n}"));
+        }
+        s.push('\n');
+    }
+    for (n, reason) in declined {
+        let reason: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        s.push_str(&format!("declined {n} {reason}\n"));
+    }
+    s.into_bytes()
+}
+
+fn parse_answer(bytes: &[u8]) -> Option<(Vec<Vec<usize>>, Declined)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut groups = Vec::new();
+    let mut declined = Vec::new();
+    for line in text.lines() {
+        if let Some(ids) = line.strip_prefix("group") {
+            let g = ids
+                .split_whitespace()
+                .map(|n| n.parse().ok())
+                .collect::<Option<Vec<usize>>>()?;
+            groups.push(g);
+        } else if let Some(rest) = line.strip_prefix("declined ") {
+            let (n, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+            declined.push((n.parse().ok()?, reason.to_string()));
+        } else {
+            return None;
+        }
+    }
+    Some((groups, declined))
+}
+
+/// What [`compile_group`] made.
+pub(super) enum Compiled {
+    /// The kernel, and for an EP that caches kernels, what the cache did.
+    Kernel(CompiledKernel, Option<KernelCacheUse>),
+    /// `must_load` was set and the kernel could not be rebuilt from the cache.
+    NotLoaded,
+}
+
+/// Notes on entries an earlier, abandoned pass found wrong (by key): the entry is gone by the
+/// time the pass that compiles looks, so it says so itself.
+pub(super) type EarlierNotes = std::collections::HashMap<String, Vec<String>>;
+
 /// Compiles one group, through `cache` where the EP can serialize kernels: a stored kernel is
 /// rebuilt instead of compiled; a new one is stored. Returns the kernel and, for an EP that
 /// caches kernels, what happened for the report.
+///
+/// `must_load`: the EP's capability answer was replayed, so it may not compile (it was not
+/// asked about this graph): [`Compiled::NotLoaded`] unless the kernel is rebuilt from the cache.
 pub(super) fn compile_group(
     cache: Option<&KernelCache>,
     abi: &AbiGraph<'_>,
     provider: &Arc<ProviderInstance>,
-    nodes: &[u32],
-    inputs: &[u32],
-    outputs: &[u32],
-) -> Result<(CompiledKernel, Option<KernelCacheUse>)> {
+    (nodes, inputs, outputs): (&[u32], &[u32], &[u32]),
+    must_load: bool,
+    earlier: &mut EarlierNotes,
+) -> Result<Compiled> {
     let compile = || provider.compile(abi, nodes, inputs, outputs);
     let Some(cache) = cache.filter(|_| provider.caches_kernels()) else {
-        return Ok((compile()?, None));
+        return Ok(Compiled::Kernel(compile()?, None));
     };
     let name = provider.name();
     let key = match key(provider, abi.model, nodes, inputs, outputs) {
         Ok(k) => k,
+        Err(_) if must_load => return Ok(Compiled::NotLoaded),
         Err(e) => {
             let note = format!("compiled; no cache key: {e}");
-            return Ok((compile()?, Some(KernelCacheUse::new(false, note))));
+            return Ok(Compiled::Kernel(
+                compile()?,
+                Some(KernelCacheUse::new(false, note)),
+            ));
         }
     };
-    let mut notes = Vec::new();
+    let mut notes = earlier.remove(&key).unwrap_or_default();
     match cache.get(&key) {
         Lookup::Hit(bytes) => {
             match provider.deserialize_kernel(abi, (nodes, inputs, outputs), &bytes) {
                 Ok(k) => {
                     tracing::debug!(ep = name, key, bytes = bytes.len(), "kernel from the cache");
                     let note = format!("loaded ({} bytes, entry {})", bytes.len(), &key[..16]);
-                    return Ok((k, Some(KernelCacheUse::new(true, note))));
+                    return Ok(Compiled::Kernel(k, Some(KernelCacheUse::new(true, note))));
                 }
                 Err(e) => {
                     tracing::warn!(ep = name, key, "the EP did not take its cached kernel: {e}");
@@ -106,10 +281,15 @@ pub(super) fn compile_group(
         }
         Lookup::Miss => {}
     }
+    if must_load {
+        earlier.insert(key, notes);
+        return Ok(Compiled::NotLoaded);
+    }
     let kernel = compile()?;
     let stored = match provider.serialize_kernel(&kernel) {
         Ok(Some(bytes)) => {
             let meta = EntryMeta {
+                kind: "kernel".into(),
                 provider: name.to_string(),
                 plugin: format!("{} {}", provider.library.name, provider.library.version),
                 nodes: nodes.len(),
@@ -133,5 +313,8 @@ pub(super) fn compile_group(
         }
     };
     notes.push(stored);
-    Ok((kernel, Some(KernelCacheUse::new(false, notes.join("; ")))))
+    Ok(Compiled::Kernel(
+        kernel,
+        Some(KernelCacheUse::new(false, notes.join("; "))),
+    ))
 }

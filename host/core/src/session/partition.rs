@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::model::ir::{Graph, NodeId, ValueId};
 use crate::plugin::AbiGraph;
-use crate::plugin::ProviderInstance;
+use crate::plugin::{Declined, ProviderInstance};
 use crate::value::ElementType;
 
 /// A fused group: nodes one EP runs as one kernel, with the values crossing its border.
@@ -27,11 +27,17 @@ pub struct Group {
 /// Why EPs declined nodes, as they said (ABI 1.4): per node, (provider index, reason).
 pub(crate) type Declines = std::collections::HashMap<NodeId, Vec<(usize, String)>>;
 
+/// Asks provider `index` which of the `unclaimed` nodes it runs (groups, and reasons for the
+/// nodes it declined): the query itself, or an answer recorded by the kernel cache.
+pub(crate) type AskCapability<'a> =
+    dyn FnMut(usize, &[u32]) -> Result<(Vec<Vec<usize>>, Declined)> + 'a;
+
 /// Assigns every node to a provider; groups come back in an order they can run in, with the
 /// reasons EPs gave for the nodes they declined.
 pub(crate) fn partition(
     graph: &AbiGraph<'_>,
     providers: &[Arc<ProviderInstance>],
+    ask: &mut AskCapability<'_>,
 ) -> Result<(Vec<Group>, Declines)> {
     let g = graph.graph;
     let mut owner: Vec<Option<usize>> = vec![None; g.nodes.len()];
@@ -47,7 +53,7 @@ pub(crate) fn partition(
             break;
         }
         let _span = tracing::debug_span!("capability", provider = p.name()).entered();
-        let (groups, declined) = p.capability(graph, &unclaimed)?;
+        let (groups, declined) = ask(pi, &unclaimed)?;
         for (n, reason) in declined {
             declines.entry(n).or_default().push((pi, reason));
         }

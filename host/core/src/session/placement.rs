@@ -101,6 +101,9 @@ pub struct PlacementReport {
     pub selection: Option<super::Selection>,
     /// What the compiled-kernel cache did, per kernel of an EP that can store its kernels.
     pub kernel_cache: Vec<KernelCacheUse>,
+    /// EPs whose capability answers were replayed from the kernel cache (recorded by an earlier
+    /// session of the same model and options, with every one of their kernels stored), not asked.
+    pub replayed_capabilities: Vec<String>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -223,6 +226,12 @@ impl PlacementReport {
             let _ = writeln!(s, "\nkernel cache:");
             for u in &self.kernel_cache {
                 let _ = writeln!(s, "  {}: {}", u.kernel, u.note);
+            }
+            for p in &self.replayed_capabilities {
+                let _ = writeln!(
+                    s,
+                    "  {p}: its nodes as an earlier session's query recorded them"
+                );
             }
         }
         // Names come from the model and the plugins: no escape sequence reaches a terminal.

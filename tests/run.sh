@@ -20,6 +20,8 @@ python3 -c 'import numpy' 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
         --target .testdata/py numpy==2.4.6
 cargo build --workspace --all-targets
+# What sessions store between runs (compiled kernels) goes under target/, not the user's cache.
+export EPX_CACHE_DIR="${EPX_CACHE_DIR:-$PWD/target/test-cache}"
 cargo test --workspace -- --skip onnx_node_tests_on_the_cpu_ep
 # `--workspace` keeps the feature set of the build above, so nothing is compiled twice.
 cargo test --workspace --test conformance -- --nocapture

@@ -16,6 +16,8 @@ pub struct EpxSessionOptions {
     pub(crate) isolated: bool,
     /// EPs chosen by policy instead of by name.
     pub(crate) policy: Option<epx_host::SelectionPolicy>,
+    /// Whether sessions use the compiled-kernel cache.
+    pub(crate) kernel_cache: bool,
 }
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
@@ -29,6 +31,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
             max_tensor_bytes: None,
             isolated: false,
             policy: None,
+            kernel_cache: true,
         }))
     })
 }
@@ -142,6 +145,25 @@ pub extern "C" fn epx_session_options_set_max_tensor_bytes(
         Res::Ok(())
     })
 }
+/// Whether sessions made with these options use the compiled-kernel cache (default: yes, unless
+/// `EPX_KERNEL_CACHE=off`): kernels of EPs that can serialize them (ABI 1.6, e.g. OpenVINO) are
+/// rebuilt from `<cache dir>/kernels` (`EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else
+/// `$HOME/.cache/epx`) instead of compiled, and new ones stored there. The placement JSON's
+/// `kernel_cache` says what happened per kernel.
+///
+/// Pointers: `options` is a live option set.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_kernel_cache(
+    options: Option<&mut EpxSessionOptions>,
+    enabled: bool,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        options.kernel_cache = enabled;
+        Res::Ok(())
+    })
+}
+
 /// Runs every EP of the list in a child process (the `epx` executable beside libepx, at
 /// `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
 /// then fails the run it happened in with an error, and the next run starts a new process,

@@ -72,7 +72,8 @@ pub(crate) fn make_session(
                     ep.clone()
                 }
             }))?
-            .with_strict_placement(o.strict);
+            .with_strict_placement(o.strict)
+            .with_kernel_cache(o.kernel_cache);
         if let Some(n) = o.max_tensor_bytes {
             builder = builder.with_max_tensor_bytes(n);
         }
@@ -216,8 +217,10 @@ pub extern "C" fn epx_session_output(
 /// provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
 /// last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
 /// reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
-/// device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
-/// and its `reasons`). Free `*json` with [`epx_string_free`].
+/// device for EPs on a chosen device), `selection` (null, or the policy, the EPs it `chosen`
+/// and its `reasons`), `kernel_cache` (group, kernel, `loaded`, `note`: what the compiled-kernel
+/// cache did per kernel of an EP that stores its kernels) and `replayed_capabilities` (EPs whose
+/// capability answers came from that cache). Free `*json` with [`epx_string_free`].
 ///
 /// # Safety
 /// `session` is a live session; `json` writable.

@@ -285,8 +285,10 @@ fn run_case(env: &Arc<Environment>, ep: &ExecutionProvider, case: &Path) -> serd
                 "max_abs_error": max, "message": message })
     };
     let ep_name = ep.name().rsplit('/').next().unwrap_or_default().to_string();
+    // Each case tests the EP's compile: never a kernel stored by an earlier run.
     let session = match Session::builder().and_then(|b| {
         b.with_environment(env.clone())
+            .with_kernel_cache(false)
             .with_execution_providers([ep.clone()])?
             .commit_from_model(model.clone())
     }) {

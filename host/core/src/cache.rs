@@ -181,12 +181,12 @@ impl KernelCache {
             )));
         }
         std::fs::create_dir_all(&self.dir)?;
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+        // Unique among writers: other processes (pid) and other threads of this one (counter).
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self
             .dir
-            .join(format!(".{key}.{}.{nanos}.tmp", std::process::id()));
+            .join(format!(".{key}.{}.{n}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(header.as_bytes())?;

@@ -124,7 +124,8 @@ class _Options:
                  error_on_failure: bool = True, intra_op_threads: Optional[int] = None,
                  max_tensor_bytes: Optional[int] = None, isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
-                                                    Sequence[str]]] = None):
+                                                    Sequence[str]]] = None,
+                 kernel_cache: bool = True):
         self._lib = lib
         self._select = None
         self.policy_error: Optional[BaseException] = None
@@ -146,6 +147,8 @@ class _Options:
                 lib.check(lib.epx_session_options_set_max_tensor_bytes(self.ptr, max_tensor_bytes))
             if isolate:
                 lib.check(lib.epx_session_options_set_isolated(self.ptr, True))
+            if not kernel_cache:
+                lib.check(lib.epx_session_options_set_kernel_cache(self.ptr, False))
             if isinstance(policy, str):
                 lib.check(lib.epx_session_options_set_selection_policy(self.ptr,
                                                                        _capi.text(policy)))
@@ -312,7 +315,10 @@ class Session:
     ending Python. `policy` chooses the EPs instead of `providers`: a name (`prefer-gpu`,
     `prefer-npu`, `prefer-cpu`, `max-performance`, `min-power`) or a function given the devices
     (as `epx.devices()`) and the model (`graph_name`, `producer_name`, `op_types`, `inputs`,
-    `outputs`) that returns `"ep"` or `"ep:device"` strings in order.
+    `outputs`) that returns `"ep"` or `"ep:device"` strings in order. `kernel_cache=False`
+    compiles every kernel afresh instead of rebuilding kernels of EPs that store them (ABI 1.6,
+    e.g. OpenVINO) from the cache folder (`EPX_CACHE_DIR`, else `~/.cache/epx`); the placement's
+    `kernel_cache` says what happened per kernel.
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
@@ -321,12 +327,13 @@ class Session:
                  intra_op_threads: Optional[int] = None, max_tensor_bytes: Optional[int] = None,
                  isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
-                                                    Sequence[str]]] = None):
+                                                    Sequence[str]]] = None,
+                 kernel_cache: bool = True):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
         opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
-                        max_tensor_bytes, isolate, policy)
+                        max_tensor_bytes, isolate, policy, kernel_cache)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)

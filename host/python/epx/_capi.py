@@ -96,6 +96,7 @@ SIGNATURES = {
     "epx_session_options_set_intra_op_threads": (P, [P, _SIZE]),
     "epx_session_options_set_max_tensor_bytes": (P, [P, ctypes.c_uint64]),
     "epx_session_options_set_isolated": (P, [P, ctypes.c_bool]),
+    "epx_session_options_set_kernel_cache": (P, [P, ctypes.c_bool]),
     "epx_session_options_set_selection_policy": (P, [P, _STR]),
     "epx_session_options_set_selection_function": (P, [P, P, P]),
     "epx_env_new": (P, [ctypes.POINTER(_STR), _SIZE, P, _PP]),

@@ -199,6 +199,34 @@ def test_devices_are_listed_with_why_one_is_unusable(tmp_path):
         epx.Session(model, env=env, policy=refuse)
 
 
+def test_a_second_session_rebuilds_its_kernels_from_the_cache(tmp_path, monkeypatch):
+    """The fixture EP stores its kernels (ABI 1.6): the second session of the same model takes
+    them, and the EP's recorded capability answer, from the cache folder; `kernel_cache=False`
+    compiles afresh. The answers are the same each time."""
+    monkeypatch.setenv("EPX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("EPX_KERNEL_CACHE", raising=False)
+    env = epx.Environment(plugin_dirs=[_adversarial_plugins(tmp_path)], discover=False)
+    model = example("mnist-cnn.onnx")
+    spec = [("adversarial", {"cache": "on"})]
+    x = np.random.default_rng(1).standard_normal((1, 1, 28, 28), dtype=np.float32)
+    cold = epx.Session(model, spec, env=env)
+    name = cold.inputs[0].name
+    uses = cold.placement()["kernel_cache"]
+    assert len(uses) == 2 and not any(u["loaded"] for u in uses), uses
+    assert all(u["note"].startswith("compiled and stored") for u in uses), uses
+    warm = epx.Session(model, spec, env=env)
+    placement = warm.placement()
+    assert all(u["loaded"] for u in placement["kernel_cache"]), placement["kernel_cache"]
+    assert placement["replayed_capabilities"] == ["adversarial"]
+    off = epx.Session(model, spec, env=env, kernel_cache=False)
+    assert off.placement()["kernel_cache"] == []
+    want = cold.run({name: x})
+    for s in (warm, off):
+        got = s.run({name: x})
+        assert all(np.array_equal(got[k], want[k]) for k in want)
+    assert len(list((tmp_path / "cache" / "kernels").glob("*.kernel"))) == 3
+
+
 def test_an_isolated_ep_that_crashes_raises_and_python_lives_on(tmp_path):
     """With `isolate=True` the EP runs in the wheel's bin/epx (`epx serve-plugin`): the fixture
     EP aborting on a NaN input fails that run with an EpxError; the next run starts a new

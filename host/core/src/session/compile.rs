@@ -425,7 +425,7 @@ fn partition_and_compile(
                 &groups,
                 providers,
                 fallback,
-                cache,
+                Some((c, d.as_str())),
                 &must_load,
                 &mut earlier,
             )?;
@@ -448,9 +448,9 @@ fn partition_and_compile(
             Err(e) => tracing::debug!("kernel cache: replaying recorded answers failed: {e}"),
         }
     }
-    let mut caps = cache
-        .zip(digest)
-        .map(|(c, d)| kernel_cache::Capabilities::new(c, d, false, providers.len()));
+    let with_digest = cache.zip(digest.as_deref());
+    let mut caps = with_digest
+        .map(|(c, d)| kernel_cache::Capabilities::new(c, d.to_string(), false, providers.len()));
     let (groups, declines) = partition(abi, providers, &mut |i, unclaimed| match caps.as_mut() {
         Some(caps) => caps.answer(i, &providers[i], abi, unclaimed),
         None => providers[i].capability(abi, unclaimed),
@@ -462,7 +462,7 @@ fn partition_and_compile(
         &groups,
         providers,
         fallback,
-        cache,
+        with_digest,
         &none,
         &mut earlier,
     )?
@@ -485,7 +485,7 @@ fn compile_kernels(
     groups: &[Group],
     providers: &[Arc<ProviderInstance>],
     fallback: usize,
-    cache: Option<&crate::cache::KernelCache>,
+    cache: Option<(&crate::cache::KernelCache, &str)>,
     must_load: &[bool],
     earlier: &mut kernel_cache::EarlierNotes,
 ) -> Result<Option<(Vec<Kernel>, Vec<KernelCacheUse>)>> {

@@ -51,22 +51,25 @@ fn provider_hasher(provider: &ProviderInstance, what: &str) -> Sha256 {
     h
 }
 
-/// The key of a group's kernel: what it was compiled from (the group as standalone ONNX, with
-/// the shapes the host knows and the initializers' contents) and by what ([`provider_hasher`]).
+/// The key of a group's kernel: what it was compiled from (the whole graph's digest, which
+/// covers the group's nodes, attributes, weights and the shapes the host knows, and the group's
+/// node, input and output ids) and by what ([`provider_hasher`]).
 pub(super) fn key(
     provider: &ProviderInstance,
-    model: &Model,
+    graph_digest: &str,
     nodes: &[u32],
     inputs: &[u32],
     outputs: &[u32],
-) -> Result<String> {
-    let g = &model.graph;
-    let onnx = crate::model::onnx::save::subgraph_model_bytes_with_shapes(
-        model, g, nodes, inputs, outputs,
-    )?;
+) -> String {
     let mut h = provider_hasher(provider, "kernel");
-    h.update(&onnx);
-    Ok(hex(&h.finalize()))
+    h.update(graph_digest.as_bytes());
+    for ids in [nodes, inputs, outputs] {
+        h.update((ids.len() as u64).to_le_bytes());
+        for id in ids {
+            h.update(id.to_le_bytes());
+        }
+    }
+    hex(&h.finalize())
 }
 
 /// The digest of a whole main graph (nodes, attributes, weights, the shapes the host knows),
@@ -230,14 +233,14 @@ pub(super) enum Compiled {
 /// time the pass that compiles looks, so it says so itself.
 pub(super) type EarlierNotes = std::collections::HashMap<String, Vec<String>>;
 
-/// Compiles one group, through `cache` where the EP can serialize kernels: a stored kernel is
+/// Compiles one group, through `cache` (with the graph's digest) where the EP can serialize kernels: a stored kernel is
 /// rebuilt instead of compiled; a new one is stored. Returns the kernel and, for an EP that
 /// caches kernels, what happened for the report.
 ///
 /// `must_load`: the EP's capability answer was replayed, so it may not compile (it was not
 /// asked about this graph): [`Compiled::NotLoaded`] unless the kernel is rebuilt from the cache.
 pub(super) fn compile_group(
-    cache: Option<&KernelCache>,
+    cache: Option<(&KernelCache, &str)>,
     abi: &AbiGraph<'_>,
     provider: &Arc<ProviderInstance>,
     (nodes, inputs, outputs): (&[u32], &[u32], &[u32]),
@@ -245,21 +248,11 @@ pub(super) fn compile_group(
     earlier: &mut EarlierNotes,
 ) -> Result<Compiled> {
     let compile = || provider.compile(abi, nodes, inputs, outputs);
-    let Some(cache) = cache.filter(|_| provider.caches_kernels()) else {
+    let Some((cache, digest)) = cache.filter(|_| provider.caches_kernels()) else {
         return Ok(Compiled::Kernel(compile()?, None));
     };
     let name = provider.name();
-    let key = match key(provider, abi.model, nodes, inputs, outputs) {
-        Ok(k) => k,
-        Err(_) if must_load => return Ok(Compiled::NotLoaded),
-        Err(e) => {
-            let note = format!("compiled; no cache key: {e}");
-            return Ok(Compiled::Kernel(
-                compile()?,
-                Some(KernelCacheUse::new(false, note)),
-            ));
-        }
-    };
+    let key = key(provider, digest, nodes, inputs, outputs);
     let mut notes = earlier.remove(&key).unwrap_or_default();
     match cache.get(&key) {
         Lookup::Hit(bytes) => {

@@ -146,7 +146,11 @@ impl KernelCache {
                     h.payload_sha256
                 ));
             }
-            Ok(payload.to_vec())
+            // The payload moved to the front of the buffer read, not copied to a new one
+            // (compiled models run to tens of megabytes).
+            let start = bytes.len() - payload.len();
+            bytes.drain(..start);
+            Ok(bytes)
         })();
         match result {
             Ok(payload) => {

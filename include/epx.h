@@ -405,6 +405,18 @@ struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptio
                                                           uint64_t bytes);
 
 /**
+ * Whether sessions made with these options use the compiled-kernel cache (default: yes, unless
+ * `EPX_KERNEL_CACHE=off`): kernels of EPs that can serialize them (ABI 1.6, e.g. OpenVINO) are
+ * rebuilt from `<cache dir>/kernels` (`EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else
+ * `$HOME/.cache/epx`) instead of compiled, and new ones stored there. The placement JSON's
+ * `kernel_cache` says what happened per kernel.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_kernel_cache(struct EpxSessionOptions *options,
+                                                      bool enabled);
+
+/**
  * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
  * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
  * then fails the run it happened in with an error, and the next run starts a new process,
@@ -609,8 +621,10 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
  * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
  * reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
- * device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
- * and its `reasons`). Free `*json` with [`epx_string_free`].
+ * device for EPs on a chosen device), `selection` (null, or the policy, the EPs it `chosen`
+ * and its `reasons`), `kernel_cache` (group, kernel, `loaded`, `note`: what the compiled-kernel
+ * cache did per kernel of an EP that stores its kernels) and `replayed_capabilities` (EPs whose
+ * capability answers came from that cache). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.
@@ -872,6 +886,18 @@ struct EpxError *epx_session_options_set_max_tensor_bytes(struct EpxSessionOptio
                                                           uint64_t bytes);
 
 /**
+ * Whether sessions made with these options use the compiled-kernel cache (default: yes, unless
+ * `EPX_KERNEL_CACHE=off`): kernels of EPs that can serialize them (ABI 1.6, e.g. OpenVINO) are
+ * rebuilt from `<cache dir>/kernels` (`EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else
+ * `$HOME/.cache/epx`) instead of compiled, and new ones stored there. The placement JSON's
+ * `kernel_cache` says what happened per kernel.
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_kernel_cache(struct EpxSessionOptions *options,
+                                                      bool enabled);
+
+/**
  * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
  * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
  * then fails the run it happened in with an error, and the next run starts a new process,
@@ -1055,8 +1081,10 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * provider, nodes, kernel, inputs, outputs), `copies` (value, from, to, before_group, bytes,
  * last_run_bytes), `fallbacks` (node, name, op_type, reason), `skipped_providers` (name,
  * reason), `isolated_providers` (names of the EPs running in a child process), `devices` (EP,
- * device for EPs on a chosen device) and `selection` (null, or the policy, the EPs it `chosen`
- * and its `reasons`). Free `*json` with [`epx_string_free`].
+ * device for EPs on a chosen device), `selection` (null, or the policy, the EPs it `chosen`
+ * and its `reasons`), `kernel_cache` (group, kernel, `loaded`, `note`: what the compiled-kernel
+ * cache did per kernel of an EP that stores its kernels) and `replayed_capabilities` (EPs whose
+ * capability answers came from that cache). Free `*json` with [`epx_string_free`].
  *
  * # Safety
  * `session` is a live session; `json` writable.

@@ -103,7 +103,7 @@ fn a_second_session_rebuilds_the_kernel_instead_of_compiling_it() {
     let st = setup("kcache-warm");
     let log = st.cache.path().join("journal.txt");
     let cold = session(&st.env, ep("on", &log));
-    assert_eq!(journal(&log), ["compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"]);
     let (loaded, note) = cache_note(&cold);
     assert!(!loaded && note.starts_with("compiled and stored"), "{note}");
     assert!(cold.placement().table().contains("kernel cache:"));
@@ -127,12 +127,12 @@ fn a_second_session_rebuilds_the_kernel_instead_of_compiling_it() {
 
     // Another option is another key: a new entry, compiled.
     let other = session(&st.env, ep("on", &log).with_option("mode", "explains"));
-    assert_eq!(journal(&log), ["compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"]);
     assert!(!cache_note(&other).0);
     assert_eq!(entries(st.cache.path()).len(), 2);
     // So is another device of the EP.
     let on_npu_0 = session(&st.env, ep("on", &log).on_device("0"));
-    assert_eq!(journal(&log), ["compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"]);
     assert!(!cache_note(&on_npu_0).0);
     assert_eq!(entries(st.cache.path()).len(), 3);
 }
@@ -156,7 +156,7 @@ fn a_damaged_entry_is_ignored_compiled_again_and_rewritten() {
         journal(&log);
         std::fs::write(&file, &bytes).expect("damage");
         let s = session(&st.env, ep("on", &log));
-        assert_eq!(journal(&log), ["compile"], "{what}");
+        assert_eq!(journal(&log), ["capability", "compile"], "{what}");
         let (loaded, note) = cache_note(&s);
         assert!(!loaded, "{what}");
         assert!(
@@ -177,9 +177,9 @@ fn an_entry_the_ep_refuses_costs_a_compile() {
     let st = setup("kcache-reject");
     let log = st.cache.path().join("journal.txt");
     drop(session(&st.env, ep("reject", &log)));
-    assert_eq!(journal(&log), ["compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"]);
     let s = session(&st.env, ep("reject", &log));
-    assert_eq!(journal(&log), ["compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"]);
     let (loaded, note) = cache_note(&s);
     assert!(!loaded);
     assert!(
@@ -187,6 +187,8 @@ fn an_entry_the_ep_refuses_costs_a_compile() {
             && note.contains("fixture: the stored kernel is stale"),
         "{note}"
     );
+    // Offered once: the refused entry is deleted, not tried again by the pass that compiles.
+    assert_eq!(note.matches("refused").count(), 1, "{note}");
     check_outputs(&s);
 }
 
@@ -210,7 +212,7 @@ fn kernels_that_cannot_be_stored_still_run() {
     // An EP that does not cache kernels is not in the report at all.
     let s = session(&st.env, ep("off", &log));
     assert!(s.placement().kernel_cache.is_empty());
-    assert_eq!(journal(&log), ["compile", "compile", "compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"].repeat(3));
 }
 
 #[test]
@@ -252,5 +254,37 @@ fn the_cache_can_be_switched_off_per_session_and_per_environment() {
     let s = session(&env, ep("on", &log));
     assert!(s.placement().kernel_cache.is_empty());
     assert!(entries(st.cache.path()).is_empty());
-    assert_eq!(journal(&log), ["compile", "compile"]);
+    assert_eq!(journal(&log), ["capability", "compile"].repeat(2));
+}
+
+#[test]
+fn a_recorded_partition_that_names_nodes_not_offered_is_not_used() {
+    let st = setup("kcache-partition");
+    let log = st.cache.path().join("journal.txt");
+    drop(session(&st.env, ep("on", &log)));
+    journal(&log);
+    let cache = st.env.kernel_cache().expect("a kernel cache");
+    let recorded = cache
+        .entries()
+        .expect("entries")
+        .into_iter()
+        .find(|e| e.meta.as_ref().is_ok_and(|m| m.kind == "partition"))
+        .expect("a recorded capability answer");
+    let meta = recorded.meta.clone().expect("meta");
+    // A node id past u32 (which `as u32` would wrap onto node 0), one past the graph, one twice.
+    for text in [
+        "group 4294967296\n",
+        "group 99\n",
+        "group 0 0\n",
+        "groop 0\n",
+    ] {
+        cache
+            .put(&recorded.key, &meta, text.as_bytes())
+            .expect("put");
+        let s = session(&st.env, ep("on", &log));
+        // Asked again; the stored kernel is still good.
+        assert_eq!(journal(&log), ["capability", "deserialize"], "{text:?}");
+        assert!(s.placement().replayed_capabilities.is_empty(), "{text:?}");
+        check_outputs(&s);
+    }
 }

@@ -2,7 +2,7 @@
 //! files under `<cache dir>/kernels/` so a later session of the same group skips compiling.
 //!
 //! An entry is trusted for nothing: its name is the key (a SHA-256 the session computes over the
-//! fused subgraph, the EP, its plugin and library, options and device), its text header repeats
+//! graph and the group, the EP, its plugin and library, options and device), its text header repeats
 //! the key and carries the payload's length and SHA-256, and a lookup that finds anything else
 //! (a short file, another key, a digest that does not match, an unknown format) reports the
 //! entry damaged and deletes it; the session compiles and stores a new one. The plugin checks
@@ -108,6 +108,23 @@ impl KernelCache {
     /// deleted and reported; a hit refreshes the entry's time of last use.
     pub fn get(&self, key: &str) -> Lookup {
         let path = self.path(key);
+        // Only a regular file of at most the cache's size is read: not a FIFO (which would
+        // block), a device or a link to one (which would not end).
+        match std::fs::symlink_metadata(&path) {
+            Ok(md) if md.is_file() && md.len() <= self.max_bytes => {}
+            Ok(md) => {
+                let why = if md.is_file() {
+                    format!("it is {} bytes, more than the cache's limit", md.len())
+                } else {
+                    "it is not a regular file".to_string()
+                };
+                if md.is_file() {
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Lookup::Damaged(format!("{}: {why}", path.display()));
+            }
+            Err(_) => return Lookup::Miss,
+        }
         let mut file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) => {
@@ -119,14 +136,16 @@ impl KernelCache {
             }
         };
         let result = (|| -> Result<Vec<u8>, String> {
-            let len = file
-                .metadata()
-                .map_err(|e| e.to_string())?
-                .len()
-                .min(usize::MAX as u64) as usize;
+            let len = file.metadata().map_err(|e| e.to_string())?.len();
             let mut bytes = Vec::new();
-            bytes.try_reserve_exact(len).map_err(|e| e.to_string())?;
-            file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+            bytes
+                .try_reserve_exact(usize::try_from(len).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            // Bounded: a file that grew since is cut at the limit, and then fails its checks.
+            (&mut file)
+                .take(self.max_bytes)
+                .read_to_end(&mut bytes)
+                .map_err(|e| e.to_string())?;
             let (header, payload) = split(&bytes)?;
             let h = parse_header(header)?;
             if h.key != key {
@@ -165,6 +184,11 @@ impl KernelCache {
         }
     }
 
+    /// Deletes the entry of `key`, if there is one.
+    pub fn remove(&self, key: &str) {
+        let _ = std::fs::remove_file(self.path(key));
+    }
+
     /// Stores `payload` under `key`, atomically, then evicts the entries used least recently
     /// until the folder is within its limit. Returns how many entries were evicted.
     pub fn put(&self, key: &str, meta: &EntryMeta, payload: &[u8]) -> std::io::Result<usize> {
@@ -184,15 +208,19 @@ impl KernelCache {
                 self.max_bytes
             )));
         }
-        std::fs::create_dir_all(&self.dir)?;
-        // Unique among writers: other processes (pid) and other threads of this one (counter).
+        private_dir(&self.dir)?;
+        // Unique among writers: other processes (pid, time), other threads of this one (counter);
+        // created exclusively, so a clash is an error, never two writers in one file.
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         let tmp = self
             .dir
-            .join(format!(".{key}.{}.{n}.tmp", std::process::id()));
+            .join(format!(".{key}.{}.{nanos}.{n}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = new_private_file(&tmp)?;
             f.write_all(header.as_bytes())?;
             f.write_all(payload)?;
             f.sync_data()?;
@@ -208,7 +236,7 @@ impl KernelCache {
     /// Removes the entries used least recently (never `keep`) until the folder is within its
     /// limit, and temporary files a dead writer left.
     fn evict(&self, keep: &str) -> usize {
-        let Ok(mut entries) = self.entries() else {
+        let Ok(mut entries) = self.files() else {
             return 0;
         };
         self.remove_stale_tmp();
@@ -248,6 +276,16 @@ impl KernelCache {
 
     /// Every entry, with what its header says (not its payload: that is checked on use).
     pub fn entries(&self) -> std::io::Result<Vec<CacheEntry>> {
+        let mut out = self.files()?;
+        for e in &mut out {
+            e.meta = read_meta(&e.path);
+        }
+        Ok(out)
+    }
+
+    /// Every entry's file (name, size, time of last use), most recently used first; `meta` is
+    /// left unread.
+    fn files(&self) -> std::io::Result<Vec<CacheEntry>> {
         let dir = match std::fs::read_dir(&self.dir) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -256,10 +294,12 @@ impl KernelCache {
         let mut out = Vec::new();
         for e in dir.flatten() {
             let path = e.path();
+            // Only names the cache writes: 64 hex digits.
             let Some(key) = path
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".kernel"))
+                .filter(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit()))
                 .map(str::to_string)
             else {
                 continue;
@@ -269,7 +309,7 @@ impl KernelCache {
                 continue;
             }
             out.push(CacheEntry {
-                meta: read_meta(&path),
+                meta: Err("not read".into()),
                 key,
                 path,
                 bytes: md.len(),
@@ -283,10 +323,16 @@ impl KernelCache {
     /// Deletes every entry (and leftover temporary files); returns how many entries and bytes.
     pub fn clear(&self) -> std::io::Result<(usize, u64)> {
         let mut removed = (0, 0);
-        for e in self.entries()? {
-            std::fs::remove_file(&e.path)?;
-            removed.0 += 1;
-            removed.1 += e.bytes;
+        for e in self.files()? {
+            match std::fs::remove_file(&e.path) {
+                Ok(()) => {
+                    removed.0 += 1;
+                    removed.1 += e.bytes;
+                }
+                // Removed meanwhile by another process: gone either way.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         if let Ok(dir) = std::fs::read_dir(&self.dir) {
             for e in dir.flatten() {
@@ -310,6 +356,25 @@ pub fn measured_choices(root: &Path) -> std::io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
     }
+}
+
+/// Makes `dir` (and its parents), private to the user where the OS has modes: compiled kernels
+/// hold the model's weights.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
+/// Creates `path`, which must not exist, readable by the user alone where the OS has modes.
+fn new_private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(path)
 }
 
 struct Header {
@@ -456,6 +521,28 @@ mod tests {
         assert!(
             matches!(c.get(&key(4)), Lookup::Damaged(w) if w.contains("holds the entry of key"))
         );
+    }
+
+    /// A FIFO or a device where an entry belongs is not read (it would block or never end);
+    /// a file over the limit is not read either; a name the cache does not write is not listed.
+    #[cfg(unix)]
+    #[test]
+    fn entries_that_are_not_small_regular_files_are_not_read() {
+        let (_d, c) = cache("kcache-special", 4096);
+        c.put(&key(1), &meta(), b"x").unwrap();
+        let fifo = c.dir().join(format!("{}.kernel", key(2)));
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert!(matches!(c.get(&key(2)), Lookup::Damaged(w) if w.contains("not a regular file")));
+        std::os::unix::fs::symlink("/dev/zero", c.dir().join(format!("{}.kernel", key(3))))
+            .unwrap();
+        assert!(matches!(c.get(&key(3)), Lookup::Damaged(_)));
+        std::fs::write(c.dir().join(format!("{}.kernel", key(4))), vec![0u8; 5000]).unwrap();
+        assert!(matches!(c.get(&key(4)), Lookup::Damaged(w) if w.contains("more than")));
+        std::fs::write(c.dir().join("ünïcode€€.kernel"), b"x").unwrap();
+        let keys: Vec<String> = c.entries().unwrap().into_iter().map(|e| e.key).collect();
+        assert!(keys.contains(&key(1)) && !keys.iter().any(|k| k.contains('€')), "{keys:?}");
     }
 
     #[test]

@@ -317,7 +317,8 @@ class Session:
     (as `epx.devices()`) and the model (`graph_name`, `producer_name`, `op_types`, `inputs`,
     `outputs`) that returns `"ep"` or `"ep:device"` strings in order. `kernel_cache=False`
     compiles every kernel afresh instead of rebuilding kernels of EPs that store them (ABI 1.6,
-    e.g. OpenVINO) from the cache folder (`EPX_CACHE_DIR`, else `~/.cache/epx`); the placement's
+    e.g. OpenVINO) from the cache folder (`EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else
+    `~/.cache/epx`); the placement's
     `kernel_cache` says what happened per kernel.
     """
 

@@ -431,7 +431,7 @@ fn check_claims(
                 ));
             }
             for &n in g {
-                if !unclaimed_set.contains(&(n as u32)) {
+                if !u32::try_from(n).is_ok_and(|n| unclaimed_set.contains(&n)) {
                     let op = graph
                         .graph
                         .nodes
@@ -456,7 +456,7 @@ fn check_claims(
         }
         if let Some((n, _)) = declined
             .iter()
-            .find(|(n, _)| !unclaimed_set.contains(&(*n as u32)))
+            .find(|(n, _)| !u32::try_from(*n).is_ok_and(|n| unclaimed_set.contains(&n)))
         {
             return Err(nonsense(
                 name,
@@ -602,7 +602,7 @@ impl ProviderInstance {
                 "kernel_serialize",
                 format!("returned {} bytes at NULL", buf.len),
             )),
-            Ok(()) if buf.len > MAX_KERNEL_BYTES => Err(nonsense(
+            Ok(()) if buf.len as u64 > MAX_KERNEL_BYTES => Err(nonsense(
                 name,
                 "kernel_serialize",
                 format!(
@@ -687,7 +687,7 @@ type KernelDeserializeFn = unsafe extern "C" fn(
 ) -> *mut EpxStatus;
 
 /// The largest serialized kernel the host takes (a compiled model with its weights).
-const MAX_KERNEL_BYTES: usize = 4 << 30;
+const MAX_KERNEL_BYTES: u64 = 4 << 30;
 
 /// Nodes an EP declined, with its reason for each (ABI 1.4).
 pub(crate) type Declined = Vec<(usize, String)>;

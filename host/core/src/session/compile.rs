@@ -77,10 +77,15 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let abi = AbiGraph::new(&model);
     let keep_on_device = device_outputs(g, &request.device_outputs)?;
     let cache = request.kernel_cache.then(|| env.kernel_cache()).flatten();
-    let built = partition_and_compile(&abi, &providers, fallback, cache.as_ref())?;
+    let strict = |groups: &[Group], declines: &Declines| {
+        check_strict(
+            request.strict,
+            &place_fallbacks(g, groups, &providers, declines, env).1,
+        )
+    };
+    let built = partition_and_compile(&abi, &providers, fallback, cache.as_ref(), &strict)?;
     let (node_provider, fallbacks) =
         place_fallbacks(g, &built.groups, &providers, &built.declines, env);
-    check_strict(request.strict, &fallbacks)?;
     drop(abi);
     let Built {
         groups,
@@ -394,11 +399,13 @@ struct Built {
 /// kernels, first tries the recorded capability answers of those EPs with every one of their
 /// kernels rebuilt from the cache (no query, no compile); anything missing, and it starts over
 /// asking every EP, recording the answers and storing the kernels.
+/// `check` runs on each partition before anything is compiled (strict placement).
 fn partition_and_compile(
     abi: &AbiGraph<'_>,
     providers: &[Arc<ProviderInstance>],
     fallback: usize,
     cache: Option<&crate::cache::KernelCache>,
+    check: &dyn Fn(&[Group], &Declines) -> Result<()>,
 ) -> Result<Built> {
     let g = abi.graph;
     let digest = cache
@@ -418,6 +425,7 @@ fn partition_and_compile(
             if caps.missed {
                 return Ok(None);
             }
+            check(&groups, &declines)?;
             let must_load = caps.replayed.clone();
             let compiled = compile_kernels(
                 abi,
@@ -455,6 +463,7 @@ fn partition_and_compile(
         Some(caps) => caps.answer(i, &providers[i], abi, unclaimed),
         None => providers[i].capability(abi, unclaimed),
     })?;
+    check(&groups, &declines)?;
     let none = vec![false; providers.len()];
     let (kernels, cache_uses) = compile_kernels(
         abi,
@@ -467,6 +476,17 @@ fn partition_and_compile(
         &mut earlier,
     )?
     .ok_or_else(|| Error::Run("internal: a kernel had to come from the cache".into()))?;
+    // An EP's answer is kept only when every one of its kernels is in the cache now: replaying
+    // it could not succeed otherwise, and would cost a query and an import for nothing.
+    if let Some(caps) = caps {
+        caps.commit(|p| {
+            groups
+                .iter()
+                .enumerate()
+                .filter(|(_, grp)| grp.provider == p)
+                .all(|(i, _)| cache_uses.iter().any(|u| u.group == i && u.in_cache))
+        });
+    }
     Ok(Built {
         groups,
         declines,
@@ -489,11 +509,16 @@ fn compile_kernels(
     must_load: &[bool],
     earlier: &mut kernel_cache::EarlierNotes,
 ) -> Result<Option<(Vec<Kernel>, Vec<KernelCacheUse>)>> {
-    let mut kernels = Vec::with_capacity(groups.len());
+    // Groups that must come from the cache first: if one cannot, nothing else was compiled
+    // for nothing.
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by_key(|&i| !must_load[groups[i].provider]);
+    let mut made: Vec<Option<Kernel>> = (0..groups.len()).map(|_| None).collect();
     let mut uses = Vec::new();
-    for (i, group) in groups.iter().enumerate() {
+    for i in order {
+        let group = &groups[i];
         let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
-        let made = kernel_cache::compile_group(
+        let compiled = kernel_cache::compile_group(
             cache,
             abi,
             &providers[group.provider],
@@ -505,14 +530,14 @@ fn compile_kernels(
             must_load[group.provider],
             earlier,
         )?;
-        let kernel_cache::Compiled::Kernel(compiled, used) = made else {
+        let kernel_cache::Compiled::Kernel(compiled, used) = compiled else {
             return Ok(None);
         };
         if let Some(mut u) = used {
             u.group = i;
             uses.push(u);
         }
-        kernels.push(Kernel {
+        made[i] = Some(Kernel {
             compiled,
             group: group.clone(),
             lenient_shapes: group.provider == fallback,
@@ -524,6 +549,8 @@ fn compile_kernels(
             expected: group.outputs.iter().map(|&v| declared(g, v)).collect(),
         });
     }
+    uses.sort_by_key(|u| u.group);
+    let kernels = made.into_iter().flatten().collect();
     Ok(Some((kernels, uses)))
 }
 

@@ -28,6 +28,8 @@ fn provider_hasher(provider: &ProviderInstance, what: &str) -> Sha256 {
         h.update(s.as_bytes());
     };
     line(KEY_FORMAT);
+    // The host's version too: what it hands an EP (graph views, inferred shapes) may change.
+    line(env!("CARGO_PKG_VERSION"));
     line(what);
     line(&crate::plugin_abi_version());
     line(&d.name);
@@ -99,6 +101,8 @@ pub(super) struct Capabilities<'a> {
     pub(super) replayed: Vec<bool>,
     /// A provider that caches kernels had no usable recorded answer (the pass then fails).
     pub(super) missed: bool,
+    /// Answers asked for and not yet written: (provider, key, entry, text).
+    pending: Vec<(usize, String, EntryMeta, Vec<u8>)>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -114,6 +118,7 @@ impl<'a> Capabilities<'a> {
             replay,
             replayed: vec![false; providers],
             missed: false,
+            pending: Vec::new(),
         }
     }
 
@@ -167,16 +172,22 @@ impl<'a> Capabilities<'a> {
             plugin: format!("{} {}", provider.library.name, provider.library.version),
             nodes: groups.iter().map(Vec::len).sum(),
         };
-        if let Err(e) = self
-            .cache
-            .put(&key, &meta, &answer_text(&groups, &declined))
-        {
-            tracing::debug!(
-                ep = provider.name(),
-                "cannot record a capability answer: {e}"
-            );
-        }
+        self.pending
+            .push((index, key, meta, answer_text(&groups, &declined)));
         Ok((groups, declined))
+    }
+
+    /// Writes the answers asked for of the providers `all_stored` accepts (every kernel of
+    /// theirs is in the cache now).
+    pub(super) fn commit(self, all_stored: impl Fn(usize) -> bool) {
+        for (index, key, meta, text) in self.pending {
+            if !all_stored(index) {
+                continue;
+            }
+            if let Err(e) = self.cache.put(&key, &meta, &text) {
+                tracing::debug!(ep = meta.provider, "cannot record a capability answer: {e}");
+            }
+        }
     }
 }
 
@@ -206,14 +217,15 @@ fn parse_answer(bytes: &[u8]) -> Option<(Vec<Vec<usize>>, Declined)> {
     let mut declined = Vec::new();
     for line in text.lines() {
         if let Some(ids) = line.strip_prefix("group") {
+            // Node ids are u32 in the ABI; the checks a live answer gets follow.
             let g = ids
                 .split_whitespace()
-                .map(|n| n.parse().ok())
+                .map(|n| n.parse::<u32>().ok().map(|n| n as usize))
                 .collect::<Option<Vec<usize>>>()?;
             groups.push(g);
         } else if let Some(rest) = line.strip_prefix("declined ") {
             let (n, reason) = rest.split_once(' ').unwrap_or((rest, ""));
-            declined.push((n.parse().ok()?, reason.to_string()));
+            declined.push((n.parse::<u32>().ok()? as usize, reason.to_string()));
         } else {
             return None;
         }
@@ -260,11 +272,16 @@ pub(super) fn compile_group(
                 Ok(k) => {
                     tracing::debug!(ep = name, key, bytes = bytes.len(), "kernel from the cache");
                     let note = format!("loaded ({} bytes, entry {})", bytes.len(), &key[..16]);
-                    return Ok(Compiled::Kernel(k, Some(KernelCacheUse::new(true, note))));
+                    return Ok(Compiled::Kernel(
+                        k,
+                        Some(KernelCacheUse::new(true, true, note)),
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!(ep = name, key, "the EP did not take its cached kernel: {e}");
                     notes.push(format!("the EP refused its stored kernel ({e})"));
+                    // Not offered again, in this session or the next: a new one replaces it.
+                    cache.remove(&key);
                 }
             }
         }
@@ -279,6 +296,7 @@ pub(super) fn compile_group(
         return Ok(Compiled::NotLoaded);
     }
     let kernel = compile()?;
+    let mut in_cache = false;
     let stored = match provider.serialize_kernel(&kernel) {
         Ok(Some(bytes)) => {
             let meta = EntryMeta {
@@ -288,11 +306,14 @@ pub(super) fn compile_group(
                 nodes: nodes.len(),
             };
             match cache.put(&key, &meta, &bytes) {
-                Ok(_) => format!(
-                    "compiled and stored ({} bytes, entry {})",
-                    bytes.len(),
-                    &key[..16]
-                ),
+                Ok(_) => {
+                    in_cache = true;
+                    format!(
+                        "compiled and stored ({} bytes, entry {})",
+                        bytes.len(),
+                        &key[..16]
+                    )
+                }
                 Err(e) => {
                     tracing::warn!(ep = name, dir = %cache.dir().display(), "cannot store a compiled kernel: {e}");
                     format!("compiled; not stored: {} ({e})", cache.dir().display())
@@ -308,6 +329,6 @@ pub(super) fn compile_group(
     notes.push(stored);
     Ok(Compiled::Kernel(
         kernel,
-        Some(KernelCacheUse::new(false, notes.join("; "))),
+        Some(KernelCacheUse::new(false, in_cache, notes.join("; "))),
     ))
 }

@@ -69,17 +69,20 @@ pub struct KernelCacheUse {
     pub kernel: String,
     /// Whether the kernel was rebuilt from the cache (not compiled).
     pub loaded: bool,
+    /// Whether the kernel is in the cache after this session (rebuilt from it, or stored).
+    pub in_cache: bool,
     /// What happened: `loaded (...)`, `compiled and stored (...)`, or why it was compiled and
     /// what went wrong (a damaged entry, an entry the EP refused, a folder it could not write).
     pub note: String,
 }
 
 impl KernelCacheUse {
-    pub(crate) fn new(loaded: bool, note: String) -> Self {
+    pub(crate) fn new(loaded: bool, in_cache: bool, note: String) -> Self {
         KernelCacheUse {
             group: 0,
             kernel: String::new(),
             loaded,
+            in_cache,
             note,
         }
     }

@@ -140,6 +140,62 @@ fn ort_cpu_runs_the_example_models_like_the_cpu_ep() {
     }
 }
 
+/// ONNX Runtime's own device list (`GetEpDevices`) becomes the EP's: `ort_cpu` lists the
+/// processor ONNX Runtime sees, a session can name it, and a device it does not list, or a
+/// `device_id` that contradicts the chosen device, is an error.
+#[test]
+fn ort_cpu_lists_the_devices_onnx_runtime_reports() {
+    if !ort_ready() {
+        return;
+    }
+    let dir = plugin_dir("ort_cpu");
+    let env = env_for(&dir);
+    let devices: Vec<_> = env
+        .devices()
+        .into_iter()
+        .filter(|d| d.provider == "ort_cpu")
+        .collect();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    let d = &devices[0];
+    assert_eq!(d.selector, "ort_cpu:0");
+    assert_eq!(d.device.kind, "cpu");
+    assert!(d.device.unusable.is_none());
+    assert!(
+        !d.device.vendor.is_empty() && !d.device.name.is_empty(),
+        "{d:?}"
+    );
+    assert!(
+        !d.device.driver_version.is_empty(),
+        "ONNX Runtime's version or the driver's: {d:?}"
+    );
+    let path = model_path("mnist-cnn");
+    let on = session(
+        &env,
+        &path,
+        vec![
+            ExecutionProvider::new("ort_cpu")
+                .on_device("0")
+                .error_on_failure(),
+        ],
+    );
+    assert_eq!(
+        on.placement().devices,
+        [("ort_cpu".to_string(), "ort_cpu:0".to_string())]
+    );
+    assert_matches_reference("mnist-cnn", &run(&on, &reference_inputs("mnist-cnn")));
+    let err = Session::builder()
+        .expect("builder")
+        .with_environment(env.clone())
+        .with_execution_providers([ExecutionProvider::new("ort_cpu")
+            .on_device("3")
+            .error_on_failure()])
+        .expect("eps")
+        .commit_from_file(&path)
+        .err()
+        .expect("no device 3");
+    assert!(err.to_string().contains("ort_cpu:0"), "{err}");
+}
+
 #[test]
 fn ort_cpu_and_the_cpu_ep_share_a_model() {
     if !ort_ready() {

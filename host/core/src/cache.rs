@@ -542,7 +542,10 @@ mod tests {
         assert!(matches!(c.get(&key(4)), Lookup::Damaged(w) if w.contains("more than")));
         std::fs::write(c.dir().join("ünïcode€€.kernel"), b"x").unwrap();
         let keys: Vec<String> = c.entries().unwrap().into_iter().map(|e| e.key).collect();
-        assert!(keys.contains(&key(1)) && !keys.iter().any(|k| k.contains('€')), "{keys:?}");
+        assert!(
+            keys.contains(&key(1)) && !keys.iter().any(|k| k.contains('€')),
+            "{keys:?}"
+        );
     }
 
     #[test]

@@ -7,13 +7,11 @@
 //!   feature — never linked or downloaded at build time. Where the library is looked for:
 //!   [`locate`]. Its version is read (`OrtGetApiBase()->GetVersionString()`) and checked before
 //!   `ort` uses it.
-//! - **API level**: `ort` is built with `api-18`. Everything the adapter calls
-//!   (`GetAvailableProviders`, session config entries, the generic and V2
-//!   `SessionOptionsAppendExecutionProvider*` calls, `CreateTensorWithDataAsOrtValue`, `Run`) is in
-//!   the version-17 C API table, the lowest `ort` offers, except Vitis AI's registration
-//!   (`SessionOptionsAppendExecutionProvider_VitisAI`, new in API 18; `ort` compiles its Vitis
-//!   builder only with `api-18`). So any ONNX Runtime 1.18 or newer works; a higher level would
-//!   only refuse older runtimes.
+//! - **API level**: `ort` is built with `api-22`, so ONNX Runtime 1.22 or newer loads (an older
+//!   one is refused, naming both versions). Sessions need no more than the version-18 table;
+//!   level 22 brings `GetEpDevices`, ONNX Runtime's own list of the devices each of its EPs can
+//!   use, which the adapter hands on as the EP's devices (ABI 1.5): kind, vendor, the name and
+//!   driver version where ONNX Runtime's metadata has them, ids in ONNX Runtime's order.
 //! - **Availability** is truthful: the OS/architecture must be one ORT builds the EP for, the
 //!   library must be found, and the EP must be in the library's `GetAvailableProviders` list.
 //! - **Capability** is probed: each distinct node signature is serialized alone

@@ -105,6 +105,17 @@ impl ProviderFactory for OrtFactory {
         self.check_runtime(None).map(|_| ())
     }
 
+    /// ONNX Runtime's own list for this EP (`GetEpDevices`); none where the EP cannot run.
+    fn devices(&self) -> sdk::Result<Vec<sdk::DeviceInfo>> {
+        if self.check_platform().is_err() {
+            return Ok(Vec::new());
+        }
+        match self.check_runtime(None) {
+            Ok(rt) => crate::runtime::ep_devices(&rt, self.ep.ort_name()),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
     fn create(&self, mut options: ProviderOptions) -> sdk::Result<Box<dyn Provider>> {
         let library = options.take("library").map(PathBuf::from);
         let ops: Option<HashSet<String>> = options.take("ops").map(|v| {
@@ -113,6 +124,9 @@ impl ProviderFactory for OrtFactory {
                 .filter(|s| !s.is_empty())
                 .collect()
         });
+        // A device the session chose from the list: its place among the EP's devices, which is
+        // the EP's `device_id` where it has one.
+        let chosen = options.take_device()?;
         let mut intra_threads = None;
         let mut device_id = 0;
         let mut ep_options = Vec::new();
@@ -136,6 +150,32 @@ impl ProviderFactory for OrtFactory {
             }
         }
         options.finish()?;
+        if let Some(d) = chosen {
+            let has_id = self.ep.option_keys().contains(&"device_id");
+            let given = ep_options.iter().find(|(k, _)| k == "device_id");
+            match given {
+                Some((_, v)) if v.trim() != d.to_string() => {
+                    return Err(Error::invalid_argument(format!(
+                        "{}: option `device_id` says {v}, but the session chose device {d}; give \
+                         one of them",
+                        self.name
+                    )));
+                }
+                Some(_) => {}
+                None if has_id => {
+                    device_id = d as i32;
+                    ep_options.push(("device_id".into(), d.to_string()));
+                }
+                None if d == 0 => {}
+                None => {
+                    return Err(Error::invalid_argument(format!(
+                        "{}: ONNX Runtime's {} has no device option; only device 0 can be chosen",
+                        self.name,
+                        self.ep.ort_name()
+                    )));
+                }
+            }
+        }
         self.check_platform()?;
         let rt = self.check_runtime(library.as_deref())?;
         let dispatch = self

@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use epx_plugin_api::abi::EpxLogLevel;
-use epx_plugin_api::sdk::{self, Error};
+use epx_plugin_api::sdk::{self, DeviceInfo, DeviceKind, Error};
 use ort::environment::Environment;
 use ort::logging::LogLevel;
 
 use crate::locate::{SearchEnv, locate};
 
-/// The lowest ONNX Runtime minor version (1.x) this adapter can use: `ort`'s `api-18` feature
-/// asks ORT for the version-18 C API table, which ORT 1.18 and newer provide.
+/// The lowest ONNX Runtime minor version (1.x) this adapter can use: `ort`'s `api-22` feature
+/// asks ORT for the version-22 C API table (the first with `GetEpDevices`), which ORT 1.22 and
+/// newer provide.
 pub const MIN_ORT_MINOR: u32 = ort::MINOR_VERSION;
 
 /// A loaded ONNX Runtime library.
@@ -180,6 +181,102 @@ fn load(path: &Path) -> sdk::Result<Runtime> {
     })
 }
 
+/// The devices ONNX Runtime lists for its EP `ort_ep` (`GetEpDevices`, C API 22): kind,
+/// vendor, and the name and driver version where its metadata says them. Their ids are their
+/// order among that EP's devices (`cuda:1` is the second GPU ONNX Runtime lists for CUDA).
+pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
+    use ort::AsPointer;
+    use ort::sys::OrtHardwareDeviceType as T;
+    let api = ort::api();
+    let mut list: *const *const ort::sys::OrtEpDevice = std::ptr::null();
+    let mut n = 0usize;
+    // SAFETY: a live environment; the list and the devices in it are ONNX Runtime's, valid
+    // while the environment lives (it does: `rt` holds it), and only read here.
+    unsafe {
+        check(
+            (api.GetEpDevices)(rt.env.ptr(), &mut list, &mut n),
+            "GetEpDevices",
+        )?;
+        if list.is_null() {
+            return Ok(Vec::new());
+        }
+        let text = |p: *const std::ffi::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        let mut out = Vec::new();
+        for i in 0..n.min(1024) {
+            let d = *list.add(i);
+            if d.is_null() || text((api.EpDevice_EpName)(d)) != ort_ep {
+                continue;
+            }
+            let hw = (api.EpDevice_Device)(d);
+            if hw.is_null() {
+                continue;
+            }
+            let kind = match (api.HardwareDevice_Type)(hw) {
+                T::OrtHardwareDeviceType_CPU => DeviceKind::Cpu,
+                T::OrtHardwareDeviceType_GPU => DeviceKind::Gpu,
+                T::OrtHardwareDeviceType_NPU => DeviceKind::Npu,
+            };
+            let mut meta = Vec::new();
+            for kv in [
+                (api.HardwareDevice_Metadata)(hw),
+                (api.EpDevice_EpMetadata)(d),
+            ] {
+                if kv.is_null() {
+                    continue;
+                }
+                let (mut keys, mut values, mut count) = (std::ptr::null(), std::ptr::null(), 0);
+                (api.GetKeyValuePairs)(kv, &mut keys, &mut values, &mut count);
+                for j in 0..count.min(256) {
+                    if !keys.is_null() && !values.is_null() {
+                        meta.push((text(*keys.add(j)), text(*values.add(j))));
+                    }
+                }
+            }
+            let get = |k: &str| {
+                meta.iter()
+                    .find(|(key, v)| key.eq_ignore_ascii_case(k) && !v.is_empty())
+                    .map(|(_, v)| v.clone())
+            };
+            let vendor = text((api.HardwareDevice_Vendor)(hw));
+            let name = get("Description").unwrap_or_else(|| {
+                let what = match kind {
+                    DeviceKind::Cpu => "CPU",
+                    DeviceKind::Gpu => "GPU",
+                    DeviceKind::Npu => "NPU",
+                    DeviceKind::Other => "device",
+                };
+                let (v, id) = (
+                    (api.HardwareDevice_VendorId)(hw),
+                    (api.HardwareDevice_DeviceId)(hw),
+                );
+                if id == 0 {
+                    format!("{vendor} {what}")
+                } else {
+                    format!("{vendor} {what} (PCI {v:04x}:{id:04x})")
+                }
+            });
+            out.push(DeviceInfo {
+                kind,
+                device_id: out.len() as u32,
+                id_name: String::new(),
+                vendor,
+                name,
+                memory_bytes: 0,
+                driver_version: get("DriverVersion")
+                    .unwrap_or_else(|| format!("ONNX Runtime {}", rt.version)),
+                unusable: None,
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// ORT's status as a Result.
 ///
 /// # Safety
@@ -230,9 +327,10 @@ mod tests {
     fn versions_are_checked() {
         let p = Path::new("/x/libonnxruntime.so");
         assert!(check_version("1.31.1", p).is_ok());
-        assert!(check_version("1.18.0", p).is_ok());
+        assert!(check_version("1.22.0", p).is_ok());
+        assert!(check_version("1.21.1", p).is_err());
         let e = check_version("1.17.3", p).unwrap_err();
-        assert!(e.contains("1.17.3") && e.contains("1.18"), "{e}");
+        assert!(e.contains("1.17.3") && e.contains("1.22"), "{e}");
         assert!(check_version("2.0.0", p).is_err());
         assert!(check_version("garbage", p).is_err());
     }

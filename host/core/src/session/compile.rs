@@ -2,6 +2,7 @@
 //! order by [`compile`]. Each step is a function of what the ones before it produced, so a
 //! change to (say) how fallbacks are reported touches one step.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -416,15 +417,27 @@ fn partition_and_compile(
                 .ok()
         });
     let mut earlier = kernel_cache::EarlierNotes::new();
+    // Answers of EPs that do not cache kernels, asked once for both passes.
+    type Answer = (Vec<Vec<usize>>, crate::plugin::Declined);
+    let mut live: HashMap<(usize, Vec<u32>), Answer> = HashMap::new();
+    let mut ask_live = |i: usize, unclaimed: &[u32]| -> Result<Answer> {
+        if let Some(a) = live.get(&(i, unclaimed.to_vec())) {
+            return Ok(a.clone());
+        }
+        let a = providers[i].capability(abi, unclaimed)?;
+        live.insert((i, unclaimed.to_vec()), a.clone());
+        Ok(a)
+    };
     if let (Some(c), Some(d)) = (cache, &digest) {
         let mut caps = kernel_cache::Capabilities::new(c, d.clone(), true, providers.len());
         let replay = (|| -> Result<Option<Built>> {
             let (groups, declines) = partition(abi, providers, &mut |i, unclaimed| {
-                caps.answer(i, &providers[i], abi, unclaimed)
+                if providers[i].caches_kernels() {
+                    caps.answer(i, &providers[i], abi, unclaimed)
+                } else {
+                    ask_live(i, unclaimed)
+                }
             })?;
-            if caps.missed {
-                return Ok(None);
-            }
             check(&groups, &declines)?;
             let must_load = caps.replayed.clone();
             let compiled = compile_kernels(
@@ -460,8 +473,10 @@ fn partition_and_compile(
     let mut caps = with_digest
         .map(|(c, d)| kernel_cache::Capabilities::new(c, d.to_string(), false, providers.len()));
     let (groups, declines) = partition(abi, providers, &mut |i, unclaimed| match caps.as_mut() {
-        Some(caps) => caps.answer(i, &providers[i], abi, unclaimed),
-        None => providers[i].capability(abi, unclaimed),
+        Some(caps) if providers[i].caches_kernels() => {
+            caps.answer(i, &providers[i], abi, unclaimed)
+        }
+        _ => ask_live(i, unclaimed),
     })?;
     check(&groups, &declines)?;
     let none = vec![false; providers.len()];

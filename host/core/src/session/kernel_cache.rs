@@ -95,12 +95,10 @@ pub(super) fn graph_digest(model: &Model) -> Result<String> {
 pub(super) struct Capabilities<'a> {
     cache: &'a KernelCache,
     graph: String,
-    /// Replay recorded answers (and note a miss) rather than ask and record.
+    /// Replay recorded answers (a missing one fails the pass) rather than ask and record.
     replay: bool,
     /// Per provider: its answer was replayed.
     pub(super) replayed: Vec<bool>,
-    /// A provider that caches kernels had no usable recorded answer (the pass then fails).
-    pub(super) missed: bool,
     /// Answers asked for and not yet written: (provider, key, entry, text).
     pending: Vec<(usize, String, EntryMeta, Vec<u8>)>,
 }
@@ -117,7 +115,6 @@ impl<'a> Capabilities<'a> {
             graph,
             replay,
             replayed: vec![false; providers],
-            missed: false,
             pending: Vec::new(),
         }
     }
@@ -131,7 +128,8 @@ impl<'a> Capabilities<'a> {
         hex(&h.finalize())
     }
 
-    /// The answer of provider `index` for `unclaimed`: replayed, or asked (and recorded).
+    /// The answer of provider `index` (one that caches kernels) for `unclaimed`: replayed, or
+    /// asked (and recorded).
     pub(super) fn answer(
         &mut self,
         index: usize,
@@ -139,9 +137,6 @@ impl<'a> Capabilities<'a> {
         abi: &AbiGraph<'_>,
         unclaimed: &[u32],
     ) -> Result<(Vec<Vec<usize>>, Declined)> {
-        if !provider.caches_kernels() {
-            return provider.capability(abi, unclaimed);
-        }
         let key = self.key(provider, unclaimed);
         if self.replay {
             let recorded = match self.cache.get(&key) {
@@ -155,14 +150,11 @@ impl<'a> Capabilities<'a> {
                     self.replayed[index] = true;
                     Ok(checked)
                 }
-                None => {
-                    // Ends this pass: the session asks every EP instead.
-                    self.missed = true;
-                    Err(crate::Error::Run(format!(
-                        "no recorded capability answer of {}",
-                        provider.name()
-                    )))
-                }
+                // Ends this pass: the session asks every EP instead.
+                None => Err(crate::Error::Run(format!(
+                    "no recorded capability answer of {}",
+                    provider.name()
+                ))),
             };
         }
         let (groups, declined) = provider.capability(abi, unclaimed)?;

@@ -288,3 +288,24 @@ fn a_recorded_partition_that_names_nodes_not_offered_is_not_used() {
         check_outputs(&s);
     }
 }
+
+#[test]
+fn a_plugin_library_changed_after_it_was_loaded_has_its_kernels_compiled() {
+    use std::io::Write;
+    let st = setup("kcache-changed");
+    let log = st.cache.path().join("journal.txt");
+    let (lib, _) = st.env.find_provider("adversarial").expect("loaded");
+    let path = lib.path.clone().expect("a plugin library");
+    // The file on disk is no longer the code in memory (an upgrade under a running process):
+    // its digest would name code this process does not run.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(b"\0"))
+        .expect("append");
+    let s = session(&st.env, ep("on", &log));
+    assert!(s.placement().kernel_cache.is_empty());
+    assert!(entries(st.cache.path()).is_empty());
+    check_outputs(&s);
+    assert_eq!(journal(&log), ["capability", "compile"]);
+}

@@ -184,6 +184,9 @@ pub struct PluginLibrary {
     pub isolation: Option<Isolation>,
     /// The library file's SHA-256, once asked for ([`Self::file_sha256`]).
     file_sha256: std::sync::OnceLock<Option<String>>,
+    /// Size, modification time and inode of the file when it was opened, to tell whether the
+    /// file hashed later is still the one loaded.
+    file_stamp: Option<FileStamp>,
     descriptor: *mut EpxPluginDescriptor,
     factories: Vec<*const EpxProviderFactory>,
     // Dropped after the descriptor is released (see Drop), dependencies last.
@@ -254,13 +257,43 @@ unsafe fn plugin_str(
         .map_err(|_| format!("{what} is not UTF-8"))
 }
 
+/// What tells one version of a file from the next without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let md = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            len: md.len(),
+            modified: md.modified().ok(),
+            #[cfg(unix)]
+            inode: std::os::unix::fs::MetadataExt::ino(&md),
+        })
+    }
+}
+
 impl PluginLibrary {
     /// The SHA-256 of the library file, read once per process; `None` for providers linked
     /// into the program or a file that cannot be read.
+    /// `None` too when the file changed since it was opened (a plugin upgraded under a running
+    /// process): its digest would not be the loaded code's.
     pub fn file_sha256(&self) -> Option<&str> {
         self.file_sha256
             .get_or_init(|| {
                 let path = self.path.as_deref()?;
+                if self.file_stamp.is_some() && FileStamp::of(path) != self.file_stamp {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "the plugin library changed since it was loaded; its kernels are not cached"
+                    );
+                    return None;
+                }
                 super::manifest::sha256_file(path)
                     .map_err(|e| tracing::debug!(path = %path.display(), "cannot hash: {e}"))
                     .ok()
@@ -289,6 +322,7 @@ impl PluginLibrary {
             })?;
             preloaded.push(lib);
         }
+        let stamp = FileStamp::of(path);
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
         let library =
             unsafe { open_now(path) }.map_err(|e| load_error(Kind::Open, e.to_string()))?;
@@ -306,6 +340,7 @@ impl PluginLibrary {
         let lib_mut = Arc::get_mut(&mut lib)
             .ok_or_else(|| load_error(Kind::BadDescriptor, "internal: shared too early"))?;
         lib_mut.library = Some(library);
+        lib_mut.file_stamp = stamp;
         lib_mut._preloaded = preloaded;
         lib_mut.preloads = preload.to_vec();
         Ok(lib)
@@ -496,6 +531,7 @@ impl PluginLibrary {
             preloads: Vec::new(),
             isolation: None,
             file_sha256: std::sync::OnceLock::new(),
+            file_stamp: None,
             descriptor: d,
             factories,
             library: None,
@@ -519,6 +555,7 @@ impl PluginLibrary {
             preloads: preloads.to_vec(),
             isolation: Some(isolation),
             file_sha256: std::sync::OnceLock::new(),
+            file_stamp: FileStamp::of(path),
             descriptor: std::ptr::null_mut(),
             factories: Vec::new(),
             library: None,

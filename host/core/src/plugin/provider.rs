@@ -578,9 +578,12 @@ impl ProviderInstance {
         }
     }
 
-    /// Whether this EP's kernels can go in the kernel cache (ABI 1.6, in this process).
+    /// Whether this EP's kernels can go in the kernel cache: ABI 1.6 functions, in this process,
+    /// and a library file whose digest is the loaded code's (see
+    /// [`PluginLibrary::file_sha256`]).
     pub fn caches_kernels(&self) -> bool {
         self.cache_fns().is_some()
+            && (self.library.path.is_none() || self.library.file_sha256().is_some())
     }
 
     /// The bytes from which [`Self::deserialize_kernel`] rebuilds `kernel`: `Ok(None)` when

@@ -217,10 +217,15 @@ pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
             if hw.is_null() {
                 continue;
             }
-            let kind = match (api.HardwareDevice_Type)(hw) {
-                T::OrtHardwareDeviceType_CPU => DeviceKind::Cpu,
-                T::OrtHardwareDeviceType_GPU => DeviceKind::Gpu,
-                T::OrtHardwareDeviceType_NPU => DeviceKind::Npu,
+            // Read as the `int` it is in C: a kind newer than this build knows must not become an
+            // invalid Rust enum value.
+            let device_type: unsafe extern "system" fn(*const ort::sys::OrtHardwareDevice) -> i32 =
+                std::mem::transmute(api.HardwareDevice_Type);
+            let kind = match device_type(hw) {
+                k if k == T::OrtHardwareDeviceType_CPU as i32 => DeviceKind::Cpu,
+                k if k == T::OrtHardwareDeviceType_GPU as i32 => DeviceKind::Gpu,
+                k if k == T::OrtHardwareDeviceType_NPU as i32 => DeviceKind::Npu,
+                _ => DeviceKind::Other,
             };
             let mut meta = Vec::new();
             for kv in [

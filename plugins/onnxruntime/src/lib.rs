@@ -11,7 +11,9 @@
 //!   one is refused, naming both versions). Sessions need no more than the version-18 table;
 //!   level 22 brings `GetEpDevices`, ONNX Runtime's own list of the devices each of its EPs can
 //!   use, which the adapter hands on as the EP's devices (ABI 1.5): kind, vendor, the name and
-//!   driver version where ONNX Runtime's metadata has them, ids in ONNX Runtime's order.
+//!   driver version where ONNX Runtime's metadata has them, ids in ONNX Runtime's order. Only
+//!   ONNX Runtime's built-in EPs (and EP libraries registered with it) are listed there; the
+//!   provider-bridge EPs (CUDA, TensorRT, OpenVINO, ...) list no devices.
 //! - **Availability** is truthful: the OS/architecture must be one ORT builds the EP for, the
 //!   library must be found, and the EP must be in the library's `GetAvailableProviders` list.
 //! - **Capability** is probed: each distinct node signature is serialized alone

@@ -86,6 +86,62 @@ impl OrtFactory {
     }
 }
 
+impl OrtFactory {
+    /// Applies the options ONNX Runtime gives for device `d` of this EP (its `device_id`, as
+    /// ONNX Runtime numbers devices, not their place in its list); an option the user gave that
+    /// says otherwise is an error. Returns the device id set, if one was.
+    fn select_device(
+        &self,
+        rt: &Runtime,
+        d: u32,
+        ep_options: &mut Vec<(String, String)>,
+    ) -> sdk::Result<Option<i32>> {
+        let listed = crate::runtime::ep_devices(rt, self.ep.ort_name())?;
+        let device = listed.get(d as usize).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "{}: ONNX Runtime lists {} device(s) for {}, not device {d}",
+                self.name,
+                listed.len(),
+                self.ep.ort_name()
+            ))
+        })?;
+        let mut id = None;
+        let mut selected = false;
+        for (k, v) in &device.options {
+            let Some(&key) = self.ep.option_keys().iter().find(|o| **o == k.as_str()) else {
+                continue;
+            };
+            selected = true;
+            let same = |given: &str| match (given.trim().parse::<i64>(), v.trim().parse::<i64>()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => given.trim() == v.trim(),
+            };
+            match ep_options.iter().find(|(ek, _)| ek == key) {
+                Some((_, given)) if !same(given) => {
+                    return Err(Error::invalid_argument(format!(
+                        "{}: option `{key}` says {given}, but the session chose device {d}, \
+                         which ONNX Runtime selects with {key}={v}; give one of them",
+                        self.name
+                    )));
+                }
+                Some(_) => {}
+                None => ep_options.push((key.to_string(), v.clone())),
+            }
+            if key == "device_id" {
+                id = v.trim().parse::<i32>().ok();
+            }
+        }
+        if !selected && d != 0 {
+            return Err(Error::invalid_argument(format!(
+                "{}: ONNX Runtime gives no option that selects device {d} of {}",
+                self.name,
+                self.ep.ort_name()
+            )));
+        }
+        Ok(id)
+    }
+}
+
 impl ProviderFactory for OrtFactory {
     fn info(&self) -> ProviderInfo {
         ProviderInfo {
@@ -111,7 +167,10 @@ impl ProviderFactory for OrtFactory {
             return Ok(Vec::new());
         }
         match self.check_runtime(None) {
-            Ok(rt) => crate::runtime::ep_devices(&rt, self.ep.ort_name()),
+            Ok(rt) => Ok(crate::runtime::ep_devices(&rt, self.ep.ort_name())?
+                .into_iter()
+                .map(|d| d.info)
+                .collect()),
             Err(_) => Ok(Vec::new()),
         }
     }
@@ -150,34 +209,13 @@ impl ProviderFactory for OrtFactory {
             }
         }
         options.finish()?;
-        if let Some(d) = chosen {
-            let has_id = self.ep.option_keys().contains(&"device_id");
-            let given = ep_options.iter().find(|(k, _)| k == "device_id");
-            match given {
-                Some((_, v)) if v.trim() != d.to_string() => {
-                    return Err(Error::invalid_argument(format!(
-                        "{}: option `device_id` says {v}, but the session chose device {d}; give \
-                         one of them",
-                        self.name
-                    )));
-                }
-                Some(_) => {}
-                None if has_id => {
-                    device_id = d as i32;
-                    ep_options.push(("device_id".into(), d.to_string()));
-                }
-                None if d == 0 => {}
-                None => {
-                    return Err(Error::invalid_argument(format!(
-                        "{}: ONNX Runtime's {} has no device option; only device 0 can be chosen",
-                        self.name,
-                        self.ep.ort_name()
-                    )));
-                }
-            }
-        }
         self.check_platform()?;
         let rt = self.check_runtime(library.as_deref())?;
+        if let Some(d) = chosen {
+            device_id = self
+                .select_device(&rt, d, &mut ep_options)?
+                .unwrap_or(device_id);
+        }
         let dispatch = self
             .ep
             .dispatch(&ep_options)

@@ -181,17 +181,27 @@ fn load(path: &Path) -> sdk::Result<Runtime> {
     })
 }
 
+/// One device ONNX Runtime lists for one of its EPs.
+pub struct OrtDevice {
+    pub info: DeviceInfo,
+    /// The EP options ONNX Runtime says select this device (`device_id`, `deviceId`, ...).
+    pub options: Vec<(String, String)>,
+}
+
 /// The devices ONNX Runtime lists for its EP `ort_ep` (`GetEpDevices`, C API 22): kind,
 /// vendor, and the name and driver version where its metadata says them. Their ids are their
-/// order among that EP's devices (`cuda:1` is the second GPU ONNX Runtime lists for CUDA).
-pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
+/// order among that EP's devices; the options select each one. ONNX Runtime lists its built-in
+/// EPs (CPU; DirectML and WebGPU in builds with them) and EP libraries registered with it, not the
+/// EPs of its provider-bridge libraries (CUDA, TensorRT, OpenVINO, ...), which then list none.
+pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<OrtDevice>> {
     use ort::AsPointer;
     use ort::sys::OrtHardwareDeviceType as T;
     let api = ort::api();
     let mut list: *const *const ort::sys::OrtEpDevice = std::ptr::null();
     let mut n = 0usize;
-    // SAFETY: a live environment; the list and the devices in it are ONNX Runtime's, valid
-    // while the environment lives (it does: `rt` holds it), and only read here.
+    // SAFETY: a live environment; the list and the devices in it are ONNX Runtime's, valid until
+    // an EP library is registered with the environment (the adapter registers none); everything
+    // is copied out here.
     unsafe {
         check(
             (api.GetEpDevices)(rt.env.ptr(), &mut list, &mut n),
@@ -227,22 +237,23 @@ pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
                 k if k == T::OrtHardwareDeviceType_NPU as i32 => DeviceKind::Npu,
                 _ => DeviceKind::Other,
             };
-            let mut meta = Vec::new();
-            for kv in [
-                (api.HardwareDevice_Metadata)(hw),
-                (api.EpDevice_EpMetadata)(d),
-            ] {
+            let pairs = |kv: *const ort::sys::OrtKeyValuePairs| {
+                let mut out = Vec::new();
                 if kv.is_null() {
-                    continue;
+                    return out;
                 }
                 let (mut keys, mut values, mut count) = (std::ptr::null(), std::ptr::null(), 0);
                 (api.GetKeyValuePairs)(kv, &mut keys, &mut values, &mut count);
-                for j in 0..count.min(256) {
-                    if !keys.is_null() && !values.is_null() {
-                        meta.push((text(*keys.add(j)), text(*values.add(j))));
+                if !keys.is_null() && !values.is_null() {
+                    for j in 0..count.min(256) {
+                        out.push((text(*keys.add(j)), text(*values.add(j))));
                     }
                 }
-            }
+                out
+            };
+            let mut meta = pairs((api.HardwareDevice_Metadata)(hw));
+            meta.extend(pairs((api.EpDevice_EpMetadata)(d)));
+            let options = pairs((api.EpDevice_EpOptions)(d));
             let get = |k: &str| {
                 meta.iter()
                     .find(|(key, v)| key.eq_ignore_ascii_case(k) && !v.is_empty())
@@ -266,7 +277,7 @@ pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
                     format!("{vendor} {what} (PCI {v:04x}:{id:04x})")
                 }
             });
-            out.push(DeviceInfo {
+            let info = DeviceInfo {
                 kind,
                 device_id: out.len() as u32,
                 id_name: String::new(),
@@ -276,7 +287,8 @@ pub fn ep_devices(rt: &Runtime, ort_ep: &str) -> sdk::Result<Vec<DeviceInfo>> {
                 driver_version: get("DriverVersion")
                     .unwrap_or_else(|| format!("ONNX Runtime {}", rt.version)),
                 unusable: None,
-            });
+            };
+            out.push(OrtDevice { info, options });
         }
         Ok(out)
     }

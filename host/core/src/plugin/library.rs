@@ -2,9 +2,10 @@
 //! `dlopen` it, call the entry function, and check what the plugin hands back before anything
 //! else trusts it.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::DLDeviceType;
@@ -267,6 +268,18 @@ struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of `path` when this process first opened it: opening a library that is still
+    /// loaded gives the code loaded then, whatever the file holds now.
+    fn at_first_load(path: &Path) -> Option<FileStamp> {
+        static FIRST: Mutex<Option<HashMap<PathBuf, Option<FileStamp>>>> = Mutex::new(None);
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut first = FIRST.lock().unwrap_or_else(|p| p.into_inner());
+        *first
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert_with(|| FileStamp::of(path))
+    }
+
     fn of(path: &Path) -> Option<FileStamp> {
         let md = std::fs::metadata(path).ok()?;
         Some(FileStamp {
@@ -322,7 +335,7 @@ impl PluginLibrary {
             })?;
             preloaded.push(lib);
         }
-        let stamp = FileStamp::of(path);
+        let stamp = FileStamp::at_first_load(path);
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
         let library =
             unsafe { open_now(path) }.map_err(|e| load_error(Kind::Open, e.to_string()))?;

@@ -399,7 +399,8 @@ struct Built {
 /// Partitions the graph and compiles the groups. With a kernel cache and an EP that stores its
 /// kernels, first tries the recorded capability answers of those EPs with every one of their
 /// kernels rebuilt from the cache (no query, no compile); anything missing, and it starts over
-/// asking every EP, recording the answers and storing the kernels.
+/// asking those EPs (the others' answers for the same offer are reused), recording the answers
+/// and storing the kernels.
 /// `check` runs on each partition before anything is compiled (strict placement).
 fn partition_and_compile(
     abi: &AbiGraph<'_>,

@@ -90,7 +90,7 @@ pub(super) fn graph_digest(model: &Model) -> Result<String> {
 /// stored, a later session of the same model replays the answers instead of asking (an EP's
 /// capability query can cost more than its compile: OpenVINO compiles each op to see whether it
 /// runs), and rebuilds every kernel from the cache. A session that replays answers must find
-/// every kernel of those EPs stored; otherwise it starts over asking every EP (see
+/// every kernel of those EPs stored; otherwise it starts over asking those EPs (see
 /// `session::compile`), so an EP never compiles a group it was not asked about.
 pub(super) struct Capabilities<'a> {
     cache: &'a KernelCache,
@@ -150,7 +150,7 @@ impl<'a> Capabilities<'a> {
                     self.replayed[index] = true;
                     Ok(checked)
                 }
-                // Ends this pass: the session asks every EP instead.
+                // Ends this pass: the session asks the EPs instead.
                 None => Err(crate::Error::Run(format!(
                     "no recorded capability answer of {}",
                     provider.name()

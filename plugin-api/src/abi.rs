@@ -377,6 +377,21 @@ pub struct EpxSubgraph {
     pub outputs: *const u32,
 }
 
+impl EpxSubgraph {
+    /// A subgraph borrowing the id lists (they must outlive every use of it).
+    pub fn borrowing(nodes: &[u32], inputs: &[u32], outputs: &[u32]) -> Self {
+        EpxSubgraph {
+            struct_size: std::mem::size_of::<EpxSubgraph>(),
+            num_nodes: nodes.len(),
+            nodes: nodes.as_ptr(),
+            num_inputs: inputs.len(),
+            inputs: inputs.as_ptr(),
+            num_outputs: outputs.len(),
+            outputs: outputs.as_ptr(),
+        }
+    }
+}
+
 /// A capability answer: groups of node ids, each to be fused and compiled as one kernel.
 /// Filled by the plugin; the host calls `release` once it has read it.
 #[repr(C)]

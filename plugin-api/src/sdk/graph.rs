@@ -503,22 +503,8 @@ impl<'a> GraphView<'a> {
 
     /// The subgraph serialized as a standalone ONNX model.
     pub fn serialize_subgraph(&self, sub: &SubgraphView<'_>) -> Result<Vec<u8>> {
-        let raw = EpxSubgraph {
-            struct_size: std::mem::size_of::<EpxSubgraph>(),
-            num_nodes: sub.nodes.len(),
-            nodes: sub.nodes.as_ptr(),
-            num_inputs: sub.inputs.len(),
-            inputs: sub.inputs.as_ptr(),
-            num_outputs: sub.outputs.len(),
-            outputs: sub.outputs.as_ptr(),
-        };
-        let mut buf = EpxBuffer {
-            struct_size: std::mem::size_of::<EpxBuffer>(),
-            data: std::ptr::null_mut(),
-            len: 0,
-            release: None,
-            private_data: std::ptr::null_mut(),
-        };
+        let raw = EpxSubgraph::borrowing(sub.nodes, sub.inputs, sub.outputs);
+        let mut buf = EpxBuffer::empty();
         host_call!(self.api, graph_serialize_subgraph(self.raw, &raw, &mut buf))?;
         let bytes = if buf.data.is_null() {
             Vec::new()

@@ -489,15 +489,7 @@ impl ProviderInstance {
     ) -> Result<CompiledKernel> {
         let name = self.name();
         let _span = tracing::debug_span!("compile", provider = name, nodes = nodes.len()).entered();
-        let sub = EpxSubgraph {
-            struct_size: std::mem::size_of::<EpxSubgraph>(),
-            num_nodes: nodes.len(),
-            nodes: nodes.as_ptr(),
-            num_inputs: inputs.len(),
-            inputs: inputs.as_ptr(),
-            num_outputs: outputs.len(),
-            outputs: outputs.as_ptr(),
-        };
+        let sub = EpxSubgraph::borrowing(nodes, inputs, outputs);
         let provider = match &self.backend {
             Backend::Local(raw) => *raw,
             Backend::Isolated(remote) => {
@@ -650,15 +642,7 @@ impl ProviderInstance {
             ));
         };
         let (nodes, inputs, outputs) = group;
-        let sub = EpxSubgraph {
-            struct_size: std::mem::size_of::<EpxSubgraph>(),
-            num_nodes: nodes.len(),
-            nodes: nodes.as_ptr(),
-            num_inputs: inputs.len(),
-            inputs: inputs.as_ptr(),
-            num_outputs: outputs.len(),
-            outputs: outputs.as_ptr(),
-        };
+        let sub = EpxSubgraph::borrowing(nodes, inputs, outputs);
         let mut k: *mut EpxKernel = std::ptr::null_mut();
         // SAFETY: validated provider; everything passed is borrowed for the call.
         let status = unsafe {

@@ -95,7 +95,9 @@ typedef enum EpxErrorCode {
 } EpxErrorCode;
 
 /**
- * The plugin directories, default EPs and loaded plugins every session starts from.
+ * The plugin directories, default EPs and loaded plugins every session starts from. A handle,
+ * not an address: freeing it while another thread uses it is safe, and a call made with it
+ * after [`epx_env_free`] is an error.
  */
 typedef struct EpxEnv EpxEnv;
 
@@ -119,13 +121,18 @@ typedef struct EpxHostValue EpxHostValue;
 typedef struct EpxOutputs EpxOutputs;
 
 /**
- * A model partitioned across EPs and compiled, ready to run (from several threads at once).
+ * A model partitioned across EPs and compiled, ready to run (from several threads at once). A
+ * handle, not an address: each run holds its own reference, so [`epx_session_free`] while
+ * other threads run it lets those runs finish, and a run started after it fails with "the
+ * session is closed".
  */
 typedef struct EpxSession EpxSession;
 
 /**
  * An ordered list of EPs with their options, for sessions ([`epx_session_new`]) and as an
- * environment's default EPs ([`epx_env_new`]).
+ * environment's default EPs ([`epx_env_new`]). A handle, not an address: freeing it while
+ * another thread makes a session from it is safe (that call keeps its own reference), and a
+ * call made with it after [`epx_session_options_free`] is an error.
  */
 typedef struct EpxSessionOptions EpxSessionOptions;
 
@@ -198,7 +205,7 @@ typedef struct EpxTensorRef {
 
 /**
  * A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
- * and arrays belong to the session.
+ * and arrays belong to the session: valid until it is freed.
  */
 typedef struct EpxValueDesc {
     const char *name;
@@ -261,11 +268,10 @@ struct EpxError *epx_env_new(const char *const *plugin_dirs,
                              struct EpxEnv **out);
 
 /**
- * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
- * no-op.
+ * Frees an environment. Sessions made from it keep what they need and stay usable; a call
+ * in flight on it finishes. NULL, or an environment freed already, is a no-op.
  *
- * # Safety
- * `env` is NULL or from [`epx_env_new`], freed only once.
+ * Pointers: `env` is NULL or from [`epx_env_new`].
  */
 void epx_env_free(struct EpxEnv *env);
 
@@ -281,7 +287,7 @@ size_t epx_env_provider_count(const struct EpxEnv *env);
 
 /**
  * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
- * when it is not available. Strings live as long as `env`.
+ * when it is not available. Strings live until `env` is freed.
  *
  * Pointers: `env` is a live environment; `out` is writable.
  */
@@ -350,10 +356,9 @@ void epx_string_free(char *s);
 struct EpxSessionOptions *epx_session_options_new(void);
 
 /**
- * Frees an option set. NULL is a no-op.
+ * Frees an option set. NULL, or a set freed already, is a no-op.
  *
- * # Safety
- * `options` is NULL or from [`epx_session_options_new`], freed only once.
+ * Pointers: `options` is NULL or from [`epx_session_options_new`].
  */
 void epx_session_options_free(struct EpxSessionOptions *options);
 
@@ -577,10 +582,11 @@ struct EpxError *epx_session_new_from_bytes(const struct EpxEnv *env,
                                             struct EpxSession **out);
 
 /**
- * Frees a session. NULL is a no-op.
+ * Releases the caller's session. Runs in flight on other threads finish on their own
+ * reference (the session is dropped when the last one ends); any call made with the handle
+ * afterwards fails with "the session is closed". NULL, or a session freed already, is a no-op.
  *
- * # Safety
- * `session` is NULL or from this library, freed only once, and not running.
+ * Pointers: `session` is NULL or from this library.
  */
 void epx_session_free(struct EpxSession *session);
 
@@ -831,10 +837,9 @@ void epx_string_free(char *s);
 struct EpxSessionOptions *epx_session_options_new(void);
 
 /**
- * Frees an option set. NULL is a no-op.
+ * Frees an option set. NULL, or a set freed already, is a no-op.
  *
- * # Safety
- * `options` is NULL or from [`epx_session_options_new`], freed only once.
+ * Pointers: `options` is NULL or from [`epx_session_options_new`].
  */
 void epx_session_options_free(struct EpxSessionOptions *options);
 
@@ -956,11 +961,10 @@ struct EpxError *epx_env_new(const char *const *plugin_dirs,
                              struct EpxEnv **out);
 
 /**
- * Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
- * no-op.
+ * Frees an environment. Sessions made from it keep what they need and stay usable; a call
+ * in flight on it finishes. NULL, or an environment freed already, is a no-op.
  *
- * # Safety
- * `env` is NULL or from [`epx_env_new`], freed only once.
+ * Pointers: `env` is NULL or from [`epx_env_new`].
  */
 void epx_env_free(struct EpxEnv *env);
 
@@ -976,7 +980,7 @@ size_t epx_env_provider_count(const struct EpxEnv *env);
 
 /**
  * Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
- * when it is not available. Strings live as long as `env`.
+ * when it is not available. Strings live until `env` is freed.
  *
  * Pointers: `env` is a live environment; `out` is writable.
  */
@@ -1037,10 +1041,11 @@ struct EpxError *epx_session_new_from_bytes(const struct EpxEnv *env,
                                             struct EpxSession **out);
 
 /**
- * Frees a session. NULL is a no-op.
+ * Releases the caller's session. Runs in flight on other threads finish on their own
+ * reference (the session is dropped when the last one ends); any call made with the handle
+ * afterwards fails with "the session is closed". NULL, or a session freed already, is a no-op.
  *
- * # Safety
- * `session` is NULL or from this library, freed only once, and not running.
+ * Pointers: `session` is NULL or from this library.
  */
 void epx_session_free(struct EpxSession *session);
 

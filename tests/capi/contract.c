@@ -3,9 +3,12 @@
  *   contract MODEL_DIR
  * Prints one line per check and "ALL OK" at the end; exits 1 at the first failed check.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "epx.h"
 #include "check.h"
@@ -271,6 +274,28 @@ int main(int argc, char **argv) {
                  "the selection function failed", "a function that cannot choose");
     epx_session_options_free(opts);
     printf("ok   devices and selection policies\n");
+
+    /* A model path that is a device or a FIFO is refused at once, not read forever. */
+    expect_error(epx_session_new(env, "/dev/zero", NULL, &s), EPX_ERROR_CODE_IO,
+                 "not a regular file", "a model path that is a device");
+    char fifo[] = "/tmp/epx-contract-fifo-XXXXXX";
+    CHECK(mkdtemp(fifo) != NULL, "mkdtemp");
+    char fifo_model[4200];
+    snprintf(fifo_model, sizeof fifo_model, "%s/p.onnx", fifo);
+    CHECK(mkfifo(fifo_model, 0600) == 0, "mkfifo");
+    expect_error(epx_session_new(env, fifo_model, NULL, &s), EPX_ERROR_CODE_IO, "a FIFO",
+                 "a model path that is a FIFO");
+    unlink(fifo_model);
+    rmdir(fifo);
+
+    /* A freed session or environment handle is an error by name, never freed memory. */
+    expect_ok(epx_session_new(env, add_path, NULL, &s), "add session");
+    epx_session_free(s);
+    EpxOutputs *gone = NULL;
+    expect_error(epx_session_run(s, NULL, 0, &gone), EPX_ERROR_CODE_INVALID_ARGUMENT,
+                 "the session is closed", "a run on a freed session");
+    expect_error(epx_session_new((EpxEnv *)s, add_path, NULL, &s), EPX_ERROR_CODE_INVALID_ARGUMENT,
+                 "is not an environment handle", "a session handle passed as an environment");
 
     /* A session outlives its environment. */
     expect_ok(epx_session_new(env, mnist_path, NULL, &s), "mnist session");

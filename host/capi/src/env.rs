@@ -1,6 +1,7 @@
 //! `EpxEnv`: plugin folders, default EPs, the EP listing and the doctor report.
 
 use super::*;
+use crate::handle::Handles;
 
 /// One EP as [`epx_env_provider`] describes it. Strings belong to the environment.
 #[repr(C)]
@@ -27,14 +28,24 @@ pub(crate) struct ProviderRow {
     pub(crate) reason: Option<CString>,
 }
 
-/// The plugin directories, default EPs and loaded plugins every session starts from.
+/// The plugin directories, default EPs and loaded plugins every session starts from. A handle,
+/// not an address: freeing it while another thread uses it is safe, and a call made with it
+/// after [`epx_env_free`] is an error.
 pub struct EpxEnv {
+    _opaque: [u8; 0],
+}
+
+/// What an environment handle holds.
+pub(crate) struct EnvData {
     pub(crate) env: Arc<Environment>,
     /// The EP list, made at the first call that reads it (it loads every plugin).
     providers: std::sync::OnceLock<Vec<ProviderRow>>,
 }
 
-impl EpxEnv {
+/// The live environments.
+pub(crate) static ENVS: Handles<EnvData, EpxEnv> = Handles::new(1, "environment", "epx_env_free");
+
+impl EnvData {
     /// Every plugin found is first opened in a child process (`epx probe-library`), when an
     /// `epx` executable is beside this library or named by `EPX_PROBE_EXE`: a plugin that
     /// crashes the loader is then listed as broken instead of ending the calling program.
@@ -141,7 +152,7 @@ pub(crate) fn provider_rows(env: &Environment) -> Vec<ProviderRow> {
 pub unsafe extern "C" fn epx_env_new(
     plugin_dirs: *const *const c_char,
     n_dirs: usize,
-    default_providers: Option<&EpxSessionOptions>,
+    default_providers: *const EpxSessionOptions,
     out: Option<&mut MaybeUninit<*mut EpxEnv>>,
 ) -> *mut EpxError {
     ffi_boundary!({
@@ -163,29 +174,30 @@ pub unsafe extern "C" fn epx_env_new(
                 builder = builder.with_epx_executable(exe);
             }
         }
-        if let Some(defaults) = default_providers {
+        if !default_providers.is_null() {
+            let defaults = OPTIONS.get(default_providers, "default_providers")?;
+            let defaults = defaults.lock().unwrap_or_else(|p| p.into_inner());
             builder = builder.with_execution_providers(defaults.providers.iter().cloned());
         }
         let env = builder.commit()?;
-        put(
-            out,
-            "out",
-            Box::into_raw(Box::new(EpxEnv {
-                env,
-                providers: std::sync::OnceLock::new(),
-            })),
-        )
+        let Some(out) = out else {
+            return Err(invalid("`out` is NULL"));
+        };
+        out.write(ENVS.insert(EnvData {
+            env,
+            providers: std::sync::OnceLock::new(),
+        }));
+        Ok(())
     })
 }
 
-/// Frees an environment. Sessions made from it keep what they need and stay usable. NULL is a
-/// no-op.
+/// Frees an environment. Sessions made from it keep what they need and stay usable; a call
+/// in flight on it finishes. NULL, or an environment freed already, is a no-op.
 ///
-/// # Safety
-/// `env` is NULL or from [`epx_env_new`], freed only once.
+/// Pointers: `env` is NULL or from [`epx_env_new`].
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_env_free(env: Option<Box<EpxEnv>>) {
-    ffi_boundary!(drop(env))
+pub extern "C" fn epx_env_free(env: *mut EpxEnv) {
+    ffi_boundary!(drop(ENVS.remove(env)))
 }
 
 /// How many EPs [`epx_env_provider`] lists: those of every plugin found (loading each, after
@@ -195,22 +207,22 @@ pub extern "C" fn epx_env_free(env: Option<Box<EpxEnv>>) {
 ///
 /// Pointers: `env` is NULL or a live environment.
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_env_provider_count(env: Option<&EpxEnv>) -> usize {
-    ffi_boundary!(env.map_or(0, |e| e.providers().len()))
+pub extern "C" fn epx_env_provider_count(env: *const EpxEnv) -> usize {
+    ffi_boundary!(ENVS.get(env, "env").map_or(0, |e| e.providers().len()))
 }
 
 /// Describes EP `index` (see [`epx_env_provider_count`]), with its availability and the reason
-/// when it is not available. Strings live as long as `env`.
+/// when it is not available. Strings live until `env` is freed.
 ///
 /// Pointers: `env` is a live environment; `out` is writable.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_env_provider(
-    env: Option<&EpxEnv>,
+    env: *const EpxEnv,
     index: usize,
     out: Option<&mut MaybeUninit<EpxProviderDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let env = object(env, "env")?;
+        let env = ENVS.get(env, "env")?;
         let rows = env.providers();
         let row = rows.get(index).ok_or_else(|| {
             invalid(format!(
@@ -243,12 +255,12 @@ pub extern "C" fn epx_env_provider(
 /// `env` is a live environment; `report` is writable; `all_ok` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_env_doctor(
-    env: Option<&EpxEnv>,
+    env: *const EpxEnv,
     all_ok: Option<&mut MaybeUninit<bool>>,
     report: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let env = object(env, "env")?;
+        let env = ENVS.get(env, "env")?;
         env.probe_plugins();
         let (text, ok) = epx_host::doctor::report(&env.env);
         if let Some(all_ok) = all_ok {
@@ -268,11 +280,11 @@ pub unsafe extern "C" fn epx_env_doctor(
 /// `env` is a live environment; `json` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_env_devices_json(
-    env: Option<&EpxEnv>,
+    env: *const EpxEnv,
     json: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let env = object(env, "env")?;
+        let env = ENVS.get(env, "env")?;
         env.probe_plugins();
         let text = serde_json::to_string(&env.env.devices())
             .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("devices JSON: {e}")))?;

@@ -33,6 +33,7 @@ pub enum EpxErrorCode {
 
 /// A failure: a code and a message. NULL means success wherever an `EpxError *` is returned.
 /// Free with [`epx_error_free`].
+#[derive(Debug)]
 pub struct EpxError {
     pub(crate) code: EpxErrorCode,
     pub(crate) message: CString,
@@ -40,7 +41,8 @@ pub struct EpxError {
 
 impl EpxError {
     pub(crate) fn new(code: EpxErrorCode, message: impl Into<String>) -> Box<Self> {
-        let message = message.into().replace('\0', "\\0");
+        // Escaped as the host's errors are (a name the program passed may hold anything).
+        let message = epx_host::printable_lines(&message.into()).replace('\0', "\\0");
         Box::new(EpxError {
             code,
             message: CString::new(message).unwrap_or_default(),

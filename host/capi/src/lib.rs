@@ -6,7 +6,10 @@
 //! an error, a neutral value chosen by the return type), never an unwind into C.
 //!
 //! Ownership: every object a `*_new` function or an out-parameter hands out has one matching
-//! `*_free`, and every `*_free` accepts NULL. Strings and arrays reached through a descriptor
+//! `*_free`, and every `*_free` accepts NULL. Environments, option sets and sessions are handles
+//! ([`handle`]): `*_free` releases the caller's reference while calls in flight keep theirs, and
+//! a call made with a freed handle is an error ("the session is closed"), never a use of freed
+//! memory. Values and outputs belong to the one thread that made them. Strings and arrays reached through a descriptor
 //! (`EpxProviderDesc`, `EpxValueDesc`, `EpxTensorRef`) belong to the object they were read from and
 //! live as long as it does. Strings returned as `char **` are freed with [`epx_string_free`].
 //!
@@ -32,6 +35,7 @@ use epx_plugin_api::ffi_boundary;
 mod args;
 mod env;
 mod error;
+mod handle;
 mod options;
 mod run;
 mod session;

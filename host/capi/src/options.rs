@@ -1,11 +1,21 @@
 //! `EpxSessionOptions`: the ordered EP list (with options) a session or an environment asks
 //! for.
 
+use std::sync::Mutex;
+
 use super::*;
+use crate::handle::Handles;
 
 /// An ordered list of EPs with their options, for sessions ([`epx_session_new`]) and as an
-/// environment's default EPs ([`epx_env_new`]).
+/// environment's default EPs ([`epx_env_new`]). A handle, not an address: freeing it while
+/// another thread makes a session from it is safe (that call keeps its own reference), and a
+/// call made with it after [`epx_session_options_free`] is an error.
 pub struct EpxSessionOptions {
+    _opaque: [u8; 0],
+}
+
+/// What an option set holds.
+pub(crate) struct OptionsData {
     pub(crate) providers: Vec<ExecutionProvider>,
     pub(crate) strict: bool,
     /// The CPU EP's intra-op thread count; `None` for its default (one per core).
@@ -20,29 +30,30 @@ pub struct EpxSessionOptions {
     pub(crate) kernel_cache: bool,
 }
 
+/// The live option sets.
+pub(crate) static OPTIONS: Handles<Mutex<OptionsData>, EpxSessionOptions> =
+    Handles::new(2, "option set", "epx_session_options_free");
+
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
-    ffi_boundary!({
-        Box::into_raw(Box::new(EpxSessionOptions {
-            providers: Vec::new(),
-            strict: false,
-            intra_op_threads: None,
-            max_tensor_bytes: None,
-            isolated: false,
-            policy: None,
-            kernel_cache: true,
-        }))
-    })
+    ffi_boundary!(OPTIONS.insert(Mutex::new(OptionsData {
+        providers: Vec::new(),
+        strict: false,
+        intra_op_threads: None,
+        max_tensor_bytes: None,
+        isolated: false,
+        policy: None,
+        kernel_cache: true,
+    })))
 }
 
-/// Frees an option set. NULL is a no-op.
+/// Frees an option set. NULL, or a set freed already, is a no-op.
 ///
-/// # Safety
-/// `options` is NULL or from [`epx_session_options_new`], freed only once.
+/// Pointers: `options` is NULL or from [`epx_session_options_new`].
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_session_options_free(options: Option<Box<EpxSessionOptions>>) {
-    ffi_boundary!(drop(options))
+pub extern "C" fn epx_session_options_free(options: *mut EpxSessionOptions) {
+    ffi_boundary!(drop(OPTIONS.remove(options)))
 }
 
 /// Appends EP `name` (`ep` or `plugin/ep`, optionally followed by `:DEVICE` to run it on one of
@@ -57,7 +68,7 @@ pub extern "C" fn epx_session_options_free(options: Option<Box<EpxSessionOptions
 /// strings each (or are NULL when `n_options` is 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_options_add_provider(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     name: *const c_char,
     keys: *const *const c_char,
     values: *const *const c_char,
@@ -65,7 +76,8 @@ pub unsafe extern "C" fn epx_session_options_add_provider(
     error_on_failure: bool,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: `name` is NULL or a NUL-terminated string, per this function's contract.
         let name = unsafe { text(name, "name") }?;
         if name.is_empty() {
@@ -102,11 +114,12 @@ pub unsafe extern "C" fn epx_session_options_add_provider(
 /// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_strict(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     strict: bool,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.strict = strict;
         Res::Ok(())
     })
@@ -118,11 +131,12 @@ pub extern "C" fn epx_session_options_set_strict(
 /// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_intra_op_threads(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     threads: usize,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.intra_op_threads = (threads > 0).then_some(threads);
         Res::Ok(())
     })
@@ -136,11 +150,12 @@ pub extern "C" fn epx_session_options_set_intra_op_threads(
 /// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_max_tensor_bytes(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     bytes: u64,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.max_tensor_bytes = (bytes > 0).then_some(bytes);
         Res::Ok(())
     })
@@ -154,11 +169,12 @@ pub extern "C" fn epx_session_options_set_max_tensor_bytes(
 /// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_kernel_cache(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     enabled: bool,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.kernel_cache = enabled;
         Res::Ok(())
     })
@@ -174,11 +190,12 @@ pub extern "C" fn epx_session_options_set_kernel_cache(
 /// Pointers: `options` is a live option set.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_isolated(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     isolated: bool,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.isolated = isolated;
         Res::Ok(())
     })
@@ -195,11 +212,12 @@ pub extern "C" fn epx_session_options_set_isolated(
 /// `options` is a live option set; `policy` is NULL or a string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_options_set_selection_policy(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     policy: *const c_char,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.policy = if policy.is_null() {
             None
         } else {
@@ -223,12 +241,13 @@ pub unsafe extern "C" fn epx_session_options_set_selection_policy(
 /// Pointers: `options` is a live option set; `select` NULL clears the function.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_options_set_selection_function(
-    options: Option<&mut EpxSessionOptions>,
+    options: *mut EpxSessionOptions,
     select: EpxSelectionFn,
     user_data: *mut c_void,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let options = options.ok_or_else(|| invalid("`options` is NULL"))?;
+        let options = OPTIONS.get(options, "options")?;
+        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
         options.policy = select.map(|f| {
             let call = ForeignSelect { f, user_data };
             epx_host::SelectionPolicy::Custom(std::sync::Arc::new(move |input| call.call(input)))

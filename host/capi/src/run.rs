@@ -64,23 +64,26 @@ pub(crate) fn element_type(code: i32, what: &str) -> Res<ElementType> {
 
 /// Runs `f` under the session's tensor limit (the process's for a NULL session), so that the
 /// input tensors made from the caller's buffers are held to it too.
-fn within_limits<R>(session: Option<&EpxSession>, f: impl FnOnce() -> R) -> R {
-    match session {
-        Some(s) => s.session.within_limits(f),
-        None => f(),
+fn within_limits<R>(session: *const EpxSession, f: impl FnOnce() -> R) -> R {
+    match SESSIONS.get(session, "session") {
+        Ok(s) => s.session.within_limits(f),
+        Err(_) => f(),
     }
 }
 
 pub(crate) fn run_session(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     inputs: Vec<(String, Value)>,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> Res<()> {
     let Some(out) = out else {
         return Err(invalid("`out` is NULL"));
     };
-    let s = object(session, "session")?;
+    // This run's own reference: epx_session_free on another thread cannot drop the session
+    // under it.
+    let s = SESSIONS.get(session, "session")?;
     let outputs = s.session.run(inputs)?;
+    // bounded: one per model output.
     let mut rows = Vec::with_capacity(outputs.len());
     for (name, value) in outputs {
         let value = EpxHostValue::of(value)?;
@@ -164,7 +167,7 @@ pub(crate) unsafe fn tensor_from_ref(r: &EpxTensorRef, what: &str) -> Res<Tensor
 /// valid as described there; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_run(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     inputs: *const EpxTensorRef,
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
@@ -172,6 +175,7 @@ pub unsafe extern "C" fn epx_session_run(
     ffi_boundary!(within_limits(session, || {
         // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let refs = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        // bounded: one per input the caller passed (its array holds that many).
         let mut tensors = Vec::with_capacity(refs.len());
         for (i, r) in refs.iter().enumerate() {
             // SAFETY: `r.name` is NULL or a NUL-terminated string, per this function's contract.
@@ -194,7 +198,7 @@ pub unsafe extern "C" fn epx_session_run(
 /// DLTensor pointers, each tensor valid per DLPack; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_run_dlpack(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     input_names: *const *const c_char,
     inputs: *const *const DLTensor,
     n_inputs: usize,
@@ -206,6 +210,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
         // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let dls = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        // bounded: one per input the caller passed (its arrays hold that many).
         let mut tensors = Vec::with_capacity(n_inputs);
         for (i, (&n, &t)) in names.iter().zip(dls).enumerate() {
             // SAFETY: `n` is NULL or a NUL-terminated string, per this function's contract.
@@ -356,7 +361,7 @@ pub extern "C" fn epx_outputs_free(outputs: Option<Box<EpxOutputs>>) {
 /// values; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_run_values(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     input_names: *const *const c_char,
     inputs: *const *const EpxHostValue,
     n_inputs: usize,
@@ -368,6 +373,7 @@ pub unsafe extern "C" fn epx_session_run_values(
         let names = unsafe { slice(input_names, n_inputs, "input_names") }?;
         // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let values = unsafe { slice(inputs, n_inputs, "inputs") }?;
+        // bounded: one per input the caller passed (its arrays hold that many).
         let mut feed = Vec::with_capacity(n_inputs);
         for (i, (&n, &v)) in names.iter().zip(values).enumerate() {
             // SAFETY: `n` is NULL or a NUL-terminated string, per this function's contract.

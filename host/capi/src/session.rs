@@ -2,9 +2,10 @@
 //! report.
 
 use super::*;
+use crate::handle::Handles;
 
 /// A model input or output as [`epx_session_input`] / [`epx_session_output`] describe it. Strings
-/// and arrays belong to the session.
+/// and arrays belong to the session: valid until it is freed.
 #[repr(C)]
 pub struct EpxValueDesc {
     pub name: *const c_char,
@@ -48,22 +49,45 @@ impl ValueRow {
     }
 }
 
-/// A model partitioned across EPs and compiled, ready to run (from several threads at once).
+/// A model partitioned across EPs and compiled, ready to run (from several threads at once). A
+/// handle, not an address: each run holds its own reference, so [`epx_session_free`] while
+/// other threads run it lets those runs finish, and a run started after it fails with "the
+/// session is closed".
 pub struct EpxSession {
+    _opaque: [u8; 0],
+}
+
+/// What a session handle holds.
+pub(crate) struct SessionData {
     pub(crate) session: Session,
     pub(crate) inputs: Vec<ValueRow>,
     pub(crate) outputs: Vec<ValueRow>,
 }
 
+/// The live sessions.
+pub(crate) static SESSIONS: Handles<SessionData, EpxSession> =
+    Handles::new(3, "session", "epx_session_free");
+
 pub(crate) fn make_session(
-    env: Option<&EpxEnv>,
-    options: Option<&EpxSessionOptions>,
+    env: *const EpxEnv,
+    options: *const EpxSessionOptions,
     out: Option<&mut MaybeUninit<*mut EpxSession>>,
     commit: impl FnOnce(epx_host::SessionBuilder) -> epx_host::Result<Session>,
 ) -> Res<()> {
-    let env = object(env, "env")?;
+    let Some(out) = out else {
+        return Err(invalid("`out` is NULL"));
+    };
+    let env = ENVS.get(env, "env")?;
     let mut builder = Session::builder()?.with_environment(env.env.clone());
-    if let Some(o) = options {
+    let options = if options.is_null() {
+        None
+    } else {
+        Some(OPTIONS.get(options, "options")?)
+    };
+    let options = options
+        .as_ref()
+        .map(|o| o.lock().unwrap_or_else(|p| p.into_inner()));
+    if let Some(o) = options.as_deref() {
         builder = builder
             .with_execution_providers(o.providers.iter().map(|ep| {
                 if o.isolated {
@@ -91,15 +115,16 @@ pub(crate) fn make_session(
             builder = builder.with_intra_op_threads(n);
         }
     }
+    drop(options);
     let session = commit(builder)?;
     let inputs = session.inputs().iter().map(ValueRow::of).collect();
     let outputs = session.outputs().iter().map(ValueRow::of).collect();
-    let s = Box::new(EpxSession {
+    out.write(SESSIONS.insert(SessionData {
         session,
         inputs,
         outputs,
-    });
-    put(out, "out", Box::into_raw(s))
+    }));
+    Ok(())
 }
 
 /// Loads the ONNX model at `model_path`, asks the EPs of `options` (may be NULL: the CPU EP
@@ -111,9 +136,9 @@ pub(crate) fn make_session(
 /// `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_new(
-    env: Option<&EpxEnv>,
+    env: *const EpxEnv,
     model_path: *const c_char,
-    options: Option<&EpxSessionOptions>,
+    options: *const EpxSessionOptions,
     out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
@@ -130,10 +155,10 @@ pub unsafe extern "C" fn epx_session_new(
 /// `data` points at `len` bytes; the other arguments as for [`epx_session_new`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_new_from_bytes(
-    env: Option<&EpxEnv>,
+    env: *const EpxEnv,
     data: *const c_void,
     len: usize,
-    options: Option<&EpxSessionOptions>,
+    options: *const EpxSessionOptions,
     out: Option<&mut MaybeUninit<*mut EpxSession>>,
 ) -> *mut EpxError {
     ffi_boundary!({
@@ -143,29 +168,38 @@ pub unsafe extern "C" fn epx_session_new_from_bytes(
     })
 }
 
-/// Frees a session. NULL is a no-op.
+/// Releases the caller's session. Runs in flight on other threads finish on their own
+/// reference (the session is dropped when the last one ends); any call made with the handle
+/// afterwards fails with "the session is closed". NULL, or a session freed already, is a no-op.
 ///
-/// # Safety
-/// `session` is NULL or from this library, freed only once, and not running.
+/// Pointers: `session` is NULL or from this library.
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_session_free(session: Option<Box<EpxSession>>) {
-    ffi_boundary!(drop(session))
+pub extern "C" fn epx_session_free(session: *mut EpxSession) {
+    ffi_boundary!(drop(SESSIONS.remove(session)))
 }
 
 /// The number of model inputs (0 for NULL).
 ///
 /// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_session_input_count(session: Option<&EpxSession>) -> usize {
-    ffi_boundary!(session.map_or(0, |s| s.inputs.len()))
+pub extern "C" fn epx_session_input_count(session: *const EpxSession) -> usize {
+    ffi_boundary!(
+        SESSIONS
+            .get(session, "session")
+            .map_or(0, |s| s.inputs.len())
+    )
 }
 
 /// The number of model outputs (0 for NULL).
 ///
 /// Pointers: `session` is NULL or a live session.
 #[unsafe(no_mangle)]
-pub extern "C" fn epx_session_output_count(session: Option<&EpxSession>) -> usize {
-    ffi_boundary!(session.map_or(0, |s| s.outputs.len()))
+pub extern "C" fn epx_session_output_count(session: *const EpxSession) -> usize {
+    ffi_boundary!(
+        SESSIONS
+            .get(session, "session")
+            .map_or(0, |s| s.outputs.len())
+    )
 }
 
 pub(crate) fn describe(
@@ -188,12 +222,12 @@ pub(crate) fn describe(
 /// Pointers: `session` is a live session; `out` writable.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_input(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     index: usize,
     out: Option<&mut MaybeUninit<EpxValueDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         describe(&s.inputs, index, "input", out)
     })
 }
@@ -203,12 +237,12 @@ pub extern "C" fn epx_session_input(
 /// Pointers: `session` is a live session; `out` writable.
 #[unsafe(no_mangle)]
 pub extern "C" fn epx_session_output(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     index: usize,
     out: Option<&mut MaybeUninit<EpxValueDesc>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         describe(&s.outputs, index, "output", out)
     })
 }
@@ -226,11 +260,11 @@ pub extern "C" fn epx_session_output(
 /// `session` is a live session; `json` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_placement_json(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     json: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         let text = serde_json::to_string(&s.session.placement())
             .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("placement JSON: {e}")))?;
         out_string(json, "json", &text)
@@ -248,11 +282,11 @@ pub unsafe extern "C" fn epx_session_placement_json(
 /// `session` is a live session; `json` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_metadata_json(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     json: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         let model = s.session.model();
         let m = &model.metadata;
         let dims = |specs: Vec<epx_host::ValueSpec>| {
@@ -332,12 +366,12 @@ fn dim_json(d: &epx_host::ir::Dim) -> serde_json::Value {
 /// `session` is a live session; `type_name` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_input_type(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     index: usize,
     type_name: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         declared_type(&s.session.inputs(), index, "input", type_name)
     })
 }
@@ -348,12 +382,12 @@ pub unsafe extern "C" fn epx_session_input_type(
 /// `session` is a live session; `type_name` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epx_session_output_type(
-    session: Option<&EpxSession>,
+    session: *const EpxSession,
     index: usize,
     type_name: Option<&mut MaybeUninit<*mut c_char>>,
 ) -> *mut EpxError {
     ffi_boundary!({
-        let s = object(session, "session")?;
+        let s = SESSIONS.get(session, "session")?;
         declared_type(&s.session.outputs(), index, "output", type_name)
     })
 }

@@ -66,7 +66,7 @@ impl EpxHostValue {
     /// A copy as a session value.
     pub(crate) fn to_value(&self) -> Res<Value> {
         Ok(match &self.node {
-            HostNode::Tensor(t) => Value::Host(t.clone()),
+            HostNode::Tensor(t) => Value::Host(t.try_clone()?),
             HostNode::Sequence(elem, items) => Value::Sequence(Sequence::new(
                 *elem,
                 items
@@ -74,7 +74,10 @@ impl EpxHostValue {
                     .map(EpxHostValue::to_value)
                     .collect::<Res<_>>()?,
             )?),
-            HostNode::Map(k, v) => Value::Map(Map::new(k.tensor()?.clone(), v.tensor()?.clone())?),
+            HostNode::Map(k, v) => Value::Map(Map::new(
+                k.tensor()?.try_clone()?,
+                v.tensor()?.try_clone()?,
+            )?),
             HostNode::Optional(v) => Value::Optional(match v {
                 Some(v) => Some(Box::new(v.to_value()?)),
                 None => None,
@@ -113,6 +116,7 @@ pub(crate) fn give_value(
 /// # Safety
 /// Each pointer is NULL or a live value the caller owns and stops using.
 pub(crate) unsafe fn take_values(ptrs: &[*mut EpxHostValue]) -> Res<Vec<EpxHostValue>> {
+    // bounded: one per value the caller passed (its array holds that many).
     let mut seen = std::collections::HashSet::with_capacity(ptrs.len());
     let mut taken = Vec::with_capacity(ptrs.len());
     let mut problem = None;
@@ -192,7 +196,10 @@ pub unsafe extern "C" fn epx_value_new_strings(
             .ok_or_else(|| invalid(format!("shape {shape:?} is too large")))?;
         // SAFETY: `strings` is NULL or points at `count` elements, per this function's contract.
         let ptrs = unsafe { slice(strings, count, "strings") }?;
-        let mut v = Vec::with_capacity(count);
+        let mut v = Vec::new();
+        // bounded: one entry per string the caller passed, reserved fallibly.
+        v.try_reserve_exact(count)
+            .map_err(|_| invalid(format!("{count} strings: the memory is not there")))?;
         for (i, &p) in ptrs.iter().enumerate() {
             // SAFETY: `p` is NULL or a NUL-terminated string, per this function's contract.
             v.push(

@@ -61,8 +61,19 @@ def max_tensor_bytes() -> int:
 
 
 def set_max_tensor_bytes(limit: int) -> int:
-    """Sets `max_tensor_bytes()` for the whole process; returns the limit now in force."""
-    return int(Library.default().epx_set_max_tensor_bytes(int(limit)))
+    """Sets `max_tensor_bytes()` for the whole process; returns the limit now in force.
+    `limit` is a number of bytes from 1 to 2**64 - 1 (0 is taken as 1)."""
+    return int(Library.default().epx_set_max_tensor_bytes(_byte_count(limit, "limit")))
+
+
+def _byte_count(value: Any, what: str) -> int:
+    """`value` as a uint64 byte count, refused (not wrapped) when it is out of range."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int number of bytes, not {type(value).__name__}")
+    n = int(value)
+    if not 0 <= n < 2 ** 64:
+        raise ValueError(f"{what} must be between 0 and 2**64 - 1 bytes, got {n}")
+    return n
 
 
 def plugin_dirs() -> List[str]:
@@ -143,8 +154,9 @@ class _Options:
             lib.check(lib.epx_session_options_set_strict(self.ptr, strict))
             if intra_op_threads:
                 lib.check(lib.epx_session_options_set_intra_op_threads(self.ptr, intra_op_threads))
-            if max_tensor_bytes:
-                lib.check(lib.epx_session_options_set_max_tensor_bytes(self.ptr, max_tensor_bytes))
+            if max_tensor_bytes is not None:
+                lib.check(lib.epx_session_options_set_max_tensor_bytes(
+                    self.ptr, _byte_count(max_tensor_bytes, "max_tensor_bytes")))
             if isolate:
                 lib.check(lib.epx_session_options_set_isolated(self.ptr, True))
             if not kernel_cache:
@@ -249,9 +261,9 @@ class Environment:
 
     def close(self) -> None:
         """Frees the environment; sessions made from it stay usable."""
-        if getattr(self, "_ptr", None):
-            self._lib.epx_env_free(self._ptr)
-            self._ptr = None
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            self._lib.epx_env_free(ptr)
 
     def __del__(self) -> None:
         self.close()
@@ -284,21 +296,39 @@ class _Outputs:
             self.ptr = None
 
 
+def _contiguous(arr: np.ndarray, what: str) -> np.ndarray:
+    """`arr` C-contiguous. A strided view (a broadcast, a transpose) is copied, so its size is
+    held to the tensor limit before the copy is made, not after."""
+    if arr.flags.c_contiguous:
+        return arr
+    count = 1
+    for d in arr.shape:
+        count *= int(d)
+    nbytes = count * arr.dtype.itemsize
+    limit = max_tensor_bytes()
+    if nbytes > limit:
+        raise EpxError(8, f"{what}: shape {list(arr.shape)} of {arr.dtype} needs {nbytes} bytes, "
+                          f"more than the {limit} epx allocates for one tensor "
+                          "(epx.set_max_tensor_bytes; EPX_MAX_TENSOR_BYTES)")
+    return np.ascontiguousarray(arr)
+
+
 def _host_array(value: Any, what: str) -> np.ndarray:
     """A C-contiguous numpy array for a tensor input: numpy arrays as they are (copied only when
     not contiguous), objects with `__dlpack__` through `np.from_dlpack` (no copy for host memory),
     anything else through `np.asarray`."""
     if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
+        return _contiguous(value, what)
     if hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple, str, bytes)):
         try:
-            return np.ascontiguousarray(np.from_dlpack(value))
+            arr = np.from_dlpack(value)
         except (BufferError, RuntimeError, TypeError, ValueError) as e:
             device = getattr(value, "device", None)
             raise EpxError(8, f"{what}: cannot read this {type(value).__name__} through DLPack "
                               f"in host memory (device {device}): {e}; move it to the CPU "
                               "first (e.g. `.cpu()`)") from None
-    return np.ascontiguousarray(np.asarray(value))
+        return _contiguous(arr, what)
+    return _contiguous(np.asarray(value), what)
 
 
 class Session:
@@ -381,19 +411,29 @@ class Session:
             shape = tuple(d.shape[k] if d.shape[k] >= 0 else None for k in range(d.ndim))
         return ValueInfo(d.name.decode(), ty, np.dtype(dtype) if dtype else None, shape)
 
+    def _handle(self) -> int:
+        """The session's libepx handle; EpxError once `close()` was called. A run that read the
+        handle before a `close()` on another thread finishes (libepx keeps the session until it
+        does) or fails with the same error: never a use of freed memory."""
+        ptr = getattr(self, "_ptr", None)
+        if not ptr:
+            raise EpxError(1, "the session is closed: close() was called on it")
+        return ptr
+
     def metadata(self) -> Dict[str, Any]:
         """The model's metadata: producer_name, producer_version, domain, model_version,
         description, graph_name, graph_description, custom (metadata_props), dims (symbolic
         extents of each input and output), overridable_initializers."""
         if self._metadata is None:
             self._metadata = json.loads(
-                self._lib.json_of(self._lib.epx_session_metadata_json, self._ptr))
+                self._lib.json_of(self._lib.epx_session_metadata_json, self._handle()))
         return self._metadata
 
     def placement(self) -> Dict[str, Any]:
         """Which EP runs which node, the fused groups, the copies between memory spaces, the
         nodes that fell back to the CPU EP and the EPs skipped, with reasons: plain data."""
-        return json.loads(self._lib.json_of(self._lib.epx_session_placement_json, self._ptr))
+        return json.loads(self._lib.json_of(self._lib.epx_session_placement_json,
+                                            self._handle()))
 
     def run(self, feeds: Mapping[str, Any],
             output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -408,7 +448,8 @@ class Session:
                     made.append(self._make(value, self._types.get(name, ""), f"input `{name}`"))
                 names = (ctypes.c_char_p * len(made))(*[_capi.text(n) for n in feeds])
                 values = (_capi.P * len(made))(*made)
-                out = lib.out(lib.epx_session_run_values, self._ptr, names, values, len(made))
+                out = lib.out(lib.epx_session_run_values, self._handle(), names, values,
+                              len(made))
             finally:
                 for v in made:
                     lib.epx_value_free(v)
@@ -445,7 +486,7 @@ class Session:
             refs.append(_capi.TensorRef(self._names[name], code, shape, arr.ndim,
                                         arr.ctypes.data, arr.nbytes))
         array = (_capi.TensorRef * len(refs))(*refs)
-        return self._lib.out(self._lib.epx_session_run, self._ptr, array, len(refs))
+        return self._lib.out(self._lib.epx_session_run, self._handle(), array, len(refs))
 
     def _make(self, value: Any, ty: str, what: str) -> int:
         """A libepx value (owned by the caller) from a Python value of declared type `ty`."""
@@ -549,10 +590,11 @@ class Session:
         return np.array(texts, dtype=str).reshape(shape)
 
     def close(self) -> None:
-        """Frees the session now rather than when it is collected."""
-        if getattr(self, "_ptr", None):
-            self._lib.epx_session_free(self._ptr)
-            self._ptr = None
+        """Releases the session now rather than when it is collected. Runs in progress on other
+        threads finish; later calls raise EpxError ("the session is closed")."""
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            self._lib.epx_session_free(ptr)
 
     def __del__(self) -> None:
         self.close()

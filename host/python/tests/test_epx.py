@@ -400,3 +400,108 @@ def test_the_epx_command_is_installed():
     out = python(f"import subprocess; print(subprocess.run([{exe!r}, '--version'], "
                  "capture_output=True, text=True, check=True).stdout)")
     assert out.stdout.startswith("epx "), out.stdout
+
+
+CLOSE_DURING_RUN = r"""
+import sys, threading
+import numpy as np
+import epx
+
+rounds, threads, use_with = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "with"
+path = sys.argv[4]
+feeds = {"a": np.ones((1, 4), np.float32), "b": np.ones((1, 4), np.float32)}
+runs = closed = 0
+lock = threading.Lock()
+
+def worker(s, started):
+    global runs, closed
+    first = True
+    while True:
+        try:
+            s.run(feeds)
+        except epx.EpxError as e:
+            assert "the session is closed" in str(e), str(e)
+            with lock:
+                closed += 1
+            if first:
+                started.release()
+            return
+        with lock:
+            runs += 1
+        if first:
+            first = False
+            started.release()
+
+for r in range(rounds):
+    started = threading.Semaphore(0)
+    s = epx.Session(path)
+    ts = [threading.Thread(target=worker, args=(s, started)) for _ in range(threads)]
+    if use_with:
+        with s:
+            for t in ts:
+                t.start()
+            for _ in ts:
+                started.acquire()
+    else:
+        for t in ts:
+            t.start()
+        for _ in ts:
+            started.acquire()
+        s.close()
+    for t in ts:
+        t.join()
+print("ROUNDS", rounds, "RUNS", runs, "CLOSED", closed)
+assert closed == rounds * threads, closed
+"""
+
+
+@pytest.mark.parametrize("how", ["close", "with"])
+def test_closing_a_session_while_threads_run_it_is_safe(how):
+    # In a child: a use of freed memory would end it with a signal, not an exception.
+    out = subprocess_run([sys.executable, "-c", CLOSE_DURING_RUN, "200", "8", how,
+                          example("add.onnx")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ROUNDS 200" in out.stdout and "CLOSED 1600" in out.stdout, out.stdout
+
+
+def subprocess_run(args):
+    import subprocess
+    return subprocess.run(args, capture_output=True, text=True, timeout=600)
+
+
+def test_a_run_after_close_raises_session_closed():
+    s = epx.Session(example("add.onnx"))
+    s.close()
+    with pytest.raises(epx.EpxError, match="the session is closed"):
+        s.run({"a": np.ones((1, 4), np.float32), "b": np.ones((1, 4), np.float32)})
+    with pytest.raises(epx.EpxError, match="the session is closed"):
+        s.placement()
+
+
+def test_models_that_block_or_flood_are_refused_at_once(tmp_path):
+    with pytest.raises(epx.EpxError, match="a device, not a regular file"):
+        epx.Session("/dev/zero")
+    fifo = tmp_path / "p.onnx"
+    os.mkfifo(fifo)
+    with pytest.raises(epx.EpxError, match="a FIFO, not a regular file"):
+        epx.Session(str(fifo))
+
+
+def test_tensor_limits_out_of_range_are_refused_not_wrapped():
+    before = epx.max_tensor_bytes()
+    for bad in (2 ** 64 + 5, -1, 2 ** 64):
+        with pytest.raises(ValueError, match="between 0 and 2\\*\\*64 - 1"):
+            epx.set_max_tensor_bytes(bad)
+    with pytest.raises(TypeError):
+        epx.set_max_tensor_bytes(1.5)
+    assert epx.max_tensor_bytes() == before
+    with pytest.raises(ValueError):
+        epx.Session(example("add.onnx"), max_tensor_bytes=-5)
+
+
+def test_a_huge_strided_view_is_refused_before_it_is_copied():
+    s = epx.Session(example("add.onnx"))
+    # 2**40 float32 elements that share one: copying it would need 4 TiB.
+    view = np.broadcast_to(np.zeros((1, 1), np.float32), (1 << 20, 1 << 20))
+    with pytest.raises(epx.EpxError, match="more than the"):
+        s.run({"a": view, "b": np.ones((1, 4), np.float32)})

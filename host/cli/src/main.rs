@@ -118,8 +118,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // Listings open every plugin: each is opened in a child process first, so one that crashes
-    // the loader is reported, not fatal.
+    // Every plugin is opened in a child process first (the bytes admission checked and this
+    // process will map), so one that crashes the loader is reported, not fatal.
     let mut builder = Environment::builder().with_plugin_dirs(cli.plugin_dirs);
     if let Ok(exe) = std::env::current_exe() {
         // Isolated EPs run in this same executable (`epx serve-plugin`).
@@ -128,15 +128,7 @@ fn main() -> ExitCode {
     let builder = match cli.command {
         Command::ProbeLibrary(args) => return probe::child(args),
         Command::ServePlugin(args) => return probe::serve(args),
-        Command::Providers(_) | Command::Doctor => builder.with_load_probe(probe::load_probe()),
-        // A selection policy opens every plugin to read its devices.
-        Command::Run(ref a) if a.chooses_by_policy() => {
-            builder.with_load_probe(probe::load_probe())
-        }
-        Command::Partition(ref a) if a.chooses_by_policy() => {
-            builder.with_load_probe(probe::load_probe())
-        }
-        _ => builder,
+        _ => builder.with_load_probe(probe::load_probe()),
     };
     let result = builder.commit().and_then(|env| match cli.command {
         Command::Providers(args) => providers(&env, args.devices).map(|()| ExitCode::SUCCESS),
@@ -166,7 +158,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", epx::printable_lines(&e.to_string()));
             ExitCode::FAILURE
         }
     }

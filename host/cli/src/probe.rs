@@ -11,20 +11,62 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use epx::plugin::PluginLibrary;
-use epx::plugin::probe::SURVIVED;
+use epx::plugin::probe::{SURVIVED, UNCHECKED};
 
+/// A library and its preloads as a parent names them to a child: paths, and the SHA-256 each
+/// must have (what the parent checked).
 #[derive(clap::Args)]
-pub struct ProbeArgs {
+pub struct LibraryArgs {
     library: PathBuf,
+    /// The SHA-256 the library must have.
+    #[arg(long = "sha256", value_name = "HEX")]
+    sha256: Option<String>,
     /// A library to open first (repeatable, in order).
     #[arg(long = "preload", value_name = "LIB")]
     preloads: Vec<PathBuf>,
+    /// The SHA-256 of each preload, in order (`-`: not checked).
+    #[arg(long = "preload-sha256", value_name = "HEX")]
+    preload_sha256: Vec<String>,
+}
+
+impl LibraryArgs {
+    fn images(
+        &self,
+    ) -> Result<
+        (
+            epx::plugin::sealed::LibraryImage,
+            Vec<epx::plugin::sealed::LibraryImage>,
+        ),
+        String,
+    > {
+        epx::plugin::probe::images_from_args(
+            &self.library,
+            self.sha256.as_deref(),
+            &self.preloads,
+            &self.preload_sha256,
+        )
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ProbeArgs {
+    #[command(flatten)]
+    library: LibraryArgs,
 }
 
 /// The child's side: open, and say so. Whether the library loaded or was refused does not
 /// matter here (the parent finds that out itself); only that this process lived through it.
 pub fn child(args: ProbeArgs) -> ExitCode {
-    match PluginLibrary::open(&args.library, &args.preloads) {
+    let (library, preloads) = match args.library.images() {
+        Ok(images) => images,
+        // Not the bytes the parent checked: nothing was opened, and the parent must not open
+        // its copy on the strength of this probe.
+        Err(why) => {
+            println!("{UNCHECKED} {why}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    match PluginLibrary::open(&library, &preloads) {
         Ok(lib) => println!("{SURVIVED} (loaded {} EP(s))", lib.providers.len()),
         Err(e) => println!("{SURVIVED} (refused: {})", e.message),
     }
@@ -33,10 +75,8 @@ pub fn child(args: ProbeArgs) -> ExitCode {
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    library: PathBuf,
-    /// A library to open first (repeatable, in order).
-    #[arg(long = "preload", value_name = "LIB")]
-    preloads: Vec<PathBuf>,
+    #[command(flatten)]
+    library: LibraryArgs,
     /// The descriptor of the memory shared with the parent.
     #[arg(long = "shm-fd", value_name = "FD")]
     shm_fd: i32,
@@ -44,7 +84,7 @@ pub struct ServeArgs {
 
 /// An isolated EP's process: serves its parent until the parent closes the pipe.
 pub fn serve(args: ServeArgs) -> ExitCode {
-    let code = epx::plugin::isolate::serve(&args.library, &args.preloads, args.shm_fd);
+    let code = epx::plugin::isolate::serve(args.library.images(), args.shm_fd);
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }
 
@@ -56,7 +96,7 @@ pub fn load_probe() -> epx::LoadProbe {
             let why = format!(
                 "cannot find epx's own executable to open the library in a child process: {e}"
             );
-            std::sync::Arc::new(move |_: &_, _: &[PathBuf]| Err(why.clone()))
+            std::sync::Arc::new(move |_: &_, _: &_, _: &[_]| Err(why.clone()))
         }
     }
 }

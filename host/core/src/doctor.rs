@@ -120,6 +120,10 @@ pub fn report(env: &Environment) -> (String, bool) {
                     "    ✓ loads: plugin {} {}, ABI {}.{}",
                     lib.name, lib.version, abi.major, abi.minor
                 );
+                // The digest of the bytes that were checked and loaded (a sealed copy).
+                if let Some(d) = lib.loaded_sha256() {
+                    let _ = writeln!(out, "    ✓ loaded from a sealed copy, sha256 {d}");
+                }
                 if let Some(m) = &candidate.manifest {
                     for w in compare_with_manifest(m, &lib).abi_warnings {
                         warnings += 1;

@@ -7,6 +7,7 @@
 //! boundary.
 
 mod graph;
+mod location;
 mod options;
 mod status;
 mod value;
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 pub use graph::{
     Attribute, Element, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView,
 };
+pub use location::{library_folder_of, library_path_of};
 pub use options::ProviderOptions;
 pub use status::{
     Error, Result, cstr_or_empty, guard, into_raw_status, panic_message, take_status,

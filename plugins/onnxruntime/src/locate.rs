@@ -248,50 +248,12 @@ pub fn locate(env: &SearchEnv) -> Result<PathBuf, NotFound> {
     Err(NotFound { searched })
 }
 
-/// The folder of the library this code is linked into, or `None` where that cannot be told.
-///
-/// On Linux and Android this reads `/proc/self/maps` and finds the file mapping that holds this
-/// function's own code: no `dladdr` (and no `libc` dependency), correct whether the adapter is a
-/// plugin library or linked into an executable (then it is the executable's folder). Other OSes
-/// return `None`, and that step of the search is skipped (and said so in the message).
+/// The folder of the library this code is linked into, or `None` where that cannot be told:
+/// the plugin's folder, or the program's when the adapter is linked into one. Asked of the
+/// loader ([`epx_plugin_api::sdk::library_folder_of`]), not read from `/proc/self/maps`, which
+/// shows the sealed copy the host maps instead of the file.
 pub fn plugin_dir() -> Option<PathBuf> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let here = plugin_dir as fn() -> Option<PathBuf> as usize;
-        mapping_path(&maps, here)?.parent().map(Path::to_path_buf)
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        None
-    }
-}
-
-/// The path of the file mapped at `addr` in `/proc/<pid>/maps` text.
-pub fn mapping_path(maps: &str, addr: usize) -> Option<PathBuf> {
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let range = fields.next()?;
-        let (start, end) = range.split_once('-')?;
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        if addr < start || addr >= end {
-            continue;
-        }
-        // perms, offset, dev, inode, then the path (which may contain spaces).
-        let rest: Vec<&str> = line.splitn(6, char::is_whitespace).collect();
-        let path = rest
-            .get(5)
-            .map(|s| s.trim())
-            .filter(|s| s.starts_with('/'))?;
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        return Some(PathBuf::from(path));
-    }
-    None
+    epx_plugin_api::sdk::library_folder_of(plugin_dir as fn() -> Option<PathBuf> as usize)
 }
 
 #[cfg(test)]
@@ -398,23 +360,6 @@ mod tests {
             assert!(text.contains(needle), "`{needle}` missing from: {text}");
         }
         let _ = std::fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn maps_lines_are_parsed() {
-        let maps = "\
-55d0c0000000-55d0c0001000 r--p 00000000 fd:01 123 /usr/bin/cat
-7f0000000000-7f0000100000 r-xp 00001000 fd:01 456 /opt/my plugins/libepx_ort_cpu.so
-7f0000200000-7f0000300000 rw-p 00000000 00:00 0 
-7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
-";
-        assert_eq!(
-            mapping_path(maps, 0x7f0000000010),
-            Some(PathBuf::from("/opt/my plugins/libepx_ort_cpu.so"))
-        );
-        assert_eq!(mapping_path(maps, 0x7f0000200010), None);
-        assert_eq!(mapping_path(maps, 0x7ffd00000010), None);
-        assert_eq!(mapping_path(maps, 0x1), None);
     }
 
     #[cfg(target_os = "linux")]

@@ -216,27 +216,10 @@ fn python_dirs(lib: &Path, leaf: &str) -> Vec<PathBuf> {
     dirs
 }
 
-/// The folder this plugin library was loaded from: the file mapped at the address of this
-/// function, read from `/proc/self/maps` (Linux; `None` elsewhere or when unreadable).
+/// The folder this plugin library was loaded from, as the loader names it
+/// ([`epx_plugin_api::sdk::library_folder_of`]; `None` where that cannot be told).
 pub fn plugin_folder() -> Option<PathBuf> {
-    let here = plugin_folder as fn() -> Option<PathBuf> as usize;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    for line in maps.lines() {
-        // `start-end perms offset dev inode path`
-        let range = line.split_whitespace().next()?;
-        let (start, end) = range.split_once('-')?;
-        let (start, end) = (
-            usize::from_str_radix(start, 16).ok()?,
-            usize::from_str_radix(end, 16).ok()?,
-        );
-        if !(start..end).contains(&here) {
-            continue;
-        }
-        // The path is the rest of the line from its first `/` (it may hold spaces).
-        let path = Path::new(&line[line.find('/')?..]);
-        return path.parent().map(Path::to_path_buf);
-    }
-    None
+    epx_plugin_api::sdk::library_folder_of(plugin_folder as fn() -> Option<PathBuf> as usize)
 }
 
 #[cfg(test)]

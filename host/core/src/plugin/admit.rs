@@ -8,9 +8,11 @@
 //!    ([`trust::check`]; discovery checks folders and manifests while scanning, a library
 //!    given by path is checked here);
 //! 2. the manifest's `abi` has the host's ABI major;
-//! 3. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
-//! 4. every library it needs is found ([`resolve`]), in the order they are to be preloaded,
-//!    and each one to preload passes the check of step 1.
+//! 3. the library is read once into a sealed copy ([`sealed`](super::sealed)), and every check
+//!    below reads that copy, which is also what the probe child and loading open;
+//! 4. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
+//! 5. every library it needs is found ([`resolve`]), in the order they are to be preloaded,
+//!    and each one to preload passes the check of step 1 and is sealed too.
 //!
 //! Once the library is open, [`compare_with_manifest`] checks what it reports against what its
 //! manifest says: EP names that differ refuse it (the manifest is what requests are routed by),
@@ -24,6 +26,7 @@ use super::discover::{MANIFEST_FILE, PluginCandidate};
 use super::library::PluginLibrary;
 use super::manifest::PluginManifest;
 use super::resolve::{self, DependencyReport};
+use super::sealed::LibraryImage;
 use super::trust;
 use crate::error::{Error, PluginLoadErrorKind as Kind};
 
@@ -64,6 +67,11 @@ pub struct AdmissionReport {
     pub dependencies: Option<DependencyReport>,
     /// Why the library is refused; `None` when it may be opened.
     pub refusal: Option<Refusal>,
+    /// The copy of the library the checks read and loading opens; `None` when an earlier check
+    /// refused it.
+    pub image: Option<LibraryImage>,
+    /// The copies of the libraries to preload, in order (empty when refused).
+    pub preloads: Vec<LibraryImage>,
 }
 
 impl AdmissionReport {
@@ -95,10 +103,14 @@ pub fn admit(candidate: &PluginCandidate) -> AdmissionReport {
         sha256: None,
         dependencies: None,
         refusal: None,
+        image: None,
+        preloads: Vec::new(),
     };
     if let Err(refusal) = run_checks(candidate, &mut report) {
         tracing::debug!(kind = ?refusal.kind, "refused: {}", refusal.message);
         report.refusal = Some(refusal);
+        report.image = None;
+        report.preloads.clear();
     }
     report
 }
@@ -106,7 +118,13 @@ pub fn admit(candidate: &PluginCandidate) -> AdmissionReport {
 fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Result<(), Refusal> {
     check_permissions(&candidate.library)?;
     check_manifest_abi(candidate)?;
-    report.sha256 = check_sha256(candidate)?;
+    let image = LibraryImage::of(&candidate.library).map_err(|e| {
+        Refusal::new(
+            Kind::Open,
+            format!("cannot read {}: {e}", candidate.library.display()),
+        )
+    })?;
+    report.sha256 = check_pin(candidate, image.sha256())?;
     if let Some(digest) = &report.sha256 {
         tracing::debug!(sha256 = %digest, "library matches its sha256 pin");
     }
@@ -115,8 +133,14 @@ fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Resu
         .as_ref()
         .map(|m| m.dependencies.as_slice())
         .unwrap_or(&[]);
-    let deps = resolve::resolve_dependencies(&candidate.library, &candidate.dir, specs)
-        .map_err(|e| Refusal::new(Kind::Open, e.to_string()))?;
+    let deps = resolve::resolve_dependencies_of(
+        &candidate.library,
+        &image.load_path(),
+        &candidate.dir,
+        specs,
+    )
+    .map_err(|e| Refusal::new(Kind::Open, e.to_string()))?;
+    report.image = Some(image);
     let complete = deps.is_complete();
     let text = deps.to_string();
     report.dependencies = Some(deps);
@@ -131,6 +155,13 @@ fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Resu
                 format!("its dependency {}: {}", dep.display(), u.reason),
             )
         })?;
+        let image = LibraryImage::of(&dep).map_err(|e| {
+            Refusal::new(
+                Kind::Open,
+                format!("cannot read its dependency {}: {e}", dep.display()),
+            )
+        })?;
+        report.preloads.push(image);
     }
     Ok(())
 }
@@ -162,6 +193,12 @@ fn check_manifest_abi(candidate: &PluginCandidate) -> Result<(), Refusal> {
 /// Checks the library file against the manifest's `sha256` pin: `Ok(None)` when there is no
 /// pin, `Ok(Some(digest))` when the file matches.
 pub(crate) fn check_sha256(candidate: &PluginCandidate) -> Result<Option<String>, Refusal> {
+    check_pin(candidate, None)
+}
+
+/// [`check_sha256`] with the digest of the copy that will be opened, when there is one (the file
+/// is hashed otherwise).
+fn check_pin(candidate: &PluginCandidate, sealed: Option<&str>) -> Result<Option<String>, Refusal> {
     let Some(expected) = candidate
         .manifest
         .as_ref()
@@ -170,15 +207,19 @@ pub(crate) fn check_sha256(candidate: &PluginCandidate) -> Result<Option<String>
         return Ok(None);
     };
     let library = &candidate.library;
-    let actual = super::manifest::sha256_file(library).map_err(|e| {
-        Refusal::new(
-            Kind::Open,
-            format!(
-                "cannot read {} to check it against the sha256 pinned in its {MANIFEST_FILE}: {e}",
-                library.display()
-            ),
-        )
-    })?;
+    let actual = match sealed {
+        Some(d) => d.to_string(),
+        None => super::manifest::sha256_file(library).map_err(|e| {
+            Refusal::new(
+                Kind::Open,
+                format!(
+                    "cannot read {} to check it against the sha256 pinned in its \
+                     {MANIFEST_FILE}: {e}",
+                    library.display()
+                ),
+            )
+        })?,
+    };
     if actual != expected {
         return Err(Refusal::new(
             Kind::ChecksumMismatch,

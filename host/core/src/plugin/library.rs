@@ -14,6 +14,7 @@ use epx_plugin_api::sdk::take_status;
 use super::admit::Refusal;
 use super::host_api::host_api;
 use super::isolate::{Described, Isolation};
+use super::sealed::LibraryImage;
 use crate::error::{PluginLoadErrorKind as Kind, Result};
 
 /// What one EP of a loaded library says about itself.
@@ -180,6 +181,10 @@ pub struct PluginLibrary {
     pub providers: Vec<ProviderDescription>,
     /// The dependencies preloaded before the library, in order.
     pub preloads: Vec<PathBuf>,
+    /// What was opened (the sealed copies admission checked), for a child process to open the
+    /// same bytes: the library and its preloads.
+    pub(crate) image: Option<LibraryImage>,
+    pub(crate) preload_images: Vec<LibraryImage>,
     /// Set when the library was opened only in a child process (its manifest says `isolate =
     /// true`): its EPs can run only there.
     pub isolation: Option<Isolation>,
@@ -191,8 +196,98 @@ pub struct PluginLibrary {
     descriptor: *mut EpxPluginDescriptor,
     factories: Vec<*const EpxProviderFactory>,
     // Dropped after the descriptor is released (see Drop), dependencies last.
+    library: Option<Loaded>,
+    _preloaded: Vec<Loaded>,
+}
+
+/// A library `dlopen`ed from `image`: on drop it is closed, and its sealed copy is kept for the
+/// life of the process if the loader could not unload it (see [`super::sealed`]).
+struct Loaded {
     library: Option<libloading::Library>,
-    _preloaded: Vec<libloading::Library>,
+    image: LibraryImage,
+    /// The load address of a library loaded from its sealed copy (see
+    /// [`super::sealed::mark_ours`]).
+    ours_at: Option<usize>,
+}
+
+impl Loaded {
+    /// Opens `image` (its sealed copy where there is one) with `RTLD_NOW`.
+    ///
+    /// # Safety
+    /// Runs the library's initializers.
+    unsafe fn open(image: &LibraryImage) -> std::result::Result<Loaded, String> {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if image.sealed.is_some() {
+            if let Some(name) = super::sealed::loaded_elsewhere(&image.path) {
+                tracing::debug!(
+                    library = %image.path.display(),
+                    "the program has this library loaded already: its instance is used"
+                );
+                use libloading::os::unix::{Library, RTLD_NOW};
+                let name = std::ffi::OsStr::new(&*name.to_string_lossy()).to_os_string();
+                // SAFETY: RTLD_NOLOAD takes a reference to an object already loaded; no code
+                // runs.
+                let library = unsafe { Library::open(Some(&name), RTLD_NOW | libc::RTLD_NOLOAD) }
+                    .map_err(|e| e.to_string())?;
+                return Ok(Loaded {
+                    library: Some(library.into()),
+                    // Not the sealed copy: the bytes that run are the program's.
+                    image: LibraryImage::unsealed(&image.path),
+                    ours_at: None,
+                });
+            }
+        }
+        let load = image.load_path();
+        // SAFETY: the caller's contract.
+        let library = unsafe { open_now(&load) }.map_err(|e| {
+            // The loader names the sealed copy (/proc/self/fd/N): name the file instead.
+            e.to_string().replace(
+                &load.display().to_string(),
+                &image.path.display().to_string(),
+            )
+        })?;
+        #[allow(unused_mut)]
+        let mut ours_at = None;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        let library = if image.sealed.is_some() {
+            let raw = libloading::os::unix::Library::from(library).into_raw();
+            // SAFETY: `raw` is the live handle just opened.
+            unsafe {
+                super::sealed::name_as_file(raw, &image.path);
+                ours_at = super::sealed::mark_ours(raw);
+            }
+            // SAFETY: the same handle, given back to its owner.
+            libloading::Library::from(unsafe { libloading::os::unix::Library::from_raw(raw) })
+        } else {
+            library
+        };
+        Ok(Loaded {
+            library: Some(library),
+            image: image.clone(),
+            ours_at,
+        })
+    }
+
+    fn library(&self) -> Option<&libloading::Library> {
+        self.library.as_ref()
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        drop(self.library.take());
+        #[cfg(target_os = "linux")]
+        if let Some(sealed) = self.image.sealed.take() {
+            if sealed.still_loaded() {
+                super::sealed::pin(sealed);
+            } else {
+                #[cfg(target_env = "gnu")]
+                if let Some(addr) = self.ours_at {
+                    super::sealed::forget_ours(addr);
+                }
+            }
+        }
+    }
 }
 
 // SAFETY: the descriptor and factories are immutable after the entry call, and the ABI requires
@@ -207,6 +302,10 @@ impl std::fmt::Debug for PluginLibrary {
             .field("name", &self.name)
             .field("version", &self.version)
             .field("path", &self.path)
+            .field(
+                "sha256",
+                &self.image.as_ref().and_then(LibraryImage::sha256),
+            )
             .field("providers", &self.providers)
             .finish()
     }
@@ -299,6 +398,10 @@ impl PluginLibrary {
     pub fn file_sha256(&self) -> Option<&str> {
         self.file_sha256
             .get_or_init(|| {
+                // Loaded from a sealed copy: its digest is exactly the loaded code's.
+                if let Some(d) = self.image.as_ref().and_then(LibraryImage::sha256) {
+                    return Some(d.to_string());
+                }
                 let path = self.path.as_deref()?;
                 if self.file_stamp.is_some() && FileStamp::of(path) != self.file_stamp {
                     tracing::warn!(
@@ -314,31 +417,44 @@ impl PluginLibrary {
             .as_deref()
     }
 
+    /// The SHA-256 of the sealed copy this library was loaded from (or, isolated, that its
+    /// child must load); `None` when it was opened by path or is linked into the program.
+    pub fn loaded_sha256(&self) -> Option<&str> {
+        self.image.as_ref().and_then(LibraryImage::sha256)
+    }
+
     /// Opens a plugin library admitted by [`admit`](super::admit::admit): preloads `preload`
     /// (its dependencies, in order), `dlopen`s it, calls its entry function and validates the
-    /// descriptor.
+    /// descriptor. Each is opened from its sealed copy where there is one, so the bytes
+    /// admission checked are the bytes that run.
     pub fn open(
-        path: &Path,
-        preload: &[PathBuf],
+        image: &LibraryImage,
+        preload: &[LibraryImage],
     ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
+        let path = image.path.as_path();
         let _span = tracing::debug_span!("load", plugin = %path.display()).entered();
         let mut preloaded = Vec::new();
         for dep in preload {
-            tracing::debug!(dependency = %dep.display(), "preloading");
+            tracing::debug!(dependency = %dep.path.display(), sha256 = ?dep.sha256(), "preloading");
             // SAFETY: loading a library runs its initializers; the operator configured this
             // plugin folder and the preflight found this file among the plugin's dependencies.
-            let lib = unsafe { libloading::Library::new(dep) }.map_err(|e| {
+            let lib = unsafe { Loaded::open(dep) }.map_err(|e| {
                 load_error(
                     Kind::Open,
-                    format!("preloading dependency {}: {e}", dep.display()),
+                    format!("preloading dependency {}: {e}", dep.path.display()),
                 )
             })?;
             preloaded.push(lib);
         }
-        let stamp = FileStamp::at_first_load(path);
+        let stamp = match image.sealed {
+            Some(_) => None,
+            None => FileStamp::at_first_load(path),
+        };
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
-        let library =
-            unsafe { open_now(path) }.map_err(|e| load_error(Kind::Open, e.to_string()))?;
+        let loaded = unsafe { Loaded::open(image) }.map_err(|e| load_error(Kind::Open, e))?;
+        let library = loaded
+            .library()
+            .ok_or_else(|| load_error(Kind::Open, "internal: the library closed at once"))?;
         // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
         let entry: EpxPluginEntryFn = unsafe {
             *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
@@ -352,10 +468,12 @@ impl PluginLibrary {
         let mut lib = unsafe { Self::checked_entry(entry, Some(path)) }?;
         let lib_mut = Arc::get_mut(&mut lib)
             .ok_or_else(|| load_error(Kind::BadDescriptor, "internal: shared too early"))?;
-        lib_mut.library = Some(library);
+        lib_mut.library = Some(loaded);
         lib_mut.file_stamp = stamp;
         lib_mut._preloaded = preloaded;
-        lib_mut.preloads = preload.to_vec();
+        lib_mut.preloads = preload.iter().map(|p| p.path.clone()).collect();
+        lib_mut.image = Some(image.clone());
+        lib_mut.preload_images = preload.to_vec();
         Ok(lib)
     }
 
@@ -503,9 +621,14 @@ impl PluginLibrary {
                     return Err(bad(format!("provider {i}: `create` is NULL")));
                 }
                 let name = plugin_str(r.name, "provider name").map_err(&bad)?;
-                if name.is_empty() || name.contains(['/', ' ']) {
+                if name.is_empty()
+                    || name.contains(['/', ' '])
+                    || name.chars().any(char::is_control)
+                {
                     return Err(bad(format!(
-                        "provider name `{name}` must be non-empty, without spaces or '/'"
+                        "provider name `{}` must be non-empty, without spaces, '/' or control \
+                         characters",
+                        crate::printable(&name)
                     )));
                 }
                 let availability = match r.is_available {
@@ -542,6 +665,8 @@ impl PluginLibrary {
             abi_version: abi,
             providers,
             preloads: Vec::new(),
+            image: None,
+            preload_images: Vec::new(),
             isolation: None,
             file_sha256: std::sync::OnceLock::new(),
             file_stamp: None,
@@ -554,26 +679,51 @@ impl PluginLibrary {
 
     /// A library opened in a child process only, as that process described it.
     pub fn isolated(
-        path: &Path,
-        preloads: &[PathBuf],
+        image: &LibraryImage,
+        preloads: &[LibraryImage],
         isolation: Isolation,
         described: Described,
     ) -> Arc<PluginLibrary> {
+        let path = image.path.as_path();
         Arc::new(PluginLibrary {
             name: described.name,
             version: described.version,
             path: Some(path.to_path_buf()),
             abi_version: described.abi_version,
             providers: described.providers,
-            preloads: preloads.to_vec(),
+            preloads: preloads.iter().map(|p| p.path.clone()).collect(),
+            image: Some(image.clone()),
+            preload_images: preloads.to_vec(),
             isolation: Some(isolation),
             file_sha256: std::sync::OnceLock::new(),
-            file_stamp: FileStamp::of(path),
+            file_stamp: match image.sealed {
+                Some(_) => None,
+                None => FileStamp::of(path),
+            },
             descriptor: std::ptr::null_mut(),
             factories: Vec::new(),
             library: None,
             _preloaded: Vec::new(),
         })
+    }
+
+    /// What a child process must open to run this library's EPs: the checked copies of the
+    /// library and its preloads (`None` for providers linked into the program).
+    pub(crate) fn images(&self) -> Option<(LibraryImage, Vec<LibraryImage>)> {
+        let path = self.path.as_deref()?;
+        let image = self
+            .image
+            .clone()
+            .unwrap_or_else(|| LibraryImage::unsealed(path));
+        let preloads = if self.preload_images.len() == self.preloads.len() {
+            self.preload_images.clone()
+        } else {
+            self.preloads
+                .iter()
+                .map(|p| LibraryImage::unsealed(p))
+                .collect()
+        };
+        Some((image, preloads))
     }
 
     pub(crate) fn factory(&self, index: usize) -> Option<*const EpxProviderFactory> {

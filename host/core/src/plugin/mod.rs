@@ -4,7 +4,8 @@
 //! In the order a plugin meets them: [`manifest`] reads a `plugin.toml`; [`discover`] walks the
 //! search path and lists candidates without opening anything; [`resolve`] finds the libraries a
 //! candidate needs; [`admit`] runs every trust check (permissions, ABI, `sha256` pin,
-//! dependencies) in one place for loading and `epx doctor` alike; [`library`](PluginLibrary)
+//! dependencies) in one place for loading and `epx doctor` alike, on a [`sealed`] copy of the
+//! library that is then the one opened; [`library`](PluginLibrary)
 //! opens an admitted library and validates its descriptor; [`provider`](ProviderInstance) makes
 //! EP instances and makes the checked calls into them and their kernels; [`host_api`] is the
 //! table of callbacks plugins call back into.
@@ -18,6 +19,7 @@ pub mod manifest;
 pub mod probe;
 mod provider;
 pub mod resolve;
+pub mod sealed;
 pub mod trust;
 
 pub use admit::{AdmissionReport, Refusal, admit};

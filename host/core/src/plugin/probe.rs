@@ -3,9 +3,12 @@
 //! kills or stalls the child, and is refused here with the signal or exit status
 //! ([`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed)).
 //!
-//! The child is the `epx` executable: `epx probe-library LIB [--preload DEP]...` opens the
-//! library as loading does and prints [`SURVIVED`]. `epx providers` / `epx doctor` re-run
-//! themselves; libepx looks for `epx` beside itself ([`find_epx`]).
+//! The child is the `epx` executable: `epx probe-library LIB --sha256 D [--preload DEP
+//! --preload-sha256 D]...` opens the library as loading does and prints [`SURVIVED`]. It opens
+//! its own sealed copy of each file and refuses one whose SHA-256 is not the one this process
+//! checked ([`super::sealed`]), so the child runs the bytes this process will run, whatever
+//! happens to the files on disk. `epx providers` / `epx doctor` re-run themselves; libepx looks
+//! for `epx` beside itself ([`find_epx`]).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -14,15 +17,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::discover::PluginCandidate;
+use super::sealed::LibraryImage;
 
 /// Opens a library somewhere it may crash (a child process) before this process opens it: gets
-/// the candidate and the libraries admission would preload, and returns why it must not be
-/// opened here ([`EnvironmentBuilder::with_load_probe`](crate::EnvironmentBuilder::with_load_probe)).
-pub type LoadProbe =
-    Arc<dyn Fn(&PluginCandidate, &[PathBuf]) -> std::result::Result<(), String> + Send + Sync>;
+/// the candidate, the library as admission checked it and the libraries it preloads, and
+/// returns why it must not be opened here
+/// ([`EnvironmentBuilder::with_load_probe`](crate::EnvironmentBuilder::with_load_probe)).
+pub type LoadProbe = Arc<
+    dyn Fn(&PluginCandidate, &LibraryImage, &[LibraryImage]) -> std::result::Result<(), String>
+        + Send
+        + Sync,
+>;
 
 /// The line a child prints when opening the library did not kill it.
 pub const SURVIVED: &str = "epx-probe: survived";
+
+/// The line a child prints, followed by why, when its copy of a file is not the one this process
+/// checked (the file changed on disk in between): it opened nothing.
+pub const UNCHECKED: &str = "epx-probe: unchecked";
 
 /// How long a library may take to open in the child (`EPX_PROBE_TIMEOUT_S`, default 60 s: ONNX
 /// Runtime and OpenVINO take a second or two; a GPU runtime's first start can take longer).
@@ -37,9 +49,42 @@ fn timeout() -> Duration {
 
 /// A probe that runs `epx` (at `exe`) on each library.
 pub fn child_process(exe: PathBuf) -> LoadProbe {
-    Arc::new(move |candidate: &PluginCandidate, preloads: &[PathBuf]| {
-        probe(&exe, &candidate.library, preloads, timeout())
-    })
+    Arc::new(
+        move |_: &PluginCandidate, library: &LibraryImage, preloads: &[LibraryImage]| {
+            probe(&exe, library, preloads, timeout())
+        },
+    )
+}
+
+/// The arguments naming a library and its preloads for a child (`probe-library`,
+/// `serve-plugin`): `LIB [--sha256 D] [--preload DEP --preload-sha256 D|-]...`.
+pub fn library_args(cmd: &mut Command, library: &LibraryImage, preloads: &[LibraryImage]) {
+    cmd.arg(&library.path);
+    if let Some(d) = library.sha256() {
+        cmd.arg("--sha256").arg(d);
+    }
+    for p in preloads {
+        cmd.arg("--preload").arg(&p.path);
+        cmd.arg("--preload-sha256").arg(p.sha256().unwrap_or("-"));
+    }
+}
+
+/// The child's side of [`library_args`]: its own sealed copies of the library and the
+/// preloads, each refused when its SHA-256 is not the one given (`-` or none: not checked).
+pub fn images_from_args(
+    library: &Path,
+    sha256: Option<&str>,
+    preloads: &[PathBuf],
+    preload_sha256: &[String],
+) -> Result<(LibraryImage, Vec<LibraryImage>), String> {
+    let expected = |d: Option<&str>| d.filter(|d| *d != "-").map(str::to_string);
+    let image = LibraryImage::checked(library, expected(sha256).as_deref())?;
+    let mut images = Vec::with_capacity(preloads.len());
+    for (i, p) in preloads.iter().enumerate() {
+        let d = expected(preload_sha256.get(i).map(String::as_str));
+        images.push(LibraryImage::checked(p, d.as_deref())?);
+    }
+    Ok((image, images))
 }
 
 /// The `epx` executable for a library in `lib_dir`: `EPX_PROBE_EXE`, else `<lib_dir>/../bin/epx`
@@ -53,12 +98,15 @@ pub fn find_epx(lib_dir: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn probe(exe: &Path, library: &Path, preloads: &[PathBuf], limit: Duration) -> Result<(), String> {
+fn probe(
+    exe: &Path,
+    library: &LibraryImage,
+    preloads: &[LibraryImage],
+    limit: Duration,
+) -> Result<(), String> {
     let mut cmd = Command::new(exe);
-    cmd.arg("probe-library").arg(library);
-    for p in preloads {
-        cmd.arg("--preload").arg(p);
-    }
+    cmd.arg("probe-library");
+    library_args(&mut cmd, library, preloads);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -114,6 +162,12 @@ fn probe(exe: &Path, library: &Path, preloads: &[PathBuf], limit: Duration) -> R
             limit.as_secs_f64()
         ));
     };
+    if let Some(why) = out.lines().find_map(|l| l.strip_prefix(UNCHECKED)) {
+        return Err(format!(
+            "the child process could not probe it: {}; run again to check the new file",
+            why.trim()
+        ));
+    }
     if status.success() && out.lines().any(|l| l.starts_with(SURVIVED)) {
         return Ok(());
     }

@@ -188,21 +188,14 @@ impl ProviderInstance {
             .get(index)
             .cloned()
             .ok_or_else(|| setup(format!("no provider #{index}")))?;
-        let path = library.path.as_deref().ok_or_else(|| {
+        let (image, preloads) = library.images().ok_or_else(|| {
             setup(format!(
                 "EP `{}` is linked into the program, not a plugin library; only a plugin \
                  library can run in a child process",
                 description.name
             ))
         })?;
-        let remote = Remote::start(
-            isolation,
-            path,
-            &library.preloads,
-            index,
-            &description,
-            options,
-        )?;
+        let remote = Remote::start(isolation, image, preloads, index, &description, options)?;
         Ok(Arc::new(ProviderInstance {
             library: library.clone(),
             description,

@@ -15,6 +15,7 @@ use crate::plugin::admit::{AdmissionReport, Refusal, admit, compare_with_manifes
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
 use crate::plugin::isolate::{self, Isolation};
 use crate::plugin::probe::LoadProbe;
+use crate::plugin::sealed::LibraryImage;
 use epx_plugin_api::abi::EpxPluginEntryFn;
 
 /// Name of the plugin that holds the providers linked into the host (the CPU EP).
@@ -74,6 +75,9 @@ pub struct Environment {
     discovery: Discovery,
     /// Load results by library path; failures are kept so a broken plugin is tried once.
     loaded: Mutex<HashMap<PathBuf, LoadOutcome>>,
+    /// Admission reports by library path: the probe child and loading open the copies one
+    /// report sealed, so a file rewritten between the probe and the load changes nothing.
+    admitted: Mutex<HashMap<PathBuf, Arc<AdmissionReport>>>,
     /// Plugins linked into the application ([`EnvironmentBuilder::with_linked_plugin`]).
     linked: Vec<Arc<PluginLibrary>>,
     builtin: Arc<PluginLibrary>,
@@ -233,6 +237,7 @@ impl EnvironmentBuilder {
             search,
             discovery,
             loaded: Mutex::new(HashMap::new()),
+            admitted: Mutex::new(HashMap::new()),
             linked,
             builtin,
             builtin_providers: self.builtin,
@@ -277,9 +282,29 @@ impl Environment {
             .or_else(|| var("HOME").map(|d| d.join(".cache").join("epx")))
     }
 
+    /// The cache folder when it may be used: [`cache::check_folder`](crate::cache::check_folder)
+    /// passes it (nobody else can write it, no symbolic link inside it). One that does not is
+    /// not used, as if the cache were off, with one warning per process naming the folder and
+    /// the fix.
+    pub fn trusted_cache_dir(&self) -> Option<PathBuf> {
+        let dir = self.cache_dir()?;
+        match crate::cache::check_folder(&dir) {
+            Ok(()) => Some(dir),
+            Err(why) => {
+                static WARNED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+                let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+                if !warned.contains(&dir) {
+                    warned.push(dir);
+                    tracing::warn!("{why}; sessions compile every kernel afresh");
+                }
+                None
+            }
+        }
+    }
+
     /// The compiled-kernel cache sessions use, unless it is switched off
-    /// ([`EnvironmentBuilder::with_kernel_cache`], `EPX_KERNEL_CACHE=off`) or no cache folder
-    /// can be named.
+    /// ([`EnvironmentBuilder::with_kernel_cache`], `EPX_KERNEL_CACHE=off`), no cache folder
+    /// can be named, or the folder is not trusted ([`Self::trusted_cache_dir`]).
     pub fn kernel_cache(&self) -> Option<crate::cache::KernelCache> {
         let from_env = std::env::var("EPX_KERNEL_CACHE").ok().map(|v| {
             !matches!(
@@ -301,7 +326,7 @@ impl Environment {
             }
             parsed
         });
-        let dir = self.cache_dir()?;
+        let dir = self.trusted_cache_dir()?;
         Some(crate::cache::KernelCache::new(
             &dir,
             limit.unwrap_or(crate::cache::DEFAULT_MAX_BYTES),
@@ -368,42 +393,62 @@ impl Environment {
         (outcome.admission, library)
     }
 
+    /// The admission report of `candidate`, made once per environment: the probe and the load
+    /// work from the same sealed copies.
+    fn admitted(&self, candidate: &PluginCandidate) -> Arc<AdmissionReport> {
+        let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+        admitted
+            .entry(candidate.library.clone())
+            .or_insert_with(|| Arc::new(admit(candidate)))
+            .clone()
+    }
+
     fn outcome(&self, candidate: &PluginCandidate) -> LoadOutcome {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         loaded
             .entry(candidate.library.clone())
             .or_insert_with(|| {
-                let admission = Arc::new(admit(candidate));
-                let preload = admission.preload_order();
-                let isolate = candidate.manifest.as_ref().is_some_and(|m| m.isolate);
-                if isolate {
-                    let library = admission
-                        .refusal
-                        .clone()
-                        .map_or_else(|| self.open_isolated(candidate, &preload), Err);
-                    return LoadOutcome { admission, library };
-                }
-                let probed = match (&admission.refusal, &self.probe) {
-                    (None, Some(probe)) => probe(candidate, &preload).map_err(|why| {
-                        Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why)
-                    }),
-                    _ => Ok(()),
-                };
-                let library = match admission.refusal.clone().map_or(probed, Err) {
-                    Err(refusal) => Err(refusal),
-                    Ok(()) => PluginLibrary::open(&candidate.library, &preload)
-                        .and_then(|lib| checked_against_manifest(candidate, lib)),
+                let admission = self.admitted(candidate);
+                let library = match (&admission.refusal, &admission.image) {
+                    (Some(refusal), _) => Err(refusal.clone()),
+                    (None, None) => Err(Refusal::new(
+                        crate::error::PluginLoadErrorKind::Open,
+                        "internal: admitted without a library image",
+                    )),
+                    (None, Some(image)) => {
+                        self.open_admitted(candidate, image, &admission.preloads)
+                    }
                 };
                 LoadOutcome { admission, library }
             })
             .clone()
     }
 
+    /// Opens what admission passed: in a child only when its manifest says `isolate = true`,
+    /// else in this process once the probe (if any) survived opening the same bytes.
+    fn open_admitted(
+        &self,
+        candidate: &PluginCandidate,
+        image: &LibraryImage,
+        preloads: &[LibraryImage],
+    ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
+        if candidate.manifest.as_ref().is_some_and(|m| m.isolate) {
+            return self.open_isolated(candidate, image, preloads);
+        }
+        if let Some(probe) = &self.probe {
+            probe(candidate, image, preloads)
+                .map_err(|why| Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why))?;
+        }
+        PluginLibrary::open(image, preloads)
+            .and_then(|lib| checked_against_manifest(candidate, lib))
+    }
+
     /// A plugin whose manifest says `isolate = true`: opened in a child process, never here.
     fn open_isolated(
         &self,
         candidate: &PluginCandidate,
-        preload: &[PathBuf],
+        image: &LibraryImage,
+        preload: &[LibraryImage],
     ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
         let isolation = self.isolation().ok_or_else(|| {
             Refusal::new(
@@ -412,8 +457,8 @@ impl Environment {
                  (the program did not name one, and EPX_PROBE_EXE is not set); it was not opened",
             )
         })?;
-        let described = isolate::describe(&isolation, &candidate.library, preload)?;
-        let lib = PluginLibrary::isolated(&candidate.library, preload, isolation, described);
+        let described = isolate::describe(&isolation, image, preload)?;
+        let lib = PluginLibrary::isolated(image, preload, isolation, described);
         checked_against_manifest(candidate, lib)
     }
 
@@ -547,17 +592,17 @@ impl Environment {
             if self.loaded_outcome(&candidate.library).is_some() {
                 continue;
             }
-            let admission = admit(candidate);
-            if admission.refusal.is_some() {
+            let admission = self.admitted(candidate);
+            let (None, Some(image)) = (&admission.refusal, &admission.image) else {
                 continue;
-            }
-            if let Err(why) = probe(candidate, &admission.preload_order()) {
+            };
+            if let Err(why) = probe(candidate, image, &admission.preloads) {
                 let refusal = Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why);
                 let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
                 loaded
                     .entry(candidate.library.clone())
                     .or_insert_with(|| LoadOutcome {
-                        admission: Arc::new(admission),
+                        admission: admission.clone(),
                         library: Err(refusal),
                     });
             }

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use crate::model::onnx::save::subgraph_model_bytes_with_shapes as subgraph_model
 use crate::plugin::admit::Refusal;
 use crate::plugin::library::{Device, ProviderDescription};
 use crate::plugin::probe::{exit_signal, signal_name};
+use crate::plugin::sealed::LibraryImage;
 use crate::value::{ElementType, Tensor, Value};
 
 /// The descriptor number the shared memory has in the child.
@@ -142,14 +143,16 @@ impl Write for NoSigPipe<'_> {
 }
 
 impl Process {
-    fn spawn(iso: &Isolation, library: &Path, preloads: &[PathBuf]) -> std::io::Result<Self> {
+    fn spawn(
+        iso: &Isolation,
+        library: &LibraryImage,
+        preloads: &[LibraryImage],
+    ) -> std::io::Result<Self> {
         let shm = Shared::create()?;
         let fd = shm.raw_fd();
         let mut cmd = Command::new(&iso.exe);
-        cmd.arg("serve-plugin").arg(library);
-        for p in preloads {
-            cmd.arg("--preload").arg(p);
-        }
+        cmd.arg("serve-plugin");
+        crate::plugin::probe::library_args(&mut cmd, library, preloads);
         cmd.arg("--shm-fd").arg(CHILD_SHM_FD.to_string());
         // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
         unsafe {
@@ -392,8 +395,8 @@ fn kind_from_code(c: u8) -> Kind {
 /// opening it here (plugins whose manifest says `isolate = true`).
 pub fn describe(
     iso: &Isolation,
-    library: &Path,
-    preloads: &[PathBuf],
+    library: &LibraryImage,
+    preloads: &[LibraryImage],
 ) -> std::result::Result<Described, Refusal> {
     let mut p = Process::spawn(iso, library, preloads).map_err(|e| {
         Refusal::new(
@@ -411,8 +414,8 @@ pub fn describe(
 pub(crate) struct Remote {
     name: String,
     iso: Isolation,
-    library: PathBuf,
-    preloads: Vec<PathBuf>,
+    library: LibraryImage,
+    preloads: Vec<LibraryImage>,
     index: usize,
     options: Vec<(String, String)>,
     state: Mutex<State>,
@@ -451,8 +454,8 @@ impl Remote {
     /// Starts the child, checks it hosts EP `index` as `description`, and creates the EP there.
     pub(crate) fn start(
         iso: Isolation,
-        library: &Path,
-        preloads: &[PathBuf],
+        library: LibraryImage,
+        preloads: Vec<LibraryImage>,
         index: usize,
         description: &ProviderDescription,
         options: &[(String, String)],
@@ -470,8 +473,8 @@ impl Remote {
         let remote = Remote {
             name: description.name.clone(),
             iso,
-            library: library.to_path_buf(),
-            preloads: preloads.to_vec(),
+            library,
+            preloads,
             index,
             options: options.to_vec(),
             state: Mutex::new(State::default()),

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::FromRawFd;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use epx_plugin_api::abi::EpxStatusCode;
@@ -14,7 +13,10 @@ use super::remote::{kind_code, node_key, put_devices, put_tensor_header, read_te
 use super::shm::{Shared, align_up};
 use super::wire::{self, Reader, Writer, ask, reply};
 use crate::error::Error;
+use crate::error::PluginLoadErrorKind as Kind;
 use crate::model::onnx::load_model_bytes;
+use crate::plugin::admit::Refusal;
+use crate::plugin::sealed::LibraryImage;
 use crate::plugin::{AbiGraph, CompiledKernel, PluginLibrary, ProviderInstance};
 use crate::value::{Tensor, Value};
 
@@ -43,9 +45,11 @@ struct Server {
     shm: Shared,
 }
 
-/// Serves the host on stdin/stdout until it closes stdin; returns the exit code. `shm_fd` is
-/// the shared memory the host passed down.
-pub fn serve(library: &Path, preloads: &[PathBuf], shm_fd: i32) -> i32 {
+/// Serves the host on stdin/stdout until it closes stdin; returns the exit code. `library` and
+/// `preloads` are this process's own sealed copies, checked against the digests the host gave
+/// ([`crate::plugin::probe::images_from_args`]); `shm_fd` is the shared memory the host passed
+/// down.
+pub fn serve(library: Result<(LibraryImage, Vec<LibraryImage>), String>, shm_fd: i32) -> i32 {
     // The protocol gets a private copy of stdout; whatever the plugin prints goes to stderr.
     // SAFETY: plain descriptor calls on this process's own standard streams.
     let proto = unsafe {
@@ -66,7 +70,10 @@ pub fn serve(library: &Path, preloads: &[PathBuf], shm_fd: i32) -> i32 {
             return 2;
         }
     };
-    let library = match PluginLibrary::open(library, preloads) {
+    let opened = library
+        .map_err(|why| Refusal::new(Kind::Open, why))
+        .and_then(|(library, preloads)| PluginLibrary::open(&library, &preloads));
+    let library = match opened {
         Ok(l) => l,
         Err(refusal) => {
             let mut w = Writer::default();

@@ -73,8 +73,20 @@ pub fn resolve_dependencies(
     plugin_dir: &Path,
     deps: &[DependencySpec],
 ) -> Result<DependencyReport, ResolveError> {
+    resolve_dependencies_of(lib, lib, plugin_dir, deps)
+}
+
+/// [`resolve_dependencies`] of `lib` reading its ELF headers from `read_from` (the sealed copy
+/// admission checks and loading opens); `lib` stays the library's name (`$ORIGIN` is its
+/// folder) in the report.
+pub fn resolve_dependencies_of(
+    lib: &Path,
+    read_from: &Path,
+    plugin_dir: &Path,
+    deps: &[DependencySpec],
+) -> Result<DependencyReport, ResolveError> {
     let env = SearchEnv::from_process();
-    resolve_with(&env, lib, plugin_dir, deps)
+    resolve_with(&env, lib, read_from, plugin_dir, deps)
 }
 
 /// One folder to look in and the rule it belongs to.
@@ -88,10 +100,12 @@ struct Place {
 fn resolve_with(
     env: &SearchEnv,
     lib: &Path,
+    read_from: &Path,
     plugin_dir: &Path,
     specs: &[DependencySpec],
 ) -> Result<DependencyReport, ResolveError> {
-    let root = needed_libraries(lib)?;
+    let mut root = needed_libraries(read_from).map_err(|e| e.naming(read_from, lib))?;
+    root.path = lib.to_path_buf();
     let span = tracing::debug_span!("resolve_dependencies", library = %lib.display());
     let _guard = span.enter();
 
@@ -679,7 +693,7 @@ mod tests {
         assert!(report.check().is_ok());
 
         std::fs::remove_file(dir.join("libepxtestbar.so")).expect("rm");
-        let report = resolve_with(&test_env(), &lib, dir, &[]).expect("resolve");
+        let report = resolve_with(&test_env(), &lib, &lib, dir, &[]).expect("resolve");
         assert!(!report.is_complete());
         let missing = report.missing();
         assert_eq!(missing.len(), 1);
@@ -795,7 +809,7 @@ mod tests {
 
         // The plugin's own DT_NEEDED for libbar finds nothing, but libfoo's RUNPATH does, and
         // once libfoo's dependencies are loaded the loader reuses libbar for the plugin too.
-        let report = resolve_with(&env, &lib, dir, &specs).expect("resolve");
+        let report = resolve_with(&env, &lib, &lib, dir, &specs).expect("resolve");
         assert!(report.is_complete(), "{report}");
         let bar = report
             .entries
@@ -829,7 +843,7 @@ mod tests {
         let mut env2 = env.clone();
         env2.vars
             .insert("EPXT_DEPS2".into(), deps2.clone().into_os_string());
-        let report = resolve_with(&env2, &lib, dir, &specs2).expect("resolve");
+        let report = resolve_with(&env2, &lib, &lib, dir, &specs2).expect("resolve");
         assert!(report.is_complete(), "{report}");
         let foo = report
             .entries
@@ -859,7 +873,7 @@ mod tests {
         // by the plugin itself first) also there.
         let mut env3 = env.clone();
         env3.library_path = vec![deps_dir.clone(), deps2.clone()];
-        let report = resolve_with(&env3, &lib, dir, &[]).expect("resolve");
+        let report = resolve_with(&env3, &lib, &lib, dir, &[]).expect("resolve");
         assert!(report.is_complete(), "{report}");
         assert!(report.entries.iter().all(|e| !matches!(
             e.status,
@@ -884,8 +898,14 @@ mod tests {
                 "-Wl,-rpath-link,deps2",
             ],
         );
-        let report =
-            resolve_with(&env, &dir.join("libepx_y.so"), dir, &specs[..1]).expect("resolve");
+        let report = resolve_with(
+            &env,
+            &dir.join("libepx_y.so"),
+            &dir.join("libepx_y.so"),
+            dir,
+            &specs[..1],
+        )
+        .expect("resolve");
         assert!(report.is_complete(), "{report}");
         let bar = report
             .entries
@@ -902,7 +922,7 @@ mod tests {
 
         // Without libbar anywhere, both needers' searches are listed.
         std::fs::remove_file(deps2.join("libepxtbar.so")).expect("rm");
-        let report = resolve_with(&env, &lib, dir, &specs).expect("resolve");
+        let report = resolve_with(&env, &lib, &lib, dir, &specs).expect("resolve");
         let bar = report
             .missing()
             .into_iter()
@@ -935,14 +955,14 @@ mod tests {
             name: "libepxtwanted.so.1".into(),
             ..Default::default()
         }];
-        let report = resolve_with(&test_env(), &lib, dir, &specs).expect("resolve");
+        let report = resolve_with(&test_env(), &lib, &lib, dir, &specs).expect("resolve");
         assert_eq!(report.missing().len(), 1, "{report}");
 
         // Same file, but another machine in its header.
         let mut bytes = std::fs::read(&lib).expect("read");
         bytes[18] ^= 0x55;
         std::fs::write(dir.join("libepxtwanted.so.1"), &bytes).expect("write");
-        let report = resolve_with(&test_env(), &lib, dir, &specs).expect("resolve");
+        let report = resolve_with(&test_env(), &lib, &lib, dir, &specs).expect("resolve");
         assert_eq!(report.missing().len(), 1, "{report}");
     }
 

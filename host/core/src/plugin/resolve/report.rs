@@ -96,6 +96,24 @@ pub enum ResolveError {
     NotElf { path: PathBuf, reason: String },
 }
 
+impl ResolveError {
+    /// The same error naming `shown` where it named `read` (a sealed copy read in place of the
+    /// file the user knows).
+    pub(crate) fn naming(self, read: &std::path::Path, shown: &std::path::Path) -> Self {
+        let rename = |p: PathBuf| if p == read { shown.to_path_buf() } else { p };
+        match self {
+            ResolveError::Io { path, source } => ResolveError::Io {
+                path: rename(path),
+                source,
+            },
+            ResolveError::NotElf { path, reason } => ResolveError::NotElf {
+                path: rename(path),
+                reason,
+            },
+        }
+    }
+}
+
 impl DependencyReport {
     /// Required libraries that were not found (optional manifest dependencies excluded).
     pub fn missing(&self) -> Vec<&DependencyEntry> {

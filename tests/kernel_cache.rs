@@ -290,22 +290,82 @@ fn a_recorded_partition_that_names_nodes_not_offered_is_not_used() {
 }
 
 #[test]
-fn a_plugin_library_changed_after_it_was_loaded_has_its_kernels_compiled() {
+fn a_plugin_library_changed_on_disk_after_it_was_loaded_keeps_the_digest_of_what_runs() {
     use std::io::Write;
     let st = setup("kcache-changed");
     let log = st.cache.path().join("journal.txt");
     let (lib, _) = st.env.find_provider("adversarial").expect("loaded");
     let path = lib.path.clone().expect("a plugin library");
-    // The file on disk is no longer the code in memory (an upgrade under a running process):
-    // its digest would name code this process does not run.
+    let loaded = epx::plugin::manifest::sha256_file(&path).expect("hash");
+    // The file on disk is no longer the code in memory (an upgrade under a running process).
+    // What runs is the sealed copy admission checked, so its digest still names that code.
     std::fs::OpenOptions::new()
         .append(true)
         .open(&path)
         .and_then(|mut f| f.write_all(b"\0"))
         .expect("append");
+    assert_ne!(epx::plugin::manifest::sha256_file(&path).unwrap(), loaded);
+    assert_eq!(lib.file_sha256(), Some(loaded.as_str()));
     let s = session(&st.env, ep("on", &log));
-    assert!(s.placement().kernel_cache.is_empty());
-    assert!(entries(st.cache.path()).is_empty());
     check_outputs(&s);
     assert_eq!(journal(&log), ["capability", "compile"]);
+    let (stored, note) = cache_note(&s);
+    assert!(!stored && note.starts_with("compiled and stored"), "{note}");
+    assert_eq!(entries(st.cache.path()).len(), 1);
+}
+
+/// A cache folder someone else could write is not used at all (nothing read, nothing stored):
+/// its entries would be code's input. Nor is one whose `kernels` folder is a symbolic link; and
+/// an entry open to other users is ignored and written again, private.
+#[cfg(unix)]
+#[test]
+fn a_cache_folder_others_could_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let st = setup("kcache-trust");
+    let log = st.cache.path().join("journal.txt");
+    let cache = st.cache.path();
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    drop(session(&st.env, ep("on", &log)));
+    journal(&log);
+    let file = entries(cache).pop().expect("an entry");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // An entry others may read and write: ignored, compiled, written back private.
+    chmod(&file, 0o666);
+    let s = session(&st.env, ep("on", &log));
+    assert_eq!(journal(&log), ["capability", "compile"]);
+    let (loaded, note) = cache_note(&s);
+    assert!(!loaded && note.contains("open to other users"), "{note}");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The folder writable by everyone: as if the cache were off.
+    chmod(cache, 0o777);
+    let s = session(&st.env, ep("on", &log));
+    assert_eq!(journal(&log), ["capability", "compile"]);
+    assert!(s.placement().kernel_cache.is_empty());
+    let why = epx::cache::check_folder(cache).unwrap_err();
+    assert!(
+        why.contains("is not used") && why.contains("chmod o-w"),
+        "{why}"
+    );
+    chmod(cache, 0o700);
+
+    // `kernels` a link to a folder elsewhere: not followed, nothing written there.
+    let elsewhere = TempDir::new("kcache-elsewhere").expect("temp dir");
+    std::fs::remove_dir_all(cache.join("kernels")).expect("remove");
+    std::os::unix::fs::symlink(elsewhere.path(), cache.join("kernels")).expect("symlink");
+    let s = session(&st.env, ep("on", &log));
+    assert_eq!(journal(&log), ["capability", "compile"]);
+    assert!(s.placement().kernel_cache.is_empty());
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    let why = epx::cache::check_folder(cache).unwrap_err();
+    assert!(why.contains("symbolic link"), "{why}");
 }

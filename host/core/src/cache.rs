@@ -108,35 +108,34 @@ impl KernelCache {
     /// deleted and reported; a hit refreshes the entry's time of last use.
     pub fn get(&self, key: &str) -> Lookup {
         let path = self.path(key);
-        // Only a regular file of at most the cache's size is read: not a FIFO (which would
-        // block), a device or a link to one (which would not end).
-        match std::fs::symlink_metadata(&path) {
-            Ok(md) if md.is_file() && md.len() <= self.max_bytes => {}
-            Ok(md) => {
-                let why = if md.is_file() {
-                    format!("it is {} bytes, more than the cache's limit", md.len())
-                } else {
-                    "it is not a regular file".to_string()
-                };
-                if md.is_file() {
-                    let _ = std::fs::remove_file(&path);
-                }
-                return Lookup::Damaged(format!("{}: {why}", path.display()));
+        // Only a regular file of at most the cache's size is read, opened without following a
+        // link and told by what was opened: not a FIFO (which would block), a device or a link
+        // to one (which would not end), nor an entry someone else could have written.
+        let (mut file, md) = match crate::files::open_regular_nofollow(&path) {
+            Ok(opened) => opened,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Miss,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                return Lookup::Damaged(format!("{}: {e}", path.display()));
             }
-            Err(_) => return Lookup::Miss,
-        }
-        let mut file = match std::fs::File::open(&path) {
-            Ok(f) => f,
             Err(e) => {
-                // Absent, or a folder that cannot be read: a miss (storing will say why).
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::debug!(path = %path.display(), "kernel cache entry unreadable: {e}");
-                }
+                tracing::debug!(path = %path.display(), "kernel cache entry unreadable: {e}");
                 return Lookup::Miss;
             }
         };
+        if md.len() > self.max_bytes {
+            let _ = std::fs::remove_file(&path);
+            return Lookup::Damaged(format!(
+                "{}: it is {} bytes, more than the cache's limit",
+                path.display(),
+                md.len()
+            ));
+        }
+        if let Err(why) = private_entry(&md) {
+            let _ = std::fs::remove_file(&path);
+            return Lookup::Damaged(format!("{}: {why}", path.display()));
+        }
         let result = (|| -> Result<Vec<u8>, String> {
-            let len = file.metadata().map_err(|e| e.to_string())?.len();
+            let len = md.len();
             let mut bytes = Vec::new();
             bytes
                 .try_reserve_exact(usize::try_from(len).map_err(|e| e.to_string())?)
@@ -360,6 +359,75 @@ pub fn measured_choices(root: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Makes `dir` (and its parents), private to the user where the OS has modes: compiled kernels
 /// hold the model's weights.
+/// An entry is read only when the user running epx wrote it for itself: owned by that user and
+/// neither readable nor writable by anyone else (mode 0600, as [`new_private_file`] makes it).
+fn private_entry(md: &std::fs::Metadata) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid takes no arguments, cannot fail and touches no memory of ours.
+        let uid = unsafe { libc::geteuid() };
+        if md.uid() != uid {
+            return Err(format!(
+                "it is owned by uid {}, not by the user running epx (uid {uid}); not trusted",
+                md.uid()
+            ));
+        }
+        if md.mode() & 0o077 != 0 {
+            return Err(format!(
+                "its mode is {:04o}, open to other users (epx writes entries 0600); not trusted",
+                md.mode() & 0o7777
+            ));
+        }
+    }
+    let _ = md;
+    Ok(())
+}
+
+/// Whether the cache folder `root` may be used: nobody but root and the user running epx can
+/// change it or a folder above it ([`trust::check_guarding`], the rule plugins are held to), and
+/// the folders epx keeps in it are real folders, not symbolic links leading elsewhere. `Err` says
+/// what is wrong and how to fix it.
+///
+/// [`trust::check_guarding`]: crate::plugin::trust::check_guarding
+pub fn check_folder(root: &Path) -> Result<(), String> {
+    const STAKE: &str = "the compiled kernels epx loads from it";
+    crate::plugin::trust::check_guarding(root, STAKE).map_err(|u| {
+        format!(
+            "the cache folder {} is not used: {}",
+            root.display(),
+            u.reason
+        )
+    })?;
+    for sub in ["kernels", "selection"] {
+        let p = root.join(sub);
+        match std::fs::symlink_metadata(&p) {
+            Ok(md) if md.file_type().is_symlink() => {
+                return Err(format!(
+                    "the cache folder {} is not used: {} is a symbolic link, and the cache \
+                     follows none inside it; remove the link (rm {})",
+                    root.display(),
+                    p.display(),
+                    p.display()
+                ));
+            }
+            // A file in the way is no trust problem: storing fails and says so.
+            Ok(md) if !md.is_dir() => {}
+            Ok(_) => {
+                crate::plugin::trust::check_guarding(&p, STAKE).map_err(|u| {
+                    format!(
+                        "the cache folder {} is not used: {}",
+                        root.display(),
+                        u.reason
+                    )
+                })?;
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn private_dir(dir: &Path) -> std::io::Result<()> {
     let mut b = std::fs::DirBuilder::new();
     b.recursive(true);
@@ -439,8 +507,8 @@ fn parse_header(header: &str) -> Result<Header, String> {
 /// What an entry's header says, reading no more than the header.
 fn read_meta(path: &Path) -> Result<EntryMeta, String> {
     let mut head = Vec::with_capacity(MAX_HEADER);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_HEADER as u64).read_to_end(&mut head))
+    crate::files::open_regular_nofollow(path)
+        .and_then(|(f, _)| f.take(MAX_HEADER as u64).read_to_end(&mut head))
         .map_err(|e| e.to_string())?;
     let (header, _) = split(&head)?;
     parse_header(header).map(|h| h.meta)

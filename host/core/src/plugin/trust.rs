@@ -35,7 +35,14 @@ const MAX_LINKS: usize = 40;
 /// not this check's business (the caller reports it missing): its existing part is checked.
 #[cfg(unix)]
 pub fn check(path: &Path) -> Result<(), Untrusted> {
-    let who = Who::current();
+    check_guarding(path, "the plugin's code")
+}
+
+/// [`check`] for a path that guards something else than a plugin's code, named by `stake` in
+/// the reasons (`"the kernels epx loads from it"` for the compiled-kernel cache).
+#[cfg(unix)]
+pub fn check_guarding(path: &Path, stake: &'static str) -> Result<(), Untrusted> {
+    let who = Who::current(stake);
     let start = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut resolved = PathBuf::from("/");
     let mut links = 0;
@@ -86,6 +93,11 @@ pub fn check(_path: &Path) -> Result<(), Untrusted> {
     Ok(())
 }
 
+#[cfg(not(unix))]
+pub fn check_guarding(_path: &Path, _stake: &'static str) -> Result<(), Untrusted> {
+    Ok(())
+}
+
 /// The normal and `..` components of a path, as owned names (`.` and the root are dropped: the
 /// walk starts at `/`, and a link target that is absolute restarts it there).
 fn components(path: &Path) -> std::collections::VecDeque<std::ffi::OsString> {
@@ -103,14 +115,16 @@ fn components(path: &Path) -> std::collections::VecDeque<std::ffi::OsString> {
 struct Who {
     uid: u32,
     gid: u32,
+    /// What someone who could change the path could change, for the reasons.
+    stake: &'static str,
 }
 
 #[cfg(unix)]
 impl Who {
-    fn current() -> Self {
+    fn current(stake: &'static str) -> Self {
         // SAFETY: geteuid and getegid take no arguments, cannot fail and touch no memory of ours.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        Who { uid, gid }
+        Who { uid, gid, stake }
     }
 
     fn check_one(&self, path: &Path, above: bool) -> Result<(), Untrusted> {
@@ -148,10 +162,11 @@ impl Who {
         if meta.uid() != 0 && meta.uid() != self.uid {
             return Err(untrusted(format!(
                 "{what} {} is owned by {}, who is neither root nor the user running epx ({}), \
-                 so they could replace the plugin's code; have root or yourself own it (chown)",
+                 so they could replace {}; have root or yourself own it (chown)",
                 path.display(),
                 user_name(meta.uid()),
                 user_name(self.uid),
+                self.stake,
             )));
         }
         // A symlink's own mode is always 0777 and means nothing; its folder is checked.
@@ -162,19 +177,21 @@ impl Who {
         if mode & 0o002 != 0 && (strict || !sticky_folder) {
             return Err(untrusted(format!(
                 "{what} {} is writable by every user (mode {:04o}), so any of them could replace \
-                 the plugin's code; remove their write permission (chmod o-w {})",
+                 {}; remove their write permission (chmod o-w {})",
                 path.display(),
                 mode & 0o7777,
+                self.stake,
                 path.display()
             )));
         }
         if mode & 0o020 != 0 && meta.gid() != 0 && meta.gid() != self.gid {
             return Err(untrusted(format!(
                 "{what} {} is writable by group {} (mode {:04o}), whose members could replace \
-                 the plugin's code; remove the group's write permission (chmod g-w {})",
+                 {}; remove the group's write permission (chmod g-w {})",
                 path.display(),
                 meta.gid(),
                 mode & 0o7777,
+                self.stake,
                 path.display()
             )));
         }
@@ -295,7 +312,7 @@ mod tests {
         chmod(&lib, 0o775);
         // Group-writable by the user's own group (or root's) is fine.
         assert_eq!(check(&lib), Ok(()));
-        if Who::current().uid != 0 {
+        if Who::current("the test").uid != 0 {
             eprintln!(
                 "not root: changing a file's group to another one needs root; only the own-group case was tested"
             );
@@ -313,7 +330,7 @@ mod tests {
 
     #[test]
     fn files_owned_by_another_user_are_refused() {
-        if Who::current().uid != 0 {
+        if Who::current("the test").uid != 0 {
             eprintln!(
                 "not root: giving a file to another user needs root; this case was not tested here"
             );

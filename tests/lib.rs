@@ -399,7 +399,11 @@ pub mod examples {
     /// Runs a session and brings every output to host memory.
     pub fn run(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
         session
-            .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+            .run(
+                inputs
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.try_clone().expect("copy"))),
+            )
             .expect("run")
             .into_iter()
             .map(|(n, v)| (n, v.into_host().expect("host output")))

@@ -319,7 +319,11 @@ fn an_ort_ep_with_its_own_memory_keeps_tensors_there_between_kernels() {
         whole.placement().copies
     );
     let outs = whole
-        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+        .run(
+            inputs
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.try_clone().unwrap())),
+        )
         .expect("run");
     let on_device = outs.device(&output).expect("the output stays on the EP");
     assert_eq!(on_device.provider_name(), "ort_cpu_device");

@@ -225,8 +225,8 @@ fn assert_same_value(what: &str, have: &Value, want: &Value) {
             assert_eq!(h.keys(), w.keys(), "{what}: map keys");
             assert_same_value(
                 &format!("{what} values"),
-                &Value::Host(h.values().clone()),
-                &Value::Host(w.values().clone()),
+                &Value::Host(h.values().try_clone().unwrap()),
+                &Value::Host(w.values().try_clone().unwrap()),
             );
         }
         _ => panic!(

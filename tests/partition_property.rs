@@ -308,7 +308,7 @@ fn is_convex(group: &HashSet<usize>, succ: &[Vec<usize>]) -> bool {
 
 fn outputs_of(s: &Session, x: &Tensor, names: &[String]) -> Vec<Vec<f32>> {
     let out = s
-        .run([("x", x.clone())])
+        .run([("x", x.try_clone().unwrap())])
         .unwrap_or_else(|e| panic!("run failed: {e}"));
     names
         .iter()

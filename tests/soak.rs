@@ -33,7 +33,11 @@ struct Case {
 
 fn outputs(session: &Session, inputs: &[(String, Tensor)]) -> Vec<(String, Vec<u8>)> {
     session
-        .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+        .run(
+            inputs
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.try_clone().expect("copy"))),
+        )
         .expect("run")
         .into_iter()
         .map(|(n, v)| {

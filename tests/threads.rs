@@ -128,7 +128,7 @@ fn run(threads: usize) -> Vec<(String, Vec<f32>)> {
             .unwrap(),
     );
     // Twice: the second run reuses the buffers the first one recycled.
-    session.run([("x", x.clone())]).unwrap();
+    session.run([("x", x.try_clone().unwrap())]).unwrap();
     let out = session.run([("x", x)]).unwrap();
     ["sm", "mm"]
         .iter()

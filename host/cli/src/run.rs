@@ -43,20 +43,6 @@ pub struct RunArgs {
     policy: Option<String>,
 }
 
-impl RunArgs {
-    /// Whether the EPs are chosen by policy (which loads every plugin to read its devices).
-    pub fn chooses_by_policy(&self) -> bool {
-        self.policy.is_some() || self.eps == ["auto"]
-    }
-}
-
-impl PartitionArgs {
-    /// As [`RunArgs::chooses_by_policy`].
-    pub fn chooses_by_policy(&self) -> bool {
-        self.policy.is_some() || self.eps == ["auto"]
-    }
-}
-
 #[derive(clap::Args)]
 pub struct PartitionArgs {
     /// The ONNX model file.
@@ -244,7 +230,8 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         if n == 0 {
             return Err(Error::InvalidInput("--repeat must be at least 1".into()));
         }
-        let mut times: Vec<Duration> = Vec::with_capacity(n);
+        // Grown as the runs go: `--repeat` may be any number.
+        let mut times: Vec<Duration> = Vec::new();
         for _ in 0..n {
             let feed = feed()?;
             let start = Instant::now();

@@ -1453,3 +1453,231 @@ fn cache_list_and_clear_show_and_remove_the_kernels_sessions_stored() {
     let list = text(&epx_in(&["cache", "list"]).stdout);
     assert!(list.contains("0 entries"), "{list}");
 }
+
+/// A plugin library rewritten in place again and again (as `cp` over it does) while `providers`,
+/// `doctor` and `run` open it: none of them dies, and each runs the old file or the new one,
+/// whole and checked (the SHA-256 doctor prints of the loaded copy is one of the two), or
+/// refuses the library with its reason.
+#[test]
+fn a_plugin_library_rewritten_in_place_while_epx_opens_it_never_kills_epx() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = adversarial_plugin();
+    let file = epx_tests::library_file_name("epx_fixture_adversarial");
+    let lib = dir.path().join("adversarial").join(&file);
+    let old = std::fs::read(&lib).unwrap();
+    // The new version: the same code and a different digest (bytes after the ELF contents).
+    let mut new = old.clone();
+    new.extend(std::iter::repeat_n(0x5a, 40_000));
+    let digests = [epx::plugin::manifest::sha256_file(&lib).unwrap(), {
+        let p = dir.path().join("new.bin");
+        std::fs::write(&p, &new).unwrap();
+        epx::plugin::manifest::sha256_file(&p).unwrap()
+    }];
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, lib) = (stop.clone(), lib.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut rewrites = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                for version in [&new, &old] {
+                    // In place, piecewise, as fast as it goes: the inode stays, its bytes change.
+                    let mut f = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+                    for chunk in version.chunks(64 * 1024) {
+                        f.write_all(chunk).unwrap();
+                    }
+                    f.set_len(version.len() as u64).unwrap();
+                    drop(f);
+                    rewrites += 1;
+                    // A pause as between two `cp` commands of a shell loop, 10 to 70 ms.
+                    std::thread::sleep(std::time::Duration::from_millis(
+                        10 + u64::from(rewrites % 7) * 10,
+                    ));
+                }
+            }
+            rewrites
+        })
+    };
+    let plugins = dir.path().display().to_string();
+    let (mut loaded, mut refused) = (0, 0);
+    for _ in 0..30 {
+        for args in [
+            vec!["providers"],
+            vec!["doctor"],
+            vec![
+                "run",
+                "examples/models/mnist-cnn.onnx",
+                "--ep",
+                "adversarial:mode=good",
+            ],
+        ] {
+            let mut all = vec!["--plugin-dir", plugins.as_str()];
+            all.extend(args.iter().copied());
+            let out = epx(&all);
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert!(
+                out.status.code().is_some(),
+                "epx {args:?} was killed: {:?}\n{stdout}{stderr}",
+                out.status
+            );
+            assert!(!stderr.contains("panicked"), "{stderr}");
+            for line in stdout.lines() {
+                if let Some(d) = line
+                    .trim()
+                    .strip_prefix("✓ loaded from a sealed copy, sha256 ")
+                {
+                    assert!(digests.iter().any(|x| x == d), "a third version ran: {d}");
+                    loaded += 1;
+                }
+            }
+            if !out.status.success() {
+                refused += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rewrites = writer.join().unwrap();
+    eprintln!(
+        "{rewrites} rewrites; doctor loaded a checked copy {loaded} times; {refused} commands \
+         refused the library"
+    );
+    assert!(
+        rewrites > 10 && loaded > 0,
+        "{rewrites} rewrites, {loaded} loads"
+    );
+}
+
+/// A 256 MiB input to a model that returns it as its output, listed twice, under address-space
+/// limits from too small to enough (`ulimit -v`): every run ends in its outputs or in one error
+/// line, never in an abort ("memory allocation of N bytes failed") or another signal. Reading
+/// the input, copying it for the run and copying the output listed twice each meet the limit at
+/// one of them.
+#[cfg(target_os = "linux")]
+#[test]
+fn large_inputs_under_an_address_space_limit_end_in_an_error_never_an_abort() {
+    use epx::onnx::proto;
+    use epx_tests::models::{float_value, model_bytes};
+    use std::os::unix::process::ExitStatusExt;
+    const N: usize = 64 << 20;
+    let dir = Scratch::new("ulimit");
+    let model = dir.0.join("m.onnx");
+    std::fs::write(
+        &model,
+        model_bytes(proto::GraphProto {
+            name: Some("twice".into()),
+            input: vec![float_value("x", &[N as i64])],
+            output: vec![float_value("x", &[N as i64]), float_value("x", &[N as i64])],
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    let input = dir.0.join("x.npy");
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
+        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({N},), }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        f.write_all(b"\x93NUMPY\x01\x00").unwrap();
+        f.write_all(&(header.len() as u16).to_le_bytes()).unwrap();
+        f.write_all(header.as_bytes()).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..(N * 4) >> 20 {
+            f.write_all(&zeros).unwrap();
+        }
+    }
+    let (mut ran, mut refused, mut copies_refused) = (0, 0, 0);
+    for extra_mib in [0u64, 256, 512, 576, 640, 704, 768, 1024, 4096] {
+        let limit_kib = (256 + extra_mib) * 1024;
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v {limit_kib} && exec \"$0\" run \"$1\" --input x=\"$2\" --threads 1"
+            ))
+            .arg(env!("CARGO_BIN_EXE_epx"))
+            .arg(&model)
+            .arg(&input)
+            .env_remove("EPX_PLUGIN_PATH")
+            .env("MALLOC_ARENA_MAX", "1")
+            .output()
+            .expect("run epx under ulimit");
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.signal().is_none() && !stderr.contains("memory allocation of"),
+            "limit {limit_kib} KiB: {:?}\n{stderr}",
+            out.status
+        );
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(1) => {
+                assert_eq!(stderr.lines().count(), 1, "limit {limit_kib} KiB: {stderr}");
+                refused += 1;
+                copies_refused += usize::from(stderr.contains("to copy a float32 tensor"));
+            }
+            other => panic!("limit {limit_kib} KiB: exit {other:?}\n{stderr}"),
+        }
+        eprintln!(
+            "limit {limit_kib} KiB: {}",
+            stderr.lines().next().unwrap_or("ran")
+        );
+    }
+    assert!(
+        ran > 0 && refused > 0 && copies_refused > 0,
+        "{ran} ran, {refused} refused ({copies_refused} at a copy)"
+    );
+}
+
+/// `epx` with a timeout: `None` when it had to be killed (it blocked).
+fn epx_within(args: &[&str], secs: u64) -> Option<Output> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args(args)
+        .current_dir(repo())
+        .env_remove("EPX_PLUGIN_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run epx");
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(secs) {
+        if child.try_wait().expect("wait").is_some() {
+            return Some(child.wait_with_output().expect("output"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// A model or an input that is a FIFO, or a device that never ends, is refused at once with
+/// what it is: not read until memory runs out, not waited on forever.
+#[cfg(unix)]
+#[test]
+fn models_and_inputs_that_block_or_flood_are_refused_at_once() {
+    let dir = Scratch::new("fifo");
+    let fifo_model = dir.0.join("p.onnx");
+    let fifo_input = dir.0.join("p.npy");
+    for p in [&fifo_model, &fifo_input] {
+        assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+    }
+    let input = format!("a={}", fifo_input.display());
+    for (args, kind) in [
+        (vec!["run", fifo_model.to_str().unwrap()], "a FIFO"),
+        (vec!["run", "/dev/zero"], "a device"),
+        (vec!["partition", "/dev/zero"], "a device"),
+        (
+            vec!["run", "examples/models/add.onnx", "--input", input.as_str()],
+            "a FIFO",
+        ),
+    ] {
+        let out = epx_within(&args, 20).unwrap_or_else(|| panic!("epx {args:?} blocked"));
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.contains(kind) && stderr.contains("not a regular file"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

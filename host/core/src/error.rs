@@ -1,6 +1,15 @@
 //! The host's error type: what failed, where, and what to do about it.
+//!
+//! Every message shows what a model or a plugin named (nodes, values, EPs, paths, a plugin's own
+//! words) through [`printable`]: a control character is written as an escape (`\u{1b}`), so an
+//! error printed on a terminal or written to a log cannot recolour it, move the cursor, erase
+//! text or forge a line. Messages are one line; only two keep their newlines
+//! ([`printable_lines`]): a plugin load refusal (the dependency report lists every folder
+//! searched, one per line) and an EP's own error text, whose names are escaped all the same.
 
 use std::path::PathBuf;
+
+use crate::{printable, printable_lines};
 
 use epx_plugin_api::abi::EpxStatusCode;
 
@@ -9,28 +18,28 @@ use epx_plugin_api::abi::EpxStatusCode;
 #[non_exhaustive]
 pub enum Error {
     /// A model file could not be read or decoded.
-    #[error("{source_name}: {message}")]
+    #[error("{}: {}", printable(source_name), printable(message))]
     Model {
         source_name: String,
         message: String,
     },
 
     /// A model is well-formed protobuf but not a graph the host can run.
-    #[error("{source_name}: invalid graph: {message}")]
+    #[error("{}: invalid graph: {}", printable(source_name), printable(message))]
     InvalidGraph {
         source_name: String,
         message: String,
     },
 
     /// I/O on a named file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", printable(&path.display().to_string()), printable(&source.to_string()))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
 
     /// A plugin library could not be loaded or does not honour the ABI.
-    #[error("plugin {}: {message}", path.display())]
+    #[error("plugin {}: {}", printable(&path.display().to_string()), printable_lines(message))]
     PluginLoad {
         path: PathBuf,
         kind: PluginLoadErrorKind,
@@ -38,7 +47,7 @@ pub enum Error {
     },
 
     /// A plugin or EP returned an error status (or panicked) during a call.
-    #[error("{provider}: {call} failed: {message}")]
+    #[error("{}: {call} failed: {}", printable(provider), printable_lines(message))]
     Provider {
         provider: String,
         call: &'static str,
@@ -47,19 +56,19 @@ pub enum Error {
     },
 
     /// A requested EP is not known, not available, or rejected its options.
-    #[error("execution provider `{name}`: {message}")]
+    #[error("execution provider `{}`: {}", printable(name), printable(message))]
     ProviderSetup { name: String, message: String },
 
     /// No EP claimed a node.
-    #[error("{0}")]
+    #[error("{}", printable(.0))]
     Unsupported(String),
 
     /// Inputs given to `run` do not match the model.
-    #[error("{0}")]
+    #[error("{}", printable(.0))]
     InvalidInput(String),
 
     /// Running the session failed.
-    #[error("{0}")]
+    #[error("{}", printable(.0))]
     Run(String),
 }
 

@@ -5,7 +5,7 @@
 //! before it: [`value`] (tensors and the other values a session moves), [`model`] (ONNX loading,
 //! the IR, inference), [`plugin`] (manifest → discover → resolve → admit → load, and the ABI),
 //! [`session`] (EP requests, the compile pipeline, partition, plan, run, placement) and
-//! [`doctor`] (the report over all of them). `docs/architecture.md` draws the pipeline.
+//! [`doctor`] (the report over all of them); [`files`] opens every file the host reads. `docs/architecture.md` draws the pipeline.
 //!
 //! ```no_run
 //! use epx::{ExecutionProvider, Session, Tensor};
@@ -41,6 +41,7 @@ mod builtin;
 pub mod cache;
 pub mod doctor;
 pub mod error;
+pub mod files;
 pub mod model;
 pub mod plugin;
 pub mod session;

@@ -10,23 +10,14 @@ pub mod nodetest;
 pub mod npy;
 pub mod valuefile;
 
-/// The bytes of `path` when it is a regular file (symlinks followed), read no further than the
-/// size it had when opened: `/dev/zero`, a FIFO or a socket is an error, not an endless read.
+/// The bytes of `path` when it is a regular file (symlinks followed; a device, FIFO or socket is
+/// refused without blocking), read no further than the size it had when opened, and only when
+/// that is within the tensor limit ([`epx::max_tensor_bytes`]) and room for a header.
 pub fn read_regular_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a device, FIFO or socket is not read)",
-        ));
-    }
-    let len = usize::try_from(meta.len()).map_err(|_| std::io::ErrorKind::FileTooLarge)?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "file too large"))?;
-    file.take(meta.len()).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    let limit = epx::max_tensor_bytes().saturating_add(1 << 20);
+    epx::files::read_regular(
+        path,
+        limit,
+        "the tensor limit (EPX_MAX_TENSOR_BYTES) and a header",
+    )
 }

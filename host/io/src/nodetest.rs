@@ -35,7 +35,8 @@ pub fn read_data_set(
         if !path.exists() {
             continue;
         }
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes =
+            crate::read_regular_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let (_, v) = load_value_bytes(&bytes, ty, &format!("test data {prefix}_{k}.pb"))
             .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
         out.push((name.clone(), v));

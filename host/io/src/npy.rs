@@ -58,7 +58,7 @@ impl NpyArray {
             Some(bits) if bits == width * 8 && ml_dtypes_only(ty) => self.data,
             Some(bits @ (2 | 4)) if width == 1 => {
                 let per = 8 / bits;
-                let mut packed = vec![0u8; self.data.len().div_ceil(per)];
+                let mut packed = try_zeros(self.data.len().div_ceil(per))?;
                 for (i, c) in self.data.iter().enumerate() {
                     packed[i / per] |= (c & ((1 << bits) - 1)) << ((i % per) * bits);
                 }
@@ -136,6 +136,9 @@ pub enum NpyError {
     /// The header names a dtype that has no ONNX element type here.
     #[error("unsupported dtype '{descr}': {reason}")]
     UnsupportedDtype { descr: String, reason: String },
+    /// The memory for the data could not be had (an address-space or container limit).
+    #[error("cannot allocate {bytes} bytes for the array's data: the memory is not there")]
+    OutOfMemory { bytes: usize },
     /// The number of elements does not fit in memory's address range.
     #[error("the shape {shape:?} has more bytes than this machine can address")]
     ShapeTooLarge { shape: Vec<usize> },
@@ -215,7 +218,7 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
         path: path.to_owned(),
         source,
     })?;
-    parse_npy(&bytes).map_err(|e| e.in_file(path))
+    parse_npy_owned(bytes).map_err(|e| e.in_file(path))
 }
 
 /// Writes `data` (little-endian, C order) as a `.npy` file.
@@ -249,6 +252,46 @@ struct Dtype {
 
 /// Parses the bytes of a `.npy` file.
 pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, NpyError> {
+    let layout = parse_layout(bytes)?;
+    let data = try_copy(&bytes[layout.data_start..])?;
+    finish(layout, data)
+}
+
+/// [`parse_npy`] of a file's bytes, reusing their buffer for the data (no second copy of an
+/// input that may be most of the machine's memory).
+fn parse_npy_owned(mut bytes: Vec<u8>) -> Result<NpyArray, NpyError> {
+    let layout = parse_layout(&bytes)?;
+    bytes.drain(..layout.data_start);
+    finish(layout, bytes)
+}
+
+/// `len` zero bytes, or an error (not an abort) when the memory is not there.
+fn try_zeros(len: usize) -> Result<Vec<u8>, NpyError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| NpyError::OutOfMemory { bytes: len })?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+/// A copy of `data`, or an error (not an abort) when the memory is not there.
+fn try_copy(data: &[u8]) -> Result<Vec<u8>, NpyError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(data.len())
+        .map_err(|_| NpyError::OutOfMemory { bytes: data.len() })?;
+    v.extend_from_slice(data);
+    Ok(v)
+}
+
+/// What the header says, and where the data starts (checked to be as long as the shape says).
+struct Layout {
+    dtype: Dtype,
+    fortran_order: bool,
+    shape: Vec<usize>,
+    data_start: usize,
+}
+
+fn parse_layout(bytes: &[u8]) -> Result<Layout, NpyError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(NpyError::BadMagic {
             found: bytes[..bytes.len().min(MAGIC.len())].to_vec(),
@@ -307,10 +350,27 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, NpyError> {
             found: data.len(),
         });
     }
+    Ok(Layout {
+        dtype,
+        fortran_order,
+        shape,
+        data_start,
+    })
+}
+
+/// The array from its layout and its data bytes (`data` is the part of the file after the
+/// header, reused in place).
+fn finish(layout: Layout, data: Vec<u8>) -> Result<NpyArray, NpyError> {
+    let Layout {
+        dtype,
+        fortran_order,
+        shape,
+        ..
+    } = layout;
     let mut data = if fortran_order && shape.len() > 1 {
-        fortran_to_c(data, &shape, dtype.size)
+        fortran_to_c(&data, &shape, dtype.size)?
     } else {
-        data.to_vec()
+        data
     };
     if dtype.big_endian && dtype.unit > 1 {
         for unit in data.chunks_exact_mut(dtype.unit) {
@@ -341,29 +401,36 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, NpyError> {
 /// The strings of a unicode (UTF-32 little-endian after byte swapping) or byte-string array,
 /// without their NUL padding.
 fn decode_strings(data: &[u8], size: usize, unicode: bool) -> Result<Vec<Vec<u8>>, NpyError> {
-    data.chunks_exact(size)
-        .enumerate()
-        .map(|(i, item)| {
-            if !unicode {
-                let end = item.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-                return Ok(item[..end].to_vec());
+    let count = data.len() / size;
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    // Each string costs its bookkeeping too: refuse what cannot be held, not abort on it.
+    out.try_reserve_exact(count)
+        .map_err(|_| NpyError::OutOfMemory {
+            bytes: count.saturating_mul(std::mem::size_of::<Vec<u8>>()),
+        })?;
+    for item in data.chunks_exact(size).enumerate().map(|(i, item)| {
+        if !unicode {
+            let end = item.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+            return Ok(item[..end].to_vec());
+        }
+        let mut s = String::new();
+        for unit in item.chunks_exact(4) {
+            let code = u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]);
+            if code == 0 {
+                continue;
             }
-            let mut s = String::new();
-            for unit in item.chunks_exact(4) {
-                let code = u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]);
-                if code == 0 {
-                    continue;
-                }
-                s.push(char::from_u32(code).ok_or_else(|| NpyError::BadHeader {
-                    reason: format!("string element {i} holds {code:#x}, not a Unicode scalar"),
-                    header: String::new(),
-                })?);
-            }
-            // numpy pads with NULs at the end only; inner NULs are kept by Python too, but a
-            // trailing run is padding.
-            Ok(s.trim_end_matches('\0').as_bytes().to_vec())
-        })
-        .collect()
+            s.push(char::from_u32(code).ok_or_else(|| NpyError::BadHeader {
+                reason: format!("string element {i} holds {code:#x}, not a Unicode scalar"),
+                header: String::new(),
+            })?);
+        }
+        // numpy pads with NULs at the end only; inner NULs are kept by Python too, but a
+        // trailing run is padding.
+        Ok(s.trim_end_matches('\0').as_bytes().to_vec())
+    }) {
+        out.push(item?);
+    }
+    Ok(out)
 }
 
 /// Encodes strings (UTF-8) as a numpy unicode (`<U`) array, as `np.array([...])` makes one.
@@ -391,7 +458,14 @@ pub fn encode_npy_strings(shape: &[usize], strings: &[Vec<u8>]) -> Result<Vec<u8
         .max()
         .unwrap_or(0)
         .max(1);
-    let mut data = Vec::with_capacity(count * width * 4);
+    // Fixed-width, as numpy's `<U`: one long string widens every element.
+    let bytes = count
+        .checked_mul(width)
+        .and_then(|n| n.checked_mul(4))
+        .ok_or(NpyError::OutOfMemory { bytes: usize::MAX })?;
+    let mut data = Vec::new();
+    data.try_reserve_exact(bytes)
+        .map_err(|_| NpyError::OutOfMemory { bytes })?;
     for t in &texts {
         let mut n = 0;
         for c in t.chars() {
@@ -468,7 +542,11 @@ fn preamble(descr: &str, shape: &[usize], data_len: usize) -> Result<Vec<u8>, Np
         shape: shape.to_vec(),
     })?;
 
-    let mut out = Vec::with_capacity(total + data_len);
+    let mut out = Vec::new();
+    out.try_reserve_exact(total + data_len)
+        .map_err(|_| NpyError::OutOfMemory {
+            bytes: total + data_len,
+        })?;
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[major, 0]);
     out.extend_from_slice(&header_len.to_le_bytes()[..len_bytes]);
@@ -639,18 +717,22 @@ fn byte_count(shape: &[usize], elem_size: usize) -> Result<usize, NpyError> {
 }
 
 /// Reorders Fortran-order (column-major) `data` to C order. `data` has exactly the right size.
-fn fortran_to_c(data: &[u8], shape: &[usize], elem_size: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len());
+fn fortran_to_c(data: &[u8], shape: &[usize], elem_size: usize) -> Result<Vec<u8>, NpyError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(data.len())
+        .map_err(|_| NpyError::OutOfMemory { bytes: data.len() })?;
     if data.is_empty() {
-        return out;
+        return Ok(out);
     }
     // Element strides of the Fortran layout.
+    // bounded: one per axis.
     let mut strides = Vec::with_capacity(shape.len());
     let mut stride = 1usize;
     for &d in shape {
         strides.push(stride);
         stride *= d;
     }
+    // bounded: one per axis.
     let mut index = vec![0usize; shape.len()];
     let mut offset = 0usize;
     loop {
@@ -660,7 +742,7 @@ fn fortran_to_c(data: &[u8], shape: &[usize], elem_size: usize) -> Vec<u8> {
         let mut axis = shape.len();
         loop {
             if axis == 0 {
-                return out;
+                return Ok(out);
             }
             axis -= 1;
             index[axis] += 1;
@@ -891,6 +973,16 @@ fn parse_header(header: &str) -> Result<(String, bool, Vec<usize>), NpyError> {
     }
     .dict()
     .map_err(bad)?;
+    // numpy refuses a header whose keys are not exactly these three ("Header does not contain
+    // the correct keys"): a file that says more than this reader understands is not guessed at.
+    if let Some((k, _)) = entries
+        .iter()
+        .find(|(k, _)| !matches!(k.as_str(), "descr" | "fortran_order" | "shape"))
+    {
+        return Err(bad(format!(
+            "unknown key '{k}': a .npy header holds only 'descr', 'fortran_order' and 'shape'"
+        )));
+    }
     // A key given twice takes its last value, as Python's dict literal (and so numpy) does.
     let get = |key: &str| {
         entries
@@ -1372,6 +1464,8 @@ mod tests {
             "{'descr': 4, 'fortran_order': False, 'shape': (2,)}",
             "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} extra",
             "{'descr': '<f4', 'fortran_order': False, 'shape': ((((((((((((((((((((2,),),),),),),),),),),),),),),),),),),),)}",
+            // numpy refuses keys beyond the three ("Header does not contain the correct keys").
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'offset': 8}",
         ];
         for header in bad_headers {
             let e = parse_npy(&with_header(header, &[0; 8])).unwrap_err();

@@ -359,9 +359,9 @@ mod tests {
             Tensor::from_strings(&[2], vec![b"caf\xc3\xa9".to_vec(), b"".to_vec()]).unwrap();
         let scores = Tensor::from_array(ndarray::arr1(&[0.25f32, 0.75]));
         let labels = Tensor::from_array(ndarray::arr1(&[10i64, 2]));
-        let map = Value::Map(Map::new(labels, scores.clone()).unwrap());
+        let map = Value::Map(Map::new(labels, scores.try_clone().unwrap()).unwrap());
         let seq = Value::Sequence(
-            Sequence::of_tensors(ElementType::String, vec![words.clone()]).unwrap(),
+            Sequence::of_tensors(ElementType::String, vec![words.try_clone().unwrap()]).unwrap(),
         );
 
         let f32_t = ValueType::Tensor {

@@ -149,16 +149,20 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 fn epx_run(s: &epx::Session, inputs: &[Input]) -> Vec<(String, Tensor)> {
-    s.run(inputs.iter().map(|i| (i.name.as_str(), i.tensor.clone())))
-        .unwrap_or_else(|e| fail(format!("epx run: {e}")))
-        .into_iter()
-        .map(|(n, v)| {
-            let t = v
-                .into_host()
-                .unwrap_or_else(|e| fail(format!("epx output {n}: {e}")));
-            (n, t)
-        })
-        .collect()
+    s.run(
+        inputs
+            .iter()
+            .map(|i| (i.name.as_str(), i.tensor.try_clone().expect("copy"))),
+    )
+    .unwrap_or_else(|e| fail(format!("epx run: {e}")))
+    .into_iter()
+    .map(|(n, v)| {
+        let t = v
+            .into_host()
+            .unwrap_or_else(|e| fail(format!("epx output {n}: {e}")));
+        (n, t)
+    })
+    .collect()
 }
 
 fn ort_inputs(inputs: &[Input]) -> Vec<(Cow<'_, str>, SessionInputValue<'_>)> {
@@ -331,7 +335,11 @@ fn main() {
         for _ in 0..iters {
             let t0 = Instant::now();
             let out = epx_session
-                .run(inputs.iter().map(|i| (i.name.as_str(), i.tensor.clone())))
+                .run(
+                    inputs
+                        .iter()
+                        .map(|i| (i.name.as_str(), i.tensor.try_clone().expect("copy"))),
+                )
                 .unwrap_or_else(|e| fail(format!("epx run: {e}")));
             std::hint::black_box(&out);
             drop(out);

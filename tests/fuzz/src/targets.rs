@@ -67,10 +67,7 @@ fn onnx(input: &[u8]) -> Option<()> {
             .collect();
         feeds.push((spec.name, zeros(ty, &shape).ok()?));
     }
-    session
-        .run(feeds.iter().map(|(n, t)| (n.as_str(), t.clone())))
-        .ok()
-        .map(|_| ())
+    session.run(feeds).ok().map(|_| ())
 }
 
 fn zeros(ty: ElementType, shape: &[usize]) -> epx::Result<Tensor> {

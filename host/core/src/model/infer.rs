@@ -225,7 +225,7 @@ fn constant_type(node: &crate::model::ir::Node) -> Option<ElementType> {
 pub fn infer_shapes(g: &mut Graph) {
     // Constant data visible at load time: initializers (read in place, never copied: they
     // can be most of the model) and `Constant` node outputs.
-    let mut constants: HashMap<ValueId, Tensor> = HashMap::new();
+    let mut constants: HashMap<ValueId, std::sync::Arc<Tensor>> = HashMap::new();
     for n in 0..g.nodes.len() {
         let node = &g.nodes[n];
         if !node.domain.is_empty() {
@@ -246,7 +246,14 @@ pub fn infer_shapes(g: &mut Graph) {
         let consts: Vec<Option<&Tensor>> = node
             .inputs
             .iter()
-            .map(|v| v.and_then(|v| g.values[v].initializer.as_ref().or(constants.get(&v))))
+            .map(|v| {
+                v.and_then(|v| {
+                    g.values[v]
+                        .initializer
+                        .as_deref()
+                        .or(constants.get(&v).map(|t| &**t))
+                })
+            })
             .collect();
         let shapes = output_shapes(node, &inputs, &consts);
         let mut updates = Vec::new();

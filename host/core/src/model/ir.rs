@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::value::{ElementType, Tensor, Value as RuntimeValue};
 
@@ -117,8 +118,9 @@ pub struct Value {
     pub ty: ValueType,
     pub producer: Option<NodeId>,
     pub consumers: Vec<NodeId>,
-    /// Constant data, for initializers.
-    pub initializer: Option<Tensor>,
+    /// Constant data, for initializers: shared, so that copies of the graph (subgraphs for EPs,
+    /// rewritten graphs) share the weights instead of copying them.
+    pub initializer: Option<Arc<Tensor>>,
     pub is_graph_input: bool,
     pub is_graph_output: bool,
     /// The shape in `ty` was inferred by the host, not declared by the model.
@@ -224,12 +226,12 @@ pub enum AttributeValue {
     Float(f32),
     Int(i64),
     String(Vec<u8>),
-    Tensor(Tensor),
+    Tensor(Arc<Tensor>),
     Graph(Box<Graph>),
     Floats(Vec<f32>),
     Ints(Vec<i64>),
     Strings(Vec<Vec<u8>>),
-    Tensors(Vec<Tensor>),
+    Tensors(Vec<Arc<Tensor>>),
     Graphs(Vec<Graph>),
     /// A kind kept by name only (sparse tensors, type protos).
     Other(&'static str),
@@ -308,6 +310,6 @@ impl Graph {
         self.values
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| v.initializer.as_ref().map(|t| (i, t)))
+            .filter_map(|(i, v)| v.initializer.as_deref().map(|t| (i, t)))
     }
 }

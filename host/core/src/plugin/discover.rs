@@ -158,6 +158,34 @@ pub enum DiscoveryError {
     },
     #[error("plugin search path entry {} is not a folder", path.display())]
     NotADirectory { path: PathBuf },
+    /// A `plugin.toml`, or a file named like a plugin library, that is not a regular file
+    /// (a folder, a FIFO, a dangling symbolic link or a loop of them).
+    #[error("{} is named like a plugin {what}, but {why}; it was not loaded", path.display())]
+    NotAFile {
+        path: PathBuf,
+        what: &'static str,
+        why: String,
+    },
+}
+
+/// Why `path` is not a regular file (`None` when it is one): what it is, or why it cannot be
+/// looked at (a link leading nowhere, a loop of links).
+fn not_a_file(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some("it is a folder".into()),
+        Ok(_) => Some("it is a FIFO, socket or device, not a regular file".into()),
+        Err(e) if std::fs::symlink_metadata(path).is_ok() => Some(format!(
+            "it is a symbolic link that leads nowhere usable ({e})"
+        )),
+        Err(e) => Some(format!("it cannot be read ({e})")),
+    }
+}
+
+/// Whether a `plugin.toml` is there in any form (a file, or something that is not one and will
+/// be reported).
+fn manifest_present(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(MANIFEST_FILE)).is_ok()
 }
 
 /// A problem found while discovering; it concerns `path` only.
@@ -357,7 +385,7 @@ fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
         return;
     }
 
-    if path.join(MANIFEST_FILE).is_file() {
+    if manifest_present(path) {
         scan_plugin_folder(path, search.origin, found);
         return;
     }
@@ -396,20 +424,24 @@ fn scan_search_dir(search: &SearchDir, found: &mut Discovery) {
         let entry_path = path.join(&name);
         // Follows symlinks: a linked plugin folder or library is fine, and the checks below
         // apply to what the link points at.
-        let Ok(meta) = std::fs::metadata(&entry_path) else {
-            tracing::debug!(path = %entry_path.display(), "dangling entry in plugin folder; skipped");
-            continue;
-        };
-        if meta.is_dir() {
-            if entry_path.join(MANIFEST_FILE).is_file() {
-                scan_plugin_folder(&entry_path, search.origin, found);
-            } else {
-                tracing::debug!(dir = %entry_path.display(), "folder without {MANIFEST_FILE}; not a plugin");
-            }
-        } else if meta.is_file() {
-            let Some(plugin) = name.to_str().and_then(plugin_name_from_library_file) else {
+        let plugin = name.to_str().and_then(plugin_name_from_library_file);
+        let meta = std::fs::metadata(&entry_path).ok();
+        if meta.as_ref().is_some_and(|m| m.is_dir()) && manifest_present(&entry_path) {
+            scan_plugin_folder(&entry_path, search.origin, found);
+        } else if let Some(plugin) = plugin {
+            // Named like a plugin library: anything but a regular file is reported, not
+            // skipped without a word.
+            if let Some(why) = not_a_file(&entry_path) {
+                found.problem(
+                    &entry_path,
+                    DiscoveryError::NotAFile {
+                        path: entry_path.clone(),
+                        what: "library",
+                        why,
+                    },
+                );
                 continue;
-            };
+            }
             if let Err(u) = trust::check(&entry_path) {
                 found.problem(&entry_path, DiscoveryError::Untrusted(u));
                 continue;
@@ -446,6 +478,17 @@ fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
     }
 
     let manifest_path = dir.join(MANIFEST_FILE);
+    if let Some(why) = not_a_file(&manifest_path) {
+        found.problem(
+            &manifest_path,
+            DiscoveryError::NotAFile {
+                path: manifest_path.clone(),
+                what: "manifest",
+                why,
+            },
+        );
+        return;
+    }
     if let Err(u) = trust::check(&manifest_path) {
         found.problem(&manifest_path, DiscoveryError::Untrusted(u));
         return;
@@ -477,6 +520,18 @@ fn scan_plugin_folder(dir: &Path, origin: SearchOrigin, found: &mut Discovery) {
                 found.problem(&library, DiscoveryError::Untrusted(u));
                 return;
             }
+        }
+        _ if std::fs::symlink_metadata(&library).is_ok() => {
+            let why = not_a_file(&library).unwrap_or_default();
+            found.problem(
+                &library,
+                DiscoveryError::NotAFile {
+                    path: library.clone(),
+                    what: "library",
+                    why,
+                },
+            );
+            return;
         }
         _ => {
             found.problem(
@@ -1042,5 +1097,62 @@ mod tests {
 
         // The public fn runs against the real environment without panicking.
         let _ = plugin_search_path(&[PathBuf::from("x")], &[]);
+    }
+
+    /// A `plugin.toml` that is a folder or a FIFO, and a library file that is a dangling link, a
+    /// loop of links, a folder or a FIFO: each is a problem named with what it is, never a
+    /// plugin skipped without a word (so `epx doctor` cannot say "all plugins OK").
+    #[cfg(unix)]
+    #[test]
+    fn entries_that_are_not_regular_files_are_reported() {
+        let root = TestDir::new("discover-not-files");
+        let mk_fifo = |p: &Path| {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        };
+        let a = root.path().join("manifest-folder");
+        mkdir(&a);
+        mkdir(&a.join(MANIFEST_FILE));
+        let b = root.path().join("manifest-fifo");
+        mkdir(&b);
+        mk_fifo(&b.join(MANIFEST_FILE));
+        std::os::unix::fs::symlink(
+            root.path().join("nowhere.so"),
+            root.path().join(lib_file("dangling")),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            root.path().join(lib_file("loop2")),
+            root.path().join(lib_file("loop1")),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            root.path().join(lib_file("loop1")),
+            root.path().join(lib_file("loop2")),
+        )
+        .unwrap();
+        mkdir(&root.path().join(lib_file("folder")));
+        mk_fifo(&root.path().join(lib_file("fifo")));
+        let c = plugin_folder(root.path(), "library-fifo", "libfifo", false);
+        mk_fifo(&c.join(lib_file("libfifo")));
+
+        let found = discover(&[sd(root.path(), SearchOrigin::Explicit)]);
+        assert!(found.plugins.is_empty(), "{:?}", found.plugins);
+        let text: Vec<String> = found.problems.iter().map(|p| p.error.to_string()).collect();
+        let has = |needle: &str, what: &str| {
+            assert!(
+                text.iter().any(|t| t.contains(needle) && t.contains(what)),
+                "{needle} / {what}: {text:#?}"
+            )
+        };
+        has("manifest-folder", "it is a folder");
+        has("manifest-fifo", "FIFO");
+        has(&lib_file("dangling"), "leads nowhere");
+        has(&lib_file("loop1"), "leads nowhere");
+        has(&lib_file("folder"), "it is a folder");
+        has(&lib_file("fifo"), "FIFO");
+        has(&lib_file("libfifo"), "FIFO");
+        assert_eq!(found.problems.len(), 8, "{text:#?}");
     }
 }

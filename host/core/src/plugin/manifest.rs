@@ -155,7 +155,8 @@ pub fn read_manifest(path: &Path) -> Result<PluginManifest, ManifestError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io_err)?;
+    // A folder, FIFO or device named plugin.toml is refused here without blocking.
+    let (file, _) = crate::files::open_regular(path).map_err(io_err)?;
     let mut bytes = Vec::new();
     file.take(MAX_MANIFEST_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -278,7 +279,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         }
     }
 
-    let mut file = std::fs::File::open(path)?;
+    let (mut file, _) = crate::files::open_regular(path)?;
     let mut hasher = HashWriter(Sha256::new());
     std::io::copy(&mut file, &mut hasher)?;
     let digest = hasher.0.finalize();

@@ -143,6 +143,7 @@ impl Session {
                     )
                     .entered();
                     let outputs = {
+                        // bounded: one per input of the kernel (the model's graph).
                         let mut args = Vec::with_capacity(kernel.group.inputs.len());
                         for (&src, &v) in
                             self.plan.kernel_inputs[k].iter().zip(&kernel.group.inputs)
@@ -193,6 +194,7 @@ impl Session {
                 }
             }
         }
+        // bounded: one per graph output.
         let mut outputs = Vec::with_capacity(g.outputs.len());
         for (i, (&o, &src)) in g.outputs.iter().zip(&self.plan.outputs).enumerate() {
             let used_again = self.plan.outputs[i + 1..].contains(&src);
@@ -213,7 +215,7 @@ impl Session {
                     copy
                 }
                 (Some(v), _) => v,
-                (None, Some(init)) => Value::Host(init.clone()),
+                (None, Some(init)) => Value::Host(init.try_clone()?),
                 (None, None) => {
                     return Err(Error::Run(format!(
                         "output `{}` was not produced",

@@ -257,9 +257,14 @@ mod measure {
         selection.reasons.retain(|r| !r.ends_with(": chosen"));
         let key = cache_key(env, model, devices);
         let file = env
-            .cache_dir()
+            .trusted_cache_dir()
             .map(|d| d.join("selection").join(format!("{key}.txt")));
-        if let Some(remembered) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+        let read = |f: &std::path::PathBuf| crate::files::read_regular(f, 4096, "4 KiB").ok();
+        if let Some(remembered) = file
+            .as_ref()
+            .and_then(read)
+            .and_then(|b| String::from_utf8(b).ok())
+        {
             let remembered = remembered.trim();
             if let Some(c) = candidates.iter().find(|c| label(c) == remembered) {
                 selection.reasons = vec![format!(
@@ -367,7 +372,11 @@ mod measure {
         let mut times = Vec::with_capacity(runs);
         for i in 0..=runs {
             let t = Instant::now();
-            session.run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))?;
+            let feed = inputs
+                .iter()
+                .map(|(n, t)| Ok((n.as_str(), t.try_clone()?)))
+                .collect::<Result<Vec<_>>>()?;
+            session.run(feed)?;
             if i > 0 {
                 times.push(t.elapsed());
             }

@@ -99,7 +99,7 @@ impl Sequence {
 }
 
 /// An ONNX `map`: 1-D keys (int64 or string) and 1-D values of one length, in order.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct Map {
     keys: Tensor,
     values: Tensor,
@@ -149,6 +149,14 @@ impl Map {
     pub fn into_parts(self) -> (Tensor, Tensor) {
         (self.keys, self.values)
     }
+
+    /// A copy; an error, not an abort, when the memory is not there.
+    pub fn try_clone(&self) -> Result<Map> {
+        Ok(Map {
+            keys: self.keys.try_clone()?,
+            values: self.values.try_clone()?,
+        })
+    }
 }
 
 impl From<Tensor> for Value {
@@ -186,7 +194,7 @@ impl Value {
     /// A copy; a device tensor is copied into host memory.
     pub fn try_clone(&self) -> Result<Value> {
         Ok(match self {
-            Value::Host(t) => Value::Host(t.clone()),
+            Value::Host(t) => Value::Host(t.try_clone()?),
             Value::Device(t) => Value::Host(t.to_host()?),
             Value::Sequence(s) => Value::Sequence(Sequence {
                 elem_type: s.elem_type,
@@ -196,7 +204,7 @@ impl Value {
                     .map(Value::try_clone)
                     .collect::<Result<_>>()?,
             }),
-            Value::Map(m) => Value::Map(m.clone()),
+            Value::Map(m) => Value::Map(m.try_clone()?),
             Value::Optional(v) => Value::Optional(match v {
                 Some(v) => Some(Box::new(v.try_clone()?)),
                 None => None,

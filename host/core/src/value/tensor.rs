@@ -10,14 +10,17 @@ pub use epx_plugin_api::ElementType;
 use crate::error::{Error, Result};
 
 /// A dense tensor in host memory, C order.
-#[derive(Clone, PartialEq)]
+///
+/// Not `Clone`: a copy is as large as the tensor, which a model or an input sized, so it is made
+/// with [`Tensor::try_clone`], an error (not an abort) when the memory is not there.
+#[derive(PartialEq)]
 pub struct Tensor {
     elem_type: ElementType,
     shape: Vec<usize>,
     data: Storage,
 }
 
-#[derive(Clone, PartialEq)]
+#[derive(PartialEq)]
 enum Storage {
     /// Numeric and bool data; `u64` words keep every element type aligned.
     Bytes {
@@ -258,9 +261,65 @@ impl Tensor {
             .map_err(|e| Error::InvalidInput(e.to_string()))
     }
 
-    /// A copy as an owned ndarray array of `T`.
+    /// A copy as an owned ndarray array of `T`; an error, not an abort, when the memory for it
+    /// cannot be had.
     pub fn to_array<T: TensorElement>(&self) -> Result<ArrayD<T>> {
-        Ok(self.view::<T>()?.to_owned())
+        let data = self
+            .as_slice::<T>()
+            .ok_or_else(|| self.type_mismatch(T::TYPE))?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(data.len())
+            .map_err(|_| self.no_memory())?;
+        v.extend_from_slice(data);
+        ArrayD::from_shape_vec(IxDyn(&self.shape), v)
+            .map_err(|e| Error::InvalidInput(e.to_string()))
+    }
+
+    /// A copy of the tensor: an error naming its size, not an abort, when the allocator
+    /// refuses (an address-space limit, a container's memory limit).
+    pub fn try_clone(&self) -> Result<Tensor> {
+        let data = match &self.data {
+            Storage::Bytes { words, len } => {
+                let mut copy = Vec::new();
+                copy.try_reserve_exact(words.len())
+                    .map_err(|_| self.no_memory())?;
+                copy.extend_from_slice(words);
+                Storage::Bytes {
+                    words: copy,
+                    len: *len,
+                }
+            }
+            Storage::Strings(strings) => {
+                let mut copy = Vec::new();
+                copy.try_reserve_exact(strings.len())
+                    .map_err(|_| self.no_memory())?;
+                for s in strings {
+                    let mut c = Vec::new();
+                    c.try_reserve_exact(s.len()).map_err(|_| self.no_memory())?;
+                    c.extend_from_slice(s);
+                    copy.push(c);
+                }
+                Storage::Strings(copy)
+            }
+        };
+        Ok(Tensor {
+            elem_type: self.elem_type,
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// The error for a copy the allocator refused.
+    fn no_memory(&self) -> Error {
+        let bytes = match &self.data {
+            Storage::Bytes { len, .. } => *len as u64,
+            Storage::Strings(s) => s.iter().map(|x| x.len() as u64 + 24).sum(),
+        };
+        Error::Run(format!(
+            "cannot allocate {bytes} bytes to copy a {} tensor of shape {:?}: the memory is not \
+             there (an address-space or container limit)",
+            self.elem_type, self.shape
+        ))
     }
 
     fn type_mismatch(&self, wanted: ElementType) -> Error {

@@ -21,7 +21,12 @@ pub const MAX_IR_VERSION: i64 = 13;
 /// as slices of the file's bytes and copied once, into the tensors, so loading holds at most
 /// the file and the tensors at the same time.
 pub fn load_model_file(path: &Path) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+    let bytes = crate::files::read_regular(
+        path,
+        crate::files::MAX_MODEL_BYTES,
+        "the 2 GiB a model file may hold (larger models keep their weights in external data)",
+    )
+    .map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
@@ -45,6 +50,13 @@ fn load_model_buf(bytes: impl bytes::Buf, source: &str, base_dir: Option<&Path>)
     };
     if !bytes.has_remaining() {
         return Err(model_err("the file is empty, not an ONNX model".into()));
+    }
+    if bytes.remaining() as u64 > crate::files::MAX_MODEL_BYTES {
+        return Err(model_err(format!(
+            "{} bytes, more than the 2 GiB an ONNX model may hold (protobuf's limit); larger \
+             models keep their weights in external data files",
+            bytes.remaining()
+        )));
     }
     let proto = proto::ModelProto::decode(bytes).map_err(|e| {
         model_err(format!(
@@ -193,7 +205,7 @@ fn map_values(s: Sequence, len: usize) -> std::result::Result<Tensor, String> {
         .ok_or_else(|| "map values must be tensors".to_string())?;
     if let [one] = tensors.as_slice() {
         if one.shape() == [len] {
-            return Ok((*one).clone());
+            return one.try_clone().map_err(|e| e.to_string());
         }
     }
     let Some(first) = tensors.first() else {
@@ -382,7 +394,7 @@ impl Ctx<'_> {
                 ),
             };
             let id = add_value(&mut graph, &name, ty);
-            graph.values[id].initializer = Some(tensor);
+            graph.values[id].initializer = Some(std::sync::Arc::new(tensor));
         }
         if !g.sparse_initializer.is_empty() {
             return Err(self.err("sparse initializers are not supported"));
@@ -686,9 +698,9 @@ impl Ctx<'_> {
             T::Float => AttributeValue::Float(a.f.unwrap_or(0.0)),
             T::Int => AttributeValue::Int(a.i.unwrap_or(0)),
             T::String => AttributeValue::String(a.s.clone().unwrap_or_default()),
-            T::Tensor => AttributeValue::Tensor(
+            T::Tensor => AttributeValue::Tensor(std::sync::Arc::new(
                 self.tensor(a.t.as_ref().ok_or_else(|| self.err("tensor missing"))?)?,
-            ),
+            )),
             T::Graph => {
                 let g = a.g.as_ref().ok_or_else(|| self.err("graph missing"))?;
                 AttributeValue::Graph(Box::new(self.graph(g, visible)?))
@@ -699,7 +711,7 @@ impl Ctx<'_> {
             T::Tensors => AttributeValue::Tensors(
                 a.tensors
                     .iter()
-                    .map(|t| self.tensor(t))
+                    .map(|t| self.tensor(t).map(std::sync::Arc::new))
                     .collect::<Result<_>>()?,
             ),
             T::Graphs => AttributeValue::Graphs(
@@ -809,11 +821,6 @@ impl Ctx<'_> {
             path: path.clone(),
             source,
         };
-        // A FIFO would block the open and a device never ends: only regular files are read,
-        // checked before opening and again on what was opened.
-        if !std::fs::metadata(&path).map_err(io)?.is_file() {
-            return Err(self.err(format!("external data `{location}` is not a regular file")));
-        }
         // Symbolic links may not lead out of the model's folder (a link to /etc/passwd, or
         // through a linked subfolder): the file is opened by its resolved path inside it.
         let real = std::fs::canonicalize(&path).map_err(io)?;
@@ -829,11 +836,10 @@ impl Ctx<'_> {
                 real_base.display()
             )));
         }
-        let mut f = std::fs::File::open(&real).map_err(io)?;
-        let meta = f.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(self.err(format!("external data `{location}` is not a regular file")));
-        }
+        // A FIFO would block the open and a device never ends: only a regular file is read,
+        // told by what was opened.
+        let (mut f, meta) = crate::files::open_regular(&real)
+            .map_err(|e| self.err(format!("external data `{location}`: {e}")))?;
         let file_len = meta.len();
         let want = length.unwrap_or(nbytes as u64);
         if offset.checked_add(want).is_none_or(|end| end > file_len) {

@@ -105,7 +105,7 @@ impl<'m> AbiGraph<'m> {
                     kind: value_kind_of(&v.ty) as u32,
                     flags,
                     producer: id32(v.producer),
-                    initializer: v.initializer.as_ref().and_then(DlView::of),
+                    initializer: v.initializer.as_deref().and_then(DlView::of),
                 }
             })
             .collect();

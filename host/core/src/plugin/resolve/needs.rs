@@ -103,8 +103,8 @@ impl fmt::Display for ElfIdentity {
 /// usable ELF file.
 pub(super) fn elf_identity(path: &Path) -> Result<ElfIdentity, String> {
     let mut head = [0u8; 64];
-    let n = File::open(path)
-        .and_then(|mut f| read_up_to(&mut f, &mut head))
+    let n = crate::files::open_regular(path)
+        .and_then(|(mut f, _)| read_up_to(&mut f, &mut head))
         .map_err(|e| format!("cannot read it: {e}"))?;
     let header = parse_header(&head[..n]).map_err(|e| e.reason().to_owned())?;
     Ok(ElfIdentity {
@@ -186,8 +186,8 @@ pub(super) fn read_elf_dependencies(path: &Path) -> Result<ElfDependencies, Reso
     let truncated =
         || not_elf("truncated or corrupt ELF file (a table points past the end of the file)");
 
-    let mut file = File::open(path).map_err(io)?;
-    let file_len = file.metadata().map_err(io)?.len();
+    let (mut file, meta) = crate::files::open_regular(path).map_err(io)?;
+    let file_len = meta.len();
 
     let mut head = [0u8; 64];
     let n = read_up_to(&mut file, &mut head).map_err(io)?;

@@ -196,7 +196,7 @@ pub(super) fn ld_so_conf_dirs(conf: &Path) -> Vec<PathBuf> {
         if depth > 8 || !visited.insert(key) {
             return;
         }
-        let Ok(bytes) = std::fs::read(file) else {
+        let Ok(bytes) = crate::files::read_regular(file, 1 << 20, "1 MiB") else {
             return;
         };
         let text = String::from_utf8_lossy(&bytes);

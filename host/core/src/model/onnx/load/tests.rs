@@ -170,7 +170,7 @@ fn initializers_from_raw_typed_and_external_data() {
             ("link.bin", Some("outside the model's folder")),
             ("sub/secret.bin", Some("outside the model's folder")),
             ("inside.bin", None),
-            ("fifo.bin", Some("is not a regular file")),
+            ("fifo.bin", Some("not a regular file")),
         ] {
             if location == "fifo.bin" && !made.as_ref().is_ok_and(|s| s.success()) {
                 eprintln!("skipping the FIFO case: mkfifo is not available");

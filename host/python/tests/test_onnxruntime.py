@@ -192,3 +192,16 @@ def test_install_makes_import_onnxruntime_give_epx():
         f"s = InferenceSession({example('add.onnx')!r})\n"
         "print(type(s).__module__)\n")
     assert out.stdout.strip() == "epx.onnxruntime", out.stdout
+
+
+def test_binding_a_null_buffer_is_refused():
+    from epx.onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+    sess = eort.InferenceSession(example("add.onnx"), providers=["CPUExecutionProvider"])
+    binding = sess.io_binding()
+    with pytest.raises(InvalidArgument, match="buffer_ptr is NULL"):
+        binding.bind_input("a", "cpu", 0, np.float32, [1, 4], 0)
+
+
+def test_a_model_path_that_never_ends_is_refused_at_once():
+    with pytest.raises(Exception, match="not a regular file"):
+        eort.InferenceSession("/dev/zero")

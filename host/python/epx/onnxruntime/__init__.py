@@ -637,6 +637,13 @@ def _view(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.ndarra
     """A numpy array over `prod(shape)` elements at `buffer_ptr` (host memory the caller owns)."""
     import ctypes
     dtype = np.dtype(element_type)
+    if any(int(d) < 0 for d in shape):
+        raise InvalidArgument(1, f"buffer shape {list(shape)} has a negative extent")
     count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    if count and not int(buffer_ptr or 0):
+        raise InvalidArgument(1, f"buffer_ptr is NULL (0) for {count} elements of {dtype}: "
+                                 "bind host memory the program owns")
+    if not count:
+        return np.zeros(tuple(shape), dtype)
     buf = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(int(buffer_ptr))
     return np.frombuffer(buf, dtype=dtype).reshape(tuple(shape))

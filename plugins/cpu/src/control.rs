@@ -407,7 +407,7 @@ impl OpKernel for Loop {
                     self.label
                 ))
             })?;
-            carried.push(t.to_owned());
+            carried.push(t.try_to_owned()?);
         }
         let outer = inputs.get(self.explicit..).unwrap_or(&[]);
         let scan_count = self.body.num_outputs().saturating_sub(1 + self.carried);
@@ -570,7 +570,7 @@ impl OpKernel for Scan {
                 .ok_or_else(|| OpError(format!("Scan `{}`: input {i} is missing", self.label)))
         };
         let mut states: Vec<Tensor> = (0..self.states)
-            .map(|i| get(i).map(|t| t.to_owned()))
+            .map(|i| get(i).and_then(|t| t.try_to_owned()))
             .collect::<OpResult<_>>()?;
         let mut seqs = Vec::with_capacity(self.scan_inputs);
         let mut length = None;

@@ -581,15 +581,16 @@ impl FusedChain {
         let total = crate::tensor::checked_numel(&plan.out_shape).ok()?;
         let work_len = plan.work_len(self.ops.len());
         let chunk = crate::par::chunk_len(total, PAR_MIN, BLOCK);
+        // Memory that is not there: the op-by-op path reports it.
         if chunk >= total {
-            let mut out = crate::scratch::take(total);
+            let mut out = crate::scratch::take(total).ok()?;
             let mut work = vec![0f32; work_len];
             walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
             return Tensor::from_vec(&plan.out_shape, out).ok();
         }
         // Across the pool: each piece written in place (every input is read from its own
         // array, none from the destination).
-        let mut out = crate::scratch::zeros(total);
+        let mut out = crate::scratch::zeros(total).ok()?;
         crate::par::for_each_chunk(&mut out, chunk, |i, piece| {
             let len = piece.len();
             crate::par::with_work(work_len, |work| {

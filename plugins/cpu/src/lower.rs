@@ -103,8 +103,9 @@ pub(crate) fn to_f32(t: Tensor) -> Tensor {
     }
 }
 
-/// A float32 tensor rounded to float16 (to nearest even); any other value as it is.
-pub(crate) fn to_f16(t: &TensorRef<'_>) -> Tensor {
+/// A float32 tensor rounded to float16 (to nearest even); any other value as it is (copied: an
+/// error when the memory is not there).
+pub(crate) fn to_f16(t: &TensorRef<'_>) -> crate::kernel::OpResult<Tensor> {
     match t {
         TensorRef::F32(a) => {
             let mut out = ndarray::ArrayD::<f16>::from_elem(a.raw_dim(), f16::ZERO);
@@ -112,9 +113,9 @@ pub(crate) fn to_f16(t: &TensorRef<'_>) -> Tensor {
                 (Some(src), Some(dst)) => dst.convert_from_f32_slice(src),
                 _ => out.zip_mut_with(a, |o, x| *o = f16::from_f32(*x)),
             }
-            Tensor::F16(out)
+            Ok(Tensor::F16(out))
         }
-        t => t.to_owned(),
+        t => t.try_to_owned(),
     }
 }
 
@@ -135,8 +136,9 @@ impl OpKernel for Widened {
             let rounded: Vec<(usize, Tensor)> = self
                 .round
                 .iter()
-                .filter_map(|&i| Some((i, to_f16(inputs.get(i)?.as_ref()?))))
-                .collect();
+                .filter_map(|&i| Some((i, inputs.get(i)?.as_ref()?)))
+                .map(|(i, t)| Ok((i, to_f16(t)?)))
+                .collect::<OpResult<_>>()?;
             let args: Vec<Option<TensorRef<'_>>> = inputs
                 .iter()
                 .enumerate()
@@ -175,9 +177,9 @@ impl OpKernel for Convert {
             .and_then(Option::as_ref)
             .ok_or_else(|| crate::kernel::OpError("float16 conversion: no input".into()))?;
         Ok(vec![if self.to_half {
-            to_f16(t)
+            to_f16(t)?
         } else {
-            to_f32(t.to_owned())
+            to_f32(t.try_to_owned()?)
         }])
     }
 }

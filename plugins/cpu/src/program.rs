@@ -978,7 +978,7 @@ impl Program {
                 Source::Slot(s) if !again => slots[*s]
                     .take()
                     .ok_or_else(|| OpError("output was not computed".into()))?,
-                _ => self.fetch(*src, inputs, &slots)?.to_owned(),
+                _ => self.fetch(*src, inputs, &slots)?.try_to_owned()?,
             });
         }
         Ok(outs)

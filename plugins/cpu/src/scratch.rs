@@ -10,6 +10,8 @@ use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
+use crate::kernel::{OpError, OpResult};
+
 /// Buffers below this many bytes are left to the allocator.
 const MIN_BYTES: usize = 64 << 10;
 const MAX_BUFFERS: usize = 24;
@@ -54,9 +56,23 @@ fn held<T: Pooled>() -> usize {
     T::free().with(|f| f.borrow().iter().map(|b| b.capacity()).sum::<usize>()) * size_of::<T>()
 }
 
+/// A new vector with room for `len` elements, or an error (not an abort) when the allocator
+/// refuses: an address-space or container limit below the tensor limit.
+pub fn reserve<T>(len: usize) -> OpResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        OpError(format!(
+            "cannot allocate {} bytes: the memory is not there (an address-space or container \
+             limit)",
+            len.saturating_mul(size_of::<T>())
+        ))
+    })?;
+    Ok(v)
+}
+
 /// An empty vector with room for `len` elements: the smallest free buffer that fits (and is not
-/// more than twice too big), else a new one.
-pub fn take<T: Pooled>(len: usize) -> Vec<T> {
+/// more than twice too big), else a new one; an error when the memory is not there.
+pub fn take<T: Pooled>(len: usize) -> OpResult<Vec<T>> {
     if len * size_of::<T>() >= MIN_BYTES {
         let found = T::free().with(|f| {
             let mut f = f.borrow_mut();
@@ -70,7 +86,7 @@ pub fn take<T: Pooled>(len: usize) -> Vec<T> {
         });
         if let Some(mut v) = found {
             v.clear();
-            return v;
+            return Ok(v);
         }
         // A miss: a buffer of another kind that would have fitted goes back to the allocator
         // first, which can hand its memory out again, so that pools of two kinds do not hold
@@ -86,7 +102,7 @@ pub fn take<T: Pooled>(len: usize) -> Vec<T> {
             drop_one::<i8>(bytes);
         }
     }
-    Vec::with_capacity(len)
+    reserve(len)
 }
 
 /// Frees the smallest pooled buffer of `U` with room for `bytes` (and not more than twice that).
@@ -105,29 +121,34 @@ fn drop_one<U: Pooled>(bytes: usize) {
     drop(freed);
 }
 
-/// [`take`] for an element type known only as a type parameter: `None` when it has no pool.
-pub fn take_any<T: 'static>(len: usize) -> Option<Vec<T>> {
+/// [`take`] for an element type known only as a type parameter (a new vector when it has no
+/// pool).
+pub fn take_any<T: 'static>(len: usize) -> OpResult<Vec<T>> {
     fn cast<A: 'static, T: 'static>(v: Vec<A>) -> Option<Vec<T>> {
         let v: Box<dyn Any> = Box::new(v);
         v.downcast::<Vec<T>>().ok().map(|v| *v)
     }
     let id = TypeId::of::<T>();
-    if id == TypeId::of::<f32>() {
-        cast(take::<f32>(len))
+    let pooled = if id == TypeId::of::<f32>() {
+        cast(take::<f32>(len)?)
     } else if id == TypeId::of::<u8>() {
-        cast(take::<u8>(len))
+        cast(take::<u8>(len)?)
     } else if id == TypeId::of::<i8>() {
-        cast(take::<i8>(len))
+        cast(take::<i8>(len)?)
     } else {
         None
+    };
+    match pooled {
+        Some(v) => Ok(v),
+        None => reserve(len),
     }
 }
 
-/// `len` zeros, in a recycled buffer when one fits.
-pub fn zeros<T: Pooled + Default>(len: usize) -> Vec<T> {
-    let mut v = take(len);
+/// `len` zeros, in a recycled buffer when one fits; an error when the memory is not there.
+pub fn zeros<T: Pooled + Default>(len: usize) -> OpResult<Vec<T>> {
+    let mut v = take(len)?;
     v.resize(len, T::default());
-    v
+    Ok(v)
 }
 
 /// Returns a buffer for reuse (dropped when it is small or the pools are full).
@@ -156,18 +177,18 @@ mod tests {
     #[test]
     fn buffers_are_reused_by_size() {
         const MIN_LEN: usize = MIN_BYTES / 4;
-        let mut v = zeros::<f32>(MIN_LEN * 2);
+        let mut v = zeros::<f32>(MIN_LEN * 2).unwrap();
         v[0] = 3.0;
         let p = v.as_ptr();
         give(v);
-        let again = take::<f32>(MIN_LEN * 2 - 5);
+        let again = take::<f32>(MIN_LEN * 2 - 5).unwrap();
         assert!(again.is_empty() && again.capacity() >= MIN_LEN * 2 - 5);
         assert_eq!(again.as_ptr(), p);
         give(again);
         // Far too big for a small request: a fresh buffer.
-        let small = take::<f32>(MIN_LEN / 2);
+        let small = take::<f32>(MIN_LEN / 2).unwrap();
         assert_ne!(small.as_ptr(), p);
-        let z = zeros::<f32>(MIN_LEN * 2);
+        let z = zeros::<f32>(MIN_LEN * 2).unwrap();
         assert!(z.iter().all(|&x| x == 0.0));
     }
 
@@ -175,21 +196,28 @@ mod tests {
     /// misses its own pool frees a buffer of another kind that would have fitted.
     #[test]
     fn byte_buffers_are_reused_and_kept_apart_by_type() {
-        let mut v = zeros::<u8>(MIN_BYTES);
+        let mut v = zeros::<u8>(MIN_BYTES).unwrap();
         v[0] = 7;
         let p = v.as_ptr();
         give(v);
         assert!(held::<u8>() >= MIN_BYTES);
-        let again = take_any::<u8>(MIN_BYTES).expect("uint8 has a pool");
+        let again = take_any::<u8>(MIN_BYTES).unwrap();
         assert_eq!(again.as_ptr(), p);
         give(again);
-        let other = take_any::<i8>(MIN_BYTES).expect("int8 has a pool");
+        let other = take_any::<i8>(MIN_BYTES).unwrap();
         assert!(other.is_empty() && other.capacity() >= MIN_BYTES);
         assert_eq!(
             held::<u8>(),
             0,
             "the uint8 buffer went back to the allocator"
         );
-        assert!(take_any::<i64>(MIN_BYTES).is_none());
+        assert!(take_any::<i64>(MIN_BYTES).unwrap().capacity() >= MIN_BYTES / 8);
+    }
+
+    #[test]
+    fn a_buffer_the_allocator_refuses_is_an_error() {
+        let e = reserve::<u64>(usize::MAX / 16).unwrap_err();
+        assert!(e.0.contains("cannot allocate"), "{}", e.0);
+        assert!(take::<f32>(usize::MAX / 8).is_err());
     }
 }

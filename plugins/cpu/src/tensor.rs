@@ -136,9 +136,9 @@ pub trait Elem:
     /// `bytemuck`; `None` when the bytes are misaligned or not valid values (`bool`: 0 or 1).
     fn from_byte_slice(bytes: &[u8]) -> Option<&[Self]>;
     /// An empty vector with room for `len` elements (f32, uint8, int8: a recycled buffer when
-    /// one fits).
-    fn buffer(len: usize) -> Vec<Self> {
-        crate::scratch::take_any(len).unwrap_or_else(|| Vec::with_capacity(len))
+    /// one fits); an error when the memory is not there.
+    fn buffer(len: usize) -> OpResult<Vec<Self>> {
+        crate::scratch::take_any(len)
     }
     fn wrap(a: ArrayD<Self>) -> Tensor;
     fn wrap_ref(a: ArrayViewD<'_, Self>) -> TensorRef<'_>;
@@ -1149,14 +1149,21 @@ impl<'a> TensorRef<'a> {
         by_type!(ty, view_from_bytes, (shape, bytes))
     }
 
-    pub fn to_owned(&self) -> Tensor {
-        ref_all!(self, |a| Elem::wrap(a.to_owned()), |o| match o {
-            TensorRef::Str(a) => Tensor::Str(a.to_owned()),
+    /// An owned copy; an error, not an abort, when the memory for it is not there.
+    pub fn try_to_owned(&self) -> OpResult<Tensor> {
+        /// A numeric view's elements copied into memory reserved fallibly.
+        fn copy<T: Clone>(a: &ArrayViewD<'_, T>) -> OpResult<ArrayD<T>> {
+            let mut v = crate::scratch::reserve::<T>(a.len())?;
+            v.extend(a.iter().cloned());
+            ArrayD::from_shape_vec(a.raw_dim(), v).map_err(|e| OpError(e.to_string()))
+        }
+        Ok(ref_all!(self, |a| Elem::wrap(copy(a)?), |o| match o {
+            TensorRef::Str(a) => Tensor::Str(copy(a)?),
             TensorRef::Seq(s) => Tensor::Seq(Arc::clone(s)),
             TensorRef::Map(m) => Tensor::Map(Arc::clone(m)),
             TensorRef::Opt(v) => Tensor::Opt(v.cloned()),
             _ => unreachable!("numeric variants are matched above"),
-        })
+        }))
     }
 
     /// A view with a shorter lifetime.
@@ -1207,7 +1214,7 @@ impl<'a> TensorRef<'a> {
     /// [`TensorRef::cast`] with the saturation and rounding of casts into narrow floats given.
     pub fn cast_with(&self, ty: ElementType, cast: NarrowCast) -> OpResult<Tensor> {
         if ty == self.elem_type() && self.is_tensor() {
-            return Ok(self.to_owned());
+            return self.try_to_owned();
         }
         if ty == ElementType::String {
             return format_strings(self);

@@ -12,7 +12,7 @@
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
 use super::dots::{NARROW, row_dots};
-use crate::kernel::PostOp;
+use crate::kernel::{OpResult, PostOp};
 use crate::ops::util::Spatial;
 use crate::par::Disjoint;
 
@@ -55,8 +55,8 @@ impl Conv2d<'_> {
 
     /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
     /// `[m]`; returns `[n, m, oh, ow]`, C order.
-    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-        self.run_post(x, weights, bias, None).0
+    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> OpResult<Vec<f32>> {
+        Ok(self.run_post(x, weights, bias, None)?.0)
     }
 
     /// [`run`](Self::run), applying `post` to each part of the output as soon as it is final
@@ -67,7 +67,7 @@ impl Conv2d<'_> {
         weights: &[f32],
         bias: Option<&[f32]>,
         post: Option<&mut dyn PostOp>,
-    ) -> (Vec<f32>, bool) {
+    ) -> OpResult<(Vec<f32>, bool)> {
         // A small convolution stays on this thread.
         crate::par::serial_below(self.macs(), || run_conv2d(self, x, weights, bias, post))
     }
@@ -79,7 +79,7 @@ impl Conv2d<'_> {
         weights: &[f32],
         bias: Option<&[f32]>,
         post: Option<&mut dyn PostOp>,
-    ) -> (Vec<f32>, bool) {
+    ) -> OpResult<(Vec<f32>, bool)> {
         let (oh, ow) = (self.oh(), self.ow());
         let plane_out = oh * ow;
         let mut post = post.filter(|_| plane_out > 0);
@@ -90,15 +90,15 @@ impl Conv2d<'_> {
         }
         let post: Option<&dyn PostOp> = post.map(|p| &*p);
         let applied = post.is_some();
-        let mut out = initial_output(self.n, self.m, plane_out, bias);
+        let mut out = initial_output(self.n, self.m, plane_out, bias)?;
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         if cg == 1 && mg == 1 {
             self.depthwise(x, weights, &mut out, post);
-            return (out, applied);
+            return Ok((out, applied));
         }
         if mg == 0 || out.is_empty() {
-            return (out, applied);
+            return Ok((out, applied));
         }
         let rows = cg * self.kh * self.kw;
         let plane_in = self.h * self.w;
@@ -215,7 +215,7 @@ impl Conv2d<'_> {
         } else {
             (0..tasks).for_each(task);
         }
-        (out, applied)
+        Ok((out, applied))
     }
 
     /// `bt[(oy, ox), (ci, ky, kx)]`, the input pixel each tap of each output reads (0 in the
@@ -768,15 +768,15 @@ impl ConvTranspose2d {
     /// `x` is `[n, c, h, w]`, `weights` `[c, m / group, kh, kw]`, `bias` `[m]`; returns
     /// `[n, m, oh, ow]`. Per group: one GEMM `cols = Wᵀ · X` (taps × input pixels), then each tap's
     /// row is added into the output at its strided positions (col2im).
-    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> OpResult<Vec<f32>> {
         run_conv_transpose2d(self, x, weights, bias)
     }
 
     #[inline(always)]
-    fn run_inline(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    fn run_inline(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> OpResult<Vec<f32>> {
         let plane_out = self.oh * self.ow;
         let plane_in = self.h * self.w;
-        let mut out = initial_output(self.n, self.m, plane_out, bias);
+        let mut out = initial_output(self.n, self.m, plane_out, bias)?;
         let cg = self.c / self.group;
         let mg = self.m / self.group;
         let kn = self.kh * self.kw;
@@ -787,7 +787,7 @@ impl ConvTranspose2d {
         let band = (COLS_BYTES / (rows * self.w * 4).max(1))
             .max(MIN_COLS.div_ceil(self.w.max(1)))
             .clamp(1, self.h.max(1));
-        let mut cols = crate::scratch::zeros(rows * band * self.w);
+        let mut cols = crate::scratch::zeros(rows * band * self.w)?;
         let [sh, sw] = self.strides;
         let [dh, dw] = self.dilations;
         let [ph, pw] = self.pad_begin;
@@ -862,15 +862,16 @@ impl ConvTranspose2d {
             }
         }
         crate::scratch::give(cols);
-        out
+        Ok(out)
     }
 }
 
-/// The output `[n, m, plane]` before accumulation: each channel's bias, or zeros.
-fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec<f32> {
-    match bias {
+/// The output `[n, m, plane]` before accumulation: each channel's bias, or zeros; an error when
+/// the memory is not there.
+fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> OpResult<Vec<f32>> {
+    Ok(match bias {
         Some(b) => {
-            let mut out = crate::scratch::take(n * m * plane);
+            let mut out = crate::scratch::take(n * m * plane)?;
             for _ in 0..n {
                 for &v in &b[..m] {
                     out.extend(std::iter::repeat_n(v, plane));
@@ -878,8 +879,8 @@ fn initial_output(n: usize, m: usize, plane: usize, bias: Option<&[f32]>) -> Vec
             }
             out
         }
-        None => crate::scratch::zeros(n * m * plane),
-    }
+        None => crate::scratch::zeros(n * m * plane)?,
+    })
 }
 
 crate::multiversion! {
@@ -890,7 +891,7 @@ fn run_conv2d(
     weights: &[f32],
     bias: Option<&[f32]>,
     post: Option<&mut dyn PostOp>,
-) -> (Vec<f32>, bool) {
+) -> OpResult<(Vec<f32>, bool)> {
     conv.run_inline(x, weights, bias, post)
 }
 }
@@ -902,7 +903,7 @@ fn run_conv_transpose2d(
     x: &[f32],
     weights: &[f32],
     bias: Option<&[f32]>,
-) -> Vec<f32> {
+) -> OpResult<Vec<f32>> {
     conv.run_inline(x, weights, bias)
 }
 }

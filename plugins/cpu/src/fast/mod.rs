@@ -23,7 +23,7 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::kernel::PostOp;
+use crate::kernel::{OpResult, PostOp};
 
 /// The environment variable that picks the level of [`ISAS`] the CPU EP runs:
 /// `EPX_CPU_KERNELS=avx512-vnni`, `avx2`, `portable` or `reference` (the reference kernels alone: no fast
@@ -172,14 +172,15 @@ pub fn with_isa<R>(isa: &'static Isa, f: impl FnOnce() -> R) -> Option<R> {
 
 /// The fast kernels an element type has; the reference kernels run where it has none.
 pub trait FastKernels: Sized {
-    /// The 2-D convolution of [`conv2d::Conv2d`], with whether it applied `post`.
+    /// The 2-D convolution of [`conv2d::Conv2d`], with whether it applied `post`; `None` for
+    /// no fast kernel of this type or level, an error when the memory is not there.
     fn conv2d(
         _conv: &conv2d::Conv2d<'_>,
         _x: &[Self],
         _w: &[Self],
         _b: Option<&[Self]>,
         _post: Option<&mut dyn PostOp>,
-    ) -> Option<(Vec<Self>, bool)> {
+    ) -> Option<OpResult<(Vec<Self>, bool)>> {
         None
     }
 }
@@ -191,7 +192,7 @@ impl FastKernels for f32 {
         w: &[f32],
         b: Option<&[f32]>,
         post: Option<&mut dyn PostOp>,
-    ) -> Option<(Vec<f32>, bool)> {
+    ) -> Option<OpResult<(Vec<f32>, bool)>> {
         enabled().then(|| conv.run_post(x, w, b, post))
     }
 }

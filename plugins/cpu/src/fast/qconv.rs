@@ -186,7 +186,8 @@ fn run_inline(
     let mut ints = Vec::new();
     match out {
         Output::Int32 => ints = vec![0i32; total],
-        Output::Bytes { .. } => bytes = crate::scratch::zeros(total),
+        // Memory that is not there: the reference path reports it.
+        Output::Bytes { .. } => bytes = crate::scratch::zeros(total).ok()?,
     }
     if total == 0 {
         return Some(match out {
@@ -235,7 +236,7 @@ fn run_inline(
             {
                 return None;
             }
-            indirect(conv, x, w, zx, &store);
+            indirect(conv, x, w, zx, &store)?;
         }
     }
     Some(match out {
@@ -572,7 +573,13 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
 /// column matrix. The GEMM's columns run over the padded width, those past the output width
 /// computed and dropped (2 of 162 for a 3 × 3 kernel on a 160-wide plane).
 #[inline(always)]
-fn indirect(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &Store<'_>) {
+fn indirect(
+    conv: &Conv2d<'_>,
+    x: &Input<'_>,
+    w: &PackedConv,
+    zx: i32,
+    store: &Store<'_>,
+) -> Option<()> {
     let (oh, ow) = (conv.oh(), conv.ow());
     let plane_out = oh * ow;
     let cg = conv.c / conv.group;
@@ -591,7 +598,8 @@ fn indirect(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &S
     let pad = zx as u8;
     let plane_in = conv.h * conv.w;
     // The padding everywhere first, then each row's data interleaved over it.
-    let mut xq = crate::scratch::take::<u8>(blocks * block);
+    // Memory that is not there: the reference path reports it.
+    let mut xq = crate::scratch::take::<u8>(blocks * block).ok()?;
     xq.resize(blocks * block, pad);
     crate::par::for_each_chunk(&mut xq, plane4, |i, dst| {
         // Chunk `i` is channels `4i..4i + 4` counted over all images and groups.
@@ -658,6 +666,7 @@ fn indirect(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &S
         }
     });
     crate::scratch::give(xq);
+    Some(())
 }
 
 /// What [`finish`] needs of one task of [`gemm_conv`]: a group's zero-point corrections.

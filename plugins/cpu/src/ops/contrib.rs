@@ -250,15 +250,16 @@ fn bytes_pass(
     b: &[u8],
     zy: i32,
     signed: bool,
-) -> Vec<u8> {
+) -> OpResult<Vec<u8>> {
     let two = !b.is_empty();
     let piece = crate::par::chunk_len(a.len(), 16 << 10, 64);
-    crate::par::build_vec(crate::scratch::take(a.len()), a.len(), piece, |at, f| {
+    let buf = crate::scratch::take(a.len())?;
+    Ok(crate::par::build_vec(buf, a.len(), piece, |at, f| {
         let n = piece.min(a.len() - at);
         let (a, b) = (&a[at..][..n], if two { &b[at..][..n] } else { &[][..] });
         // SAFETY: the kernel writes every slot it is handed.
         unsafe { f.extend_raw(n, |o| crate::fast::qbytes::run(form, a, b, zy, signed, o)) };
-    })
+    }))
 }
 
 /// A kernel's one-pass answer where `fast` gives one (on the fast levels), else `general`'s.
@@ -304,7 +305,7 @@ impl QLinearBinary {
             if !form.usable(signed) {
                 return None;
             }
-            return byte_tensor(sha, bytes_pass(form, a, b, zc, signed), signed);
+            return byte_tensor(sha, bytes_pass(form, a, b, zc, signed).ok()?, signed);
         }
         // The larger operand, and the smaller one repeating along it.
         let (big, (sbig, zbig), shape, small, (ssmall, zsmall), other) = if a.len() >= b.len() {
@@ -359,8 +360,9 @@ impl QLinearBinary {
         let runs = crate::par::chunk_len(big.len(), 16 << 10, 1)
             .div_ceil(run)
             .max(1);
+        // Memory that is not there: the general path reports it.
         let out = crate::par::build_vec(
-            crate::scratch::take(big.len()),
+            crate::scratch::take(big.len()).ok()?,
             big.len(),
             runs * run,
             |at, f| {
@@ -434,7 +436,11 @@ impl QLinearDivByConstant {
         if d == 0.0 || !form.usable(signed) {
             return None;
         }
-        byte_tensor(x.shape(), bytes_pass(form, a, &[], zy, signed), signed)
+        byte_tensor(
+            x.shape(),
+            bytes_pass(form, a, &[], zy, signed).ok()?,
+            signed,
+        )
     }
 }
 
@@ -604,7 +610,8 @@ impl QLinearConcat {
         }
         let outer: usize = first[..axis].iter().product();
         let total = outer * parts.iter().map(|p| p.1).sum::<usize>();
-        let mut out = crate::scratch::take(total);
+        // Memory that is not there: the general path reports it.
+        let mut out = crate::scratch::take(total).ok()?;
         for o in 0..outer {
             for (bytes, inner, table) in &parts {
                 let src = &bytes[o * inner..][..*inner];
@@ -1094,7 +1101,7 @@ impl OpKernel for CompositeKernel {
             result.push(match o {
                 None => Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0]))),
                 Some(a) => match self.resolve(*a, inputs, &done)? {
-                    Some(t) => t.to_owned(),
+                    Some(t) => t.try_to_owned()?,
                     None => bail_missing(&self.op)?,
                 },
             });

@@ -107,7 +107,8 @@ impl Conv {
                     geo: &geo2,
                 };
                 let bf = bc.as_ref().and_then(|b| b.as_slice());
-                if let Some((out, applied)) = T::conv2d(&conv, xf, wf, bf, post) {
+                if let Some(done) = T::conv2d(&conv, xf, wf, bf, post) {
+                    let (out, applied) = done.map_err(|e| OpError(format!("{op}: {}", e.0)))?;
                     let mut shape = vec![nb, m];
                     shape.extend_from_slice(&geo.out);
                     return ArrayD::from_shape_vec(IxDyn(&shape), out)

@@ -166,7 +166,7 @@ impl ConvT {
                 && let (Some(xf), Some(wf)) = (xc.as_slice(), wc.as_slice())
             {
                 let bias: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-                let y = fast.run(xf, wf, Some(&bias));
+                let y = fast.run(xf, wf, Some(&bias))?;
                 return one(Tensor::from_vec(&shape_of(nb, m, &out_u), y));
             }
         }

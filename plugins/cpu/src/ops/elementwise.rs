@@ -318,9 +318,9 @@ fn float_unary(n: &NodeDef, u: Unary) -> OpResult<Box<dyn OpKernel>> {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
                 let y = if u == Unary::Sigmoid {
-                    crate::fast::math::sigmoid(xs)
+                    crate::fast::math::sigmoid(xs)?
                 } else {
-                    let mut y = crate::scratch::take(xs.len());
+                    let mut y = crate::scratch::take(xs.len())?;
                     crate::fast::math::erf_slice(xs, &mut y);
                     y
                 };

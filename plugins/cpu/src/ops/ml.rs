@@ -374,8 +374,8 @@ fn build_array_feature_extractor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if let Ok(t) = crate::dispatch_all!(x.clone(), |v| pick_columns(&v, &cols, &shape), &op) {
             return one(Ok(t));
         }
-        let owned = x.to_owned();
-        let mut bytes = vec![0u8; owned.byte_len()];
+        let owned = x.try_to_owned()?;
+        let mut bytes = crate::tensor::zeros_checked(owned.byte_len(), &op)?;
         owned.write_bytes(&mut bytes)?;
         let size = x
             .elem_type()

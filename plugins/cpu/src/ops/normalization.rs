@@ -163,7 +163,8 @@ fn layer_norm_f32(
         Some(b) => Some(b.as_slice()?),
         None => None,
     };
-    let mut y = crate::scratch::zeros(xf.len());
+    // Memory that is not there: the general path reports it.
+    let mut y = crate::scratch::zeros(xf.len()).ok()?;
     // Runs of rows shared across the intra-op pool; each run's statistics kept in order.
     let cols = sf.len().max(1);
     let piece = crate::par::chunk_len(xf.len() / cols, (16 << 10) / cols, 1) * cols;
@@ -467,7 +468,7 @@ impl BatchNorm {
             .ok_or_else(|| OpError(format!("{op}: X not contiguous")))?;
         if per_channel && inner > 0 && c > 0 {
             // Per channel: runs of planes shared across the intra-op pool.
-            let mut y = T::zeroed(xs.len());
+            let mut y = T::zeroed(xs.len())?;
             let planes = crate::par::chunk_len(xs.len() / inner, 1, 1);
             crate::par::for_each_chunk(&mut y, planes * inner, |i, part| {
                 let src = &xs[i * planes * inner..][..part.len()];
@@ -584,10 +585,10 @@ fn build_batchnorm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let mut out = vec![y];
         // Inference: running statistics pass through unchanged.
         if outputs > 1 {
-            out.push(p[2].to_owned());
+            out.push(p[2].try_to_owned()?);
         }
         if outputs > 2 {
-            out.push(p[3].to_owned());
+            out.push(p[3].try_to_owned()?);
         }
         Ok(out)
     }))
@@ -719,7 +720,8 @@ mod tests {
     fn batchnorm_inference() {
         let x = Tensor::F32(array![[[1.0, 2.0]], [[3.0, 4.0]]].into_dyn())
             .view()
-            .to_owned();
+            .try_to_owned()
+            .unwrap();
         let x = match x {
             Tensor::F32(a) => Tensor::F32(a.into_shape_with_order(IxDyn(&[1, 2, 2])).unwrap()),
             t => t,

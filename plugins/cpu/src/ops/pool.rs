@@ -358,7 +358,7 @@ fn global<T: FloatElem>(op: &str, x: &ArrayViewD<'_, T>, max: bool) -> OpResult<
     // Runs of planes shared across the intra-op pool; each plane reduced in eight partial
     // results, so the loop vectorizes.
     let run = crate::par::chunk_len(planes, ((64 << 10) / plane).max(1), 1);
-    let y: Vec<T> = crate::par::build_vec(T::buffer(planes), planes, run, |start, out| {
+    let y: Vec<T> = crate::par::build_vec(T::buffer(planes)?, planes, run, |start, out| {
         for c in xs[start * plane..]
             .chunks(plane)
             .take(run.min(planes - start))

@@ -342,7 +342,9 @@ fn quantize_f32_per_tensor(
     };
     let x = flat(xv);
     let piece = crate::par::chunk_len(x.len(), 16 << 10, 64);
-    let y = crate::par::build_vec(crate::scratch::take(x.len()), x.len(), piece, |at, f| {
+    // Memory that is not there: the general path reports it.
+    let buf = crate::scratch::take(x.len()).ok()?;
+    let y = crate::par::build_vec(buf, x.len(), piece, |at, f| {
         let x = &x[at..][..piece.min(x.len() - at)];
         // SAFETY: the kernel writes every slot it is handed.
         unsafe {
@@ -396,7 +398,8 @@ fn dequantize_8bit_per_tensor(
         }
         _ => return None,
     };
-    Tensor::from_vec(&shape, y).ok()
+    // Memory that is not there: the general path reports it.
+    Tensor::from_vec(&shape, y.ok()?).ok()
 }
 
 /// A float32 output of `x`'s length built piece by piece across the intra-op pool:
@@ -405,11 +408,11 @@ fn each_piece<T: Sync>(
     x: &[T],
     piece: usize,
     f: impl Fn(&[T], &mut crate::par::Filler<'_, f32>) + Sync + Send,
-) -> Vec<f32> {
-    let buf = crate::scratch::take(x.len());
-    crate::par::build_vec(buf, x.len(), piece, |start, out| {
+) -> OpResult<Vec<f32>> {
+    let buf = crate::scratch::take(x.len())?;
+    Ok(crate::par::build_vec(buf, x.len(), piece, |start, out| {
         f(&x[start..][..piece.min(x.len() - start)], out);
-    })
+    }))
 }
 
 fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -842,7 +845,8 @@ impl FastQMatMul {
         let mut ints = Vec::new();
         match out {
             qmatmul::Output::Int32 => ints = vec![0i32; rows * n],
-            qmatmul::Output::Bytes { .. } => bytes = crate::scratch::zeros(rows * n),
+            // Memory that is not there: the reference path reports it.
+            qmatmul::Output::Bytes { .. } => bytes = crate::scratch::zeros(rows * n).ok()?,
         }
         let per = rows / batches.max(1);
         for i in 0..batches {

@@ -180,7 +180,7 @@ fn build_reduce(n: &NodeDef, kind: Red, axes_input_from: i64) -> OpResult<Box<dy
             (None, false) => vec![],
         };
         if axes.is_empty() && noop {
-            return Ok(vec![x.to_owned()]);
+            return Ok(vec![x.try_to_owned()?]);
         }
         let ax = if axes.is_empty() {
             (0..x.ndim()).collect()

@@ -420,7 +420,8 @@ fn nearest<T: crate::tensor::Elem>(cfg: &Cfg, x: &ArrayViewD<'_, T>, p: &Plan) -
     let rows = total / w;
     // Runs of output rows, shared across the intra-op pool.
     let run = crate::par::chunk_len(rows, (16 << 10) / w, 1);
-    let out = crate::par::build_vec(T::buffer(total), total, run * w, |start, out| {
+    // Memory that is not there: the general path reports it.
+    let out = crate::par::build_vec(T::buffer(total).ok()?, total, run * w, |start, out| {
         let r0 = start / w;
         // The multi-index of row `r0` over the leading output axes.
         let mut index = vec![0usize; r - 1];

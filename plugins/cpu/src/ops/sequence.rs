@@ -74,7 +74,7 @@ fn build_construct(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .as_ref()
                 .ok_or_else(|| OpError("SequenceConstruct: an input is missing".into()))?;
             check_item("SequenceConstruct", &seq, t)?;
-            seq.items.push(t.to_owned());
+            seq.items.push(t.try_to_owned()?);
         }
         one(Ok(Tensor::Seq(Arc::new(seq))))
     }))
@@ -117,7 +117,7 @@ fn build_insert(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             None => seq.items.len(),
         };
         let mut items = seq.items.clone();
-        items.insert(p, t.to_owned());
+        items.insert(p, t.try_to_owned()?);
         let ty = if seq.elem_type == ElementType::Undefined {
             t.elem_type()
         } else {
@@ -257,7 +257,7 @@ fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_optional(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let typed = n.has_attr("type");
     Ok(kernel(move |inputs| match opt_input(inputs, 0) {
-        Some(t) => one(Ok(Tensor::Opt(Some(Arc::new(t.to_owned()))))),
+        Some(t) => one(Ok(Tensor::Opt(Some(Arc::new(t.try_to_owned()?))))),
         None if typed => one(Ok(Tensor::Opt(None))),
         None => bail!("Optional: without an input, the `type` attribute is required"),
     }))
@@ -280,7 +280,7 @@ fn build_get_element(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         match input("OptionalGetElement", inputs, 0)? {
             TensorRef::Opt(Some(v)) => one(Ok(Tensor::clone(v))),
             TensorRef::Opt(None) => bail!("OptionalGetElement: the optional is empty"),
-            t => one(Ok(t.to_owned())),
+            t => one(Ok(t.try_to_owned()?)),
         }
     }))
 }

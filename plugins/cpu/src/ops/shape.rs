@@ -225,8 +225,8 @@ fn build_bitcast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if from.byte_size().is_none() || from.byte_size() != to.byte_size() {
             bail!("{op}: {from} and {to} do not have the same bit width");
         }
-        let owned = x.to_owned();
-        let mut bytes = vec![0u8; owned.byte_len()];
+        let owned = x.try_to_owned()?;
+        let mut bytes = crate::tensor::zeros_checked(owned.byte_len(), &op)?;
         owned.write_bytes(&mut bytes)?;
         one(Tensor::from_bytes(to, x.shape(), &bytes))
     }))
@@ -299,7 +299,7 @@ fn concat_typed<T: Elem>(
         let blocks: Vec<usize> = views.iter().map(|v| v.shape()[axis] * inner).collect();
         let mut shape = first.shape().to_vec();
         shape[axis] = views.iter().map(|v| v.shape()[axis]).sum();
-        let data = concat_rows(&parts, &blocks, outer);
+        let data = concat_rows(&parts, &blocks, outer)?;
         return ndarray::ArrayD::from_shape_vec(shape, data)
             .map(Tensor::from)
             .map_err(|e| OpError(format!("{op}: {e}")));
@@ -311,25 +311,30 @@ fn concat_typed<T: Elem>(
 
 /// `outer` rows, each input `i`'s `blocks[i]` elements of that row in turn, copied in pieces
 /// shared across the intra-op pool.
-fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> Vec<T> {
+fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> OpResult<Vec<T>> {
     let row: usize = blocks.iter().sum();
     let total = outer * row;
     let piece = crate::par::chunk_len(total, 64 << 10, 16);
-    crate::par::build_vec(T::buffer(total), total, piece, |start, out| {
-        let end = (start + piece).min(total);
-        let mut pos = start;
-        while pos < end {
-            let (o, mut within) = (pos / row, pos % row);
-            let mut i = 0;
-            while within >= blocks[i] {
-                within -= blocks[i];
-                i += 1;
+    Ok(crate::par::build_vec(
+        T::buffer(total)?,
+        total,
+        piece,
+        |start, out| {
+            let end = (start + piece).min(total);
+            let mut pos = start;
+            while pos < end {
+                let (o, mut within) = (pos / row, pos % row);
+                let mut i = 0;
+                while within >= blocks[i] {
+                    within -= blocks[i];
+                    i += 1;
+                }
+                let take = (blocks[i] - within).min(end - pos);
+                out.extend_from_slice(&parts[i][o * blocks[i] + within..][..take]);
+                pos += take;
             }
-            let take = (blocks[i] - within).min(end - pos);
-            out.extend_from_slice(&parts[i][o * blocks[i] + within..][..take]);
-            pos += take;
-        }
-    })
+        },
+    ))
 }
 
 fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -506,7 +511,7 @@ fn build_gather(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_identity(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
-        one(Ok(input(&op, inputs, 0)?.to_owned()))
+        one(Ok(input(&op, inputs, 0)?.try_to_owned()?))
     }))
 }
 
@@ -540,7 +545,7 @@ fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             _ => 0.0,
         };
         if ratio == 0.0 {
-            let mut out = vec![x.to_owned()];
+            let mut out = vec![x.try_to_owned()?];
             if outputs > 1 {
                 out.push(Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true)));
             }

@@ -115,7 +115,7 @@ fn build_softmax(n: &NodeDef, kind: SoftKind, coerce_2d: bool) -> OpResult<Box<d
         {
             let ac = a.as_standard_layout();
             if let Some(xs) = ac.as_slice() {
-                let mut out = crate::scratch::zeros(xs.len());
+                let mut out = crate::scratch::zeros(xs.len())?;
                 let log = kind == SoftKind::LogSoftmax;
                 // Runs of rows shared across the intra-op pool.
                 let n1 = n.max(1);

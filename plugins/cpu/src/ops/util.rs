@@ -215,9 +215,10 @@ pub trait FloatElem: Num {
     fn from_acc(a: Self::Acc) -> Self;
     /// A constant in the accumulator type.
     fn lit(v: f64) -> Self::Acc;
-    /// `len` zeros (f32: in a recycled buffer when one fits).
-    fn zeroed(len: usize) -> Vec<Self> {
-        vec![Self::zero(); len]
+    /// `len` zeros (f32: in a recycled buffer when one fits); an error when the memory is not
+    /// there.
+    fn zeroed(len: usize) -> OpResult<Vec<Self>> {
+        crate::tensor::zeros_checked(len, "a buffer")
     }
 }
 
@@ -232,7 +233,7 @@ impl FloatElem for f32 {
     fn lit(v: f64) -> f32 {
         v as f32
     }
-    fn zeroed(len: usize) -> Vec<f32> {
+    fn zeroed(len: usize) -> OpResult<Vec<f32>> {
         crate::scratch::zeros(len)
     }
 }

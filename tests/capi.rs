@@ -36,11 +36,13 @@ fn text(out: &Output) -> String {
 /// statically.
 fn build_c(sources: &[PathBuf], exe: &Path, shared: bool) {
     let mut cmd = Command::new("cc");
-    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-        .arg(repo_root().join("include"))
-        .args(sources)
-        .arg("-o")
-        .arg(exe);
+    cmd.args([
+        "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-I",
+    ])
+    .arg(repo_root().join("include"))
+    .args(sources)
+    .arg("-o")
+    .arg(exe);
     if shared {
         let dir = artifact_dir();
         cmd.arg("-L")
@@ -449,20 +451,11 @@ fn freeing_a_session_while_threads_run_it_is_safe() {
     }
     let dir = TempDir::new("c-close-during-run").expect("temp dir");
     let exe = dir.path().join("close_during_run");
-    let mut cmd = Command::new("cc");
-    cmd.args([
-        "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-I",
-    ])
-    .arg(repo_root().join("include"))
-    .arg(repo_root().join("tests/capi/close_during_run.c"))
-    .arg("-o")
-    .arg(&exe)
-    .arg("-L")
-    .arg(artifact_dir())
-    .arg("-lepx")
-    .arg(format!("-Wl,-rpath,{}", artifact_dir().display()));
-    let out = cmd.output().expect("running cc");
-    assert!(out.status.success(), "cc failed:\n{}", text(&out));
+    build_c(
+        &[repo_root().join("tests/capi/close_during_run.c")],
+        &exe,
+        true,
+    );
     let model = repo_root().join("examples/models/add.onnx");
     let run = |wrapper: Option<&[&str]>, rounds: u32| {
         let mut cmd = match wrapper {

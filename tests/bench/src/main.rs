@@ -364,7 +364,11 @@ impl Epx {
     fn try_run(&self) -> Result<Vec<(String, Vec<f32>)>, String> {
         let out = self
             .session
-            .run(self.inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+            .run(
+                self.inputs
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.try_clone().expect("copy an input"))),
+            )
             .map_err(|e| format!("epx run: {e}"))?;
         Ok(out
             .into_iter()
@@ -1285,8 +1289,12 @@ fn bench_isolation(only: &[String], runs: usize, passes: &[usize]) {
             let tensors = epx_tensors(inputs);
             let mut ort = Ort::new(Source::File(path), inputs);
             let run = |s: &Session| {
-                s.run(tensors.iter().map(|(n, t)| (n.as_str(), t.clone())))
-                    .unwrap_or_else(|e| fail(format!("{what}: {e}")))
+                s.run(
+                    tensors
+                        .iter()
+                        .map(|(n, t)| (n.as_str(), t.try_clone().expect("copy an input"))),
+                )
+                .unwrap_or_else(|e| fail(format!("{what}: {e}")))
             };
             // Same kernels, so the same bits: isolation must not change an answer.
             let (a, b) = (run(&local), run(&iso));
@@ -1445,7 +1453,11 @@ fn bench_kernel_cache(only: &[String], runs: usize, passes: &[usize]) {
             let inputs = epx_tensors(&(case.inputs)());
             let outputs = |s: &Session| {
                 let out = s
-                    .run(inputs.iter().map(|(n, t)| (n.as_str(), t.clone())))
+                    .run(
+                        inputs
+                            .iter()
+                            .map(|(n, t)| (n.as_str(), t.try_clone().expect("copy an input"))),
+                    )
                     .unwrap_or_else(|e| fail(format!("{key}: {e}")));
                 out.into_iter()
                     .map(|(n, v)| {

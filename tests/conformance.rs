@@ -279,7 +279,7 @@ fn opset_ranges(mut ranges: Vec<(i64, i64)>) -> String {
 
 /// `docs/ops.md`: every op the CPU EP registers, with its opsets, and the node-test evidence.
 fn ops_table(per_op: &BTreeMap<(String, String), OpTally>, passed: usize, total: usize) -> String {
-    let registry = epx_cpu::kernel::Registry::with_all_ops();
+    let registry = epx_cpu::ops::registry();
     let mut ops: BTreeMap<(String, String), Vec<(i64, i64)>> = BTreeMap::new();
     for s in registry.schemas() {
         let domain = epx::ir::normalize_domain(s.domain).to_string();
@@ -287,7 +287,7 @@ fn ops_table(per_op: &BTreeMap<(String, String), OpTally>, passed: usize, total:
             .or_default()
             .push((s.since_version, s.until_version));
     }
-    for (op, since) in epx_cpu::control::CONTROL_FLOW_OPSETS {
+    for (op, since) in epx_cpu::exec::control::CONTROL_FLOW_OPSETS {
         ops.entry((String::new(), op.to_string()))
             .or_default()
             .push((since, i64::MAX));

@@ -7,37 +7,9 @@ use std::fmt;
 
 use epx_plugin_api::ElementType;
 
+pub use crate::error::{OpError, OpResult};
+use crate::fast::post::PostOp;
 use crate::tensor::{Tensor, TensorRef};
-
-/// An operator error: a message naming the operator and what is wrong.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OpError(pub String);
-
-impl OpError {
-    /// An error with the given message.
-    pub fn new(msg: impl Into<String>) -> Self {
-        OpError(msg.into())
-    }
-}
-
-impl fmt::Display for OpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for OpError {}
-
-/// The result of every operator function.
-pub type OpResult<T> = Result<T, OpError>;
-
-/// `bail!("fmt", args..)` returns `Err(OpError(format!(..)))` from the enclosing function.
-#[macro_export]
-macro_rules! bail {
-    ($($arg:tt)*) => {
-        return Err($crate::kernel::OpError(format!($($arg)*)))
-    };
-}
 
 /// The value of one node attribute.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,21 +250,6 @@ pub trait OpKernel: Send + Sync {
     }
 }
 
-/// Elementwise work on a kernel's f32 output 0, done segment by segment while each segment is
-/// still in cache ([`OpKernel::run_with_post`]). Segments may be applied from several threads at
-/// once (a kernel that splits its output across the intra-op pool applies each part where it is
-/// computed).
-pub trait PostOp: Sync {
-    /// Whether it applies to an output of this shape; asked once, before any segment.
-    fn accepts(&mut self, shape: &[usize]) -> bool;
-    /// Scratch elements [`apply`](Self::apply) needs (asked after `accepts`).
-    fn work_len(&self) -> usize;
-    /// Transforms, in place, the output elements `base..base + seg.len()` (flat, C order),
-    /// using `work` (at least [`work_len`](Self::work_len) elements, contents unspecified) as
-    /// scratch. Each element is passed exactly once.
-    fn apply(&self, seg: &mut [f32], base: usize, work: &mut [f32]);
-}
-
 /// A kernel made from a closure.
 pub struct FnKernel<F>(pub F);
 
@@ -328,13 +285,6 @@ pub struct OpSchema {
     pub build: BuildFn,
 }
 
-impl OpSchema {
-    /// Builds the kernel for a node; ops that move elements also take string tensors.
-    pub fn make(&self, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-        (self.build)(node).map(|k| crate::ops::strings::wrap(&node.op_type, k))
-    }
-}
-
 impl fmt::Debug for OpSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpSchema")
@@ -350,10 +300,23 @@ fn canonical_domain(domain: &str) -> &str {
     if domain == "ai.onnx" { "" } else { domain }
 }
 
+/// What a registry does to every kernel it builds (the op families' own adapter: ops that move
+/// elements also take string tensors).
+pub type WrapFn = fn(&str, Box<dyn OpKernel>) -> Box<dyn OpKernel>;
+
 /// All known operators.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Registry {
     by_op: HashMap<(String, String), Vec<OpSchema>>,
+    wrap: Option<WrapFn>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("ops", &self.by_op.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Registry {
@@ -369,11 +332,18 @@ impl Registry {
         self.by_op.entry(key).or_default().push(s);
     }
 
-    /// A registry with every operator of this crate.
-    pub fn with_all_ops() -> Self {
-        let mut r = Registry::new();
-        crate::ops::register_all(&mut r);
-        r
+    /// Sets what every kernel this registry builds goes through ([`WrapFn`]).
+    pub fn set_wrap(&mut self, wrap: WrapFn) {
+        self.wrap = Some(wrap);
+    }
+
+    /// Builds the kernel of `schema` for a node.
+    pub fn make(&self, schema: &OpSchema, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+        let k = (schema.build)(node)?;
+        Ok(match self.wrap {
+            Some(w) => w(&node.op_type, k),
+            None => k,
+        })
     }
 
     /// The schema for an operator at an opset; domain "" and "ai.onnx" are the same domain.
@@ -393,7 +363,7 @@ impl Registry {
     /// Looks up and builds the kernel for a node.
     pub fn build(&self, node: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         match self.lookup(&node.domain, &node.op_type, node.opset) {
-            Some(s) => s.make(node),
+            Some(s) => self.make(s, node),
             None => Err(OpError(format!(
                 "no CPU kernel for {}:{} at opset {}",
                 if node.domain.is_empty() {
@@ -406,6 +376,115 @@ impl Registry {
             ))),
         }
     }
+}
+
+/// The process-wide registry, made once ([`crate::ops::registry`] makes it with every operator).
+static GLOBAL: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+
+/// The process-wide registry, made by `init` the first time.
+pub fn global_registry(init: fn() -> Registry) -> &'static Registry {
+    GLOBAL.get_or_init(init)
+}
+
+/// The process-wide registry, for a kernel that builds other operators' kernels (a composite
+/// op, a reference fallback). It exists once any kernel has been built through it.
+pub fn installed_registry() -> OpResult<&'static Registry> {
+    GLOBAL
+        .get()
+        .ok_or_else(|| OpError("internal: the operator registry is not made yet".into()))
+}
+
+/// The domain of ONNX Runtime's contrib ops.
+pub const MS: &str = "com.microsoft";
+
+/// The domain of ONNX's traditional machine-learning ops.
+pub const ML: &str = "ai.onnx.ml";
+
+/// The domain of the CPU EP's own ops: what its compile-time rewrites turn node groups into.
+pub const EPX_CPU: &str = "ai.epx.cpu";
+
+/// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's
+/// opset for older semantics it shares a schema with).
+pub fn add(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
+    add_range(reg, op_type, since, i64::MAX, build);
+}
+
+/// Adds an `ai.onnx` operator for opsets `since..=until` only: a version whose semantics differ
+/// from the next one's gets its own builder, and the registry picks it by the node's opset.
+pub fn add_range(
+    reg: &mut Registry,
+    op_type: &'static str,
+    since: i64,
+    until: i64,
+    build: BuildFn,
+) {
+    add_in(reg, "", op_type, since, until, build);
+}
+
+/// Adds an operator of `domain` for opsets `since..=until`.
+pub fn add_in(
+    reg: &mut Registry,
+    domain: &'static str,
+    op_type: &'static str,
+    since: i64,
+    until: i64,
+    build: BuildFn,
+) {
+    reg.add(OpSchema {
+        op_type,
+        domain,
+        since_version: since,
+        until_version: until,
+        build,
+    });
+}
+
+/// Adds a `com.microsoft` operator (every opset of the domain).
+pub fn add_ms(reg: &mut Registry, op_type: &'static str, build: BuildFn) {
+    add_in(reg, MS, op_type, 1, i64::MAX, build);
+}
+
+/// Adds an `ai.onnx.ml` operator from opset `since` on.
+pub fn add_ml(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
+    add_in(reg, ML, op_type, since, i64::MAX, build);
+}
+
+/// Adds one of the CPU EP's own operators (domain [`EPX_CPU`]).
+pub fn add_epx(reg: &mut Registry, op_type: &'static str, build: BuildFn) {
+    add_in(reg, EPX_CPU, op_type, 1, i64::MAX, build);
+}
+
+/// The CPU EP's kernel for the ONNX op `op_type` at `opset`, as a part of node `n`.
+pub fn build_part(
+    n: &NodeDef,
+    op_type: &str,
+    opset: i64,
+    attrs: Vec<(&str, AttrValue)>,
+    num_inputs: usize,
+    num_outputs: usize,
+) -> OpResult<Box<dyn OpKernel>> {
+    let def = NodeDef {
+        name: n.name.clone(),
+        op_type: op_type.to_string(),
+        domain: String::new(),
+        opset,
+        attributes: attrs
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<HashMap<_, _>>(),
+        num_inputs,
+        num_outputs,
+        // A part's inputs are partly the other parts' outputs, of no declared type.
+        input_types: Vec::new(),
+    };
+    installed_registry()?
+        .build(&def)
+        .map_err(|e| n.error(format_args!("building its {op_type} part: {e}")))
+}
+
+/// Wraps a single output.
+pub fn one(t: OpResult<Tensor>) -> OpResult<Vec<Tensor>> {
+    t.map(|t| vec![t])
 }
 
 #[cfg(test)]
@@ -469,7 +548,7 @@ mod tests {
 
     #[test]
     fn the_registry_ranges_of_one_op_never_overlap() {
-        let r = Registry::with_all_ops();
+        let r = crate::ops::all();
         let mut by_op: HashMap<(String, &str), Vec<(i64, i64)>> = HashMap::new();
         for s in r.schemas() {
             assert!(
@@ -499,7 +578,7 @@ mod tests {
 
     #[test]
     fn an_op_whose_semantics_changed_has_one_schema_per_version() {
-        let r = Registry::with_all_ops();
+        let r = crate::ops::all();
         for op in ["Softmax", "LogSoftmax", "Hardmax"] {
             let old = r.lookup("", op, 12).expect("opset 12");
             let new = r.lookup("", op, 13).expect("opset 13");

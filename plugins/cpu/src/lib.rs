@@ -2,17 +2,15 @@
 //! fallback that runs whatever no other EP claims; the host links it in, and `cdylib/` builds the
 //! same code as a plugin library that loads through the ABI.
 
-pub mod control;
+pub mod error;
+pub mod exec;
 pub mod fast;
-mod fuse;
 pub mod kernel;
-mod lower;
+pub mod limits;
 pub mod narrow;
 pub mod ops;
 mod par;
-pub mod program;
 pub mod provider;
-mod qdq;
 pub mod scratch;
 pub mod tensor;
 

@@ -11,8 +11,9 @@ use epx_plugin_api::sdk::{
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::kernel::OpError;
-use crate::program::{Program, is_control_flow, registry};
+use crate::error::OpError;
+use crate::exec::program::{Program, is_control_flow};
+use crate::ops::registry;
 use crate::tensor::{MapValue, Sequence, Tensor, TensorRef, packed_bits};
 
 /// Name the CPU EP registers under.
@@ -309,7 +310,7 @@ impl Kernel for CpuKernel {
                 .map_err(|e| Error::runtime(e.to_string()))?;
         }
         // The host has its copies: the float buffers go back for the next kernels.
-        outputs.into_iter().for_each(crate::program::recycle);
+        outputs.into_iter().for_each(crate::exec::program::recycle);
         Ok(())
     }
 }

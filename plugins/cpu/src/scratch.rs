@@ -10,7 +10,7 @@ use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-use crate::kernel::{OpError, OpResult};
+use crate::error::{OpError, OpResult};
 
 /// Buffers below this many bytes are left to the allocator.
 const MIN_BYTES: usize = 64 << 10;

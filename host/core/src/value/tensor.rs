@@ -79,7 +79,7 @@ fn element_count(shape: &[usize]) -> Option<usize> {
 
 /// The largest tensor epx allocates (shared with the CPU EP's kernels), and how to set it for
 /// the process: `set_max_tensor_bytes`, else `EPX_MAX_TENSOR_BYTES`, else the machine's memory.
-pub use epx_cpu::tensor::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};
+pub use epx_cpu::limits::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};
 
 /// An error when `bytes` are more than [`max_tensor_bytes`].
 fn check_size(bytes: u64, what: &impl Fn() -> String) -> Result<()> {

@@ -12,8 +12,9 @@
 //! The bias initializes the output and the GEMM accumulates onto it (beta = 1).
 
 use super::dots::{NARROW, row_dots};
-use crate::kernel::{OpResult, PostOp};
-use crate::ops::util::Spatial;
+use crate::error::OpResult;
+use crate::fast::geometry::Spatial;
+use crate::fast::post::PostOp;
 use crate::par::Disjoint;
 
 /// Shapes and geometry of one 2-D convolution.

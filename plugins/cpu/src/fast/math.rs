@@ -111,7 +111,7 @@ pub fn sigmoid_f32(x: f32) -> f32 {
 
 crate::multiversion! {
 /// [`sigmoid_f32`] of each element; an error when the memory is not there.
-pub fn sigmoid(x: &[f32]) -> crate::kernel::OpResult<Vec<f32>> {
+pub fn sigmoid(x: &[f32]) -> crate::error::OpResult<Vec<f32>> {
     let mut out = crate::scratch::take(x.len())?;
     out.extend(x.iter().map(|&v| sigmoid_f32(v)));
     Ok(out)
@@ -423,7 +423,7 @@ pub fn broadcast_binary(
         });
     }
     // Over the size limit: the general path reports it.
-    let total = crate::tensor::checked_numel(&out_shape).ok()?;
+    let total = crate::limits::checked_numel(&out_shape).ok()?;
     // Filled block by block, in order: no zero-fill first. Memory that is not there: the
     // general path reports it.
     let mut out = crate::scratch::take(total).ok()?;

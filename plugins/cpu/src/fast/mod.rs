@@ -9,21 +9,27 @@
 //! which runs the reference kernels alone. The ops reach fast kernels only through
 //! [`FastKernels`] (by element type), the functions of [`conv2d`] and [`math`], and [`enabled`].
 
+pub mod chain;
 pub mod conv2d;
 pub mod dots;
+pub mod geometry;
 pub mod lstm;
 pub mod math;
+pub mod post;
 pub mod qbytes;
 pub mod qconv;
 pub mod qgemm;
 pub mod qmatmul;
+pub mod round;
 pub(crate) mod simd;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::kernel::{OpResult, PostOp};
+use crate::error::OpResult;
+
+use crate::fast::post::PostOp;
 
 /// The environment variable that picks the level of [`ISAS`] the CPU EP runs:
 /// `EPX_CPU_KERNELS=avx512-vnni`, `avx2`, `portable` or `reference` (the reference kernels alone: no fast

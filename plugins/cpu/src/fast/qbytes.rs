@@ -129,7 +129,7 @@ fn to_byte(v: f32, zy: i32) -> u8 {
     let (lo, hi) = ((-zy) as f32, (255 - zy) as f32);
     let v = if v > lo { v } else { lo };
     let v = if v < hi { v } else { hi };
-    (crate::ops::quant::round_even_f32(v) as i32 + zy) as u8
+    (crate::fast::round::round_even_f32(v) as i32 + zy) as u8
 }
 
 /// QuantizeLinear of float32 to 8 bits with one scale: `saturate(round(x / s) + z)`, rounding
@@ -318,7 +318,7 @@ pub const TIE_BAND: f32 = 1.0 / 4096.0;
 /// Whether `v` lies within [`TIE_BAND`] of a half between two integers.
 #[inline(always)]
 fn near_tie(v: f32) -> bool {
-    let d = (v - crate::ops::quant::round_even_f32(v)).abs();
+    let d = (v - crate::fast::round::round_even_f32(v)).abs();
     d > 0.5 - TIE_BAND && v.abs() <= 1024.0
 }
 
@@ -334,7 +334,7 @@ impl Exact {
     #[inline(never)]
     fn byte(&self, a: f32) -> u8 {
         let v = (f64::from(a) + self.bias) * self.factor + self.zy;
-        crate::ops::quant::round_even_f64(v).clamp(0.0, 255.0) as u8
+        crate::fast::round::round_even_f64(v).clamp(0.0, 255.0) as u8
     }
 }
 
@@ -697,7 +697,7 @@ mod tests {
                 f64::from(r) * f64::from((i32::from(a) - za) * (i32::from(b) - zb))
             }
         };
-        (crate::ops::quant::round_even_f64(v) as i64 + i64::from(zy)).clamp(0, 255) as i32
+        (crate::fast::round::round_even_f64(v) as i64 + i64::from(zy)).clamp(0, 255) as i32
     }
 
     /// Every level gives the same bytes, for every pair of byte values (and tails shorter than
@@ -805,7 +805,7 @@ mod tests {
     /// rounding boundary, past both ends, infinities and NaN.
     #[test]
     fn quantize_gives_the_general_paths_bytes() {
-        use crate::ops::quant::quantize_one;
+        use crate::fast::round::quantize_one;
         let mut x: Vec<f32> = (-700..700).map(|i| i as f32 * 0.25).collect();
         x.extend([
             f32::NAN,
@@ -882,7 +882,7 @@ mod tests {
                     .iter()
                     .map(|&a| {
                         let v = (f64::from(a) + bias) * factor + f64::from(zy);
-                        let q = crate::ops::quant::round_even_f64(v).clamp(lo, hi);
+                        let q = crate::fast::round::round_even_f64(v).clamp(lo, hi);
                         ((q + off) as u8) ^ if signed { 0x80 } else { 0 }
                     })
                     .collect();

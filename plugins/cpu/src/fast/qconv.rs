@@ -14,7 +14,7 @@
 
 use super::conv2d::{Conv2d, Padded, valid_span};
 use super::qgemm::{self, Cols, NR, QWeights};
-use crate::ops::quant::round_even_f64;
+use crate::fast::round::round_even_f64;
 use crate::par::Disjoint;
 
 /// The weights of one convolution, packed for the integer GEMM.

@@ -6,10 +6,11 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::add;
 use super::util::{broadcast_to, float_values, input, opt_input, tensor_from_f64};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::add;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -455,7 +456,7 @@ mod tests {
     use crate::kernel::AttrValue;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

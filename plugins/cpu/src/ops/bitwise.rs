@@ -6,10 +6,11 @@ use std::ops::{BitAnd, BitOr, BitXor, Not};
 use ndarray::ArrayViewD;
 
 use super::util::{Num, binary_map, input, same_type, typed_like};
-use super::{add, one};
 use crate::dispatch_int;
 use crate::dispatch_numeric;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Elem, Tensor};
 
 pub fn register(reg: &mut Registry) {
@@ -127,7 +128,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

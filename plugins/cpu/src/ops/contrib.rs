@@ -6,39 +6,18 @@
 //! FusedConv keeps the convolution's fast path: its activation runs inside the convolution,
 //! band by band, as a [`PostOp`].
 
-use std::collections::HashMap;
-
 use super::util::{input, opt_input};
 use crate::bail;
-use crate::fuse::EwOp;
-use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, OpSchema, PostOp, Registry};
+use crate::error::{OpError, OpResult};
+use crate::fast::chain::EwOp;
+use crate::fast::post::PostOp;
+use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, add_epx, add_ms};
 use crate::tensor::{Tensor, TensorRef};
-
-pub(super) const MS: &str = "com.microsoft";
-
-pub(crate) fn add_ms(reg: &mut Registry, op_type: &'static str, build: crate::kernel::BuildFn) {
-    reg.add(OpSchema {
-        op_type,
-        domain: MS,
-        since_version: 1,
-        until_version: i64::MAX,
-        build,
-    });
-}
-
-/// The domain of the CPU EP's own ops: what its compile-time rewrites turn node groups into.
-pub(crate) const EPX_CPU: &str = "ai.epx.cpu";
 
 pub fn register(reg: &mut Registry) {
     // `QuantizeLinear(DequantizeLinear(X) / D)` for a float32 constant D:
     // `(X, X_scale, X_zp, D, Y_scale, Y_zp)` (the QDQ folding writes it; see `qdq.rs`).
-    reg.add(OpSchema {
-        op_type: "QLinearDivByConstant",
-        domain: EPX_CPU,
-        since_version: 1,
-        until_version: i64::MAX,
-        build: build_qlinear_div_by_constant,
-    });
+    add_epx(reg, "QLinearDivByConstant", build_qlinear_div_by_constant);
     add_ms(reg, "FusedConv", build_fused_conv);
     add_ms(reg, "FusedGemm", build_fused_gemm);
     add_ms(reg, "FusedMatMul", build_fused_matmul);
@@ -66,7 +45,7 @@ pub fn register(reg: &mut Registry) {
     });
     add_ms(reg, "QuickGelu", |n| build_swish(n, 1.702));
     // ONNX's own Swish (opset 24) is the same function with alpha 1 by default.
-    super::add(reg, "Swish", 24, |n| build_swish(n, 1.0));
+    crate::kernel::add(reg, "Swish", 24, |n| build_swish(n, 1.0));
     add_ms(reg, "BiasAdd", |n| {
         let mut c = Composite::new(n);
         let xb = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
@@ -135,8 +114,8 @@ pub fn register(reg: &mut Registry) {
     });
     // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them;
     // from opset 17 (LayerNormalization) ONNX's own schema takes over.
-    super::add_range(reg, "LayerNormalization", 1, 16, |n| build_norm(n, false));
-    super::add(reg, "SimplifiedLayerNormalization", 1, |n| {
+    crate::kernel::add_range(reg, "LayerNormalization", 1, 16, |n| build_norm(n, false));
+    crate::kernel::add(reg, "SimplifiedLayerNormalization", 1, |n| {
         build_norm(n, true)
     });
 }
@@ -490,7 +469,8 @@ impl QLinearGlobalAveragePool {
                     .map(|run| i64::from(run.iter().map(|&b| u32::from(b ^ flip)).sum::<u32>()))
                     .sum();
                 let centered = sum - (shift + i64::from(zx)) * n as i64;
-                let y = crate::ops::quant::round_even_f64(centered as f64 * factor) + f64::from(zy);
+                let y =
+                    crate::fast::round::round_even_f64(centered as f64 * factor) + f64::from(zy);
                 // As a byte of the output type: int8 values keep their two's complement bits.
                 y.clamp(lo, hi) as i32 as u8
             })
@@ -649,7 +629,7 @@ fn requant_table(x: (f32, i32), y: (f32, i32), signed: bool) -> Option<[u8; 256]
         } else {
             b as f32
         };
-        let q = super::quant::quantize_one((v - x.1 as f32) * x.0, y.0, y.1 as f32, lo, hi);
+        let q = crate::fast::round::quantize_one((v - x.1 as f32) * x.0, y.0, y.1 as f32, lo, hi);
         *slot = if signed { q as i8 as u8 } else { q as u8 };
     }
     (!t.iter().enumerate().all(|(b, &v)| usize::from(v) == b)).then_some(t)
@@ -733,7 +713,7 @@ fn build_matmul_nbits(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         .filter(|b| *b >= 16 && b.is_power_of_two())
         .ok_or_else(|| n.error("block_size must be a power of two of at least 16"))?;
     let blocks = k.div_ceil(block);
-    let matmul = reference_kernel(n, "MatMul", 13, Vec::new(), 2, 1)?;
+    let matmul = crate::kernel::build_part(n, "MatMul", 13, Vec::new(), 2, 1)?;
     Ok(Box::new(MatMulNBits {
         op,
         k,
@@ -1028,7 +1008,8 @@ impl<'n> Composite<'n> {
         when_present: Option<usize>,
     ) -> OpResult<usize> {
         let attrs = attrs.iter().map(|(k, v)| (*k, v.clone())).collect();
-        let kernel = reference_kernel(self.node, op_type, opset, attrs, args.len(), outputs)?;
+        let kernel =
+            crate::kernel::build_part(self.node, op_type, opset, attrs, args.len(), outputs)?;
         self.steps.push(Step {
             kernel,
             args: args.to_vec(),
@@ -1223,46 +1204,18 @@ impl OpKernel for FusedConv {
     }
 }
 
-/// The CPU EP's kernel for the ONNX op `op_type` at `opset`, as a part of node `n`.
-pub(super) fn reference_kernel(
-    n: &NodeDef,
-    op_type: &str,
-    opset: i64,
-    attrs: Vec<(&str, AttrValue)>,
-    num_inputs: usize,
-    num_outputs: usize,
-) -> OpResult<Box<dyn OpKernel>> {
-    let def = NodeDef {
-        name: n.name.clone(),
-        op_type: op_type.to_string(),
-        domain: String::new(),
-        opset,
-        attributes: attrs
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect::<HashMap<_, _>>(),
-        num_inputs,
-        num_outputs,
-        // A part's inputs are partly the other parts' outputs, of no declared type.
-        input_types: Vec::new(),
-    };
-    crate::program::registry()
-        .build(&def)
-        .map_err(|e| n.error(format_args!("building its {op_type} part: {e}")))
-}
-
 fn build_fused_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(Box::new(FusedConv {
         op: n.op_type.clone(),
-        conv: reference_kernel(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3), 1)?,
-        add: reference_kernel(n, "Add", 14, Vec::new(), 2, 1)?,
+        conv: crate::kernel::build_part(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3), 1)?,
+        add: crate::kernel::build_part(n, "Add", 14, Vec::new(), 2, 1)?,
         act: activation(n)?,
     }))
 }
 
 /// `act(Gemm(A, B, C))`.
 fn build_fused_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let gemm = reference_kernel(n, "Gemm", 13, base_attrs(n), n.num_inputs, 1)?;
+    let gemm = crate::kernel::build_part(n, "Gemm", 13, base_attrs(n), n.num_inputs, 1)?;
     let act = activation(n)?;
     let op = n.op_type.clone();
     Ok(crate::kernel::kernel(move |inputs| {
@@ -1286,7 +1239,7 @@ fn build_fused_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         n.attr_int_or("transBatchA", 0)? != 0,
         n.attr_int_or("transBatchB", 0)? != 0,
     ];
-    let matmul = reference_kernel(n, "MatMul", 13, Vec::new(), 2, 1)?;
+    let matmul = crate::kernel::build_part(n, "MatMul", 13, Vec::new(), 2, 1)?;
     let op = n.op_type.clone();
     Ok(crate::kernel::kernel(move |inputs| {
         let mut prepared = Vec::with_capacity(2);
@@ -1369,7 +1322,7 @@ fn build_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
         .map(|(k, v)| (k.as_str(), v.clone()))
         .collect();
     let outputs = if rms { 1 } else { n.num_outputs };
-    reference_kernel(n, op, opset, attrs, n.num_inputs, outputs)
+    crate::kernel::build_part(n, op, opset, attrs, n.num_inputs, outputs)
 }
 
 /// SkipLayerNormalization (input, skip, gamma, beta?, bias?) → (output, mean?, inv_std_var?,
@@ -1442,7 +1395,7 @@ mod tests {
 
     fn ms(op: &str) -> NodeDef {
         let mut n = NodeDef::new(op, 1);
-        n.domain = MS.into();
+        n.domain = crate::kernel::MS.into();
         n
     }
 
@@ -1455,8 +1408,8 @@ mod tests {
     #[test]
     fn qlinear_div_by_constant_equals_the_composite() {
         let mut node = NodeDef::new("QLinearDivByConstant", 1).with_io(6, 1);
-        node.domain = EPX_CPU.into();
-        let k = Registry::with_all_ops().build(&node).unwrap();
+        node.domain = crate::kernel::EPX_CPU.into();
+        let k = crate::ops::registry().build(&node).unwrap();
         let x: Vec<u8> = (0..4099u32).map(|i| ((i * 37 + 5) % 256) as u8).collect();
         let owned = |d: f32| {
             [
@@ -1504,7 +1457,7 @@ mod tests {
                 epx_plugin_api::ElementType::Uint8
             };
             node.input_types = vec![Some(epx_plugin_api::ElementType::Float), Some(ty)];
-            let k = Registry::with_all_ops().build(&node).unwrap();
+            let k = crate::ops::registry().build(&node).unwrap();
             let byte_t = |shape: &[usize], v: Vec<u8>| -> Tensor {
                 if signed {
                     Tensor::from_vec(shape, v.into_iter().map(|b| b as i8).collect()).unwrap()
@@ -1541,7 +1494,7 @@ mod tests {
     /// same values shifted by 128.
     #[test]
     fn qlinear_global_average_pool_sums_bytes_exactly() {
-        let reg = Registry::with_all_ops();
+        let reg = crate::ops::registry();
         let k = reg
             .build(&ms("QLinearGlobalAveragePool").with_io(5, 1))
             .unwrap();
@@ -1664,7 +1617,7 @@ mod tests {
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> Vec<Vec<f32>> {
         let outputs = n.num_outputs;
         let n = n.with_io(inputs.len(), outputs);
-        let k = crate::kernel::Registry::with_all_ops().build(&n).unwrap();
+        let k = crate::ops::registry().build(&n).unwrap();
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))
@@ -1788,7 +1741,7 @@ mod tests {
         let y = run(n, vec![Some(x), Some(w), Some(b)]);
         close(&y[0], &[3.0, -0.3, 7.0, -0.7], 1e-6);
         let bad = ms("FusedConv").with_attr("activation", AttrValue::String(b"Swish".to_vec()));
-        let err = crate::kernel::Registry::with_all_ops()
+        let err = crate::ops::registry()
             .build(&bad.with_io(2, 1))
             .err()
             .expect("an unknown activation is refused");
@@ -1856,9 +1809,7 @@ mod tests {
         // [1, 2, 2, 2] NHWC: channel 0 holds 1..4, channel 1 holds 10..40.
         let x = Tensor::from_vec(&[1, 2, 2, 2], vec![1u8, 10, 2, 20, 3, 30, 4, 40]).unwrap();
         let n = ms("NhwcMaxPool").with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]));
-        let k = crate::kernel::Registry::with_all_ops()
-            .build(&n.with_io(1, 1))
-            .unwrap();
+        let k = crate::ops::registry().build(&n.with_io(1, 1)).unwrap();
         let y = k.run(&[Some(x.view())]).unwrap();
         assert_eq!(
             y[0],

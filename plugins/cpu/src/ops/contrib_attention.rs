@@ -6,10 +6,11 @@
 
 use epx_plugin_api::ElementType;
 
-use super::contrib::{add_ms, reference_kernel};
 use super::util::{input, opt_input};
 use crate::bail;
-use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, Registry};
+use crate::error::{OpError, OpResult};
+use crate::kernel::add_ms;
+use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -115,7 +116,7 @@ fn attention_kernel(n: &NodeDef, heads: usize, outputs: usize) -> OpResult<Box<d
     if let Some(s) = n.attr_float("scale")?.filter(|&s| s != 0.0) {
         attrs.push(("scale", AttrValue::Float(s)));
     }
-    reference_kernel(n, "Attention", 23, attrs, 6, outputs)
+    crate::kernel::build_part(n, "Attention", 23, attrs, 6, outputs)
 }
 
 struct Mha {
@@ -236,7 +237,7 @@ fn build_bert_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         heads,
         sizes,
         filter: n.attr_float_or("mask_filter_value", -10000.0)?,
-        matmul: reference_kernel(n, "MatMul", 13, Vec::new(), 2, 1)?,
+        matmul: crate::kernel::build_part(n, "MatMul", 13, Vec::new(), 2, 1)?,
         attention: attention_kernel(n, heads, 1)?,
     }))
 }
@@ -338,7 +339,7 @@ impl OpKernel for BertAttention {
 }
 
 fn reference_kernel_add(op: &str) -> OpResult<Box<dyn OpKernel>> {
-    crate::program::registry()
+    crate::kernel::installed_registry()?
         .build(&NodeDef::new("Add", 14).with_io(2, 1))
         .map_err(|e| OpError(format!("{op}: {e}")))
 }
@@ -362,7 +363,7 @@ fn build_rotary(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }
     Ok(Box::new(MsRotary {
         op: n.op_type.clone(),
-        rotary: reference_kernel(n, "RotaryEmbedding", 23, attrs, 4, 1)?,
+        rotary: crate::kernel::build_part(n, "RotaryEmbedding", 23, attrs, 4, 1)?,
     }))
 }
 
@@ -411,7 +412,7 @@ fn build_embed_layer_norm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(Box::new(EmbedLayerNorm {
         op: n.op_type.clone(),
         outputs: n.num_outputs.clamp(1, 3),
-        norm: reference_kernel(
+        norm: crate::kernel::build_part(
             n,
             "LayerNormalization",
             17,
@@ -554,7 +555,7 @@ fn build_gqa(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let rotary = if n.attr_int_or("do_rotary", 0)? != 0 {
         let interleaved = AttrValue::Int(n.attr_int_or("rotary_interleaved", 0)?);
         let make = |h: usize| {
-            reference_kernel(
+            crate::kernel::build_part(
                 n,
                 "RotaryEmbedding",
                 23,
@@ -710,7 +711,7 @@ impl OpKernel for Gqa {
                 ))
             })?;
         let cache = |past: Option<&TensorRef<'_>>, new: &[f32]| -> OpResult<Vec<f32>> {
-            let mut c: Vec<f32> = crate::tensor::zeros_checked(cache_len, op)?;
+            let mut c: Vec<f32> = crate::limits::zeros_checked(cache_len, op)?;
             if let Some(p) = past {
                 let pv = f32_values(op, "past", p)?;
                 for bh in 0..b * kvh {
@@ -736,7 +737,7 @@ impl OpKernel for Gqa {
         let scale = self.scale.unwrap_or(1.0 / (hd as f32).sqrt());
         let group = heads / kvh;
         let mut out = vec![0f32; b * s * heads * hd];
-        let mut scores: Vec<f32> = crate::tensor::zeros_checked(present_len, op)?;
+        let mut scores: Vec<f32> = crate::limits::zeros_checked(present_len, op)?;
         for bi in 0..b {
             let total = (seqlens[bi] + 1) as usize;
             for si in 0..s {

@@ -5,14 +5,18 @@ use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
 
 use super::matmul::MatElem;
 use super::util::{
-    Spatial, SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like,
-    via_f32,
+    SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
 };
-use super::{add, one};
 use crate::fast::FastKernels;
+use crate::fast::geometry::Spatial;
+use crate::kernel::{add, one};
 use epx_plugin_api::ElementType;
 
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, PostOp, Registry};
+use crate::kernel::{NodeDef, OpKernel, Registry};
+
+use crate::error::{OpError, OpResult};
+
+use crate::fast::post::PostOp;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, with_types};
 
@@ -278,7 +282,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }
@@ -652,7 +656,7 @@ mod tests {
             .iter()
             .find(|i| !i.fast)
             .expect("a reference level");
-        let geo = crate::ops::util::Spatial {
+        let geo = crate::fast::geometry::Spatial {
             kernel: vec![1, 1],
             strides: vec![1, 1],
             dilations: vec![1, 1],

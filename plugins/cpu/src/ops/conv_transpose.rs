@@ -7,9 +7,10 @@ use super::util::{
     AutoPad, SpatialAttrs, c_strides, float_values, for_each_index, input, kernel_dims, opt_input,
     per_dim, tensor_from_f64,
 };
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -79,7 +80,7 @@ impl ConvT {
             })
             .collect::<Option<Vec<i64>>>()
             .ok_or_else(|| {
-                crate::kernel::OpError(format!(
+                crate::error::OpError(format!(
                     "{op}: strides {strides:?}, dilations {dil:?} and output_padding {opad:?} make an output too large to count"
                 ))
             })?;

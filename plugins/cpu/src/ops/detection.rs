@@ -2,9 +2,10 @@
 //! deformable convolution of detection backbones, DeformConv (opset 19, 2-D).
 
 use super::util::{float_values, input, opt_input, tensor_from_f64};
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -233,7 +234,7 @@ fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let xv = float_values(&op, "X", x)?;
         let rv = float_values(&op, "rois", rois)?;
-        let mut out = vec![0f64; crate::tensor::checked_len(&[k, c, oh, ow], 8)?];
+        let mut out = vec![0f64; crate::limits::checked_len(&[k, c, oh, ow], 8)?];
         let mut samples = Vec::new();
         for r in 0..k {
             let b = usize::try_from(idx[r])
@@ -260,7 +261,7 @@ fn build_roi_align(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 (rw / ow as f64).ceil().max(0.0) as usize
             };
             // The sample table of one roi: a huge sampling_ratio (or roi) is a size error.
-            crate::tensor::checked_len(&[oh, ow, gh, gw], size_of_val(&bilinear(0.0, 0.0, 1, 1)))
+            crate::limits::checked_len(&[oh, ow, gh, gw], size_of_val(&bilinear(0.0, 0.0, 1, 1)))
                 .map_err(|e| OpError(format!("{op}: sampling grid {gh}x{gw} per bin: {}", e.0)))?;
             let count = (gh * gw).max(1) as f64;
             samples.clear();

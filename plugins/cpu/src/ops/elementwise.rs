@@ -8,8 +8,9 @@ use super::util::{
     FloatElem, Num, binary_map, broadcast_all, broadcast_to, input, opt_input, same_type,
     typed_like,
 };
-use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Elem, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_float, dispatch_numeric, with_types};
 
@@ -765,7 +766,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let reg = Registry::with_all_ops();
+        let reg = crate::ops::registry();
         let k = reg.build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)

@@ -4,9 +4,10 @@
 //! Values are computed in f64 and cast back to the input's float type.
 
 use super::util::{c_strides, float_values, for_each_index, input, tensor_from_f64};
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "AffineGrid", 20, build_affine_grid);

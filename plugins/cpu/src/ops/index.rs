@@ -11,8 +11,9 @@ use super::util::{
     Num, c_strides, checked_numel, for_each_index, input, normalize_axis, opt_input, same_type,
     scalar_i64, typed_like,
 };
-use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Elem, Scalar, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_numeric, with_types};
 
@@ -1174,7 +1175,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

@@ -3,10 +3,11 @@
 //!
 //! Values are computed in f64 and cast back to the input's float type.
 
-use super::add;
 use super::util::{float_values, input, opt_input, tensor_from_f64};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::add;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -125,7 +126,7 @@ impl Loss {
                 .ok()
                 .filter(|&j| j < c)
                 .ok_or_else(|| {
-                    crate::kernel::OpError(format!(
+                    crate::error::OpError(format!(
                         "{op}: target value {cls} is out of range for {c} classes"
                     ))
                 })?;
@@ -157,7 +158,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }

@@ -5,8 +5,9 @@
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, Axis, IxDyn, Zip};
 
 use super::util::{Num, broadcast_shapes, input, opt_input, same_type, typed_like, via_f32};
-use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::Tensor;
 use crate::{bail, with_types};
 
@@ -419,7 +420,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = crate::kernel::Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }

@@ -10,25 +10,12 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::one;
 use super::util::input;
 use crate::bail;
-use crate::kernel::{
-    AttrValue, BuildFn, NodeDef, OpError, OpKernel, OpResult, OpSchema, Registry, kernel,
-};
+use crate::error::{OpError, OpResult};
+use crate::kernel::one;
+use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, add_ml, kernel};
 use crate::tensor::{Tensor, TensorRef};
-
-pub(crate) const ML: &str = "ai.onnx.ml";
-
-pub(crate) fn add_ml(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
-    reg.add(OpSchema {
-        op_type,
-        domain: ML,
-        since_version: since,
-        until_version: i64::MAX,
-        build,
-    });
-}
 
 pub fn register(reg: &mut Registry) {
     add_ml(reg, "Scaler", 1, build_scaler);
@@ -327,7 +314,7 @@ fn build_one_hot_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .len()
             .checked_mul(k)
             .ok_or_else(|| OpError(format!("{op}: the output is too large")))?;
-        let mut out: Vec<f32> = crate::tensor::zeros_checked(len, &op)?;
+        let mut out: Vec<f32> = crate::limits::zeros_checked(len, &op)?;
         for (i, &v) in values.iter().enumerate() {
             let key = v as i64;
             // A category listed twice counts at its last place, as in ONNX Runtime.
@@ -375,7 +362,7 @@ fn build_array_feature_extractor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             return one(Ok(t));
         }
         let owned = x.try_to_owned()?;
-        let mut bytes = crate::tensor::zeros_checked(owned.byte_len(), &op)?;
+        let mut bytes = crate::limits::zeros_checked(owned.byte_len(), &op)?;
         owned.write_bytes(&mut bytes)?;
         let size = x
             .elem_type()
@@ -454,7 +441,7 @@ fn build_feature_vectorizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let len = n
             .checked_mul(total)
             .ok_or_else(|| OpError(format!("{op}: the output is too large")))?;
-        let mut out: Vec<f32> = crate::tensor::zeros_checked(len, &op)?;
+        let mut out: Vec<f32> = crate::limits::zeros_checked(len, &op)?;
         for r in 0..n {
             let mut at = r * total;
             for ((v, c), &d) in parts.iter().zip(&dims) {
@@ -499,7 +486,7 @@ fn build_linear_regressor(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let (rows, cols) = rows_cols(&op, x)?;
-        crate::tensor::checked_len(&[rows, targets], 4)?;
+        crate::limits::checked_len(&[rows, targets], 4)?;
         if Some(coef.len()) != targets.checked_mul(cols) {
             bail!(
                 "{op}: {} coefficients for {targets} targets of {cols} features",

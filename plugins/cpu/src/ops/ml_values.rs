@@ -7,11 +7,13 @@ use std::sync::Arc;
 use epx_plugin_api::ElementType;
 use ndarray::ArrayD;
 
-use super::ml::{add_ml, class_labels};
-use super::one;
+use super::ml::class_labels;
 use super::util::input;
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::add_ml;
+use crate::kernel::one;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::{MapValue, Sequence, Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -227,7 +229,7 @@ pub(crate) fn one_hot_strings(
         .map(|(i, c)| (c.as_str(), i))
         .collect();
     let k = cats.len();
-    let mut out: Vec<f32> = crate::tensor::zeros_checked(
+    let mut out: Vec<f32> = crate::limits::zeros_checked(
         a.len()
             .checked_mul(k)
             .ok_or_else(|| OpError(format!("{op}: the output is too large")))?,

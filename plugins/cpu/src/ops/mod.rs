@@ -1,5 +1,7 @@
-//! The operator library: one file per operator family, each with a `register` function that adds
-//! its schemas. Adding an operator is one entry in a family file (or one new file registered here).
+//! The operator library (level 3): one file or folder per operator family, each with a `register`
+//! function that adds its schemas, over the kernel interface ([`crate::kernel`]) and the kernels
+//! of [`crate::fast`]. This file owns the list of families and the process-wide registry; no
+//! family names it. Adding an operator is one entry in a family (or one new family listed here).
 
 pub mod attention;
 pub mod bitwise;
@@ -36,11 +38,23 @@ pub mod training;
 pub mod trees;
 pub mod util;
 
-use crate::kernel::{BuildFn, OpResult, OpSchema, Registry};
-use crate::tensor::Tensor;
+use crate::kernel::Registry;
 
-/// Registers every operator of the CPU EP.
+/// The registry of every operator, made once per process.
+pub fn registry() -> &'static Registry {
+    crate::kernel::global_registry(all)
+}
+
+/// A new registry of every operator.
+pub fn all() -> Registry {
+    let mut r = Registry::new();
+    register_all(&mut r);
+    r
+}
+
+/// Registers every operator of the CPU EP; every kernel built goes through [`strings::wrap`].
 pub fn register_all(reg: &mut Registry) {
+    reg.set_wrap(strings::wrap);
     elementwise::register(reg);
     matmul::register(reg);
     shape::register(reg);
@@ -72,33 +86,4 @@ pub fn register_all(reg: &mut Registry) {
     training::register(reg);
     strings::register(reg);
     sequence::register(reg);
-}
-
-/// Adds an `ai.onnx` operator available from opset `since` on (the builder reads the node's
-/// opset for older semantics it shares a schema with).
-pub(crate) fn add(reg: &mut Registry, op_type: &'static str, since: i64, build: BuildFn) {
-    add_range(reg, op_type, since, i64::MAX, build);
-}
-
-/// Adds an `ai.onnx` operator for opsets `since..=until` only: a version whose semantics differ
-/// from the next one's gets its own builder, and the registry picks it by the node's opset.
-pub(crate) fn add_range(
-    reg: &mut Registry,
-    op_type: &'static str,
-    since: i64,
-    until: i64,
-    build: BuildFn,
-) {
-    reg.add(OpSchema {
-        op_type,
-        domain: "",
-        since_version: since,
-        until_version: until,
-        build,
-    });
-}
-
-/// Wraps a single output.
-pub(crate) fn one(t: OpResult<Tensor>) -> OpResult<Vec<Tensor>> {
-    t.map(|t| vec![t])
 }

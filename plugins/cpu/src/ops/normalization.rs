@@ -11,8 +11,9 @@ use super::util::{
     FloatElem, broadcast_to, float_values, input, normalize_axes, normalize_axis, opt_input,
     tensor_from_f64,
 };
-use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, dispatch_float};
 
@@ -602,7 +603,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }
@@ -695,7 +696,7 @@ mod tests {
         .unwrap();
         close(&o[0], &[3.0 / 7.0, 4.0 / 7.0, 0.0, 0.0]);
         assert!(
-            Registry::with_all_ops()
+            crate::ops::registry()
                 .build(&NodeDef::new("LpNormalization", 1).with_attr("p", AttrValue::Int(3)))
                 .is_err()
         );

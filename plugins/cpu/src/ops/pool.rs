@@ -4,11 +4,13 @@
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use super::util::{
-    FloatElem, Num, Spatial, SpatialAttrs, c_strides, float_values, for_each_index, input,
-    kernel_dims, opt_input, per_dim, tensor_from_f64, via_f32,
+    FloatElem, Num, SpatialAttrs, c_strides, float_values, for_each_index, input, kernel_dims,
+    opt_input, per_dim, tensor_from_f64, via_f32,
 };
-use super::{add, one};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::fast::geometry::Spatial;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::Tensor;
 use crate::{bail, dispatch_float, with_types};
 
@@ -498,8 +500,8 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             None => inferred.clone(),
         };
         // Sized before the indices are read: a huge output_shape is refused as such.
-        let total = crate::tensor::checked_len(&shape, 8)?;
-        let ninf = crate::tensor::checked_len(&inferred, 8)?;
+        let total = crate::limits::checked_len(&shape, 8)?;
+        let ninf = crate::limits::checked_len(&inferred, 8)?;
         let mut yinf = vec![0.0f64; ninf];
         let xv = float_values(&op, "X", x)?;
         let iv = idx.to_i64_vec(&format!("{op}: I"))?;
@@ -537,7 +539,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }
@@ -674,7 +676,7 @@ mod tests {
 
     #[test]
     fn pool_errors() {
-        let e = Registry::with_all_ops()
+        let e = crate::ops::registry()
             .build(&NodeDef::new("MaxPool", 12))
             .err()
             .unwrap();

@@ -23,32 +23,16 @@ use super::util::{
     SpatialAttrs, c_strides, float_values, for_each_index, input, is_float_type, kernel_dims,
     normalize_axis, opt_input, tensor_from_f64,
 };
-use super::{add, one};
 use crate::bail;
+use crate::error::{OpError, OpResult};
 use crate::fast::conv2d::Conv2d;
 use crate::fast::qconv::{self, PackedConv};
 use crate::fast::qmatmul::{self, PackedB};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::fast::round::{low_byte, round_even_f32, round_even_f64};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::narrow::{I2, I4, NarrowCast, U2, U4};
 use crate::tensor::{Tensor, TensorRef};
-
-/// `x` rounded half to even, for |x| < 2^22 (larger values are returned clamped to ±2^22, which
-/// every caller saturates anyway; NaN stays NaN). Adding and subtracting 1.5·2^23 rounds in the
-/// FPU's default mode without a call to `rintf`: baseline x86-64 has no `roundss`.
-#[inline]
-pub(crate) fn round_even_f32(x: f32) -> f32 {
-    const M: f32 = 12_582_912.0;
-    let x = x.clamp(-4_194_304.0, 4_194_304.0);
-    (x + M) - M
-}
-
-/// [`round_even_f32`] for f64, exact for |x| < 2^51.
-#[inline]
-pub(crate) fn round_even_f64(x: f64) -> f64 {
-    const M: f64 = 6_755_399_441_055_744.0;
-    let x = x.clamp(-2_251_799_813_685_248.0, 2_251_799_813_685_248.0);
-    (x + M) - M
-}
 
 /// The elements of a view as one slice: borrowed when it is contiguous in C order.
 fn flat<'a, T: Clone>(a: &'a ndarray::ArrayViewD<'_, T>) -> std::borrow::Cow<'a, [T]> {
@@ -280,21 +264,6 @@ fn build_quantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .collect();
         one(int_tensor(out_ty, x.shape(), y))
     }))
-}
-
-/// `round(v / s) + z`, saturated to `lo..=hi`; NaN gives `z` (the general path's rule), as
-/// [`crate::fast::qbytes::quantize`] computes it.
-pub(crate) fn quantize_one(v: f32, s: f32, z: f32, lo: f32, hi: f32) -> f32 {
-    let r = round_even_f32(v / s);
-    let r = if r.is_nan() { 0.0 } else { r };
-    (r + z).max(lo).min(hi)
-}
-
-/// The low byte of an integer-valued float in 0..=255: `2^23 + q` holds `q` in its low mantissa
-/// bits. A plain `as` cast would be a saturating conversion, which does not vectorize.
-#[inline(always)]
-pub(crate) fn low_byte(q: f32) -> u8 {
-    (q + 8_388_608.0).to_bits() as u8
 }
 
 crate::multiversion! {
@@ -629,7 +598,7 @@ fn inner_kernel(
             node = node.with_attr(a, v.clone());
         }
     }
-    crate::program::registry()
+    crate::kernel::installed_registry()?
         .build(&node)
         .map_err(|e| n.error(e))
 }
@@ -840,7 +809,7 @@ impl FastQMatMul {
             1
         };
         // Over the size limit: the reference path reports it.
-        crate::tensor::checked_len(&[rows, n], 4).ok()?;
+        crate::limits::checked_len(&[rows, n], 4).ok()?;
         let mut bytes = Vec::new();
         let mut ints = Vec::new();
         match out {
@@ -1531,7 +1500,7 @@ mod tests {
     }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

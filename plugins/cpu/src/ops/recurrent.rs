@@ -4,10 +4,11 @@
 //!
 //! Both accumulate in f32, as ONNX's reference does, and return the input's float type.
 
-use super::add;
 use super::util::{float_values, input, opt_input, tensor_from_f64};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::add;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::Tensor;
 
 pub fn register(reg: &mut Registry) {

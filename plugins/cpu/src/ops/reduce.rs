@@ -5,8 +5,9 @@
 use ndarray::{ArrayViewD, IxDyn};
 
 use super::util::{Num, input, normalize_axes, normalize_axis, opt_input};
-use super::{add, one};
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::Tensor;
 use crate::{bail, dispatch_numeric};
 
@@ -263,7 +264,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
     }

@@ -10,8 +10,9 @@
 use ndarray::ArrayViewD;
 
 use super::util::{Num, checked_numel, input, normalize_axes, opt_input};
-use super::{add, one};
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, dispatch_numeric};
 
@@ -618,7 +619,7 @@ mod tests {
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

@@ -6,17 +6,18 @@
 //! configuration runs on the float32 kernel of [`crate::fast::lstm`] instead (above the
 //! reference level).
 
-use super::add;
 use super::util::{float_values, input, opt_input, tensor_from_f64};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::add;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "RNN", 7, |n| build(n, Cell::Rnn));
     add(reg, "GRU", 7, |n| build(n, Cell::Gru));
     add(reg, "LSTM", 7, |n| build(n, Cell::Lstm));
-    super::contrib::add_ms(reg, "DynamicQuantizeLSTM", build_dynamic_quantize_lstm);
+    crate::kernel::add_ms(reg, "DynamicQuantizeLSTM", build_dynamic_quantize_lstm);
 }
 
 /// ONNX Runtime's DynamicQuantizeLSTM: an LSTM whose W (`[dirs, input, 4h]`) and R
@@ -73,7 +74,7 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 0.0,
             )?;
             // Dequantized and transposed to ONNX's [dirs, 4h, rows].
-            let mut out = crate::tensor::zeros_checked::<f32>(dirs * cols * rows, op)?;
+            let mut out = crate::limits::zeros_checked::<f32>(dirs * cols * rows, op)?;
             for dd in 0..dirs {
                 for r in 0..rows {
                     for c in 0..cols {
@@ -693,7 +694,7 @@ mod tests {
     use crate::kernel::AttrValue;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))
@@ -881,7 +882,7 @@ mod tests {
         assert_eq!(vals(&o[2]), vec![0.25]);
         assert!((vals(&o[1])[0] - 0.5 * 0.25f32.tanh()).abs() < 1e-6);
         let bad = l.with_attr("activations", AttrValue::Strings(vec![b"Tanh".to_vec()]));
-        let e = Registry::with_all_ops().build(&bad).err().unwrap();
+        let e = crate::ops::registry().build(&bad).err().unwrap();
         assert!(e.0.contains("must list 3 functions"), "{e}");
     }
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use epx_plugin_api::ElementType;
 
 use super::util::{input, normalize_axis, opt_input};
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Sequence, Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -153,7 +154,9 @@ fn build_length(_: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 /// Runs an op of the registry on `inputs` (Split, Concat and Squeeze do the element work of the
 /// sequence ops, strings included).
 fn run_op(node: &NodeDef, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-    crate::program::registry().build(node)?.run(inputs)
+    crate::kernel::installed_registry()?
+        .build(node)?
+        .run(inputs)
 }
 
 fn build_split(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {

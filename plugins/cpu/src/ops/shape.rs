@@ -9,8 +9,9 @@ use super::util::{
     Num, broadcast_shapes, checked_numel, input, normalize_axes, normalize_axis, opt_input,
     same_type, typed_like,
 };
-use super::{add, one};
-use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, OpResult, Registry, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
 use crate::narrow::{E8m0Round, NarrowCast};
 use crate::tensor::{Elem, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_any, with_types};
@@ -226,7 +227,7 @@ fn build_bitcast(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             bail!("{op}: {from} and {to} do not have the same bit width");
         }
         let owned = x.try_to_owned()?;
-        let mut bytes = crate::tensor::zeros_checked(owned.byte_len(), &op)?;
+        let mut bytes = crate::limits::zeros_checked(owned.byte_len(), &op)?;
         owned.write_bytes(&mut bytes)?;
         one(Tensor::from_bytes(to, x.shape(), &bytes))
     }))
@@ -935,7 +936,7 @@ fn range_typed<T: Num>(
         bail!("{op}: range of {count} elements is too large");
     }
     let n = count.max(0.0) as usize;
-    crate::tensor::checked_len(&[n], size_of::<T>())
+    crate::limits::checked_len(&[n], size_of::<T>())
         .map_err(|e| OpError(format!("{op}: {}", e.0)))?;
     let v: Vec<T> = if T::IS_FLOAT {
         (0..n)
@@ -1028,7 +1029,7 @@ mod tests {
     }
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

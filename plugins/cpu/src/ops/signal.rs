@@ -6,10 +6,12 @@
 use epx_plugin_api::ElementType;
 
 use super::util::{float_values, input, is_float_type, opt_input, scalar_i64, tensor_from_f64};
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, Registry, kernel};
-use crate::tensor::{TensorRef, checked_len};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::kernel::{add, one};
+use crate::limits::checked_len;
+use crate::tensor::TensorRef;
 
 pub fn register(reg: &mut Registry) {
     add(reg, "DFT", 17, build_dft);
@@ -48,7 +50,7 @@ fn build_mel_weight_matrix(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let count = |i: usize, what: &str| -> OpResult<usize> {
             let v = scalar_i64(OP, what, input(OP, inputs, i)?)?;
             usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
-                crate::kernel::OpError(format!("{OP}: {what} must be positive, got {v}"))
+                crate::error::OpError(format!("{OP}: {what} must be positive, got {v}"))
             })
         };
         let mels = count(0, "num_mel_bins")?;
@@ -76,9 +78,9 @@ fn build_mel_weight_matrix(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if edges.iter().any(|&e| e >= bins) {
             bail!("{OP}: a filter edge falls past the {bins} spectrogram bins");
         }
-        let mut out = crate::tensor::zeros_checked::<f64>(
+        let mut out = crate::limits::zeros_checked::<f64>(
             bins.checked_mul(mels)
-                .ok_or_else(|| crate::kernel::OpError(format!("{OP}: too large")))?,
+                .ok_or_else(|| crate::error::OpError(format!("{OP}: too large")))?,
             OP,
         )?;
         for m in 0..mels {
@@ -191,7 +193,7 @@ fn build_dft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             Some(l) => {
                 let l = scalar_i64(&op, "dft_length", l)?;
                 usize::try_from(l).ok().filter(|&l| l > 0).ok_or_else(|| {
-                    crate::kernel::OpError(format!("{op}: dft_length must be positive, got {l}"))
+                    crate::error::OpError(format!("{op}: dft_length must be positive, got {l}"))
                 })?
             }
             None if inverse && onesided => 2 * m.saturating_sub(1),
@@ -368,7 +370,7 @@ fn build_window(n: &NodeDef, kind: Window) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs: &[Option<TensorRef<'_>>]| {
         let size = scalar_i64(&op, "size", input(&op, inputs, 0)?)?;
         let size = usize::try_from(size)
-            .map_err(|_| crate::kernel::OpError(format!("{op}: size must be >= 0, got {size}")))?;
+            .map_err(|_| crate::error::OpError(format!("{op}: size must be >= 0, got {size}")))?;
         checked_len(&[size], 8)?;
         let denom = if periodic {
             size
@@ -447,7 +449,7 @@ mod tests {
     use crate::tensor::Tensor;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {
-        let k = Registry::with_all_ops().build(&n)?;
+        let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .map(|t| t.as_ref().map(Tensor::view))

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::util::{broadcast_all, broadcast_to, input};
-use super::{add, one};
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult, kernel};
+use crate::error::{OpError, OpResult};
+use crate::kernel::{NodeDef, OpKernel, kernel};
+use crate::kernel::{add, one};
 use crate::tensor::{Tensor, TensorRef};
 
 /// Ops that run on strings through [`Encoded`], and whether their outputs are the (encoded)
@@ -123,7 +124,7 @@ pub fn register(reg: &mut crate::kernel::Registry) {
     add(reg, "StringSplit", 20, build_split);
     add(reg, "RegexFullMatch", 20, build_regex);
     add(reg, "TfIdfVectorizer", 9, build_tfidf);
-    super::contrib::add_ms(reg, "Tokenizer", build_tokenizer);
+    crate::kernel::add_ms(reg, "Tokenizer", build_tokenizer);
 }
 
 /// How ONNX Runtime's Tokenizer finds tokens.
@@ -474,7 +475,7 @@ fn build_tfidf(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 .map(|v| grams.ints.get(v).copied())
                 .collect(),
         };
-        let mut out = vec![0f32; crate::tensor::checked_len(&[rows, width], 4)?];
+        let mut out = vec![0f32; crate::limits::checked_len(&[rows, width], 4)?];
         // An n-gram is never longer than the longest one in the pool (max_gram_length may be
         // far larger).
         let mut key = Vec::with_capacity(max_n.min(grams.by_len.len()));
@@ -550,7 +551,7 @@ mod tests {
     fn equal_strings_compare_by_content() {
         let eq = wrap(
             "Equal",
-            crate::kernel::Registry::with_all_ops()
+            crate::ops::registry()
                 .lookup("", "Equal", 19)
                 .map(|s| (s.build)(&NodeDef::new("Equal", 19).with_io(2, 1)))
                 .expect("Equal is registered")

@@ -2,12 +2,14 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::kernel::{NodeDef, OpResult, Registry};
+use crate::kernel::NodeDef;
+
+use crate::error::OpResult;
 use crate::tensor::{Tensor, TensorRef};
 
 /// Builds `n` from the full registry and runs it on `inputs`.
 pub fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
-    let k = Registry::with_all_ops().build(&n)?;
+    let k = crate::ops::registry().build(&n)?;
     let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
     k.run(&refs)
 }

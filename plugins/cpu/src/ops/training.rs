@@ -8,7 +8,8 @@ use epx_plugin_api::ElementType;
 
 use super::util::{float_values, input, scalar_i64, tensor_from_f64};
 use crate::bail;
-use crate::kernel::{NodeDef, OpKernel, OpResult, OpSchema, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::{NodeDef, OpKernel, OpSchema, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 const TRAINING: &str = "ai.onnx.preview.training";

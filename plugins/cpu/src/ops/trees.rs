@@ -12,11 +12,13 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::ml::{PostTransform, add_ml, class_labels, floats_attr, logistic, rows_cols};
-use super::one;
+use super::ml::{PostTransform, class_labels, floats_attr, logistic, rows_cols};
 use super::util::input;
 use crate::bail;
-use crate::kernel::{AttrValue, NodeDef, OpKernel, OpResult, Registry, kernel};
+use crate::error::OpResult;
+use crate::kernel::add_ml;
+use crate::kernel::one;
+use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, kernel};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -407,7 +409,7 @@ impl Forest {
             );
         }
         let targets = self.targets;
-        let mut out = vec![0f32; crate::tensor::checked_len(&[rows, targets], 4)?];
+        let mut out = vec![0f32; crate::limits::checked_len(&[rows, targets], 4)?];
         if targets == 0 {
             return Ok(out);
         }
@@ -941,7 +943,7 @@ mod tests {
 
     fn regressor(true_ids: Vec<i64>) -> NodeDef {
         let mut n = NodeDef::new("TreeEnsembleRegressor", 3);
-        n.domain = super::super::ml::ML.into();
+        n.domain = crate::kernel::ML.into();
         let ints = |v: Vec<i64>| AttrValue::Ints(v);
         let modes = AttrValue::Strings(vec![
             b"BRANCH_LEQ".to_vec(),
@@ -964,14 +966,14 @@ mod tests {
 
     #[test]
     fn a_tree_is_walked_and_a_cyclic_one_refused() {
-        let k = crate::kernel::Registry::with_all_ops()
+        let k = crate::ops::registry()
             .build(&regressor(vec![1, 0, 0]))
             .unwrap();
         let x = Tensor::from_vec(&[2, 1], vec![0.25f32, 0.75]).unwrap();
         let y = k.run(&[Some(x.view())]).unwrap();
         assert_eq!(y[0], Tensor::from_vec(&[2, 1], vec![-1.0f32, 1.0]).unwrap());
         // The root's true branch is the root itself: evaluation would never end.
-        let e = crate::kernel::Registry::with_all_ops()
+        let e = crate::ops::registry()
             .build(&regressor(vec![0, 0, 0]))
             .err()
             .unwrap();
@@ -1039,7 +1041,7 @@ mod tests {
             }
         }
         let mut n = NodeDef::new("TreeEnsembleRegressor", 3);
-        n.domain = super::super::ml::ML.into();
+        n.domain = crate::kernel::ML.into();
         for (k, v) in a {
             n = n.with_attr(k, AttrValue::Ints(v));
         }

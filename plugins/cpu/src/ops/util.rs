@@ -7,10 +7,12 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, IxDyn, Zip};
 
 use crate::bail;
-use crate::kernel::{NodeDef, OpError, OpResult};
+use crate::error::{OpError, OpResult};
+use crate::fast::geometry::Spatial;
+use crate::kernel::NodeDef;
 use crate::tensor::{Elem, Tensor, TensorRef};
 
-pub use crate::tensor::checked_numel;
+pub use crate::limits::checked_numel;
 
 /// Arithmetic on every numeric element type. Integer arithmetic wraps; integer division by zero
 /// is reported as `None`. f16/bf16 compute in f32.
@@ -218,7 +220,7 @@ pub trait FloatElem: Num {
     /// `len` zeros (f32: in a recycled buffer when one fits); an error when the memory is not
     /// there.
     fn zeroed(len: usize) -> OpResult<Vec<Self>> {
-        crate::tensor::zeros_checked(len, "a buffer")
+        crate::limits::zeros_checked(len, "a buffer")
     }
 }
 
@@ -489,17 +491,6 @@ pub struct SpatialAttrs {
     pub ceil_mode: bool,
 }
 
-/// Resolved geometry for `n` spatial dimensions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spatial {
-    pub kernel: Vec<usize>,
-    pub strides: Vec<usize>,
-    pub dilations: Vec<usize>,
-    pub pad_begin: Vec<usize>,
-    pub pad_end: Vec<usize>,
-    pub out: Vec<usize>,
-}
-
 fn positive(op: &str, what: &str, v: &[i64]) -> OpResult<Vec<usize>> {
     v.iter()
         .map(|&x| {
@@ -633,17 +624,6 @@ impl SpatialAttrs {
             pad_end,
             out,
         })
-    }
-}
-
-impl Spatial {
-    /// The output shape `[lead..., out...]` (batch and channels first), checked against the
-    /// tensor size limit.
-    pub fn checked_output(&self, lead: &[usize]) -> OpResult<Vec<usize>> {
-        let mut shape = lead.to_vec();
-        shape.extend_from_slice(&self.out);
-        checked_numel(&shape)?;
-        Ok(shape)
     }
 }
 

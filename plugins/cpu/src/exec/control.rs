@@ -12,8 +12,10 @@ use std::collections::HashMap;
 use epx_plugin_api::sdk::{self, Error, GraphView, NodeView};
 use ndarray::Axis;
 
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
-use crate::program::{Program, reborrow};
+use crate::kernel::{NodeDef, OpKernel};
+
+use crate::error::{OpError, OpResult};
+use crate::exec::program::{Program, reborrow};
 use crate::tensor::{Elem, Tensor, TensorRef};
 
 /// Builds the kernel of a control-flow node. `fixed[j]` is the value of implicit input `j`
@@ -236,12 +238,12 @@ impl ScanStack {
             .bytes
             .len()
             .checked_add(n)
-            .filter(|&b| b as u64 <= crate::tensor::max_tensor_bytes())
+            .filter(|&b| b as u64 <= crate::limits::max_tensor_bytes())
             .ok_or_else(|| {
                 OpError(format!(
                     "Loop `{label}`: the scan output after {} iterations is more than the {} bytes allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)",
                     self.count + 1,
-                    crate::tensor::max_tensor_bytes()
+                    crate::limits::max_tensor_bytes()
                 ))
             })?;
         self.bytes.try_reserve(n).map_err(|_| {

@@ -1,12 +1,10 @@
-//! Fusion of f32 elementwise chains: a run of Add/Mul/Clip/HardSigmoid/... steps whose
-//! intermediate values nobody else reads becomes one step that walks the output once, in blocks
-//! small enough to stay in L1, instead of one full pass (and one full-size buffer) per operator.
-//!
-//! The fused step keeps the original kernels: when a run's inputs are not f32 or broadcast in a
-//! way the block walk does not cover, it runs them one after the other, with the same results.
+//! Elementwise f32 chains over slices: a run of Add/Mul/Clip/HardSigmoid/... operations whose
+//! intermediate values nobody else reads, computed in one walk over the output, in blocks small
+//! enough to stay in L1, instead of one full pass (and one full-size buffer) per operation. The
+//! executor fuses nodes into chains ([`crate::exec`]); a chain also runs as the post-op of the
+//! kernel before it ([`ChainPost`]).
 
 use crate::fast::math::{erf_f32, sigmoid_f32, tanh_f32};
-use crate::kernel::{NodeDef, OpError, OpKernel, OpResult};
 use crate::tensor::{Tensor, TensorRef};
 
 /// Elements per block: a few block registers per operator stay in L1.
@@ -16,7 +14,7 @@ const PAR_MIN: usize = 32 << 10;
 
 /// An elementwise f32 operation the block walk computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum EwOp {
+pub enum EwOp {
     Add,
     Sub,
     Mul,
@@ -37,7 +35,7 @@ pub(crate) enum EwOp {
 }
 
 impl EwOp {
-    pub(crate) fn is_binary(self) -> bool {
+    pub fn is_binary(self) -> bool {
         matches!(self, EwOp::Add | EwOp::Sub | EwOp::Mul | EwOp::Div)
     }
 
@@ -68,7 +66,7 @@ impl EwOp {
     /// `max(0).min(1)` rather than `clamp`: like the unfused kernels, NaN becomes 0 there.
     #[inline(always)]
     #[allow(clippy::manual_clamp)]
-    pub(crate) fn unary(self, x: f32) -> f32 {
+    pub fn unary(self, x: f32) -> f32 {
         match self {
             EwOp::Relu => {
                 if x < 0.0 {
@@ -102,93 +100,113 @@ impl EwOp {
     }
 }
 
-/// What a node is to the fuser: its operation and which of its inputs are operands (the others
-/// are constant parameters already folded into the operation). `constant(i)` gives input `i`'s
-/// value when it is a compile-time constant.
-pub(crate) fn classify<'c>(
-    def: &NodeDef,
-    constant: impl Fn(usize) -> Option<&'c Tensor>,
-) -> Option<(EwOp, Vec<usize>)> {
-    if !(def.domain.is_empty() || def.domain == "ai.onnx") {
-        return None;
-    }
-    // Inputs whose type is known must be f32 (the run checks again).
-    if def
-        .input_types
-        .iter()
-        .flatten()
-        .any(|&t| t != epx_plugin_api::ElementType::Float)
-    {
-        return None;
-    }
-    let float = |name: &str, default: f32| def.attr_float_or(name, default).ok();
-    let scalar = |i: usize| -> Option<Option<f32>> {
-        if def.input_types.get(i).is_none_or(Option::is_none) {
-            return Some(None);
-        }
-        match constant(i)?.view() {
-            TensorRef::F32(a) if a.len() == 1 => a.iter().next().map(|&v| Some(v)),
-            _ => None,
-        }
-    };
-    let op = match def.op_type.as_str() {
-        // Before opset 7 these had their own broadcast rules.
-        "Add" if def.opset >= 7 => EwOp::Add,
-        "Sub" if def.opset >= 7 => EwOp::Sub,
-        "Mul" if def.opset >= 7 => EwOp::Mul,
-        "Div" if def.opset >= 7 => EwOp::Div,
-        "Relu" => EwOp::Relu,
-        "Sigmoid" => EwOp::Sigmoid,
-        "Tanh" => EwOp::Tanh,
-        "Exp" => EwOp::Exp,
-        "Sqrt" => EwOp::Sqrt,
-        "Neg" => EwOp::Neg,
-        "Abs" => EwOp::Abs,
-        "Erf" => EwOp::Erf,
-        "Identity" => EwOp::Identity,
-        "HardSwish" => EwOp::HardSwish,
-        "HardSigmoid" => EwOp::HardSigmoid(float("alpha", 0.2)?, float("beta", 0.5)?),
-        "LeakyRelu" => EwOp::LeakyRelu(float("alpha", 0.01)?),
-        "Clip" if def.opset < 11 => EwOp::Clip(
-            float("min", f32::NEG_INFINITY)?,
-            float("max", f32::INFINITY)?,
-        ),
-        "Clip" => EwOp::Clip(
-            scalar(1)?.unwrap_or(f32::NEG_INFINITY),
-            scalar(2)?.unwrap_or(f32::INFINITY),
-        ),
-        _ => return None,
-    };
-    let arity = if op.is_binary() { 2 } else { 1 };
-    if def.num_inputs < arity || def.num_outputs != 1 {
-        return None;
-    }
-    Some((op, (0..arity).collect()))
-}
-
 /// Where an operand of a fused operation comes from.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Operand {
+pub enum Operand {
     /// Input `i` of the fused step.
     Ext(usize),
     /// The result of operation `k` of the chain.
     Tmp(usize),
 }
 
-/// One operation of a chain.
-pub(crate) struct FusedOp {
+/// One operation of a chain, over the chain's inputs and earlier results.
+#[derive(Clone, Debug)]
+pub struct ChainOp {
     pub op: EwOp,
     pub operands: Vec<Operand>,
-    /// The original node, run when the block walk does not apply.
-    pub label: String,
-    pub kernel: Box<dyn OpKernel>,
-    /// The original node's inputs (the operands and its constant parameters).
-    pub inputs: Vec<Option<Operand>>,
 }
 
-/// A chain of elementwise operations run as one step; its output is the last operation's.
-pub(crate) struct FusedChain {
-    pub ops: Vec<FusedOp>,
+/// A chain of elementwise operations; its output is the last operation's.
+#[derive(Clone, Debug, Default)]
+pub struct Chain {
+    pub ops: Vec<ChainOp>,
+}
+
+impl Chain {
+    /// A name for the fused step: its operations.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.ops.iter().map(|o| o.op.name()).collect();
+        names.join("+")
+    }
+
+    /// How the walk reads each input: the output shape, each used input's layout and data.
+    /// `primary` is an input given by shape only (the output of the kernel this chain is fused
+    /// into), which must have the output's shape. `None` when an input is not f32 or does not
+    /// line up with the output.
+    fn plan<'a>(
+        &self,
+        inputs: &'a [Option<TensorRef<'_>>],
+        primary: Option<(usize, &[usize])>,
+    ) -> Option<Plan<'a>> {
+        let mut used = vec![false; inputs.len()];
+        for op in &self.ops {
+            for o in &op.operands {
+                if let Operand::Ext(i) = o {
+                    used[*i] = true;
+                }
+            }
+        }
+        let mut arrays = Vec::with_capacity(inputs.len());
+        let mut shapes: Vec<&[usize]> = Vec::with_capacity(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            if !used[i] {
+                arrays.push(None);
+            } else if let Some((_, shape)) = primary.filter(|(p, _)| *p == i) {
+                arrays.push(None);
+                shapes.push(shape);
+            } else if let Some(TensorRef::F32(a)) = t {
+                arrays.push(Some(a.as_slice()?));
+                shapes.push(a.shape());
+            } else {
+                return None;
+            }
+        }
+        let out_shape = broadcast(&shapes)?;
+        if primary.is_some_and(|(_, s)| s != out_shape.as_slice()) {
+            return None;
+        }
+        let mut layouts = Vec::with_capacity(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            layouts.push(match (primary, t) {
+                _ if !used[i] => None,
+                (Some((p, _)), _) if p == i => Some(Layout::Full),
+                (_, Some(t)) => Some(layout(t.shape(), &out_shape)?),
+                _ => None,
+            });
+        }
+        Some(Plan {
+            out_shape,
+            layouts,
+            arrays,
+        })
+    }
+
+    /// The block walk, when every input is f32 and lines up with the output; `None` otherwise
+    /// (and when the memory for the output is not there: the op-by-op path then reports it).
+    pub fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
+        let plan = self.plan(inputs, None)?;
+        // Over the size limit: the op-by-op path reports it.
+        let total = crate::limits::checked_numel(&plan.out_shape).ok()?;
+        let work_len = plan.work_len(self.ops.len());
+        let chunk = crate::par::chunk_len(total, PAR_MIN, BLOCK);
+        // Memory that is not there: the op-by-op path reports it.
+        if chunk >= total {
+            let mut out = crate::scratch::take(total).ok()?;
+            let mut work = vec![0f32; work_len];
+            walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
+            return Tensor::from_vec(&plan.out_shape, out).ok();
+        }
+        // Across the pool: each piece written in place (every input is read from its own
+        // array, none from the destination).
+        let mut out = crate::scratch::zeros(total).ok()?;
+        crate::par::for_each_chunk(&mut out, chunk, |i, piece| {
+            let len = piece.len();
+            crate::par::with_work(work_len, |work| {
+                walk_blocks(&self.ops, &plan, i * chunk, len, Dst::InPlace(piece), work);
+            });
+        });
+        Tensor::from_vec(&plan.out_shape, out).ok()
+    }
 }
 
 /// How an input of the chain lines up with the output, flattened in C order.
@@ -358,7 +376,7 @@ fn apply(op: EwOp, args: &[Val<'_>], out: &mut [f32]) {
     }
 }
 
-/// What [`FusedChain::plan`] found: the output shape and how each input is read.
+/// What [`Chain::plan`] found: the output shape and how each input is read.
 struct Plan<'a> {
     out_shape: Vec<usize>,
     layouts: Vec<Option<Layout>>,
@@ -387,7 +405,7 @@ crate::multiversion! {
 /// input is read where it lies, and the last operation writes there directly unless it reads
 /// the primary input itself.
 fn walk_blocks(
-    ops: &[FusedOp],
+    ops: &[ChainOp],
     plan: &Plan<'_>,
     base: usize,
     total: usize,
@@ -449,7 +467,7 @@ fn walk_blocks(
 /// input `own` (in place).
 #[inline(always)]
 fn block_args<'v>(
-    op: &FusedOp,
+    op: &ChainOp,
     (layouts, arrays): (&[Option<Layout>], &[Option<&'v [f32]>]),
     (staged, done, own): (&'v [f32], &'v [f32], Option<&'v [f32]>),
     p0: usize,
@@ -471,9 +489,9 @@ fn block_args<'v>(
 }
 
 /// A chain applied to the output of the kernel it follows, segment by segment, while that
-/// output is still in cache ([`crate::kernel::PostOp`]).
-pub(crate) struct ChainPost<'c, 'a, 'b> {
-    chain: &'c FusedChain,
+/// output is still in cache ([`crate::fast::post::PostOp`]).
+pub struct ChainPost<'c, 'a, 'b> {
+    chain: &'c Chain,
     inputs: &'a [Option<TensorRef<'b>>],
     /// The chain input that is the kernel's output.
     primary: usize,
@@ -481,11 +499,7 @@ pub(crate) struct ChainPost<'c, 'a, 'b> {
 }
 
 impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
-    pub(crate) fn new(
-        chain: &'c FusedChain,
-        inputs: &'a [Option<TensorRef<'b>>],
-        primary: usize,
-    ) -> Self {
+    pub fn new(chain: &'c Chain, inputs: &'a [Option<TensorRef<'b>>], primary: usize) -> Self {
         ChainPost {
             chain,
             inputs,
@@ -495,7 +509,7 @@ impl<'c, 'a, 'b> ChainPost<'c, 'a, 'b> {
     }
 }
 
-impl crate::kernel::PostOp for ChainPost<'_, '_, '_> {
+impl crate::fast::post::PostOp for ChainPost<'_, '_, '_> {
     fn accepts(&mut self, shape: &[usize]) -> bool {
         self.plan = self.chain.plan(self.inputs, Some((self.primary, shape)));
         self.plan.is_some()
@@ -512,144 +526,6 @@ impl crate::kernel::PostOp for ChainPost<'_, '_, '_> {
             let len = seg.len();
             walk_blocks(&self.chain.ops, plan, base, len, Dst::InPlace(seg), work);
         }
-    }
-}
-
-impl FusedChain {
-    /// A name for the fused step: its operations.
-    pub(crate) fn describe(&self) -> String {
-        let names: Vec<&str> = self.ops.iter().map(|o| o.op.name()).collect();
-        names.join("+")
-    }
-
-    /// How the walk reads each input: the output shape, each used input's layout and data.
-    /// `primary` is an input given by shape only (the output of the kernel this chain is fused
-    /// into), which must have the output's shape. `None` when an input is not f32 or does not
-    /// line up with the output.
-    fn plan<'a>(
-        &self,
-        inputs: &'a [Option<TensorRef<'_>>],
-        primary: Option<(usize, &[usize])>,
-    ) -> Option<Plan<'a>> {
-        let mut used = vec![false; inputs.len()];
-        for op in &self.ops {
-            for o in &op.operands {
-                if let Operand::Ext(i) = o {
-                    used[*i] = true;
-                }
-            }
-        }
-        let mut arrays = Vec::with_capacity(inputs.len());
-        let mut shapes: Vec<&[usize]> = Vec::with_capacity(inputs.len());
-        for (i, t) in inputs.iter().enumerate() {
-            if !used[i] {
-                arrays.push(None);
-            } else if let Some((_, shape)) = primary.filter(|(p, _)| *p == i) {
-                arrays.push(None);
-                shapes.push(shape);
-            } else if let Some(TensorRef::F32(a)) = t {
-                arrays.push(Some(a.as_slice()?));
-                shapes.push(a.shape());
-            } else {
-                return None;
-            }
-        }
-        let out_shape = broadcast(&shapes)?;
-        if primary.is_some_and(|(_, s)| s != out_shape.as_slice()) {
-            return None;
-        }
-        let mut layouts = Vec::with_capacity(inputs.len());
-        for (i, t) in inputs.iter().enumerate() {
-            layouts.push(match (primary, t) {
-                _ if !used[i] => None,
-                (Some((p, _)), _) if p == i => Some(Layout::Full),
-                (_, Some(t)) => Some(layout(t.shape(), &out_shape)?),
-                _ => None,
-            });
-        }
-        Some(Plan {
-            out_shape,
-            layouts,
-            arrays,
-        })
-    }
-
-    /// The block walk, when every input is f32 and lines up with the output; `None` otherwise.
-    fn walk(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<Tensor> {
-        let plan = self.plan(inputs, None)?;
-        // Over the size limit: the op-by-op path reports it.
-        let total = crate::tensor::checked_numel(&plan.out_shape).ok()?;
-        let work_len = plan.work_len(self.ops.len());
-        let chunk = crate::par::chunk_len(total, PAR_MIN, BLOCK);
-        // Memory that is not there: the op-by-op path reports it.
-        if chunk >= total {
-            let mut out = crate::scratch::take(total).ok()?;
-            let mut work = vec![0f32; work_len];
-            walk_blocks(&self.ops, &plan, 0, total, Dst::Append(&mut out), &mut work);
-            return Tensor::from_vec(&plan.out_shape, out).ok();
-        }
-        // Across the pool: each piece written in place (every input is read from its own
-        // array, none from the destination).
-        let mut out = crate::scratch::zeros(total).ok()?;
-        crate::par::for_each_chunk(&mut out, chunk, |i, piece| {
-            let len = piece.len();
-            crate::par::with_work(work_len, |work| {
-                walk_blocks(&self.ops, &plan, i * chunk, len, Dst::InPlace(piece), work);
-            });
-        });
-        Tensor::from_vec(&plan.out_shape, out).ok()
-    }
-
-    /// Runs the chain with input `primary` taken from `value`, a tensor computed separately.
-    pub(crate) fn run_with(
-        &self,
-        inputs: &[Option<TensorRef<'_>>],
-        primary: usize,
-        value: &Tensor,
-    ) -> OpResult<Tensor> {
-        let mut all: Vec<Option<TensorRef<'_>>> = inputs
-            .iter()
-            .map(|t| t.as_ref().map(crate::program::reborrow))
-            .collect();
-        all[primary] = Some(value.view());
-        let mut out = self.run(&all)?;
-        out.pop().ok_or_else(|| OpError("empty chain".into()))
-    }
-
-    /// The original kernels one after the other.
-    fn run_each(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Tensor> {
-        let mut results: Vec<Tensor> = Vec::with_capacity(self.ops.len());
-        for op in &self.ops {
-            let args: Vec<Option<TensorRef<'_>>> = op
-                .inputs
-                .iter()
-                .map(|o| match o {
-                    None => None,
-                    Some(Operand::Ext(i)) => inputs[*i].as_ref().map(crate::program::reborrow),
-                    Some(Operand::Tmp(k)) => Some(results[*k].view()),
-                })
-                .collect();
-            let mut out = op
-                .kernel
-                .run(&args)
-                .map_err(|e| OpError(format!("node `{}`: {e}", op.label)))?;
-            if out.is_empty() {
-                return Err(OpError(format!("node `{}` produced no output", op.label)));
-            }
-            results.push(out.swap_remove(0));
-        }
-        let last = results.pop().ok_or_else(|| OpError("empty chain".into()))?;
-        results.into_iter().for_each(crate::program::recycle);
-        Ok(last)
-    }
-}
-
-impl OpKernel for FusedChain {
-    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
-        Ok(vec![match self.walk(inputs) {
-            Some(t) => t,
-            None => self.run_each(inputs)?,
-        }])
     }
 }
 

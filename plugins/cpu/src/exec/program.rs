@@ -2,22 +2,21 @@
 //! what the bodies of `If`, `Loop` and `Scan` are compiled into.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk::{self, Attribute, Error, GraphView, NodeView};
 
-use crate::control;
-use crate::fuse::{ChainPost, EwOp, FusedChain, FusedOp, Operand, classify};
-use crate::kernel::{AttrValue, NodeDef, OpError, OpKernel, Registry};
-use crate::lower;
-use crate::qdq;
+use crate::error::OpError;
+use crate::exec::control;
+use crate::exec::fuse::{FusedChain, FusedOp, classify};
+use crate::exec::lower;
+use crate::exec::qdq;
+use crate::fast::{
+    self,
+    chain::{ChainOp, ChainPost, EwOp, Operand},
+};
+use crate::kernel::{AttrValue, NodeDef, OpKernel};
 use crate::tensor::{Tensor, TensorRef};
-
-pub(crate) fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(Registry::with_all_ops)
-}
 
 /// Ops the CPU EP runs with nested graphs, compiled here rather than through the registry.
 /// Whether `op` is a control-flow op ([`control::CONTROL_FLOW_OPSETS`]).
@@ -272,7 +271,7 @@ fn attr_value(a: Attribute<'_>) -> Result<AttrValue, OpError> {
 /// Longest chain of elementwise operations fused into one step.
 const MAX_CHAIN: usize = 24;
 
-/// Replaces runs of elementwise steps by fused chains ([`crate::fuse`]). A run is consecutive
+/// Replaces runs of elementwise steps by fused chains ([`crate::exec::fuse`]). A run is consecutive
 /// steps, each reading a value of the run before it; every value made inside the run except the
 /// last must be read inside it and nowhere else (not by later steps, not as a program output).
 fn fuse_chains(steps: Vec<Step>, outputs: &[Source]) -> Vec<Step> {
@@ -450,7 +449,7 @@ struct PostFused {
 impl OpKernel for PostFused {
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
         let (a, b) = inputs.split_at(self.first_inputs.min(inputs.len()));
-        let mut post = ChainPost::new(&self.chain, b, self.primary);
+        let mut post = ChainPost::new(&self.chain.chain, b, self.primary);
         let (outs, applied) = self.first.run_with_post(a, &mut post)?;
         let mut outs = outs.into_iter();
         let y = outs
@@ -496,6 +495,7 @@ fn fused_step(run: Vec<Step>) -> Chain {
     let first = run[0].label.clone();
     let output = run[run.len() - 1].outputs.clone();
     let mut ops = Vec::with_capacity(run.len());
+    let mut parts = Vec::with_capacity(run.len());
     for step in run {
         let inputs: Vec<Option<Operand>> =
             step.inputs.iter().map(|s| s.map(&mut operand)).collect();
@@ -504,16 +504,18 @@ fn fused_step(run: Vec<Step>) -> Chain {
             .iter()
             .map(|&k| inputs[k].expect("operands are present"))
             .collect();
-        ops.push(FusedOp {
-            op,
-            operands,
+        ops.push(ChainOp { op, operands });
+        parts.push(FusedOp {
             label: step.label,
             kernel: step.kernel,
             inputs,
         });
     }
     Chain {
-        chain: FusedChain { ops },
+        chain: FusedChain {
+            chain: fast::chain::Chain { ops },
+            parts,
+        },
         first,
         inputs: ext,
         outputs: output,
@@ -532,7 +534,7 @@ impl Program {
         outputs: &[u32],
         known: &[Option<&Tensor>],
     ) -> sdk::Result<Program> {
-        let reg = registry();
+        let reg = crate::ops::registry();
         let mut slot_of: HashMap<u32, Source> = HashMap::new();
         for (i, v) in inputs.iter().enumerate() {
             if let Some(v) = v {
@@ -707,7 +709,7 @@ impl Program {
                             node.op_type, node.opset
                         ))
                     })?;
-                schema.make(&def).map_err(|e| op_error(&label, e))?
+                reg.make(schema, &def).map_err(|e| op_error(&label, e))?
             };
             let kernel = match widened {
                 Some(round) => Box::new(lower::Widened {

@@ -343,12 +343,7 @@ impl<'a> Folder<'_, 'a> {
                 let mut inputs: Vec<Option<u32>> = triple(&x).into_iter().collect();
                 inputs.extend([Some(d), Some(q.scale), q.zero]);
                 Some(Folded {
-                    node: node(
-                        "QLinearDivByConstant",
-                        crate::ops::contrib::EPX_CPU,
-                        1,
-                        inputs,
-                    ),
+                    node: node("QLinearDivByConstant", crate::kernel::EPX_CPU, 1, inputs),
                     dropped_reads: vec![x.float],
                 })
             }

@@ -1,6 +1,6 @@
 //! float16 runs as float32 inside a program.
 //!
-//! Every float16 value a [`crate::program::Program`] computes or holds is a float32 tensor
+//! Every float16 value a [`crate::exec::program::Program`] computes or holds is a float32 tensor
 //! there: float16 initializers widen once at compile time (but for a table that only Gathers
 //! read, as their data: it stays float16 and the gathered rows widen, so a float16
 //! transformer's word embedding is not held at twice its size), float16 run inputs widen as
@@ -23,7 +23,11 @@ use epx_plugin_api::ElementType;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use crate::kernel::{AttrValue, NodeDef, OpKernel, OpResult, PostOp};
+use crate::kernel::{AttrValue, NodeDef, OpKernel};
+
+use crate::error::OpResult;
+
+use crate::fast::post::PostOp;
 use crate::tensor::{Tensor, TensorRef};
 
 const FLOAT: i64 = 1;
@@ -105,7 +109,7 @@ pub(crate) fn to_f32(t: Tensor) -> Tensor {
 
 /// A float32 tensor rounded to float16 (to nearest even); any other value as it is (copied: an
 /// error when the memory is not there).
-pub(crate) fn to_f16(t: &TensorRef<'_>) -> crate::kernel::OpResult<Tensor> {
+pub(crate) fn to_f16(t: &TensorRef<'_>) -> crate::error::OpResult<Tensor> {
     match t {
         TensorRef::F32(a) => {
             let mut out = ndarray::ArrayD::<f16>::from_elem(a.raw_dim(), f16::ZERO);
@@ -144,7 +148,7 @@ impl OpKernel for Widened {
                 .enumerate()
                 .map(|(i, t)| match rounded.iter().find(|(j, _)| *j == i) {
                     Some((_, r)) => Some(r.view()),
-                    None => t.as_ref().map(crate::program::reborrow),
+                    None => t.as_ref().map(crate::exec::program::reborrow),
                 })
                 .collect();
             self.inner.run(&args)?
@@ -175,7 +179,7 @@ impl OpKernel for Convert {
         let t = inputs
             .first()
             .and_then(Option::as_ref)
-            .ok_or_else(|| crate::kernel::OpError("float16 conversion: no input".into()))?;
+            .ok_or_else(|| crate::error::OpError("float16 conversion: no input".into()))?;
         Ok(vec![if self.to_half {
             to_f16(t)?
         } else {

@@ -31,7 +31,7 @@ use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{EpxStatus, EpxStatusCode};
-use crate::sdk::{Error, into_raw_status, panic_message};
+use crate::status::{Error, into_raw_status, panic_message};
 
 /// A value a function returns across the C ABI when its body panicked.
 pub trait OnPanic {
@@ -186,6 +186,13 @@ macro_rules! ffi_boundary {
     }};
 }
 
+/// Runs `f` inside the panic boundary ([`boundary`]), turning an error into a
+/// status and a panic into a `Panic` status naming `what` was running. For hand-written exports;
+/// [`ffi_boundary!`](crate::ffi_boundary) names the function by itself.
+pub fn guard(what: &'static str, f: impl FnOnce() -> crate::status::Result<()>) -> *mut EpxStatus {
+    boundary(what, f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +260,15 @@ mod tests {
             "epx_session_new"
         );
         assert_eq!(function_name("a::b::__epx_boundary_marker"), "b");
+    }
+
+    #[test]
+    fn guard_catches_panics() {
+        let raw = guard("execute", || panic!("boom"));
+        // SAFETY: made by `guard`.
+        let err = unsafe { take_status(raw) }.unwrap_err();
+        assert_eq!(err.code, EpxStatusCode::Panic);
+        assert_eq!(err.message, "panic in execute: boom");
+        assert!(guard("x", || Ok(())).is_null());
     }
 }

@@ -11,5 +11,6 @@ pub mod dlpack;
 pub mod dtype;
 pub mod ffi;
 pub mod sdk;
+mod status;
 
 pub use dtype::ElementType;

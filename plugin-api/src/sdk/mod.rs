@@ -9,20 +9,20 @@
 mod graph;
 mod location;
 mod options;
-mod status;
+mod tensor;
 mod value;
 
 use std::ffi::{CString, c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-pub use graph::{
-    Attribute, Element, GraphView, KernelContext, NodeView, SubgraphView, TensorView, ValueView,
+pub use crate::ffi::guard;
+pub use crate::status::{
+    Error, Result, cstr_or_empty, into_raw_status, panic_message, take_status,
 };
+pub use graph::{Attribute, GraphView, KernelContext, NodeView, SubgraphView, ValueView};
 pub use location::{library_folder_of, library_path_of};
 pub use options::ProviderOptions;
-pub use status::{
-    Error, Result, cstr_or_empty, guard, into_raw_status, panic_message, take_status,
-};
+pub use tensor::{Element, TensorView};
 pub use value::{OwnedValue, STRING_DTYPE, StringTensorView, ValueRef, is_string_dtype};
 
 use crate::abi::*;

@@ -1,6 +1,6 @@
 //! Provider options: string key/values, with unknown keys reported by name.
 
-use crate::sdk::status::{Error, Result};
+use crate::status::{Error, Result};
 
 /// The options a user passed when creating an EP. Take the keys the EP knows, then call
 /// [`finish`](Self::finish): anything left is an unknown key, reported with the valid ones.

@@ -6,8 +6,8 @@ use std::ffi::c_void;
 use crate::abi::*;
 use crate::dlpack::{DLDataType, DLTensor};
 use crate::dtype::ElementType;
-use crate::sdk::graph::TensorView;
-use crate::sdk::status::{Error, Result, take_status};
+use crate::sdk::tensor::{TensorView, host_layout};
+use crate::status::{Error, Result, take_status};
 
 /// The `DLDataType` of a string tensor ([`EPX_DLPACK_STRING_CODE`]).
 pub const STRING_DTYPE: DLDataType = DLDataType {
@@ -38,7 +38,7 @@ impl<'a> StringTensorView<'a> {
             return Err(Error::invalid_argument("not a string tensor"));
         }
         // SAFETY: the caller's contract.
-        let (shape, count) = unsafe { crate::sdk::graph::host_layout(t) }?;
+        let (shape, count) = unsafe { host_layout(t) }?;
         let offset = usize::try_from(t.byte_offset)
             .ok()
             .filter(|o| o % std::mem::size_of::<EpxStr>() == 0)

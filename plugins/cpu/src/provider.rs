@@ -310,7 +310,7 @@ impl Kernel for CpuKernel {
                 .map_err(|e| Error::runtime(e.to_string()))?;
         }
         // The host has its copies: the float buffers go back for the next kernels.
-        outputs.into_iter().for_each(crate::exec::program::recycle);
+        outputs.into_iter().for_each(Tensor::recycle);
         Ok(())
     }
 }

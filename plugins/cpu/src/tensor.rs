@@ -778,6 +778,17 @@ fn cast_to<D: Elem>(t: &TensorRef<'_>, cast: NarrowCast) -> OpResult<Tensor> {
 }
 
 impl Tensor {
+    /// Gives a dead value's large float or byte buffer back for the next kernels
+    /// ([`crate::scratch`]).
+    pub fn recycle(self) {
+        match self {
+            Tensor::F32(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+            Tensor::U8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+            Tensor::I8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
+            _ => {}
+        }
+    }
+
     pub fn elem_type(&self) -> ElementType {
         self.view().elem_type()
     }

@@ -429,7 +429,7 @@ impl DeviceIo {
     /// Wraps a compact tensor in this EP's memory as an OrtValue over the same buffer.
     pub(crate) fn wrap_dl(&self, t: &DLTensor) -> sdk::Result<OwnedValue> {
         let (elem, shape, data, bytes) = dl_parts(t)?;
-        let ty = crate::provider::ort_type(elem)
+        let ty = crate::runtime::ort_type(elem)
             .ok_or_else(|| Error::not_implemented(format!("{elem} tensors for ONNX Runtime")))?;
         // SAFETY: the host keeps `t`'s buffer alive and unmoved for the call the value is used in.
         unsafe { wrap(&self.info, data, bytes, &shape, ty) }

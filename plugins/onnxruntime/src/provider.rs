@@ -21,7 +21,7 @@ use ort::sys::{ONNXTensorElementDataType, OrtValue};
 use crate::device::{Binding, DeviceIo, MemInfo, Memory, OwnedValue, wrap};
 use crate::ep::OrtEp;
 use crate::patch::fill_unknown_types;
-use crate::runtime::{Runtime, check, runtime};
+use crate::runtime::{Runtime, check, ort_type, runtime};
 
 /// One ONNX Runtime EP as an epx provider factory.
 #[derive(Debug, Clone, Copy)]
@@ -510,28 +510,6 @@ pub struct OrtKernel {
     memory: MemInfo,
     ep: OrtEp,
     device: Option<Arc<DeviceIo>>,
-}
-
-pub(crate) fn ort_type(t: ElementType) -> Option<ONNXTensorElementDataType> {
-    use ONNXTensorElementDataType as O;
-    Some(match t {
-        ElementType::Float => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
-        ElementType::Uint8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-        ElementType::Int8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
-        ElementType::Uint16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
-        ElementType::Int16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
-        ElementType::Int32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
-        ElementType::Int64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
-        ElementType::Bool => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
-        ElementType::Float16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
-        ElementType::Double => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-        ElementType::Uint32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
-        ElementType::Uint64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
-        ElementType::Complex64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64,
-        ElementType::Complex128 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128,
-        ElementType::Bfloat16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
-        _ => return None,
-    })
 }
 
 impl OrtKernel {

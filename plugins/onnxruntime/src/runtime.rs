@@ -5,10 +5,12 @@ use std::ffi::{CStr, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use epx_plugin_api::ElementType;
 use epx_plugin_api::abi::EpxLogLevel;
 use epx_plugin_api::sdk::{self, DeviceInfo, DeviceKind, Error};
 use ort::environment::Environment;
 use ort::logging::LogLevel;
+use ort::sys::ONNXTensorElementDataType;
 
 use crate::locate::{SearchEnv, locate};
 
@@ -16,6 +18,29 @@ use crate::locate::{SearchEnv, locate};
 /// asks ORT for the version-22 C API table (the first with `GetEpDevices`), which ORT 1.22 and
 /// newer provide.
 pub const MIN_ORT_MINOR: u32 = ort::MINOR_VERSION;
+
+/// The ONNX Runtime element type of an ONNX element type; `None` for those ORT has no tensors of.
+pub(crate) fn ort_type(t: ElementType) -> Option<ONNXTensorElementDataType> {
+    use ONNXTensorElementDataType as O;
+    Some(match t {
+        ElementType::Float => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        ElementType::Uint8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        ElementType::Int8 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+        ElementType::Uint16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+        ElementType::Int16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+        ElementType::Int32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+        ElementType::Int64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+        ElementType::Bool => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+        ElementType::Float16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+        ElementType::Double => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        ElementType::Uint32 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+        ElementType::Uint64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+        ElementType::Complex64 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64,
+        ElementType::Complex128 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128,
+        ElementType::Bfloat16 => O::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+        _ => return None,
+    })
+}
 
 /// A loaded ONNX Runtime library.
 pub struct Runtime {

@@ -25,35 +25,11 @@ use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
 use super::discover::{MANIFEST_FILE, PluginCandidate};
 use super::library::PluginLibrary;
 use super::manifest::PluginManifest;
+use super::refusal::Refusal;
 use super::resolve::{self, DependencyReport};
 use super::sealed::LibraryImage;
 use super::trust;
-use crate::error::{Error, PluginLoadErrorKind as Kind};
-
-/// Why a plugin library is not loaded: a kind to match on and a message a person can act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub kind: Kind,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Refusal {
-            kind,
-            message: message.into(),
-        }
-    }
-
-    /// The host error naming the library.
-    pub fn into_error(self, library: &Path) -> Error {
-        Error::PluginLoad {
-            path: library.to_path_buf(),
-            kind: self.kind,
-            message: self.message,
-        }
-    }
-}
+use crate::error::PluginLoadErrorKind as Kind;
 
 /// What admission found out about one library.
 #[derive(Clone, Debug)]
@@ -188,6 +164,20 @@ fn check_manifest_abi(candidate: &PluginCandidate) -> Result<(), Refusal> {
             m.abi
         ),
     ))
+}
+
+impl PluginCandidate {
+    /// Checks the library file against the manifest's `sha256` pin, without opening it as a
+    /// library: `Ok(None)` when there is no pin, `Ok(Some(digest))` when the file matches.
+    ///
+    /// # Errors
+    /// [`Error::PluginLoad`](crate::Error::PluginLoad) of kind
+    /// [`ChecksumMismatch`](crate::PluginLoadErrorKind::ChecksumMismatch) naming the library, the
+    /// pinned and the actual digest, or of kind [`Open`](crate::PluginLoadErrorKind::Open) when
+    /// the file cannot be read.
+    pub fn verify_sha256(&self) -> crate::Result<Option<String>> {
+        check_sha256(self).map_err(|r| r.into_error(&self.library))
+    }
 }
 
 /// Checks the library file against the manifest's `sha256` pin: `Ok(None)` when there is no

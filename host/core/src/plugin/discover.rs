@@ -77,18 +77,6 @@ impl PluginCandidate {
             None => vec![self.name.as_str()],
         }
     }
-
-    /// Checks the library file against the manifest's `sha256` pin, without opening it as a
-    /// library: `Ok(None)` when there is no pin, `Ok(Some(digest))` when the file matches.
-    ///
-    /// # Errors
-    /// [`Error::PluginLoad`](crate::Error::PluginLoad) of kind
-    /// [`ChecksumMismatch`](crate::PluginLoadErrorKind::ChecksumMismatch) naming the library, the
-    /// pinned and the actual digest, or of kind [`Open`](crate::PluginLoadErrorKind::Open) when
-    /// the file cannot be read.
-    pub fn verify_sha256(&self) -> crate::Result<Option<String>> {
-        super::admit::check_sha256(self).map_err(|r| r.into_error(&self.library))
-    }
 }
 
 /// Two discovered plugins claim the same EP name (see [`PluginCandidate::claimed_providers`]):

@@ -11,9 +11,9 @@ use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::DLDeviceType;
 use epx_plugin_api::sdk::take_status;
 
-use super::admit::Refusal;
 use super::host_api::host_api;
-use super::isolate::{Described, Isolation};
+use super::isolate::config::Isolation;
+use super::refusal::Refusal;
 use super::sealed::LibraryImage;
 use crate::error::{PluginLoadErrorKind as Kind, Result};
 
@@ -169,6 +169,15 @@ impl ProviderDescription {
     pub fn uses_host_memory(&self) -> bool {
         self.device_type == DLDeviceType::Cpu as i32
     }
+}
+
+/// What a library says about itself (here, or in the child process that opened it).
+#[derive(Clone, Debug)]
+pub struct Described {
+    pub name: String,
+    pub version: String,
+    pub abi_version: EpxVersion,
+    pub providers: Vec<ProviderDescription>,
 }
 
 /// A loaded plugin library and the descriptor its entry function returned.

@@ -18,14 +18,16 @@ mod library;
 pub mod manifest;
 pub mod probe;
 mod provider;
+pub mod refusal;
 pub mod resolve;
 pub mod sealed;
 pub mod trust;
 
-pub use admit::{AdmissionReport, Refusal, admit};
+pub use admit::{AdmissionReport, admit};
 /// The model as plugins read it (nodes, values, attributes in the ABI's form): built once per
 /// session and handed to every capability query and compile.
 pub(crate) use host_api::AbiGraph;
 pub use library::{Device, PluginLibrary, ProviderDescription};
 pub(crate) use provider::Declined;
 pub use provider::{CompiledKernel, ProviderInstance};
+pub use refusal::Refusal;

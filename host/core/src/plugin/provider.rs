@@ -9,7 +9,8 @@ use epx_plugin_api::dlpack::{DLDevice, DLTensor};
 use epx_plugin_api::sdk::take_status;
 
 use super::host_api::{AbiGraph, KernelCall};
-use super::isolate::{Isolation, Remote};
+use super::isolate::config::Isolation;
+use super::isolate::remote::Remote;
 use super::library::{PluginLibrary, ProviderDescription};
 use crate::error::{Error, Result};
 use crate::value::{DeviceMemory, Value};
@@ -850,7 +851,8 @@ impl CompiledKernel {
                 ));
             }
         };
-        let device = (!self.provider.description.uses_host_memory()).then_some(&self.provider);
+        let device = (!self.provider.description.uses_host_memory())
+            .then(|| Arc::clone(&self.provider) as Arc<dyn DeviceMemory>);
         let minor = self.provider.library.abi_version.minor;
         let mut call = KernelCall::new(inputs, self.num_outputs, device, minor)
             .map_err(|m| nonsense(name, "execute", m))?;

@@ -4,10 +4,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{ExecutionProvider, Session, compile};
+use super::compile;
+use super::compiled::Session;
+use super::environment::Environment;
+use super::request::ExecutionProvider;
 use crate::error::Result;
 use crate::model::ir::Model;
-use crate::session::Environment;
 
 /// Configures and creates a [`Session`].
 pub struct SessionBuilder {
@@ -128,14 +130,32 @@ impl SessionBuilder {
         };
         let limit = self.max_tensor_bytes;
         let mut session = crate::with_max_tensor_bytes(limit, || {
+            // A policy chooses the EPs first, from the devices they list.
+            let (providers, selection) = match &self.policy {
+                None => (self.providers, None),
+                Some(_) if !self.providers.is_empty() => {
+                    return Err(crate::Error::InvalidInput(
+                        "a session takes named EPs or a selection policy, not both".into(),
+                    ));
+                }
+                Some(policy) => {
+                    let (eps, selection) = super::select::select(&env, policy, &model)?;
+                    tracing::debug!(
+                        policy = policy.name(),
+                        chosen = ?selection.chosen,
+                        "EPs selected"
+                    );
+                    (eps, Some(selection))
+                }
+            };
             compile::compile(
                 &env,
                 compile::Request {
-                    providers: self.providers,
+                    providers,
                     strict: self.strict,
                     device_outputs: self.device_outputs,
                     intra_op_threads: self.intra_op_threads,
-                    policy: self.policy,
+                    selection,
                     kernel_cache: self.kernel_cache,
                 },
                 model,

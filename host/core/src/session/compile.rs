@@ -6,19 +6,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
+use super::compiled::{Declared, Kernel, Session};
+use super::environment::Environment;
 use super::kernel_cache;
 use super::partition::{Declines, Group, partition};
 use super::placement::{
     CopyPlacement, Fallback, GroupPlacement, KernelCacheUse, NodePlacement, PlacementReport,
-    SkippedProvider,
+    Selection, SkippedProvider,
 };
 use super::plan::{self, Action, Plan, Source, Space};
-use super::{Environment, ExecutionProvider, Session};
+use super::request::ExecutionProvider;
 use crate::error::{Error, Result};
 use crate::model::ir::{Dim, Graph, Model, ValueId};
 use crate::plugin::AbiGraph;
-use crate::plugin::{CompiledKernel, ProviderInstance};
-use crate::value::ElementType;
+use crate::plugin::ProviderInstance;
 use epx_plugin_api::abi::EPX_DEVICE_OPTION;
 
 /// What the builder asks for.
@@ -27,47 +28,17 @@ pub(crate) struct Request {
     pub(crate) strict: bool,
     pub(crate) device_outputs: Vec<String>,
     pub(crate) intra_op_threads: Option<usize>,
-    pub(crate) policy: Option<super::SelectionPolicy>,
+    /// What a selection policy chose, when one chose `providers` (for the placement report).
+    pub(crate) selection: Option<Selection>,
     /// Whether the environment's kernel cache is used.
     pub(crate) kernel_cache: bool,
 }
-
-pub(super) struct Kernel {
-    pub(super) compiled: CompiledKernel,
-    pub(super) group: Group,
-    /// The model's declared element type and static extents of each output, checked after
-    /// every execute so a plugin returning nonsense is caught where it happens.
-    pub(super) expected: Vec<Declared>,
-    /// Whether a shape that disagrees with the declaration is only a warning: so for the
-    /// built-in CPU EP, the reference, whose outputs are what the nodes define; the model's
-    /// declaration is then what is wrong, and ONNX Runtime runs such models too.
-    pub(super) lenient_shapes: bool,
-    /// Per output: the shape warning was logged already (once per session, not per run).
-    pub(super) shape_warned: Vec<AtomicBool>,
-}
-
-/// What the model declares about a value: element type and static extents, where known.
-/// What the host knows of a value: element type, static extents, and whether the extents were
-/// inferred by the host rather than declared by the model.
-pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool);
 
 /// The pipeline.
 pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Result<Session> {
     let _span = tracing::debug_span!("session", model = %model.source).entered();
     let threads = threads_option(env, request.intra_op_threads);
-    let (asked, selection) = match &request.policy {
-        None => (request.providers, None),
-        Some(_) if !request.providers.is_empty() => {
-            return Err(Error::InvalidInput(
-                "a session takes named EPs or a selection policy, not both".into(),
-            ));
-        }
-        Some(policy) => {
-            let (eps, selection) = super::select::select(env, policy, &model)?;
-            tracing::debug!(policy = policy.name(), chosen = ?selection.chosen, "EPs selected");
-            (eps, Some(selection))
-        }
-    };
+    let (asked, selection) = (request.providers, request.selection);
     let requested = requested_providers(env, asked, threads.as_ref());
     let (mut providers, skipped) = set_up_providers(env, &requested)?;
     providers.push(fallback_provider(env, threads)?);
@@ -712,6 +683,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
+    use crate::value::ElementType;
     use crate::model::onnx::testing::{graph, model, node};
 
     fn env_with_default(ep: ExecutionProvider) -> Arc<Environment> {
@@ -895,7 +867,7 @@ mod tests {
             strict,
             device_outputs: Vec::new(),
             intra_op_threads: Some(1),
-            policy: None,
+            selection: None,
             kernel_cache: true,
         };
         compile(env, request, loaded).expect("compiles")

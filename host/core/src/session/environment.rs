@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::ExecutionProvider;
+use super::request::ExecutionProvider;
 use crate::error::{Error, Result};
 use crate::plugin::PluginLibrary;
-use crate::plugin::admit::{AdmissionReport, Refusal, admit, compare_with_manifest};
+use crate::plugin::admit::{AdmissionReport, admit, compare_with_manifest};
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
 use crate::plugin::isolate::{self, Isolation};
 use crate::plugin::probe::LoadProbe;
+use crate::plugin::refusal::Refusal;
 use crate::plugin::sealed::LibraryImage;
 use epx_plugin_api::abi::EpxPluginEntryFn;
 

@@ -101,7 +101,7 @@ pub struct PlacementReport {
     /// (EP, device) for the EPs the session put on a chosen device (`cuda:1`).
     pub devices: Vec<(String, String)>,
     /// What a selection policy chose and why, when the session used one.
-    pub selection: Option<super::Selection>,
+    pub selection: Option<Selection>,
     /// What the compiled-kernel cache did, per kernel of an EP that can store its kernels.
     pub kernel_cache: Vec<KernelCacheUse>,
     /// EPs whose capability answers were replayed from the kernel cache (recorded by an earlier
@@ -338,4 +338,14 @@ impl PlacementReport {
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// What a policy chose, and why, for the placement report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Selection {
+    pub policy: String,
+    /// The EPs it asked for, in order (`adversarial:0`, or the EP's name for a custom policy).
+    pub chosen: Vec<String>,
+    /// One line per device considered: chosen, passed over, or unusable, and why.
+    pub reasons: Vec<String>,
 }

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use super::partition::Group;
 use crate::model::ir::{Graph, ValueId};
-use crate::session::partition::Group;
 
 /// A memory space: host memory, or the memory of the device EP with this provider index.
 pub type Space = Option<usize>;

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use epx_plugin_api::abi::EpxStatusCode;
 
-use super::Session;
-use super::compile::Kernel;
+use super::compiled::Kernel;
+use super::compiled::Session;
 use super::plan::{Action, Source};
 use crate::error::{Error, Result};
 use crate::model::ir::{Dim, ValueId};

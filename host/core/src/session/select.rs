@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{Environment, ExecutionProvider, ProviderDevice};
+use super::environment::{Environment, ProviderDevice};
+use super::placement::Selection;
+use super::request::ExecutionProvider;
 use crate::error::{Error, Result};
 use crate::model::ir::Model;
 
@@ -111,16 +113,6 @@ impl SelectionPolicy {
     }
 }
 
-/// What a policy chose, and why, for the placement report.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Selection {
-    pub policy: String,
-    /// The EPs it asked for, in order (`adversarial:0`, or the EP's name for a custom policy).
-    pub chosen: Vec<String>,
-    /// One line per device considered: chosen, passed over, or unusable, and why.
-    pub reasons: Vec<String>,
-}
-
 /// The EPs `policy` asks for, in order, with its reasons. The built-in fallback EP is not a
 /// candidate (it always runs what is left).
 pub(super) fn select(
@@ -224,10 +216,11 @@ mod measure {
 
     use sha2::{Digest, Sha256};
 
-    use super::{ExecutionProvider, ProviderDevice, Selection};
+    use super::{Environment, ExecutionProvider, ProviderDevice, Selection};
     use crate::error::Result;
     use crate::model::ir::Model;
-    use crate::session::{Environment, Session, compile};
+    use crate::session::compile;
+    use crate::session::compiled::Session;
     use crate::value::Tensor;
 
     /// The whole measurement stops once this much time went by (each candidate started runs).
@@ -352,7 +345,7 @@ mod measure {
             strict: false,
             device_outputs: Vec::new(),
             intra_op_threads: None,
-            policy: None,
+            selection: None,
             kernel_cache: true,
         };
         let session: Session = compile::compile(env, request, model.clone())?;

@@ -15,7 +15,7 @@ use ndarray::Axis;
 use crate::kernel::{NodeDef, OpKernel};
 
 use crate::error::{OpError, OpResult};
-use crate::exec::program::{Program, reborrow};
+use crate::exec::program::Program;
 use crate::tensor::{Elem, Tensor, TensorRef};
 
 /// Builds the kernel of a control-flow node. `fixed[j]` is the value of implicit input `j`
@@ -158,7 +158,7 @@ fn condition(t: &TensorRef<'_>, what: &str) -> OpResult<bool> {
         )));
     }
     crate::dispatch_all!(
-        reborrow(t),
+        TensorRef::reborrow(t),
         |v| Ok(v.iter().next().is_some_and(|x| x.to_scalar().is_nonzero())),
         what
     )
@@ -178,7 +178,7 @@ fn count(t: &TensorRef<'_>, what: &str) -> OpResult<i64> {
 /// Slice `index` of `t` along `axis` (the axis removed).
 fn slice(t: &TensorRef<'_>, axis: usize, index: usize) -> OpResult<Tensor> {
     crate::dispatch_any!(
-        reborrow(t),
+        TensorRef::reborrow(t),
         |v| Ok(Tensor::from(v.index_axis(Axis(axis), index).to_owned())),
         "Scan"
     )
@@ -342,7 +342,7 @@ impl OpKernel for SequenceMap {
                     t => t.reborrow(),
                 }));
             }
-            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            args.extend(outer.iter().map(|t| t.as_ref().map(TensorRef::reborrow)));
             for (o, t) in outs.iter_mut().zip(self.body.run(&args)?) {
                 o.push(t);
             }
@@ -423,7 +423,7 @@ impl OpKernel for Loop {
             args.push(Some(iter.view()));
             args.push(Some(cond_in.view()));
             args.extend(carried.iter().map(|t| Some(t.view())));
-            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            args.extend(outer.iter().map(|t| t.as_ref().map(TensorRef::reborrow)));
             let mut outs = self.body.run(&args)?.into_iter();
             drop(args);
             let c = outs.next().ok_or_else(|| {
@@ -547,7 +547,7 @@ impl OpKernel for BatchedScan {
             }
             let mut args: Vec<Option<TensorRef<'_>>> =
                 owned.iter().map(|t| Some(t.view())).collect();
-            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            args.extend(outer.iter().map(|t| t.as_ref().map(TensorRef::reborrow)));
             let outs = scan.run(&args)?;
             per_output.resize_with(outs.len(), Vec::new);
             for (k, t) in outs.into_iter().enumerate() {
@@ -608,7 +608,7 @@ impl OpKernel for Scan {
             let mut args: Vec<Option<TensorRef<'_>>> = Vec::new();
             args.extend(states.iter().map(|t| Some(t.view())));
             args.extend(slices.iter().map(|t| Some(t.view())));
-            args.extend(outer.iter().map(|t| t.as_ref().map(reborrow)));
+            args.extend(outer.iter().map(|t| t.as_ref().map(TensorRef::reborrow)));
             let mut outs = self.body.run(&args)?.into_iter();
             drop(args);
             states = outs.by_ref().take(self.states).collect();

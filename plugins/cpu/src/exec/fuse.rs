@@ -101,7 +101,7 @@ impl FusedChain {
     ) -> OpResult<Tensor> {
         let mut all: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
-            .map(|t| t.as_ref().map(crate::exec::program::reborrow))
+            .map(|t| t.as_ref().map(TensorRef::reborrow))
             .collect();
         all[primary] = Some(value.view());
         let mut out = self.run(&all)?;
@@ -117,9 +117,7 @@ impl FusedChain {
                 .iter()
                 .map(|o| match o {
                     None => None,
-                    Some(Operand::Ext(i)) => {
-                        inputs[*i].as_ref().map(crate::exec::program::reborrow)
-                    }
+                    Some(Operand::Ext(i)) => inputs[*i].as_ref().map(TensorRef::reborrow),
                     Some(Operand::Tmp(k)) => Some(results[*k].view()),
                 })
                 .collect();
@@ -133,7 +131,7 @@ impl FusedChain {
             results.push(out.swap_remove(0));
         }
         let last = results.pop().ok_or_else(|| OpError("empty chain".into()))?;
-        results.into_iter().for_each(crate::exec::program::recycle);
+        results.into_iter().for_each(Tensor::recycle);
         Ok(last)
     }
 }

@@ -148,7 +148,7 @@ impl OpKernel for Widened {
                 .enumerate()
                 .map(|(i, t)| match rounded.iter().find(|(j, _)| *j == i) {
                     Some((_, r)) => Some(r.view()),
-                    None => t.as_ref().map(crate::exec::program::reborrow),
+                    None => t.as_ref().map(TensorRef::reborrow),
                 })
                 .collect();
             self.inner.run(&args)?

@@ -216,21 +216,6 @@ fn convert_step(label: String, to_half: bool, from: Source, slot: usize) -> Step
     }
 }
 
-/// Gives a dead value's large float or byte buffer back for the next kernels.
-pub(crate) fn recycle(t: Tensor) {
-    match t {
-        Tensor::F32(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
-        Tensor::U8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
-        Tensor::I8(a) => crate::scratch::give(a.into_raw_vec_and_offset().0),
-        _ => {}
-    }
-}
-
-/// A shorter-lived view of a view (`TensorRef` is invariant in its lifetime).
-pub(crate) fn reborrow<'b>(t: &'b TensorRef<'_>) -> TensorRef<'b> {
-    t.reborrow()
-}
-
 /// An initializer's data, copied (string initializers come in the ABI's string form).
 fn initializer(
     graph: &GraphView<'_>,
@@ -455,12 +440,12 @@ impl OpKernel for PostFused {
         let y = outs
             .next()
             .ok_or_else(|| OpError("the fused kernel produced no output".into()))?;
-        outs.for_each(recycle);
+        outs.for_each(Tensor::recycle);
         if applied {
             return Ok(vec![y]);
         }
         let r = self.chain.run_with(b, self.primary, &y);
-        recycle(y);
+        Tensor::recycle(y);
         Ok(vec![r?])
     }
 }
@@ -891,7 +876,7 @@ impl Program {
             Source::Input(i) => inputs
                 .get(i)
                 .and_then(Option::as_ref)
-                .map(reborrow)
+                .map(TensorRef::reborrow)
                 .ok_or_else(|| OpError(format!("input {i} is missing"))),
             Source::Constant(i) => Ok(self.constants[i].view()),
             Source::Slot(i) => slots[i]
@@ -966,7 +951,7 @@ impl Program {
             }
             for &s in &step.frees {
                 if let Some(t) = slots[s].take() {
-                    recycle(t);
+                    Tensor::recycle(t);
                 }
             }
         }

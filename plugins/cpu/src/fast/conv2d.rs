@@ -517,7 +517,7 @@ pub(crate) fn depthwise_taps(
     let oh = oh.min(of.len() / ow);
     let mut oy = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::isa().vnni {
+    if super::isa::isa().vnni {
         // Eight output rows at a time, one 16-lane accumulator each per block of columns.
         for rows in of[..oh * ow].chunks_exact_mut(8 * ow) {
             // SAFETY: the level is VNNI only on a CPU with AVX-512F and BW.
@@ -541,7 +541,7 @@ pub(crate) fn depthwise_taps(
         oy = oh;
     }
     #[cfg(target_arch = "x86_64")]
-    if super::isa().wide && oy < oh {
+    if super::isa::isa().wide && oy < oh {
         // Four output rows at a time: eight independent chains of fused multiply-adds, enough
         // to cover their latency (one row's two chains wait on it).
         for rows in of[..oh * ow].chunks_exact_mut(4 * ow) {
@@ -1223,8 +1223,8 @@ mod tests {
     fn narrow_products_match_sums_on_every_instruction_set() {
         let val = |i: usize, salt: usize| ((i * 37 + salt * 11) % 23) as f32 / 7.0 - 1.5;
         let mut checked = Vec::new();
-        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-            let ran = crate::fast::with_isa(isa, || {
+        for isa in crate::fast::isa::ISAS.iter().filter(|i| i.fast) {
+            let ran = crate::fast::isa::with_isa(isa, || {
                 for (m, n, k) in [(1, 1, 1), (3, 3, 6), (4, 8, 8), (9, 16, 64), (7, 5, 33)] {
                     let (lda, ldc) = (k + 2, n + 3);
                     let a: Vec<f32> = (0..m * lda).map(|i| val(i, 1)).collect();

@@ -21,7 +21,7 @@ pub fn row_dots(m: usize, n: usize, k: usize, a: &[f32], bt: &[f32], out: &mut [
         "row_dots: buffers too small"
     );
     #[cfg(target_arch = "x86_64")]
-    if crate::fast::isa().wide {
+    if crate::fast::isa::isa().wide {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
         unsafe { avx2::row_dots(m, n, k, a, bt, out, ldo) };
         return;
@@ -175,8 +175,8 @@ mod tests {
             (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         };
         let mut checked = Vec::new();
-        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-            let ran = crate::fast::with_isa(isa, || {
+        for isa in crate::fast::isa::ISAS.iter().filter(|i| i.fast) {
+            let ran = crate::fast::isa::with_isa(isa, || {
                 // Every block shape and tail: up to 9 rows, 5 columns, depths across 8 lanes.
                 for (m, n, k) in [
                     (9, 5, 21),

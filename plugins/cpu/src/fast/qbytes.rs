@@ -104,11 +104,11 @@ pub fn run(form: Form, a: &[u8], b: &[u8], zy: i32, signed: bool, out: &mut [May
     let b = if two { b } else { a };
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::isa().vnni {
+    if super::isa::isa().vnni {
         // SAFETY: the level is VNNI only on a CPU with AVX-512F and BW; `a`, `b` and `out`
         // have the same length (asserted).
         done = unsafe { x86::run512(form, a, b, zy, flip, out) };
-    } else if super::isa().wide {
+    } else if super::isa::isa().wide {
         // SAFETY: the level is wide only on a CPU with AVX2 and FMA; lengths as above.
         done = unsafe { x86::run(form, a, b, zy, flip, out) };
     }
@@ -141,7 +141,7 @@ pub fn quantize(x: &[f32], s: f32, z: i32, signed: bool, out: &mut [MaybeUninit<
     assert!((0..=255).contains(&z), "zero point {z} is outside the type");
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::isa().wide {
+    if super::isa::isa().wide {
         // SAFETY: the level is wide only on a CPU with AVX2; `x` and `out` have the same
         // length (asserted).
         done = unsafe { x86::quantize(x, s, z, flip, out) };
@@ -194,7 +194,7 @@ impl Acc for i32 {
     ) -> usize {
         // SAFETY: the caller's contract; the level is VNNI only on a CPU with AVX-512F and BW.
         unsafe {
-            if super::isa().vnni {
+            if super::isa::isa().vnni {
                 x86::requantize512_i32(acc, bs, zy, flip, out, redo)
             } else {
                 x86::requantize_i32(acc, bs, zy, flip, out, redo)
@@ -223,7 +223,7 @@ impl Acc for f32 {
     ) -> usize {
         // SAFETY: the caller's contract; the level is VNNI only on a CPU with AVX-512F and BW.
         unsafe {
-            if super::isa().vnni {
+            if super::isa::isa().vnni {
                 x86::requantize512_f32(acc, bs, zy, flip, out, redo)
             } else {
                 x86::requantize_f32(acc, bs, zy, flip, out, redo)
@@ -301,7 +301,7 @@ impl Requant {
         assert_eq!(acc.len(), out.len());
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
-        if super::isa().wide {
+        if super::isa::isa().wide {
             let redo = |acc: &[A], out: &mut [u8]| self.each(acc, out);
             // SAFETY: the level is wide only on a CPU with AVX2; same lengths (asserted).
             done = unsafe { A::blocks(acc, (self.b32, self.f32_), self.zy, self.flip, out, &redo) };

@@ -57,7 +57,7 @@ impl PackedB {
                 (i32::from(v) - 128) as i8
             }
         };
-        let layout = if super::isa().vnni {
+        let layout = if super::isa::isa().vnni {
             let quads = k.div_ceil(4);
             let mut packed = vec![0i8; n.div_ceil(NB) * quads * NB * 4];
             let mut sums = vec![0i32; n];

@@ -1,37 +1,10 @@
 //! Hot f32 loops compiled three times: for the baseline x86-64 the binary targets, for AVX2 with
-//! FMA, and for AVX-512, chosen at run time by the row of [`super::ISAS`] this CPU runs. The loops
+//! FMA, and for AVX-512, chosen at run time by the row of [`super::isa::ISAS`] this CPU runs. The loops
 //! are written plainly; the compiler vectorizes them to the width the enabled features give (4
 //! lanes baseline, 8 with AVX2, 16 with AVX-512), with the same operations in the same order.
 
-/// Whether the CPU itself has AVX2 and FMA.
-pub(crate) fn cpu_has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether the CPU has AVX-512F/BW with VNNI, besides AVX2 and FMA.
-pub(crate) fn cpu_has_avx512_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        cpu_has_avx2_fma()
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// `multiversion! { pub fn name(args) -> R { body } }` defines `name` so that `body` runs
-/// compiled with AVX-512F/BW on the VNNI row of [`super::ISAS`], with AVX2 and FMA on the other
+/// compiled with AVX-512F/BW on the VNNI row of [`super::isa::ISAS`], with AVX2 and FMA on the other
 /// wide rows, and as baseline code elsewhere.
 /// Everything `body` calls that should benefit must be `#[inline(always)]`.
 #[macro_export]
@@ -50,7 +23,7 @@ macro_rules! multiversion {
                 fn wide512($($a: $t),*) $(-> $r)? {
                     body($($a),*)
                 }
-                let isa = $crate::fast::isa();
+                let isa = $crate::fast::isa::isa();
                 if isa.vnni {
                     // SAFETY: the VNNI level is chosen only on a CPU with AVX-512F/BW, AVX2
                     // and FMA.

@@ -296,12 +296,7 @@ fn build_one_hot_encoder(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         if let TensorRef::Str(a) = x {
-            return one(super::ml_values::one_hot_strings(
-                &op,
-                a,
-                &cat_strings,
-                zeros,
-            ));
+            return one(one_hot_strings(&op, a, &cat_strings, zeros));
         }
         let values: Vec<f64> = match x.elem_type() {
             ElementType::Int64 | ElementType::Int32 | ElementType::Float | ElementType::Double => {
@@ -827,4 +822,37 @@ fn build_label_encoder_1(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
         }
     }))
+}
+/// String categories of OneHotEncoder: one column per category, 1 where the input equals it.
+pub(crate) fn one_hot_strings(
+    op: &str,
+    a: &ndarray::ArrayViewD<'_, String>,
+    cats: &[String],
+    zeros: bool,
+) -> OpResult<Tensor> {
+    let index: HashMap<&str, usize> = cats
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i))
+        .collect();
+    let k = cats.len();
+    let mut out: Vec<f32> = crate::limits::zeros_checked(
+        a.len()
+            .checked_mul(k)
+            .ok_or_else(|| OpError(format!("{op}: the output is too large")))?,
+        op,
+    )?;
+    for (i, s) in a.iter().enumerate() {
+        match index.get(s.as_str()) {
+            Some(&j) => out[i * k + j] = 1.0,
+            None if zeros => {}
+            None => bail!("{op}: {s:?} is not among the categories and zeros is 0"),
+        }
+    }
+    let mut shape = a.shape().to_vec();
+    shape.push(k);
+    Ok(Tensor::F32(
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), out)
+            .map_err(|e| OpError(e.to_string()))?,
+    ))
 }

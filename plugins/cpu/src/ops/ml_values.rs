@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use epx_plugin_api::ElementType;
-use ndarray::ArrayD;
 
 use super::ml::class_labels;
 use super::util::input;
@@ -214,37 +213,4 @@ fn build_category_mapper(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             ),
         }
     }))
-}
-
-/// String categories of OneHotEncoder: one column per category, 1 where the input equals it.
-pub(crate) fn one_hot_strings(
-    op: &str,
-    a: &ndarray::ArrayViewD<'_, String>,
-    cats: &[String],
-    zeros: bool,
-) -> OpResult<Tensor> {
-    let index: HashMap<&str, usize> = cats
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.as_str(), i))
-        .collect();
-    let k = cats.len();
-    let mut out: Vec<f32> = crate::limits::zeros_checked(
-        a.len()
-            .checked_mul(k)
-            .ok_or_else(|| OpError(format!("{op}: the output is too large")))?,
-        op,
-    )?;
-    for (i, s) in a.iter().enumerate() {
-        match index.get(s.as_str()) {
-            Some(&j) => out[i * k + j] = 1.0,
-            None if zeros => {}
-            None => bail!("{op}: {s:?} is not among the categories and zeros is 0"),
-        }
-    }
-    let mut shape = a.shape().to_vec();
-    shape.push(k);
-    Ok(Tensor::F32(
-        ArrayD::from_shape_vec(ndarray::IxDyn(&shape), out).map_err(|e| OpError(e.to_string()))?,
-    ))
 }

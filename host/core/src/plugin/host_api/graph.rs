@@ -6,6 +6,7 @@ use epx_plugin_api::dlpack::DLTensor;
 use epx_plugin_api::ffi_boundary;
 use epx_plugin_api::sdk::Error as SdkError;
 
+use super::args::{index, write_sized};
 use crate::model::ir::{AttributeValue, Dim, Graph, Model, ValueType};
 use crate::value::{DlView, ElementType};
 
@@ -208,50 +209,6 @@ pub(super) unsafe fn abi_graph<'a>(graph: *const EpxGraph) -> Result<&'a AbiGrap
     // SAFETY: the caller's contract.
     unsafe { graph.cast::<AbiGraph<'a>>().as_ref() }
         .ok_or_else(|| SdkError::invalid_argument("NULL graph handle"))
-}
-
-pub(super) fn index<T>(items: &[T], i: usize, what: &str) -> Result<usize, SdkError> {
-    if i < items.len() {
-        Ok(i)
-    } else {
-        Err(SdkError::invalid_argument(format!(
-            "{what} {i} out of range (the graph has {})",
-            items.len()
-        )))
-    }
-}
-
-/// Writes `value` into a plugin-provided out-struct, never past the size the plugin declared.
-///
-/// # Safety
-/// `out` points at a writable struct of at least `(*out).struct_size` bytes.
-pub(super) unsafe fn write_sized<T>(out: *mut T, value: T) -> Result<(), SdkError> {
-    if out.is_null() {
-        return Err(SdkError::invalid_argument("NULL out-pointer"));
-    }
-    // SAFETY: every ABI struct starts with `struct_size: usize` (caller's contract).
-    let declared = unsafe { *out.cast::<usize>() };
-    let full = std::mem::size_of::<T>();
-    if declared >= full {
-        // SAFETY: the plugin's struct is at least as large as ours.
-        unsafe { out.write(value) };
-    } else if declared >= std::mem::size_of::<usize>() {
-        // An older plugin with a shorter struct: copy the prefix it knows, keeping its size.
-        // SAFETY: both regions are valid for `declared` bytes and do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&value as *const T).cast::<u8>(),
-                out.cast::<u8>(),
-                declared,
-            );
-            *out.cast::<usize>() = declared;
-        }
-    } else {
-        return Err(SdkError::invalid_argument(
-            "out-struct has no valid struct_size",
-        ));
-    }
-    Ok(())
 }
 
 pub(super) unsafe extern "C" fn graph_node_count(graph: *const EpxGraph) -> usize {

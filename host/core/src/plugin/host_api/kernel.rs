@@ -7,8 +7,8 @@ use epx_plugin_api::dlpack::{DLDataType, DLTensor};
 use epx_plugin_api::ffi_boundary;
 use epx_plugin_api::sdk::Error as SdkError;
 
-use super::*;
-use crate::plugin::ProviderInstance;
+use super::args::{index, out_ptr, read_shape};
+use super::values::{CallTensor, ValueHandle, take_handle};
 use crate::value::{DeviceMemory, DeviceTensor, DlView, ElementType, Tensor, Value};
 
 pub(super) struct CallInput<'t> {
@@ -22,7 +22,7 @@ pub(crate) struct KernelCall<'t> {
     inputs: Vec<Option<CallInput<'t>>>,
     pub(crate) outputs: Vec<Option<(Value, Option<CallTensor>)>>,
     /// Where outputs are allocated: `None` for host memory, else the device EP.
-    device: Option<&'t Arc<ProviderInstance>>,
+    device: Option<Arc<dyn DeviceMemory>>,
 }
 
 impl<'t> KernelCall<'t> {
@@ -31,7 +31,7 @@ impl<'t> KernelCall<'t> {
     pub(crate) fn new(
         inputs: &[Option<&'t Value>],
         num_outputs: usize,
-        device: Option<&'t Arc<ProviderInstance>>,
+        device: Option<Arc<dyn DeviceMemory>>,
         abi_minor: u32,
     ) -> Result<Self, String> {
         let mut call_inputs = Vec::with_capacity(inputs.len());
@@ -88,16 +88,15 @@ impl<'t> KernelCall<'t> {
         shape: &[usize],
     ) -> Result<(Value, Option<CallTensor>), SdkError> {
         let oom = |e: crate::error::Error| SdkError::new(EpxStatusCode::OutOfMemory, e.to_string());
-        match self.device {
+        match &self.device {
             None => {
                 let tensor = Tensor::zeros(elem, shape).map_err(oom)?;
                 let view = DlView::of(&tensor)
                     .ok_or_else(|| SdkError::not_implemented(format!("{elem} outputs")))?;
                 Ok((Value::Host(tensor), Some(CallTensor::Host(view))))
             }
-            Some(p) => {
-                let memory: Arc<dyn DeviceMemory> = p.clone();
-                let t = DeviceTensor::allocate(&memory, elem, shape).map_err(oom)?;
+            Some(memory) => {
+                let t = DeviceTensor::allocate(memory, elem, shape).map_err(oom)?;
                 let dl = Box::new(t.dl());
                 Ok((Value::Device(t), Some(CallTensor::Device(dl))))
             }
@@ -226,28 +225,6 @@ pub(super) unsafe extern "C" fn kernel_output(
         unsafe { *out = p };
         Ok::<(), SdkError>(())
     })
-}
-
-/// # Safety
-/// `shape` is NULL or points at `ndim` extents.
-pub(super) unsafe fn read_shape(ndim: i32, shape: *const i64) -> Result<Vec<usize>, SdkError> {
-    let ndim = usize::try_from(ndim)
-        .map_err(|_| SdkError::invalid_argument(format!("negative ndim {ndim}")))?;
-    let dims: &[i64] = if ndim == 0 {
-        &[]
-    } else if shape.is_null() {
-        return Err(SdkError::invalid_argument("NULL shape"));
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts(shape, ndim) }
-    };
-    dims.iter()
-        .map(|&d| {
-            usize::try_from(d).map_err(|_| {
-                SdkError::invalid_argument(format!("negative extent {d} in shape {dims:?}"))
-            })
-        })
-        .collect()
 }
 
 pub(super) unsafe extern "C" fn kernel_output_value(

@@ -10,13 +10,13 @@ use epx_plugin_api::abi::*;
 use epx_plugin_api::ffi_boundary;
 use epx_plugin_api::sdk::{Error as SdkError, into_raw_status};
 
+mod args;
 mod graph;
 mod kernel;
 mod values;
 
 pub(crate) use graph::AbiGraph;
 pub(crate) use kernel::KernelCall;
-pub(crate) use values::CallTensor;
 
 use graph::*;
 use kernel::*;

@@ -7,7 +7,7 @@ use epx_plugin_api::dlpack::{DLDataType, DLTensor};
 use epx_plugin_api::ffi_boundary;
 use epx_plugin_api::sdk::Error as SdkError;
 
-use super::*;
+use super::args::{index, out_ptr, read_shape};
 use crate::value::{DlView, ElementType, Map, Sequence, Tensor, Value};
 
 /// A tensor handed to a plugin for one call: a host tensor's view (owning its shape array) or
@@ -187,14 +187,6 @@ pub(super) unsafe fn take_handle(v: *mut EpxValue) -> Result<Box<ValueHandle>, S
     }
     // SAFETY: made by `Box::into_raw` in a `value_new_*` function and owned by the caller.
     Ok(unsafe { Box::from_raw(v.cast::<ValueHandle>()) })
-}
-
-pub(super) fn out_ptr<T>(out: *mut T) -> Result<*mut T, SdkError> {
-    if out.is_null() {
-        Err(SdkError::invalid_argument("NULL out-pointer"))
-    } else {
-        Ok(out)
-    }
 }
 
 /// One input of a kernel call: the session's value, its tensor view when it is a tensor, and

@@ -8,11 +8,12 @@
 //! fails with an error saying how it ended, and the next call starts a new child and compiles the
 //! session's kernels there again. Only EPs whose tensors live in host memory can be isolated.
 
-mod remote;
+pub mod config;
+pub(crate) mod remote;
 mod serve;
 mod shm;
 mod wire;
 
-pub(crate) use remote::Remote;
-pub use remote::{Described, Isolation, describe};
+pub use config::Isolation;
+pub use remote::describe;
 pub use serve::serve;

@@ -8,50 +8,27 @@ use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use epx_plugin_api::abi::{EpxStatusCode, EpxVersion};
 
+use super::config::Isolation;
 use super::shm::{Shared, align_up};
 use super::wire::{self, Reader, Writer, ask, reply};
 use crate::error::{Error, PluginLoadErrorKind as Kind, Result};
 use crate::model::ir::{Graph, Model};
 use crate::model::onnx::save::subgraph_model_bytes_with_shapes as subgraph_model_bytes;
-use crate::plugin::admit::Refusal;
-use crate::plugin::library::{Device, ProviderDescription};
+use crate::plugin::library::{Described, Device, ProviderDescription};
 use crate::plugin::probe::{exit_signal, signal_name};
+use crate::plugin::refusal::Refusal;
 use crate::plugin::sealed::LibraryImage;
 use crate::value::{ElementType, Tensor, Value};
 
 /// The descriptor number the shared memory has in the child.
 pub(super) const CHILD_SHM_FD: i32 = 3;
-
-/// How an EP runs in its own process: the `epx` executable that hosts it, and how long one call
-/// may take before the process is taken for hung.
-#[derive(Clone, Debug)]
-pub struct Isolation {
-    pub exe: PathBuf,
-    pub timeout: Duration,
-}
-
-impl Isolation {
-    /// `exe`, with the call timeout `EPX_ISOLATE_TIMEOUT_S` (default 600 s: a compile through
-    /// a GPU runtime can take minutes).
-    pub fn new(exe: PathBuf) -> Self {
-        let secs = std::env::var("EPX_ISOLATE_TIMEOUT_S")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .unwrap_or(600.0);
-        Isolation {
-            exe,
-            timeout: Duration::from_secs_f64(secs),
-        }
-    }
-}
 
 /// A running child: its pipes and the memory it shares with this process.
 struct Process {
@@ -234,15 +211,6 @@ impl Process {
             None => "closed its pipe and did not exit".into(),
         }
     }
-}
-
-/// What a child process said about the library it opened.
-#[derive(Clone, Debug)]
-pub struct Described {
-    pub name: String,
-    pub version: String,
-    pub abi_version: EpxVersion,
-    pub providers: Vec<ProviderDescription>,
 }
 
 /// The child's first frame: the library's ABI version and EPs, or why it was refused.

@@ -15,9 +15,11 @@ use super::wire::{self, Reader, Writer, ask, reply};
 use crate::error::Error;
 use crate::error::PluginLoadErrorKind as Kind;
 use crate::model::onnx::load_model_bytes;
-use crate::plugin::admit::Refusal;
+use crate::plugin::host_api::AbiGraph;
+use crate::plugin::library::PluginLibrary;
+use crate::plugin::provider::{CompiledKernel, ProviderInstance};
+use crate::plugin::refusal::Refusal;
 use crate::plugin::sealed::LibraryImage;
-use crate::plugin::{AbiGraph, CompiledKernel, PluginLibrary, ProviderInstance};
 use crate::value::{Tensor, Value};
 
 /// A failed request: the status code and message sent back.

@@ -37,10 +37,8 @@ pub use report::{
     DependencyEntry, DependencyReport, DependencyStatus, MissingDependencies, ResolveError,
     SearchPlace,
 };
+pub use search::LIBRARY_PATH_ENV;
 use search::*;
-
-/// Environment variable with extra folders to search for plugin dependencies (a path list).
-pub const LIBRARY_PATH_ENV: &str = "EPX_LIBRARY_PATH";
 
 /// How deep transitive dependencies are followed (plugin → its deps → theirs …).
 const MAX_DEPTH: usize = 16;

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::ResolveError;
+use super::report::ResolveError;
 
 /// Dynamic segments are a few hundred bytes; a larger one means a corrupt file.
 pub(super) const MAX_DYNAMIC_BYTES: u64 = 1 << 20;

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::LIBRARY_PATH_ENV;
+use super::search::LIBRARY_PATH_ENV;
 
 /// Which rule of the search order found a library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::LIBRARY_PATH_ENV;
+/// Environment variable with extra folders to search for plugin dependencies (a path list).
+pub const LIBRARY_PATH_ENV: &str = "EPX_LIBRARY_PATH";
 
 /// How long the `python3` site-packages query may take.
 pub(super) const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);

@@ -129,13 +129,6 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Runs `f` inside the panic boundary ([`crate::ffi::boundary`]), turning an error into a
-/// status and a panic into a `Panic` status naming `what` was running. For hand-written exports;
-/// [`ffi_boundary!`](crate::ffi_boundary) names the function by itself.
-pub fn guard(what: &'static str, f: impl FnOnce() -> Result<()>) -> *mut EpxStatus {
-    crate::ffi::boundary(what, f)
-}
-
 /// Reads a NUL-terminated string, or `""` for NULL.
 ///
 /// # Safety
@@ -161,15 +154,5 @@ mod tests {
         assert_eq!(err, Error::runtime("it broke"));
         // SAFETY: NULL is success.
         assert!(unsafe { take_status(std::ptr::null_mut()) }.is_ok());
-    }
-
-    #[test]
-    fn guard_catches_panics() {
-        let raw = guard("execute", || panic!("boom"));
-        // SAFETY: made by `guard`.
-        let err = unsafe { take_status(raw) }.unwrap_err();
-        assert_eq!(err.code, EpxStatusCode::Panic);
-        assert_eq!(err.message, "panic in execute: boom");
-        assert!(guard("x", || Ok(())).is_null());
     }
 }

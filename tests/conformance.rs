@@ -287,7 +287,7 @@ fn ops_table(per_op: &BTreeMap<(String, String), OpTally>, passed: usize, total:
             .or_default()
             .push((s.since_version, s.until_version));
     }
-    for (op, since) in epx_cpu::exec::control::CONTROL_FLOW_OPSETS {
+    for (op, since) in epx_cpu::kernel::CONTROL_FLOW_OPSETS {
         ops.entry((String::new(), op.to_string()))
             .or_default()
             .push((since, i64::MAX));

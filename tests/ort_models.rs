@@ -3,7 +3,7 @@
 //! FusedGemm, FusedMatMul, Gelu, BiasGelu) and its opset-1 LayerNormalization. The CPU EP must
 //! run every node of each and give ONNX Runtime's outputs.
 
-use epx::{ElementType, Session, Value};
+use epx::{ElementType, ExecutionProvider, Session, Value};
 use epx_io::valuefile;
 use epx_tests::examples::{f32s, reference_npy_in, run, tensor};
 use epx_tests::repo_root;
@@ -139,16 +139,72 @@ fn scikit_learn_models_run_on_the_cpu_ep() {
     eprintln!("{} scikit-learn models match ONNX Runtime", models.len());
 }
 
+/// Each compile pass of the CPU EP that can be turned off (`disable_passes`, for bisecting a
+/// wrong answer) leaves the answer ONNX Runtime's on models where it has work to do: QDQ
+/// folding, Conv/BatchNormalization folding, constants folded into nested bodies, float16
+/// tables, fused chains. A name that is no pass is refused with the list.
+#[test]
+fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
+    let dir = repo_root().join("tests/models");
+    let passes = [
+        "plan_qdq",
+        "fold_batch_norm",
+        "elide_casts",
+        "fold_constants",
+        "prepare_kernels",
+        "fuse_chains",
+        "plan_frees",
+    ];
+    let models: [(&str, fn(f32) -> f32); 5] = [
+        ("ort-qdq-cnn", |_| 0.0),
+        ("ort-conv-bn", |y| 1e-5 * y.abs().max(1.0)),
+        ("ort-nested-constants", |_| 1e-5),
+        ("float16-gather", |y| 1e-3 * y.abs().max(1.0)),
+        ("ort-opt-mnist-cnn", |_| 1e-5),
+    ];
+    for pass in passes {
+        for (model, tolerance) in models {
+            eprintln!("{model} without {pass}");
+            check_with(&dir, model, Some(pass), tolerance);
+        }
+    }
+    let err = Session::builder()
+        .unwrap()
+        .with_execution_providers([ExecutionProvider::new("cpu")
+            .with_option("disable_passes", "fold_constant")
+            .error_on_failure()])
+        .unwrap()
+        .commit_from_file(dir.join("ort-conv-bn.onnx"))
+        .err()
+        .expect("an unknown pass is refused")
+        .to_string();
+    assert!(
+        err.contains("no compile pass `fold_constant`") && err.contains("fold_constants"),
+        "{err}"
+    );
+}
+
 /// Runs `dir/model.onnx` with every node on the CPU EP on its saved input and compares each
 /// output with ONNX Runtime's: floats within `tolerance(expected value)`, others exactly.
 fn check_against_onnx_runtime(dir: &Path, model: &str, tolerance: impl Fn(f32) -> f32) {
+    check_with(dir, model, None, tolerance)
+}
+
+/// [`check_against_onnx_runtime`], with the CPU EP's compile passes `disable` turned off.
+fn check_with(dir: &Path, model: &str, disable: Option<&str>, tolerance: impl Fn(f32) -> f32) {
     eprintln!(
         "{model}: CPU EP kernels: {}",
         epx_cpu::fast::process_isa().name
     );
+    let mut cpu = ExecutionProvider::new("cpu").error_on_failure();
+    if let Some(passes) = disable {
+        cpu = cpu.with_option("disable_passes", passes);
+    }
     let session = Session::builder()
         .expect("builder")
         .with_strict_placement(true)
+        .with_execution_providers([cpu])
+        .expect("the CPU EP")
         .commit_from_file(dir.join(format!("{model}.onnx")))
         .unwrap_or_else(|e| panic!("{model}: {e}"));
     assert!(

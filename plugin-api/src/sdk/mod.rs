@@ -10,6 +10,7 @@ mod graph;
 mod location;
 mod options;
 mod tensor;
+pub mod testing;
 mod value;
 
 use std::ffi::{CString, c_char, c_void};

@@ -223,6 +223,16 @@ impl NodeDef {
     }
 }
 
+/// The control-flow ops the CPU EP runs (outside the kernel registry, since their bodies are
+/// compiled as programs by [`crate::exec`]) and the first opset each is supported at.
+pub const CONTROL_FLOW_OPSETS: [(&str, i64); 4] =
+    [("If", 1), ("Loop", 1), ("Scan", 9), ("SequenceMap", 17)];
+
+/// Whether `op` is a control-flow op ([`CONTROL_FLOW_OPSETS`]).
+pub fn is_control_flow(op: &str) -> bool {
+    CONTROL_FLOW_OPSETS.iter().any(|(name, _)| *name == op)
+}
+
 /// A built kernel: runs one node.
 pub trait OpKernel: Send + Sync {
     /// inputs: one entry per node input, None for an absent optional input. Returns one tensor

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::OpError;
-use crate::exec::program::{Program, is_control_flow};
+use crate::exec::passes::CompileOptions;
+use crate::exec::program::{Program, compile_options};
+use crate::kernel::is_control_flow;
 use crate::ops::registry;
 use crate::tensor::{MapValue, Sequence, Tensor, TensorRef, packed_bits};
 
@@ -69,6 +71,8 @@ impl ProviderFactory for CpuFactory {
         crate::fast::configured_isa().map_err(Error::invalid_argument)?;
         let threads = options
             .take_parsed::<usize>("intra_op_num_threads", "a thread count (0: one per core)")?;
+        let passes = options.take("disable_passes");
+        let compile = compile_options(passes.as_deref()).map_err(Error::invalid_argument)?;
         // The one device it lists is this processor.
         if let Some(d) = options.take_device()?
             && d != 0
@@ -87,7 +91,9 @@ impl ProviderFactory for CpuFactory {
             }
             Some(n) => n,
         };
-        CpuProvider::with_threads(threads).map(|p| Box::new(p) as Box<dyn Provider>)
+        let mut provider = CpuProvider::with_threads(threads)?;
+        provider.compile = compile;
+        Ok(Box::new(provider))
     }
 }
 
@@ -104,6 +110,8 @@ pub const MAX_THREADS: usize = 1024;
 #[derive(Debug, Default)]
 pub struct CpuProvider {
     pool: Option<Arc<crate::par::Pool>>,
+    /// The compile passes turned off (option `disable_passes`, `EPX_CPU_DISABLE_PASSES`).
+    compile: CompileOptions,
 }
 
 impl CpuProvider {
@@ -116,7 +124,10 @@ impl CpuProvider {
         } else {
             None
         };
-        Ok(CpuProvider { pool })
+        Ok(CpuProvider {
+            pool,
+            compile: CompileOptions::default(),
+        })
     }
 }
 
@@ -149,7 +160,7 @@ impl Provider for CpuProvider {
         sub: &SubgraphView<'_>,
     ) -> sdk::Result<Box<dyn Kernel>> {
         let inputs: Vec<Option<u32>> = sub.inputs.iter().map(|&v| Some(v)).collect();
-        let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs, &[])?;
+        let program = Program::compile(graph, sub.nodes, &inputs, sub.outputs, &[], &self.compile)?;
         let heavy = program.has_heavy_steps();
         let row_model = program.has_row_model_steps();
         // A small program (a few MiB of weights) may turn out too quick for the pool: its first

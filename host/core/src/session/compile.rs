@@ -683,8 +683,8 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::value::ElementType;
     use crate::model::onnx::testing::{graph, model, node};
+    use crate::value::ElementType;
 
     fn env_with_default(ep: ExecutionProvider) -> Arc<Environment> {
         Environment::builder()

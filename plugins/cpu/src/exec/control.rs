@@ -2,11 +2,6 @@
 //! [`Program`]s. The values a body reads from enclosing graphs arrive as the node's implicit
 //! inputs, after its explicit ones.
 
-/// The control-flow ops the CPU EP runs (outside the kernel registry, since their bodies are
-/// compiled as programs) and the first opset each is supported at.
-pub const CONTROL_FLOW_OPSETS: [(&str, i64); 4] =
-    [("If", 1), ("Loop", 1), ("Scan", 9), ("SequenceMap", 17)];
-
 use std::collections::HashMap;
 
 use epx_plugin_api::sdk::{self, Error, GraphView, NodeView};
@@ -15,6 +10,7 @@ use ndarray::Axis;
 use crate::kernel::{NodeDef, OpKernel};
 
 use crate::error::{OpError, OpResult};
+use crate::exec::passes::CompileOptions;
 use crate::exec::program::Program;
 use crate::tensor::{Elem, Tensor, TensorRef};
 
@@ -26,6 +22,7 @@ pub(crate) fn build(
     def: &NodeDef,
     graphs: &HashMap<String, GraphView<'_>>,
     fixed: &[Option<&Tensor>],
+    options: &CompileOptions,
 ) -> sdk::Result<Box<dyn OpKernel>> {
     let mut outer = Vec::with_capacity(node.implicit_inputs.len());
     for &v in &node.implicit_inputs {
@@ -38,7 +35,7 @@ pub(crate) fn build(
                 def.op_type, def.name
             ))
         })?;
-        Program::compile_graph(g, &outer, fixed)
+        Program::compile_graph(g, &outer, fixed, options)
     };
     let explicit = node.inputs.len();
     Ok(match def.op_type.as_str() {

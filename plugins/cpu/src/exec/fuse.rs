@@ -3,7 +3,7 @@
 //! after the other, with the same results.
 
 use crate::error::{OpError, OpResult};
-use crate::fast::chain::{Chain, EwOp, Operand};
+use crate::fast::chain::{Chain, ChainPost, EwOp, Operand};
 use crate::kernel::{NodeDef, OpKernel};
 use crate::tensor::{Tensor, TensorRef};
 
@@ -142,5 +142,35 @@ impl OpKernel for FusedChain {
             Some(t) => t,
             None => self.run_each(inputs)?,
         }])
+    }
+}
+
+/// A kernel followed by an elementwise chain over its output 0, applied inside the kernel
+/// where it can ([`OpKernel::run_with_post`]), else afterwards.
+pub(crate) struct PostFused {
+    pub first: Box<dyn OpKernel>,
+    /// How many of the step's inputs are the first kernel's.
+    pub first_inputs: usize,
+    pub chain: FusedChain,
+    /// The chain input that is the first kernel's output.
+    pub primary: usize,
+}
+
+impl OpKernel for PostFused {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
+        let (a, b) = inputs.split_at(self.first_inputs.min(inputs.len()));
+        let mut post = ChainPost::new(&self.chain.chain, b, self.primary);
+        let (outs, applied) = self.first.run_with_post(a, &mut post)?;
+        let mut outs = outs.into_iter();
+        let y = outs
+            .next()
+            .ok_or_else(|| OpError("the fused kernel produced no output".into()))?;
+        outs.for_each(Tensor::recycle);
+        if applied {
+            return Ok(vec![y]);
+        }
+        let r = self.chain.run_with(b, self.primary, &y);
+        Tensor::recycle(y);
+        Ok(vec![r?])
     }
 }

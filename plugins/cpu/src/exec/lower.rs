@@ -132,7 +132,26 @@ pub(crate) struct Widened {
     pub round: Vec<usize>,
 }
 
+/// `kernel` as it runs inside a program when its node reads or writes float16 (`round`: the
+/// inputs to round first, from [`prepare`]); as it is otherwise.
+pub(crate) fn widened(kernel: Box<dyn OpKernel>, round: Option<Vec<usize>>) -> Box<dyn OpKernel> {
+    match round {
+        Some(round) => Box::new(Widened {
+            inner: kernel,
+            round,
+        }),
+        None => kernel,
+    }
+}
+
 impl OpKernel for Widened {
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        // Rounded inputs reach the kernel as float16, not as the float32 constants here.
+        if self.round.is_empty() {
+            self.inner.prepare(constants);
+        }
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let out = if self.round.is_empty() {
             self.inner.run(inputs)?

@@ -21,26 +21,20 @@
 //! path rounds each float32 product: answers differ from the unfolded graph's in the last unit
 //! of the few outputs that fall near a rounding boundary, like ONNX Runtime's.
 //!
-//! Folding is a fast kernel: the reference level runs the graph as written.
+//! Folding is a fast kernel: the reference level runs the graph as written (the `plan_qdq`
+//! pass of [`crate::exec::program`] runs at the fast levels only).
 
 use std::collections::{HashMap, HashSet};
 
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk::{self, Attribute, GraphView, NodeView, TensorView};
 
-/// The nodes to compile, in order: `nodes` with the patterns folded.
+/// The nodes to compile, in order: `views` with the patterns folded.
 pub(crate) fn plan<'a>(
     graph: &GraphView<'a>,
-    nodes: &[u32],
+    views: Vec<NodeView<'a>>,
     outputs: &[u32],
 ) -> sdk::Result<Vec<NodeView<'a>>> {
-    let views: Vec<NodeView<'a>> = nodes
-        .iter()
-        .map(|&id| graph.node(id))
-        .collect::<sdk::Result<_>>()?;
-    if !crate::fast::enabled() {
-        return Ok(views);
-    }
     let mut producer: HashMap<u32, usize> = HashMap::new();
     // How many times each value is read, and the last node that reads it.
     let mut readers: HashMap<u32, usize> = HashMap::new();

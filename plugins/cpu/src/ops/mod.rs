@@ -33,7 +33,7 @@ pub mod softmax;
 pub mod strings;
 pub mod svm;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub mod training;
 pub mod trees;
 pub mod util;

@@ -12,6 +12,7 @@
 pub mod chain;
 pub mod conv2d;
 pub mod dots;
+pub mod gemm;
 pub mod geometry;
 pub mod isa;
 pub mod lstm;

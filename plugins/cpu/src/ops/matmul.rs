@@ -64,7 +64,7 @@ impl MatElem for f32 {
         // agree above) at their own strides; `c` is borrowed mutably, so it overlaps neither
         // `a` nor `b`. dst = beta·dst + alpha·(a · b), dst read only when beta is not 0.
         unsafe {
-            crate::fast::conv2d::gemm_f32(
+            crate::fast::gemm::gemm_f32(
                 (m, n, k),
                 (c.as_mut_ptr(), sc1, sc0),
                 beta != 0.0,

@@ -297,7 +297,7 @@ impl Elem for bool {
     }
 }
 
-fn scalar_f64(s: Scalar) -> f64 {
+fn scalar_as_f64(s: Scalar) -> f64 {
     match s {
         Scalar::F(v) => v,
         Scalar::I(v) => v as f64,
@@ -306,7 +306,7 @@ fn scalar_f64(s: Scalar) -> f64 {
     }
 }
 
-fn scalar_i64(s: Scalar) -> i64 {
+fn scalar_as_i64(s: Scalar) -> i64 {
     match s {
         Scalar::F(v) => v as i64,
         Scalar::I(v) => v,
@@ -366,7 +366,7 @@ macro_rules! impl_elem_narrow_float {
         impl_elem_narrow!(
             $t,
             |x| Scalar::F(f64::from(x.to_f32())),
-            |s, cast| $t::from_f64_with(scalar_f64(s), cast),
+            |s, cast| $t::from_f64_with(scalar_as_f64(s), cast),
             |c| $t(c),
             |x| x.0
         );
@@ -380,7 +380,7 @@ macro_rules! impl_elem_narrow_int {
         impl_elem_narrow!(
             $t,
             |x| impl_elem_num!(@to $kind, x.0),
-            |s, _cast| $t::wrapping(scalar_i64(s)),
+            |s, _cast| $t::wrapping(scalar_as_i64(s)),
             |c| $t::from_code(c),
             |x| x.code()
         );

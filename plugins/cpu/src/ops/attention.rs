@@ -6,11 +6,15 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::util::{broadcast_to, float_values, input, opt_input, tensor_from_f64};
+use crate::ops::util::broadcast::broadcast_to;
+
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::add;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {

@@ -5,12 +5,16 @@ use std::ops::{BitAnd, BitOr, BitXor, Not};
 
 use ndarray::ArrayViewD;
 
-use super::util::{Num, binary_map, input, same_type, typed_like};
+use crate::ops::util::num::Num;
+
+use crate::ops::util::broadcast::binary_map;
+
 use crate::dispatch_int;
 use crate::dispatch_numeric;
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, same_type, typed_like};
 use crate::tensor::{Elem, Tensor};
 
 pub fn register(reg: &mut Registry) {

@@ -6,12 +6,12 @@
 //! FusedConv keeps the convolution's fast path: its activation runs inside the convolution,
 //! band by band, as a [`PostOp`].
 
-use super::util::{input, opt_input};
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::fast::chain::EwOp;
 use crate::fast::post::PostOp;
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, add_epx, add_ms};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -1304,7 +1304,7 @@ fn fused_operand(
     if trans {
         perm.swap(rank - 2, rank - 1);
     }
-    let transposed = super::shape::transpose(op, t, &perm)?;
+    let transposed = crate::ops::shape::transpose(op, t, &perm)?;
     Ok(Some(transposed))
 }
 

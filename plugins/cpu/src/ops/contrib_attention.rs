@@ -6,11 +6,11 @@
 
 use epx_plugin_api::ElementType;
 
-use super::util::{input, opt_input};
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::add_ms;
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -645,7 +645,7 @@ impl OpKernel for Gqa {
             );
         }
         let total_len =
-            super::util::scalar_i64(op, "total_sequence_length", input(op, inputs, 6)?)?;
+            crate::ops::util::args::scalar_i64(op, "total_sequence_length", input(op, inputs, 6)?)?;
         let total_len = usize::try_from(total_len)
             .map_err(|_| OpError(format!("{op}: negative total_sequence_length")))?;
         let past_k = opt_input(inputs, 3);

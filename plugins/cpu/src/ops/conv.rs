@@ -3,13 +3,14 @@
 
 use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
 
-use super::matmul::MatElem;
-use super::util::{
-    SpatialAttrs, c_strides, for_each_index, input, kernel_dims, opt_input, typed_like, via_f32,
-};
 use crate::fast::FastKernels;
 use crate::fast::geometry::Spatial;
 use crate::kernel::{add, one};
+use crate::ops::matmul::MatElem;
+use crate::ops::util::args::{input, opt_input, typed_like};
+use crate::ops::util::indexing::{c_strides, for_each_index};
+use crate::ops::util::num::via_f32;
+use crate::ops::util::spatial::{SpatialAttrs, kernel_dims};
 use epx_plugin_api::ElementType;
 
 use crate::kernel::{NodeDef, OpKernel, Registry};

@@ -3,14 +3,17 @@
 //!
 //! Values are computed in f64 and cast back to the input's float type.
 
-use super::util::{
-    AutoPad, SpatialAttrs, c_strides, float_values, for_each_index, input, kernel_dims, opt_input,
-    per_dim, tensor_from_f64,
-};
+use crate::ops::util::spatial::{AutoPad, SpatialAttrs, kernel_dims, per_dim};
+
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -133,7 +136,7 @@ impl ConvT {
         let out_u: Vec<usize> = out_sp.iter().map(|&o| o as usize).collect();
         let mut shape = vec![nb, m];
         shape.extend_from_slice(&out_u);
-        let total = super::util::checked_numel(&shape)?;
+        let total = crate::limits::checked_numel(&shape)?;
         let b = match opt_input(inputs, 2) {
             Some(b) => {
                 if b.shape() != [m] {

@@ -1,11 +1,13 @@
 //! Object detection: NonMaxSuppression (opsets 10, 11), RoiAlign (opsets 10, 16, 22) and the
 //! deformable convolution of detection backbones, DeformConv (opset 19, 2-D).
 
-use super::util::{float_values, input, opt_input, tensor_from_f64};
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -348,7 +350,8 @@ impl Corners {
     }
 }
 
-fn scalar_f64(op: &str, what: &str, t: Option<&TensorRef<'_>>) -> OpResult<Option<f64>> {
+/// The first value of an optional float input (a threshold), `None` when absent or empty.
+fn first_f64(op: &str, what: &str, t: Option<&TensorRef<'_>>) -> OpResult<Option<f64>> {
     match t {
         Some(t) if t.is_empty() => Ok(None),
         Some(t) => Ok(float_values(op, what, t)?.first().copied()),
@@ -387,11 +390,11 @@ fn build_nms(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             _ => 0,
         };
-        let iou = scalar_f64(&op, "iou_threshold", opt_input(inputs, 3))?.unwrap_or(0.0);
+        let iou = first_f64(&op, "iou_threshold", opt_input(inputs, 3))?.unwrap_or(0.0);
         if !(0.0..=1.0).contains(&iou) {
             bail!("{op}: iou_threshold {iou} is outside [0, 1]");
         }
-        let score_threshold = scalar_f64(&op, "score_threshold", opt_input(inputs, 4))?;
+        let score_threshold = first_f64(&op, "score_threshold", opt_input(inputs, 4))?;
         let bv = float_values(&op, "boxes", boxes)?;
         let sv = float_values(&op, "scores", scores)?;
         let mut selected: Vec<i64> = Vec::new();

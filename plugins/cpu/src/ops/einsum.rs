@@ -2,11 +2,13 @@
 //!
 //! Values are computed in f64 and cast back to the input's float type.
 
-use super::util::{c_strides, for_each_index, tensor_from_f64};
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::num::tensor_from_f64;
 use crate::tensor::TensorRef;
 
 pub fn register(reg: &mut Registry) {
@@ -142,8 +144,8 @@ fn build_einsum(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .map(|l| sizes.get(l).copied().unwrap_or(1))
             .collect();
         let out_shape: Vec<usize> = dims[..out_labels.len()].to_vec();
-        let out_n = super::util::checked_numel(&out_shape)?;
-        super::util::checked_numel(&dims)?;
+        let out_n = crate::limits::checked_numel(&out_shape)?;
+        crate::limits::checked_numel(&dims)?;
         let vals: Vec<Vec<f64>> = present.iter().map(|t| t.to_f64_vec()).collect();
         // For each operand: the stride of each label in `all` (0 for absent or broadcast dims).
         let strides: Vec<Vec<usize>> = labels

@@ -4,13 +4,14 @@
 
 use ndarray::{ArrayD, ArrayViewD, Axis, Zip};
 
-use super::util::{
-    FloatElem, Num, binary_map, broadcast_all, broadcast_to, input, opt_input, same_type,
-    typed_like,
-};
+use crate::ops::util::num::{FloatElem, Num};
+
+use crate::ops::util::broadcast::{binary_map, broadcast_all, broadcast_to};
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, opt_input, same_type, typed_like};
 use crate::tensor::{Elem, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_float, dispatch_numeric, with_types};
 
@@ -535,7 +536,7 @@ fn legacy_broadcast<'a>(
     b: TensorRef<'a>,
 ) -> OpResult<TensorRef<'a>> {
     let Some(axis) = axis else { return Ok(b) };
-    let axis = super::util::normalize_axis(op, axis, a_rank.max(1))?;
+    let axis = crate::ops::util::args::normalize_axis(op, axis, a_rank.max(1))?;
     let trailing = a_rank.checked_sub(axis + b.ndim()).ok_or_else(|| {
         OpError(format!(
             "{op}: B of rank {} does not fit at axis {axis}",

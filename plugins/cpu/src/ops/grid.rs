@@ -3,11 +3,15 @@
 //!
 //! Values are computed in f64 and cast back to the input's float type.
 
-use super::util::{c_strides, float_values, for_each_index, input, tensor_from_f64};
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::input;
 
 pub fn register(reg: &mut Registry) {
     add(reg, "AffineGrid", 20, build_affine_grid);
@@ -55,7 +59,7 @@ fn build_affine_grid(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let mut shape = vec![nb];
         shape.extend_from_slice(&sp);
         shape.push(nd);
-        let mut out = Vec::with_capacity(super::util::checked_numel(&shape)?);
+        let mut out = Vec::with_capacity(crate::limits::checked_numel(&shape)?);
         for b in 0..nb {
             for_each_index(&sp, |ii| {
                 // Base coordinates in (x, y[, z]) order: the last spatial dim is x.

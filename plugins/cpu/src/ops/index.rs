@@ -7,13 +7,16 @@ use std::cmp::Ordering;
 use epx_plugin_api::ElementType;
 use ndarray::ArrayViewD;
 
-use super::util::{
-    Num, c_strides, checked_numel, for_each_index, input, normalize_axis, opt_input, same_type,
-    scalar_i64, typed_like,
-};
+use crate::ops::util::num::Num;
+
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
+use crate::limits::checked_numel;
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axis, opt_input, same_type, scalar_i64, typed_like};
 use crate::tensor::{Elem, Scalar, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_numeric, with_types};
 

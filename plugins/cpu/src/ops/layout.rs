@@ -4,13 +4,16 @@
 
 use ndarray::{ArrayViewD, Axis, IxDyn, Slice};
 
-use super::util::{
-    FloatElem, c_strides, checked_numel, for_each_index, input, normalize_axes, normalize_axis,
-    opt_input, typed_like,
-};
+use crate::ops::util::num::FloatElem;
+
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
+use crate::limits::checked_numel;
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axes, normalize_axis, opt_input, typed_like};
 use crate::tensor::{Elem, Scalar, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_float};
 

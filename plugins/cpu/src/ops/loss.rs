@@ -3,11 +3,13 @@
 //!
 //! Values are computed in f64 and cast back to the input's float type.
 
-use super::util::{float_values, input, opt_input, tensor_from_f64};
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::add;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {

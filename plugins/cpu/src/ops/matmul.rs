@@ -4,10 +4,14 @@
 
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, Axis, IxDyn, Zip};
 
-use super::util::{Num, broadcast_shapes, input, opt_input, same_type, typed_like, via_f32};
+use crate::ops::util::num::{Num, via_f32};
+
+use crate::ops::util::broadcast::broadcast_shapes;
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, opt_input, same_type, typed_like};
 use crate::tensor::Tensor;
 use crate::{bail, with_types};
 
@@ -143,8 +147,8 @@ pub fn matmul<T: MatElem>(
             "{op}: batch dims of {sa:?} and {sb:?} cannot be broadcast"
         ))
     })?;
-    let nbatch = super::util::checked_numel(&batch)?;
-    super::util::checked_numel(&[nbatch, m, n])?;
+    let nbatch = crate::limits::checked_numel(&batch)?;
+    crate::limits::checked_numel(&[nbatch, m, n])?;
     let a_c = a.as_standard_layout();
     let b_c = b.as_standard_layout();
     let a3 = a_c
@@ -210,7 +214,7 @@ impl<T: Num> ZerosLike<T> for Array3<T> {
 fn batch_map(batch: &[usize], src: &[usize]) -> Vec<usize> {
     let off = batch.len() - src.len();
     let mut out = Vec::new();
-    super::util::for_each_index(batch, |idx| {
+    crate::ops::util::indexing::for_each_index(batch, |idx| {
         let mut flat = 0;
         for (d, &s) in src.iter().enumerate() {
             flat = flat * s + if s == 1 { 0 } else { idx[off + d] };
@@ -252,7 +256,7 @@ fn build_det(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             bail!("{op}: the input must be [*, M, M], got shape {shape:?}");
         }
         let m = shape[r - 1];
-        let values = super::util::float_values(&op, "X", x)?;
+        let values = crate::ops::util::num::float_values(&op, "X", x)?;
         let mut dets = Vec::with_capacity(values.len() / (m * m).max(1));
         let mut a = vec![0.0f64; m * m];
         for mat in values.chunks_exact((m * m).max(1)) {
@@ -266,7 +270,7 @@ fn build_det(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if m == 0 {
             dets.truncate(shape[..r - 2].iter().product());
         }
-        one(super::util::tensor_from_f64(
+        one(crate::ops::util::num::tensor_from_f64(
             x.elem_type(),
             &shape[..r - 2],
             dets,
@@ -349,7 +353,7 @@ impl Gemm {
                 [k2, n]
             );
         }
-        super::util::checked_numel(&[m, n])?;
+        crate::limits::checked_numel(&[m, n])?;
         let (mut out, beta) = match c {
             Some(c) if self.beta != 0.0 => {
                 if broadcast_shapes(c.shape(), &[m, n]).as_deref() != Some(&[m, n][..]) {

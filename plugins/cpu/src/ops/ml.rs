@@ -10,11 +10,11 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::util::input;
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::one;
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, add_ml, kernel};
+use crate::ops::util::args::input;
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -228,7 +228,11 @@ fn build_binarizer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .into_iter()
             .map(|e| if e > threshold { 1.0 } else { 0.0 })
             .collect();
-        one(super::util::tensor_from_f64(x.elem_type(), x.shape(), v))
+        one(crate::ops::util::num::tensor_from_f64(
+            x.elem_type(),
+            x.shape(),
+            v,
+        ))
     }))
 }
 
@@ -784,7 +788,7 @@ fn labels_tensor(ty: ElementType, shape: &[usize], labels: Vec<&Label>) -> OpRes
             ))),
         })
         .collect::<OpResult<_>>()?;
-    super::util::tensor_from_f64(ty, shape, v)
+    crate::ops::util::num::tensor_from_f64(ty, shape, v)
 }
 
 /// LabelEncoder 1: `classes_strings` maps int64 index ↔ string, in the input's direction.

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use epx_plugin_api::ElementType;
 
-use super::ml::class_labels;
-use super::util::input;
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::add_ml;
 use crate::kernel::one;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::ml::class_labels;
+use crate::ops::util::args::input;
 use crate::tensor::{MapValue, Sequence, Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -90,7 +90,7 @@ fn gather(op: &str, src: &Tensor, picks: &[Option<usize>], shape: &[usize]) -> O
         t => {
             let vals = t.view().to_f64_vec();
             let v: Vec<f64> = picks.iter().map(|p| p.map_or(0.0, |i| vals[i])).collect();
-            super::util::tensor_from_f64(t.elem_type(), shape, v)
+            crate::ops::util::num::tensor_from_f64(t.elem_type(), shape, v)
                 .map_err(|e| OpError(format!("{op}: {e}")))
         }
     }

@@ -7,13 +7,14 @@
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
-use super::util::{
-    FloatElem, broadcast_to, float_values, input, normalize_axes, normalize_axis, opt_input,
-    tensor_from_f64,
-};
+use crate::ops::util::num::{FloatElem, float_values, tensor_from_f64};
+
+use crate::ops::util::broadcast::broadcast_to;
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axes, normalize_axis, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, dispatch_float};
 
@@ -374,7 +375,7 @@ fn build_mvn(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let xv = float_values(&op, "X", x)?;
         // Group elements by their index over the kept axes.
         let kept: Vec<usize> = (0..xs.len()).filter(|d| !axes.contains(d)).collect();
-        let strides = super::util::c_strides(xs);
+        let strides = crate::ops::util::indexing::c_strides(xs);
         let key = |flat: usize| -> usize {
             kept.iter().fold(0usize, |acc, &d| {
                 acc * xs[d] + (flat / strides[d].max(1)) % xs[d].max(1)
@@ -515,10 +516,10 @@ fn build_batchnorm_training(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         let (n, c) = (shape[0], shape[1]);
         let inner: usize = shape[2..].iter().product();
-        let xv = super::util::float_values(&op, "X", x)?;
+        let xv = crate::ops::util::num::float_values(&op, "X", x)?;
         let param = |i: usize, what: &str| -> OpResult<Vec<f64>> {
             let t = input(&op, inputs, i)?;
-            let v = super::util::float_values(&op, what, t)?;
+            let v = crate::ops::util::num::float_values(&op, what, t)?;
             if v.len() != c {
                 crate::bail!("{op}: {what} has {} values for {c} channels", v.len());
             }
@@ -554,9 +555,9 @@ fn build_batchnorm_training(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         };
         let stat_ty = input(&op, inputs, 3)?.elem_type();
         Ok(vec![
-            super::util::tensor_from_f64(x.elem_type(), &shape, y)?,
-            super::util::tensor_from_f64(stat_ty, &[c], moved(&run_mean, &mean))?,
-            super::util::tensor_from_f64(stat_ty, &[c], moved(&run_var, &var))?,
+            crate::ops::util::num::tensor_from_f64(x.elem_type(), &shape, y)?,
+            crate::ops::util::num::tensor_from_f64(stat_ty, &[c], moved(&run_mean, &mean))?,
+            crate::ops::util::num::tensor_from_f64(stat_ty, &[c], moved(&run_var, &var))?,
         ])
     }))
 }

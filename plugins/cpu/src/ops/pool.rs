@@ -3,14 +3,17 @@
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
-use super::util::{
-    FloatElem, Num, SpatialAttrs, c_strides, float_values, for_each_index, input, kernel_dims,
-    opt_input, per_dim, tensor_from_f64, via_f32,
-};
+use crate::ops::util::num::{FloatElem, Num, float_values, tensor_from_f64, via_f32};
+
+use crate::ops::util::spatial::{SpatialAttrs, kernel_dims, per_dim};
+
+use crate::ops::util::indexing::{c_strides, for_each_index};
+
 use crate::error::{OpError, OpResult};
 use crate::fast::geometry::Spatial;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::Tensor;
 use crate::{bail, dispatch_float, with_types};
 

@@ -18,11 +18,6 @@ use half::{bf16, f16};
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::conv::as_2d;
-use super::util::{
-    SpatialAttrs, c_strides, float_values, for_each_index, input, is_float_type, kernel_dims,
-    normalize_axis, opt_input, tensor_from_f64,
-};
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::fast::conv2d::Conv2d;
@@ -32,6 +27,11 @@ use crate::fast::round::{low_byte, round_even_f32, round_even_f64};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::narrow::{I2, I4, NarrowCast, U2, U4};
+use crate::ops::conv::as_2d;
+use crate::ops::util::args::{input, normalize_axis, opt_input, scalar_f64};
+use crate::ops::util::indexing::{c_strides, for_each_index};
+use crate::ops::util::num::{float_values, is_float_type, tensor_from_f64};
+use crate::ops::util::spatial::{SpatialAttrs, kernel_dims};
 use crate::tensor::{Tensor, TensorRef};
 
 /// The elements of a view as one slice: borrowed when it is contiguous in C order.
@@ -923,18 +923,6 @@ fn scale_factor(ty: ElementType, a: f64, b: f64, y: f64) -> f64 {
         }
         ElementType::Float => f64::from((a as f32 * b as f32) / y as f32),
         _ => a * b / y,
-    }
-}
-
-/// One scalar (1-element) float value.
-fn scalar_f64(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<f64> {
-    let v = float_values(op, what, t)?;
-    match v.as_slice() {
-        [x] => Ok(*x),
-        _ => bail!(
-            "{op}: {what} must have one element, got shape {:?}",
-            t.shape()
-        ),
     }
 }
 

@@ -4,11 +4,13 @@
 //!
 //! Both accumulate in f32, as ONNX's reference does, and return the input's float type.
 
-use super::util::{float_values, input, opt_input, tensor_from_f64};
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::add;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::Tensor;
 
 pub fn register(reg: &mut Registry) {

@@ -4,10 +4,12 @@
 
 use ndarray::{ArrayViewD, IxDyn};
 
-use super::util::{Num, input, normalize_axes, normalize_axis, opt_input};
+use crate::ops::util::num::Num;
+
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axes, normalize_axis, opt_input};
 use crate::tensor::Tensor;
 use crate::{bail, dispatch_numeric};
 

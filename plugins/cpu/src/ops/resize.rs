@@ -9,10 +9,14 @@
 
 use ndarray::ArrayViewD;
 
-use super::util::{Num, checked_numel, input, normalize_axes, opt_input};
+use crate::ops::util::num::Num;
+
+use crate::limits::checked_numel;
+
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axes, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, dispatch_numeric};
 

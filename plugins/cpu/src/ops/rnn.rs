@@ -6,11 +6,13 @@
 //! configuration runs on the float32 kernel of [`crate::fast::lstm`] instead (above the
 //! reference level).
 
-use super::util::{float_values, input, opt_input, tensor_from_f64};
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::add;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::util::args::{input, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {
@@ -517,7 +519,7 @@ impl Rnn {
                     })
                     .collect();
                 let mut row: Vec<f64> = idx.iter().map(|&i| xv[i]).collect();
-                super::quant::fake_quantize_u8(&mut row);
+                crate::ops::quant::fake_quantize_u8(&mut row);
                 for (&i, v) in idx.iter().zip(row) {
                     xv[i] = v;
                 }
@@ -568,7 +570,7 @@ impl Rnn {
                     matvec(wd, xat(t, bb), &mut wx);
                     if self.fake_quant {
                         let mut q = hs.clone();
-                        super::quant::fake_quantize_u8(&mut q);
+                        crate::ops::quant::fake_quantize_u8(&mut q);
                         matvec(rd, &q, &mut rh);
                     } else {
                         matvec(rd, &hs, &mut rh);

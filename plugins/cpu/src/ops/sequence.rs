@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use epx_plugin_api::ElementType;
 
-use super::util::{input, normalize_axis, opt_input};
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::{input, normalize_axis, opt_input};
 use crate::tensor::{Sequence, Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {

@@ -5,14 +5,19 @@
 use epx_plugin_api::ElementType;
 use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn, Slice};
 
-use super::util::{
-    Num, broadcast_shapes, checked_numel, input, normalize_axes, normalize_axis, opt_input,
-    same_type, typed_like,
-};
+use crate::ops::util::num::Num;
+
+use crate::ops::util::broadcast::broadcast_shapes;
+
+use crate::limits::checked_numel;
+
 use crate::error::{OpError, OpResult};
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::narrow::{E8m0Round, NarrowCast};
+use crate::ops::util::args::{
+    input, normalize_axes, normalize_axis, opt_input, same_type, typed_like,
+};
 use crate::tensor::{Elem, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_any, with_types};
 
@@ -536,7 +541,7 @@ fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         };
         let ratio = match opt_input(inputs, 1) {
             Some(r) if training => {
-                let v = super::util::float_values(&op, "ratio", r)?;
+                let v = crate::ops::util::num::float_values(&op, "ratio", r)?;
                 match v.as_slice() {
                     [r] if (0.0..1.0).contains(r) => *r,
                     _ => bail!("{op}: ratio must be one value in [0, 1), got {v:?}"),
@@ -579,7 +584,11 @@ fn build_dropout(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             .zip(&keep)
             .map(|(v, &k)| if k { v / (1.0 - ratio) } else { 0.0 })
             .collect();
-        let mut out = vec![super::util::tensor_from_f64(x.elem_type(), x.shape(), y)?];
+        let mut out = vec![crate::ops::util::num::tensor_from_f64(
+            x.elem_type(),
+            x.shape(),
+            y,
+        )?];
         if outputs > 1 {
             out.push(Tensor::from_vec(x.shape(), keep)?);
         }
@@ -729,7 +738,7 @@ fn expand_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, shape: &[usize]) -> OpR
         ))
     })?;
     checked_numel(&out)?;
-    let v = super::util::broadcast_to(op, &a, &out)?;
+    let v = crate::ops::util::broadcast::broadcast_to(op, &a, &out)?;
     Ok(v.as_standard_layout().into_owned().into())
 }
 

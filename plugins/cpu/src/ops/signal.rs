@@ -5,12 +5,14 @@
 
 use epx_plugin_api::ElementType;
 
-use super::util::{float_values, input, is_float_type, opt_input, scalar_i64, tensor_from_f64};
+use crate::ops::util::num::{float_values, is_float_type, tensor_from_f64};
+
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::limits::checked_len;
+use crate::ops::util::args::{input, opt_input, scalar_f64, scalar_i64};
 use crate::tensor::TensorRef;
 
 pub fn register(reg: &mut Registry) {
@@ -24,14 +26,6 @@ pub fn register(reg: &mut Registry) {
         build_window(n, Window::Blackman)
     });
     add(reg, "MelWeightMatrix", 17, build_mel_weight_matrix);
-}
-
-/// The first float of a scalar input.
-fn scalar_f64(op: &str, what: &str, t: &TensorRef<'_>) -> OpResult<f64> {
-    match float_values(op, what, t)?.as_slice() {
-        [v] => Ok(*v),
-        _ => bail!("{op}: {what} must be a scalar, got shape {:?}", t.shape()),
-    }
 }
 
 /// Triangular filters evenly spaced on the mel scale (`mel = 2595 log10(1 + f / 700)`), as

@@ -3,11 +3,13 @@
 
 use ndarray::ArrayViewD;
 
-use super::util::{FloatElem, input, normalize_axis};
+use crate::ops::util::num::FloatElem;
+
 use crate::dispatch_float;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, add_range, one};
+use crate::ops::util::args::{input, normalize_axis};
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {

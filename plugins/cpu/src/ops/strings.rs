@@ -7,11 +7,13 @@ use std::collections::HashMap;
 
 use ndarray::{ArrayD, IxDyn, Zip};
 
-use super::util::{broadcast_all, broadcast_to, input};
+use crate::ops::util::broadcast::{broadcast_all, broadcast_to};
+
 use crate::bail;
 use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, kernel};
 use crate::kernel::{add, one};
+use crate::ops::util::args::input;
 use crate::tensor::{Tensor, TensorRef};
 
 /// Ops that run on strings through [`Encoded`], and whether their outputs are the (encoded)

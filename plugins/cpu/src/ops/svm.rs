@@ -3,13 +3,13 @@
 //! probabilities, or a linear model when there are no support vectors. Computed in f32 like
 //! ONNX Runtime, decision values summed in f64.
 
-use super::ml::{PostTransform, class_labels, features, floats_attr, logistic, rows_cols};
-use super::util::input;
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::add_ml;
 use crate::kernel::one;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
+use crate::ops::ml::{PostTransform, class_labels, features, floats_attr, logistic, rows_cols};
+use crate::ops::util::args::input;
 use crate::tensor::Tensor;
 
 pub fn register(reg: &mut Registry) {

@@ -6,10 +6,12 @@
 
 use epx_plugin_api::ElementType;
 
-use super::util::{float_values, input, scalar_i64, tensor_from_f64};
+use crate::ops::util::num::{float_values, tensor_from_f64};
+
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::{NodeDef, OpKernel, OpSchema, Registry, kernel};
+use crate::ops::util::args::{input, scalar_i64};
 use crate::tensor::{Tensor, TensorRef};
 
 const TRAINING: &str = "ai.onnx.preview.training";

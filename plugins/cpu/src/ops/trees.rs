@@ -12,13 +12,13 @@ use std::collections::HashMap;
 
 use epx_plugin_api::ElementType;
 
-use super::ml::{PostTransform, class_labels, floats_attr, logistic, rows_cols};
-use super::util::input;
 use crate::bail;
 use crate::error::OpResult;
 use crate::kernel::add_ml;
 use crate::kernel::one;
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, kernel};
+use crate::ops::ml::{PostTransform, class_labels, floats_attr, logistic, rows_cols};
+use crate::ops::util::args::input;
 use crate::tensor::{Tensor, TensorRef};
 
 pub fn register(reg: &mut Registry) {

@@ -1,6 +1,6 @@
 //! Layout operators that move or pad data: Pad (constant/reflect/edge/wrap, every opset),
-//! CenterCropPad, Split (attribute, input and `num_outputs` forms), DepthToSpace, SpaceToDepth
-//! and Col2Im.
+//! CenterCropPad, Split (attribute, input and `num_outputs` forms) and its inverse Concat,
+//! DepthToSpace, SpaceToDepth and Col2Im.
 
 use ndarray::{ArrayViewD, Axis, IxDyn, Slice};
 
@@ -24,6 +24,7 @@ pub fn register(reg: &mut Registry) {
     add(reg, "DepthToSpace", 1, build_depth_to_space);
     add(reg, "SpaceToDepth", 1, build_space_to_depth);
     add(reg, "Col2Im", 18, build_col2im);
+    add(reg, "Concat", 1, build_concat);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -579,6 +580,98 @@ fn build_col2im(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         one(dispatch_float!(
             x.clone(),
             |a| col2im_typed(&op, a, &g),
+            &op
+        ))
+    }))
+}
+
+fn concat_typed<T: Elem>(
+    op: &str,
+    axis: usize,
+    first: ArrayViewD<'_, T>,
+    all: &[&TensorRef<'_>],
+) -> OpResult<Tensor> {
+    let views: Vec<ArrayViewD<'_, T>> = all
+        .iter()
+        .map(|t| typed_like::<T>(op, t))
+        .collect::<OpResult<_>>()?;
+    for (i, v) in views.iter().enumerate() {
+        let ok = v.ndim() == first.ndim()
+            && v.shape()
+                .iter()
+                .zip(first.shape())
+                .enumerate()
+                .all(|(d, (a, b))| d == axis || a == b);
+        if !ok {
+            bail!(
+                "{op}: input {i} has shape {:?}, incompatible with input 0 of shape {:?} on axis {axis}",
+                v.shape(),
+                first.shape()
+            );
+        }
+    }
+    let slices: Option<Vec<&[T]>> = views.iter().map(|v| v.as_slice()).collect();
+    if let Some(parts) = slices {
+        // All C-contiguous: each output row is the inputs' blocks one after the other.
+        let inner: usize = first.shape()[axis + 1..].iter().product();
+        let outer: usize = first.shape()[..axis].iter().product();
+        let blocks: Vec<usize> = views.iter().map(|v| v.shape()[axis] * inner).collect();
+        let mut shape = first.shape().to_vec();
+        shape[axis] = views.iter().map(|v| v.shape()[axis]).sum();
+        let data = concat_rows(&parts, &blocks, outer)?;
+        return ndarray::ArrayD::from_shape_vec(shape, data)
+            .map(Tensor::from)
+            .map_err(|e| OpError(format!("{op}: {e}")));
+    }
+    ndarray::concatenate(Axis(axis), &views)
+        .map(Tensor::from)
+        .map_err(|e| OpError(format!("{op}: {e}")))
+}
+
+/// `outer` rows, each input `i`'s `blocks[i]` elements of that row in turn, copied in pieces
+/// shared across the intra-op pool.
+fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> OpResult<Vec<T>> {
+    let row: usize = blocks.iter().sum();
+    let total = outer * row;
+    let piece = crate::par::chunk_len(total, 64 << 10, 16);
+    Ok(crate::par::build_vec(
+        T::buffer(total)?,
+        total,
+        piece,
+        |start, out| {
+            let end = (start + piece).min(total);
+            let mut pos = start;
+            while pos < end {
+                let (o, mut within) = (pos / row, pos % row);
+                let mut i = 0;
+                while within >= blocks[i] {
+                    within -= blocks[i];
+                    i += 1;
+                }
+                let take = (blocks[i] - within).min(end - pos);
+                out.extend_from_slice(&parts[i][o * blocks[i] + within..][..take]);
+                pos += take;
+            }
+        },
+    ))
+}
+
+fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let op = n.op_type.clone();
+    let axis = if n.opset < 4 {
+        n.attr_int_or("axis", 1)?
+    } else {
+        n.req_int("axis")?
+    };
+    Ok(kernel(move |inputs| {
+        let all: Vec<&TensorRef<'_>> = inputs.iter().flatten().collect();
+        let Some(first) = all.first() else {
+            bail!("{op}: needs at least one input")
+        };
+        let ax = normalize_axis(&op, axis, first.ndim())?;
+        one(dispatch_all!(
+            (*first).clone(),
+            |a| concat_typed(&op, ax, a, &all),
             &op
         ))
     }))

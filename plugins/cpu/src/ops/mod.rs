@@ -12,6 +12,7 @@ pub mod conv_transpose;
 pub mod detection;
 pub mod einsum;
 pub mod elementwise;
+pub mod gather;
 pub mod grid;
 pub mod index;
 pub mod layout;
@@ -64,6 +65,7 @@ pub fn register_all(reg: &mut Registry) {
     reduce::register(reg);
     bitwise::register(reg);
     index::register(reg);
+    gather::register(reg);
     layout::register(reg);
     resize::register(reg);
     loss::register(reg);

@@ -1,5 +1,5 @@
-//! Shape and data-movement operators: Reshape, Flatten, Transpose, Concat, Squeeze, Unsqueeze,
-//! Shape, Size, Gather, Identity, Dropout (inference), Constant, ConstantOfShape, Cast, CastLike,
+//! Shape and data-movement operators: Reshape, Flatten, Transpose, Squeeze, Unsqueeze,
+//! Shape, Size, Identity, Dropout (inference), Constant, ConstantOfShape, Cast, CastLike,
 //! Expand, Tile, Slice and Range. All work on every element type unless ONNX says otherwise.
 
 use epx_plugin_api::ElementType;
@@ -15,9 +15,7 @@ use crate::error::{OpError, OpResult};
 use crate::kernel::{AttrValue, NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::narrow::{E8m0Round, NarrowCast};
-use crate::ops::util::args::{
-    input, normalize_axes, normalize_axis, opt_input, same_type, typed_like,
-};
+use crate::ops::util::args::{input, normalize_axes, opt_input, same_type, typed_like};
 use crate::tensor::{Elem, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_any, with_types};
 
@@ -25,12 +23,10 @@ pub fn register(reg: &mut Registry) {
     add(reg, "Reshape", 1, build_reshape);
     add(reg, "Flatten", 1, build_flatten);
     add(reg, "Transpose", 1, build_transpose);
-    add(reg, "Concat", 1, build_concat);
     add(reg, "Squeeze", 1, build_squeeze);
     add(reg, "Unsqueeze", 1, build_unsqueeze);
     add(reg, "Shape", 1, build_shape);
     add(reg, "Size", 1, build_size);
-    add(reg, "Gather", 1, build_gather);
     add(reg, "Identity", 1, build_identity);
     add(reg, "Dropout", 1, build_dropout);
     add(reg, "Constant", 1, build_constant);
@@ -272,98 +268,6 @@ fn build_transpose(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
-fn concat_typed<T: Elem>(
-    op: &str,
-    axis: usize,
-    first: ArrayViewD<'_, T>,
-    all: &[&TensorRef<'_>],
-) -> OpResult<Tensor> {
-    let views: Vec<ArrayViewD<'_, T>> = all
-        .iter()
-        .map(|t| typed_like::<T>(op, t))
-        .collect::<OpResult<_>>()?;
-    for (i, v) in views.iter().enumerate() {
-        let ok = v.ndim() == first.ndim()
-            && v.shape()
-                .iter()
-                .zip(first.shape())
-                .enumerate()
-                .all(|(d, (a, b))| d == axis || a == b);
-        if !ok {
-            bail!(
-                "{op}: input {i} has shape {:?}, incompatible with input 0 of shape {:?} on axis {axis}",
-                v.shape(),
-                first.shape()
-            );
-        }
-    }
-    let slices: Option<Vec<&[T]>> = views.iter().map(|v| v.as_slice()).collect();
-    if let Some(parts) = slices {
-        // All C-contiguous: each output row is the inputs' blocks one after the other.
-        let inner: usize = first.shape()[axis + 1..].iter().product();
-        let outer: usize = first.shape()[..axis].iter().product();
-        let blocks: Vec<usize> = views.iter().map(|v| v.shape()[axis] * inner).collect();
-        let mut shape = first.shape().to_vec();
-        shape[axis] = views.iter().map(|v| v.shape()[axis]).sum();
-        let data = concat_rows(&parts, &blocks, outer)?;
-        return ndarray::ArrayD::from_shape_vec(shape, data)
-            .map(Tensor::from)
-            .map_err(|e| OpError(format!("{op}: {e}")));
-    }
-    ndarray::concatenate(Axis(axis), &views)
-        .map(Tensor::from)
-        .map_err(|e| OpError(format!("{op}: {e}")))
-}
-
-/// `outer` rows, each input `i`'s `blocks[i]` elements of that row in turn, copied in pieces
-/// shared across the intra-op pool.
-fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> OpResult<Vec<T>> {
-    let row: usize = blocks.iter().sum();
-    let total = outer * row;
-    let piece = crate::par::chunk_len(total, 64 << 10, 16);
-    Ok(crate::par::build_vec(
-        T::buffer(total)?,
-        total,
-        piece,
-        |start, out| {
-            let end = (start + piece).min(total);
-            let mut pos = start;
-            while pos < end {
-                let (o, mut within) = (pos / row, pos % row);
-                let mut i = 0;
-                while within >= blocks[i] {
-                    within -= blocks[i];
-                    i += 1;
-                }
-                let take = (blocks[i] - within).min(end - pos);
-                out.extend_from_slice(&parts[i][o * blocks[i] + within..][..take]);
-                pos += take;
-            }
-        },
-    ))
-}
-
-fn build_concat(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let op = n.op_type.clone();
-    let axis = if n.opset < 4 {
-        n.attr_int_or("axis", 1)?
-    } else {
-        n.req_int("axis")?
-    };
-    Ok(kernel(move |inputs| {
-        let all: Vec<&TensorRef<'_>> = inputs.iter().flatten().collect();
-        let Some(first) = all.first() else {
-            bail!("{op}: needs at least one input")
-        };
-        let ax = normalize_axis(&op, axis, first.ndim())?;
-        one(dispatch_all!(
-            (*first).clone(),
-            |a| concat_typed(&op, ax, a, &all),
-            &op
-        ))
-    }))
-}
-
 /// Axes from the attribute (before `input_from`) or from optional input 1.
 fn axes_of(
     op: &str,
@@ -463,54 +367,6 @@ fn build_size(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     Ok(kernel(move |inputs| {
         one(Ok(Tensor::scalar(input(&op, inputs, 0)?.len() as i64)))
-    }))
-}
-
-fn gather_typed<T: Elem>(
-    op: &str,
-    data: ArrayViewD<'_, T>,
-    axis: usize,
-    idx: &[usize],
-    idx_shape: &[usize],
-) -> OpResult<Tensor> {
-    let sel = data.select(Axis(axis), idx);
-    let mut shape = data.shape()[..axis].to_vec();
-    shape.extend_from_slice(idx_shape);
-    shape.extend_from_slice(&data.shape()[axis + 1..]);
-    reshape_ref(op, &T::wrap_ref(sel.view()), &shape)
-}
-
-fn build_gather(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
-    let op = n.op_type.clone();
-    let axis = n.attr_int_or("axis", 0)?;
-    Ok(kernel(move |inputs| {
-        let data = input(&op, inputs, 0)?;
-        let indices = input(&op, inputs, 1)?;
-        if !matches!(indices.elem_type(), ElementType::Int32 | ElementType::Int64) {
-            bail!(
-                "{op}: indices must be int32 or int64, got {}",
-                indices.elem_type()
-            );
-        }
-        let ax = normalize_axis(&op, axis, data.ndim())?;
-        let dim = data.shape()[ax];
-        let raw = indices.to_i64_vec(&format!("{op}: indices"))?;
-        let idx: Vec<usize> = raw
-            .iter()
-            .map(|&i| {
-                let j = if i < 0 { i + dim as i64 } else { i };
-                usize::try_from(j).ok().filter(|&j| j < dim).ok_or_else(|| {
-                    OpError(format!(
-                        "{op}: index {i} out of range for axis {ax} of size {dim}"
-                    ))
-                })
-            })
-            .collect::<OpResult<_>>()?;
-        one(dispatch_all!(
-            data.clone(),
-            |a| gather_typed(&op, a, ax, &idx, indices.shape()),
-            &op
-        ))
     }))
 }
 

@@ -1,4 +1,12 @@
-//! Walking the multi-indices of a shape, and its row-major strides.
+//! Walking the multi-indices of a shape, its row-major strides, and index inputs read and
+//! checked against the extent they index.
+
+use epx_plugin_api::ElementType;
+use ndarray::ArrayViewD;
+
+use crate::bail;
+use crate::error::{OpError, OpResult};
+use crate::tensor::{Elem, TensorRef};
 
 /// Iterates over all multi-indices of `shape` in C order, calling `f` with each.
 pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
@@ -30,4 +38,33 @@ pub fn c_strides(shape: &[usize]) -> Vec<usize> {
         s[d] = s[d + 1] * shape[d + 1];
     }
     s
+}
+
+/// Normalizes an index in `[-dim, dim)` to `[0, dim)`.
+pub(crate) fn norm_index(op: &str, i: i64, dim: usize, what: &str) -> OpResult<usize> {
+    let j = if i < 0 {
+        i.saturating_add(dim as i64)
+    } else {
+        i
+    };
+    usize::try_from(j).ok().filter(|&j| j < dim).ok_or_else(|| {
+        OpError(format!(
+            "{op}: index {i} out of range for {what} of size {dim}"
+        ))
+    })
+}
+
+/// Integer index tensor values (int32 or int64 only).
+pub(crate) fn index_values(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<i64>> {
+    if !matches!(t.elem_type(), ElementType::Int32 | ElementType::Int64) {
+        bail!(
+            "{op}: indices must be int32 or int64, got {}",
+            t.elem_type()
+        );
+    }
+    t.to_i64_vec(&format!("{op}: indices"))
+}
+
+pub(crate) fn flat<T: Elem>(a: &ArrayViewD<'_, T>) -> Vec<T> {
+    a.iter().copied().collect()
 }

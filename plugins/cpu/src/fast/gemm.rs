@@ -250,6 +250,38 @@ pub fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) 
     );
 }
 
+/// `c = beta·c + alpha·(a · b)` over ndarray views at any strides (transposed ones included);
+/// `c` is read only when `beta` is not 0. The shapes must agree (checked by the caller).
+pub fn gemm_views(
+    alpha: f32,
+    a: &ndarray::ArrayView2<'_, f32>,
+    b: &ndarray::ArrayView2<'_, f32>,
+    beta: f32,
+    c: &mut ndarray::ArrayViewMut2<'_, f32>,
+) {
+    let ((m, k), n) = (a.dim(), b.dim().1);
+    assert!(
+        b.dim().0 == k && c.dim() == (m, n),
+        "gemm_views: shapes disagree"
+    );
+    let (sa, sb) = (a.strides(), b.strides());
+    let (sc0, sc1) = (c.strides()[0], c.strides()[1]);
+    // SAFETY: the three views are valid for every index within their shapes (asserted to
+    // agree above) at their own strides; `c` is borrowed mutably, so it overlaps neither `a`
+    // nor `b`.
+    unsafe {
+        gemm_f32(
+            (m, n, k),
+            (c.as_mut_ptr(), sc1, sc0),
+            beta != 0.0,
+            (a.as_ptr(), sa[1], sa[0]),
+            (b.as_ptr(), sb[1], sb[0]),
+            (alpha, beta),
+            crate::par::gemm_splits(m, k, n),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -669,6 +669,29 @@ mod x86 {
     }
 }
 
+/// [`run`] appended to `out`: one element per element of `a`.
+pub fn run_append(
+    form: Form,
+    (a, b): (&[u8], &[u8]),
+    zy: i32,
+    signed: bool,
+    out: &mut crate::par::Filler<'_, u8>,
+) {
+    // SAFETY: `run` writes every slot it is handed.
+    unsafe { out.extend_raw(a.len(), |o| run(form, a, b, zy, signed, o)) };
+}
+
+/// [`quantize`] appended to `out`: one element per element of `x`.
+pub fn quantize_append(
+    x: &[f32],
+    (s, z): (f32, i32),
+    signed: bool,
+    out: &mut crate::par::Filler<'_, u8>,
+) {
+    // SAFETY: `quantize` writes every slot it is handed.
+    unsafe { out.extend_raw(x.len(), |o| quantize(x, s, z, signed, o)) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,13 +24,17 @@ macro_rules! multiversion {
                     body($($a),*)
                 }
                 let isa = $crate::fast::isa::isa();
+                // The macro's own dispatch, allowed where it is expanded (the operator library
+                // denies unsafe code of its own).
                 if isa.vnni {
                     // SAFETY: the VNNI level is chosen only on a CPU with AVX-512F/BW, AVX2
                     // and FMA.
+                    #[allow(unsafe_code)]
                     return unsafe { wide512($($a),*) };
                 }
                 if isa.wide {
                     // SAFETY: the CPU has AVX2 and FMA, checked just above.
+                    #[allow(unsafe_code)]
                     return unsafe { wide($($a),*) };
                 }
             }

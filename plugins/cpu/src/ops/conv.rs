@@ -17,12 +17,19 @@ use crate::kernel::{NodeDef, OpKernel, Registry};
 
 use crate::error::{OpError, OpResult};
 
+use crate::fast::chain::EwOp;
 use crate::fast::post::PostOp;
+use crate::kernel::add_ms;
+use crate::ops::activation::Activation;
+use crate::ops::activation::activate;
+use crate::ops::activation::activation;
+use crate::ops::activation::base_attrs;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, with_types};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "Conv", 1, build_conv);
+    add_ms(reg, "FusedConv", build_fused_conv);
 }
 
 /// A 1-D geometry as the 2-D one of height 1 (kernel height 1, no vertical stride or padding).
@@ -275,10 +282,57 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(Box::new(conv))
 }
 
+/// `act(Conv(X, W, B) + Z)`.
+struct FusedConv {
+    op: String,
+    conv: Box<dyn OpKernel>,
+    add: Box<dyn OpKernel>,
+    act: Option<EwOp>,
+}
+
+impl OpKernel for FusedConv {
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let conv_inputs = &inputs[..inputs.len().min(3)];
+        let z = opt_input(inputs, 3);
+        let mut outs = match (self.act, z) {
+            (Some(act), None) => {
+                let mut post = Activation(act);
+                let (mut outs, applied) = self.conv.run_with_post(conv_inputs, &mut post)?;
+                if !applied {
+                    activate(&self.op, act, &mut outs)?;
+                }
+                return Ok(outs);
+            }
+            _ => self.conv.run(conv_inputs)?,
+        };
+        if let Some(z) = z {
+            let y = outs
+                .first()
+                .ok_or_else(|| OpError(format!("{}: no output", self.op)))?;
+            let sum = self.add.run(&[Some(y.view()), Some(z.reborrow())])?;
+            outs = sum;
+        }
+        if let Some(act) = self.act {
+            activate(&self.op, act, &mut outs)?;
+        }
+        Ok(outs)
+    }
+}
+
+fn build_fused_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    Ok(Box::new(FusedConv {
+        op: n.op_type.clone(),
+        conv: crate::kernel::build_part(n, "Conv", 11, base_attrs(n), n.num_inputs.min(3), 1)?,
+        add: crate::kernel::build_part(n, "Add", 14, Vec::new(), 2, 1)?,
+        act: activation(n)?,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernel::AttrValue;
+    use crate::ops::testing::{close_within, f32s, ms, run_some};
     use crate::tensor::TensorRef;
     use ndarray::array;
 
@@ -685,5 +739,30 @@ mod tests {
             portable.is_some_and(|p| checked.contains(&p.name)),
             "the portable level always runs"
         );
+    }
+
+    #[test]
+    fn fused_conv_with_sum_and_activation() {
+        // 1x1 convolution of a 1-channel 2x2 image by weight 2, bias 1, plus Z, LeakyRelu(0.1).
+        let n = ms("FusedConv")
+            .with_attr("activation", AttrValue::String(b"LeakyRelu".to_vec()))
+            .with_attr("activation_params", AttrValue::Floats(vec![0.1]));
+        let x = f32s(&[1, 1, 2, 2], &[1.0, -2.0, 3.0, -4.0]);
+        let w = f32s(&[1, 1, 1, 1], &[2.0]);
+        let b = f32s(&[1], &[1.0]);
+        let z = f32s(&[1, 1, 2, 2], &[0.0, 1.0, -10.0, 0.0]);
+        let y = run_some(
+            n.clone(),
+            vec![Some(x.clone()), Some(w.clone()), Some(b.clone()), Some(z)],
+        );
+        close_within(&y[0], &[3.0, -0.2, -0.3, -0.7], 1e-6);
+        let y = run_some(n, vec![Some(x), Some(w), Some(b)]);
+        close_within(&y[0], &[3.0, -0.3, 7.0, -0.7], 1e-6);
+        let bad = ms("FusedConv").with_attr("activation", AttrValue::String(b"Swish".to_vec()));
+        let err = crate::ops::registry()
+            .build(&bad.with_io(2, 1))
+            .err()
+            .expect("an unknown activation is refused");
+        assert!(err.0.contains("activation `Swish` is not one of"), "{err}");
     }
 }

@@ -9,16 +9,23 @@ use crate::ops::util::num::{Num, via_f32};
 use crate::ops::util::broadcast::broadcast_shapes;
 
 use crate::error::{OpError, OpResult};
+use crate::kernel::add_ms;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::activation::activate;
+use crate::ops::activation::activation;
+use crate::ops::activation::base_attrs;
 use crate::ops::util::args::{input, opt_input, same_type, typed_like};
 use crate::tensor::Tensor;
+use crate::tensor::TensorRef;
 use crate::{bail, with_types};
 
 pub fn register(reg: &mut Registry) {
     add(reg, "MatMul", 1, build_matmul);
     add(reg, "Gemm", 1, build_gemm);
     add(reg, "Det", 11, build_det);
+    add_ms(reg, "FusedGemm", build_fused_gemm);
+    add_ms(reg, "FusedMatMul", build_fused_matmul);
 }
 
 /// Element types with a matrix product `c = alpha * a @ b + beta * c`.
@@ -62,22 +69,7 @@ impl MatElem for f32 {
             ndarray::linalg::general_mat_mul(alpha, a, b, beta, c);
             return;
         }
-        let (sa, sb) = (a.strides(), b.strides());
-        let (sc0, sc1) = (c.strides()[0], c.strides()[1]);
-        // SAFETY: the three views are valid for every index within their shapes (checked to
-        // agree above) at their own strides; `c` is borrowed mutably, so it overlaps neither
-        // `a` nor `b`. dst = beta·dst + alpha·(a · b), dst read only when beta is not 0.
-        unsafe {
-            crate::fast::gemm::gemm_f32(
-                (m, n, k),
-                (c.as_mut_ptr(), sc1, sc0),
-                beta != 0.0,
-                (a.as_ptr(), sa[1], sa[0]),
-                (b.as_ptr(), sb[1], sb[0]),
-                (alpha, beta),
-                crate::par::gemm_splits(m, k, n),
-            );
-        }
+        crate::fast::gemm::gemm_views(alpha, a, b, beta, c);
     }
 }
 
@@ -416,10 +408,106 @@ fn build_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// `act(Gemm(A, B, C))`.
+fn build_fused_gemm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let gemm = crate::kernel::build_part(n, "Gemm", 13, base_attrs(n), n.num_inputs, 1)?;
+    let act = activation(n)?;
+    let op = n.op_type.clone();
+    Ok(crate::kernel::kernel(move |inputs| {
+        let mut outs = gemm.run(inputs)?;
+        if let Some(act) = act {
+            activate(&op, act, &mut outs)?;
+        }
+        Ok(outs)
+    }))
+}
+
+/// `alpha * MatMul(A', B')`, where `'` swaps the last two axes when `transA` / `transB` is set;
+/// `transBatchA` / `transBatchB` move the batch axes (all but the last two) behind them.
+fn build_fused_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let alpha = n.attr_float_or("alpha", 1.0)?;
+    let flags = [
+        n.attr_int_or("transA", 0)? != 0,
+        n.attr_int_or("transB", 0)? != 0,
+    ];
+    let batch = [
+        n.attr_int_or("transBatchA", 0)? != 0,
+        n.attr_int_or("transBatchB", 0)? != 0,
+    ];
+    let matmul = crate::kernel::build_part(n, "MatMul", 13, Vec::new(), 2, 1)?;
+    let op = n.op_type.clone();
+    Ok(crate::kernel::kernel(move |inputs| {
+        let mut prepared = Vec::with_capacity(2);
+        for (i, (&trans, &trans_batch)) in flags.iter().zip(&batch).enumerate() {
+            let t = input(&op, inputs, i)?;
+            prepared.push(fused_operand(&op, t, trans, trans_batch)?);
+        }
+        let views: Vec<Option<TensorRef<'_>>> = prepared
+            .iter()
+            .zip(inputs)
+            .map(|(p, orig)| match p {
+                Some(t) => Some(t.view()),
+                None => orig.as_ref().map(TensorRef::reborrow),
+            })
+            .collect();
+        let mut outs = matmul.run(&views)?;
+        if alpha != 1.0 {
+            let a = alpha;
+            match outs.first_mut() {
+                Some(Tensor::F32(y)) => y.mapv_inplace(|v| v * a),
+                Some(Tensor::F64(y)) => y.mapv_inplace(|v| v * f64::from(a)),
+                Some(other) => {
+                    let ty = other.elem_type();
+                    let Tensor::F32(mut y) =
+                        other.view().cast(epx_plugin_api::ElementType::Float)?
+                    else {
+                        return Err(OpError(format!("{op}: cannot scale in f32")));
+                    };
+                    y.mapv_inplace(|v| v * a);
+                    *other = Tensor::F32(y).view().cast(ty)?;
+                }
+                None => return Err(OpError(format!("{op}: no output"))),
+            }
+        }
+        Ok(outs)
+    }))
+}
+
+/// One FusedMatMul operand in the layout MatMul reads, or `None` when it already is.
+fn fused_operand(
+    op: &str,
+    t: &TensorRef<'_>,
+    trans: bool,
+    trans_batch: bool,
+) -> OpResult<Option<Tensor>> {
+    let rank = t.ndim();
+    if rank < 2 || (!trans && !trans_batch) {
+        if trans && rank < 2 {
+            return Err(OpError(format!(
+                "{op}: a transposed operand needs rank >= 2, got shape {:?}",
+                t.shape()
+            )));
+        }
+        return Ok(None);
+    }
+    // transBatch: the operand is stored [M, B.., K] (its row axis first) and read as
+    // [B.., M, K]; the batch axes move ahead of it.
+    let mut perm: Vec<usize> = (0..rank).collect();
+    if trans_batch {
+        perm = (1..rank - 1).chain([0, rank - 1]).collect();
+    }
+    if trans {
+        perm.swap(rank - 2, rank - 1);
+    }
+    let transposed = crate::ops::shape::transpose(op, t, &perm)?;
+    Ok(Some(transposed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernel::AttrValue;
+    use crate::ops::testing::{close_within, f32s, ms, run_some};
     use crate::tensor::TensorRef;
     use ndarray::array;
 
@@ -519,5 +607,25 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("Gemm: A must be 2-D"), "{e}");
+    }
+
+    #[test]
+    fn fused_matmul_transposes_and_scales() {
+        // A stored transposed [K=3, M=2], B stored transposed [N=2, K=3].
+        let at = f32s(&[3, 2], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        let bt = f32s(&[2, 3], &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
+        let n = ms("FusedMatMul")
+            .with_attr("transA", AttrValue::Int(1))
+            .with_attr("transB", AttrValue::Int(1))
+            .with_attr("alpha", AttrValue::Float(0.5));
+        let y = run_some(n, vec![Some(at), Some(bt)]);
+        // A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,0]]: A·B = [[4,2],[10,5]], halved.
+        close_within(&y[0], &[2.0, 1.0, 5.0, 2.5], 0.0);
+        // transBatchA: A stored [M=1, B=2, K=2] is read as [2, 1, 2].
+        let a = f32s(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = f32s(&[2, 2, 1], &[1.0, 1.0, 1.0, 0.0]);
+        let n = ms("FusedMatMul").with_attr("transBatchA", AttrValue::Int(1));
+        let y = run_some(n, vec![Some(a), Some(b)]);
+        close_within(&y[0], &[3.0, 3.0], 0.0);
     }
 }

@@ -2,11 +2,16 @@
 //! function that adds its schemas, over the kernel interface ([`crate::kernel`]) and the kernels
 //! of [`crate::fast`]. This file owns the list of families and the process-wide registry; no
 //! family names it. Adding an operator is one entry in a family (or one new family listed here).
+//!
+//! No unsafe code: what needs it (raw buffers, SIMD, the GEMM's pointers) lives in [`crate::fast`]
+//! and [`crate::par`] behind safe functions; the one unsafe call expanded here is the CPU-level
+//! dispatch of [`crate::multiversion!`], which checks the CPU first.
+#![deny(unsafe_code)]
 
+pub mod activation;
 pub mod attention;
 pub mod bitwise;
-pub mod contrib;
-pub mod contrib_attention;
+pub mod composite;
 pub mod conv;
 pub mod conv_transpose;
 pub mod detection;
@@ -23,7 +28,6 @@ pub mod ml_values;
 pub mod normalization;
 pub mod pool;
 pub mod quant;
-pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
@@ -77,9 +81,7 @@ pub fn register_all(reg: &mut Registry) {
     einsum::register(reg);
     grid::register(reg);
     quant::register(reg);
-    recurrent::register(reg);
-    contrib::register(reg);
-    contrib_attention::register(reg);
+    activation::register(reg);
     ml::register(reg);
     ml_values::register(reg);
     trees::register(reg);

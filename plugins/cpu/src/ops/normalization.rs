@@ -12,8 +12,12 @@ use crate::ops::util::num::{FloatElem, float_values, tensor_from_f64};
 use crate::ops::util::broadcast::broadcast_to;
 
 use crate::error::{OpError, OpResult};
+use crate::kernel::AttrValue;
+use crate::kernel::add_ms;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::composite::Arg;
+use crate::ops::composite::Composite;
 use crate::ops::util::args::{input, normalize_axes, normalize_axis, opt_input};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{bail, dispatch_float};
@@ -27,6 +31,16 @@ pub fn register(reg: &mut Registry) {
     add(reg, "LpNormalization", 1, build_lp);
     add(reg, "LRN", 1, build_lrn);
     add(reg, "MeanVarianceNormalization", 9, build_mvn);
+    add_ms(reg, "SkipLayerNormalization", |n| build_skip_norm(n, false));
+    add_ms(reg, "SkipSimplifiedLayerNormalization", |n| {
+        build_skip_norm(n, true)
+    });
+    // ONNX Runtime registers these two in the default domain at opset 1, before ONNX had them;
+    // from opset 17 (LayerNormalization) ONNX's own schema takes over.
+    crate::kernel::add_range(reg, "LayerNormalization", 1, 16, |n| build_norm(n, false));
+    crate::kernel::add(reg, "SimplifiedLayerNormalization", 1, |n| {
+        build_norm(n, true)
+    });
 }
 
 /// The values of `t` broadcast (numpy rules, one-directional) to `shape`, in C order.
@@ -596,10 +610,91 @@ fn build_batchnorm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// ONNX Runtime's opset-1 LayerNormalization / SimplifiedLayerNormalization in the default
+/// domain: the ONNX LayerNormalization / RMSNormalization of later opsets.
+fn build_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
+    let (op, opset) = if rms {
+        ("RMSNormalization", 23)
+    } else {
+        ("LayerNormalization", 17)
+    };
+    let attrs = n
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let outputs = if rms { 1 } else { n.num_outputs };
+    crate::kernel::build_part(n, op, opset, attrs, n.num_inputs, outputs)
+}
+
+/// SkipLayerNormalization (input, skip, gamma, beta?, bias?) → (output, mean?, inv_std_var?,
+/// input_skip_bias_sum?): a LayerNormalization (or, simplified, RMSNormalization) over the last
+/// axis of `input + skip + bias`.
+fn build_skip_norm(n: &NodeDef, rms: bool) -> OpResult<Box<dyn OpKernel>> {
+    let eps = n.attr_float_or("epsilon", 1e-12)?;
+    let mut c = Composite::new(n);
+    let sum = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+    let bias_input = if rms { 3 } else { 4 };
+    let sum = if n.num_inputs > bias_input {
+        c.step_if_present(
+            bias_input,
+            "Add",
+            14,
+            &[Some(sum), Some(Arg::In(bias_input))],
+        )?
+    } else {
+        sum
+    };
+    let attrs = [
+        ("axis", AttrValue::Int(-1)),
+        ("epsilon", AttrValue::Float(eps)),
+    ];
+    let outputs = if rms {
+        // RMSNormalization gives no statistics: output 1 (mean) does not exist for the
+        // simplified op, output 2 (inv_std_var) is refused below.
+        let y = Arg::Out(
+            c.step_n(
+                "RMSNormalization",
+                23,
+                &attrs,
+                &[Some(sum), Some(Arg::In(2))],
+                1,
+                None,
+            )?,
+            0,
+        );
+        if n.num_outputs > 1 && n.num_outputs < 4 {
+            return Err(n.error(
+                "the mean and inv_std_var outputs of SkipSimplifiedLayerNormalization are not \
+                 computed; only output 0 and input_skip_bias_sum (output 3)",
+            ));
+        }
+        let mut outs = vec![Some(y)];
+        if n.num_outputs == 4 {
+            outs.extend([None, None, Some(sum)]);
+        }
+        outs
+    } else {
+        let mut args = vec![Some(sum), Some(Arg::In(2))];
+        if n.num_inputs > 3 {
+            args.push(Some(Arg::In(3)));
+        }
+        let stats = n.num_outputs.clamp(1, 3);
+        let s = c.step_n("LayerNormalization", 17, &attrs, &args, stats, None)?;
+        let mut outs: Vec<Option<Arg>> = (0..stats).map(|o| Some(Arg::Out(s, o))).collect();
+        if n.num_outputs == 4 {
+            outs.push(Some(sum));
+        }
+        outs
+    };
+    c.finish(outputs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernel::AttrValue;
+    use crate::ops::testing::{close_within, f32s, ms, run_some};
     use crate::tensor::Tensor;
     use ndarray::array;
 
@@ -776,5 +871,58 @@ mod tests {
         }
         assert_eq!(out[1], Tensor::F32(array![1.0f32, 2.0].into_dyn()));
         assert_eq!(out[2], Tensor::F32(array![1.0f32, 1.0].into_dyn()));
+    }
+
+    #[test]
+    fn skip_layer_normalization_and_its_sum_output() {
+        let x = [1.0, 2.0, 3.0, 4.0, -1.0, 0.0, 1.0, 2.0];
+        let skip = [0.5; 8];
+        let gamma = [1.0, 2.0, 1.0, 0.5];
+        let beta = [0.0, 0.0, 1.0, 0.0];
+        let bias = [0.0, 1.0, 0.0, -1.0];
+        let mut n = ms("SkipLayerNormalization").with_attr("epsilon", AttrValue::Float(1e-5));
+        n.num_outputs = 4;
+        let out = run_some(
+            n,
+            vec![
+                Some(f32s(&[1, 2, 4], &x)),
+                Some(f32s(&[1, 2, 4], &skip)),
+                Some(f32s(&[4], &gamma)),
+                Some(f32s(&[4], &beta)),
+                Some(f32s(&[4], &bias)),
+            ],
+        );
+        let mut want = Vec::new();
+        let mut sums = Vec::new();
+        for row in 0..2 {
+            let s: Vec<f32> = (0..4)
+                .map(|i| x[row * 4 + i] + skip[row * 4 + i] + bias[i])
+                .collect();
+            let mean = s.iter().sum::<f32>() / 4.0;
+            let var = s.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 4.0;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            want.extend((0..4).map(|i| (s[i] - mean) * inv * gamma[i] + beta[i]));
+            sums.extend(s);
+        }
+        close_within(&out[0], &want, 1e-5);
+        close_within(&out[3], &sums, 0.0);
+        // The simplified form: x / rms(x) * gamma over the same sum.
+        let out = run_some(
+            ms("SkipSimplifiedLayerNormalization").with_attr("epsilon", AttrValue::Float(1e-5)),
+            vec![
+                Some(f32s(&[1, 2, 4], &x)),
+                Some(f32s(&[1, 2, 4], &skip)),
+                Some(f32s(&[4], &gamma)),
+                Some(f32s(&[4], &bias)),
+            ],
+        );
+        let want: Vec<f32> = sums
+            .chunks(4)
+            .flat_map(|s| {
+                let rms = (s.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-5).sqrt();
+                (0..4).map(move |i| s[i] / rms * gamma[i])
+            })
+            .collect();
+        close_within(&out[0], &want, 1e-5);
     }
 }

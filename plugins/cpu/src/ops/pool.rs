@@ -11,8 +11,12 @@ use crate::ops::util::indexing::{c_strides, for_each_index};
 
 use crate::error::{OpError, OpResult};
 use crate::fast::geometry::Spatial;
+use crate::kernel::AttrValue;
+use crate::kernel::add_ms;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
+use crate::ops::composite::Arg;
+use crate::ops::composite::Composite;
 use crate::ops::util::args::{input, opt_input};
 use crate::tensor::Tensor;
 use crate::{bail, dispatch_float, with_types};
@@ -24,6 +28,7 @@ pub fn register(reg: &mut Registry) {
     add(reg, "AveragePool", 1, |n| build_pool(n, PoolKind::Avg));
     add(reg, "GlobalAveragePool", 1, |n| build_global(n, false));
     add(reg, "GlobalMaxPool", 1, |n| build_global(n, true));
+    add_ms(reg, "NhwcMaxPool", build_nhwc_max_pool);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -533,11 +538,52 @@ fn build_max_unpool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// NhwcMaxPool: MaxPool of a channels-last 4-D tensor (uint8 or int8).
+fn build_nhwc_max_pool(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let mut attrs = Vec::new();
+    for name in [
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ] {
+        if let Some(v) = n.attributes.get(name) {
+            attrs.push((name, v.clone()));
+        }
+    }
+    let rank = n.attr_ints("kernel_shape")?.map_or(2, |k| k.len()) + 2;
+    let to_nchw: Vec<i64> = std::iter::once(0)
+        .chain(std::iter::once(rank as i64 - 1))
+        .chain(1..rank as i64 - 1)
+        .collect();
+    let to_nhwc: Vec<i64> = std::iter::once(0)
+        .chain(2..rank as i64)
+        .chain(std::iter::once(1))
+        .collect();
+    let mut c = Composite::new(n);
+    let x = c.step(
+        "Transpose",
+        13,
+        &[("perm", AttrValue::Ints(to_nchw))],
+        &[Some(Arg::In(0))],
+    )?;
+    let p = c.step("MaxPool", 12, &attrs, &[Some(x)])?;
+    let y = c.step(
+        "Transpose",
+        13,
+        &[("perm", AttrValue::Ints(to_nhwc))],
+        &[Some(p)],
+    )?;
+    c.finish(vec![Some(y)])
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{t, vals};
     use super::*;
     use crate::kernel::AttrValue;
+    use crate::ops::testing::{ms, t, vals};
     use crate::tensor::TensorRef;
     use ndarray::array;
 
@@ -724,6 +770,19 @@ mod tests {
         assert_eq!(
             e.0,
             "MaxUnpool: index 9 is out of range for output shape [1, 1, 4]"
+        );
+    }
+
+    #[test]
+    fn nhwc_max_pool_pools_channels_last() {
+        // [1, 2, 2, 2] NHWC: channel 0 holds 1..4, channel 1 holds 10..40.
+        let x = Tensor::from_vec(&[1, 2, 2, 2], vec![1u8, 10, 2, 20, 3, 30, 4, 40]).unwrap();
+        let n = ms("NhwcMaxPool").with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]));
+        let k = crate::ops::registry().build(&n.with_io(1, 1)).unwrap();
+        let y = k.run(&[Some(x.view())]).unwrap();
+        assert_eq!(
+            y[0],
+            Tensor::from_vec(&[1, 1, 1, 2], vec![4u8, 40]).unwrap()
         );
     }
 }

@@ -519,7 +519,7 @@ impl Rnn {
                     })
                     .collect();
                 let mut row: Vec<f64> = idx.iter().map(|&i| xv[i]).collect();
-                crate::ops::quant::fake_quantize_u8(&mut row);
+                crate::ops::quant::linear::fake_quantize_u8(&mut row);
                 for (&i, v) in idx.iter().zip(row) {
                     xv[i] = v;
                 }
@@ -570,7 +570,7 @@ impl Rnn {
                     matvec(wd, xat(t, bb), &mut wx);
                     if self.fake_quant {
                         let mut q = hs.clone();
-                        crate::ops::quant::fake_quantize_u8(&mut q);
+                        crate::ops::quant::linear::fake_quantize_u8(&mut q);
                         matvec(rd, &q, &mut rh);
                     } else {
                         matvec(rd, &hs, &mut rh);

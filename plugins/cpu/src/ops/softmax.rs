@@ -7,8 +7,12 @@ use crate::ops::util::num::FloatElem;
 
 use crate::dispatch_float;
 use crate::error::{OpError, OpResult};
+use crate::kernel::AttrValue;
+use crate::kernel::add_ms;
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, add_range, one};
+use crate::ops::composite::Arg;
+use crate::ops::composite::Composite;
 use crate::ops::util::args::{input, normalize_axis};
 use crate::tensor::{Tensor, TensorRef};
 
@@ -33,6 +37,7 @@ pub fn register(reg: &mut Registry) {
     add(reg, "Hardmax", 13, |n| {
         build_softmax(n, SoftKind::Hardmax, false)
     });
+    add_ms(reg, "BiasSoftmax", build_bias_softmax);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,10 +142,25 @@ fn build_softmax(n: &NodeDef, kind: SoftKind, coerce_2d: bool) -> OpResult<Box<d
     }))
 }
 
+/// BiasSoftmax `(data, bias)`: `Softmax(data + bias)` along `axis` (default 1).
+fn build_bias_softmax(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
+    let axis = n.attr_int_or("axis", 1)?;
+    let mut c = Composite::new(n);
+    let sum = c.step("Add", 14, &[], &[Some(Arg::In(0)), Some(Arg::In(1))])?;
+    let y = c.step(
+        "Softmax",
+        13,
+        &[("axis", AttrValue::Int(axis))],
+        &[Some(sum)],
+    )?;
+    c.finish(vec![Some(y)])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernel::AttrValue;
+    use crate::ops::testing::{close_within, f32s, ms, run_some};
     use ndarray::array;
 
     fn run(n: NodeDef, inputs: Vec<Tensor>) -> OpResult<Vec<Tensor>> {
@@ -195,5 +215,22 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.0, "Softmax: axis 2 is out of range for rank 2");
+    }
+
+    #[test]
+    fn bias_softmax_adds_then_normalizes() {
+        let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.0, 1.0]);
+        let bias = f32s(&[3], &[0.5, -0.5, 0.0]);
+        let y = run_some(
+            ms("BiasSoftmax").with_attr("axis", AttrValue::Int(-1)),
+            vec![Some(x), Some(bias)],
+        );
+        let row = |v: [f32; 3]| {
+            let e: Vec<f32> = v.iter().map(|x| x.exp()).collect();
+            let s: f32 = e.iter().sum();
+            e.into_iter().map(|x| x / s).collect::<Vec<_>>()
+        };
+        let want: Vec<f32> = [row([1.5, 1.5, 3.0]), row([-0.5, -0.5, 1.0])].concat();
+        close_within(&y[0], &want, 1e-6);
     }
 }

@@ -68,3 +68,13 @@ pub(crate) fn index_values(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<i64>> {
 pub(crate) fn flat<T: Elem>(a: &ArrayViewD<'_, T>) -> Vec<T> {
     a.iter().copied().collect()
 }
+
+/// The elements of a view as one slice: borrowed when it is contiguous in C order.
+pub(crate) fn contiguous<'a, T: Clone>(
+    a: &'a ndarray::ArrayViewD<'_, T>,
+) -> std::borrow::Cow<'a, [T]> {
+    match a.as_slice() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(a.iter().cloned().collect()),
+    }
+}

@@ -3,6 +3,12 @@
 //! RotaryEmbedding (opset 23).
 //!
 //! Values are computed in f64 and cast back to Q's float type.
+//!
+//! The attention family: [`ms`] holds ONNX Runtime's `com.microsoft` attention operators,
+//! built on these kernels; [`linear`] the recurrent layers of linear-attention models.
+
+pub mod linear;
+pub mod ms;
 
 use ndarray::{ArrayD, IxDyn};
 
@@ -20,6 +26,8 @@ use crate::tensor::{Tensor, TensorRef};
 pub fn register(reg: &mut Registry) {
     add(reg, "Attention", 23, build_attention);
     add(reg, "RotaryEmbedding", 23, build_rotary);
+    linear::register(reg);
+    ms::register(reg);
 }
 
 struct Attention {

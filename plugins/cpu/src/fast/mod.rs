@@ -1,13 +1,33 @@
-//! The fast kernels: f32 paths of the same ops the reference kernels in [`crate::ops`] define,
-//! and the one table that picks the instruction set they run with.
+//! The fast kernels (level 1): f32 and 8-bit paths of the ops the reference kernels in
+//! [`crate::ops`] define, and the one table that picks the instruction set they run with. A fast
+//! kernel takes slices, shapes and geometry and names no op; the ops call it and keep their
+//! reference path.
 //!
 //! Each reference kernel is the definition: generic over element types, any rank, written for
-//! clarity. A fast kernel here covers the common case of one op (the 2-D f32 convolution, the
-//! f32 softmax, erf, layer normalization and broadcast arithmetic rows, fused elementwise
-//! chains) and is tested against the reference. Which level runs is chosen once per process from
-//! [`ISAS`]: the best one the CPU has, or the one [`ENV_KERNELS`] names, down to `reference`,
-//! which runs the reference kernels alone. The ops reach fast kernels only through
-//! [`FastKernels`] (by element type), the functions of [`conv2d`] and [`math`], and [`enabled`].
+//! clarity. A fast kernel here covers the common case of one op and is tested against the
+//! reference. Which level runs is chosen once per process from [`ISAS`]: the best one the CPU
+//! has, or the one [`ENV_KERNELS`] names, down to `reference`, which runs the reference kernels
+//! alone ([`enabled`] says whether a fast path may run).
+//!
+//! The modules, none of which names another's callers:
+//!
+//! - [`isa`]: the levels and the CPU features each needs; [`simd`]: `multiversion!`, a loop
+//!   compiled per level;
+//! - [`math`]: exp, erf, tanh, sigmoid and the row kernels (softmax, layer normalization,
+//!   broadcast arithmetic) the elementwise, softmax and normalization families call;
+//! - [`post`]: work applied to an output part while it is in cache (bias, activation, a fused
+//!   chain); [`chain`]: elementwise f32 chains over slices, the kernel of fused chains;
+//! - [`gemm`]: the f32 GEMM (the `gemm` crate's SGEMM, split across threads, and a row kernel
+//!   for narrow products); [`dots`]: products with few columns as dot products;
+//! - [`geometry`]: the resolved window geometry; [`conv2d`]: the f32 2-D convolution (im2col
+//!   or direct, on [`gemm`]);
+//! - [`lstm`]: the LSTM recurrence on [`gemm`];
+//! - [`round`]: rounding and requantization, one definition for every quantized kernel;
+//!   [`qbytes`]: elementwise kernels on 8-bit tensors (QuantizeLinear, the QLinear binary ops);
+//!   [`qgemm`]: the integer GEMM; [`qconv`] and [`qmatmul`]: the 8-bit convolution and matrix
+//!   product on it, with their packed weights.
+//!
+//! The element-typed entry points are the [`FastKernels`] trait.
 
 pub mod chain;
 pub mod conv2d;

@@ -155,7 +155,9 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
         "fuse_chains",
         "plan_frees",
     ];
-    let models: [(&str, fn(f32) -> f32); 5] = [
+    // The tolerance of each output element, from the reference value.
+    type Tolerance = fn(f32) -> f32;
+    let models: [(&str, Tolerance); 5] = [
         ("ort-qdq-cnn", |_| 0.0),
         ("ort-conv-bn", |y| 1e-5 * y.abs().max(1.0)),
         ("ort-nested-constants", |_| 1e-5),

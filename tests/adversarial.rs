@@ -238,7 +238,8 @@ fn an_unknown_mode_names_the_valid_ones() {
 
 /// Declared shapes are hints, as in ONNX Runtime: a model whose declared output shape disagrees
 /// with what its nodes compute runs on the built-in CPU EP, with the computed shape (and a
-/// warning). The same disagreement coming from a plugin EP is an error above.
+/// warning), whether the session names the CPU EP or it takes what is left: one rule. The same
+/// disagreement coming from a plugin EP is an error above.
 #[test]
 fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
     let bytes = model_bytes(proto::GraphProto {
@@ -248,11 +249,15 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
         output: vec![float_value("r", &[1, 6]), float_value("y", &[6])],
         ..Default::default()
     });
-    let s = Session::builder()
+    let fallback = Session::builder()
         .expect("builder")
         .commit_from_memory(&bytes)
         .expect("session");
-    for _ in 0..2 {
+    let named = Session::builder()
+        .and_then(|b| b.with_execution_providers([ExecutionProvider::new("cpu")]))
+        .and_then(|b| b.commit_from_memory(&bytes))
+        .expect("session naming the CPU EP");
+    for s in [&fallback, &named, &fallback, &named] {
         let out = s.run([("x", input())]).expect("run");
         assert_eq!(out["r"].shape(), [2, 3]);
         assert_eq!(out["y"].shape(), [2, 3]);

@@ -527,7 +527,9 @@ fn compile_kernels(
         made[i] = Some(Kernel {
             compiled,
             group: group.clone(),
-            lenient_shapes: group.provider == fallback,
+            // The built-in CPU EP, whether the session named it or it took what was left: one
+            // rule for the reference.
+            lenient_shapes: providers[group.provider].name() == providers[fallback].name(),
             shape_warned: group
                 .outputs
                 .iter()

@@ -146,8 +146,9 @@ pub(super) struct Kernel {
     /// every execute so a plugin returning nonsense is caught where it happens.
     pub(super) expected: Vec<Declared>,
     /// Whether a shape that disagrees with the declaration is only a warning: so for the
-    /// built-in CPU EP, the reference, whose outputs are what the nodes define; the model's
-    /// declaration is then what is wrong, and ONNX Runtime runs such models too.
+    /// built-in CPU EP (named by the session or taking what was left), the reference, whose
+    /// outputs are what the nodes define; the model's declaration is then what is wrong, and
+    /// ONNX Runtime runs such models too (it warns, `VerifyOutputSizes`).
     pub(super) lenient_shapes: bool,
     /// Per output: the shape warning was logged already (once per session, not per run).
     pub(super) shape_warned: Vec<AtomicBool>,

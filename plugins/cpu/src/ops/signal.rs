@@ -266,12 +266,16 @@ fn build_stft(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let xs = x.shape().to_vec();
-        let &[b, len, c] = xs.as_slice() else {
-            bail!("{op}: signal must have shape [batch, length, 1 or 2], got {xs:?}");
+        // A 2-D signal is real, as ONNX Runtime takes it (its STFT kernel, `dft.cc`): the
+        // specification's `[batch, length, 1]` without the last axis.
+        let (b, len, c) = match *xs.as_slice() {
+            [b, len] => (b, len, 1),
+            [b, len, c @ (1 | 2)] => (b, len, c),
+            _ => bail!(
+                "{op}: signal must have shape [batch, length] or [batch, length, 1] (real), or \
+                 [batch, length, 2] (complex), got {xs:?}"
+            ),
         };
-        if c != 1 && c != 2 {
-            bail!("{op}: signal must have shape [batch, length, 1 or 2], got {xs:?}");
-        }
         let step = scalar_i64(&op, "frame_step", input(&op, inputs, 1)?)?;
         let window = match opt_input(inputs, 2) {
             Some(w) => {
@@ -501,6 +505,28 @@ mod tests {
         .unwrap();
         assert_eq!(o[0].shape(), &[1, 2, 2, 2]);
         close(&o[0], &[2.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
+        // A 2-D signal is the same real signal; a 1-D or 4-D one is refused, as ONNX Runtime does.
+        let stft = |x: Tensor| {
+            run(
+                NodeDef::new("STFT", 17),
+                vec![
+                    Some(x),
+                    Some(Tensor::scalar(2i64)),
+                    None,
+                    Some(Tensor::scalar(2i64)),
+                ],
+            )
+        };
+        let x2 = Tensor::from_vec(&[1, 4], vec![1.0f32, 1.0, 1.0, 1.0]).unwrap();
+        let o2 = stft(x2).unwrap();
+        assert_eq!(o2[0].shape(), o[0].shape());
+        close(&o2[0], &[2.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
+        for shape in [&[4][..], &[1, 4, 1, 1], &[1, 4, 3]] {
+            let n: usize = shape.iter().product();
+            let bad = Tensor::from_vec(shape, vec![1.0f32; n]).unwrap();
+            let e = stft(bad).unwrap_err();
+            assert!(e.0.contains("signal must have shape"), "{e}");
+        }
         let e = run(
             NodeDef::new("STFT", 17),
             vec![

@@ -272,6 +272,65 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
     }
 }
 
+/// An input declared as a scalar takes a tensor of any shape, as in ONNX Runtime (it holds an
+/// input to its declared shape only when the declaration has a dimension): a one-element `[1]`
+/// array where `[]` is declared runs. Any other declared shape is held exactly.
+#[test]
+fn an_input_declared_as_a_scalar_takes_any_shape() {
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("scalar_input".into()),
+        node: vec![node("Neg", &["x"], &["y"])],
+        input: vec![float_value("x", &[])],
+        output: vec![float_value("y", &[])],
+        ..Default::default()
+    });
+    let s = Session::builder()
+        .expect("builder")
+        .commit_from_memory(&bytes)
+        .expect("session");
+    let shapes: [&[usize]; 3] = [&[], &[1], &[2, 1]];
+    for shape in shapes {
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_array(
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), vec![2.0f32; n])
+                .expect("shape matches data"),
+        );
+        let out = s.run([("x", x)]).expect("run");
+        assert_eq!(out["y"].shape(), shape);
+        let y: Vec<f32> = out["y"]
+            .view::<f32>()
+            .expect("f32")
+            .iter()
+            .copied()
+            .collect();
+        assert_eq!(y, vec![-2.0; n]);
+    }
+    // A declared dimension is held: rank and extent.
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("vector_input".into()),
+        node: vec![node("Neg", &["x"], &["y"])],
+        input: vec![float_value("x", &[1])],
+        output: vec![float_value("y", &[1])],
+        ..Default::default()
+    });
+    let s = Session::builder()
+        .expect("builder")
+        .commit_from_memory(&bytes)
+        .expect("session");
+    let shapes: [&[usize]; 3] = [&[], &[2], &[1, 1]];
+    for shape in shapes {
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_array(
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), vec![2.0f32; n])
+                .expect("shape matches data"),
+        );
+        let err = s
+            .run([("x", x)])
+            .expect_err("a wrong shape for a declared dimension");
+        assert!(err.to_string().contains("must have shape [1]"), "{err}");
+    }
+}
+
 /// r = Relu(x) with no declaration of `r` (the host infers [2, 3]), then y = Add(r, x): a
 /// wrong-shaped `r` of [1] would broadcast into a wrong `y` of the right shape.
 fn relu_add_undeclared_model() -> Vec<u8> {

@@ -339,7 +339,10 @@ impl Session {
         let Value::Host(t) = value else {
             return Ok(());
         };
-        if let Some(shape) = v.shape() {
+        // A declaration without dimensions holds nothing: ONNX Runtime takes a tensor of any
+        // shape for an input declared as a scalar (`inference_session.cc`, `ValidateInputsOutputs`
+        // checks shapes only when the declaration has a dimension), and programs feed `[1]` there.
+        if let Some(shape) = v.shape().filter(|s| !s.is_empty()) {
             let ok = shape.len() == t.shape().len()
                 && shape
                     .iter()

@@ -79,6 +79,19 @@ fn load_model_buf(bytes: impl bytes::Buf, source: &str, base_dir: Option<&Path>)
         let domain = normalize_domain(o.domain.as_deref().unwrap_or("")).to_string();
         opsets.insert(domain, o.version.unwrap_or(0));
     }
+    for (domain, &version) in &opsets {
+        if let Some(newest) = super::schema::newest_opset(domain)
+            && version > newest
+        {
+            let name = if domain.is_empty() { "ai.onnx" } else { domain };
+            return Err(model_err(format!(
+                "the model imports {name} opset {version}, newer than this build knows ({name} up \
+                 to opset {newest}): what its operators mean there is not defined yet. Convert \
+                 the model to opset {newest} or older (onnx.version_converter), or use an epx \
+                 built for that ONNX release"
+            )));
+        }
+    }
     if !opsets.contains_key("") {
         // IR ≥ 3 requires an import of the default domain when default ops are used; a model
         // without one cannot say which semantics its ops have.

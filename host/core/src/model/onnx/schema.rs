@@ -115,6 +115,32 @@ fn kind_name(code: u8) -> &'static str {
     }
 }
 
+/// The ONNX domains whose opsets this build knows whole (from the table's ONNX release): a model
+/// importing a newer opset of one of them is refused, as ONNX Runtime refuses opsets newer than
+/// its ONNX release (`model_load_utils.h`, `ValidateOpsetForDomain`). Other domains (ONNX
+/// Runtime's `com.microsoft`, custom ones) are left to the EPs.
+const ONNX_DOMAINS: [&str; 3] = ["", "ai.onnx.ml", "ai.onnx.preview.training"];
+
+/// The newest opset of ONNX domain `domain` (normalized: `""` for `ai.onnx`) that this build
+/// knows, or `None` for a domain it does not hold whole.
+pub(crate) fn newest_opset(domain: &str) -> Option<i64> {
+    static NEWEST: OnceLock<HashMap<&'static str, i64>> = OnceLock::new();
+    let newest = NEWEST.get_or_init(|| {
+        let mut m: HashMap<&'static str, i64> = HashMap::new();
+        for ((d, _), versions) in table() {
+            if let Some(last) = versions.last() {
+                let e = m.entry(*d).or_insert(last.since);
+                *e = (*e).max(last.since);
+            }
+        }
+        m
+    });
+    ONNX_DOMAINS
+        .contains(&domain)
+        .then(|| newest.get(domain).copied())
+        .flatten()
+}
+
 /// Checks every node of `graph` and of the graphs nested in its attributes against the schema
 /// its domain's imported opset selects. The error names the node and what is wrong.
 pub(crate) fn check_graph(graph: &Graph, opsets: &BTreeMap<String, i64>) -> Result<(), String> {

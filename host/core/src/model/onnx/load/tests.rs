@@ -323,6 +323,47 @@ fn an_opset_older_than_the_op_is_an_error() {
     .expect("unknown op");
 }
 
+/// An ONNX opset newer than the build knows is refused, naming the newest it knows, as ONNX
+/// Runtime refuses opsets newer than its ONNX release; the newest known one loads. Domains the
+/// build does not hold whole (ONNX Runtime's, custom ones) are left to the EPs.
+#[test]
+fn an_opset_newer_than_the_build_knows_is_refused() {
+    let newest = crate::model::onnx::schema::newest_opset("").expect("ai.onnx is known");
+    assert!(
+        newest >= 23,
+        "the table holds ONNX 1.22's opsets, got {newest}"
+    );
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+    m.opset_import[0].version = Some(newest);
+    load(&m).expect("the newest known opset");
+    m.opset_import[0].version = Some(99);
+    let err = load(&m).expect_err("opset 99").to_string();
+    assert!(
+        err.contains(&format!(
+            "the model imports ai.onnx opset 99, newer than this build knows (ai.onnx up to \
+             opset {newest})"
+        )),
+        "{err}"
+    );
+    let ml = crate::model::onnx::schema::newest_opset("ai.onnx.ml").expect("ai.onnx.ml");
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+    m.opset_import.push(proto::OperatorSetIdProto {
+        domain: Some("ai.onnx.ml".into()),
+        version: Some(ml + 1),
+    });
+    let err = load(&m).expect_err("a newer ai.onnx.ml").to_string();
+    assert!(
+        err.contains(&format!("ai.onnx.ml opset {}", ml + 1)),
+        "{err}"
+    );
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+    m.opset_import.push(proto::OperatorSetIdProto {
+        domain: Some("com.microsoft".into()),
+        version: Some(7),
+    });
+    load(&m).expect("a domain the build does not hold whole");
+}
+
 #[test]
 fn descriptive_fields_and_overridable_initializers_are_kept() {
     let mut m = model(vec![node("Add", &["x", "b"], &["y"])], &["x", "b"], &["y"]);

@@ -277,25 +277,30 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
 /// array where `[]` is declared runs. Any other declared shape is held exactly.
 #[test]
 fn an_input_declared_as_a_scalar_takes_any_shape() {
-    let bytes = model_bytes(proto::GraphProto {
-        name: Some("scalar_input".into()),
-        node: vec![node("Neg", &["x"], &["y"])],
-        input: vec![float_value("x", &[])],
-        output: vec![float_value("y", &[])],
-        ..Default::default()
-    });
-    let s = Session::builder()
-        .expect("builder")
-        .commit_from_memory(&bytes)
-        .expect("session");
-    let shapes: [&[usize]; 3] = [&[], &[1], &[2, 1]];
-    for shape in shapes {
+    // y = Neg(x), with x and y declared of shape `dims`, as a session.
+    let neg = |dims: &[i64]| {
+        let bytes = model_bytes(proto::GraphProto {
+            name: Some("neg".into()),
+            node: vec![node("Neg", &["x"], &["y"])],
+            input: vec![float_value("x", dims)],
+            output: vec![float_value("y", dims)],
+            ..Default::default()
+        });
+        Session::builder()
+            .and_then(|b| b.commit_from_memory(&bytes))
+            .expect("session")
+    };
+    let twos = |shape: &[usize]| {
         let n: usize = shape.iter().product();
-        let x = Tensor::from_array(
+        Tensor::from_array(
             ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), vec![2.0f32; n])
                 .expect("shape matches data"),
-        );
-        let out = s.run([("x", x)]).expect("run");
+        )
+    };
+    let s = neg(&[]);
+    let shapes: [&[usize]; 3] = [&[], &[1], &[2, 1]];
+    for shape in shapes {
+        let out = s.run([("x", twos(shape))]).expect("run");
         assert_eq!(out["y"].shape(), shape);
         let y: Vec<f32> = out["y"]
             .view::<f32>()
@@ -303,29 +308,14 @@ fn an_input_declared_as_a_scalar_takes_any_shape() {
             .iter()
             .copied()
             .collect();
-        assert_eq!(y, vec![-2.0; n]);
+        assert_eq!(y, vec![-2.0; shape.iter().product()]);
     }
     // A declared dimension is held: rank and extent.
-    let bytes = model_bytes(proto::GraphProto {
-        name: Some("vector_input".into()),
-        node: vec![node("Neg", &["x"], &["y"])],
-        input: vec![float_value("x", &[1])],
-        output: vec![float_value("y", &[1])],
-        ..Default::default()
-    });
-    let s = Session::builder()
-        .expect("builder")
-        .commit_from_memory(&bytes)
-        .expect("session");
+    let s = neg(&[1]);
     let shapes: [&[usize]; 3] = [&[], &[2], &[1, 1]];
     for shape in shapes {
-        let n: usize = shape.iter().product();
-        let x = Tensor::from_array(
-            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), vec![2.0f32; n])
-                .expect("shape matches data"),
-        );
         let err = s
-            .run([("x", x)])
+            .run([("x", twos(shape))])
             .expect_err("a wrong shape for a declared dimension");
         assert!(err.to_string().contains("must have shape [1]"), "{err}");
     }

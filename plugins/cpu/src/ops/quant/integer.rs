@@ -9,17 +9,12 @@
 
 use crate::bail;
 use crate::error::{OpError, OpResult};
-use crate::fast::qconv::{self};
-use crate::fast::qmatmul::{self};
 use crate::fast::round::{low_byte, round_even_f64};
+use crate::fast::{qconv, qmatmul};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
-use crate::ops::quant::linear::int_range;
-use crate::ops::quant::linear::int_tensor;
-use crate::ops::quant::linear::int_values;
-use crate::ops::quant::pack::FastQConv;
-use crate::ops::quant::pack::FastQMatMul;
-use crate::ops::quant::pack::WithPackedWeights;
+use crate::ops::quant::linear::{int_range, int_tensor, int_values};
+use crate::ops::quant::pack::{FastQConv, FastQMatMul, WithPackedWeights};
 use crate::ops::util::args::{input, opt_input, scalar_f64};
 use crate::ops::util::indexing::contiguous;
 use crate::ops::util::num::float_values;

@@ -153,20 +153,77 @@ fn rule(op: &str, output: usize) -> Option<Rule> {
     })
 }
 
-/// Infers element types in topological order. Declared types are kept as they are.
-pub fn infer_element_types(g: &mut Graph) {
+/// The type an attribute decides, for outputs whose schema leaves it open: LabelEncoder's
+/// values, QuantizeLinear's zero point or `output_dtype`, DequantizeLinear's `output_dtype` or
+/// scale.
+fn attribute_type(g: &Graph, node: &crate::model::ir::Node, k: usize) -> Option<ElementType> {
+    let dtype = |name: &str| match node.attribute(name) {
+        Some(AttributeValue::Int(code)) if *code != 0 => {
+            i32::try_from(*code).ok().and_then(ElementType::from_onnx)
+        }
+        _ => None,
+    };
+    let input = |i: usize| {
+        node.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .and_then(|v| g.values[v].elem_type())
+    };
+    match (node.domain.as_str(), node.op_type.as_str(), k) {
+        ("ai.onnx.ml", "LabelEncoder", 0) => node.attributes.iter().find_map(|a| {
+            match (a.name.as_str(), &a.value) {
+                ("values_strings", _) => Some(ElementType::String),
+                ("values_int64s", _) => Some(ElementType::Int64),
+                ("values_floats", _) => Some(ElementType::Float),
+                ("values_tensor", AttributeValue::Tensor(t)) => Some(t.elem_type()),
+                // LabelEncoder-1 maps strings to int64 and back.
+                ("classes_strings", _) => match input(0) {
+                    Some(ElementType::String) => Some(ElementType::Int64),
+                    Some(_) => Some(ElementType::String),
+                    None => None,
+                },
+                _ => None,
+            }
+        }),
+        ("", "QuantizeLinear", 0) => dtype("output_dtype")
+            .or_else(|| input(2))
+            .or(Some(ElementType::Uint8)),
+        ("", "DequantizeLinear", 0) => dtype("output_dtype").or_else(|| input(1)),
+        _ => None,
+    }
+}
+
+/// Infers element types in topological order, from the rules above, else from the operator's
+/// schema (any domain the schema table holds), as ONNX's type inference does. Declared types
+/// are kept as they are.
+pub fn infer_element_types(g: &mut Graph, opsets: &std::collections::BTreeMap<String, i64>) {
+    use crate::model::onnx::schema::{OutputType, output_type};
     for n in 0..g.nodes.len() {
         let node = &g.nodes[n];
-        if !node.domain.is_empty() {
-            continue;
-        }
+        let opset = opsets.get(&node.domain).copied().unwrap_or(i64::MAX);
         let mut found = Vec::new();
         for (k, out) in node.outputs.iter().enumerate() {
             let Some(out) = *out else { continue };
             if g.values[out].elem_type().is_some() || g.values[out].ty.is_non_tensor() {
                 continue;
             }
-            let ty = match rule(&node.op_type, k) {
+            let own = if node.domain.is_empty() {
+                rule(&node.op_type, k)
+            } else {
+                None
+            };
+            let from_schema = || match output_type(&node.domain, &node.op_type, opset, k) {
+                Some(OutputType::Input(i)) => node
+                    .inputs
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .and_then(|v| g.values[v].elem_type()),
+                Some(OutputType::Fixed(code)) => ElementType::from_onnx(code),
+                Some(OutputType::Open) | None => attribute_type(g, node, k),
+            };
+            let ty = match own {
                 Some(Rule::Input(i)) => node
                     .inputs
                     .get(i)
@@ -181,7 +238,7 @@ pub fn infer_element_types(g: &mut Graph) {
                     _ => None,
                 },
                 Some(Rule::ConstantValue) => constant_type(node),
-                None => None,
+                None => from_schema(),
             };
             if let Some(t) = ty.filter(|t| *t != ElementType::Undefined) {
                 found.push((out, t));
@@ -226,6 +283,7 @@ pub fn infer_shapes(g: &mut Graph) {
     // Constant data visible at load time: initializers (read in place, never copied: they
     // can be most of the model) and `Constant` node outputs.
     let mut constants: HashMap<ValueId, std::sync::Arc<Tensor>> = HashMap::new();
+    let mut confirmed = Vec::new();
     for n in 0..g.nodes.len() {
         let node = &g.nodes[n];
         if !node.domain.is_empty() {
@@ -262,10 +320,29 @@ pub fn infer_shapes(g: &mut Graph) {
                 continue;
             };
             let value = &g.values[out];
-            if value.shape().is_some() || value.ty.is_non_tensor() {
+            if let Some(declared) = value.shape() {
+                // A declaration the node's inputs bear out: every extent inference knows agrees.
+                let agrees = declared.len() == shape.len()
+                    && declared
+                        .iter()
+                        .zip(shape)
+                        .all(|(d, s)| match (known(d), known(s)) {
+                            (Some(d), Some(s)) => d == s,
+                            (None, None) => true,
+                            _ => false,
+                        });
+                if agrees {
+                    confirmed.push(out);
+                }
+                continue;
+            }
+            if value.ty.is_non_tensor() {
                 continue;
             }
             updates.push((out, shape.clone()));
+        }
+        for out in confirmed.drain(..) {
+            g.values[out].shape_confirmed = true;
         }
         for (out, shape) in updates {
             let elem_type = g.values[out].elem_type();

@@ -125,6 +125,10 @@ pub struct Value {
     pub is_graph_output: bool,
     /// The shape in `ty` was inferred by the host, not declared by the model.
     pub shape_inferred: bool,
+    /// The model declares the shape in `ty`, and the host's inference from the producing node's
+    /// inputs gives the same: a kernel output against it is the kernel's error, where against an
+    /// unconfirmed declaration it may be the model's (see `session::run::check_output`).
+    pub shape_confirmed: bool,
 }
 
 impl ValueType {

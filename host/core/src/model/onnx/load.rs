@@ -14,8 +14,9 @@ use crate::value::{Map, Sequence, Value as DynValue};
 
 /// Oldest IR version accepted (the first with opset imports).
 pub const MIN_IR_VERSION: i64 = 3;
-/// Newest IR version accepted (ONNX 1.22).
-pub const MAX_IR_VERSION: i64 = 13;
+/// Newest IR version accepted (ONNX 1.23: IR 14 adds FLOAT6E2M3 and FLOAT6E3M2, read as unsupported
+/// element types where a tensor uses them).
+pub const MAX_IR_VERSION: i64 = 14;
 
 /// Loads a model file; external data is read relative to its folder. Tensor data is decoded
 /// as slices of the file's bytes and copied once, into the tensors, so loading holds at most
@@ -108,7 +109,7 @@ fn load_model_buf(bytes: impl bytes::Buf, source: &str, base_dir: Option<&Path>)
     let ctx = Ctx { source, base_dir };
     let mut graph = ctx.graph(graph, &HashSet::new())?;
     super::schema::check_graph(&graph, &opsets).map_err(|m| ctx.invalid(m))?;
-    crate::model::infer::infer_element_types(&mut graph);
+    crate::model::infer::infer_element_types(&mut graph, &opsets);
     crate::model::infer::infer_shapes(&mut graph);
     Ok(Model {
         source: source.to_string(),
@@ -376,6 +377,7 @@ impl Ctx<'_> {
                 is_graph_input: false,
                 is_graph_output: false,
                 shape_inferred: false,
+                shape_confirmed: false,
             });
             graph.by_name.insert(name.to_string(), id);
             id

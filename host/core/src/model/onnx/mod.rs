@@ -2,7 +2,7 @@
 mod load;
 pub mod proto;
 pub mod save;
-mod schema;
+pub(crate) mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -22,6 +22,19 @@ struct Schema {
     outputs: (usize, usize),
     /// name, AttributeProto type number, required
     attributes: Vec<(&'static str, u8, bool)>,
+    /// The element type of each output as the schema fixes it (the last for any further one).
+    output_types: Vec<OutputType>,
+}
+
+/// The element type of an operator's output, as its schema fixes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutputType {
+    /// The type of input `i`.
+    Input(usize),
+    /// One type (its TensorProto data type number).
+    Fixed(i32),
+    /// An attribute or the inputs' types decide it beyond what the schema says.
+    Open,
 }
 
 type Table = HashMap<(&'static str, &'static str), Vec<Schema>>;
@@ -49,9 +62,32 @@ fn table() -> &'static Table {
 
 fn parse_line(line: &'static str) -> Option<((&'static str, &'static str), Schema)> {
     let cols: Vec<&'static str> = line.split('\t').collect();
-    let [domain, op, since, min_in, max_in, min_out, max_out, attrs] = cols[..] else {
+    let [
+        domain,
+        op,
+        since,
+        min_in,
+        max_in,
+        min_out,
+        max_out,
+        attrs,
+        outputs,
+    ] = cols[..]
+    else {
         return None;
     };
+    let output_types = outputs
+        .split(',')
+        .map(|r| {
+            if let Some(i) = r.strip_prefix('=') {
+                i.parse().ok().map(OutputType::Input)
+            } else if let Some(c) = r.strip_prefix(':') {
+                c.parse().ok().map(OutputType::Fixed)
+            } else {
+                Some(OutputType::Open)
+            }
+        })
+        .collect::<Option<Vec<_>>>()?;
     let count = |s: &str| -> Option<usize> {
         if s == "*" {
             Some(usize::MAX)
@@ -72,6 +108,7 @@ fn parse_line(line: &'static str) -> Option<((&'static str, &'static str), Schem
             inputs: (count(min_in)?, count(max_in)?),
             outputs: (count(min_out)?, count(max_out)?),
             attributes,
+            output_types,
         },
     ))
 }
@@ -113,6 +150,18 @@ fn kind_name(code: u8) -> &'static str {
         14 => "type protos",
         _ => "of an unknown kind",
     }
+}
+
+/// The element type output `k` of `op` (domain normalized, `""` for ai.onnx) has at `opset`, as
+/// the operator's schema fixes it; `None` for an operator the table does not know.
+pub(crate) fn output_type(domain: &str, op: &str, opset: i64, k: usize) -> Option<OutputType> {
+    let versions = table().get(&(domain, op))?;
+    let schema = versions.iter().rev().find(|s| s.since <= opset)?;
+    schema
+        .output_types
+        .get(k)
+        .or(schema.output_types.last())
+        .copied()
 }
 
 /// The ONNX domains whose opsets this build knows whole (from the table's ONNX release): a model

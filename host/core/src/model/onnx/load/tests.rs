@@ -78,7 +78,64 @@ fn unsupported_ir_version_names_the_range() {
     let err = load(&m).unwrap_err().to_string();
     assert_eq!(
         err,
-        "test.onnx: unsupported ONNX IR version 99; this build reads IR versions 3 to 13"
+        "test.onnx: unsupported ONNX IR version 99; this build reads IR versions 3 to 14"
+    );
+}
+
+/// IR version 14 (ONNX 1.23) loads; a FLOAT6 tensor in it is refused by name, not misread.
+#[test]
+fn ir_version_14_loads() {
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], &["x"], &["y"]);
+    m.ir_version = Some(14);
+    assert!(load(&m).is_ok());
+}
+
+/// Output types the schema fixes are inferred in any domain the table holds, and those an
+/// attribute decides from the attribute: what a partition boundary then declares.
+#[test]
+fn element_types_come_from_schemas_and_attributes() {
+    let mut m = model(
+        vec![
+            node("DynamicQuantizeLinear", &["x"], &["q", "s", "z"]),
+            node("MatMulInteger", &["q", "q"], &["i"]),
+            node("Relu", &["s"], &["y"]),
+        ],
+        &["x"],
+        &["y"],
+    );
+    let g = load(&m).unwrap().graph;
+    let ty = |n: &str| g.values[g.value_id(n).unwrap()].elem_type();
+    assert_eq!(ty("q"), Some(ElementType::Uint8));
+    assert_eq!(ty("s"), Some(ElementType::Float));
+    assert_eq!(ty("i"), Some(ElementType::Int32));
+    // LabelEncoder (ai.onnx.ml): its values attribute decides.
+    let mut enc = node("LabelEncoder", &["x"], &["e"]);
+    let cast = node("Relu", &["x"], &["y"]);
+    enc.domain = Some("ai.onnx.ml".into());
+    enc.attribute
+        .push(crate::model::onnx::proto::AttributeProto {
+            name: Some("keys_floats".into()),
+            r#type: Some(6),
+            floats: vec![1.0],
+            ..Default::default()
+        });
+    enc.attribute
+        .push(crate::model::onnx::proto::AttributeProto {
+            name: Some("values_int64s".into()),
+            r#type: Some(7),
+            ints: vec![3],
+            ..Default::default()
+        });
+    m = model(vec![enc, cast], &["x"], &["y"]);
+    m.opset_import
+        .push(crate::model::onnx::proto::OperatorSetIdProto {
+            domain: Some("ai.onnx.ml".into()),
+            version: Some(2),
+        });
+    let g = load(&m).unwrap().graph;
+    assert_eq!(
+        g.values[g.value_id("e").unwrap()].elem_type(),
+        Some(ElementType::Int64)
     );
 }
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Writes schemas.tsv: for every operator version of ONNX (onnx==1.22.0: ai.onnx, ai.onnx.ml,
+"""Writes schemas.tsv: for every operator version of ONNX (onnx==1.23.2: ai.onnx, ai.onnx.ml,
 ai.onnx.preview, ai.onnx.preview.training) and of ONNX Runtime's own operators (onnxruntime==1.31.1:
 com.microsoft, and its additions to the default domain), the attributes it defines and the input and output counts it allows. The host
 checks every node against it when it loads a model, as ONNX Runtime does.
 
-    python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.22.0 onnxruntime==1.31.1
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install onnx==1.23.2 onnxruntime==1.31.1
     /tmp/v/bin/python host/core/src/model/onnx/schemas/make_schemas.py
 
 Columns: domain, op, since_version, min_inputs, max_inputs, min_outputs, max_outputs, attributes
-(`name:type` with ONNX's AttributeProto type number, `!` after it when required, comma-separated).
+(`name:type` with ONNX's AttributeProto type number, `!` after it when required, comma-separated),
+and the element type of each output as the schema fixes it (comma-separated, the last one for
+every further output): `=N` the type of input N, `:C` the TensorProto data type C, `?` not fixed
+by the schema alone (an attribute or several allowed types decide it).
 """
 import os
 
@@ -23,6 +26,40 @@ ORT_DOMAINS = {"", "com.microsoft"}
 INF = 2**31 - 1
 
 
+# TensorProto data type numbers of the type strings a schema names.
+DTYPES = {
+    "float": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
+    "string": 8, "bool": 9, "float16": 10, "double": 11, "uint32": 12, "uint64": 13,
+    "bfloat16": 16,
+}
+
+
+def type_str(p):
+    return getattr(p, "type_str", None) or getattr(p, "typeStr", "")
+
+
+def fixed(types):
+    """The data type number of `tensor(x)` when `types` is exactly that one type."""
+    if len(types) == 1 and types[0].startswith("tensor(") and types[0][7:-1] in DTYPES:
+        return DTYPES[types[0][7:-1]]
+    return None
+
+
+def output_types(s):
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints}
+    rules = []
+    for o in s.outputs:
+        t = type_str(o)
+        if t in allowed:
+            code = fixed(allowed[t])
+            same = [i for i, p in enumerate(s.inputs) if type_str(p) == t]
+            rules.append(f":{code}" if code else (f"={same[0]}" if same else "?"))
+        else:
+            code = fixed([t])
+            rules.append(f":{code}" if code else "?")
+    return ",".join(rules)
+
+
 def row(s):
     attrs = []
     for name in sorted(s.attributes):
@@ -31,7 +68,7 @@ def row(s):
                      + ("!" if a.required else ""))
     cap = lambda n: "*" if n >= INF else str(n)
     return (s.domain, s.name, s.since_version, s.min_input, cap(s.max_input), s.min_output,
-            cap(s.max_output), ",".join(attrs))
+            cap(s.max_output), ",".join(attrs), output_types(s))
 
 
 def main():

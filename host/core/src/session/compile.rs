@@ -545,11 +545,17 @@ fn compile_kernels(
 
 /// What the host knows about a value, declared by the model or inferred from it. Both are held
 /// against a plugin's kernel (a wrong shape must stop at the kernel that made it, not broadcast
-/// downstream); the fallback CPU EP is held to declarations only (see `Kernel::lenient_shapes`).
+/// downstream) where the host's inference stands behind them; the CPU EP is not (see
+/// `Kernel::lenient_shapes`).
 fn declared(g: &Graph, v: ValueId) -> Declared {
     let val = &g.values[v];
     let dims = val.shape().map(|s| s.iter().map(Dim::known).collect());
-    (val.elem_type(), dims, val.shape_inferred)
+    (
+        val.elem_type(),
+        dims,
+        val.shape_inferred,
+        val.shape_confirmed,
+    )
 }
 
 /// Step 9: the order of kernels and copies, and when each value is released.
@@ -849,7 +855,12 @@ mod tests {
         let y = g.value_id("y").expect("y");
         assert_eq!(
             declared(&g, x),
-            (Some(ElementType::Float), Some(vec![Some(2), None]), false)
+            (
+                Some(ElementType::Float),
+                Some(vec![Some(2), None]),
+                false,
+                false
+            )
         );
         // y's shape is the host's inference, marked so: held against plugin kernels only.
         assert_eq!(declared(&g, y).1, Some(vec![Some(2), None]));

@@ -145,10 +145,11 @@ pub(super) struct Kernel {
     /// The model's declared element type and static extents of each output, checked after
     /// every execute so a plugin returning nonsense is caught where it happens.
     pub(super) expected: Vec<Declared>,
-    /// Whether a shape that disagrees with the declaration is only a warning: so for the
+    /// Whether every shape that disagrees with the declaration is only a warning: so for the
     /// built-in CPU EP (named by the session or taking what was left), the reference, whose
-    /// outputs are what the nodes define; the model's declaration is then what is wrong, and
-    /// ONNX Runtime runs such models too (it warns, `VerifyOutputSizes`).
+    /// outputs are what the nodes define. For another EP only a declaration the host's inference
+    /// does not bear out is (`Value::shape_confirmed`): the model's declaration may then be what
+    /// is wrong, and ONNX Runtime runs such models on any EP (it warns, `VerifyOutputSizes`).
     pub(super) lenient_shapes: bool,
     /// Per output: the shape warning was logged already (once per session, not per run).
     pub(super) shape_warned: Vec<AtomicBool>,
@@ -157,4 +158,5 @@ pub(super) struct Kernel {
 /// What the model declares about a value: element type and static extents, where known.
 /// What the host knows of a value: element type, static extents, and whether the extents were
 /// inferred by the host rather than declared by the model.
-pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool);
+/// Last, whether the host's inference confirms a declared shape.
+pub(super) type Declared = (Option<ElementType>, Option<Vec<Option<u64>>>, bool, bool);

@@ -230,9 +230,11 @@ impl Session {
 
     /// Checks a kernel output against the type and static shape the host knows for it, declared
     /// by the model or inferred from it. For the built-in CPU EP, inferred shapes are not
-    /// checked and a shape against the declaration is a warning, once per session.
+    /// checked and a shape against the declaration is a warning, once per session; for another
+    /// EP a shape against what the host infers (or a declaration its inference confirms) is an
+    /// error, against a declaration alone a warning, as ONNX Runtime warns for any EP.
     fn check_output(&self, kernel: &Kernel, index: usize, v: ValueId, out: &Value) -> Result<()> {
-        let (want_type, want_dims, inferred) = &kernel.expected[index];
+        let (want_type, want_dims, inferred, confirmed) = &kernel.expected[index];
         let name = &self.model.graph.values[v].name;
         let provider = kernel.compiled.provider().name();
         let bad = |message: String| Error::Provider {
@@ -266,7 +268,7 @@ impl Session {
                     .map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string()))
                     .collect();
                 let want = want.join(", ");
-                if !kernel.lenient_shapes {
+                if !kernel.lenient_shapes && (*inferred || *confirmed) {
                     let source = if *inferred {
                         "the host infers from the model"
                     } else {

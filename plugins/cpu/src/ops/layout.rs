@@ -392,14 +392,20 @@ fn blocksize(n: &NodeDef) -> OpResult<usize> {
         .ok_or_else(|| n.error(format_args!("blocksize must be positive, got {b}")))
 }
 
+/// `mode`: whether a channel splits as (channel, row, column) in the block — CRD — or as
+/// (row, column, channel) — DCR, the default of DepthToSpace and of SpaceToDepth-28.
+fn crd_mode(n: &NodeDef) -> OpResult<bool> {
+    match n.attr_string_or("mode", "DCR")?.as_str() {
+        "DCR" => Ok(false),
+        "CRD" => Ok(true),
+        other => Err(n.error(format_args!("unknown mode '{other}' (DCR or CRD)"))),
+    }
+}
+
 fn build_depth_to_space(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let b = blocksize(n)?;
-    let crd = match n.attr_string_or("mode", "DCR")?.as_str() {
-        "DCR" => false,
-        "CRD" => true,
-        other => return Err(n.error(format_args!("unknown mode '{other}'"))),
-    };
+    let crd = crd_mode(n)?;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let [nn, c, h, w] = x.shape() else {
@@ -430,6 +436,8 @@ fn build_depth_to_space(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_space_to_depth(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let b = blocksize(n)?;
+    // Opset 28 added `mode`; the schema check refuses it at older opsets.
+    let crd = crd_mode(n)?;
     Ok(kernel(move |inputs| {
         let x = input(&op, inputs, 0)?;
         let [nn, c, h, w] = x.shape() else {
@@ -440,7 +448,12 @@ fn build_space_to_depth(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             bail!("{op}: spatial dims {h}x{w} are not divisible by blocksize {b}");
         }
         let split = [nn, c, h / b, b, w / b, b];
-        let perm = [0, 3, 5, 1, 2, 4];
+        // Output channel (c, by, bx) for CRD, (by, bx, c) for DCR.
+        let perm = if crd {
+            [0, 1, 3, 5, 2, 4]
+        } else {
+            [0, 3, 5, 1, 2, 4]
+        };
         let out = [nn, c * b * b, h / b, w / b];
         one(dispatch_all!(
             x.clone(),
@@ -835,17 +848,20 @@ mod tests {
                 .with_attr("mode", AttrValue::String(m.as_bytes().to_vec()));
             let y = run(d2s, vec![x.clone()]).unwrap().remove(0);
             assert_eq!(y.shape(), &[1, 2, 4, 6]);
-            if m == "DCR" {
-                let s2d =
-                    NodeDef::new("SpaceToDepth", 13).with_attr("blocksize", AttrValue::Int(2));
-                let back = run(s2d, vec![Some(y)]).unwrap().remove(0);
-                assert_eq!(Some(back), x);
-            } else {
+            if m == "CRD" {
                 // CRD: channel 0 takes input channels 0..4 as its 2x2 blocks.
                 let v = y.as_array::<f32>().unwrap();
                 assert_eq!(v[[0, 0, 0, 1]], 6.0);
                 assert_eq!(v[[0, 0, 1, 0]], 12.0);
             }
+            // SpaceToDepth in the same mode undoes it (opset 28 has `mode`; 13 is DCR).
+            let s2d = if m == "DCR" {
+                NodeDef::new("SpaceToDepth", 13)
+            } else {
+                NodeDef::new("SpaceToDepth", 28).with_attr("mode", AttrValue::String(m.into()))
+            };
+            let back = run(s2d.with_attr("blocksize", AttrValue::Int(2)), vec![Some(y)]);
+            assert_eq!(Some(back.unwrap().remove(0)), x, "{m}");
         }
         let s2d = NodeDef::new("SpaceToDepth", 13).with_attr("blocksize", AttrValue::Int(2));
         let e = run(s2d, vec![iota(&[1, 1, 3, 4])]).unwrap_err();

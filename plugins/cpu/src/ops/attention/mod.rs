@@ -1,8 +1,12 @@
-//! Attention (opset 23/24: 3-D or 4-D Q/K/V, causal and additive/boolean masks, grouped-query
-//! heads, softcap, past/present key and value, the optional QK output, nonpad_kv_seqlen) and
-//! RotaryEmbedding (opset 23).
+//! Attention (opsets 23, 24 and 28 — Attention-25: 3-D or 4-D Q/K/V, causal and additive/boolean
+//! masks, grouped-query heads, softcap, past/present key and value, the optional QK output,
+//! nonpad_kv_seqlen, sliding windows) and RotaryEmbedding (opset 23).
 //!
-//! Values are computed in f64 and cast back to Q's float type.
+//! Values are computed in f64 (at least the precision `softmax_precision` asks for) and cast
+//! back to Q's float type. Masks follow the specification's reference: the causal frontier and
+//! the window are aligned bottom-right (a query at row `i` sits at `i + offset`, `offset` the
+//! past length, or per batch `nonpad_kv_seqlen - q_len` over an external cache, unclamped), and
+//! a row whose bias masks every key gives zeros (never NaN) in Y and in the softmax output.
 //!
 //! The attention family: [`ms`] holds ONNX Runtime's `com.microsoft` attention operators,
 //! built on these kernels; [`linear`] the recurrent layers of linear-attention models.
@@ -38,6 +42,12 @@ struct Attention {
     kv_heads: Option<usize>,
     softcap: Option<f64>,
     qk_mode: i64,
+    /// Attention-25's sliding window: keys more than this many positions before (after) the
+    /// query are masked; `None`: unbounded.
+    left_window: Option<i64>,
+    right_window: Option<i64>,
+    /// Attention-25 (opset 28) refuses head counts given for 4-D inputs.
+    heads_only_for_3d: bool,
     outputs: usize,
 }
 
@@ -138,6 +148,12 @@ impl Attention {
             }
         }
         let three_d = qt.ndim() == 3;
+        if self.heads_only_for_3d && !three_d && (self.q_heads.is_some() || self.kv_heads.is_some())
+        {
+            bail!(
+                "{op}: q_num_heads and kv_num_heads are for 3-D inputs; 4-D Q, K and V carry their heads"
+            );
+        }
         let q = heads(op, "Q", qt, self.q_heads)?;
         let k = heads(op, "K", input(op, inputs, 1)?, self.kv_heads)?;
         let v = heads(op, "V", input(op, inputs, 2)?, self.kv_heads)?;
@@ -203,25 +219,45 @@ impl Attention {
                 *o = *x;
             }
         }
-        if self.is_causal {
-            for (i, o) in bias.iter_mut().enumerate() {
-                let (j, s) = (i % t, (i / t) % sq);
-                if j > s + past_len {
-                    *o = f64::NEG_INFINITY;
+        let nonpad = match opt_input(inputs, 6) {
+            Some(n) => {
+                if opt_input(inputs, 4).is_some() {
+                    bail!("{op}: nonpad_kv_seqlen cannot be combined with past_key and past_value");
                 }
+                let lens = n.to_i64_vec(&format!("{op}: nonpad_kv_seqlen"))?;
+                if lens.len() != b {
+                    bail!(
+                        "{op}: nonpad_kv_seqlen must have {b} values, got shape {:?}",
+                        n.shape()
+                    );
+                }
+                Some(lens)
             }
-        }
-        if let Some(n) = opt_input(inputs, 6) {
-            let lens = n.to_i64_vec(&format!("{op}: nonpad_kv_seqlen"))?;
-            if lens.len() != b {
-                bail!(
-                    "{op}: nonpad_kv_seqlen must have {b} values, got shape {:?}",
-                    n.shape()
-                );
+            None => None,
+        };
+        // Where query row 0 sits among the keys: after the past, or (an external cache) at the
+        // batch's valid length minus the query length. Not clamped: a negative offset masks
+        // whole rows, which then give zeros.
+        let offset = |bi: usize| -> i64 {
+            match &nonpad {
+                Some(lens) => lens.get(bi).copied().unwrap_or(0) - sq as i64,
+                None => past_len as i64,
             }
+        };
+        let windowed = self.left_window.is_some() || self.right_window.is_some();
+        if self.is_causal || windowed || nonpad.is_some() {
             for (i, o) in bias.iter_mut().enumerate() {
-                let (j, bi) = (i % t, i / (hq * sq * t));
-                if j as i64 >= lens.get(bi).copied().unwrap_or(0) {
+                let (j, s, bi) = (i % t, (i / t) % sq, i / (hq * sq * t));
+                let j = j as i64;
+                // How far the key is before the query (negative: after it).
+                let before = s as i64 + offset(bi) - j;
+                let masked = (self.is_causal && before < 0)
+                    || self.left_window.is_some_and(|l| before > l)
+                    || self.right_window.is_some_and(|r| -before > r)
+                    || nonpad
+                        .as_ref()
+                        .is_some_and(|lens| j >= lens.get(bi).copied().unwrap_or(0));
+                if masked {
                     *o = f64::NEG_INFINITY;
                 }
             }
@@ -249,14 +285,20 @@ impl Attention {
                         }
                         *r = bsum;
                     }
+                    // A row the bias masks entirely attends to nothing: zeros, not NaN.
+                    let masked = bias
+                        .get(base..base + t)
+                        .is_some_and(|r| r.iter().all(|&x| x == f64::NEG_INFINITY));
                     let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let max = if max == f64::NEG_INFINITY { 0.0 } else { max };
                     let mut sum = 0.0;
                     for r in row.iter_mut() {
                         *r = (*r - max).exp();
                         sum += *r;
                     }
+                    let sum = if sum == 0.0 { 1.0 } else { sum };
                     for (j, r) in row.iter_mut().enumerate() {
-                        *r /= sum;
+                        *r = if masked { 0.0 } else { *r / sum };
                         if self.qk_mode == 3
                             && let Some(o) = qk_out.get_mut(base + j)
                         {
@@ -316,14 +358,28 @@ fn build_attention(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             "qk_matmul_output_mode must be 0..=3, got {qk_mode}"
         )));
     }
+    let window = |name: &str| -> OpResult<Option<i64>> {
+        match n.attr_int_or(name, -1)? {
+            -1 => Ok(None),
+            w if w >= 0 => Ok(Some(w)),
+            w => Err(n.error(format_args!(
+                "{name} must be -1 (unbounded) or a number of positions, got {w}"
+            ))),
+        }
+    };
+    let q_heads = n.attr_count("q_num_heads")?;
+    let kv_heads = n.attr_count("kv_num_heads")?;
     let a = Attention {
         op: n.op_type.clone(),
         scale: n.attr_float("scale")?.map(f64::from),
         is_causal: n.attr_int_or("is_causal", 0)? != 0,
-        q_heads: n.attr_count("q_num_heads")?,
-        kv_heads: n.attr_count("kv_num_heads")?,
+        q_heads,
+        kv_heads,
         softcap: n.attr_float("softcap")?.map(f64::from),
         qk_mode,
+        left_window: window("left_window_size")?,
+        right_window: window("right_window_size")?,
+        heads_only_for_3d: n.opset >= 28,
         outputs: n.num_outputs,
     };
     Ok(kernel(move |inputs| a.run(inputs)))
@@ -534,6 +590,101 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("needs a head count attribute"), "{e}");
+    }
+
+    /// Three keys valued 1, 10, 100 and a query that weighs them alike: Y is the mean of the
+    /// keys a row may see.
+    fn three_keys() -> (Tensor, Tensor, Tensor) {
+        let q = t(&[1, 1, 1, 1], vec![0.0]);
+        let k = t(&[1, 1, 3, 1], vec![0.0; 3]);
+        let v = t(&[1, 1, 3, 1], vec![1.0, 10.0, 100.0]);
+        (q, k, v)
+    }
+
+    #[test]
+    fn a_fully_masked_row_gives_zeros_not_nan() {
+        let (q, k, v) = three_keys();
+        let mask = Tensor::from_vec(&[1, 3], vec![false; 3]).unwrap();
+        let n = NodeDef::new("Attention", 24)
+            .with_io(4, 4)
+            .with_attr("qk_matmul_output_mode", AttrValue::Int(3));
+        let o = run(n, vec![Some(q), Some(k), Some(v), Some(mask)]).unwrap();
+        assert_eq!(vals(&o[0]), vec![0.0]);
+        assert_eq!(
+            vals(&o[3]),
+            vec![0.0; 3],
+            "the softmax output of a masked row"
+        );
+    }
+
+    #[test]
+    fn causal_frontier_over_an_external_cache_follows_nonpad_kv_seqlen() {
+        // One query over a cache of 3 slots, 2 valid: offset 2 - 1 = 1, so the query sees keys 0
+        // and 1 (causal) and the padding mask hides key 2 anyway: mean of 1 and 10.
+        let (q, k, v) = three_keys();
+        let causal = NodeDef::new("Attention", 24)
+            .with_io(7, 1)
+            .with_attr("is_causal", AttrValue::Int(1));
+        let lens = Tensor::from_vec(&[1], vec![2i64]).unwrap();
+        let inputs = |lens: Tensor| {
+            let (q, k, v) = three_keys();
+            vec![Some(q), Some(k), Some(v), None, None, None, Some(lens)]
+        };
+        let o = run(causal.clone(), inputs(lens)).unwrap();
+        assert!((vals(&o[0])[0] - 5.5).abs() < 1e-5, "{:?}", vals(&o[0]));
+        // A valid length shorter than the query block: offset -1 masks the row entirely.
+        let none = Tensor::from_vec(&[1], vec![0i64]).unwrap();
+        assert_eq!(vals(&run(causal, inputs(none)).unwrap()[0]), vec![0.0]);
+        // The cache length and past_key together are refused.
+        let past = t(&[1, 1, 0, 1], vec![]);
+        let n = NodeDef::new("Attention", 24).with_io(7, 1);
+        let lens = Tensor::from_vec(&[1], vec![2i64]).unwrap();
+        let err = run(
+            n,
+            vec![
+                Some(q),
+                Some(k),
+                Some(v),
+                None,
+                Some(past.clone()),
+                Some(past),
+                Some(lens),
+            ],
+        )
+        .unwrap_err();
+        assert!(err.0.contains("cannot be combined"), "{err}");
+    }
+
+    #[test]
+    fn sliding_windows_mask_keys_outside_them() {
+        // Three queries over the three keys, no causality: with left_window_size 1 and
+        // right_window_size 0 query i sees keys i-1 and i.
+        let q = t(&[1, 1, 3, 1], vec![0.0; 3]);
+        let (_, k, v) = three_keys();
+        let n = NodeDef::new("Attention", 28)
+            .with_io(3, 1)
+            .with_attr("left_window_size", AttrValue::Int(1))
+            .with_attr("right_window_size", AttrValue::Int(0));
+        let o = run(n, vec![Some(q.clone()), Some(k.clone()), Some(v.clone())]).unwrap();
+        let y = vals(&o[0]);
+        for (got, want) in y.iter().zip([1.0, 5.5, 55.0]) {
+            assert!((got - want).abs() < 1e-4, "{y:?}");
+        }
+        let bad = NodeDef::new("Attention", 28)
+            .with_io(3, 1)
+            .with_attr("left_window_size", AttrValue::Int(-2));
+        assert!(crate::ops::registry().build(&bad).is_err());
+        // Attention-25 refuses head counts for 4-D inputs; Attention-24 ignores them.
+        let heads = |opset| {
+            NodeDef::new("Attention", opset)
+                .with_io(3, 1)
+                .with_attr("q_num_heads", AttrValue::Int(1))
+                .with_attr("kv_num_heads", AttrValue::Int(1))
+        };
+        let inputs = vec![Some(q), Some(k), Some(v)];
+        assert!(run(heads(24), inputs.to_vec()).is_ok());
+        let err = run(heads(28), inputs).unwrap_err();
+        assert!(err.0.contains("3-D inputs"), "{err}");
     }
 
     #[test]

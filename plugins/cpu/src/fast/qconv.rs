@@ -13,7 +13,7 @@
 //! weights are moved into the kernel's u8 × i8 domain by ±128 with their zero points.
 
 use super::conv2d::{Conv2d, Padded, valid_span};
-use super::qgemm::{self, Cols, NR, QWeights};
+use super::qgemm::{self, Cols, NR, QWeights, Sums};
 use crate::fast::round::round_even_f64;
 use crate::par::Disjoint;
 
@@ -104,9 +104,9 @@ impl PackedConv {
                             }
                         }
                     }
-                    quads.push(QWeights::pack(&wq, mg, depth, ones));
+                    quads.push(QWeights::pack(&wq, mg, depth, ones, Sums::Exact));
                 } else {
-                    groups.push(QWeights::pack(&wg, mg, depth, ones));
+                    groups.push(QWeights::pack(&wg, mg, depth, ones, Sums::Exact));
                 }
             }
         }

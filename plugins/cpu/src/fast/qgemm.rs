@@ -15,6 +15,14 @@
 //!
 //! None of them can overflow for a depth up to [`MAX_DEPTH`]: every partial sum stays below
 //! `2^31` in magnitude.
+//!
+//! [`Sums::PairsSaturated`] sums the products as ONNX Runtime's 8-bit GEMM does on a CPU without
+//! VNNI (its AVX2 and AVX-512BW kernels, `vpmaddubsw`): the products of `k` and `k + 1` (`k`
+//! even) added and saturated to i16 before they reach the i32 sum. With unsigned activations
+//! and signed weights the pair can exceed i16 (255·127·2), and ONNX Runtime's answer is then the
+//! saturated one; weights packed so give the same bits (see [`Sums::like_onnxruntime`]).
+//! Int8 activations are summed exactly whatever the weights were packed for, as ONNX Runtime's
+//! s8·s8 kernels sum them (the ONNX node tests of QLinearMatMul int8 hold both).
 
 use super::isa;
 
@@ -25,11 +33,72 @@ pub const NR: usize = 32;
 /// The deepest product the kernels sum exactly in i32: `MAX_DEPTH · 255 · 128 < 2^31`.
 pub const MAX_DEPTH: usize = 65_536;
 
+/// How a tile sums its products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sums {
+    /// Exactly, in i32.
+    Exact,
+    /// Each pair of products (`k` and `k + 1`, `k` even) saturated to i16 first.
+    PairsSaturated,
+}
+
+impl Sums {
+    /// How ONNX Runtime's 8-bit GEMM sums unsigned activations by signed weights on this CPU:
+    /// exactly where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI: `vpdpbusd`), else in
+    /// saturated pairs. Weights that are unsigned in the model are summed exactly there (its
+    /// u8·u8 kernels widen to 16 bits): pack those with [`Sums::Exact`].
+    /// `EPX_CPU_INTEGER_SUMS=exact` makes every sum exact (answers then differ from ONNX
+    /// Runtime's where a pair saturates).
+    pub fn like_onnxruntime() -> Sums {
+        #[cfg(test)]
+        if let Some(forced) = FORCED.with(std::cell::Cell::get) {
+            return forced;
+        }
+        static SUMS: std::sync::OnceLock<Sums> = std::sync::OnceLock::new();
+        *SUMS.get_or_init(|| {
+            let exact = std::env::var("EPX_CPU_INTEGER_SUMS").is_ok_and(|v| v == "exact");
+            if exact || cpu_has_vnni() || !super::isa().wide {
+                Sums::Exact
+            } else {
+                Sums::PairsSaturated
+            }
+        })
+    }
+}
+
+/// Whether the CPU has a `vpdpbusd` (AVX-512 VNNI or AVX-VNNI), as ONNX Runtime's dispatch asks.
+fn cpu_has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            || std::arch::is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    static FORCED: std::cell::Cell<Option<Sums>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with weights packed for `sums` on this thread (tests of one rule or the other).
+#[cfg(test)]
+pub(crate) fn with_sums<R>(sums: Sums, f: impl FnOnce() -> R) -> R {
+    let before = FORCED.with(|c| c.replace(Some(sums)));
+    let r = f();
+    FORCED.with(|c| c.set(before));
+    r
+}
+
 /// A weight matrix (`rows × depth`, signed bytes) packed for [`qgemm`].
 #[derive(Debug, Clone)]
 pub struct QWeights {
     rows: usize,
     depth: usize,
+    sums: Sums,
     /// `[rows.div_ceil(MR)][depth.div_ceil(4)][MR][4]`, zero-padded.
     packed: Vec<i8>,
     /// `Σ_k W[r][k]` of each row.
@@ -38,8 +107,9 @@ pub struct QWeights {
 
 impl QWeights {
     /// Packs `w` (`rows × depth`, row-major). With `ones_row`, one more row of ones follows, so
-    /// that row `rows` of every tile holds the column sums `Σ_k X[k][p]`.
-    pub fn pack(w: &[i8], rows: usize, depth: usize, ones_row: bool) -> Self {
+    /// that row `rows` of every tile holds the column sums `Σ_k X[k][p]` (exact under either
+    /// [`Sums`]: a pair of ones times bytes stays below 511).
+    pub fn pack(w: &[i8], rows: usize, depth: usize, ones_row: bool, sums: Sums) -> Self {
         assert_eq!(w.len(), rows * depth, "weights are rows × depth");
         let all = rows + usize::from(ones_row);
         let quads = depth.div_ceil(4);
@@ -58,6 +128,7 @@ impl QWeights {
         QWeights {
             rows: all,
             depth,
+            sums,
             packed,
             row_sums,
         }
@@ -134,7 +205,10 @@ pub fn qgemm(
             let t: &mut [i32; MR * NR] = (&mut tile[b * MR * NR..][..MR * NR])
                 .try_into()
                 .expect("a tile");
-            tile_kernel(level, wq, panel, quads, t);
+            // Int8 activations (moved to u8 by `flip`) are summed exactly: ONNX Runtime's
+            // s8·s8 path does not saturate.
+            let sums = if flip { Sums::Exact } else { w.sums };
+            tile_kernel(level, sums, wq, panel, quads, t);
         }
         sink(p0, n, tile);
         p0 += n;
@@ -161,8 +235,24 @@ impl Level {
     }
 }
 
-fn tile_kernel(level: Level, w: &[i8], b: &[u8], quads: usize, out: &mut [i32; MR * NR]) {
+fn tile_kernel(
+    level: Level,
+    sums: Sums,
+    w: &[i8],
+    b: &[u8],
+    quads: usize,
+    out: &mut [i32; MR * NR],
+) {
     assert!(w.len() >= quads * MR * 4 && b.len() >= quads * NR * 4);
+    if sums == Sums::PairsSaturated {
+        #[cfg(target_arch = "x86_64")]
+        if level != Level::Portable {
+            // SAFETY: both wide levels run only on a CPU with AVX2; sizes asserted above.
+            unsafe { x86::tile_avx2_pairs(w.as_ptr(), b.as_ptr(), quads, out) };
+            return;
+        }
+        return tile_portable_pairs(w, b, quads, out);
+    }
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the level is VNNI only on a CPU with AVX-512F/BW and VNNI (its row of
@@ -189,6 +279,27 @@ fn tile_portable(w: &[i8], b: &[u8], quads: usize, out: &mut [i32; MR * NR]) {
                 *o += (0..4)
                     .map(|t| i32::from(wr[t]) * i32::from(bj[t]))
                     .sum::<i32>();
+            }
+        }
+    }
+}
+
+/// [`tile_portable`] with each pair of products saturated to i16 ([`Sums::PairsSaturated`]).
+fn tile_portable_pairs(w: &[i8], b: &[u8], quads: usize, out: &mut [i32; MR * NR]) {
+    let pair = |w: &[i8], x: &[u8]| -> i32 {
+        let s = i32::from(w[0]) * i32::from(x[0]) + i32::from(w[1]) * i32::from(x[1]);
+        s.clamp(i32::from(i16::MIN), i32::from(i16::MAX))
+    };
+    out.fill(0);
+    for q in 0..quads {
+        let bq = &b[q * NR * 4..][..NR * 4];
+        let wq = &w[q * MR * 4..][..MR * 4];
+        for r in 0..MR {
+            let wr = &wq[r * 4..][..4];
+            let o = &mut out[r * NR..][..NR];
+            for (j, o) in o.iter_mut().enumerate() {
+                let bj = &bq[j * 4..][..4];
+                *o += pair(&wr[..2], &bj[..2]) + pair(&wr[2..], &bj[2..]);
             }
         }
     }
@@ -392,6 +503,52 @@ mod x86 {
         }
     }
 
+    /// [`tile_avx2`] summing as ONNX Runtime does without VNNI ([`super::Sums::PairsSaturated`]):
+    /// `vpmaddubsw` (pairs of products, saturated to i16) then `vpmaddwd` by ones.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; sizes as for [`tile_vnni`].
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tile_avx2_pairs(
+        w: *const i8,
+        b: *const u8,
+        quads: usize,
+        out: &mut [i32; MR * NR],
+    ) {
+        const R: usize = 4;
+        let ones = _mm256_set1_epi16(1);
+        for r0 in (0..MR).step_by(R) {
+            for half in 0..2 {
+                let mut acc = [[_mm256_setzero_si256(); 2]; R];
+                for q in 0..quads {
+                    // SAFETY: quad `q` of the panel and the weights lies inside them.
+                    unsafe {
+                        let bq = b.add(q * NR * 4 + half * 64);
+                        let x0 = _mm256_loadu_si256(bq.cast());
+                        let x1 = _mm256_loadu_si256(bq.add(32).cast());
+                        let wq = w.add(q * MR * 4 + r0 * 4);
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let wv =
+                                _mm256_set1_epi32(wq.add(r * 4).cast::<i32>().read_unaligned());
+                            let p0 = _mm256_maddubs_epi16(x0, wv);
+                            let p1 = _mm256_maddubs_epi16(x1, wv);
+                            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(p0, ones));
+                            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(p1, ones));
+                        }
+                    }
+                }
+                for (r, acc) in acc.iter().enumerate() {
+                    // SAFETY: row `r0 + r` of `out` has NR = 32 i32s; this half is 16 of them.
+                    unsafe {
+                        let o = out.as_mut_ptr().add((r0 + r) * NR + half * 16);
+                        _mm256_storeu_si256(o.cast(), acc[0]);
+                        _mm256_storeu_si256(o.add(8).cast(), acc[1]);
+                    }
+                }
+            }
+        }
+    }
+
     /// One quad of a panel from four rows of [`NR`] bytes: `out[j * 4 + t] = rows[t][j] ^ fl`.
     ///
     /// # Safety
@@ -442,6 +599,71 @@ pub(crate) mod tests {
     /// Every level gives the exact integer products, on both column layouts, with flipped
     /// bytes and the ones row, for shapes that leave partial tiles, panels and quads, and with
     /// the extreme values that would saturate 16-bit pair sums.
+    /// Summing in saturated pairs gives the same bits at every level, and those of a plain
+    /// loop that saturates each pair (`k` even and `k + 1`) to i16.
+    #[test]
+    fn saturated_pairs_agree_at_every_level() {
+        let mut rnd = lcg(3);
+        let (rows, depth, cols) = (11, 38, 41);
+        let w: Vec<i8> = (0..rows * depth)
+            .map(|i| if i % 3 == 0 { 127 } else { rnd() as i8 })
+            .collect();
+        let x: Vec<u8> = (0..depth * cols)
+            .map(|i| if i % 2 == 0 { 255 } else { rnd() as u8 })
+            .collect();
+        let want = |r: usize, p: usize| -> i32 {
+            (0..depth)
+                .step_by(2)
+                .map(|k| {
+                    let term = |k: usize| {
+                        if k >= depth {
+                            return 0;
+                        }
+                        let wv = if r < rows {
+                            i32::from(w[r * depth + k])
+                        } else {
+                            1
+                        };
+                        wv * i32::from(x[k * cols + p])
+                    };
+                    (term(k) + term(k + 1)).clamp(-32768, 32767)
+                })
+                .sum()
+        };
+        let packed = QWeights::pack(&w, rows, depth, true, Sums::PairsSaturated);
+        let mut saturated = 0;
+        for isa in ISAS.iter().filter(|i| i.fast) {
+            let ran = with_isa(isa, || {
+                let mut panel = vec![0u8; panel_len(depth)];
+                let mut tile = vec![0i32; tile_len(&packed)];
+                qgemm(
+                    &packed,
+                    Cols::KByP { x: &x, ld: cols },
+                    0..cols,
+                    false,
+                    (&mut panel, &mut tile),
+                    |p0, n, t| {
+                        for r in 0..=rows {
+                            for j in 0..n {
+                                assert_eq!(t[r * NR + j], want(r, p0 + j), "{} r {r}", isa.name);
+                            }
+                        }
+                    },
+                );
+            });
+            if ran.is_none() {
+                println!("{}: skipped (this CPU lacks it)", isa.name);
+            }
+        }
+        // The data do saturate some pairs (else the test would prove nothing).
+        for k in (0..depth).step_by(2) {
+            let pair = i32::from(w[k]) * i32::from(x[k * cols])
+                + i32::from(w[k + 1]) * i32::from(x[(k + 1) * cols]);
+            saturated += usize::from(!(-32768..=32767).contains(&pair));
+        }
+        assert!(saturated > 0);
+    }
+
     #[test]
     fn every_level_is_exact() {
         let mut rnd = lcg(7);
@@ -482,7 +704,7 @@ pub(crate) mod tests {
                             })
                             .sum()
                     };
-                    let packed = QWeights::pack(&w, rows, depth, true);
+                    let packed = QWeights::pack(&w, rows, depth, true, Sums::Exact);
                     for isa in ISAS.iter().filter(|i| i.fast) {
                         let ran = with_isa(isa, || {
                             let mut layouts = vec![

@@ -10,10 +10,11 @@
 //!   columns are the packed rows, `A`'s rows the panel columns, and each tile is written back
 //!   transposed.
 //!
-//! Either way the zero points are applied to the exact sums and, for QLinearMatMul, each
-//! output row is requantized.
+//! Either way the zero points are applied to the sums and, for QLinearMatMul, each output row
+//! is requantized. Signed weights are summed as ONNX Runtime sums them on the same CPU
+//! ([`Sums::like_onnxruntime`]): exactly with VNNI, in i16-saturated pairs without.
 
-use super::qgemm::{self, Cols, NR, QWeights};
+use super::qgemm::{self, Cols, NR, QWeights, Sums};
 
 /// Rows of `A` per tile of the VNNI kernel.
 pub const MA: usize = 8;
@@ -78,7 +79,14 @@ impl PackedB {
                 }
             }
             let ones = zb.iter().any(|&z| z != 0);
-            Layout::Rows(QWeights::pack(&t, n, k, ones))
+            // Signed weights sum as ONNX Runtime's u8·s8 kernels do on this CPU; unsigned ones
+            // (moved into the signed domain here) as its exact u8·u8 kernels.
+            let sums = if signed {
+                Sums::like_onnxruntime()
+            } else {
+                Sums::Exact
+            };
+            Layout::Rows(QWeights::pack(&t, n, k, ones, sums))
         };
         Some(PackedB { k, n, layout, zb })
     }

@@ -691,6 +691,40 @@ mod tests {
         }
     }
 
+    /// Unsigned activations by signed weights sum as ONNX Runtime's 8-bit GEMM sums them on
+    /// the same CPU: each pair of products saturated to i16 without VNNI (`vpmaddubsw`),
+    /// exactly with it; unsigned weights always exactly.
+    #[test]
+    fn integer_sums_follow_onnxruntime_on_this_cpu() {
+        use crate::fast::qgemm::Sums;
+        let a = t(&[1, 4], vec![255u8; 4]);
+        let node = NodeDef::new("MatMulInteger", 10).with_io(2, 1);
+        let run_with = |b: Tensor| {
+            let k = crate::ops::registry().build(&node).unwrap();
+            k.prepare(&[None, Some(b.view())]);
+            let out = k.run(&[Some(a.view()), Some(b.view())]).unwrap();
+            out[0]
+                .as_array::<i32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<i32>>()
+        };
+        let signed = run_with(t(&[4, 1], vec![127i8; 4]));
+        let sums = Sums::like_onnxruntime();
+        if crate::fast::enabled() && sums == Sums::PairsSaturated {
+            println!("this CPU has no VNNI: pairs saturate as in ONNX Runtime (2 · 32767)");
+            assert_eq!(signed, vec![2 * 32767]);
+        } else {
+            println!(
+                "exact sums ({sums:?}, fast kernels {})",
+                crate::fast::enabled()
+            );
+            assert_eq!(signed, vec![4 * 255 * 127]);
+        }
+        assert_eq!(run_with(t(&[4, 1], vec![255u8; 4])), vec![4 * 255 * 255]);
+    }
+
     /// QLinearConv's one-pass requantization gives [`requantize`]'s bytes for each kind of
     /// accumulator, to uint8 and int8, ties and saturation included.
     #[test]

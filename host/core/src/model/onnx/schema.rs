@@ -299,6 +299,19 @@ fn check_node(node: &Node, index: usize, opset: i64) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// Output types: fixed ones, ones that follow an input, and open ones (a heterogeneous
+    /// variadic like Loop's carried values, an attribute's choice) left to other rules.
+    #[test]
+    fn output_types_follow_the_schemas() {
+        assert_eq!(output_type("", "Shape", 15, 0), Some(OutputType::Fixed(7)));
+        assert_eq!(output_type("", "Relu", 14, 0), Some(OutputType::Input(0)));
+        assert_eq!(output_type("", "MatMulInteger", 10, 0), Some(OutputType::Fixed(6)));
+        assert_eq!(output_type("", "Loop", 16, 1), Some(OutputType::Open));
+        assert_eq!(output_type("", "Scan", 16, 0), Some(OutputType::Open));
+        assert_eq!(output_type("ai.onnx.ml", "LabelEncoder", 2, 0), Some(OutputType::Open));
+        assert_eq!(output_type("", "NoSuchOp", 16, 0), None);
+    }
+
     #[test]
     fn the_table_parses_whole() {
         let lines = TABLE

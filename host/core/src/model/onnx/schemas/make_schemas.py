@@ -45,11 +45,21 @@ def fixed(types):
     return None
 
 
+def heterogeneous(p):
+    """A variadic parameter whose values may each have another type (Loop's, Scan's)."""
+    homogeneous = getattr(p, "is_homogeneous", getattr(p, "isHomogeneous", True))
+    return "Variadic" in str(getattr(p, "option", "")) and not homogeneous
+
+
 def output_types(s):
     allowed = {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints}
+    open_params = {type_str(p) for p in list(s.inputs) + list(s.outputs) if heterogeneous(p)}
     rules = []
     for o in s.outputs:
         t = type_str(o)
+        if t in open_params:
+            rules.append("?")
+            continue
         if t in allowed:
             code = fixed(allowed[t])
             same = [i for i, p in enumerate(s.inputs) if type_str(p) == t]

@@ -238,6 +238,42 @@ fn ort_cpu_and_the_cpu_ep_share_a_model() {
     assert_matches_reference(model, &got);
 }
 
+/// A node whose output is not a tensor (ZipMap's sequence of maps) stays on the CPU EP, with
+/// the reason; the rest of the model runs on ONNX Runtime and the answers are the CPU EP's.
+#[test]
+fn ort_cpu_declines_values_that_are_not_tensors() {
+    if !ort_ready() {
+        return;
+    }
+    let dir = plugin_dir("ort_cpu");
+    let env = env_for(&dir);
+    let path = repo_root().join("tests/models/sklearn-values/logistic-zipmap/model.onnx");
+    let s = session(&env, &path, vec![ExecutionProvider::new("ort_cpu")]);
+    let report = s.placement();
+    let zipmap = report
+        .fallbacks
+        .iter()
+        .find(|f| f.op_type == "ZipMap")
+        .expect("ZipMap falls back");
+    assert_eq!(
+        zipmap.reason,
+        "ort_cpu declined it: sequence outputs do not cross this adapter, which passes tensors only"
+    );
+    assert!(
+        s.node_placement().contains(&"ort_cpu"),
+        "{:?}",
+        s.node_placement()
+    );
+    let spec = &s.inputs()[0];
+    let x = epx_io::valuefile::read_value(
+        &repo_root().join("tests/models/sklearn-values/logistic-zipmap/input/X.npy"),
+        &spec.ty,
+    )
+    .expect("X.npy");
+    let got = s.run([(spec.name.clone(), x)]).expect("split run");
+    assert_eq!(got.len(), 2);
+}
+
 /// The device path of the adapter (ORT's allocator, IO binding, copies through ORT), run
 /// without a GPU: the `ort_cpu_device` fixture is ORT's CPU EP with its tensors in memory from
 /// ORT's allocator, declared as its own memory space. The CUDA and TensorRT plugins take the

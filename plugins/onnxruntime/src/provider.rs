@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use epx_plugin_api::ElementType;
-use epx_plugin_api::abi::EpxLogLevel;
+use epx_plugin_api::abi::{EpxLogLevel, EpxValueKind};
 use epx_plugin_api::sdk::{
     self, Attribute, Capability, DataTransfer, Error, GraphView, Kernel, KernelContext, NodeView,
     Provider, ProviderFactory, ProviderInfo, ProviderOptions, SubgraphView, TensorView,
@@ -352,6 +352,11 @@ impl OrtProvider {
         let mut inputs = Vec::new();
         for v in node.inputs.iter().flatten() {
             let info = graph.value(*v)?;
+            if let Some(kind) = non_tensor(info.kind) {
+                return Ok(Err(format!(
+                    "{kind} inputs do not cross this adapter, which passes tensors only"
+                )));
+            }
             if let Some(t) = info.elem_type {
                 if t.to_dlpack().is_none() && !info.is_initializer() {
                     // Strings and other types that cannot cross the ABI as tensors.
@@ -374,6 +379,13 @@ impl OrtProvider {
         let mut outputs = Vec::new();
         for v in node.outputs.iter().flatten() {
             let info = graph.value(*v)?;
+            if let Some(kind) = non_tensor(info.kind) {
+                // ZipMap's sequence of maps, say: ONNX Runtime would hand back a value the
+                // adapter cannot read as a tensor.
+                return Ok(Err(format!(
+                    "{kind} outputs do not cross this adapter, which passes tensors only"
+                )));
+            }
             if let Some(t) = info.elem_type {
                 if t.to_dlpack().is_none() {
                     return Ok(Err(format!(
@@ -678,5 +690,16 @@ fn tensor_type_and_shape(value: &OwnedValue) -> sdk::Result<(i32, Vec<i64>)> {
         })();
         (api.ReleaseTensorTypeAndShapeInfo)(info);
         result
+    }
+}
+
+/// The name of a value kind other than a tensor (sequence, map, optional, sparse tensor).
+fn non_tensor(kind: EpxValueKind) -> Option<&'static str> {
+    match kind {
+        EpxValueKind::Sequence => Some("sequence"),
+        EpxValueKind::Map => Some("map"),
+        EpxValueKind::Optional => Some("optional"),
+        EpxValueKind::SparseTensor => Some("sparse tensor"),
+        _ => None,
     }
 }

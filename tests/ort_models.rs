@@ -2,6 +2,12 @@
 //! `tests/models/make_models.py`): they carry its `com.microsoft` operators (FusedConv,
 //! FusedGemm, FusedMatMul, Gelu, BiasGelu) and its opset-1 LayerNormalization. The CPU EP must
 //! run every node of each and give ONNX Runtime's outputs.
+//!
+//! The committed outputs are ONNX Runtime's exact integer sums (its answer on a CPU with VNNI).
+//! On a CPU without, ONNX Runtime sums u8 × s8 products in saturated pairs and the CPU EP does
+//! too; these tests ask for exact sums (`EPX_CPU_INTEGER_SUMS=exact`) so the committed answers
+//! hold on any CPU. The pairs rule is tested against ONNX Runtime live by the parity corpus
+//! (`tests/parity/quantized.py`) and in `epx_cpu`'s unit tests.
 
 use epx::{ElementType, ExecutionProvider, Session, Value};
 use epx_io::valuefile;
@@ -33,6 +39,7 @@ const MODELS: [(&str, f32); 16] = [
 
 #[test]
 fn onnx_runtime_optimized_models_run_on_the_cpu_ep() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     for (model, tolerance) in MODELS {
         let loaded = epx::onnx::load_model_file(&dir.join(format!("{model}.onnx"))).expect("load");
@@ -56,6 +63,7 @@ fn onnx_runtime_optimized_models_run_on_the_cpu_ep() {
 /// ONNX Runtime does.
 #[test]
 fn float16_models_compute_in_float32_between_their_edges() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     check_against_onnx_runtime(&dir, "float16-overflow", |_| 1e-3);
     check_against_onnx_runtime(&dir, "float16-gather", |y| 1e-3 * y.abs().max(1.0));
@@ -68,6 +76,7 @@ fn float16_models_compute_in_float32_between_their_edges() {
 /// Runtime's NCHW kernels do; these models pin it, bit for bit.
 #[test]
 fn float_ops_under_requantization_round_as_onnx_runtime_does() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     for model in ["ort-rounding", "dynamic-int8-ocr-block"] {
         check_against_onnx_runtime(&dir, model, |_| 0.0);
@@ -83,6 +92,7 @@ fn float_ops_under_requantization_round_as_onnx_runtime_does() {
 /// written. On these models both give ONNX Runtime's output bit for bit.
 #[test]
 fn qdq_models_give_onnx_runtimes_output() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     let level = std::env::var("EPX_CPU_KERNELS").unwrap_or_else(|_| "the best".into());
     eprintln!("checked on {level} kernel level");
@@ -95,6 +105,7 @@ fn qdq_models_give_onnx_runtimes_output() {
 /// counts the steps), with ONNX Runtime's answer.
 #[test]
 fn nested_bodies_on_enclosing_constants_give_onnx_runtimes_output() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     check_against_onnx_runtime(&dir, "ort-nested-constants", |_| 1e-5);
 }
@@ -104,6 +115,7 @@ fn nested_bodies_on_enclosing_constants_give_onnx_runtimes_output() {
 /// steps), run as written on the reference level; ONNX Runtime's answer either way.
 #[test]
 fn conv_batch_norm_gives_onnx_runtimes_output() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     check_against_onnx_runtime(&dir, "ort-conv-bn", |y| 1e-5 * y.abs().max(1.0));
 }
@@ -112,6 +124,7 @@ fn conv_batch_norm_gives_onnx_runtimes_output() {
 /// node on the CPU EP, labels equal to ONNX Runtime's, scores within 1e-5 (relative) of them.
 #[test]
 fn scikit_learn_models_run_on_the_cpu_ep() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models/sklearn");
     let mut models: Vec<String> = std::fs::read_dir(&dir)
         .expect("tests/models/sklearn")
@@ -145,6 +158,7 @@ fn scikit_learn_models_run_on_the_cpu_ep() {
 /// tables, fused chains. A name that is no pass is refused with the list.
 #[test]
 fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
+    exact_integer_sums();
     let dir = repo_root().join("tests/models");
     let passes = [
         "plan_qdq",
@@ -188,12 +202,23 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
 
 /// Runs `dir/model.onnx` with every node on the CPU EP on its saved input and compares each
 /// output with ONNX Runtime's: floats within `tolerance(expected value)`, others exactly.
+/// Exact integer sums for this process, before any session reads the setting (see the top).
+fn exact_integer_sums() {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| {
+        // SAFETY: every test of this file calls this before it creates a session, and nothing
+        // else here reads or writes the environment.
+        unsafe { std::env::set_var("EPX_CPU_INTEGER_SUMS", "exact") };
+    });
+}
+
 fn check_against_onnx_runtime(dir: &Path, model: &str, tolerance: impl Fn(f32) -> f32) {
     check_with(dir, model, None, tolerance)
 }
 
 /// [`check_against_onnx_runtime`], with the CPU EP's compile passes `disable` turned off.
 fn check_with(dir: &Path, model: &str, disable: Option<&str>, tolerance: impl Fn(f32) -> f32) {
+    exact_integer_sums();
     eprintln!(
         "{model}: CPU EP kernels: {}",
         epx_cpu::fast::process_isa().name
@@ -301,6 +326,7 @@ fn assert_same_value(what: &str, have: &Value, want: &Value) {
 /// the form `epx run` reads (`epx_io::valuefile`).
 #[test]
 fn scikit_learn_models_with_strings_sequences_and_maps_match_onnx_runtime() {
+    exact_integer_sums();
     let root = repo_root().join("tests/models/sklearn-values");
     let mut models: Vec<_> = std::fs::read_dir(&root)
         .expect("tests/models/sklearn-values")

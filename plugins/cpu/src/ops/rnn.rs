@@ -350,15 +350,8 @@ impl QMat {
 /// scale and the zero point.
 fn quantize_u8(v: &[f64]) -> (Vec<u8>, f32, i32) {
     let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-    let (scale, zp) = crate::ops::quant::linear::dynamic_u8_params(&f);
-    if scale == 0.0 {
-        return (vec![zp as u8; f.len()], 1.0, zp as i32);
-    }
-    let q = f
-        .iter()
-        .map(|&x| ((x / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8)
-        .collect();
-    (q, scale, zp as i32)
+    let (q, scale, zp) = crate::ops::quant::linear::quantize_dynamic_u8(&f);
+    (q, scale, i32::from(zp))
 }
 
 /// `out[r] = sum_k m[r, k] * v[k]` for a row-major `rows x v.len()` matrix `m`.

@@ -437,25 +437,31 @@ fn build_dynamic(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             bail!("{op}: x must be float32, got {}", x.elem_type());
         }
         let view = x.as_f32()?;
-        let xv = contiguous(&view);
-        let (scale, zp) = dynamic_u8_params(&xv);
-        let mut y = vec![zp as u8; xv.len()];
-        if scale != 0.0 && crate::fast::enabled() {
-            dynamic_quantize(&xv, scale, zp, &mut y);
-        } else if scale != 0.0 {
-            for (o, &v) in y.iter_mut().zip(xv.iter()) {
-                *o = ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8;
-            }
-        }
-        // An input of zeros alone has no range: ONNX Runtime gives scale 1 (the values are the
-        // zero point either way), so a product scaled by it is 0 and never NaN.
-        let scale = if scale == 0.0 { 1.0 } else { scale };
+        let (y, scale, zp) = quantize_dynamic_u8(&contiguous(&view));
         Ok(vec![
             Tensor::from_vec(x.shape(), y)?,
             Tensor::scalar(scale),
-            Tensor::scalar(zp as u8),
+            Tensor::scalar(zp),
         ])
     }))
+}
+
+/// DynamicQuantizeLinear of `xv`: the bytes, the scale and the zero point, as ONNX Runtime
+/// computes them (also the activations of DynamicQuantizeLSTM's products).
+pub(crate) fn quantize_dynamic_u8(xv: &[f32]) -> (Vec<u8>, f32, u8) {
+    let (scale, zp) = dynamic_u8_params(xv);
+    let mut y = vec![zp as u8; xv.len()];
+    if scale != 0.0 && crate::fast::enabled() {
+        dynamic_quantize(xv, scale, zp, &mut y);
+    } else if scale != 0.0 {
+        for (o, &v) in y.iter_mut().zip(xv.iter()) {
+            *o = ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8;
+        }
+    }
+    // An input of zeros alone has no range: ONNX Runtime gives scale 1 (the values are the zero
+    // point either way), so a product scaled by it is 0 and never NaN.
+    let scale = if scale == 0.0 { 1.0 } else { scale };
+    (y, scale, zp as u8)
 }
 
 crate::multiversion! {

@@ -290,9 +290,9 @@ impl Store<'_> {
     }
 }
 
-/// `dst[i] = saturate(round((acc[i] + b) · f + zy))` as u8, or as i8 bits when `signed`, as
-/// the general path computes it in f64: through the float32 kernel of
-/// [`super::qbytes::requantize`] where it applies, else [`requantize_f64`].
+/// `dst[i] = saturate(round(f32(acc[i] + b) · f32(f)) + zy)` as u8, or as i8 bits when
+/// `signed`: ONNX Runtime's requantization ([`super::qbytes::requantize`]), through its vector
+/// kernel where it applies, else [`requantize_f64`].
 pub(crate) fn requantize(acc: &[i32], bf: (f64, f64, f64), signed: bool, dst: &mut [u8]) {
     let (b, f, zy) = bf;
     let fast = (zy.fract() == 0.0 && zy.abs() <= 255.0)
@@ -303,9 +303,10 @@ pub(crate) fn requantize(acc: &[i32], bf: (f64, f64, f64), signed: bool, dst: &m
     }
 }
 
-crate::multiversion! {
-/// [`requantize`] computed in f64 as the general path does; NaN gives 0 (the general path's
-/// choice).
+/// [`requantize`] one element at a time, for what the vector kernel does not take (a factor
+/// past float32, a bias that is not an i32): the same roundings, the sum with its bias to
+/// float32 once, the product in float32, the zero point added after rounding; NaN gives the
+/// lowest value, as ONNX Runtime's clamp (`max_ps`) does.
 pub(crate) fn requantize_f64(acc: &[i32], bf: (f64, f64, f64), signed: bool, dst: &mut [u8]) {
     let (b, f, zy) = bf;
     let (lo, hi, off) = if signed {
@@ -314,26 +315,16 @@ pub(crate) fn requantize_f64(acc: &[i32], bf: (f64, f64, f64), signed: bool, dst
         (0.0, 255.0, 0.0)
     };
     let flip = if signed { 0x80 } else { 0 };
-    if !f.is_finite() {
-        for (d, &a) in dst.iter_mut().zip(acc) {
-            let v = (f64::from(a) + b) * f + zy;
-            let q = if v.is_nan() { 0.0 } else { v.max(lo).min(hi) };
-            *d = ((round_even_f64(q) + off) as i32 as u8) ^ flip;
-        }
-        return;
-    }
-    // Finite: clamping to the integer bounds before rounding is the same as after, and the
-    // clamped value plus 1.5·2^52 holds its rounded value (ties to even) in its low bits, as
-    // two's complement: the byte itself, for u8 and i8 alike. Comparisons rather than
-    // `max`/`min` and bits rather than a saturating cast keep the loop free of NaN checks.
-    const M: f64 = 6_755_399_441_055_744.0;
+    let f = f as f32;
     for (d, &a) in dst.iter_mut().zip(acc) {
-        let v = (f64::from(a) + b) * f + zy;
-        let v = if v < lo { lo } else { v };
-        let v = if v > hi { hi } else { v };
-        *d = (v + M).to_bits() as u8;
+        let v = f64::from((f64::from(a) + b) as f32 * f);
+        let q = if v.is_nan() {
+            lo
+        } else {
+            (round_even_f64(v) + zy).clamp(lo, hi)
+        };
+        *d = ((q + off) as i32 as u8) ^ flip;
     }
-}
 }
 
 /// [`requantize`] with a factor per element (and no bias).

@@ -325,7 +325,9 @@ fn scale_factor(ty: ElementType, a: f64, b: f64, y: f64) -> f64 {
     }
 }
 
-/// Requantizes `acc` (integer accumulators) with `factor` (per element) and `y_zero_point`.
+/// Requantizes `acc` (integer accumulators) with `factor` (per element) and `y_zero_point` as
+/// ONNX Runtime does (MlasRequantizeOutput): the accumulator to float32, times the factor in
+/// float32, rounded half to even, plus the zero point, saturated; NaN gives the lowest value.
 fn requantize(
     op: &str,
     shape: &[usize],
@@ -342,11 +344,11 @@ fn requantize(
     };
     let (lo, hi) = int_range(op, yzp.elem_type())?;
     let q = |i: usize, c: f64| {
-        let d = c * factor(i) + *z as f64;
+        let d = f64::from(c as f32 * factor(i) as f32);
         if d.is_nan() {
-            0.0
+            lo as f64
         } else {
-            round_even_f64(d).clamp(lo as f64, hi as f64)
+            (round_even_f64(d) + *z as f64).clamp(lo as f64, hi as f64)
         }
     };
     let each = acc.iter().enumerate();
@@ -557,8 +559,9 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             let (b, f) = (bias.get(c).copied().unwrap_or(0.0), factors.get(c).copied());
             let f = f.unwrap_or(0.0);
             for a in run {
-                // The factor multiplies `acc + bias`, as one f64 product per element.
-                *a = (*a + b) * f;
+                // `acc + bias` to float32 once, times the factor in float32 (ONNX Runtime's
+                // roundings; `requantize` below takes the product as it is).
+                *a = f64::from((*a + b) as f32 * f as f32);
             }
         }
         one(requantize(&op, &shape, &acc, |_| 1.0, yzp))
@@ -572,7 +575,7 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 }
 
 /// QLinearConv's requantization in one pass to uint8 or int8 with a scalar zero point:
-/// `round((acc + bias[c]) · factor[c] + zp)` saturated, channel `c` per run of `plane`
+/// `round(f32(acc + bias[c]) · f32(factor[c])) + zp` saturated, channel `c` per run of `plane`
 /// accumulators, as [`requantize`] computes it. `None` for other output types.
 fn requantize_planes(
     acc: &Acc,
@@ -602,11 +605,11 @@ fn requantize_planes(
             let f = f.unwrap_or(0.0);
             let off = if signed { 128.0 } else { 0.0 };
             for (i, o) in run.iter_mut().enumerate() {
-                let d = (get(k * plane + i) + b) * f + z;
+                let d = f64::from((get(k * plane + i) + b) as f32 * f as f32);
                 let q = if d.is_nan() {
-                    0.0
+                    lo
                 } else {
-                    round_even_f64(d).max(lo).min(hi)
+                    (round_even_f64(d) + z).max(lo).min(hi)
                 };
                 let byte = low_byte((q + off) as f32);
                 *o = if signed { byte ^ 0x80 } else { byte };
@@ -756,7 +759,10 @@ mod tests {
             let scaled: Vec<f64> = ints
                 .iter()
                 .enumerate()
-                .map(|(i, a)| (a + bias[(i / plane) % m]) * factors[(i / plane) % m])
+                .map(|(i, a)| {
+                    let c = (i / plane) % m;
+                    f64::from((a + bias[c]) as f32 * factors[c] as f32)
+                })
                 .collect();
             let want = requantize("QLinearConv", &shape, &scaled, |_| 1.0, &zp.view()).unwrap();
             for acc in &kinds {

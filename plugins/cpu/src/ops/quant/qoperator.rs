@@ -210,8 +210,11 @@ impl QLinearBinary {
         let (sb, zb) = byte_params(at(4), at(5), signed)?;
         let (sc, zc) = byte_params(at(6), at(7), signed)?;
         let (sha, shb) = (at(0)?.shape(), at(3)?.shape());
-        // Elementwise.
-        if sha == shb {
+        // QLinearAdd's forms hold the output zero point.
+        let zy = if self.mul { zc } else { 0 };
+        // Elementwise (for QLinearAdd, unless an operand has one element: ONNX Runtime takes
+        // that one as a scalar, the first input when both are).
+        if sha == shb && (self.mul || a.len() > 1) {
             let form = if self.mul {
                 Form::Mul {
                     za,
@@ -219,20 +222,17 @@ impl QLinearBinary {
                     r: (sa * sb / sc) as f32,
                 }
             } else {
-                Form::Add {
-                    za,
-                    ra: (sa / sc) as f32,
-                    zb,
-                    rb: (sb / sc) as f32,
-                }
+                Form::add((sa as f32, za), (sb as f32, zb), (sc as f32, zc))
             };
             if !form.usable(signed) {
                 return None;
             }
-            return byte_tensor(sha, bytes_pass(form, a, b, zc, signed).ok()?, signed);
+            return byte_tensor(sha, bytes_pass(form, a, b, zy, signed).ok()?, signed);
         }
-        // The larger operand, and the smaller one repeating along it.
-        let (big, (sbig, zbig), shape, small, (ssmall, zsmall), other) = if a.len() >= b.len() {
+        // The larger operand, and the smaller one repeating along it (a one-element first
+        // input is the smaller one, as ONNX Runtime takes it).
+        let first_small = a.len() < b.len() || (!self.mul && a.len() == 1);
+        let (big, (sbig, zbig), shape, small, (ssmall, zsmall), other) = if !first_small {
             (a, (sa, za), sha, b, (sb, zb), shb)
         } else {
             (b, (sb, zb), shb, a, (sa, za), sha)
@@ -260,20 +260,17 @@ impl QLinearBinary {
                 } else {
                     i32::from(v)
                 };
-                // The composite's float32 value of the broadcast element.
-                let w = f64::from(((v - zsmall) as f32) * ssmall as f32);
                 if self.mul {
+                    // The composite's float32 value of the broadcast element.
+                    let w = f64::from(((v - zsmall) as f32) * ssmall as f32);
                     Form::Affine {
                         za: zbig,
                         alpha: (sbig * w / sc) as f32,
                         gamma: 0.0,
                     }
                 } else {
-                    Form::Affine {
-                        za: zbig,
-                        alpha: (sbig / sc) as f32,
-                        gamma: (w / sc) as f32,
-                    }
+                    let c = (sc as f32, zc);
+                    Form::add_scalar((sbig as f32, zbig), (ssmall as f32, zsmall), v, c)
                 }
             })
             .collect();
@@ -294,7 +291,7 @@ impl QLinearBinary {
                 for k in at / run..end / run {
                     let src = &big[k * run..][..run];
                     let form = forms[k % forms.len()];
-                    qbytes::run_append(form, (src, &[]), zc, signed, f);
+                    qbytes::run_append(form, (src, &[]), zy, signed, f);
                 }
             },
         );

@@ -30,27 +30,34 @@ pub fn exp_f32(x: f32) -> f32 {
     y * pow2
 }
 
-/// tanh(x) for f32, branch-free so it vectorizes: an odd degree-13 polynomial over an even
-/// degree-6 one in x, on x clamped to ±9 (where tanh is 1 to f32 precision) — the rational form
-/// ONNX Runtime's MLAS evaluates, within a few ulp of the exact value, kept inside [-1, 1].
+/// tanh(x) for f32, branch-free so it vectorizes: [`tanh_unclamped_f32`] kept inside [-1, 1].
 /// NaN stays NaN.
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
+    // The quotient overshoots 1 by up to two ulp near the clamp.
+    tanh_unclamped_f32(x).clamp(-1.0, 1.0)
+}
+
+/// tanh(x) as ONNX Runtime's MLAS computes it on x86-64 (`MlasComputeTanh`): an odd degree-13
+/// polynomial over an even degree-6 one in x, evaluated with fused multiply-adds, on x clamped
+/// to ±9; within a few ulp of the exact value, and up to 2 ulp past ±1 near the clamp (as
+/// MLAS's is). Bit for bit ONNX Runtime's Tanh on 400,000 values (1.31.1). NaN stays NaN.
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+pub fn tanh_unclamped_f32(x: f32) -> f32 {
     let x = x.clamp(-9.0, 9.0);
     let x2 = x * x;
-    let mut p = -2.760_768_5e-16f32;
-    p = p * x2 + 2.000_188e-13;
-    p = p * x2 - 8.604_672e-11;
-    p = p * x2 + 5.122_297e-8;
-    p = p * x2 + 1.485_722_4e-5;
-    p = p * x2 + 6.372_619_3e-4;
-    p = p * x2 + 4.893_524_6e-3;
-    let mut q = 1.198_258_4e-6f32;
-    q = q * x2 + 1.185_347_1e-4;
-    q = q * x2 + 2.268_434_6e-3;
-    q = q * x2 + 4.893_525e-3;
-    // The quotient overshoots 1 by an ulp near the clamp.
-    (x * p / q).clamp(-1.0, 1.0)
+    let mut p = x2.mul_add(-2.760_768_477_423_55e-16, 2.000_187_904_824_77e-13);
+    p = p.mul_add(x2, -8.604_671_522_137_35e-11);
+    p = p.mul_add(x2, 5.122_297_090_371_14e-8);
+    p = p.mul_add(x2, 1.485_722_357_179_79e-5);
+    p = p.mul_add(x2, 6.372_619_288_754_36e-4);
+    p = p.mul_add(x2, 4.893_524_558_917_86e-3);
+    let p = p * x;
+    let mut q = x2.mul_add(1.198_258_394_667_02e-6, 1.185_347_056_866_54e-4);
+    q = q.mul_add(x2, 2.268_434_632_439_00e-3);
+    q = q.mul_add(x2, 4.893_525_185_543_85e-3);
+    p / q
 }
 
 /// erf(x) for f32, branch-free so it vectorizes: the Taylor series to x^13 below |x| = 0.5,

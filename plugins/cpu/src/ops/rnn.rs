@@ -25,7 +25,9 @@ pub fn register(reg: &mut Registry) {
 /// ONNX Runtime's DynamicQuantizeLSTM: an LSTM whose W (`[dirs, input, 4h]`) and R
 /// (`[dirs, h, 4h]`) are int8 or uint8 with per-direction or per-column scales and zero points
 /// (inputs 8–11), and whose products take X and the hidden state quantized to uint8 from their
-/// own range (X over all its steps, the state at each step, one batch row at a time).
+/// own range (X over all its steps, the state of every batch row together at each step, as ONNX
+/// Runtime does with one intra-op thread: with more, it quantizes each thread's share of a
+/// batch of more than four rows, or of two or more with at most 256 hidden units, apart).
 fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let lstm = Rnn {
         fake_quant: true,
@@ -346,6 +348,124 @@ impl QMat {
     }
 }
 
+/// What [`Rnn::quantized_lstm`] reads besides the weights: X quantized to uint8 (bytes, scale,
+/// zero point), where row `(t, b)` of X starts, the batch, each row's sequence length, and the
+/// float B and P as the node has them.
+struct QSteps<'a> {
+    x: (&'a [u8], f32, i32),
+    x_row: &'a dyn Fn(usize, usize) -> usize,
+    batch: usize,
+    lens: &'a [usize],
+    b: &'a [f64],
+    p: &'a [f64],
+}
+
+impl Rnn {
+    /// Whether [`Rnn::quantized_lstm`] computes this node: an LSTM with the default
+    /// activations and no clip (what ONNX Runtime's fused LSTM cell computes).
+    fn exact_quantized_lstm(&self) -> bool {
+        self.cell == Cell::Lstm
+            && self.clip.is_none()
+            && self
+                .acts
+                .chunks(3)
+                .all(|a| matches!(a, [Act::Sigmoid, Act::Tanh, Act::Tanh]))
+    }
+
+    /// DynamicQuantizeLSTM in float32, each operation as ONNX Runtime's LSTM does it
+    /// (`uni_directional_lstm.cc`, `rnn_helpers.cc`), so that the hidden state it quantizes at
+    /// every step has ONNX Runtime's bits and rounds to the same bytes:
+    /// - the gates are X's product plus the hidden state's product (each an integer sum times
+    ///   one f32 scale, [`QMat::product`]), the hidden state of every batch row quantized
+    ///   together once a step; then the peephole term, then `Wb + Rb` (summed in f32 once);
+    /// - `i`, `f`, `o` are MLAS's logistic ([`crate::fast::math::sigmoid_f32`]), `g` and the
+    ///   output's tanh MLAS's tanh ([`crate::fast::math::tanh_unclamped_f32`]);
+    /// - `C = C_prev · f + i · g` and `H = tanh(C) · o`, products rounded apart (no fused
+    ///   multiply-add);
+    /// - a reverse direction reads each row's steps backwards within its length; a row past its
+    ///   length is 0 in Y and in the next step's quantized state.
+    ///
+    /// `y` is `[seq, dirs, batch, h]`; `yh` and `yc` hold the initial states `[dirs, batch, h]`
+    /// and receive the final ones.
+    fn quantized_lstm(
+        &self,
+        [qw, qr]: &[QMat; 2],
+        st: &QSteps<'_>,
+        y: &mut [f64],
+        yh: &mut [f64],
+        yc: &mut [f64],
+    ) {
+        use crate::fast::math::{sigmoid_f32, tanh_unclamped_f32};
+        let (h, dirs, batch) = (self.hidden, self.dirs, st.batch);
+        let (xb, sx, zx) = st.x;
+        let isz = qw.k;
+        let max_len = st.lens.iter().copied().max().unwrap_or(0);
+        let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0) as f32;
+        let mut wx = vec![0.0f64; 4 * h];
+        let mut rh = vec![0.0f64; 4 * h];
+        for d in 0..dirs {
+            let rev = self.reverse_only || d == 1;
+            let bd = st.b.get(d * 8 * h..(d + 1) * 8 * h).unwrap_or(&[]);
+            // Wb + Rb, summed once in float32.
+            let bias: Vec<f32> = (0..4 * h).map(|j| at(bd, j) + at(bd, 4 * h + j)).collect();
+            let pd = st.p.get(d * 3 * h..(d + 1) * 3 * h).unwrap_or(&[]);
+            let peep: Vec<f32> = (0..3 * h).map(|j| at(pd, j)).collect();
+            let s0 = d * batch * h;
+            let mut hs: Vec<f32> = (0..batch * h).map(|j| at(yh, s0 + j)).collect();
+            let mut cs: Vec<f32> = (0..batch * h).map(|j| at(yc, s0 + j)).collect();
+            for step in 0..max_len {
+                // The hidden state of every row, quantized together, as ONNX Runtime's one
+                // product per step takes it.
+                let hq: Vec<f64> = hs.iter().map(|&v| f64::from(v)).collect();
+                let (hb, sh, zh) = quantize_u8(&hq);
+                for bb in 0..batch {
+                    let len = st.lens.get(bb).copied().unwrap_or(0);
+                    let row = bb * h..(bb + 1) * h;
+                    if step >= len {
+                        hs[row].fill(0.0);
+                        continue;
+                    }
+                    let t = if rev { len - 1 - step } else { step };
+                    let lo = (st.x_row)(t, bb);
+                    qw.product(d, xb.get(lo..lo + isz).unwrap_or(&[]), (sx, zx), &mut wx);
+                    qr.product(d, hb.get(row.clone()).unwrap_or(&[]), (sh, zh), &mut rh);
+                    let gate = |j: usize| wx[j] as f32 + rh[j] as f32;
+                    for k in 0..h {
+                        let cp = cs[bb * h + k];
+                        let i = sigmoid_f32(gate(k) + cp * peep[k] + bias[k]);
+                        let f = if self.input_forget {
+                            1.0 - i
+                        } else {
+                            sigmoid_f32(gate(2 * h + k) + cp * peep[2 * h + k] + bias[2 * h + k])
+                        };
+                        let g = tanh_unclamped_f32(gate(3 * h + k) + bias[3 * h + k]);
+                        let c = cp * f + i * g;
+                        let o = sigmoid_f32(gate(h + k) + c * peep[h + k] + bias[h + k]);
+                        let out = tanh_unclamped_f32(c) * o;
+                        cs[bb * h + k] = c;
+                        hs[bb * h + k] = out;
+                        if let Some(v) = y.get_mut(((t * dirs + d) * batch + bb) * h + k) {
+                            *v = f64::from(out);
+                        }
+                    }
+                    if step + 1 == len {
+                        for k in 0..h {
+                            yh[s0 + bb * h + k] = f64::from(hs[bb * h + k]);
+                            yc[s0 + bb * h + k] = f64::from(cs[bb * h + k]);
+                        }
+                    }
+                }
+            }
+            for bb in 0..batch {
+                if st.lens.get(bb).copied().unwrap_or(0) == 0 {
+                    yh[s0 + bb * h..s0 + (bb + 1) * h].fill(0.0);
+                    yc[s0 + bb * h..s0 + (bb + 1) * h].fill(0.0);
+                }
+            }
+        }
+    }
+}
+
 /// `v` quantized to uint8 from its own range, as DynamicQuantizeLinear does: the bytes, the
 /// scale and the zero point.
 fn quantize_u8(v: &[f64]) -> (Vec<u8>, f32, i32) {
@@ -634,108 +754,131 @@ impl Rnn {
         let clip = |v: f64| self.clip.map_or(v, |c| v.clamp(-c, c));
         let mut wx = vec![0.0; g * h];
         let mut rh = vec![0.0; g * h];
-        for d in 0..dirs {
-            let rev = self.reverse_only || d == 1;
-            let acts = self.acts.get(d * na..(d + 1) * na).unwrap_or(&[]);
-            let (f, gg, hh) = (
-                acts.first().copied().unwrap_or(Act::Sigmoid),
-                acts.get(1).copied().unwrap_or(Act::Tanh),
-                acts.get(2).copied().unwrap_or(Act::Tanh),
-            );
-            let wd = w.get(d * g * h * isz..(d + 1) * g * h * isz).unwrap_or(&[]);
-            let rd = r.get(d * g * h * h..(d + 1) * g * h * h).unwrap_or(&[]);
-            let wb = b.get(d * 2 * g * h..(d * 2 + 1) * g * h).unwrap_or(&[]);
-            let rb = b
-                .get((d * 2 + 1) * g * h..(d * 2 + 2) * g * h)
-                .unwrap_or(&[]);
-            let pd = p.get(d * 3 * h..(d + 1) * 3 * h).unwrap_or(&[]);
-            for bb in 0..batch {
-                let len = lens.get(bb).copied().unwrap_or(0);
-                let s0 = (d * batch + bb) * h;
-                let mut hs: Vec<f64> = h0.get(s0..s0 + h).unwrap_or(&[]).to_vec();
-                let mut cs: Vec<f64> = if lstm {
-                    c0.get(s0..s0 + h).unwrap_or(&[]).to_vec()
-                } else {
-                    Vec::new()
-                };
-                for step in 0..len {
-                    let t = if rev { len - 1 - step } else { step };
-                    if let (Some([qw, qr]), Some((xb, sx, zx))) = (quant, &xq) {
-                        let lo = x_row(t, bb);
-                        let row = xb.get(lo..lo + isz).unwrap_or(&[]);
-                        qw.product(d, row, (*sx, *zx), &mut wx);
-                        let (hb, sh, zh) = quantize_u8(&hs);
-                        qr.product(d, &hb, (sh, zh), &mut rh);
-                    } else if self.fake_quant {
-                        matvec(wd, xat(t, bb), &mut wx);
-                        let mut q = hs.clone();
-                        crate::ops::quant::linear::fake_quantize_u8(&mut q);
-                        matvec(rd, &q, &mut rh);
+        if let (Some(qm), Some((xb, sx, zx)), true) = (quant, &xq, self.exact_quantized_lstm()) {
+            let steps = QSteps {
+                x: (xb, *sx, *zx),
+                x_row: &x_row,
+                batch,
+                lens: &lens,
+                b: &b,
+                p: &p,
+            };
+            self.quantized_lstm(qm, &steps, &mut y, &mut yh, &mut yc);
+        } else {
+            for d in 0..dirs {
+                let rev = self.reverse_only || d == 1;
+                let acts = self.acts.get(d * na..(d + 1) * na).unwrap_or(&[]);
+                let (f, gg, hh) = (
+                    acts.first().copied().unwrap_or(Act::Sigmoid),
+                    acts.get(1).copied().unwrap_or(Act::Tanh),
+                    acts.get(2).copied().unwrap_or(Act::Tanh),
+                );
+                let wd = w.get(d * g * h * isz..(d + 1) * g * h * isz).unwrap_or(&[]);
+                let rd = r.get(d * g * h * h..(d + 1) * g * h * h).unwrap_or(&[]);
+                let wb = b.get(d * 2 * g * h..(d * 2 + 1) * g * h).unwrap_or(&[]);
+                let rb = b
+                    .get((d * 2 + 1) * g * h..(d * 2 + 2) * g * h)
+                    .unwrap_or(&[]);
+                let pd = p.get(d * 3 * h..(d + 1) * 3 * h).unwrap_or(&[]);
+                for bb in 0..batch {
+                    let len = lens.get(bb).copied().unwrap_or(0);
+                    let s0 = (d * batch + bb) * h;
+                    let mut hs: Vec<f64> = h0.get(s0..s0 + h).unwrap_or(&[]).to_vec();
+                    let mut cs: Vec<f64> = if lstm {
+                        c0.get(s0..s0 + h).unwrap_or(&[]).to_vec()
                     } else {
-                        matvec(wd, xat(t, bb), &mut wx);
-                        matvec(rd, &hs, &mut rh);
-                    }
-                    let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
-                    let mut nh = vec![0.0; h];
-                    match self.cell {
-                        Cell::Rnn => {
-                            for (k, o) in nh.iter_mut().enumerate() {
-                                *o = f.apply(clip(at(&wx, k) + at(&rh, k) + at(wb, k) + at(rb, k)));
-                            }
+                        Vec::new()
+                    };
+                    for step in 0..len {
+                        let t = if rev { len - 1 - step } else { step };
+                        if let (Some([qw, qr]), Some((xb, sx, zx))) = (quant, &xq) {
+                            let lo = x_row(t, bb);
+                            let row = xb.get(lo..lo + isz).unwrap_or(&[]);
+                            qw.product(d, row, (*sx, *zx), &mut wx);
+                            let (hb, sh, zh) = quantize_u8(&hs);
+                            qr.product(d, &hb, (sh, zh), &mut rh);
+                        } else if self.fake_quant {
+                            matvec(wd, xat(t, bb), &mut wx);
+                            let mut q = hs.clone();
+                            crate::ops::quant::linear::fake_quantize_u8(&mut q);
+                            matvec(rd, &q, &mut rh);
+                        } else {
+                            matvec(wd, xat(t, bb), &mut wx);
+                            matvec(rd, &hs, &mut rh);
                         }
-                        Cell::Gru => {
-                            let mut rhr = vec![0.0; h];
-                            let gate = |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
-                            let z: Vec<f64> = (0..h).map(|k| f.apply(clip(gate(k)))).collect();
-                            let rr: Vec<f64> = (0..h).map(|k| f.apply(clip(gate(h + k)))).collect();
-                            if !self.linear_before_reset {
-                                let rhs: Vec<f64> =
-                                    hs.iter().zip(&rr).map(|(a, b)| a * b).collect();
-                                matvec(rd.get(2 * h * h..3 * h * h).unwrap_or(&[]), &rhs, &mut rhr);
-                            }
-                            for (k, o) in nh.iter_mut().enumerate() {
-                                let i = 2 * h + k;
-                                let pre = if self.linear_before_reset {
-                                    at(&wx, i) + at(&rr, k) * (at(&rh, i) + at(rb, i)) + at(wb, i)
-                                } else {
-                                    at(&wx, i) + at(&rhr, k) + at(rb, i) + at(wb, i)
-                                };
-                                let ht = gg.apply(clip(pre));
-                                let zk = at(&z, k);
-                                *o = (1.0 - zk) * ht + zk * at(&hs, k);
-                            }
-                        }
-                        Cell::Lstm => {
-                            let gate = |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
-                            for (k, o) in nh.iter_mut().enumerate() {
-                                let cp = at(&cs, k);
-                                let it = f.apply(clip(gate(k) + at(pd, k) * cp));
-                                let ft = if self.input_forget {
-                                    1.0 - it
-                                } else {
-                                    f.apply(clip(gate(2 * h + k) + at(pd, 2 * h + k) * cp))
-                                };
-                                let ct = gg.apply(clip(gate(3 * h + k)));
-                                let c = ft * cp + it * ct;
-                                let ot = f.apply(clip(gate(h + k) + at(pd, h + k) * c));
-                                if let Some(s) = cs.get_mut(k) {
-                                    *s = c;
+                        let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+                        let mut nh = vec![0.0; h];
+                        match self.cell {
+                            Cell::Rnn => {
+                                for (k, o) in nh.iter_mut().enumerate() {
+                                    *o = f.apply(clip(
+                                        at(&wx, k) + at(&rh, k) + at(wb, k) + at(rb, k),
+                                    ));
                                 }
-                                *o = ot * hh.apply(c);
+                            }
+                            Cell::Gru => {
+                                let mut rhr = vec![0.0; h];
+                                let gate =
+                                    |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
+                                let z: Vec<f64> = (0..h).map(|k| f.apply(clip(gate(k)))).collect();
+                                let rr: Vec<f64> =
+                                    (0..h).map(|k| f.apply(clip(gate(h + k)))).collect();
+                                if !self.linear_before_reset {
+                                    let rhs: Vec<f64> =
+                                        hs.iter().zip(&rr).map(|(a, b)| a * b).collect();
+                                    matvec(
+                                        rd.get(2 * h * h..3 * h * h).unwrap_or(&[]),
+                                        &rhs,
+                                        &mut rhr,
+                                    );
+                                }
+                                for (k, o) in nh.iter_mut().enumerate() {
+                                    let i = 2 * h + k;
+                                    let pre = if self.linear_before_reset {
+                                        at(&wx, i)
+                                            + at(&rr, k) * (at(&rh, i) + at(rb, i))
+                                            + at(wb, i)
+                                    } else {
+                                        at(&wx, i) + at(&rhr, k) + at(rb, i) + at(wb, i)
+                                    };
+                                    let ht = gg.apply(clip(pre));
+                                    let zk = at(&z, k);
+                                    *o = (1.0 - zk) * ht + zk * at(&hs, k);
+                                }
+                            }
+                            Cell::Lstm => {
+                                let gate =
+                                    |i: usize| at(&wx, i) + at(&rh, i) + at(wb, i) + at(rb, i);
+                                for (k, o) in nh.iter_mut().enumerate() {
+                                    let cp = at(&cs, k);
+                                    let it = f.apply(clip(gate(k) + at(pd, k) * cp));
+                                    let ft = if self.input_forget {
+                                        1.0 - it
+                                    } else {
+                                        f.apply(clip(gate(2 * h + k) + at(pd, 2 * h + k) * cp))
+                                    };
+                                    let ct = gg.apply(clip(gate(3 * h + k)));
+                                    let c = ft * cp + it * ct;
+                                    let ot = f.apply(clip(gate(h + k) + at(pd, h + k) * c));
+                                    if let Some(s) = cs.get_mut(k) {
+                                        *s = c;
+                                    }
+                                    *o = ot * hh.apply(c);
+                                }
                             }
                         }
+                        hs = nh;
+                        let lo = ((t * dirs + d) * batch + bb) * h;
+                        if let Some(dst) = y.get_mut(lo..lo + h) {
+                            dst.copy_from_slice(&hs);
+                        }
                     }
-                    hs = nh;
-                    let lo = ((t * dirs + d) * batch + bb) * h;
-                    if let Some(dst) = y.get_mut(lo..lo + h) {
+                    if let Some(dst) = yh.get_mut(s0..s0 + h) {
                         dst.copy_from_slice(&hs);
                     }
-                }
-                if let Some(dst) = yh.get_mut(s0..s0 + h) {
-                    dst.copy_from_slice(&hs);
-                }
-                if lstm && let Some(dst) = yc.get_mut(s0..s0 + h) {
-                    dst.copy_from_slice(&cs);
+                    if lstm && let Some(dst) = yc.get_mut(s0..s0 + h) {
+                        dst.copy_from_slice(&cs);
+                    }
                 }
             }
         }
@@ -820,6 +963,102 @@ mod tests {
         assert_eq!((scale, zp), (2.0 / 255.0, 127));
         assert_eq!(q, [127, 254, 0]);
     }
+    /// DynamicQuantizeLSTM gives ONNX Runtime 1.31.1's bits (its outputs below, from a CPU
+    /// that sums exactly, with one intra-op thread): two batch rows whose hidden state is
+    /// quantized together each step, peepholes, initial states, biases, int8 weights.
+    #[test]
+    fn quantized_lstm_gives_onnx_runtimes_bits() {
+        const W: [i8; 48] = [
+            44, 78, -122, 79, -8, 4, 33, -55, 122, -114, -57, -30, 18, -23, -94, -116, -127, -115,
+            -90, 127, -79, 39, 64, -68, -56, -17, -60, 121, -82, 101, 76, 88, -98, -27, 33, -2, 42,
+            45, 42, -112, 117, 14, 103, -58, -35, 97, -80, -111,
+        ];
+        const R: [i8; 64] = [
+            -32, 46, -96, 94, -41, -70, 11, 101, 98, 95, -49, -123, 71, 53, 69, -127, -118, 1, -42,
+            -16, 110, -76, 7, -45, -52, 78, -88, -47, -97, -89, -56, 51, 20, -13, -84, 76, 76, -67,
+            -112, -46, -90, 76, 5, 2, -53, 2, 119, -67, 68, -124, -47, 110, 95, -106, 87, 88, -12,
+            -34, 122, 115, 45, -26, -74, 111,
+        ];
+        const B: [u32; 32] = [
+            0x3de607cb, 0xbf050cfb, 0x3ef7373e, 0x3eb29338, 0x3ebca04b, 0xbd942ce8, 0xbf0e649f,
+            0x3e90529d, 0xbf492b91, 0x3ec4d5ea, 0x3e8aa2d6, 0xbe7ce700, 0x3f18d80d, 0xbf1ca8b1,
+            0xbe605714, 0x3f188aca, 0xbe74c954, 0x3eda6045, 0x3e666fbc, 0x3f61cae1, 0x3f7bbd0d,
+            0x3ee50b63, 0x3f1e20c7, 0xbf31bbad, 0x3ed9ffe8, 0x3f31fbd3, 0xbe4a4a28, 0x3dda1cb7,
+            0xbd28094d, 0x3f6ac387, 0xbebb1b85, 0xbe4887e8,
+        ];
+        const P: [u32; 12] = [
+            0xbeff8771, 0xbda3764a, 0x3e069730, 0x3edeb338, 0x3ed8ec23, 0xbe30cb36, 0x3efa4bfe,
+            0xbe9fe912, 0x3ea5814a, 0xbeaf7baf, 0xbdc25ba3, 0xbeda61b5,
+        ];
+        const X: [u32; 42] = [
+            0x40097ca9, 0x3ffc8455, 0xc00a5227, 0x3e268acd, 0xbfb9bf51, 0xbd4a1ed2, 0x3ea372e8,
+            0xc0173204, 0x400beb93, 0xbfa9f613, 0xbea26fe9, 0xc02a0340, 0xc03ef223, 0xbfea1e14,
+            0xbf732fda, 0x40246543, 0x4015a7da, 0xbdef9a7f, 0xbe8afa54, 0x3f80402b, 0x4009c30b,
+            0xbf79e939, 0x3fe186d4, 0xbf1b27d4, 0x3f10777e, 0x3fb65fe9, 0x3c056b2b, 0x3f92840b,
+            0x3f978969, 0xc03dce6b, 0xc030ffb4, 0xc006c4f0, 0xbfdbeda0, 0xbfe3ee62, 0xc02d327d,
+            0xbfd92e80, 0x3f1b0e1f, 0x401440bc, 0xbf672983, 0xbf4d33c5, 0xbeffc4f7, 0x3f8a80a3,
+        ];
+        const H0: [u32; 8] = [
+            0x3f120f6d, 0x3f61c542, 0xbe7e90fa, 0x3ed3bc9e, 0xbea22ab2, 0x3f25e390, 0xbf09e863,
+            0x3f3df582,
+        ];
+        const C0: [u32; 8] = [
+            0x3c2749f8, 0x3ee6c096, 0x3d8f54d6, 0xbebc4aaf, 0xbc3ab722, 0xbf662b5d, 0xbf69fce1,
+            0x3d7575a6,
+        ];
+        const Y: [u32; 56] = [
+            0xbb46ec4b, 0xb9f28852, 0x320f32b9, 0x3eff9add, 0x3f40b395, 0xbc0be958, 0xbf5da30b,
+            0x3ce6e07a, 0x3f3da352, 0xbdf3304f, 0xbecb0934, 0xbafc930d, 0x3ba42ef9, 0xbcf785c6,
+            0x3eca4a41, 0x3d9e2954, 0x3f300adb, 0xbc929d1d, 0x385a92e3, 0xb5efd246, 0x3cfddac2,
+            0x3d6b4f74, 0x393c332e, 0xb8643b14, 0x3f04f470, 0xbf65ae3a, 0xbd42d0a5, 0xbb026207,
+            0xb7967ba3, 0x3d4ebaa0, 0x3e303e45, 0x3d03c05b, 0x39e0e114, 0xbdf122f7, 0xbc15fcb9,
+            0xbf25b17d, 0x3bf5c6b9, 0xbce97053, 0x36b6593b, 0x3f49179b, 0x3f289fc9, 0xbe55ea98,
+            0x37196838, 0xbc85a8c1, 0x3f42f899, 0xb8e17276, 0xb9b46aea, 0x3e248b8e, 0x388c5a40,
+            0xbea5edda, 0x390dfb96, 0x3ebef6c9, 0x3f40ebc6, 0xbdd5a494, 0xbe5d3f2c, 0xbf21d12e,
+        ];
+        const YH: [u32; 8] = [
+            0x388c5a40, 0xbea5edda, 0x390dfb96, 0x3ebef6c9, 0x3f40ebc6, 0xbdd5a494, 0xbe5d3f2c,
+            0xbf21d12e,
+        ];
+        const YC: [u32; 8] = [
+            0x3e450efe, 0xbf054e72, 0x390fe346, 0x3f7ab7e6, 0x3f825e45, 0xbf916edf, 0xbeb6e590,
+            0xbf506c71,
+        ];
+        let f = |bits: &[u32], shape: &[usize]| {
+            t(shape, bits.iter().map(|&b| f32::from_bits(b)).collect())
+        };
+        let i8s = |v: &[i8], shape: &[usize]| Tensor::from_vec(shape, v.to_vec()).unwrap();
+        let mut n = NodeDef::new("DynamicQuantizeLSTM", 1)
+            .with_attr("hidden_size", AttrValue::Int(4))
+            .with_io(12, 3);
+        n.domain = crate::kernel::MS.into();
+        let inputs = vec![
+            Some(f(&X, &[7, 2, 3])),
+            Some(i8s(&W, &[1, 3, 16])),
+            Some(i8s(&R, &[1, 4, 16])),
+            Some(f(&B, &[1, 32])),
+            None,
+            Some(f(&H0, &[1, 2, 4])),
+            Some(f(&C0, &[1, 2, 4])),
+            Some(f(&P, &[1, 12])),
+            Some(f(&[0x3cfd_f3b6], &[1])),
+            Some(i8s(&[0], &[1])),
+            Some(f(&[0x3d40_8312], &[1])),
+            Some(i8s(&[0], &[1])),
+        ];
+        let out = crate::fast::qgemm::with_sums(crate::fast::qgemm::Sums::Exact, || {
+            run(n, inputs).unwrap()
+        });
+        for (got, want, name) in [
+            (&out[0], &Y[..], "Y"),
+            (&out[1], &YH[..], "Y_h"),
+            (&out[2], &YC[..], "Y_c"),
+        ] {
+            let bits: Vec<u32> = vals(got).iter().map(|v| v.to_bits()).collect();
+            assert_eq!(bits, want, "{name}");
+        }
+    }
+
     use crate::kernel::AttrValue;
 
     fn run(n: NodeDef, inputs: Vec<Option<Tensor>>) -> OpResult<Vec<Tensor>> {

@@ -272,6 +272,47 @@ fn a_wrong_declared_shape_runs_on_the_cpu_ep() {
     }
 }
 
+/// A plugin EP's output that disagrees with a declaration the host's inference cannot bear out
+/// (the input's first dimension is symbolic, the output declares 1 there) runs with the computed
+/// shape and a warning, as the CPU EP's does and as ONNX Runtime does for any EP. A declaration
+/// the inference confirms still stops a kernel that contradicts it (`wrong_kernel_outputs_fail_run`).
+#[test]
+fn an_unconfirmed_declared_shape_runs_on_a_plugin_ep() {
+    use proto::tensor_shape_proto::dimension;
+    let dir = plugin_dir();
+    let env = environment(&dir);
+    let mut x = float_value("x", &[0, 3]);
+    if let Some(proto::type_proto::Value::TensorType(t)) =
+        x.r#type.as_mut().and_then(|t| t.value.as_mut())
+        && let Some(d) = t.shape.as_mut().and_then(|s| s.dim.first_mut())
+    {
+        d.value = Some(dimension::Value::DimParam("N".into()));
+    }
+    let bytes = model_bytes(proto::GraphProto {
+        name: Some("unconfirmed".into()),
+        node: vec![node("Relu", &["x"], &["r"]), node("Neg", &["r"], &["y"])],
+        input: vec![x],
+        output: vec![float_value("r", &[1, 3]), float_value("y", &[1, 3])],
+        ..Default::default()
+    });
+    let s = Session::builder()
+        .map(|b| b.with_environment(env.clone()))
+        .and_then(|b| {
+            b.with_execution_providers([ExecutionProvider::new("relu_only").error_on_failure()])
+        })
+        .and_then(|b| b.commit_from_memory(&bytes))
+        .expect("session");
+    assert_eq!(s.node_placement(), ["relu_only", "cpu"]);
+    for _ in 0..2 {
+        let out = s.run([("x", input())]).expect("the computed shape runs");
+        assert_eq!(out["r"].shape(), [2, 3]);
+        assert_eq!(out["y"].shape(), [2, 3]);
+        let y = out["y"].as_slice::<f32>().expect("y is float32").to_vec();
+        let want: Vec<f32> = X.iter().map(|v| -v.max(0.0)).collect();
+        assert_eq!(y, want);
+    }
+}
+
 /// An input declared as a scalar takes a tensor of any shape, as in ONNX Runtime (it holds an
 /// input to its declared shape only when the declaration has a dimension): a one-element `[1]`
 /// array where `[]` is declared runs. Any other declared shape is held exactly.

@@ -1,6 +1,11 @@
 //! Einsum: explicit and implicit outputs, ellipses, repeated indices (traces and diagonals).
 //!
-//! Values are computed in f64 and cast back to the input's float type.
+//! On the fast levels, a float32 Einsum of two operands that is a contraction (no label twice in
+//! one operand, equal extents) is a batched matrix product: each operand's labels sorted into
+//! batch, kept and contracted groups by a permutation, a label found in one operand alone and not
+//! kept summed first, the product taken by the f32 GEMM, and the result permuted to the output's
+//! order ([`contraction`]). Anything else, and every equation on the reference level, is the
+//! general loop: values computed in f64 and cast back to the input's float type.
 
 use crate::ops::util::indexing::{c_strides, for_each_index};
 
@@ -133,6 +138,13 @@ fn build_einsum(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                 );
             }
         }
+        if crate::fast::enabled()
+            && let [a, b] = present[..]
+            && let (Ok(av), Ok(bv)) = (a.as_f32(), b.as_f32())
+            && let Some(t) = contraction((&av, &labels[0]), (&bv, &labels[1]), &out_labels)
+        {
+            return one(Ok(t));
+        }
         let summed: Vec<u32> = sizes
             .keys()
             .copied()
@@ -182,6 +194,123 @@ fn build_einsum(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     }))
 }
 
+/// `a` and `b` (each with its labels, one per axis) contracted into `out` as a batched matrix
+/// product, or `None` when the equation is not a plain contraction (a label twice in one
+/// operand, extents that differ or broadcast, an output label in neither operand).
+///
+/// Labels in both operands and the output are batch dimensions; in both and not the output,
+/// contracted; in one operand and the output, that operand's rows or columns; in one operand
+/// alone, summed out of it first. `a` is permuted to `[batch, rows, contracted]`, `b` to
+/// `[batch, contracted, columns]`, each batch multiplied by the f32 GEMM, and the
+/// `[batch, rows, columns]` result permuted to `out`'s order.
+fn contraction(
+    (a, la): (&ndarray::ArrayViewD<'_, f32>, &[u32]),
+    (b, lb): (&ndarray::ArrayViewD<'_, f32>, &[u32]),
+    out: &[u32],
+) -> Option<crate::tensor::Tensor> {
+    use ndarray::{Axis, IxDyn};
+    let unique = |l: &[u32]| l.iter().enumerate().all(|(i, x)| !l[..i].contains(x));
+    if !unique(la) || !unique(lb) || !unique(out) {
+        return None;
+    }
+    let extent = |lab: u32| {
+        let ea = la.iter().position(|&x| x == lab).map(|i| a.shape()[i]);
+        let eb = lb.iter().position(|&x| x == lab).map(|i| b.shape()[i]);
+        match (ea, eb) {
+            (Some(x), Some(y)) if x != y => None,
+            (Some(x), _) | (None, Some(x)) => Some(x),
+            (None, None) => None,
+        }
+    };
+    // Labels in one operand alone, not kept: summed out of that operand first.
+    let reduce = |v: &ndarray::ArrayViewD<'_, f32>, l: &[u32], other: &[u32]| {
+        let mut v = v.to_owned();
+        let mut kept = l.to_vec();
+        for i in (0..l.len()).rev() {
+            if !other.contains(&l[i]) && !out.contains(&l[i]) {
+                v = v.sum_axis(Axis(i));
+                kept.remove(i);
+            }
+        }
+        (v, kept)
+    };
+    let (a, la) = reduce(a, la, lb);
+    let (b, lb) = reduce(b, lb, &la);
+    let in_a = |x: &u32| la.contains(x);
+    let in_b = |x: &u32| lb.contains(x);
+    let batch: Vec<u32> = out.iter().copied().filter(|x| in_a(x) && in_b(x)).collect();
+    let rows: Vec<u32> = out
+        .iter()
+        .copied()
+        .filter(|x| in_a(x) && !in_b(x))
+        .collect();
+    let cols: Vec<u32> = out
+        .iter()
+        .copied()
+        .filter(|x| !in_a(x) && in_b(x))
+        .collect();
+    let inner: Vec<u32> = la
+        .iter()
+        .copied()
+        .filter(|x| in_b(x) && !out.contains(x))
+        .collect();
+    if batch.len() + rows.len() + cols.len() != out.len() {
+        return None;
+    }
+    let size = |g: &[u32]| -> Option<usize> {
+        g.iter().try_fold(1usize, |p, &x| p.checked_mul(extent(x)?))
+    };
+    let (nb, m, k, n) = (size(&batch)?, size(&rows)?, size(&inner)?, size(&cols)?);
+    let axes = |l: &[u32], groups: [&[u32]; 3]| -> Vec<usize> {
+        groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter_map(|x| l.iter().position(|y| y == x))
+            .collect()
+    };
+    let pa = axes(&la, [&batch, &rows, &inner]);
+    let pb = axes(&lb, [&batch, &inner, &cols]);
+    if pa.len() != la.len() || pb.len() != lb.len() {
+        return None;
+    }
+    let a3 = a
+        .view()
+        .permuted_axes(IxDyn(&pa))
+        .as_standard_layout()
+        .into_owned();
+    let b3 = b
+        .view()
+        .permuted_axes(IxDyn(&pb))
+        .as_standard_layout()
+        .into_owned();
+    let a3 = a3.into_shape_with_order((nb, m, k)).ok()?;
+    let b3 = b3.into_shape_with_order((nb, k, n)).ok()?;
+    let mut c = ndarray::Array3::<f32>::zeros((nb, m, n));
+    for i in 0..nb {
+        let mut ci = c.index_axis_mut(Axis(0), i);
+        <f32 as crate::ops::matmul::MatElem>::gemm(
+            1.0,
+            &a3.index_axis(Axis(0), i),
+            &b3.index_axis(Axis(0), i),
+            0.0,
+            &mut ci,
+        );
+    }
+    // [batch, rows, cols] in the output's label order.
+    let grouped: Vec<u32> = batch.iter().chain(&rows).chain(&cols).copied().collect();
+    let dims: Vec<usize> = grouped.iter().map(|&x| extent(x)).collect::<Option<_>>()?;
+    let c = c.into_shape_with_order(IxDyn(&dims)).ok()?;
+    let perm: Vec<usize> = out
+        .iter()
+        .filter_map(|x| grouped.iter().position(|y| y == x))
+        .collect();
+    let c = c
+        .permuted_axes(IxDyn(&perm))
+        .as_standard_layout()
+        .into_owned();
+    Some(crate::tensor::Tensor::from(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{run, t, vals};
@@ -210,5 +339,82 @@ mod tests {
         );
         let err = run(e("ij,jk->ik"), vec![a.clone(), t(&[3, 1], vec![0.0; 3])]).unwrap_err();
         assert!(err.0.contains("label dims disagree"), "{err}");
+    }
+
+    /// Contractions take the batched product on the fast levels and give the general loop's
+    /// values (within float32 rounding): attention written as Einsum, batched products, a dot
+    /// product, an outer product, a matrix by a vector, a label summed out of one operand, an
+    /// ellipsis; an equation with a diagonal stays on the loop.
+    #[test]
+    fn contractions_match_the_general_loop() {
+        let e = |eq: &str| {
+            NodeDef::new("Einsum", 12)
+                .with_attr("equation", AttrValue::String(eq.as_bytes().to_vec()))
+        };
+        let filled = |shape: &[usize], seed: usize| {
+            let n: usize = shape.iter().product();
+            t(
+                shape,
+                (0..n)
+                    .map(|i| ((i * 37 + seed * 11) % 23) as f32 * 0.125 - 1.3)
+                    .collect(),
+            )
+        };
+        let cases: [(&str, &[usize], &[usize]); 10] = [
+            ("abcd,cde->abe", &[2, 3, 4, 5], &[4, 5, 6]),
+            ("bhqd,bhkd->bhqk", &[2, 3, 4, 5], &[2, 3, 6, 5]),
+            ("bij,bjk->bik", &[3, 4, 5], &[3, 5, 2]),
+            ("i,i->", &[7], &[7]),
+            ("i,j->ij", &[3], &[4]),
+            ("ij,j->i", &[5, 6], &[6]),
+            ("ij,jk->k", &[3, 4], &[4, 5]),
+            ("ij,kj->ki", &[3, 4], &[5, 4]),
+            ("...ij,...jk->...ik", &[2, 3, 4], &[2, 4, 3]),
+            ("ii,ij->j", &[3, 3], &[3, 4]),
+        ];
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        for (eq, sa, sb) in cases {
+            let inputs = vec![filled(sa, 1), filled(sb, 2)];
+            // The product path takes every case but the diagonal.
+            let (lhs, rhs) = eq.split_once("->").expect("explicit");
+            let (ta, tb) = lhs.split_once(',').expect("two operands");
+            let ell = sa.len().saturating_sub(2);
+            let la = einsum_term("Einsum", ta, Some(sa.len()), 0).unwrap();
+            let lb = einsum_term("Einsum", tb, Some(sb.len()), 0).unwrap();
+            let lo = einsum_term(
+                "Einsum",
+                rhs,
+                None,
+                if eq.contains("...") { ell } else { 0 },
+            )
+            .unwrap();
+            let (va, vb) = (inputs[0].view(), inputs[1].view());
+            let taken = contraction(
+                (&va.as_f32().unwrap(), &la),
+                (&vb.as_f32().unwrap(), &lb),
+                &lo,
+            );
+            assert_eq!(taken.is_some(), !eq.starts_with("ii"), "{eq}");
+            let want = crate::fast::with_isa(reference, || run(e(eq), inputs.clone()))
+                .expect("reference")
+                .unwrap();
+            for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                let Some(got) = crate::fast::with_isa(isa, || run(e(eq), inputs.clone())) else {
+                    continue;
+                };
+                let got = got.unwrap();
+                assert_eq!(got[0].shape(), want[0].shape(), "{eq}");
+                for (g, w) in vals(&got[0]).iter().zip(vals(&want[0])) {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                        "{eq} on {}: {g} vs {w}",
+                        isa.name
+                    );
+                }
+            }
+        }
     }
 }

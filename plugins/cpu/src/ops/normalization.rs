@@ -248,9 +248,16 @@ fn build_instance(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let c = xs[1];
         let scale = channel_param(&op, "scale", input(&op, inputs, 1)?, c)?;
         let bias = channel_param(&op, "B", input(&op, inputs, 2)?, c)?;
-        let xv = float_values(&op, "input", x)?;
         let planes = xs[0] * c;
         let inner: usize = xs[2..].iter().product();
+        if crate::fast::enabled()
+            && let Ok(xf) = x.as_f32()
+            && let Some(xf) = xf.as_slice()
+        {
+            let y = instance_norm_f32(xf, (c, inner), (&scale, &bias), eps)?;
+            return one(Tensor::from_vec(xs, y));
+        }
+        let xv = float_values(&op, "input", x)?;
         let mut y = normalize_chunks(&xv, planes, eps);
         for (i, v) in y.iter_mut().enumerate() {
             let ch = (i / inner.max(1)) % c.max(1);
@@ -258,6 +265,50 @@ fn build_instance(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         }
         one(tensor_from_f64(x.elem_type(), xs, y))
     }))
+}
+
+/// InstanceNormalization of float32 `x` (planes of `inner` values, `c` channels) on the fast
+/// levels: each plane's mean and variance summed in f64 (two passes), then
+/// `(x - mean) · (scale[c] / sqrt(var + eps)) + bias[c]` in f32; planes across the intra-op
+/// pool.
+fn instance_norm_f32(
+    x: &[f32],
+    (c, inner): (usize, usize),
+    (scale, bias): (&[f64], &[f64]),
+    eps: f64,
+) -> OpResult<Vec<f32>> {
+    let inner = inner.max(1);
+    let planes = x.len() / inner;
+    let per = crate::par::chunk_len(planes, (8192 / inner).max(1), 1);
+    let buf = crate::scratch::take(x.len())?;
+    Ok(crate::par::build_vec(
+        buf,
+        x.len(),
+        per * inner,
+        |at, out| {
+            let first = at / inner;
+            for p in first..(first + per).min(planes) {
+                let v = &x[p * inner..(p + 1) * inner];
+                let mean = v.iter().map(|&a| f64::from(a)).sum::<f64>() / inner as f64;
+                let var = v
+                    .iter()
+                    .map(|&a| {
+                        let d = f64::from(a) - mean;
+                        d * d
+                    })
+                    .sum::<f64>()
+                    / inner as f64;
+                let ch = p % c.max(1);
+                let k = scale.get(ch).copied().unwrap_or(0.0) / (var + eps).sqrt();
+                let (k, b, m) = (
+                    k as f32,
+                    bias.get(ch).copied().unwrap_or(0.0) as f32,
+                    mean as f32,
+                );
+                out.extend_map(v, |a| (a - m) * k + b);
+            }
+        },
+    ))
 }
 
 fn build_group(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -745,6 +796,44 @@ mod tests {
         let o = run(r, vec![f(array![[3.0f32, 4.0]].into_dyn()), w]).unwrap();
         let rms = (12.5f32).sqrt();
         close(&o[0], &[3.0 / rms, 8.0 / rms]);
+    }
+
+    /// The fast levels' InstanceNormalization (f64 statistics, f32 output) gives the
+    /// reference's values within float32 rounding, on two batches of three channels.
+    #[test]
+    fn instance_norm_levels_agree() {
+        let shape = [2usize, 3, 5, 7];
+        let v: Vec<f32> = (0..210)
+            .map(|i| ((i * 29) % 17) as f32 * 0.37 - 2.0)
+            .collect();
+        let x = f(ArrayD::from_shape_vec(IxDyn(&shape), v).unwrap());
+        let s = f(array![1.0f32, -2.0, 0.5].into_dyn());
+        let b = f(array![0.25f32, 1.0, -3.0].into_dyn());
+        let n = NodeDef::new("InstanceNormalization", 6);
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        let want = crate::fast::with_isa(reference, || {
+            run(n.clone(), vec![x.clone(), s.clone(), b.clone()])
+        })
+        .expect("reference")
+        .unwrap();
+        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+            let Some(got) = crate::fast::with_isa(isa, || {
+                run(n.clone(), vec![x.clone(), s.clone(), b.clone()])
+            }) else {
+                continue;
+            };
+            let vals = |t: &Tensor| {
+                t.as_array::<f32>()
+                    .unwrap()
+                    .iter()
+                    .copied()
+                    .collect::<Vec<_>>()
+            };
+            close_within(&vals(&got.unwrap()[0]), &vals(&want[0]), 1e-5);
+        }
     }
 
     #[test]

@@ -94,11 +94,18 @@ fn gather_last<T: Num>(x: &ArrayViewD<'_, T>, axes: &[usize]) -> (Vec<T>, usize,
     (p.iter().copied().collect(), outer, inner)
 }
 
-/// Sum or mean of float data over consecutive axes followed by others (`[outer, reduced,
-/// inner]` with `inner > 1`): whole contiguous rows added into an f64 accumulator, instead of
-/// walking the data in a permuted order. `None` when the case does not apply.
+/// Sum, mean, sum of squares, L1 or L2 norm of float data over consecutive axes followed by
+/// others (`[outer, reduced, inner]` with `inner > 1`): whole contiguous rows (each value, its
+/// square or its magnitude) added into an f64 accumulator, instead of walking the data in a
+/// permuted order. `None` when the case does not apply.
 fn sum_middle<T: Num>(kind: Red, x: &ArrayViewD<'_, T>, axes: &[usize]) -> Option<Vec<T>> {
-    if !T::IS_FLOAT || !matches!(kind, Red::Sum | Red::Mean) || axes.is_empty() {
+    let each: fn(f64) -> f64 = match kind {
+        Red::Sum | Red::Mean => |v| v,
+        Red::SumSquare | Red::L2 => |v| v * v,
+        Red::L1 => f64::abs,
+        _ => return None,
+    };
+    if !T::IS_FLOAT || axes.is_empty() {
         return None;
     }
     let mut sorted = axes.to_vec();
@@ -121,11 +128,16 @@ fn sum_middle<T: Num>(kind: Red, x: &ArrayViewD<'_, T>, axes: &[usize]) -> Optio
         acc.fill(0.0);
         for row in block.chunks_exact(inner) {
             for (a, &v) in acc.iter_mut().zip(row) {
-                *a += v.to_f64();
+                *a += each(v.to_f64());
             }
         }
-        let div = if kind == Red::Mean { red as f64 } else { 1.0 };
-        y.extend(acc.iter().map(|&a| T::from_f64(a / div)));
+        y.extend(acc.iter().map(|&a| {
+            T::from_f64(match kind {
+                Red::Mean => a / red as f64,
+                Red::L2 => a.sqrt(),
+                _ => a,
+            })
+        }));
     }
     Some(y)
 }
@@ -269,6 +281,31 @@ mod tests {
         let k = crate::ops::registry().build(&n)?;
         let refs: Vec<Option<TensorRef<'_>>> = inputs.iter().map(|t| Some(t.view())).collect();
         k.run(&refs)
+    }
+
+    /// Over axes followed by others, the row-wise accumulation gives what the permuted walk
+    /// gives, for each kind it takes (a mel front end's power: ReduceSumSquare over the
+    /// real/imaginary axis).
+    #[test]
+    fn middle_axes_match_the_permuted_walk() {
+        let v: Vec<f32> = (0..120)
+            .map(|i| ((i * 13) % 11) as f32 * 0.5 - 2.0)
+            .collect();
+        let x = ndarray::ArrayD::from_shape_vec(IxDyn(&[2, 3, 4, 5]), v).unwrap();
+        for kind in [Red::Sum, Red::Mean, Red::SumSquare, Red::L1, Red::L2] {
+            for axes in [vec![1], vec![1, 2], vec![0]] {
+                let got = sum_middle(kind, &x.view(), &axes).expect("middle axes take the rows");
+                let (data, _, inner) = gather_last(&x.view(), &axes);
+                let want: Vec<f32> = data.chunks(inner).map(|c| reduce_chunk(kind, c)).collect();
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "{kind:?} {axes:?}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+        assert!(sum_middle(Red::Max, &x.view(), &[1]).is_none());
     }
 
     #[test]

@@ -80,3 +80,88 @@ pub fn lstm_direction(
     }
 }
 }
+
+/// One GRU direction's parameters: `w` `[3h, input]`, `r` `[3h, h]`, `bias` `[6h]` (Wb then
+/// Rb), gate order z, r, h as in ONNX.
+pub struct GruWeights<'a> {
+    pub w: &'a [f32],
+    pub r: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub linear_before_reset: bool,
+}
+
+crate::multiversion! {
+#[allow(clippy::too_many_arguments)]
+/// The GRU recurrence with ONNX's default activations (Sigmoid, Tanh) over `x`
+/// (`[seq, batch, input]`), updating `h` (`[batch, h]`, the initial state on entry) and writing
+/// each step's hidden state into `y` at `y[t · y_stride + b · h ..]`:
+/// `z = σ(W_z·x + R_z·h + Wb_z + Rb_z)`, `r` likewise, the candidate
+/// `tanh(W_h·x + R_h·(r ⊙ h) + Rb_h + Wb_h)` (or `tanh(W_h·x + r ⊙ (R_h·h + Rb_h) + Wb_h)` with
+/// `linear_before_reset`), and `h = (1 - z) ⊙ candidate + z ⊙ h`. Every product is a row of
+/// dot products over the weights where they lie ([`row_dots`]).
+pub fn gru_direction(
+    dims: LstmDims,
+    x: &[f32],
+    wt: &GruWeights<'_>,
+    reverse: bool,
+    h: &mut [f32],
+    y: &mut [f32],
+    y_stride: usize,
+) {
+    let LstmDims { seq, batch, input, hidden: hs } = dims;
+    if batch == 0 || hs == 0 {
+        return;
+    }
+    let bias = |j: usize| wt.bias.map_or(0.0, |b| b[j]);
+    // W·x + Wb for the three gates, and R·h (+ Rb for the candidate when it is linear before
+    // the reset) for z and r and, per the attribute, the candidate: row j, batch b at
+    // `[j · batch + b]`.
+    let mut wx = vec![0f32; 3 * hs * batch];
+    let mut rh = vec![0f32; 3 * hs * batch];
+    let mut reset_h = vec![0f32; batch * hs];
+    let mut reset = vec![0f32; batch * hs];
+    for step in 0..seq {
+        let t = if reverse { seq - 1 - step } else { step };
+        for (j, g) in wx.chunks_exact_mut(batch).enumerate() {
+            g.fill(bias(j));
+        }
+        let xt = &x[t * batch * input..][..batch * input];
+        row_dots(3 * hs, batch, input, wt.w, xt, &mut wx, batch);
+        let zr = 2 * hs;
+        for (j, g) in rh.chunks_exact_mut(batch).enumerate() {
+            g.fill(bias(3 * hs + j));
+        }
+        if wt.linear_before_reset {
+            row_dots(3 * hs, batch, hs, wt.r, h, &mut rh, batch);
+        } else {
+            row_dots(zr, batch, hs, wt.r, h, &mut rh[..zr * batch], batch);
+        }
+        let at = |g: usize, k: usize, b: usize| (g * hs + k) * batch + b;
+        // The reset gate, then (unless linear before the reset) R_h · (r ⊙ h).
+        for b in 0..batch {
+            for k in 0..hs {
+                let r = sigmoid_f32(wx[at(1, k, b)] + rh[at(1, k, b)]);
+                reset[b * hs + k] = r;
+                reset_h[b * hs + k] = r * h[b * hs + k];
+            }
+        }
+        if !wt.linear_before_reset {
+            row_dots(hs, batch, hs, &wt.r[zr * hs..], &reset_h, &mut rh[zr * batch..], batch);
+        }
+        for b in 0..batch {
+            for k in 0..hs {
+                let z = sigmoid_f32(wx[at(0, k, b)] + rh[at(0, k, b)]);
+                let pre = if wt.linear_before_reset {
+                    wx[at(2, k, b)] + reset[b * hs + k] * rh[at(2, k, b)]
+                } else {
+                    wx[at(2, k, b)] + rh[at(2, k, b)]
+                };
+                let cand = tanh_f32(pre);
+                let hk = &mut h[b * hs + k];
+                *hk = (1.0 - z) * cand + z * *hk;
+            }
+            y[t * y_stride + b * hs..][..hs].copy_from_slice(&h[b * hs..][..hs]);
+        }
+    }
+}
+}

@@ -517,8 +517,8 @@ impl Rnn {
         inputs: &[Option<TensorRef<'_>>],
         outputs: usize,
     ) -> Option<OpResult<Vec<Tensor>>> {
-        use crate::fast::lstm::{LstmDims, LstmWeights, lstm_direction};
-        let plain = self.cell == Cell::Lstm
+        use crate::fast::lstm::{GruWeights, LstmDims, LstmWeights, gru_direction, lstm_direction};
+        let plain = matches!(self.cell, Cell::Lstm | Cell::Gru)
             && !self.fake_quant
             && self.layout == 0
             && self.clip.is_none()
@@ -539,9 +539,9 @@ impl Rnn {
         let (x, w, r) = (f32_of(0)??, f32_of(1)??, f32_of(2)??);
         let xs = inputs.first()?.as_ref()?.shape();
         let &[seq, batch, isz] = xs else { return None };
-        let (h, dirs) = (self.hidden, self.dirs);
+        let (h, dirs, g) = (self.hidden, self.dirs, self.cell.gates());
         let shape_of = |i: usize| inputs.get(i).and_then(Option::as_ref).map(|t| t.shape());
-        if shape_of(1)? != [dirs, 4 * h, isz] || shape_of(2)? != [dirs, 4 * h, h] {
+        if shape_of(1)? != [dirs, g * h, isz] || shape_of(2)? != [dirs, g * h, h] {
             return None;
         }
         // Optional inputs: float32 of the right shape, or absent.
@@ -552,10 +552,15 @@ impl Rnn {
             (shape_of(i)? == shape).then_some(())?;
             Some(Some(f32_of(i)??))
         };
-        let bias = opt(3, &[dirs, 8 * h])?;
+        let bias = opt(3, &[dirs, 2 * g * h])?;
         let h0 = opt(5, &[dirs, batch, h])?;
-        let c0 = opt(6, &[dirs, batch, h])?;
-        let peep = opt(7, &[dirs, 3 * h])?;
+        let lstm = self.cell == Cell::Lstm;
+        let c0 = if lstm {
+            opt(6, &[dirs, batch, h])?
+        } else {
+            None
+        };
+        let peep = if lstm { opt(7, &[dirs, 3 * h])? } else { None };
         if present(4) {
             // Only sequence lengths that all run the whole sequence.
             let l = inputs.get(4)?.as_ref()?;
@@ -575,23 +580,42 @@ impl Rnn {
         // Y as [seq, dirs, batch, h]: direction d writes at offset d · batch · h of each step.
         let mut y = vec![0f32; seq * dirs * batch * h];
         for d in 0..dirs {
-            let wt = LstmWeights {
-                w: &w[d * 4 * h * isz..][..4 * h * isz],
-                r: &r[d * 4 * h * h..][..4 * h * h],
-                bias: bias.map(|b| &b[d * 8 * h..][..8 * h]),
-                peep: peep.map(|p| &p[d * 3 * h..][..3 * h]),
-            };
-            let state = d * batch * h..(d + 1) * batch * h;
-            lstm_direction(
-                dims,
-                x,
-                &wt,
-                self.reverse_only || d == 1,
-                &mut hs[state.clone()],
-                &mut cs[state],
-                &mut y[d * batch * h..],
-                dirs * batch * h,
-            );
+            if lstm {
+                let wt = LstmWeights {
+                    w: &w[d * 4 * h * isz..][..4 * h * isz],
+                    r: &r[d * 4 * h * h..][..4 * h * h],
+                    bias: bias.map(|b| &b[d * 8 * h..][..8 * h]),
+                    peep: peep.map(|p| &p[d * 3 * h..][..3 * h]),
+                };
+                let state = d * batch * h..(d + 1) * batch * h;
+                lstm_direction(
+                    dims,
+                    x,
+                    &wt,
+                    self.reverse_only || d == 1,
+                    &mut hs[state.clone()],
+                    &mut cs[state],
+                    &mut y[d * batch * h..],
+                    dirs * batch * h,
+                );
+            } else {
+                let wt = GruWeights {
+                    w: &w[d * 3 * h * isz..][..3 * h * isz],
+                    r: &r[d * 3 * h * h..][..3 * h * h],
+                    bias: bias.map(|b| &b[d * 6 * h..][..6 * h]),
+                    linear_before_reset: self.linear_before_reset,
+                };
+                let state = d * batch * h..(d + 1) * batch * h;
+                gru_direction(
+                    dims,
+                    x,
+                    &wt,
+                    self.reverse_only || d == 1,
+                    &mut hs[state],
+                    &mut y[d * batch * h..],
+                    dirs * batch * h,
+                );
+            }
         }
         let mut outs = Vec::with_capacity(outputs.max(1));
         let tensors = [
@@ -599,6 +623,8 @@ impl Rnn {
             (hs, vec![dirs, batch, h]),
             (cs, vec![dirs, batch, h]),
         ];
+        // A GRU has two outputs.
+        let outputs = if lstm { outputs } else { outputs.min(2) };
         for (v, shape) in tensors.into_iter().take(outputs.max(1)) {
             outs.push(match Tensor::from_vec(&shape, v) {
                 Ok(t) => t,
@@ -1081,6 +1107,67 @@ mod tests {
     /// The float32 LSTM against the f64 reference (forced with the reference level), on each
     /// fast level: forward, reverse and bidirectional, with and without biases, peepholes and
     /// initial states, batch 2, three steps.
+    /// The float32 GRU (both placements of the reset gate, each direction, with and without
+    /// bias and initial state) gives the f64 reference's values within float32 rounding.
+    #[test]
+    fn fast_gru_matches_the_reference() {
+        let (seq, batch, input, h) = (4, 3, 5, 6);
+        let mut seed = 7u32;
+        let mut rnd = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let reference = crate::fast::ISAS
+            .iter()
+            .find(|i| !i.fast)
+            .expect("a reference level");
+        for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
+            for (full, lbr) in [(false, 0), (true, 0), (true, 1), (false, 1)] {
+                let n = NodeDef::new("GRU", 14)
+                    .with_attr("hidden_size", AttrValue::Int(h as i64))
+                    .with_attr("direction", AttrValue::String(direction.into()))
+                    .with_attr("linear_before_reset", AttrValue::Int(lbr))
+                    .with_io(6, 2);
+                let mut ins = vec![
+                    Some(t(&[seq, batch, input], rnd(seq * batch * input))),
+                    Some(t(&[dirs, 3 * h, input], rnd(dirs * 3 * h * input))),
+                    Some(t(&[dirs, 3 * h, h], rnd(dirs * 3 * h * h))),
+                ];
+                if full {
+                    ins.push(Some(t(&[dirs, 6 * h], rnd(dirs * 6 * h))));
+                    ins.push(None);
+                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                }
+                let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
+                    .expect("the reference level runs")
+                    .unwrap();
+                let cell = build_rnn(&n, Cell::Gru).unwrap();
+                let refs: Vec<Option<TensorRef<'_>>> =
+                    ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+                for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                    let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 2)) else {
+                        continue;
+                    };
+                    let case = format!("{direction}, full {full}, lbr {lbr}, {}", isa.name);
+                    let got = got
+                        .unwrap_or_else(|| panic!("{case}: the fast GRU declined"))
+                        .unwrap();
+                    assert_eq!(got.len(), 2, "{case}");
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!(g.shape(), w.shape(), "{case}");
+                        for (a, b) in vals(g).iter().zip(vals(w)) {
+                            assert!((a - b).abs() < 1e-5, "{case}: {a} vs {b}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn fast_lstm_matches_the_reference() {
         let (seq, batch, input, h) = (3, 2, 5, 4);

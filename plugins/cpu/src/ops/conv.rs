@@ -45,6 +45,21 @@ pub(crate) fn as_2d(geo: &Spatial) -> Spatial {
     }
 }
 
+/// A 2-D geometry with its two spatial axes exchanged: a convolution along the height of planes
+/// one column wide (kernel width 1, no horizontal padding) reads and writes the same memory as
+/// one along the width of planes one row high, which the 2-D kernels run along their rows.
+pub(crate) fn transposed_2d(geo: &Spatial) -> Spatial {
+    let swap = |v: &[usize]| vec![v[1], v[0]];
+    Spatial {
+        kernel: swap(&geo.kernel),
+        strides: swap(&geo.strides),
+        dilations: swap(&geo.dilations),
+        pad_begin: swap(&geo.pad_begin),
+        pad_end: swap(&geo.pad_end),
+        out: swap(&geo.out),
+    }
+}
+
 struct Conv {
     op: String,
     attrs: SpatialAttrs,
@@ -99,6 +114,10 @@ impl Conv {
         // 1-D and 2-D convolutions take the 2-D fast kernel: a 1-D one is a 2-D one of height 1
         // with a kernel of height 1, which reads and writes the same memory.
         let planar = match *in_sp {
+            // Along the height of one-column planes: along the width of one-row ones.
+            [h, 1] if h > 1 && kernel[1] == 1 && geo.pad_begin[1] == 0 && geo.pad_end[1] == 0 => {
+                Some(((1, h), (1, kernel[0]), transposed_2d(&geo)))
+            }
             [h, w_] => Some(((h, w_), (kernel[0], kernel[1]), geo.clone())),
             [w_] => Some(((1, w_), (1, kernel[0]), as_2d(&geo))),
             _ => None,
@@ -495,6 +514,26 @@ mod tests {
         };
         let convs = [
             case([1, 3, 8, 8], [4, 3, 1, 1], 1, [1, 1], [1, 1], [0; 4], true),
+            // Along the height of one-column planes (run as one-row planes): depthwise, strided,
+            // dilated, padded at both ends; and a dense one.
+            case(
+                [1, 6, 23, 1],
+                [6, 1, 5, 1],
+                6,
+                [2, 1],
+                [2, 1],
+                [1, 0, 3, 0],
+                true,
+            ),
+            case(
+                [2, 3, 17, 1],
+                [4, 3, 4, 1],
+                1,
+                [1, 1],
+                [1, 1],
+                [2, 0, 1, 0],
+                false,
+            ),
             case(
                 [2, 3, 9, 7],
                 [5, 3, 3, 3],

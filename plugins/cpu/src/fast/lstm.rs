@@ -4,9 +4,10 @@
 //! default activations (Sigmoid, Tanh, Tanh) and the optional peepholes. The logistic function
 //! and tanh are ONNX Runtime's rational forms ([`super::math`]).
 //!
-//! The reference kernel (`ops::rnn`) computes every LSTM in f64; this one takes the common case:
-//! float32 data, layout 0, no clip, no input_forget, the default activations, and every batch
-//! row running the whole sequence.
+//! The reference kernel (`ops::rnn`) computes every LSTM and GRU in f64; this one takes the
+//! common case: float32 data, layout 0, no clip, no input_forget, the default activations, and
+//! every batch row running the whole sequence. [`gru_direction`] is the GRU's recurrence on the
+//! same dot products.
 
 use super::dots::row_dots;
 use super::math::{sigmoid_f32, tanh_f32};

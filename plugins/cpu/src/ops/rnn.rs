@@ -510,8 +510,8 @@ impl Rnn {
         }
     }
 
-    /// The float32 LSTM ([`crate::fast::lstm`]) where it applies; `None` sends the node to the
-    /// f64 reference below.
+    /// The float32 LSTM or GRU ([`crate::fast::lstm`]) where it applies; `None` sends the node
+    /// to the f64 reference below.
     fn fast_lstm(
         &self,
         inputs: &[Option<TensorRef<'_>>],
@@ -1104,23 +1104,24 @@ mod tests {
         t.as_array::<f32>().unwrap().iter().copied().collect()
     }
 
-    /// The float32 LSTM against the f64 reference (forced with the reference level), on each
-    /// fast level: forward, reverse and bidirectional, with and without biases, peepholes and
-    /// initial states, batch 2, three steps.
-    /// The float32 GRU (both placements of the reset gate, each direction, with and without
-    /// bias and initial state) gives the f64 reference's values within float32 rounding.
-    #[test]
-    fn fast_gru_matches_the_reference() {
-        let (seq, batch, input, h) = (4, 3, 5, 6);
-        let mut seed = 7u32;
-        let mut rnd = |n: usize| -> Vec<f32> {
+    /// Values in [-0.5, 0.5) from a linear congruential sequence seeded with `seed`, `n` a call.
+    fn uniform(mut seed: u32) -> impl FnMut(usize) -> Vec<f32> {
+        move |n| {
             (0..n)
                 .map(|_| {
                     seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
                     (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
                 })
                 .collect()
-        };
+        }
+    }
+
+    /// The float32 GRU (both placements of the reset gate, each direction, with and without
+    /// bias and initial state) gives the f64 reference's values within float32 rounding.
+    #[test]
+    fn fast_gru_matches_the_reference() {
+        let (seq, batch, input, h) = (4, 3, 5, 6);
+        let mut rnd = uniform(7);
         let reference = crate::fast::ISAS
             .iter()
             .find(|i| !i.fast)
@@ -1168,18 +1169,13 @@ mod tests {
         }
     }
 
+    /// The float32 LSTM against the f64 reference (forced with the reference level), on each
+    /// fast level: forward, reverse and bidirectional, with and without biases, peepholes and
+    /// initial states, batch 2, three steps.
     #[test]
     fn fast_lstm_matches_the_reference() {
         let (seq, batch, input, h) = (3, 2, 5, 4);
-        let mut seed = 1u32;
-        let mut rnd = |n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-                })
-                .collect()
-        };
+        let mut rnd = uniform(1);
         let reference = crate::fast::ISAS
             .iter()
             .find(|i| !i.fast)

@@ -536,6 +536,7 @@ const CRATES: &[Levels] = &[
             ("scratch", 0),
             ("par", 0),
             ("tensor", 1),
+            ("strided", 1),
             ("fast", 1),
             ("kernel", 2),
             ("ops", 3),

@@ -164,10 +164,13 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
         "plan_qdq",
         "fold_batch_norm",
         "elide_casts",
+        "elide_identities",
         "fold_constants",
         "prepare_kernels",
         "fuse_chains",
+        "hoist_shape_reads",
         "plan_frees",
+        "move_reshapes",
     ];
     // The tolerance of each output element, from the reference value.
     type Tolerance = fn(f32) -> f32;

@@ -258,6 +258,15 @@ pub trait OpKernel: Send + Sync {
     fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
         let _ = constants;
     }
+
+    /// For a node whose one output is input 0's elements in C order under a new shape
+    /// (Reshape, Flatten, Squeeze, Unsqueeze): that shape, checked as [`run`](Self::run) checks
+    /// it. The program then moves input 0's buffer to the output instead of copying it where
+    /// no later step reads the input. `None` for every other kernel (the default).
+    fn reshaped_shape(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<OpResult<Vec<usize>>> {
+        let _ = inputs;
+        None
+    }
 }
 
 /// A kernel made from a closure.

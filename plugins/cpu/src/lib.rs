@@ -12,6 +12,7 @@ pub mod ops;
 mod par;
 pub mod provider;
 pub mod scratch;
+mod strided;
 pub mod tensor;
 
 pub use provider::{CPU_PROVIDER_NAME, CpuFactory, CpuProvider, builtin_plugin_entry};

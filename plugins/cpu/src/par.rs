@@ -440,6 +440,11 @@ impl<T: Copy> Filler<'_, T> {
         self.len
     }
 
+    pub fn push(&mut self, v: T) {
+        self.dst[self.len].write(v);
+        self.len += 1;
+    }
+
     pub fn extend_from_slice(&mut self, src: &[T]) {
         for (d, s) in self.dst[self.len..self.len + src.len()].iter_mut().zip(src) {
             d.write(*s);

@@ -789,6 +789,36 @@ impl Tensor {
         }
     }
 
+    /// Whether [`into_shape`](Self::into_shape) takes `shape`: a tensor (of any element type)
+    /// whose elements lie in C order, as many as `shape` holds.
+    pub fn reshapes_in_place(&self, shape: &[usize]) -> bool {
+        let c_order = owned_all!(self, |a| a.is_standard_layout(), |o| match o {
+            Tensor::Str(a) => a.is_standard_layout(),
+            _ => false,
+        });
+        c_order && self.shape().iter().product::<usize>() == shape.iter().product::<usize>()
+    }
+
+    /// The same elements under `shape`, their buffer moved, not copied; an error when
+    /// [`reshapes_in_place`](Self::reshapes_in_place) does not hold.
+    pub fn into_shape(self, shape: &[usize]) -> OpResult<Tensor> {
+        if !self.reshapes_in_place(shape) {
+            return Err(OpError(format!(
+                "cannot reshape a {} in place to {shape:?}",
+                self.type_name()
+            )));
+        }
+        let e = |e: ndarray::ShapeError| OpError(format!("reshaping in place to {shape:?}: {e}"));
+        Ok(owned_all!(
+            self,
+            |a| Elem::wrap(a.into_shape_with_order(IxDyn(shape)).map_err(e)?),
+            |o| match o {
+                Tensor::Str(a) => Tensor::Str(a.into_shape_with_order(IxDyn(shape)).map_err(e)?),
+                other => other,
+            }
+        ))
+    }
+
     pub fn elem_type(&self) -> ElementType {
         self.view().elem_type()
     }

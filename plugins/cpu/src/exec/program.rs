@@ -48,6 +48,12 @@ pub(crate) const PASSES: &[Pass] = &[
         run: casts::elide_casts,
     },
     Pass {
+        name: "elide_identities",
+        required: false,
+        fast_only: false,
+        run: casts::elide_identities,
+    },
+    Pass {
         name: "fold_constants",
         required: false,
         fast_only: false,
@@ -78,10 +84,22 @@ pub(crate) const PASSES: &[Pass] = &[
         run: fusion::fuse_chains,
     },
     Pass {
+        name: "hoist_shape_reads",
+        required: false,
+        fast_only: false,
+        run: liveness::hoist_shape_reads,
+    },
+    Pass {
         name: "plan_frees",
         required: false,
         fast_only: false,
         run: liveness::plan_frees,
+    },
+    Pass {
+        name: "move_reshapes",
+        required: false,
+        fast_only: false,
+        run: liveness::move_reshapes,
     },
 ];
 
@@ -291,6 +309,8 @@ impl Program {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         for step in &self.steps {
             let _timer = profile::Timer::start(&step.kind, &step.label);
+            let failed = |e: OpError| OpError(format!("node `{}`: {e}", step.label));
+            let mut moved = None;
             let results = {
                 let mut args = Vec::with_capacity(step.inputs.len());
                 for src in &step.inputs {
@@ -299,9 +319,34 @@ impl Program {
                         None => None,
                     });
                 }
-                step.kernel
-                    .run(&args)
-                    .map_err(|e| OpError(format!("node `{}`: {e}", step.label)))?
+                match step.kernel.reshaped_shape(&args) {
+                    Some(shape) if step.moves_input => {
+                        moved = Some(shape.map_err(failed)?);
+                        Vec::new()
+                    }
+                    _ => step.kernel.run(&args).map_err(failed)?,
+                }
+            };
+            let results = match (moved, step.inputs.first()) {
+                // Input 0 dies here: its buffer becomes the output, unless its layout is not
+                // C order (then it is copied as the kernel would).
+                (Some(shape), Some(Some(Source::Slot(s)))) => {
+                    let t = slots[*s].take().ok_or_else(|| {
+                        failed(OpError("value used before it was computed".into()))
+                    })?;
+                    if t.reshapes_in_place(&shape) {
+                        vec![t.into_shape(&shape).map_err(failed)?]
+                    } else {
+                        let r = crate::ops::shape::reshape_ref(&step.label, &t.view(), &shape);
+                        vec![r.map_err(failed)?]
+                    }
+                }
+                (Some(_), _) => {
+                    return Err(failed(OpError(
+                        "a moved input is not a computed value".into(),
+                    )));
+                }
+                (None, _) => results,
             };
             let mut results = results.into_iter();
             for out in &step.outputs {
@@ -373,11 +418,66 @@ mod tests {
         assert_eq!(run(&q, &x), [-3.0, -8.0]);
     }
 
+    /// A Reshape (or Squeeze, Flatten, Unsqueeze) that is its input's last reader takes the
+    /// input's buffer; one whose input is read again copies; both answer the same.
+    #[test]
+    fn a_reshape_of_a_dying_value_moves_it() {
+        let mut g = TestGraph::new();
+        let x = g.input("x", ElementType::Float, &[2, 3]);
+        g.initializer("s", &[2], &[3i64, 2]);
+        g.initializer("ax", &[1], &[0i64]);
+        g.node("Relu", &["x"], &["r"]);
+        g.node("Reshape", &["r", "s"], &["a"]);
+        g.node("Unsqueeze", &["a", "ax"], &["b"]);
+        g.node("Flatten", &["r"], &["f"]);
+        g.node("Neg", &["b"], &["y"]);
+        let y = g.output("y", ElementType::Float, &[1, 3, 2]);
+        let f = g.output("f", ElementType::Float, &[2, 3]);
+        let all = CompileOptions::default();
+        let p =
+            Program::compile(&g.view(), &[0, 1, 2, 3, 4], &[Some(x)], &[y, f], &[], &all).unwrap();
+        let moves: Vec<(&str, bool)> = p
+            .steps
+            .iter()
+            .map(|s| (s.kind.trim_start_matches("fused "), s.moves_input))
+            .collect();
+        // `r` is read again by the Flatten after the Reshape: the Reshape copies; the
+        // Unsqueeze and the Flatten are their inputs' last readers.
+        assert_eq!(
+            moves,
+            [
+                ("Relu", false),
+                ("Reshape", false),
+                ("Unsqueeze", true),
+                ("Flatten", true),
+                ("Neg", false)
+            ]
+        );
+        let xv = t(&[2, 3], vec![1.0, -2.0, 3.0, -4.0, 5.0, -6.0]);
+        let out = p.run(&[Some(xv.view())]).unwrap();
+        assert_eq!(out[0].shape(), [1, 3, 2]);
+        assert_eq!(vals(&out[0]), [-1.0, -0.0, -3.0, -0.0, -5.0, -0.0]);
+        assert_eq!(out[1].shape(), [2, 3]);
+        assert_eq!(vals(&out[1]), [1.0, 0.0, 3.0, 0.0, 5.0, 0.0]);
+        let no_move = compile_options(Some("move_reshapes")).unwrap();
+        let q = Program::compile(
+            &g.view(),
+            &[0, 1, 2, 3, 4],
+            &[Some(x)],
+            &[y, f],
+            &[],
+            &no_move,
+        )
+        .unwrap();
+        assert!(q.steps.iter().all(|s| !s.moves_input));
+        assert_eq!(q.run(&[Some(xv.view())]).unwrap(), out);
+    }
+
     #[test]
     fn an_unknown_or_required_pass_is_refused_with_the_list() {
         let e = compile_options(Some("fold_constant")).unwrap_err();
         assert!(e.contains("no compile pass `fold_constant`"), "{e}");
-        let list = "plan_qdq, fold_batch_norm, elide_casts, fold_constants, prepare_kernels";
+        let list = "plan_qdq, fold_batch_norm, elide_casts, elide_identities, fold_constants, prepare_kernels, fuse_chains, hoist_shape_reads, plan_frees, move_reshapes";
         assert!(e.contains(list), "{e}");
         let e = compile_options(Some("build_steps")).unwrap_err();
         assert!(e.contains("`build_steps` is required"), "{e}");

@@ -31,6 +31,9 @@ pub(crate) struct Step {
     pub outputs: Vec<Option<usize>>,
     /// Slots no later step reads and that are not program outputs: freed after this step.
     pub frees: Vec<usize>,
+    /// Whether the kernel reshapes input 0 (see [`crate::kernel::OpKernel::reshaped_shape`])
+    /// from a slot this step frees: its buffer then moves to the output.
+    pub moves_input: bool,
 }
 
 impl Step {
@@ -49,6 +52,7 @@ impl Step {
             inputs,
             outputs,
             frees: Vec::new(),
+            moves_input: false,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::ops::shape::reshape_ref;
 use crate::ops::util::args::{input, normalize_axis};
-use crate::ops::util::indexing::{flat, index_values, norm_index};
+use crate::ops::util::indexing::{contiguous, index_values, norm_index};
 use crate::tensor::{Elem, Tensor};
 use crate::{bail, dispatch_all};
 
@@ -44,7 +44,7 @@ fn gather_elements_typed<T: Elem>(
             bail!("{op}: indices shape {idx_shape:?} exceeds data shape {dshape:?} on axis {d}");
         }
     }
-    let src = flat(&data);
+    let src = contiguous(&data);
     let strides = c_strides(&dshape);
     let mut out = Vec::with_capacity(idx.len());
     let mut err = None;
@@ -121,7 +121,7 @@ fn gather_nd_typed<T: Elem>(
     let per_batch_data: usize = dshape[b..].iter().product();
     let tuples_per_batch: usize = idx_shape[b..q - 1].iter().product();
     let strides = c_strides(&dshape[b..]);
-    let src = flat(&data);
+    let src = contiguous(&data);
     let mut out_shape = idx_shape[..q - 1].to_vec();
     out_shape.extend_from_slice(&dshape[b + k..]);
     let total = checked_numel(&out_shape)?;

@@ -18,7 +18,7 @@ use crate::error::{OpError, OpResult};
 use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::ops::util::args::{input, normalize_axis, opt_input, same_type, scalar_i64, typed_like};
-use crate::ops::util::indexing::{flat, index_values, norm_index};
+use crate::ops::util::indexing::{contiguous, flat, index_values, norm_index};
 use crate::tensor::{Elem, Scalar, Tensor, TensorRef};
 use crate::{bail, dispatch_all, dispatch_numeric, with_types};
 
@@ -402,8 +402,8 @@ fn one_hot_typed<T: Elem>(
     depth: usize,
     axis: i64,
 ) -> OpResult<Tensor> {
-    let v = flat(&values);
-    let [off, on] = v.as_slice() else {
+    let v = contiguous(&values);
+    let [off, on] = &v[..] else {
         bail!(
             "{op}: values must have exactly two elements, got shape {:?}",
             values.shape()
@@ -483,7 +483,7 @@ fn top_k_typed<T: Num>(
     }
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let src = flat(&x);
+    let src = contiguous(&x);
     let mut out_shape = shape.clone();
     out_shape[axis] = k;
     let total = checked_numel(&out_shape)?;
@@ -604,7 +604,7 @@ fn compress_typed<T: Elem>(
         .collect();
     let outer: usize = shape[..ax].iter().product();
     let inner: usize = shape[ax + 1..].iter().product();
-    let src = flat(&x);
+    let src = contiguous(&x);
     let mut out = Vec::with_capacity(outer * keep.len() * inner);
     for o in 0..outer {
         for &j in &keep {
@@ -664,7 +664,7 @@ fn unique_typed<T: Elem>(
     let dim = shape[ax];
     let outer: usize = shape[..ax].iter().product();
     let inner: usize = shape[ax + 1..].iter().product();
-    let src = flat(&x);
+    let src = contiguous(&x);
     // The slice at position j along the axis, flattened.
     let slice_of = |j: usize| -> Vec<T> {
         let mut v = Vec::with_capacity(outer * inner);
@@ -877,7 +877,7 @@ fn cum_typed<T: Num>(
     let dim = shape[axis];
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let src = flat(&x);
+    let src = contiguous(&x);
     let mut out = vec![T::default(); src.len()];
     let identity = if prod { T::one() } else { T::zero() };
     for o in 0..outer {
@@ -937,8 +937,8 @@ fn reverse_sequence_typed<T: Elem>(
 ) -> OpResult<Tensor> {
     let shape = x.shape().to_vec();
     let strides = c_strides(&shape);
-    let src = flat(&x);
-    let mut out = src.clone();
+    let src = contiguous(&x);
+    let mut out = src.to_vec();
     let mut k = 0usize;
     for_each_index(&shape, |pos| {
         let b = pos[batch_axis];

@@ -6,7 +6,7 @@ use ndarray::{ArrayViewD, Axis, IxDyn, Slice};
 
 use crate::ops::util::num::FloatElem;
 
-use crate::ops::util::indexing::{c_strides, for_each_index};
+use crate::ops::util::indexing::{c_strides, contiguous, for_each_index};
 
 use crate::limits::checked_numel;
 
@@ -91,7 +91,7 @@ fn pad_typed<T: Elem>(
         out_shape.push(o as usize);
     }
     let total = checked_numel(&out_shape)?;
-    // Precompute per-dim source maps.
+    // Per dim, the source index of each output index (None: the constant).
     let maps: Vec<Vec<Option<usize>>> = (0..shape.len())
         .map(|d| {
             (0..out_shape[d])
@@ -99,23 +99,77 @@ fn pad_typed<T: Elem>(
                 .collect()
         })
         .collect();
-    let strides = c_strides(&shape);
-    let src: Vec<T> = x.iter().copied().collect();
+    let src = contiguous(&x);
     let mut out = Vec::with_capacity(total);
-    for_each_index(&out_shape, |pos| {
-        let mut off = 0usize;
+    let Some((inner_map, outer_maps)) = maps.split_last() else {
+        // A scalar: nothing to pad.
+        out.extend_from_slice(&src);
+        return Tensor::from_vec(&out_shape, out);
+    };
+    let row = shape.last().copied().unwrap_or(1);
+    let segments = row_segments(inner_map);
+    let strides = c_strides(&shape[..shape.len() - 1]);
+    for_each_index(&out_shape[..out_shape.len() - 1], |pos| {
+        // The source row, or none when an outer dim is in the padding.
+        let mut off = Some(0usize);
         for (d, &p) in pos.iter().enumerate() {
-            match maps[d][p] {
-                Some(s) => off += s * strides[d],
-                None => {
-                    out.push(value);
-                    return;
-                }
+            off = off.zip(outer_maps[d][p]).map(|(o, s)| o + s * strides[d]);
+        }
+        let Some(r) = off.map(|o| &src[o * row..(o + 1) * row]) else {
+            out.extend(std::iter::repeat_n(value, inner_map.len()));
+            return;
+        };
+        for seg in &segments {
+            match *seg {
+                Segment::Copy(from, len) => out.extend_from_slice(&r[from..from + len]),
+                Segment::One(from) => out.push(r[from]),
+                Segment::Value(len) => out.extend(std::iter::repeat_n(value, len)),
             }
         }
-        out.push(src.get(off).copied().unwrap_or(value));
     });
     Tensor::from_vec(&out_shape, out)
+}
+
+/// A piece of a padded row: a run of the source row, one source element, or the constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Segment {
+    Copy(usize, usize),
+    One(usize),
+    Value(usize),
+}
+
+/// A padded row as runs: consecutive output indices that read consecutive source indices are
+/// one copy, consecutive constants one fill (the reflected or repeated edges stay single
+/// elements).
+fn row_segments(map: &[Option<usize>]) -> Vec<Segment> {
+    let mut segs: Vec<Segment> = Vec::new();
+    for &m in map {
+        let merged = match (segs.last_mut(), m) {
+            (Some(Segment::Value(len)), None) => {
+                *len += 1;
+                true
+            }
+            (Some(Segment::Copy(from, len)), Some(s)) if *from + *len == s => {
+                *len += 1;
+                true
+            }
+            (Some(last @ Segment::One(_)), Some(s)) => match *last {
+                Segment::One(from) if from + 1 == s => {
+                    *last = Segment::Copy(from, 2);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if !merged {
+            segs.push(match m {
+                Some(s) => Segment::One(s),
+                None => Segment::Value(1),
+            });
+        }
+    }
+    segs
 }
 
 fn parse_pad_mode(n: &NodeDef) -> OpResult<PadMode> {
@@ -647,6 +701,28 @@ fn concat_rows<T: Elem>(parts: &[&[T]], blocks: &[usize], outer: usize) -> OpRes
     let row: usize = blocks.iter().sum();
     let total = outer * row;
     let piece = crate::par::chunk_len(total, 64 << 10, 16);
+    if row > 0 && row <= piece {
+        // Pieces of whole rows: each row is the inputs' blocks in turn, single elements
+        // (stacking along a new last axis) pushed one by one.
+        let piece = piece / row * row;
+        return Ok(crate::par::build_vec(
+            T::buffer(total)?,
+            total,
+            piece,
+            |start, out| {
+                let rows = start / row..((start + piece).min(total) / row);
+                for o in rows {
+                    for (part, &b) in parts.iter().zip(blocks) {
+                        if b == 1 {
+                            out.push(part[o]);
+                        } else {
+                            out.extend_from_slice(&part[o * b..(o + 1) * b]);
+                        }
+                    }
+                }
+            },
+        ));
+    }
     Ok(crate::par::build_vec(
         T::buffer(total)?,
         total,
@@ -716,6 +792,84 @@ mod tests {
 
     fn mode(m: &str) -> NodeDef {
         NodeDef::new("Pad", 19).with_attr("mode", AttrValue::String(m.as_bytes().to_vec()))
+    }
+
+    /// Padded rows built from runs give, in every mode and with pads that crop, what each
+    /// output element's own source index gives.
+    #[test]
+    fn padded_rows_from_runs_match_the_element_map() {
+        let shape = [2usize, 3, 5];
+        let x: Vec<i32> = (0..30).collect();
+        let xa = ndarray::ArrayD::from_shape_vec(IxDyn(&shape), x.clone()).unwrap();
+        let pad_cases: [([i64; 3], [i64; 3]); 4] = [
+            ([0, 1, 2], [1, 0, 3]),
+            ([0, 0, -1], [0, -1, 2]),
+            ([1, 2, 4], [0, 2, 4]),
+            ([0, 0, 0], [0, 0, 0]),
+        ];
+        for mode in [
+            PadMode::Constant,
+            PadMode::Reflect,
+            PadMode::Edge,
+            PadMode::Wrap,
+        ] {
+            for (b, e) in pad_cases {
+                if mode == PadMode::Reflect && b.iter().chain(&e).any(|&p| p >= 3) {
+                    continue;
+                }
+                let got = pad_typed("Pad", xa.view(), &b, &e, mode, -1).unwrap();
+                let out: Vec<usize> = (0..3)
+                    .map(|d| (shape[d] as i64 + b[d] + e[d]) as usize)
+                    .collect();
+                let mut want = Vec::new();
+                for_each_index(&out, |pos| {
+                    let src: Option<usize> = (0..3).try_fold(0, |off, d| {
+                        pad_source(mode, pos[d], b[d], shape[d]).map(|s| off * shape[d] + s)
+                    });
+                    want.push(src.map_or(-1, |s| x[s]));
+                });
+                assert_eq!(
+                    got,
+                    Tensor::from_vec(&out, want).unwrap(),
+                    "{mode:?} {b:?} {e:?}"
+                );
+            }
+        }
+        let m = [
+            None,
+            Some(1),
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(2),
+            None,
+            None,
+        ];
+        assert_eq!(
+            row_segments(&m),
+            [
+                Segment::Value(1),
+                Segment::One(1),
+                Segment::Copy(0, 4),
+                Segment::One(2),
+                Segment::Value(2)
+            ]
+        );
+    }
+
+    /// Concatenating along the last axis with blocks of one element (stacking) and of several
+    /// interleaves the rows in input order.
+    #[test]
+    fn concat_of_single_elements_interleaves_rows() {
+        let a: Vec<i32> = (0..6).collect();
+        let b: Vec<i32> = (10..16).collect();
+        let c: Vec<i32> = (20..32).collect();
+        let got = concat_rows(&[&a[..], &b[..], &c[..]], &[1, 1, 2], 6).unwrap();
+        let want: Vec<i32> = (0..6)
+            .flat_map(|o| [a[o], b[o], c[2 * o], c[2 * o + 1]])
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -51,6 +51,36 @@ pub fn reshape_ref(op: &str, t: &TensorRef<'_>, shape: &[usize]) -> OpResult<Ten
     dispatch_any!(t.clone(), |a| go(op, &a, shape), op)
 }
 
+/// A kernel whose output is input 0 reshaped to what `shape` computes from the inputs: the
+/// output is input 0's elements (copied by [`OpKernel::run`], moved by a program that no longer
+/// needs the input, see [`OpKernel::reshaped_shape`]).
+pub fn reshaping<F>(op: String, shape: F) -> Box<dyn OpKernel>
+where
+    F: Fn(&[Option<TensorRef<'_>>]) -> OpResult<Vec<usize>> + Send + Sync + 'static,
+{
+    Box::new(Reshaping { op, shape })
+}
+
+struct Reshaping<F> {
+    op: String,
+    shape: F,
+}
+
+impl<F> OpKernel for Reshaping<F>
+where
+    F: Fn(&[Option<TensorRef<'_>>]) -> OpResult<Vec<usize>> + Send + Sync + 'static,
+{
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let dims = (self.shape)(inputs)?;
+        let x = input(&self.op, inputs, 0)?;
+        Ok(vec![reshape_ref(&self.op, x, &dims)?])
+    }
+
+    fn reshaped_shape(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<OpResult<Vec<usize>>> {
+        Some((self.shape)(inputs))
+    }
+}
+
 /// Resolves a Reshape target (0 copies the input dim unless `allowzero`, one -1 is inferred).
 pub fn reshape_dims(
     op: &str,
@@ -99,21 +129,20 @@ fn build_reshape(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     } else {
         None
     };
-    Ok(kernel(move |inputs| {
+    Ok(reshaping(op.clone(), move |inputs| {
         let x = input(&op, inputs, 0)?;
         let spec = match &attr_shape {
             Some(s) => s.clone(),
             None => input(&op, inputs, 1)?.to_i64_vec(&format!("{op}: shape"))?,
         };
-        let dims = reshape_dims(&op, x.shape(), &spec, allowzero)?;
-        one(reshape_ref(&op, x, &dims))
+        reshape_dims(&op, x.shape(), &spec, allowzero)
     }))
 }
 
 fn build_flatten(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let axis = n.attr_int_or("axis", 1)?;
-    Ok(kernel(move |inputs| {
+    Ok(reshaping(op.clone(), move |inputs| {
         let x = input(&op, inputs, 0)?;
         let r = x.ndim() as i64;
         if axis < -r || axis > r {
@@ -122,7 +151,7 @@ fn build_flatten(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let a = if axis < 0 { axis + r } else { axis } as usize;
         let outer: usize = x.shape()[..a].iter().product();
         let inner: usize = x.shape()[a..].iter().product();
-        one(reshape_ref(&op, x, &[outer, inner]))
+        Ok(vec![outer, inner])
     }))
 }
 
@@ -132,10 +161,7 @@ fn transpose_typed<T: Elem>(a: ArrayViewD<'_, T>, perm: &[usize]) -> OpResult<Te
     {
         return Ok(t.into());
     }
-    Ok(a.permuted_axes(IxDyn(perm))
-        .as_standard_layout()
-        .into_owned()
-        .into())
+    Ok(crate::strided::to_owned(&a.permuted_axes(IxDyn(perm)))?.into())
 }
 
 /// A transpose that is, once axes of size 1 are dropped and axes that stay together are merged,
@@ -289,7 +315,7 @@ fn build_squeeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     } else {
         None
     };
-    Ok(kernel(move |inputs| {
+    Ok(reshaping(op.clone(), move |inputs| {
         let x = input(&op, inputs, 0)?;
         let shape = x.shape();
         let axes = match axes_of(&op, &attr, inputs)? {
@@ -304,13 +330,12 @@ fn build_squeeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             }
             None => (0..shape.len()).filter(|&d| shape[d] == 1).collect(),
         };
-        let out: Vec<usize> = shape
+        Ok(shape
             .iter()
             .enumerate()
             .filter(|(d, _)| !axes.contains(d))
             .map(|(_, &s)| s)
-            .collect();
-        one(reshape_ref(&op, x, &out))
+            .collect())
     }))
 }
 
@@ -321,7 +346,7 @@ fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     } else {
         None
     };
-    Ok(kernel(move |inputs| {
+    Ok(reshaping(op.clone(), move |inputs| {
         let x = input(&op, inputs, 0)?;
         let Some(axes) = axes_of(&op, &attr, inputs)? else {
             bail!("{op}: missing required input 1 (axes)");
@@ -329,7 +354,7 @@ fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         let rank = x.ndim() + axes.len();
         let ax = normalize_axes(&op, &axes, rank)?;
         let mut src = x.shape().iter();
-        let out: Vec<usize> = (0..rank)
+        Ok((0..rank)
             .map(|d| {
                 if ax.contains(&d) {
                     1
@@ -337,8 +362,7 @@ fn build_unsqueeze(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
                     src.next().copied().unwrap_or(1)
                 }
             })
-            .collect();
-        one(reshape_ref(&op, x, &out))
+            .collect())
     }))
 }
 
@@ -595,7 +619,7 @@ fn expand_typed<T: Elem>(op: &str, a: ArrayViewD<'_, T>, shape: &[usize]) -> OpR
     })?;
     checked_numel(&out)?;
     let v = crate::ops::util::broadcast::broadcast_to(op, &a, &out)?;
-    Ok(v.as_standard_layout().into_owned().into())
+    Ok(crate::strided::to_owned(&v)?.into())
 }
 
 fn build_expand(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
@@ -714,7 +738,7 @@ fn slice_typed<T: Elem>(a: ArrayViewD<'_, T>, slices: &[(usize, Slice)]) -> OpRe
     for &(ax, s) in slices {
         v.slice_axis_inplace(Axis(ax), s);
     }
-    Ok(v.as_standard_layout().into_owned().into())
+    Ok(crate::strided::to_owned(&v)?.into())
 }
 
 struct SliceAttrs {

@@ -1,4 +1,4 @@
-//! Casts that change nothing.
+//! Nodes that change nothing: float-to-float Casts, Identity, inference Dropout.
 
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
@@ -35,6 +35,41 @@ pub(crate) fn elide_casts(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
     Ok(())
 }
 
+/// `elide_identities`: an Identity, and a Dropout whose mask nobody reads and that does not
+/// train (no `training_mode`, or a constant false), pass their input through; their readers read
+/// the input instead, as ONNX Runtime's Identity and Dropout eliminations do. A node whose output
+/// the program returns stays.
+///
+/// In: steps. Out: steps without those nodes; their readers read the nodes' inputs.
+pub(crate) fn elide_identities(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
+    let mut i = 0;
+    while i < d.steps.len() {
+        let st = &d.steps[i];
+        let passes_through = st.is_op("Identity")
+            || (st.is_op("Dropout")
+                && st.step.outputs.get(1).is_none_or(Option::is_none)
+                && st.step.inputs.get(2).copied().flatten().is_none_or(|t| {
+                    d.constant_value(t)
+                        .and_then(|v| v.view().get::<bool>())
+                        .is_some_and(|v| v.iter().eq([&false]))
+                }));
+        if passes_through
+            && let Some(info) = &st.node
+            && let Some(Some(src)) = st.step.inputs.first()
+            && let Some(Some(out)) = st.step.outputs.first()
+            && let Some(Some(y)) = info.values.first()
+            && !d.outputs.contains(y)
+        {
+            let (src, out) = (*src, *out);
+            d.steps.remove(i);
+            d.replace(out, src);
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use epx_plugin_api::sdk::testing::TestGraph;
@@ -43,11 +78,73 @@ mod tests {
     use crate::exec::passes::CompileOptions;
     use crate::exec::passes::testing::{Unused, def, node_step};
     use crate::exec::step::Source;
+    use crate::tensor::Tensor;
 
     fn cast(to: i64) -> crate::kernel::NodeDef {
         let mut c = def("Cast", 1);
         c.attributes.insert("to".into(), AttrValue::Int(to));
         c
+    }
+
+    #[test]
+    fn identities_and_inference_dropouts_are_read_through() {
+        let g = TestGraph::new();
+        let options = CompileOptions::default();
+        let outputs = [7];
+        let mut d = Draft::new(g.view(), &[], &[], &outputs, &[], &options).unwrap();
+        let x = Some(Source::Input(0));
+        let s = |i| Some(Source::Slot(i));
+        let no = d.constant(Tensor::from_vec(&[], vec![false]).unwrap());
+        let yes = d.constant(Tensor::from_vec(&[], vec![true]).unwrap());
+        // 0 = Identity(x); 1 = Dropout(0); 2 = Dropout(1, 0.5, false);
+        // 3 = Dropout(2, 0.5, true) (trains: stays); 4, 5 = Dropout(3) with its mask read (stays);
+        // 7 = Identity(4) returned (stays); 6 = Add(5, 7).
+        d.steps.push(node_step(
+            def("Identity", 1),
+            Box::new(Unused),
+            vec![x],
+            &[0],
+        ));
+        d.steps.push(node_step(
+            def("Dropout", 1),
+            Box::new(Unused),
+            vec![s(0)],
+            &[1],
+        ));
+        d.steps.push(node_step(
+            def("Dropout", 3),
+            Box::new(Unused),
+            vec![s(1), None, Some(no)],
+            &[2],
+        ));
+        d.steps.push(node_step(
+            def("Dropout", 3),
+            Box::new(Unused),
+            vec![s(2), None, Some(yes)],
+            &[3],
+        ));
+        d.steps.push(node_step(
+            def("Dropout", 1),
+            Box::new(Unused),
+            vec![s(3)],
+            &[4, 5],
+        ));
+        d.steps.push(node_step(
+            def("Identity", 1),
+            Box::new(Unused),
+            vec![s(4)],
+            &[7],
+        ));
+        d.steps.push(node_step(
+            def("Add", 2),
+            Box::new(Unused),
+            vec![s(5), s(7)],
+            &[6],
+        ));
+        elide_identities(&mut d).unwrap();
+        let kinds: Vec<&str> = d.steps.iter().map(|s| s.step.kind.as_str()).collect();
+        assert_eq!(kinds, ["Dropout", "Dropout", "Identity", "Add"]);
+        assert_eq!(d.steps[0].step.inputs, [x, None, Some(yes)]);
     }
 
     #[test]

@@ -38,6 +38,60 @@ pub(crate) fn plan_frees(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
     Ok(())
 }
 
+/// `hoist_shape_reads`: a Shape or Size node runs right after the step that computes its input,
+/// not where the node order put it: it reads only the dims, so the value itself can die at its
+/// last real reader (a Reshape that then moves it, [`move_reshapes`]) instead of living on for a
+/// shape computation further down.
+///
+/// In: steps. Out: the same steps, Shape and Size steps moved up.
+pub(crate) fn hoist_shape_reads(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
+    for i in 0..d.steps.len() {
+        let st = &d.steps[i];
+        let Some(Some(Source::Slot(s))) = st.step.inputs.first() else {
+            continue;
+        };
+        if !(st.is_op("Shape") || st.is_op("Size")) || st.step.inputs.len() != 1 {
+            continue;
+        }
+        let made = Some(*s);
+        let producer = d.steps[..i]
+            .iter()
+            .position(|p| p.step.outputs.contains(&made));
+        if let Some(p) = producer
+            && p + 1 < i
+        {
+            let st = d.steps.remove(i);
+            d.steps.insert(p + 1, st);
+        }
+    }
+    Ok(())
+}
+
+/// `move_reshapes`: a Reshape, Flatten, Squeeze or Unsqueeze that is the last reader of its
+/// data input (which [`plan_frees`] frees after it, and which the step reads only once) moves the
+/// input's buffer to its output under the new shape instead of copying it, as ONNX Runtime's
+/// reshapes alias their input. Needs `plan_frees`: without it no value dies.
+///
+/// In: steps with their frees. Out: `moves_input` set on those steps.
+pub(crate) fn move_reshapes(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
+    for st in &mut d.steps {
+        let reshapes = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"]
+            .iter()
+            .any(|op| st.is_op(op));
+        st.step.moves_input = reshapes
+            && match st.step.inputs.first() {
+                Some(Some(Source::Slot(s))) => {
+                    st.step.frees.contains(s)
+                        && st.step.inputs[1..]
+                            .iter()
+                            .all(|i| *i != Some(Source::Slot(*s)))
+                }
+                _ => false,
+            };
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use epx_plugin_api::sdk::testing::TestGraph;
@@ -45,6 +99,41 @@ mod tests {
     use super::*;
     use crate::exec::passes::CompileOptions;
     use crate::exec::passes::testing::{Unused, def, node_step};
+
+    #[test]
+    fn a_shape_read_runs_right_after_its_input_is_made() {
+        let g = TestGraph::new();
+        let options = CompileOptions::default();
+        let mut d = Draft::new(g.view(), &[], &[], &[], &[], &options).unwrap();
+        let s = |i| Some(Source::Slot(i));
+        let x = Some(Source::Input(0));
+        // 0 = Relu(x); 1 = Neg(x); 2 = Reshape(0, c); 3 = Shape(0); 4 = Size(1).
+        d.steps
+            .push(node_step(def("Relu", 1), Box::new(Unused), vec![x], &[0]));
+        d.steps
+            .push(node_step(def("Neg", 1), Box::new(Unused), vec![x], &[1]));
+        d.steps.push(node_step(
+            def("Reshape", 2),
+            Box::new(Unused),
+            vec![s(0), Some(Source::Constant(0))],
+            &[2],
+        ));
+        d.steps.push(node_step(
+            def("Shape", 1),
+            Box::new(Unused),
+            vec![s(0)],
+            &[3],
+        ));
+        d.steps.push(node_step(
+            def("Size", 1),
+            Box::new(Unused),
+            vec![s(1)],
+            &[4],
+        ));
+        hoist_shape_reads(&mut d).unwrap();
+        let kinds: Vec<&str> = d.steps.iter().map(|s| s.step.kind.as_str()).collect();
+        assert_eq!(kinds, ["Relu", "Shape", "Neg", "Size", "Reshape"]);
+    }
 
     #[test]
     fn a_value_dies_after_its_last_reader_unless_returned() {

@@ -66,7 +66,9 @@ pub(crate) fn index_values(op: &str, t: &TensorRef<'_>) -> OpResult<Vec<i64>> {
 }
 
 pub(crate) fn flat<T: Elem>(a: &ArrayViewD<'_, T>) -> Vec<T> {
-    a.iter().copied().collect()
+    let mut v = Vec::with_capacity(a.len());
+    crate::strided::extend(a, &mut v);
+    v
 }
 
 /// The elements of a view as one slice: borrowed when it is contiguous in C order.

@@ -167,6 +167,7 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
         "elide_identities",
         "fold_constants",
         "prepare_kernels",
+        "fuse_matmul_add",
         "fuse_chains",
         "hoist_shape_reads",
         "plan_frees",

@@ -9,7 +9,7 @@ use epx_plugin_api::sdk::{
 };
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::OpError;
 use crate::exec::passes::CompileOptions;
@@ -164,7 +164,7 @@ impl Provider for CpuProvider {
         let heavy = program.has_heavy_steps();
         let row_model = program.has_row_model_steps();
         // A small program (a few MiB of weights) may turn out too quick for the pool: its first
-        // two runs on small inputs run on the calling thread, the second timed, to find out.
+        // runs on small inputs are timed on the calling thread and on the pool, to find out.
         let trial = heavy && program.constant_bytes() < TRIAL_MAX_CONSTANT_BYTES;
         Ok(Box::new(CpuKernel {
             program,
@@ -173,6 +173,7 @@ impl Provider for CpuProvider {
             row_model,
             serial_below: AtomicUsize::new(if trial { 0 } else { 1 }),
             trial_runs: AtomicUsize::new(0),
+            trial_best: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
         }))
     }
 }
@@ -218,12 +219,14 @@ struct CpuKernel {
     heavy: bool,
     /// It has a step that scores rows against a fixed model ([`Program::has_row_model_steps`]).
     row_model: bool,
-    /// Runs whose inputs hold fewer elements than this stay on the calling thread: the second
-    /// run, of half as many, was timed there and took less than [`POOL_MIN_RUN`]. 0: runs on
-    /// small inputs are still being tried on this thread; 1: every run goes to the pool.
+    /// Runs whose inputs hold fewer elements than this stay on the calling thread: the trial
+    /// runs, of half as many, were not clearly faster on the pool. 0: runs on small inputs are
+    /// still being tried ([`TRIAL_RUNS`]); 1: every run goes to the pool.
     serial_below: AtomicUsize,
-    /// Runs tried on the calling thread so far (the first is cold: only the second is timed).
+    /// Trial runs so far.
     trial_runs: AtomicUsize,
+    /// The fastest trial run on the calling thread and on the pool, in nanoseconds.
+    trial_best: [AtomicU64; 2],
 }
 
 /// The weights below which a heavy program's first runs are tried on the calling thread
@@ -237,9 +240,27 @@ const POOL_MIN_ELEMENTS: usize = 64 << 10;
 /// (a random forest's 1024 rows of 6 features: 0.11 ms on one thread, 0.07 on two).
 const ROW_MODEL_MIN_ELEMENTS: usize = 4 << 10;
 
-/// A run shorter than this on one thread is not worth the pool: handing it to the workers, and
-/// each kernel's split and join, cost about as much as the second thread saves.
-const POOL_MIN_RUN: std::time::Duration = std::time::Duration::from_millis(2);
+/// The trial runs of a small heavy program: the first on the calling thread (cold, not timed),
+/// then in turn on the calling thread and on the pool, each timed. Handing a short program to the
+/// workers, and each kernel's split and join, can cost as much as the second thread saves; a
+/// timing of one run each is at the mercy of one page fault or preemption, so the fastest of
+/// two each decides.
+const TRIAL_RUNS: usize = 5;
+
+/// How much faster than the calling thread alone the pool must have been in the trial runs
+/// for a small program to use it.
+const POOL_MIN_GAIN: f64 = 0.9;
+
+/// What [`CpuKernel::serial_below`] becomes after the trial runs on inputs of `elements`,
+/// given the fastest run on the calling thread alone and on the pool (nanoseconds): 1 (all runs
+/// on the pool) when the pool was clearly faster, else twice the trial's elements.
+fn serial_below_after_trials([alone, shared]: [u64; 2], elements: usize) -> usize {
+    if (shared as f64) < POOL_MIN_GAIN * alone as f64 {
+        1
+    } else {
+        elements.saturating_mul(2).max(2)
+    }
+}
 
 impl Kernel for CpuKernel {
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
@@ -287,21 +308,31 @@ impl Kernel for CpuKernel {
             })
             .filter(|_| elements >= self.serial_below.load(Ordering::Relaxed));
         let outputs = match pool {
-            // The first two runs of a small heavy program on small inputs run on this thread,
-            // the second timed (the first is cold): if short, runs on inputs of less than
-            // twice its elements stay here; else they, and all larger ones, use the pool.
-            Some(_)
+            // The trial runs of a small heavy program on small inputs ([`TRIAL_RUNS`]): when
+            // the pool was not clearly faster, runs on inputs of less than twice its elements
+            // stay on this thread; else they, and all larger ones, use the pool.
+            Some(pool)
                 if self.serial_below.load(Ordering::Relaxed) == 0
                     && elements < POOL_MIN_ELEMENTS =>
             {
+                let run = self.trial_runs.fetch_add(1, Ordering::Relaxed);
+                let on_pool = run.is_multiple_of(2) && run > 0;
                 let start = std::time::Instant::now();
-                let out = self.program.run(&inputs);
-                if self.trial_runs.fetch_add(1, Ordering::Relaxed) >= 1 {
-                    let below = if start.elapsed() < POOL_MIN_RUN {
-                        elements.saturating_mul(2).max(2)
-                    } else {
-                        1
-                    };
+                let out = if on_pool {
+                    pool.enter(|| self.program.run(&inputs))
+                } else {
+                    self.program.run(&inputs)
+                };
+                if run > 0 {
+                    let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    self.trial_best[usize::from(on_pool)].fetch_min(ns, Ordering::Relaxed);
+                }
+                if run + 1 == TRIAL_RUNS {
+                    let best = self
+                        .trial_best
+                        .each_ref()
+                        .map(|b| b.load(Ordering::Relaxed));
+                    let below = serial_below_after_trials(best, elements);
                     self.serial_below.store(below, Ordering::Relaxed);
                 }
                 out
@@ -382,4 +413,19 @@ epx_plugin_api::plugin_entry! {
     name: "builtin",
     version: env!("CARGO_PKG_VERSION"),
     providers: [CpuFactory],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After the trial runs, a small program uses the pool only where it was clearly faster
+    /// there; a pool that was never timed (runs overlapping the trial) does not count as faster.
+    #[test]
+    fn the_pool_is_kept_only_where_the_trials_found_it_faster() {
+        assert_eq!(serial_below_after_trials([1_380_000, 930_000], 1000), 1);
+        assert_eq!(serial_below_after_trials([1_000_000, 950_000], 1000), 2000);
+        assert_eq!(serial_below_after_trials([60_000, 90_000], 0), 2);
+        assert_eq!(serial_below_after_trials([60_000, u64::MAX], 10), 20);
+    }
 }

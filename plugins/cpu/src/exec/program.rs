@@ -9,7 +9,7 @@ use epx_plugin_api::sdk;
 use crate::error::OpError;
 use crate::exec::passes::{
     CompileOptions, Draft, ENV_DISABLE_PASSES, Pass, batch_norm, build, casts, constants, float16,
-    fusion, liveness, outputs, prepare,
+    fusion, liveness, matmul_add, outputs, prepare,
 };
 use crate::exec::profile;
 use crate::exec::step::{Source, Step};
@@ -76,6 +76,12 @@ pub(crate) const PASSES: &[Pass] = &[
         required: false,
         fast_only: false,
         run: prepare::prepare_kernels,
+    },
+    Pass {
+        name: "fuse_matmul_add",
+        required: false,
+        fast_only: true,
+        run: matmul_add::fuse_matmul_add,
     },
     Pass {
         name: "fuse_chains",
@@ -145,7 +151,7 @@ pub fn compile_options(list: Option<&str>) -> Result<CompileOptions, String> {
 
 /// Nodes compiled once, run many times.
 pub struct Program {
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     constants: Vec<Tensor>,
     num_slots: usize,
     outputs: Vec<Source>,
@@ -477,7 +483,7 @@ mod tests {
     fn an_unknown_or_required_pass_is_refused_with_the_list() {
         let e = compile_options(Some("fold_constant")).unwrap_err();
         assert!(e.contains("no compile pass `fold_constant`"), "{e}");
-        let list = "plan_qdq, fold_batch_norm, elide_casts, elide_identities, fold_constants, prepare_kernels, fuse_chains, hoist_shape_reads, plan_frees, move_reshapes";
+        let list = "plan_qdq, fold_batch_norm, elide_casts, elide_identities, fold_constants, prepare_kernels, fuse_matmul_add, fuse_chains, hoist_shape_reads, plan_frees, move_reshapes";
         assert!(e.contains(list), "{e}");
         let e = compile_options(Some("build_steps")).unwrap_err();
         assert!(e.contains("`build_steps` is required"), "{e}");

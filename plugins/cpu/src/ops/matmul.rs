@@ -109,6 +109,18 @@ pub fn matmul<T: MatElem>(
     a: &ArrayViewD<'_, T>,
     b: &ArrayViewD<'_, T>,
 ) -> OpResult<ArrayD<T>> {
+    matmul_plus(op, a, b, None)
+}
+
+/// numpy `matmul` of two arrays plus `row` (a vector as long as a row of the product) added
+/// to every row: the rows start as `row` and the product accumulates onto them, the sum of a
+/// Gemm with a bias (see [`build_matmul_add`]).
+pub fn matmul_plus<T: MatElem>(
+    op: &str,
+    a: &ArrayViewD<'_, T>,
+    b: &ArrayViewD<'_, T>,
+    row: Option<&[T]>,
+) -> OpResult<ArrayD<T>> {
     let (ra, rb) = (a.ndim(), b.ndim());
     if ra == 0 || rb == 0 {
         bail!(
@@ -151,7 +163,23 @@ pub fn matmul<T: MatElem>(
         .view()
         .into_shape_with_order((bb.iter().product(), k, n))
         .map_err(|e| OpError(format!("{op}: {e}")))?;
-    let mut out = Array3::<T>::zeros_like(nbatch, m, n);
+    if let Some(r) = row
+        && r.len() != n
+    {
+        bail!(
+            "{op}: a row of {} values added to products of {n} columns",
+            r.len()
+        );
+    }
+    let len = nbatch * m * n;
+    let mut data = crate::scratch::take_any::<T>(len)?;
+    match row {
+        Some(r) if n > 0 => (0..nbatch * m).for_each(|_| data.extend_from_slice(r)),
+        _ => data.resize(len, T::zero()),
+    }
+    let mut out =
+        Array3::from_shape_vec((nbatch, m, n), data).map_err(|e| OpError(format!("{op}: {e}")))?;
+    let beta = if row.is_some() { T::one() } else { T::zero() };
     let ia = batch_map(&batch, ba);
     let ib = batch_map(&batch, bb);
     let one_gemm = |bi: usize, o: &mut ndarray::ArrayViewMut2<'_, T>| {
@@ -159,7 +187,7 @@ pub fn matmul<T: MatElem>(
             T::one(),
             &a3.index_axis(Axis(0), ia[bi]),
             &b3.index_axis(Axis(0), ib[bi]),
-            T::zero(),
+            beta,
             o,
         );
     };
@@ -189,16 +217,6 @@ pub fn matmul<T: MatElem>(
     }
     out.into_shape_with_order(IxDyn(&shape))
         .map_err(|e| OpError(format!("{op}: {e}")))
-}
-
-trait ZerosLike<T> {
-    fn zeros_like(a: usize, b: usize, c: usize) -> Self;
-}
-
-impl<T: Num> ZerosLike<T> for Array3<T> {
-    fn zeros_like(a: usize, b: usize, c: usize) -> Self {
-        Array3::from_elem((a, b, c), T::zero())
-    }
 }
 
 /// For each flat index of the broadcast `batch` shape, the flat index into `src` (a shape that
@@ -234,6 +252,39 @@ fn build_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             ))
         })
     }))
+}
+
+/// `MatMul` then `Add` of a constant row (`[N]`, or `[1, .., 1, N]`): the node the
+/// `fuse_matmul_add` pass makes of the two (inputs: A, B, the row). The product's rows start as
+/// the row and the GEMM accumulates onto them, as ONNX Runtime's Gemm adds its `C`; a row
+/// of higher rank than the product adds its leading 1s to the output's shape.
+pub(crate) fn build_matmul_add(op: String) -> Box<dyn OpKernel> {
+    kernel(move |inputs| {
+        let a = input(&op, inputs, 0)?;
+        let b = input(&op, inputs, 1)?;
+        let c = input(&op, inputs, 2)?;
+        same_type(&op, a, b)?;
+        same_type(&op, a, c)?;
+        one(with_types!(
+            a.clone(),
+            |x| {
+                let row = typed_like(&op, c)?;
+                let flat = crate::ops::util::indexing::contiguous(&row);
+                let y = matmul_plus(&op, &x, &typed_like(&op, b)?, Some(&flat))?;
+                if row.ndim() > y.ndim() {
+                    let mut shape = vec![1; row.ndim() - y.ndim()];
+                    shape.extend_from_slice(y.shape());
+                    Ok(y.into_shape_with_order(IxDyn(&shape))
+                        .map_err(|e| OpError(format!("{op}: {e}")))?
+                        .into())
+                } else {
+                    Ok(y.into())
+                }
+            },
+            [F32, F64],
+            &op
+        ))
+    })
 }
 
 /// Det: the determinant of each `[M, M]` matrix of `[*, M, M]`, by LU decomposition with

@@ -314,6 +314,36 @@ fn build_reduce(n: &NodeDef, kind: Red, axes_input_from: i64) -> OpResult<Box<dy
     }))
 }
 
+/// The index of the largest (`max`) or smallest value of a row that is not empty: the first
+/// such (the last with `last`), values compared with `>` / `<` so that NaN never wins, except
+/// that a row starting with NaN gives 0. Found in two passes that vectorize: the extreme value
+/// over lanes, then where it is.
+fn arg_row<T: Num>(c: &[T], max: bool, last: bool) -> usize {
+    if c[0].is_nan() {
+        return 0;
+    }
+    // The extreme of the values that are not NaN (lanes start at `c[0]`, not NaN).
+    let better = |a: T, b: T| {
+        let wins = if max { b > a } else { b < a };
+        if wins { b } else { a }
+    };
+    let mut lanes = [c[0]; LANES];
+    let mut chunks = c.chunks_exact(LANES);
+    for ch in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(ch) {
+            *l = better(*l, v);
+        }
+    }
+    let tail = chunks.remainder().iter().copied();
+    let best = lanes.into_iter().chain(tail).fold(c[0], better);
+    let at = if last {
+        c.iter().rposition(|&v| v == best)
+    } else {
+        c.iter().position(|&v| v == best)
+    };
+    at.unwrap_or(0)
+}
+
 fn arg_typed<T: Num>(
     op: &str,
     x: &ArrayViewD<'_, T>,
@@ -335,19 +365,10 @@ fn arg_typed<T: Num>(
             (&gathered, inner)
         }
     };
+    // `c` is not empty: the axis is not (checked above).
     let y: Vec<i64> = data
         .chunks(inner)
-        .map(|c| {
-            // `c` is not empty: the axis is not (checked above).
-            let (mut best, mut b) = (0usize, c[0]);
-            for (i, &v) in c.iter().enumerate().skip(1) {
-                let better = if max { v > b } else { v < b };
-                if better || (last && v == b) {
-                    (best, b) = (i, v);
-                }
-            }
-            best as i64
-        })
+        .map(|c| arg_row(c, max, last) as i64)
         .collect();
     Tensor::from_vec(&out_shape(x.shape(), &[axis], keepdims), y)
 }
@@ -443,6 +464,41 @@ mod tests {
             Some(vec![-7, -2, 1, 0])
         );
         assert!(reduce_blocks(Red::Sum, &i.view(), &[1]).is_none());
+    }
+
+    /// The two-pass index search gives what the one-pass comparison walk gives: first or last
+    /// of equal extremes, NaN never winning unless it comes first.
+    #[test]
+    fn arg_rows_match_the_comparison_walk() {
+        let walk = |c: &[f32], max: bool, last: bool| {
+            let (mut best, mut b) = (0usize, c[0]);
+            for (i, &v) in c.iter().enumerate().skip(1) {
+                let better = if max { v > b } else { v < b };
+                if better || (last && v == b) {
+                    (best, b) = (i, v);
+                }
+            }
+            best
+        };
+        let mut rows: Vec<Vec<f32>> = vec![
+            (0..53).map(|i| ((i * 7) % 13) as f32).collect(),
+            (0..40).map(|i| -(((i * 5) % 9) as f32)).collect(),
+            vec![2.0],
+            vec![f32::NAN, 5.0, 9.0],
+        ];
+        let mut with_nan: Vec<f32> = (0..37).map(|i| ((i * 3) % 11) as f32).collect();
+        with_nan[20] = f32::NAN;
+        rows.push(with_nan);
+        rows.push(vec![-0.0, 0.0, -0.0]);
+        for row in &rows {
+            for (max, last) in [(true, false), (true, true), (false, false), (false, true)] {
+                assert_eq!(
+                    arg_row(row, max, last),
+                    walk(row, max, last),
+                    "{row:?} {max} {last}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub(crate) mod constants;
 pub(crate) mod float16;
 pub(crate) mod fusion;
 pub(crate) mod liveness;
+pub(crate) mod matmul_add;
 pub(crate) mod outputs;
 pub(crate) mod prepare;
 

@@ -414,7 +414,9 @@ fn one_hot_typed<T: Elem>(
     let mut out_shape = idx_shape.to_vec();
     out_shape.insert(ax, depth);
     let total = checked_numel(&out_shape)?;
-    let mut out = vec![*off; total];
+    // A recycled buffer: a one-hot output is large and written once.
+    let mut out = crate::scratch::take_any::<T>(total)?;
+    out.resize(total, *off);
     let outer: usize = idx_shape[..ax].iter().product();
     let inner: usize = idx_shape[ax..].iter().product();
     for o in 0..outer {

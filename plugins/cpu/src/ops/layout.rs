@@ -101,29 +101,35 @@ fn pad_typed<T: Elem>(
         .collect();
     let src = contiguous(&x);
     let mut out = Vec::with_capacity(total);
-    let Some((inner_map, outer_maps)) = maps.split_last() else {
-        // A scalar: nothing to pad.
+    // Rows along the last padded dim; the dims after it are not padded, and each of their
+    // blocks of `block` elements moves whole.
+    let rank = shape.len();
+    let Some(last) = (0..rank).rev().find(|&d| begins[d] != 0 || ends[d] != 0) else {
         out.extend_from_slice(&src);
         return Tensor::from_vec(&out_shape, out);
     };
-    let row = shape.last().copied().unwrap_or(1);
+    let block: usize = shape[last + 1..].iter().product();
+    let (inner_map, outer_maps) = (&maps[last], &maps[..last]);
+    let row = shape[last] * block;
     let segments = row_segments(inner_map);
-    let strides = c_strides(&shape[..shape.len() - 1]);
-    for_each_index(&out_shape[..out_shape.len() - 1], |pos| {
+    let strides = c_strides(&shape[..last]);
+    for_each_index(&out_shape[..last], |pos| {
         // The source row, or none when an outer dim is in the padding.
         let mut off = Some(0usize);
         for (d, &p) in pos.iter().enumerate() {
             off = off.zip(outer_maps[d][p]).map(|(o, s)| o + s * strides[d]);
         }
         let Some(r) = off.map(|o| &src[o * row..(o + 1) * row]) else {
-            out.extend(std::iter::repeat_n(value, inner_map.len()));
+            out.extend(std::iter::repeat_n(value, inner_map.len() * block));
             return;
         };
         for seg in &segments {
             match *seg {
-                Segment::Copy(from, len) => out.extend_from_slice(&r[from..from + len]),
-                Segment::One(from) => out.push(r[from]),
-                Segment::Value(len) => out.extend(std::iter::repeat_n(value, len)),
+                Segment::Copy(from, len) => {
+                    out.extend_from_slice(&r[from * block..(from + len) * block]);
+                }
+                Segment::One(from) => out.extend_from_slice(&r[from * block..(from + 1) * block]),
+                Segment::Value(len) => out.extend(std::iter::repeat_n(value, len * block)),
             }
         }
     });
@@ -801,11 +807,13 @@ mod tests {
         let shape = [2usize, 3, 5];
         let x: Vec<i32> = (0..30).collect();
         let xa = ndarray::ArrayD::from_shape_vec(IxDyn(&shape), x.clone()).unwrap();
-        let pad_cases: [([i64; 3], [i64; 3]); 4] = [
+        let pad_cases: [([i64; 3], [i64; 3]); 6] = [
             ([0, 1, 2], [1, 0, 3]),
             ([0, 0, -1], [0, -1, 2]),
             ([1, 2, 4], [0, 2, 4]),
             ([0, 0, 0], [0, 0, 0]),
+            ([0, 2, 0], [0, 1, 0]),
+            ([1, 0, 0], [2, 0, 0]),
         ];
         for mode in [
             PadMode::Constant,

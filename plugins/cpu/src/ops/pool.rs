@@ -288,21 +288,61 @@ fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial
                         *m = ignore_nan_max(*m, v);
                     }
                 }
-                for (o, &(c0, c1)) in orow.iter_mut().zip(&cols) {
-                    if c0 == c1 {
-                        continue;
-                    }
-                    let best = down[c0 + 1..c1]
-                        .iter()
-                        .fold(down[c0], |a, &v| ignore_nan_max(a, v));
-                    // The window's first value when it is NaN, else the largest of the others.
-                    let first = xp[r0 * w + c0];
-                    *o = if first.is_nan() { first } else { best };
-                }
+                let first_row = &xp[r0 * w..][..w];
+                across(
+                    orow,
+                    &down,
+                    first_row,
+                    &cols,
+                    (geo.kernel[1], geo.strides[1]),
+                );
             }
         })
     });
     y
+}
+
+/// One output row of [`max_2d`] from `down` (the window rows' max down each column) and
+/// `first_row` (the window's first input row): each window's max across its columns, NaN when
+/// its first value is. Windows wholly inside the row with stride 2 and width 2 (the common 2×2
+/// pooling) go through pairs, a loop that vectorizes; the others fold their span.
+fn across<T: Num>(
+    orow: &mut [T],
+    down: &[T],
+    first_row: &[T],
+    cols: &[(usize, usize)],
+    (k, s): (usize, usize),
+) {
+    let window = |o: &mut T, (c0, c1): (usize, usize)| {
+        if c0 == c1 {
+            return;
+        }
+        let best = down[c0 + 1..c1]
+            .iter()
+            .fold(down[c0], |a, &v| ignore_nan_max(a, v));
+        let first = first_row[c0];
+        *o = if first.is_nan() { first } else { best };
+    };
+    let full = |c: &(usize, usize)| c.1 - c.0 == k;
+    let i0 = cols.iter().position(full).unwrap_or(cols.len());
+    let i1 = i0 + cols[i0..].iter().take_while(|c| full(c)).count();
+    if (k, s) == (2, 2) && i1 > i0 {
+        let c = cols[i0].0;
+        let pairs = down[c..]
+            .chunks_exact(2)
+            .zip(first_row[c..].chunks_exact(2));
+        for (o, (d, x)) in orow[i0..i1].iter_mut().zip(pairs) {
+            let best = ignore_nan_max(d[0], d[1]);
+            *o = if x[0].is_nan() { x[0] } else { best };
+        }
+        for i in (0..i0).chain(i1..orow.len()) {
+            window(&mut orow[i], cols[i]);
+        }
+        return;
+    }
+    for (o, &c) in orow.iter_mut().zip(cols) {
+        window(o, c);
+    }
 }
 
 fn build_pool(n: &NodeDef, kind: PoolKind) -> OpResult<Box<dyn OpKernel>> {

@@ -926,6 +926,48 @@ mod tests {
         k.run(&refs)
     }
 
+    /// The reshaping ops, as the registry makes them (wrapped for string tensors), say the
+    /// shape their output takes, so that a program can move their input's buffer; the other
+    /// ops say nothing.
+    #[test]
+    fn reshaping_kernels_name_their_output_shape() {
+        let shape_of = |n: NodeDef, inputs: Vec<Option<Tensor>>| {
+            let k = crate::ops::registry().build(&n).unwrap();
+            let refs: Vec<Option<TensorRef<'_>>> = inputs
+                .iter()
+                .map(|t| t.as_ref().map(Tensor::view))
+                .collect();
+            k.reshaped_shape(&refs).map(Result::unwrap)
+        };
+        let x = Some(iota(&[2, 1, 6]));
+        let reshape = NodeDef::new("Reshape", 14);
+        assert_eq!(
+            shape_of(reshape, vec![x.clone(), i64s(&[3, -1])]),
+            Some(vec![3, 4])
+        );
+        let flatten = NodeDef::new("Flatten", 13).with_attr("axis", AttrValue::Int(2));
+        assert_eq!(shape_of(flatten, vec![x.clone()]), Some(vec![2, 6]));
+        let squeeze = NodeDef::new("Squeeze", 13);
+        assert_eq!(
+            shape_of(squeeze, vec![x.clone(), i64s(&[1])]),
+            Some(vec![2, 6])
+        );
+        let unsqueeze = NodeDef::new("Unsqueeze", 13);
+        assert_eq!(
+            shape_of(unsqueeze, vec![x.clone(), i64s(&[0])]),
+            Some(vec![1, 2, 1, 6])
+        );
+        assert_eq!(shape_of(NodeDef::new("Identity", 16), vec![x]), None);
+        let bad = NodeDef::new("Reshape", 14);
+        let k = crate::ops::registry().build(&bad).unwrap();
+        let (t, s) = (iota(&[2, 3]), i64s(&[4]).unwrap());
+        let e = k.reshaped_shape(&[Some(t.view()), Some(s.view())]);
+        assert!(
+            matches!(e, Some(Err(_))),
+            "a shape of the wrong size is refused"
+        );
+    }
+
     fn i64s(v: &[i64]) -> Option<Tensor> {
         Some(Tensor::from_vec(&[v.len()], v.to_vec()).unwrap())
     }

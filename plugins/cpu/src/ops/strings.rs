@@ -62,6 +62,15 @@ struct Encoded {
 }
 
 impl OpKernel for Encoded {
+    /// The inner kernel's shape: a reshape moves elements of any type, strings included.
+    fn reshaped_shape(&self, inputs: &[Option<TensorRef<'_>>]) -> Option<OpResult<Vec<usize>>> {
+        self.inner.reshaped_shape(inputs)
+    }
+
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        self.inner.prepare(constants);
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         if !inputs
             .iter()

@@ -33,86 +33,140 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         fake_quant: true,
         ..build_rnn(n, Cell::Lstm)?
     };
-    let outputs = n.num_outputs;
-    Ok(kernel(move |inputs| {
+    Ok(Box::new(DynamicQuantizeLstm {
+        lstm,
+        outputs: n.num_outputs,
+        prepared: std::sync::OnceLock::new(),
+    }))
+}
+
+/// The DynamicQuantizeLSTM kernel: W and R (with their scales and zero points) turned into the
+/// float tensors and integer matrices the recurrence reads once, at [`OpKernel::prepare`], when
+/// they are constants (every run otherwise).
+struct DynamicQuantizeLstm {
+    lstm: Rnn,
+    outputs: usize,
+    prepared: std::sync::OnceLock<[(Tensor, QMat); 2]>,
+}
+
+/// The inputs a side of the products reads: the matrix, its scale and its zero point.
+const QUANT_SIDES: [(usize, usize, &str); 2] = [(1, 8, "W"), (2, 10, "R")];
+
+impl DynamicQuantizeLstm {
+    /// W or R as the recurrence reads it: dequantized and transposed to ONNX's
+    /// `[dirs, 4h, rows]`, and as integers in the same order with their zero points, scales and
+    /// column sums.
+    fn weights(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        (i, scale_i, what): (usize, usize, &str),
+    ) -> OpResult<(Tensor, QMat)> {
         let op = "DynamicQuantizeLSTM";
-        let (dirs, h, g) = (lstm.dirs, lstm.hidden, 4);
-        let weights = |i: usize, scale_i: usize, what: &str| -> OpResult<(Tensor, QMat)> {
-            let q = input(op, inputs, i)?;
-            let &[d, rows, cols] = q.shape() else {
-                bail!("{op}: {what} must have rank 3, got {:?}", q.shape());
-            };
-            if d != dirs || cols != g * h {
-                bail!(
-                    "{op}: {what} must have shape [{dirs}, ?, {}], got {:?}",
-                    g * h,
-                    q.shape()
-                );
-            }
-            let qv = q.to_i64_vec(&format!("{op}: {what}"))?;
-            let per = |t: Option<&TensorRef<'_>>, name: &str, default: f64| -> OpResult<Vec<f64>> {
-                let v = match t {
-                    None => return Ok(vec![default; dirs * cols]),
-                    Some(t) => t.to_f64_vec(),
-                };
-                match v.len() {
-                    l if l == dirs => Ok(v
-                        .iter()
-                        .flat_map(|&x| std::iter::repeat_n(x, cols))
-                        .collect()),
-                    l if l == dirs * cols => Ok(v),
-                    l => bail!(
-                        "{op}: {name} has {l} values; it needs {dirs} or {}",
-                        dirs * cols
-                    ),
-                }
-            };
-            let scale = per(
-                Some(input(op, inputs, scale_i)?),
-                &format!("{what}_scale"),
-                1.0,
-            )?;
-            let zp = per(
-                opt_input(inputs, scale_i + 1),
-                &format!("{what}_zero_point"),
-                0.0,
-            )?;
-            // Dequantized and transposed to ONNX's [dirs, 4h, rows]; and as integers in the
-            // same order, for the products.
-            let mut out = crate::limits::zeros_checked::<f32>(dirs * cols * rows, op)?;
-            let mut ints = crate::limits::zeros_checked::<i32>(dirs * cols * rows, op)?;
-            for dd in 0..dirs {
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let k = dd * cols + c;
-                        let q = qv[(dd * rows + r) * cols + c];
-                        let v = (q as f64 - zp[k]) * scale[k];
-                        out[(dd * cols + c) * rows + r] = v as f32;
-                        ints[(dd * cols + c) * rows + r] = q as i32;
-                    }
-                }
-            }
-            let sums = ints.chunks(rows.max(1)).map(|r| r.iter().sum()).collect();
-            // Signed weights by uint8 activations sum as ONNX Runtime's u8·s8 GEMM does on this
-            // CPU; unsigned ones exactly (its u8·u8 GEMM).
-            let signed = q.elem_type() == epx_plugin_api::ElementType::Int8;
-            let saturate = signed
-                && crate::fast::enabled()
-                && crate::fast::qgemm::Sums::like_onnxruntime()
-                    == crate::fast::qgemm::Sums::PairsSaturated;
-            let qmat = QMat {
-                k: rows,
-                cols,
-                w: ints,
-                zero: zp.iter().map(|&z| z as i32).collect(),
-                scale: scale.iter().map(|&s| s as f32).collect(),
-                sums,
-                saturate,
-            };
-            Ok((Tensor::from_vec(&[dirs, cols, rows], out)?, qmat))
+        let (dirs, h, g) = (self.lstm.dirs, self.lstm.hidden, 4);
+        let q = input(op, inputs, i)?;
+        let &[d, rows, cols] = q.shape() else {
+            bail!("{op}: {what} must have rank 3, got {:?}", q.shape());
         };
-        let (w, qw) = weights(1, 8, "W")?;
-        let (r, qr) = weights(2, 10, "R")?;
+        if d != dirs || cols != g * h {
+            bail!(
+                "{op}: {what} must have shape [{dirs}, ?, {}], got {:?}",
+                g * h,
+                q.shape()
+            );
+        }
+        let qv = q.to_i64_vec(&format!("{op}: {what}"))?;
+        let per = |t: Option<&TensorRef<'_>>, name: &str, default: f64| -> OpResult<Vec<f64>> {
+            let v = match t {
+                None => return Ok(vec![default; dirs * cols]),
+                Some(t) => t.to_f64_vec(),
+            };
+            match v.len() {
+                l if l == dirs => Ok(v
+                    .iter()
+                    .flat_map(|&x| std::iter::repeat_n(x, cols))
+                    .collect()),
+                l if l == dirs * cols => Ok(v),
+                l => bail!(
+                    "{op}: {name} has {l} values; it needs {dirs} or {}",
+                    dirs * cols
+                ),
+            }
+        };
+        let scale = per(
+            Some(input(op, inputs, scale_i)?),
+            &format!("{what}_scale"),
+            1.0,
+        )?;
+        let zp = per(
+            opt_input(inputs, scale_i + 1),
+            &format!("{what}_zero_point"),
+            0.0,
+        )?;
+        // Dequantized and transposed to ONNX's [dirs, 4h, rows]; and as integers in the
+        // same order, for the products.
+        let mut out = crate::limits::zeros_checked::<f32>(dirs * cols * rows, op)?;
+        let mut ints = crate::limits::zeros_checked::<i32>(dirs * cols * rows, op)?;
+        for dd in 0..dirs {
+            for r in 0..rows {
+                for c in 0..cols {
+                    let k = dd * cols + c;
+                    let q = qv[(dd * rows + r) * cols + c];
+                    let v = (q as f64 - zp[k]) * scale[k];
+                    out[(dd * cols + c) * rows + r] = v as f32;
+                    ints[(dd * cols + c) * rows + r] = q as i32;
+                }
+            }
+        }
+        let sums = ints.chunks(rows.max(1)).map(|r| r.iter().sum()).collect();
+        // Signed weights by uint8 activations sum as ONNX Runtime's u8·s8 GEMM does on this
+        // CPU; unsigned ones exactly (its u8·u8 GEMM).
+        let signed = q.elem_type() == epx_plugin_api::ElementType::Int8;
+        let saturate = signed
+            && crate::fast::enabled()
+            && crate::fast::qgemm::Sums::like_onnxruntime()
+                == crate::fast::qgemm::Sums::PairsSaturated;
+        let qmat = QMat {
+            k: rows,
+            cols,
+            w: ints,
+            zero: zp.iter().map(|&z| z as i32).collect(),
+            scale: scale.iter().map(|&s| s as f32).collect(),
+            sums,
+            saturate,
+        };
+        Ok((Tensor::from_vec(&[dirs, cols, rows], out)?, qmat))
+    }
+}
+
+impl OpKernel for DynamicQuantizeLstm {
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        let known = |i: usize| constants.get(i).is_some_and(Option::is_some);
+        let zero_known = |i: usize| known(i) || constants.len() <= i;
+        let constant = QUANT_SIDES
+            .iter()
+            .all(|&(i, s, _)| known(i) && known(s) && zero_known(s + 1));
+        if constant
+            && let (Ok(w), Ok(r)) = (
+                self.weights(constants, QUANT_SIDES[0]),
+                self.weights(constants, QUANT_SIDES[1]),
+            )
+        {
+            let _ = self.prepared.set([w, r]);
+        }
+    }
+
+    fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
+        let owned;
+        let [(w, qw), (r, qr)] = match self.prepared.get() {
+            Some(p) => p,
+            None => {
+                owned = [
+                    self.weights(inputs, QUANT_SIDES[0])?,
+                    self.weights(inputs, QUANT_SIDES[1])?,
+                ];
+                &owned
+            }
+        };
         let mut args: Vec<Option<TensorRef<'_>>> = inputs
             .iter()
             .take(8)
@@ -121,8 +175,8 @@ fn build_dynamic_quantize_lstm(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         args.resize(8, None);
         args[1] = Some(w.view());
         args[2] = Some(r.view());
-        lstm.run_quant(&args, outputs, Some(&[qw, qr]))
-    }))
+        self.lstm.run_quant(&args, self.outputs, Some([qw, qr]))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,7 +443,7 @@ impl Rnn {
     /// and receive the final ones.
     fn quantized_lstm(
         &self,
-        [qw, qr]: &[QMat; 2],
+        [qw, qr]: [&QMat; 2],
         st: &QSteps<'_>,
         y: &mut [f64],
         yh: &mut [f64],
@@ -644,7 +698,7 @@ impl Rnn {
         &self,
         inputs: &[Option<TensorRef<'_>>],
         outputs: usize,
-        quant: Option<&[QMat; 2]>,
+        quant: Option<[&QMat; 2]>,
     ) -> OpResult<Vec<Tensor>> {
         if quant.is_none()
             && let Some(r) = self.fast_lstm(inputs, outputs)
@@ -660,12 +714,19 @@ impl Rnn {
         let (seq, batch) = if self.layout == 0 { (d0, d1) } else { (d1, d0) };
         let (h, g, dirs) = (self.hidden, self.cell.gates(), self.dirs);
         let lstm = self.cell == Cell::Lstm;
-        let w = self
-            .param("W", Some(input(op, inputs, 1)?), &[dirs, g * h, isz])?
-            .unwrap_or_default();
-        let r = self
-            .param("R", Some(input(op, inputs, 2)?), &[dirs, g * h, h])?
-            .unwrap_or_default();
+        // The float W and R, read by every path but the integer products of a
+        // DynamicQuantizeLSTM, which has its own (and made these, of the right shapes).
+        let integer = quant.is_some() && self.exact_quantized_lstm();
+        let (w, r) = if integer {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                self.param("W", Some(input(op, inputs, 1)?), &[dirs, g * h, isz])?
+                    .unwrap_or_default(),
+                self.param("R", Some(input(op, inputs, 2)?), &[dirs, g * h, h])?
+                    .unwrap_or_default(),
+            )
+        };
         let b = self
             .param("B", opt_input(inputs, 3), &[dirs, 2 * g * h])?
             .unwrap_or_else(|| vec![0.0; dirs * 2 * g * h]);
@@ -1072,16 +1133,36 @@ mod tests {
             Some(f(&[0x3d40_8312], &[1])),
             Some(i8s(&[0], &[1])),
         ];
-        let out = crate::fast::qgemm::with_sums(crate::fast::qgemm::Sums::Exact, || {
-            run(n, inputs).unwrap()
-        });
-        for (got, want, name) in [
+        // Weights converted at each run, and once at `prepare` (constants W, R, scales and zero
+        // points), give the same bits.
+        let (out, prepared) =
+            crate::fast::qgemm::with_sums(crate::fast::qgemm::Sums::Exact, || {
+                let k = crate::ops::registry().build(&n).unwrap();
+                let refs: Vec<Option<TensorRef<'_>>> = inputs
+                    .iter()
+                    .map(|t| t.as_ref().map(Tensor::view))
+                    .collect();
+                let fixed: Vec<Option<TensorRef<'_>>> = refs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| t.clone().filter(|_| matches!(i, 1 | 2 | 8..=11)))
+                    .collect();
+                let unprepared = run(n.clone(), inputs.clone()).unwrap();
+                k.prepare(&fixed);
+                (unprepared, k.run(&refs).unwrap())
+            });
+        for (i, (got, want, name)) in [
             (&out[0], &Y[..], "Y"),
             (&out[1], &YH[..], "Y_h"),
             (&out[2], &YC[..], "Y_c"),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let bits: Vec<u32> = vals(got).iter().map(|v| v.to_bits()).collect();
             assert_eq!(bits, want, "{name}");
+            let bits: Vec<u32> = vals(&prepared[i]).iter().map(|v| v.to_bits()).collect();
+            assert_eq!(bits, want, "{name}, weights prepared once");
         }
     }
 

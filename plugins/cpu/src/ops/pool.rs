@@ -304,8 +304,8 @@ fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial
 
 /// One output row of [`max_2d`] from `down` (the window rows' max down each column) and
 /// `first_row` (the window's first input row): each window's max across its columns, NaN when
-/// its first value is. Windows wholly inside the row with stride 2 and width 2 (the common 2×2
-/// pooling) go through pairs, a loop that vectorizes; the others fold their span.
+/// its first value is. Windows of width 2 wholly inside the row, at stride 2 (the common 2×2
+/// pooling) or 1, go through pairs, a loop that vectorizes; the others fold their span.
 fn across<T: Num>(
     orow: &mut [T],
     down: &[T],
@@ -326,14 +326,23 @@ fn across<T: Num>(
     let full = |c: &(usize, usize)| c.1 - c.0 == k;
     let i0 = cols.iter().position(full).unwrap_or(cols.len());
     let i1 = i0 + cols[i0..].iter().take_while(|c| full(c)).count();
-    if (k, s) == (2, 2) && i1 > i0 {
+    if k == 2 && matches!(s, 1 | 2) && i1 > i0 {
         let c = cols[i0].0;
-        let pairs = down[c..]
-            .chunks_exact(2)
-            .zip(first_row[c..].chunks_exact(2));
-        for (o, (d, x)) in orow[i0..i1].iter_mut().zip(pairs) {
-            let best = ignore_nan_max(d[0], d[1]);
-            *o = if x[0].is_nan() { x[0] } else { best };
+        let (d, x) = (&down[c..], &first_row[c..]);
+        let n = i1 - i0;
+        if s == 2 {
+            let pairs = d.chunks_exact(2).zip(x.chunks_exact(2));
+            for (o, (d, x)) in orow[i0..i1].iter_mut().zip(pairs) {
+                let best = ignore_nan_max(d[0], d[1]);
+                *o = if x[0].is_nan() { x[0] } else { best };
+            }
+        } else {
+            // Stride 1: each window is a column and the next.
+            let windows = d[..n].iter().zip(&d[1..=n]).zip(&x[..n]);
+            for (o, ((&a, &b), &x)) in orow[i0..i1].iter_mut().zip(windows) {
+                let best = ignore_nan_max(a, b);
+                *o = if x.is_nan() { x } else { best };
+            }
         }
         for i in (0..i0).chain(i1..orow.len()) {
             window(&mut orow[i], cols[i]);
@@ -682,6 +691,8 @@ mod tests {
             ([3, 3], [2, 2], [0, 0, 0, 0], 1),
             ([3, 2], [1, 3], [2, 0, 1, 1], 1),
             ([5, 5], [1, 1], [2, 2, 2, 2], 0),
+            ([2, 2], [1, 1], [0, 0, 1, 1], 0),
+            ([2, 2], [1, 1], [1, 1, 0, 0], 0),
         ] {
             let node = NodeDef::new("MaxPool", 12)
                 .with_attr("kernel_shape", ks(&k))

@@ -145,14 +145,10 @@ def ops_table(models: list[dict], exe: Path, args, ort, np, work: Path) -> int:
     rows = []
     print(f"{'model':44} {'op':24} {'shape':24} {'ort ms':>8} {'epx ms':>8} {'ratio':>6}")
     for m in models:
-        try:
-            probe = parity.ort_session(ort, m["path"])
-        except Exception as e:  # noqa: BLE001 (ONNX Runtime's own exception types)
-            print(f"{m['id']:44} ONNX Runtime refuses it: {str(e).splitlines()[0][:80]}")
+        fed = model_feed(ort, np, m, work, 44)
+        if fed is None:
             continue
-        feed = parity.make_inputs(np, m, probe.get_inputs())
-        del probe
-        inputs = write_inputs(np, m, feed, work)
+        feed, inputs = fed
         o, shapes = ort_op_times(ort, m["path"], feed, args.repeat)
         e = epx_op_times(exe, m["path"], inputs, args.repeat, args.timeout)
         if isinstance(e, str):
@@ -174,14 +170,22 @@ def ops_table(models: list[dict], exe: Path, args, ort, np, work: Path) -> int:
     return 0
 
 
-def write_inputs(np, m: dict, feed: dict, work: Path) -> list[str]:
-    """`feed` written as .npy files, as `epx run --input` arguments."""
+def model_feed(ort, np, m: dict, work: Path, width: int) -> tuple[dict, list[str]] | None:
+    """Model `m`'s inputs (parity.py's), and the same written as .npy files as `epx run --input`
+    arguments; None, with a line saying why, when ONNX Runtime refuses the model."""
+    try:
+        probe = parity.ort_session(ort, m["path"])
+    except Exception as e:  # noqa: BLE001 (ONNX Runtime's own exception types)
+        print(f"{m['id']:{width}} ONNX Runtime refuses it: {str(e).splitlines()[0][:80]}")
+        return None
+    feed = parity.make_inputs(np, m, probe.get_inputs())
+    del probe
     inputs = []
     for i, (name, value) in enumerate(feed.items()):
         p = work / f"{m['id']}.{i}.npy"
         parity.write_npy(np, p, value)
         inputs += ["--input", f"{name}={p}"]
-    return inputs
+    return feed, inputs
 
 
 def main() -> int:
@@ -224,14 +228,10 @@ def main() -> int:
     print(f"{'model':52} " + " ".join(f"{'ort ms':>9} {'epx ms':>9} {'ratio':>6}" for _ in threads)
           + "   (threads " + ", ".join(map(str, threads)) + ")")
     for m in models:
-        try:
-            probe = parity.ort_session(ort, m["path"])
-        except Exception as e:  # noqa: BLE001 (ONNX Runtime's own exception types)
-            print(f"{m['id']:52} ONNX Runtime refuses it: {str(e).splitlines()[0][:80]}")
+        fed = model_feed(ort, np, m, work, 52)
+        if fed is None:
             continue
-        feed = parity.make_inputs(np, m, probe.get_inputs())
-        del probe
-        inputs = write_inputs(np, m, feed, work)
+        feed, inputs = fed
         cells = []
         for t in threads:
             o, e = [], []

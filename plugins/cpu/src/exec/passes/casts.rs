@@ -3,7 +3,7 @@
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
 
-use super::Draft;
+use super::{Draft, DraftStep};
 use crate::kernel::AttrValue;
 
 /// `elide_casts`: a Cast from float to float (float16 included, as it is widened here) is the
@@ -13,25 +13,14 @@ use crate::kernel::AttrValue;
 ///
 /// In: steps. Out: steps without those Casts; their readers read the Casts' inputs.
 pub(crate) fn elide_casts(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        let st = &d.steps[i];
-        if let Some(info) = &st.node
-            && st.is_op("Cast")
-            && info.def.input_types.first() == Some(&Some(ElementType::Float))
-            && matches!(info.def.attributes.get("to"), Some(AttrValue::Int(1)))
-            && let [Some(src)] = st.step.inputs.as_slice()
-            && let [Some(out)] = st.step.outputs.as_slice()
-            && let [Some(y)] = info.values.as_slice()
-            && !d.outputs.contains(y)
-        {
-            let (src, out) = (*src, *out);
-            d.steps.remove(i);
-            d.replace(out, src);
-            continue;
-        }
-        i += 1;
-    }
+    read_through(d, |_, st| {
+        st.is_op("Cast")
+            && st.step.inputs.len() == 1
+            && st.node.as_ref().is_some_and(|info| {
+                info.def.input_types.first() == Some(&Some(ElementType::Float))
+                    && matches!(info.def.attributes.get("to"), Some(AttrValue::Int(1)))
+            })
+    });
     Ok(())
 }
 
@@ -42,18 +31,26 @@ pub(crate) fn elide_casts(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
 ///
 /// In: steps. Out: steps without those nodes; their readers read the nodes' inputs.
 pub(crate) fn elide_identities(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        let st = &d.steps[i];
-        let passes_through = st.is_op("Identity")
+    read_through(d, |d, st| {
+        st.is_op("Identity")
             || (st.is_op("Dropout")
                 && st.step.outputs.get(1).is_none_or(Option::is_none)
                 && st.step.inputs.get(2).copied().flatten().is_none_or(|t| {
                     d.constant_value(t)
                         .and_then(|v| v.view().get::<bool>())
                         .is_some_and(|v| v.iter().eq([&false]))
-                }));
-        if passes_through
+                }))
+    });
+    Ok(())
+}
+
+/// Removes each node step that `passes` says hands its input 0 through as its output 0, unless
+/// the program returns that output; its readers read the input instead.
+fn read_through(d: &mut Draft<'_, '_>, passes: impl Fn(&Draft<'_, '_>, &DraftStep<'_>) -> bool) {
+    let mut i = 0;
+    while i < d.steps.len() {
+        let st = &d.steps[i];
+        if passes(d, st)
             && let Some(info) = &st.node
             && let Some(Some(src)) = st.step.inputs.first()
             && let Some(Some(out)) = st.step.outputs.first()
@@ -67,7 +64,6 @@ pub(crate) fn elide_identities(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
         }
         i += 1;
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -422,6 +422,15 @@ struct EpxError *epx_session_options_set_kernel_cache(struct EpxSessionOptions *
                                                       bool enabled);
 
 /**
+ * Whether sessions made with these options profile their runs (default: no): the time of
+ * each kernel and copy, of each node in EPs that record their kernels' parts (the CPU EP
+ * does), and what the EPs' compile passes did. Read it with [`epx_session_profile_json`].
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_profiling(struct EpxSessionOptions *options, bool enabled);
+
+/**
  * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
  * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
  * then fails the run it happened in with an error, and the next run starts a new process,
@@ -636,6 +645,23 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * `session` is a live session; `json` writable.
  */
 struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * The profile of a session made with profiling on
+ * ([`epx_session_options_set_profiling`](crate::epx_session_options_set_profiling)), as JSON:
+ * `runs`, `run_ns` (time in `epx_session_run`, all runs), `kernels` (per kernel: `kernel`,
+ * `provider`, `nodes`, `calls`, `ns`, `parts` (`name`, `op`, `calls`, `ns` per node or fused
+ * node), `passes` (`name`, `changed`, `note` per compile pass of its EP) and `whole` (null, or
+ * why the kernel is timed only whole)) and `copies` (`value`, `from`, `to`, `calls`, `ns`).
+ * With `restart` true, the profile then starts again from zero. An `InvalidArgument` error
+ * for a session made without profiling. Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_profile_json(const struct EpxSession *session,
+                                          bool restart,
+                                          char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,
@@ -903,6 +929,15 @@ struct EpxError *epx_session_options_set_kernel_cache(struct EpxSessionOptions *
                                                       bool enabled);
 
 /**
+ * Whether sessions made with these options profile their runs (default: no): the time of
+ * each kernel and copy, of each node in EPs that record their kernels' parts (the CPU EP
+ * does), and what the EPs' compile passes did. Read it with [`epx_session_profile_json`].
+ *
+ * Pointers: `options` is a live option set.
+ */
+struct EpxError *epx_session_options_set_profiling(struct EpxSessionOptions *options, bool enabled);
+
+/**
  * Runs every EP of the list in a child process (the `epx` executable beside libepx, at
  * `../bin/epx`, or named by `EPX_PROBE_EXE`, serving the plugin): a crash or hang of a plugin
  * then fails the run it happened in with an error, and the next run starts a new process,
@@ -1095,6 +1130,23 @@ struct EpxError *epx_session_output(const struct EpxSession *session,
  * `session` is a live session; `json` writable.
  */
 struct EpxError *epx_session_placement_json(const struct EpxSession *session, char **json);
+
+/**
+ * The profile of a session made with profiling on
+ * ([`epx_session_options_set_profiling`](crate::epx_session_options_set_profiling)), as JSON:
+ * `runs`, `run_ns` (time in `epx_session_run`, all runs), `kernels` (per kernel: `kernel`,
+ * `provider`, `nodes`, `calls`, `ns`, `parts` (`name`, `op`, `calls`, `ns` per node or fused
+ * node), `passes` (`name`, `changed`, `note` per compile pass of its EP) and `whole` (null, or
+ * why the kernel is timed only whole)) and `copies` (`value`, `from`, `to`, `calls`, `ns`).
+ * With `restart` true, the profile then starts again from zero. An `InvalidArgument` error
+ * for a session made without profiling. Free `*json` with [`epx_string_free`].
+ *
+ * # Safety
+ * `session` is a live session; `json` writable.
+ */
+struct EpxError *epx_session_profile_json(const struct EpxSession *session,
+                                          bool restart,
+                                          char **json);
 
 /**
  * The model's metadata as JSON: `producer_name`, `producer_version`, `domain`,

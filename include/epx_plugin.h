@@ -79,7 +79,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 6
+#define EPX_ABI_VERSION_MINOR 7
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -870,6 +870,23 @@ typedef struct EpxProvider {
                                             const uint8_t *data,
                                             size_t len,
                                             struct EpxKernel **out);
+    /**
+     * (ABI 1.7, optional, with `kernel_profile_read`) Starts recording where `kernel`'s runs
+     * spend their time, part by part (a part: a node, or nodes the EP fused), from zero again
+     * when it was recording already. The host calls it once a session with profiling on is
+     * made, from one thread, before any run. A `NotImplemented` status says this kernel does
+     * not record parts (not an error): the host still times the kernel as a whole.
+     */
+    struct EpxStatus *(*kernel_profile_start)(void *state, const struct EpxKernel *kernel);
+    /**
+     * (ABI 1.7, optional, with `kernel_profile_start`) Writes what `kernel` recorded since
+     * `kernel_profile_start`, and how the EP compiled it, into `out` as for `kernel_serialize`:
+     * one UTF-8 JSON object, `{"parts": [{"name", "op", "calls", "ns"}], "passes": [{"name",
+     * "changed", "note"}]}` (docs/ABI.md gives the rules). May be called while runs go on.
+     */
+    struct EpxStatus *(*kernel_profile_read)(void *state,
+                                             const struct EpxKernel *kernel,
+                                             struct EpxBuffer *out);
 } EpxProvider;
 
 /**

@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 6;
+pub const EPX_ABI_VERSION_MINOR: u32 = 7;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -744,6 +744,25 @@ pub struct EpxProvider {
             out: *mut *mut EpxKernel,
         ) -> *mut EpxStatus,
     >,
+    /// (ABI 1.7, optional, with `kernel_profile_read`) Starts recording where `kernel`'s runs
+    /// spend their time, part by part (a part: a node, or nodes the EP fused), from zero again
+    /// when it was recording already. The host calls it once a session with profiling on is
+    /// made, from one thread, before any run. A `NotImplemented` status says this kernel does
+    /// not record parts (not an error): the host still times the kernel as a whole.
+    pub kernel_profile_start: Option<
+        unsafe extern "C" fn(state: *mut c_void, kernel: *const EpxKernel) -> *mut EpxStatus,
+    >,
+    /// (ABI 1.7, optional, with `kernel_profile_start`) Writes what `kernel` recorded since
+    /// `kernel_profile_start`, and how the EP compiled it, into `out` as for `kernel_serialize`:
+    /// one UTF-8 JSON object, `{"parts": [{"name", "op", "calls", "ns"}], "passes": [{"name",
+    /// "changed", "note"}]}` (docs/ABI.md gives the rules). May be called while runs go on.
+    pub kernel_profile_read: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            kernel: *const EpxKernel,
+            out: *mut EpxBuffer,
+        ) -> *mut EpxStatus,
+    >,
 }
 
 /// One EP a library offers: what it is, whether it can run here, and how to make one.
@@ -920,6 +939,8 @@ pub const EPX_ATTRIBUTE_SIZE_1_0: usize = epx_field_end!(EpxAttribute, tensor);
 pub const EPX_PROVIDER_FACTORY_SIZE_1_5: usize = epx_field_end!(EpxProviderFactory, get_devices);
 /// A provider from ABI 1.6 on (with `kernel_serialize` and `kernel_deserialize`).
 pub const EPX_PROVIDER_SIZE_1_6: usize = epx_field_end!(EpxProvider, kernel_deserialize);
+/// A provider from ABI 1.7 on (with `kernel_profile_start` and `kernel_profile_read`).
+pub const EPX_PROVIDER_SIZE_1_7: usize = epx_field_end!(EpxProvider, kernel_profile_read);
 /// The first version of [`EpxDevice`] (ABI 1.5).
 pub const EPX_DEVICE_SIZE_1_5: usize =
     ::std::mem::offset_of!(EpxDevice, unusable_reason) + ::std::mem::size_of::<EpxStr>();
@@ -942,5 +963,6 @@ mod tests {
         assert_eq!(EPX_PROVIDER_FACTORY_SIZE_1_5, 72);
         assert_eq!(EPX_DEVICE_SIZE_1_5, 104);
         assert_eq!(EPX_PROVIDER_SIZE_1_6, 96);
+        assert_eq!(EPX_PROVIDER_SIZE_1_7, 112);
     }
 }

@@ -28,11 +28,20 @@ pub(crate) struct OptionsData {
     pub(crate) policy: Option<epx_host::SelectionPolicy>,
     /// Whether sessions use the compiled-kernel cache.
     pub(crate) kernel_cache: bool,
+    /// Whether sessions profile their runs.
+    pub(crate) profiling: bool,
 }
 
 /// The live option sets.
 pub(crate) static OPTIONS: Handles<Mutex<OptionsData>, EpxSessionOptions> =
     Handles::new(2, "option set", "epx_session_options_free");
+
+/// Changes the option set `options` with `f`.
+fn update(options: *mut EpxSessionOptions, f: impl FnOnce(&mut OptionsData)) -> Res<()> {
+    let options = OPTIONS.get(options, "options")?;
+    f(&mut options.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(())
+}
 
 /// A new, empty option set: no EPs (the CPU EP always runs what is left), not strict.
 #[unsafe(no_mangle)]
@@ -45,6 +54,7 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
         isolated: false,
         policy: None,
         kernel_cache: true,
+        profiling: false,
     })))
 }
 
@@ -117,12 +127,7 @@ pub extern "C" fn epx_session_options_set_strict(
     options: *mut EpxSessionOptions,
     strict: bool,
 ) -> *mut EpxError {
-    ffi_boundary!({
-        let options = OPTIONS.get(options, "options")?;
-        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
-        options.strict = strict;
-        Res::Ok(())
-    })
+    ffi_boundary!(update(options, |o| o.strict = strict))
 }
 /// The threads the CPU EP shares a kernel's work across, for sessions made with these options:
 /// 1 runs everything on the calling thread; 0, the default, one per core. It applies to the
@@ -134,12 +139,8 @@ pub extern "C" fn epx_session_options_set_intra_op_threads(
     options: *mut EpxSessionOptions,
     threads: usize,
 ) -> *mut EpxError {
-    ffi_boundary!({
-        let options = OPTIONS.get(options, "options")?;
-        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
-        options.intra_op_threads = (threads > 0).then_some(threads);
-        Res::Ok(())
-    })
+    ffi_boundary!(update(options, |o| o.intra_op_threads =
+        (threads > 0).then_some(threads)))
 }
 
 /// The largest tensor (bytes) sessions made with these options allocate, in place of the
@@ -153,12 +154,8 @@ pub extern "C" fn epx_session_options_set_max_tensor_bytes(
     options: *mut EpxSessionOptions,
     bytes: u64,
 ) -> *mut EpxError {
-    ffi_boundary!({
-        let options = OPTIONS.get(options, "options")?;
-        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
-        options.max_tensor_bytes = (bytes > 0).then_some(bytes);
-        Res::Ok(())
-    })
+    ffi_boundary!(update(options, |o| o.max_tensor_bytes =
+        (bytes > 0).then_some(bytes)))
 }
 /// Whether sessions made with these options use the compiled-kernel cache (default: yes, unless
 /// `EPX_KERNEL_CACHE=off`): kernels of EPs that can serialize them (ABI 1.6, e.g. OpenVINO) are
@@ -172,12 +169,20 @@ pub extern "C" fn epx_session_options_set_kernel_cache(
     options: *mut EpxSessionOptions,
     enabled: bool,
 ) -> *mut EpxError {
-    ffi_boundary!({
-        let options = OPTIONS.get(options, "options")?;
-        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
-        options.kernel_cache = enabled;
-        Res::Ok(())
-    })
+    ffi_boundary!(update(options, |o| o.kernel_cache = enabled))
+}
+
+/// Whether sessions made with these options profile their runs (default: no): the time of
+/// each kernel and copy, of each node in EPs that record their kernels' parts (the CPU EP
+/// does), and what the EPs' compile passes did. Read it with [`epx_session_profile_json`].
+///
+/// Pointers: `options` is a live option set.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_profiling(
+    options: *mut EpxSessionOptions,
+    enabled: bool,
+) -> *mut EpxError {
+    ffi_boundary!(update(options, |o| o.profiling = enabled))
 }
 
 /// Runs every EP of the list in a child process (the `epx` executable beside libepx, at
@@ -193,12 +198,7 @@ pub extern "C" fn epx_session_options_set_isolated(
     options: *mut EpxSessionOptions,
     isolated: bool,
 ) -> *mut EpxError {
-    ffi_boundary!({
-        let options = OPTIONS.get(options, "options")?;
-        let mut options = options.lock().unwrap_or_else(|p| p.into_inner());
-        options.isolated = isolated;
-        Res::Ok(())
-    })
+    ffi_boundary!(update(options, |o| o.isolated = isolated))
 }
 
 /// Chooses the EPs of sessions made with these options by policy, from the devices the

@@ -97,7 +97,8 @@ pub(crate) fn make_session(
                 }
             }))?
             .with_strict_placement(o.strict)
-            .with_kernel_cache(o.kernel_cache);
+            .with_kernel_cache(o.kernel_cache)
+            .with_profiling(o.profiling);
         if let Some(n) = o.max_tensor_bytes {
             builder = builder.with_max_tensor_bytes(n);
         }
@@ -267,6 +268,35 @@ pub unsafe extern "C" fn epx_session_placement_json(
         let s = SESSIONS.get(session, "session")?;
         let text = serde_json::to_string(&s.session.placement())
             .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("placement JSON: {e}")))?;
+        out_string(json, "json", &text)
+    })
+}
+
+/// The profile of a session made with profiling on
+/// ([`epx_session_options_set_profiling`](crate::epx_session_options_set_profiling)), as JSON:
+/// `runs`, `run_ns` (time in `epx_session_run`, all runs), `kernels` (per kernel: `kernel`,
+/// `provider`, `nodes`, `calls`, `ns`, `parts` (`name`, `op`, `calls`, `ns` per node or fused
+/// node), `passes` (`name`, `changed`, `note` per compile pass of its EP) and `whole` (null, or
+/// why the kernel is timed only whole)) and `copies` (`value`, `from`, `to`, `calls`, `ns`).
+/// With `restart` true, the profile then starts again from zero. An `InvalidArgument` error
+/// for a session made without profiling. Free `*json` with [`epx_string_free`].
+///
+/// # Safety
+/// `session` is a live session; `json` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_profile_json(
+    session: *const EpxSession,
+    restart: bool,
+    json: Option<&mut MaybeUninit<*mut c_char>>,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let s = SESSIONS.get(session, "session")?;
+        let profile = s.session.profile()?;
+        let text = serde_json::to_string(&profile)
+            .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("profile JSON: {e}")))?;
+        if restart {
+            s.session.restart_profile()?;
+        }
         out_string(json, "json", &text)
     })
 }

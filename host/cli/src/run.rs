@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use epx::{
-    ElementType, Environment, Error, ExecutionProvider, Result, Session, Tensor, Value, ValueSpec,
-    printable,
+    ElementType, Environment, Error, ExecutionProvider, Result, Session, SessionBuilder, Tensor,
+    Value, ValueSpec, printable,
 };
 use epx_io::valuefile;
 
@@ -41,7 +41,17 @@ pub struct RunArgs {
     /// candidates on the model and remembers the fastest); `--ep auto` is max-performance.
     #[arg(long, value_name = "NAME")]
     policy: Option<String>,
+    /// After the runs, print where their time went (the --repeat runs when given, else the one
+    /// run): by op type and EP, the slowest nodes, and what the EPs' compile passes did.
+    #[arg(long)]
+    profile: bool,
+    /// Write the profile as JSON to FILE (implies --profile's timing; prints no table).
+    #[arg(long, value_name = "FILE")]
+    profile_json: Option<PathBuf>,
 }
+
+/// How many of the slowest nodes `--profile` lists.
+const PROFILE_TOP_NODES: usize = 15;
 
 #[derive(clap::Args)]
 pub struct PartitionArgs {
@@ -61,16 +71,15 @@ pub struct PartitionArgs {
     policy: Option<String>,
 }
 
-/// A session on the EPs given as `--ep` specs.
-fn session(
+/// A session builder on the EPs given as `--ep` specs.
+fn builder(
     env: Arc<Environment>,
-    model: &Path,
     eps: &[String],
     strict: bool,
     threads: Option<usize>,
     isolate: bool,
     policy: Option<&str>,
-) -> Result<Session> {
+) -> Result<SessionBuilder> {
     if isolate && (policy.is_some() || eps == ["auto"]) {
         return Err(Error::InvalidInput(
             "--isolate applies to EPs named with --ep; a selection policy chooses its own".into(),
@@ -101,19 +110,19 @@ fn session(
     if let Some(n) = threads {
         builder = builder.with_intra_op_threads(n);
     }
-    builder.commit_from_file(model)
+    Ok(builder)
 }
 
 pub fn partition(env: Arc<Environment>, args: PartitionArgs) -> Result<()> {
-    let session = session(
+    let session = builder(
         env,
-        &args.model,
         &args.eps,
         args.strict,
         None,
         false,
         args.policy.as_deref(),
-    )?;
+    )?
+    .commit_from_file(&args.model)?;
     let report = session.placement();
     print!("{}", report.table());
     if let Some(path) = &args.dot {
@@ -163,15 +172,16 @@ pub(crate) fn parse_ep(spec: &str) -> Result<ExecutionProvider> {
 }
 
 pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
-    let session = session(
+    let session = builder(
         env,
-        &args.model,
         &args.eps,
         false,
         args.threads,
         args.isolate,
         args.policy.as_deref(),
-    )?;
+    )?
+    .with_profiling(args.profile || args.profile_json.is_some())
+    .commit_from_file(&args.model)?;
     let report = session.placement();
     let placement = report.node_counts();
     let summary: Vec<String> = placement
@@ -230,6 +240,10 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
         if n == 0 {
             return Err(Error::InvalidInput("--repeat must be at least 1".into()));
         }
+        // The profile, if any, is of the timed runs.
+        if args.profile || args.profile_json.is_some() {
+            session.restart_profile()?;
+        }
         // Grown as the runs go: `--repeat` may be any number.
         let mut times: Vec<Duration> = Vec::new();
         for _ in 0..n {
@@ -246,6 +260,21 @@ pub fn run(env: Arc<Environment>, args: RunArgs) -> Result<()> {
             ms(times[n / 2]),
             ms(times[n - 1])
         );
+    }
+    if args.profile || args.profile_json.is_some() {
+        let profile = session.profile()?;
+        if let Some(path) = &args.profile_json {
+            let json = serde_json::to_string_pretty(&profile)
+                .map_err(|e| Error::Run(format!("profile JSON: {e}")))?;
+            std::fs::write(path, json).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            println!("wrote {}", path.display());
+        }
+        if args.profile {
+            print!("\n{}", profile.table(PROFILE_TOP_NODES));
+        }
     }
     Ok(())
 }

@@ -482,9 +482,11 @@ fn strings_sequences_and_maps_go_in_and_come_out_as_files() {
 }
 
 /// The kind of each step the CPU EP ran for `model` (`tests/models/<model>.onnx` on its saved
-/// inputs, `inputs`), with how many times, from its `EPX_CPU_PROFILE` table; `level` forces
-/// a kernel level.
+/// inputs, `inputs`), with how many times, from `epx run --profile-json`; `level` forces a
+/// kernel level.
 fn step_kinds(model: &str, inputs: &[&str], level: Option<&str>) -> Vec<(String, u32)> {
+    let dir = epx_tests::TempDir::new("step-kinds").expect("temp dir");
+    let json = dir.path().join("profile.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_epx"));
     cmd.args(["run", &format!("tests/models/{model}.onnx")]);
     for name in inputs {
@@ -493,25 +495,72 @@ fn step_kinds(model: &str, inputs: &[&str], level: Option<&str>) -> Vec<(String,
             &format!("{name}=tests/models/{model}.input.{name}.npy"),
         ]);
     }
+    cmd.arg("--profile-json").arg(&json);
     cmd.current_dir(repo())
         .env_remove("EPX_PLUGIN_PATH")
         .env_remove("RUST_LOG")
-        .env("EPX_CPU_PROFILE", "1");
+        .env_remove("EPX_CPU_PROFILE");
     match level {
         Some(l) => cmd.env("EPX_CPU_KERNELS", l),
         None => cmd.env_remove("EPX_CPU_KERNELS"),
     };
     let out = cmd.output().expect("run epx");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // `    0.12 ms   3.4%      1x  QLinearConv`: the kind of each step that ran.
-    text(&out.stderr)
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let count = it.nth(3)?.strip_suffix('x')?.parse().ok()?;
-            Some((it.collect::<Vec<_>>().join(" "), count))
-        })
-        .collect()
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("profile written")).expect("JSON");
+    let mut kinds: Vec<(String, u32)> = Vec::new();
+    for k in profile["kernels"].as_array().expect("kernels") {
+        assert_eq!(k["provider"], "cpu", "{k}");
+        for part in k["parts"].as_array().expect("parts") {
+            let op = part["op"].as_str().expect("op").to_string();
+            let calls = part["calls"].as_u64().expect("calls") as u32;
+            match kinds.iter_mut().find(|(o, _)| *o == op) {
+                Some((_, c)) => *c += calls,
+                None => kinds.push((op, calls)),
+            }
+        }
+    }
+    kinds
+}
+
+/// `epx run --profile` prints the time by op, the slowest nodes and the passes that changed
+/// the graph, of the `--repeat` runs (the warm-up run left out); `--profile-json` writes the
+/// same as JSON.
+#[test]
+fn run_profile_prints_where_the_time_went_and_what_the_passes_did() {
+    let dir = epx_tests::TempDir::new("profile").expect("temp dir");
+    let json = dir.path().join("p.json");
+    let json_arg = json.to_str().expect("utf-8 path");
+    let out = epx(&[
+        "run",
+        "examples/models/mnist-cnn.onnx",
+        "--repeat",
+        "4",
+        "--profile",
+        "--profile-json",
+        json_arg,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for want in [
+        "profile: 4 runs, ",
+        "\nby op:\n",
+        "cpu          Conv+Relu\n",
+        "\nslowest nodes:\n",
+        "cpu          Conv+Relu            conv1 (fused Relu)\n",
+        "\ncompile passes that changed the graph:\n  cpu#0 (11 nodes):\n",
+        "    fold_batch_norm      11 -> 10 steps\n",
+    ] {
+        assert!(stdout.contains(want), "{want:?} in\n{stdout}");
+    }
+    let p: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("written")).expect("JSON");
+    assert_eq!(p["runs"], 4);
+    let parts = p["kernels"][0]["parts"].as_array().expect("parts");
+    assert!(parts.iter().all(|s| s["calls"] == 4), "{parts:?}");
+    // A session made without --profile has none to print.
+    let plain = epx(&["run", "examples/models/mnist-cnn.onnx"]);
+    assert!(!text(&plain.stdout).contains("profile:"));
 }
 
 /// How many times steps of kind `k` ran, from [`step_kinds`].
@@ -711,7 +760,7 @@ fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
 fn adversarial_plugin() -> epx_tests::TempDir {
     let dir = epx_tests::TempDir::new("cli-adversarial").expect("temp dir");
     let file = epx_tests::library_file_name("epx_fixture_adversarial");
-    let manifest = epx_tests::manifest("adversarial", "1.6", &["adversarial"], &file);
+    let manifest = epx_tests::manifest("adversarial", "1.7", &["adversarial"], &file);
     dir.add_plugin(
         "adversarial",
         &epx_tests::fixture_library("adversarial"),

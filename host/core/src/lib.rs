@@ -53,6 +53,7 @@ pub use model::{ir, onnx};
 pub use plugin::Device;
 pub use plugin::probe::LoadProbe;
 pub use session::placement::{self, PlacementReport};
+pub use session::profile::{self, Profile};
 pub use session::{
     BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
     ProviderDevice, Selection, SelectionFn, SelectionInput, SelectionPolicy, Session,

@@ -136,7 +136,7 @@ class _Options:
                  max_tensor_bytes: Optional[int] = None, isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
                                                     Sequence[str]]] = None,
-                 kernel_cache: bool = True):
+                 kernel_cache: bool = True, profile: bool = False):
         self._lib = lib
         self._select = None
         self.policy_error: Optional[BaseException] = None
@@ -161,6 +161,8 @@ class _Options:
                 lib.check(lib.epx_session_options_set_isolated(self.ptr, True))
             if not kernel_cache:
                 lib.check(lib.epx_session_options_set_kernel_cache(self.ptr, False))
+            if profile:
+                lib.check(lib.epx_session_options_set_profiling(self.ptr, True))
             if isinstance(policy, str):
                 lib.check(lib.epx_session_options_set_selection_policy(self.ptr,
                                                                        _capi.text(policy)))
@@ -349,7 +351,8 @@ class Session:
     compiles every kernel afresh instead of rebuilding kernels of EPs that store them (ABI 1.6,
     e.g. OpenVINO) from the cache folder (`EPX_CACHE_DIR`, else `$XDG_CACHE_HOME/epx`, else
     `~/.cache/epx`); the placement's
-    `kernel_cache` says what happened per kernel.
+    `kernel_cache` says what happened per kernel. With `profile`, runs are timed per kernel,
+    copy and node (where the EP records its kernels' parts): read it with `profile()`.
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
@@ -359,12 +362,12 @@ class Session:
                  isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
                                                     Sequence[str]]] = None,
-                 kernel_cache: bool = True):
+                 kernel_cache: bool = True, profile: bool = False):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
         opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
-                        max_tensor_bytes, isolate, policy, kernel_cache)
+                        max_tensor_bytes, isolate, policy, kernel_cache, profile)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)
@@ -434,6 +437,15 @@ class Session:
         nodes that fell back to the CPU EP and the EPs skipped, with reasons: plain data."""
         return json.loads(self._lib.json_of(self._lib.epx_session_placement_json,
                                             self._handle()))
+
+    def profile(self, restart: bool = False) -> Dict[str, Any]:
+        """Where the runs so far spent their time (a session made with `profile=True`): `runs`,
+        `run_ns`, per kernel its `provider`, `calls`, `ns`, its `parts` (per node or fused node:
+        `name`, `op`, `calls`, `ns`) and the EP's compile `passes` (`name`, `changed`, `note`),
+        and the `copies`. With `restart`, the profile then starts again from zero."""
+        lib = self._lib
+        return json.loads(lib.take_string(
+            lib.out(lib.epx_session_profile_json, self._handle(), restart)))
 
     def run(self, feeds: Mapping[str, Any],
             output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:

@@ -64,6 +64,25 @@ def test_a_session_from_a_path_runs_and_describes_itself():
     json.dumps(placement)  # plain data
 
 
+def test_a_profiling_session_says_where_the_time_went_and_restarts_from_zero():
+    s = epx.Session(example("mnist-cnn.onnx"), profile=True, intra_op_threads=1)
+    image = np.load(example("mnist-cnn.input.image.npy"))
+    for _ in range(3):
+        s.run({"image": image})
+    p = s.profile(restart=True)
+    assert p["runs"] == 3 and p["run_ns"] > 0
+    [k] = p["kernels"]
+    assert k["provider"] == "cpu" and k["calls"] == 3 and k["whole"] is None
+    assert {part["op"] for part in k["parts"]} >= {"Conv+Relu", "MaxPool", "Gemm"}
+    assert all(part["calls"] == 3 for part in k["parts"])
+    assert sum(part["ns"] for part in k["parts"]) <= k["ns"]
+    assert any(n["name"] == "fold_batch_norm" and n["changed"] == 1 for n in k["passes"])
+    assert s.profile()["runs"] == 0
+    plain = epx.Session(example("mnist-cnn.onnx"))
+    with pytest.raises(epx.EpxError, match="made without profiling"):
+        plain.profile()
+
+
 def test_a_session_from_bytes_with_threads_and_strict_placement():
     with open(example("mlp-int.onnx"), "rb") as f:
         s = epx.Session(f.read(), strict=True, intra_op_threads=1)
@@ -152,7 +171,7 @@ def _adversarial_plugins(tmp_path):
     (plugin / "plugin.toml").write_text(textwrap.dedent(f"""\
         name = "adversarial"
         version = "0.1.0"
-        abi = "1.6"
+        abi = "1.7"
         providers = ["adversarial"]
 
         [library]

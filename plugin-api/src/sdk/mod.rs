@@ -9,6 +9,7 @@
 mod graph;
 mod location;
 mod options;
+mod profile;
 mod tensor;
 pub mod testing;
 mod value;
@@ -23,6 +24,7 @@ pub use crate::status::{
 pub use graph::{Attribute, GraphView, KernelContext, NodeView, SubgraphView, ValueView};
 pub use location::{library_folder_of, library_path_of};
 pub use options::ProviderOptions;
+pub use profile::{KernelProfile, PassNote, ProfilePart};
 pub use tensor::{Element, TensorView};
 pub use value::{OwnedValue, STRING_DTYPE, StringTensorView, ValueRef, is_string_dtype};
 
@@ -181,6 +183,20 @@ pub trait Kernel: Send + Sync + 'static {
     /// [caches kernels](Provider::caches_kernels); `Ok(None)` when this one cannot be stored.
     fn serialize(&self) -> Result<Option<Vec<u8>>> {
         Ok(None)
+    }
+    /// (ABI 1.7) Starts recording where runs spend their time, part by part, from zero again
+    /// if it was recording. The default records nothing: the host then times the kernel as a
+    /// whole. A kernel that overrides this also overrides [`Self::profile`].
+    fn profile_start(&self) -> Result<()> {
+        Err(Error::not_implemented(
+            "this kernel does not record its parts",
+        ))
+    }
+    /// (ABI 1.7) What was recorded since [`Self::profile_start`], and what compiling did.
+    fn profile(&self) -> Result<KernelProfile> {
+        Err(Error::not_implemented(
+            "this kernel does not record its parts",
+        ))
     }
 }
 
@@ -538,6 +554,8 @@ unsafe extern "C" fn factory_create(
             release: Some(provider_release),
             kernel_serialize: caches.then_some(provider_kernel_serialize as _),
             kernel_deserialize: caches.then_some(provider_kernel_deserialize as _),
+            kernel_profile_start: Some(provider_kernel_profile_start),
+            kernel_profile_read: Some(provider_kernel_profile_read),
         });
         // SAFETY: `out` checked non-null.
         unsafe { *out = Box::into_raw(boxed) };
@@ -673,25 +691,74 @@ unsafe extern "C" fn provider_kernel_serialize(
         }
         // SAFETY: host contract: `kernel` is one this provider compiled (made by `raw_kernel`),
         // alive for the call.
-        let kernel = unsafe { &**(*kernel).state.cast::<Box<dyn Kernel>>() };
-        let bytes = kernel
+        let bytes = unsafe { kernel_of(kernel, "kernel_serialize") }?
             .serialize()?
             .ok_or_else(|| Error::not_implemented("this kernel cannot be stored"))?;
-        let mut bytes = Box::new(bytes.into_boxed_slice());
-        // SAFETY: `out` checked non-null; the bytes live until `release_buffer`.
-        unsafe {
-            (*out).data = bytes.as_mut_ptr();
-            (*out).len = bytes.len();
-            (*out).release = Some(release_buffer);
-            (*out).private_data = Box::into_raw(bytes).cast::<c_void>();
-        }
+        // SAFETY: `out` checked non-null.
+        unsafe { fill_buffer(out, bytes) };
         Ok::<(), Error>(())
     })
 }
 
+/// # Safety
+/// `kernel` is NULL or a kernel made by `raw_kernel`, alive for the call.
+unsafe fn kernel_of<'a>(kernel: *const EpxKernel, call: &str) -> Result<&'a dyn Kernel> {
+    if kernel.is_null() {
+        return Err(Error::invalid_argument(format!("{call}: NULL kernel")));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { &**(*kernel).state.cast::<Box<dyn Kernel>>() })
+}
+
+unsafe extern "C" fn provider_kernel_profile_start(
+    _state: *mut c_void,
+    kernel: *const EpxKernel,
+) -> *mut EpxStatus {
+    crate::ffi_boundary!({
+        // SAFETY: host contract: `kernel` is one this provider compiled, alive for the call.
+        unsafe { kernel_of(kernel, "kernel_profile_start") }?.profile_start()
+    })
+}
+
+unsafe extern "C" fn provider_kernel_profile_read(
+    _state: *mut c_void,
+    kernel: *const EpxKernel,
+    out: *mut EpxBuffer,
+) -> *mut EpxStatus {
+    crate::ffi_boundary!({
+        if out.is_null() {
+            return Err(Error::invalid_argument(
+                "kernel_profile_read: NULL out-pointer",
+            ));
+        }
+        // SAFETY: host contract: `kernel` is one this provider compiled, alive for the call.
+        let json = unsafe { kernel_of(kernel, "kernel_profile_read") }?
+            .profile()?
+            .to_json();
+        // SAFETY: `out` checked non-null.
+        unsafe { fill_buffer(out, json.into_bytes()) };
+        Ok::<(), Error>(())
+    })
+}
+
+/// Hands `bytes` over in `out`; the host frees them with `release_buffer`.
+///
+/// # Safety
+/// `out` is a valid buffer struct.
+unsafe fn fill_buffer(out: *mut EpxBuffer, bytes: Vec<u8>) {
+    let mut bytes = Box::new(bytes.into_boxed_slice());
+    // SAFETY: the caller's contract; the bytes live until `release_buffer`.
+    unsafe {
+        (*out).data = bytes.as_mut_ptr();
+        (*out).len = bytes.len();
+        (*out).release = Some(release_buffer);
+        (*out).private_data = Box::into_raw(bytes).cast::<c_void>();
+    }
+}
+
 unsafe extern "C" fn release_buffer(buffer: *mut EpxBuffer) {
     crate::ffi_boundary!({
-        // SAFETY: the host calls this once on the buffer `provider_kernel_serialize` filled.
+        // SAFETY: the host calls this once on a buffer `fill_buffer` filled.
         unsafe {
             if !buffer.is_null() && !(*buffer).private_data.is_null() {
                 drop(Box::from_raw((*buffer).private_data.cast::<Box<[u8]>>()));

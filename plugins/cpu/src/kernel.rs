@@ -267,6 +267,21 @@ pub trait OpKernel: Send + Sync {
         let _ = inputs;
         None
     }
+
+    /// The programs a control-flow kernel runs (If's branches, a Loop's or Scan's body), by
+    /// attribute name, for the profiler. None for every other kernel (the default).
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        Vec::new()
+    }
+}
+
+/// A program nested in a kernel, as the profiler sees it.
+pub trait Body {
+    /// Starts recording its steps from zero (and theirs, nested deeper).
+    fn profile_start(&self);
+    /// Appends what its steps recorded, named `prefix` + the step's label, nested steps after
+    /// the step that holds them; returns the nanoseconds its steps took, all together.
+    fn profile_parts(&self, prefix: &str, out: &mut Vec<epx_plugin_api::sdk::ProfilePart>) -> u64;
 }
 
 /// A kernel made from a closure.

@@ -355,6 +355,15 @@ impl Kernel for CpuKernel {
         outputs.into_iter().for_each(Tensor::recycle);
         Ok(())
     }
+
+    fn profile_start(&self) -> sdk::Result<()> {
+        self.program.profile_start();
+        Ok(())
+    }
+
+    fn profile(&self) -> sdk::Result<sdk::KernelProfile> {
+        Ok(self.program.profile())
+    }
 }
 
 /// A host value in the CPU EP's form (a copy).

@@ -29,5 +29,5 @@ pub use admit::{AdmissionReport, admit};
 pub(crate) use host_api::AbiGraph;
 pub use library::{Device, PluginLibrary, ProviderDescription};
 pub(crate) use provider::Declined;
-pub use provider::{CompiledKernel, ProviderInstance};
+pub use provider::{CompiledKernel, KernelDetail, PartDetail, PassDetail, ProviderInstance};
 pub use refusal::Refusal;

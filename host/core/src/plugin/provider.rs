@@ -656,6 +656,146 @@ impl ProviderInstance {
     }
 }
 
+/// The most bytes of profile JSON the host reads from a kernel.
+const MAX_PROFILE_BYTES: usize = 64 << 20;
+
+/// The most parts and pass notes the host keeps from one kernel's profile.
+const MAX_PROFILE_ENTRIES: usize = 1 << 20;
+
+/// A kernel's own profile (ABI 1.7), as the host read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct KernelDetail {
+    #[serde(default)]
+    pub parts: Vec<PartDetail>,
+    #[serde(default)]
+    pub passes: Vec<PassDetail>,
+}
+
+/// One part of a kernel (a node, or nodes the EP runs as one) and the time it took.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct PartDetail {
+    pub name: String,
+    pub op: String,
+    pub calls: u64,
+    pub ns: u64,
+}
+
+/// What one of the EP's compile passes did to the kernel's nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct PassDetail {
+    pub name: String,
+    #[serde(default)]
+    pub changed: u64,
+    #[serde(default)]
+    pub note: String,
+}
+
+impl ProviderInstance {
+    /// The plugin's (ABI 1.7) profiling functions, when it has both.
+    fn profile_fns(&self) -> Option<(KernelProfileStartFn, KernelSerializeFn)> {
+        let Backend::Local(raw) = self.backend else {
+            return None;
+        };
+        // SAFETY: validated provider; the fields are read only where its size covers them.
+        unsafe {
+            if (*raw).struct_size < EPX_PROVIDER_SIZE_1_7 {
+                return None;
+            }
+            Some(((*raw).kernel_profile_start?, (*raw).kernel_profile_read?))
+        }
+    }
+}
+
+impl CompiledKernel {
+    /// Asks the EP to record this kernel's parts from now on. `Ok(Err(why))` when it does not:
+    /// an EP of an older ABI, one in a child process, or one that says it does not record.
+    pub(crate) fn profile_start(&self) -> Result<std::result::Result<(), String>> {
+        let name = self.provider.name();
+        if self.provider.is_isolated() {
+            return Ok(Err(
+                "runs in a child process: its kernels are timed whole".into()
+            ));
+        }
+        let (Some((start, _)), KernelBackend::Local(k), Backend::Local(raw)) = (
+            self.provider.profile_fns(),
+            &self.kernel,
+            &self.provider.backend,
+        ) else {
+            return Ok(Err(
+                "its plugin does not record parts (ABI 1.7): its kernels are timed whole".into(),
+            ));
+        };
+        // SAFETY: a kernel this provider made, alive for the call.
+        let status = unsafe { start((**raw).state, *k) };
+        // SAFETY: plugin status.
+        match unsafe { take_status(status) } {
+            Ok(()) => Ok(Ok(())),
+            Err(e) if e.code == EpxStatusCode::NotImplemented => {
+                Ok(Err(format!("{}: its kernels are timed whole", e.message)))
+            }
+            Err(e) => Err(provider_error(name, "kernel_profile_start", e)),
+        }
+    }
+
+    /// What the EP recorded since [`Self::profile_start`], checked: JSON of the documented
+    /// form, at most [`MAX_PROFILE_BYTES`].
+    pub(crate) fn profile_read(&self) -> Result<KernelDetail> {
+        let name = self.provider.name();
+        let (Some((_, read)), KernelBackend::Local(k), Backend::Local(raw)) = (
+            self.provider.profile_fns(),
+            &self.kernel,
+            &self.provider.backend,
+        ) else {
+            return Err(nonsense(
+                name,
+                "kernel_profile_read",
+                "the EP does not record parts".into(),
+            ));
+        };
+        let mut buf = EpxBuffer::empty();
+        // SAFETY: a kernel this provider made, alive for the call; `buf` is a valid out-struct.
+        let status = unsafe { read((**raw).state, *k, &mut buf) };
+        // SAFETY: plugin status.
+        let result = match unsafe { take_status(status) } {
+            Ok(()) if buf.len > MAX_PROFILE_BYTES => Err(format!(
+                "returned {} bytes, more than the {MAX_PROFILE_BYTES} a profile may hold",
+                buf.len
+            )),
+            Ok(()) if buf.data.is_null() => Err("returned no bytes".into()),
+            Ok(()) => {
+                // SAFETY: the plugin wrote `len` bytes at `data`, valid until `release`.
+                parse_profile(unsafe { std::slice::from_raw_parts(buf.data, buf.len) })
+            }
+            Err(e) => {
+                if let Some(release) = buf.release {
+                    // SAFETY: the plugin's release for the buffer it filled, called once.
+                    unsafe { release(&mut buf) };
+                }
+                return Err(provider_error(name, "kernel_profile_read", e));
+            }
+        };
+        if let Some(release) = buf.release {
+            // SAFETY: the plugin's release for the buffer it filled, called once.
+            unsafe { release(&mut buf) };
+        }
+        result.map_err(|m| nonsense(name, "kernel_profile_read", m))
+    }
+}
+
+/// A kernel's profile from the JSON its EP wrote, or what is wrong with it.
+fn parse_profile(bytes: &[u8]) -> std::result::Result<KernelDetail, String> {
+    let d: KernelDetail = serde_json::from_slice(bytes)
+        .map_err(|e| format!("returned a profile that is not of the documented form: {e}"))?;
+    if d.parts.len() + d.passes.len() > MAX_PROFILE_ENTRIES {
+        return Err(format!(
+            "returned more than {MAX_PROFILE_ENTRIES} parts and pass notes"
+        ));
+    }
+    Ok(d)
+}
+
+type KernelProfileStartFn = unsafe extern "C" fn(*mut c_void, *const EpxKernel) -> *mut EpxStatus;
+
 type KernelSerializeFn =
     unsafe extern "C" fn(*mut c_void, *const EpxKernel, *mut EpxBuffer) -> *mut EpxStatus;
 type KernelDeserializeFn = unsafe extern "C" fn(
@@ -905,5 +1045,35 @@ impl DeviceMemory for ProviderInstance {
     }
     fn copy_to_host(&self, src: &DLTensor, dst: &mut DLTensor) -> Result<()> {
         ProviderInstance::copy_to_host(self, src, dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_of_the_documented_form_is_read_and_anything_else_is_refused() {
+        let d = parse_profile(
+            br#"{"parts":[{"name":"n","op":"Relu","calls":2,"ns":50}],"passes":[{"name":"p"}]}"#,
+        )
+        .expect("documented form");
+        assert_eq!(d.parts[0].calls, 2);
+        assert_eq!(d.passes[0].note, "");
+        // Members may be left out; unknown ones are ignored (a newer EP may add some).
+        assert_eq!(parse_profile(b"{\"extra\":1}"), Ok(KernelDetail::default()));
+        for bad in [
+            &b"not json"[..],
+            br#"{"parts":[{"name":"n","op":"Relu","calls":-1,"ns":0}]}"#,
+            br#"{"parts":[{"name":"n"}]}"#,
+            br#"{"parts":"all"}"#,
+            b"\xff\xfe",
+        ] {
+            let e = parse_profile(bad).expect_err("refused");
+            assert!(
+                e.starts_with("returned a profile that is not of the documented form"),
+                "{e}"
+            );
+        }
     }
 }

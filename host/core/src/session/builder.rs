@@ -21,6 +21,7 @@ pub struct SessionBuilder {
     max_tensor_bytes: Option<u64>,
     policy: Option<super::SelectionPolicy>,
     kernel_cache: bool,
+    profiling: bool,
 }
 
 impl Session {
@@ -34,6 +35,7 @@ impl Session {
             max_tensor_bytes: None,
             policy: None,
             kernel_cache: true,
+            profiling: false,
         })
     }
 }
@@ -60,6 +62,14 @@ impl SessionBuilder {
     /// compiled, and new ones stored there. The placement report says what happened per kernel.
     pub fn with_kernel_cache(mut self, enabled: bool) -> Self {
         self.kernel_cache = enabled;
+        self
+    }
+
+    /// Profiling (default: off): the session times each kernel and copy of every run, and EPs
+    /// that record their kernels' parts (ABI 1.7; the CPU EP does) the time of each node and what
+    /// their compile passes did. Read it with [`Session::profile`].
+    pub fn with_profiling(mut self, enabled: bool) -> Self {
+        self.profiling = enabled;
         self
     }
 
@@ -157,6 +167,7 @@ impl SessionBuilder {
                     intra_op_threads: self.intra_op_threads,
                     selection,
                     kernel_cache: self.kernel_cache,
+                    profiling: self.profiling,
                 },
                 model,
             )

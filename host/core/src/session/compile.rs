@@ -15,6 +15,7 @@ use super::placement::{
     Selection, SkippedProvider,
 };
 use super::plan::{self, Action, Plan, Source, Space};
+use super::profile::Profiler;
 use super::request::ExecutionProvider;
 use crate::error::{Error, Result};
 use crate::model::ir::{Dim, Graph, Model, ValueId};
@@ -32,6 +33,8 @@ pub(crate) struct Request {
     pub(crate) selection: Option<Selection>,
     /// Whether the environment's kernel cache is used.
     pub(crate) kernel_cache: bool,
+    /// Whether runs are profiled ([`super::SessionBuilder::with_profiling`]).
+    pub(crate) profiling: bool,
 }
 
 /// The pipeline.
@@ -81,6 +84,10 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         .map(|_| AtomicU64::new(u64::MAX))
         .collect();
     release_initializer_data(&mut model.graph);
+    let profiler = request
+        .profiling
+        .then(|| start_profiling(&kernels, plan.copies.len()))
+        .transpose()?;
     Ok(Session {
         model: Arc::new(model),
         providers,
@@ -90,7 +97,18 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
         placement,
         node_provider,
         max_tensor_bytes: None,
+        profiler,
     })
+}
+
+/// A profiler for a session of `kernels` and `copies`, each kernel's EP asked to record its
+/// parts (those that cannot are timed whole, and the profile says why).
+fn start_profiling(kernels: &[Kernel], copies: usize) -> Result<Profiler> {
+    let mut p = Profiler::new(kernels.len(), copies);
+    for (k, whole) in kernels.iter().zip(&mut p.whole) {
+        *whole = k.compiled.profile_start()?.err();
+    }
+    Ok(p)
 }
 
 /// Last step: drops the data of the initializers the kernels copied at compile time (the ABI's
@@ -882,6 +900,7 @@ mod tests {
             intra_op_threads: Some(1),
             selection: None,
             kernel_cache: true,
+            profiling: false,
         };
         compile(env, request, loaded).expect("compiles")
     }

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::partition::Group;
 use super::placement::PlacementReport;
 use super::plan::Plan;
+use super::profile::{CopyProfile, KernelProfile, Profile, Profiler};
+use crate::error::{Error, Result};
 use crate::model::ir::{Dim, Model, ValueId, ValueType};
 use crate::plugin::{CompiledKernel, ProviderInstance};
 use crate::value::ElementType;
@@ -24,6 +26,8 @@ pub struct Session {
     pub(super) node_provider: Vec<usize>,
     /// This session's tensor limit ([`SessionBuilder::with_max_tensor_bytes`](super::SessionBuilder::with_max_tensor_bytes)).
     pub(super) max_tensor_bytes: Option<u64>,
+    /// What runs record, when the session profiles ([`super::SessionBuilder::with_profiling`]).
+    pub(super) profiler: Option<Profiler>,
 }
 
 /// A graph input or output as the session sees it.
@@ -121,6 +125,86 @@ impl Session {
             c.last_run_bytes = (b != u64::MAX).then_some(b);
         }
         report
+    }
+
+    /// Where the runs since the session was made spent their time: per kernel and copy, per
+    /// node where the EP records its kernels' parts, and what each EP's compile passes did.
+    /// An error unless the session was made [with profiling](super::SessionBuilder::with_profiling).
+    pub fn profile(&self) -> Result<Profile> {
+        let p = self.profiler.as_ref().ok_or_else(|| {
+            Error::InvalidInput(
+                "this session was made without profiling: make it with profiling on \
+                 (SessionBuilder::with_profiling, `epx run --profile`) to read a profile"
+                    .into(),
+            )
+        })?;
+        self.read_profile(p)
+    }
+
+    /// Starts the profile again from zero (after warm-up runs, say). An error unless the
+    /// session profiles.
+    pub fn restart_profile(&self) -> Result<()> {
+        let p = self.profiler.as_ref().ok_or_else(|| {
+            Error::InvalidInput(
+                "this session was made without profiling: nothing to restart".into(),
+            )
+        })?;
+        p.reset();
+        for (k, whole) in self.kernels.iter().zip(&p.whole) {
+            if whole.is_none() {
+                k.compiled.profile_start()?.map_err(Error::Run)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_profile(&self, p: &Profiler) -> Result<Profile> {
+        let (runs, run_ns) = p.runs.read();
+        let mut kernels = Vec::with_capacity(self.kernels.len());
+        for (i, k) in self.kernels.iter().enumerate() {
+            let (calls, ns) = p.kernels[i].read();
+            let detail = match &p.whole[i] {
+                None => k.compiled.profile_read()?,
+                Some(_) => Default::default(),
+            };
+            kernels.push(KernelProfile {
+                kernel: self
+                    .placement
+                    .groups
+                    .get(i)
+                    .map_or_else(|| format!("#{i}"), |g| g.kernel.clone()),
+                provider: k.compiled.provider().name().to_string(),
+                nodes: k.group.nodes.len(),
+                calls,
+                ns,
+                parts: detail.parts,
+                passes: detail.passes,
+                whole: p.whole[i].clone(),
+            });
+        }
+        let space = |s: Option<usize>| s.map_or("host", |p| self.providers[p].name()).to_string();
+        let copies = self
+            .plan
+            .copies
+            .iter()
+            .zip(&p.copies)
+            .map(|(c, counter)| {
+                let (calls, ns) = counter.read();
+                CopyProfile {
+                    value: self.model.graph.values[c.value].name.clone(),
+                    from: space(c.from),
+                    to: space(c.to),
+                    calls,
+                    ns,
+                }
+            })
+            .collect();
+        Ok(Profile {
+            runs,
+            run_ns,
+            kernels,
+            copies,
+        })
     }
 
     /// The graph's data edges as (producer node, consumer node, value name), for pictures.

@@ -15,6 +15,7 @@ mod kernel_cache;
 pub mod partition;
 pub mod placement;
 pub mod plan;
+pub mod profile;
 pub mod request;
 mod run;
 mod select;
@@ -25,6 +26,7 @@ pub use environment::{
     BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ProviderDevice,
 };
 pub use placement::{PlacementReport, Selection};
+pub use profile::Profile;
 pub use request::ExecutionProvider;
 pub use run::SessionOutputs;
 pub use select::{SelectionFn, SelectionInput, SelectionPolicy};

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use epx_plugin_api::abi::EpxStatusCode;
 
@@ -89,7 +90,12 @@ impl Session {
         &self,
         inputs: impl IntoIterator<Item = (S, V)>,
     ) -> Result<SessionOutputs> {
-        self.within_limits(|| self.run_unscoped(inputs))
+        let start = Instant::now();
+        let out = self.within_limits(|| self.run_unscoped(inputs));
+        if let Some(p) = &self.profiler {
+            p.runs.add(start);
+        }
+        out
     }
 
     /// Runs `f` under this session's tensor limit ([`SessionBuilder::with_max_tensor_bytes`];
@@ -134,6 +140,7 @@ impl Session {
             )));
         }
         for (ai, action) in self.plan.actions.iter().enumerate() {
+            let started = self.profiler.as_ref().map(|_| Instant::now());
             match *action {
                 Action::Kernel(k) => {
                     let kernel = &self.kernels[k];
@@ -157,6 +164,9 @@ impl Session {
                         }
                         kernel.compiled.execute(&args)?
                     };
+                    if let (Some(p), Some(t)) = (&self.profiler, started) {
+                        p.kernels[k].add(t);
+                    }
                     for (i, (&v, out)) in kernel.group.outputs.iter().zip(outputs).enumerate() {
                         self.check_output(kernel, i, v, &out)?;
                         homes[v] = Some(out);
@@ -184,6 +194,9 @@ impl Session {
                         }
                     };
                     self.copy_bytes[c].store(moved.byte_len() as u64, Ordering::Relaxed);
+                    if let (Some(p), Some(t)) = (&self.profiler, started) {
+                        p.copies[c].add(t);
+                    }
                     copies[c] = Some(moved);
                 }
             }

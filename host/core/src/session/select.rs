@@ -347,6 +347,7 @@ mod measure {
             intra_op_threads: None,
             selection: None,
             kernel_cache: true,
+            profiling: false,
         };
         let session: Session = compile::compile(env, request, model.clone())?;
         let mut inputs = Vec::new();

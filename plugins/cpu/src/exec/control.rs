@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use epx_plugin_api::sdk::{self, Error, GraphView, NodeView};
 use ndarray::Axis;
 
-use crate::kernel::{NodeDef, OpKernel};
+use crate::kernel::{Body, NodeDef, OpKernel};
 
 use crate::error::{OpError, OpResult};
 use crate::exec::passes::CompileOptions;
@@ -313,6 +313,10 @@ struct SequenceMap {
 }
 
 impl OpKernel for SequenceMap {
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        vec![("body", &self.body)]
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let err = |m: String| OpError(format!("SequenceMap `{}`: {m}", self.label));
         let explicit = present(inputs, 0..self.explicit, "SequenceMap", &self.label)?;
@@ -366,6 +370,13 @@ struct If {
 }
 
 impl OpKernel for If {
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        vec![
+            ("then_branch", &self.then_branch),
+            ("else_branch", &self.else_branch),
+        ]
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let cond = inputs
             .first()
@@ -389,6 +400,10 @@ struct Loop {
 }
 
 impl OpKernel for Loop {
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        vec![("body", &self.body)]
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let max = match inputs.first().and_then(Option::as_ref) {
             Some(t) => Some(count(t, "Loop trip count M")?),
@@ -496,6 +511,10 @@ fn pad_to(t: Tensor, axis: usize, len: usize) -> OpResult<Tensor> {
 }
 
 impl OpKernel for BatchedScan {
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        vec![("body", &self.0.body)]
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let scan = &self.0;
         let err = |m: String| OpError(format!("Scan `{}`: {m}", scan.label));
@@ -561,6 +580,10 @@ impl OpKernel for BatchedScan {
 }
 
 impl OpKernel for Scan {
+    fn bodies(&self) -> Vec<(&'static str, &dyn Body)> {
+        vec![("body", &self.body)]
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let get = |i: usize| {
             inputs

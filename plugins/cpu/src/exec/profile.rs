@@ -2,6 +2,7 @@
 //! summed over the process and printed to stderr at exit. For finding where a model's time goes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -73,5 +74,31 @@ impl Drop for Timer<'_> {
                 e.1 += d;
             }
         }
+    }
+}
+
+/// Adds one call and the time until it is dropped to a step's counters (the profile a session
+/// asks for, [`crate::exec::program::Program::profile_start`]).
+pub(crate) struct Count<'a> {
+    calls: &'a AtomicU64,
+    ns: &'a AtomicU64,
+    start: Instant,
+}
+
+impl<'a> Count<'a> {
+    pub(crate) fn start(calls: &'a AtomicU64, ns: &'a AtomicU64) -> Self {
+        Count {
+            calls,
+            ns,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Count<'_> {
+    fn drop(&mut self) {
+        let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.ns.fetch_add(ns, Ordering::Relaxed);
     }
 }

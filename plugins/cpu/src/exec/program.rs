@@ -4,6 +4,8 @@
 //! Compiling is the pipeline of named passes [`PASSES`] over a [`Draft`]; any pass that is not
 //! required can be turned off by name ([`compile_options`]).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use epx_plugin_api::sdk;
 
 use crate::error::OpError;
@@ -13,6 +15,7 @@ use crate::exec::passes::{
 };
 use crate::exec::profile;
 use crate::exec::step::{Source, Step};
+use crate::kernel::Body;
 use crate::tensor::{Tensor, TensorRef};
 
 /// The compile pipeline, in the order the passes run.
@@ -21,90 +24,105 @@ pub(crate) const PASSES: &[Pass] = &[
         name: "bind_inputs",
         required: true,
         fast_only: false,
+        changes: "",
         run: float16::bind_inputs,
     },
     Pass {
         name: "plan_qdq",
         required: false,
         fast_only: true,
+        changes: "",
         run: build::plan_qdq,
     },
     Pass {
         name: "build_steps",
         required: true,
         fast_only: false,
+        changes: "",
         run: build::build_steps,
     },
     Pass {
         name: "fold_batch_norm",
         required: false,
         fast_only: true,
+        changes: "",
         run: batch_norm::fold_batch_norm,
     },
     Pass {
         name: "elide_casts",
         required: false,
         fast_only: false,
+        changes: "",
         run: casts::elide_casts,
     },
     Pass {
         name: "elide_identities",
         required: false,
         fast_only: false,
+        changes: "",
         run: casts::elide_identities,
     },
     Pass {
         name: "fold_constants",
         required: false,
         fast_only: false,
+        changes: "",
         run: constants::fold_constants,
     },
     Pass {
         name: "build_control_flow",
         required: true,
         fast_only: false,
+        changes: "",
         run: build::build_control_flow,
     },
     Pass {
         name: "bind_outputs",
         required: true,
         fast_only: false,
+        changes: "",
         run: outputs::bind_outputs,
     },
     Pass {
         name: "prepare_kernels",
         required: false,
         fast_only: false,
+        changes: "",
         run: prepare::prepare_kernels,
     },
     Pass {
         name: "fuse_matmul_add",
         required: false,
         fast_only: true,
+        changes: "",
         run: matmul_add::fuse_matmul_add,
     },
     Pass {
         name: "fuse_chains",
         required: false,
         fast_only: true,
+        changes: "",
         run: fusion::fuse_chains,
     },
     Pass {
         name: "hoist_shape_reads",
         required: false,
         fast_only: false,
+        changes: "Shape/Size steps moved next to their input",
         run: liveness::hoist_shape_reads,
     },
     Pass {
         name: "plan_frees",
         required: false,
         fast_only: false,
+        changes: "",
         run: liveness::plan_frees,
     },
     Pass {
         name: "move_reshapes",
         required: false,
         fast_only: false,
+        changes: "reshapes that take their input's buffer",
         run: liveness::move_reshapes,
     },
 ];
@@ -149,12 +167,80 @@ pub fn compile_options(list: Option<&str>) -> Result<CompileOptions, String> {
     Ok(CompileOptions { disabled })
 }
 
+impl Body for Program {
+    fn profile_start(&self) {
+        for (st, c) in self.steps.iter().zip(&self.counters) {
+            c.calls.store(0, Ordering::Relaxed);
+            c.ns.store(0, Ordering::Relaxed);
+            for (_, body) in st.kernel.bodies() {
+                body.profile_start();
+            }
+        }
+        self.recording.store(true, Ordering::Relaxed);
+    }
+
+    fn profile_parts(&self, prefix: &str, out: &mut Vec<sdk::ProfilePart>) -> u64 {
+        let mut total = 0u64;
+        for (st, c) in self.steps.iter().zip(&self.counters) {
+            let ns = c.ns.load(Ordering::Relaxed);
+            total = total.saturating_add(ns);
+            let at = out.len();
+            out.push(sdk::ProfilePart {
+                name: format!("{prefix}{}", st.label),
+                op: st.kind.clone(),
+                calls: c.calls.load(Ordering::Relaxed),
+                ns,
+            });
+            let mut inside = 0u64;
+            for (attr, body) in st.kernel.bodies() {
+                let nested = format!("{prefix}{}/{attr}/", st.label);
+                inside = inside.saturating_add(body.profile_parts(&nested, out));
+            }
+            out[at].ns = ns.saturating_sub(inside);
+        }
+        total
+    }
+}
+
+/// What pass `pass` did: the steps it removed or added, and how many others it changed (what
+/// it counts in [`Draft::changed`]).
+fn pass_note(pass: &Pass, before: usize, after: usize, changed: usize) -> sdk::PassNote {
+    let plural = if after == 1 { "" } else { "s" };
+    let steps = if before == after {
+        format!("{after} step{plural}")
+    } else {
+        format!("{before} -> {after} step{plural}")
+    };
+    let note = match (changed, pass.changes) {
+        (0, _) | (_, "") => steps,
+        (n, what) => format!("{steps}; {n} {what}"),
+    };
+    sdk::PassNote {
+        name: pass.name.to_string(),
+        changed: (before.abs_diff(after) + changed) as u64,
+        note,
+    }
+}
+
+/// One step's calls and nanoseconds while profiling.
+#[derive(Default)]
+struct StepCounter {
+    calls: AtomicU64,
+    ns: AtomicU64,
+}
+
 /// Nodes compiled once, run many times.
 pub struct Program {
     pub(crate) steps: Vec<Step>,
     constants: Vec<Tensor>,
     num_slots: usize,
     outputs: Vec<Source>,
+    /// What each pass that ran did.
+    passes: Vec<sdk::PassNote>,
+    /// Whether runs record into `counters` ([`Self::profile_start`]).
+    recording: AtomicBool,
+    /// One per step.
+    counters: Box<[StepCounter]>,
 }
 
 impl Program {
@@ -172,12 +258,21 @@ impl Program {
     ) -> sdk::Result<Program> {
         let mut d = Draft::new(*graph, nodes, inputs, outputs, known, options)?;
         let fast = crate::fast::enabled();
+        let mut notes = Vec::new();
         for pass in PASSES {
             if pass.required || (options.runs(pass.name) && (fast || !pass.fast_only)) {
+                let before = d.steps.len();
+                d.changed = 0;
                 (pass.run)(&mut d)?;
+                // The passes that build the program are not what a profile reader asks about.
+                if !pass.required {
+                    notes.push(pass_note(pass, before, d.steps.len(), d.changed));
+                }
             }
         }
-        Ok(Program::finish(d))
+        let mut program = Program::finish(d);
+        program.passes = notes;
+        Ok(program)
     }
 
     /// The program of a finished draft, its slots numbered from 0 in the order steps write
@@ -207,11 +302,33 @@ impl Program {
                 renumber(s);
             }
         }
+        let counters = steps.iter().map(|_| StepCounter::default()).collect();
         Program {
             steps,
             constants: d.constants,
             num_slots: next,
             outputs,
+            passes: Vec::new(),
+            recording: AtomicBool::new(false),
+            counters,
+        }
+    }
+
+    /// Starts recording each step's calls and time, from zero, and those of the programs
+    /// nested in its control-flow steps ([`Self::profile`] reads them).
+    pub fn profile_start(&self) {
+        Body::profile_start(self);
+    }
+
+    /// Each step's calls and time since [`Self::profile_start`], and what the passes did. The
+    /// steps of a control-flow step's bodies follow it, named `<step>/<attribute>/<step>`; the
+    /// control-flow step's own time is then what it took outside them.
+    pub fn profile(&self) -> sdk::KernelProfile {
+        let mut parts = Vec::with_capacity(self.steps.len());
+        self.profile_parts("", &mut parts);
+        sdk::KernelProfile {
+            parts,
+            passes: self.passes.clone(),
         }
     }
 
@@ -313,8 +430,10 @@ impl Program {
     /// Runs the program; returns its outputs.
     pub fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
-        for step in &self.steps {
+        let recording = self.recording.load(Ordering::Relaxed);
+        for (step, counter) in self.steps.iter().zip(&self.counters) {
             let _timer = profile::Timer::start(&step.kind, &step.label);
+            let _count = recording.then(|| profile::Count::start(&counter.calls, &counter.ns));
             let failed = |e: OpError| OpError(format!("node `{}`: {e}", step.label));
             let mut moved = None;
             let results = {
@@ -424,6 +543,39 @@ mod tests {
         assert_eq!(run(&q, &x), [-3.0, -8.0]);
     }
 
+    /// A profile counts each step's runs from `profile_start` on (none before), and notes what
+    /// each optional pass did: the folded Neg, and the passes that found nothing to do.
+    #[test]
+    fn a_profile_counts_each_steps_runs_and_notes_what_the_passes_did() {
+        let (g, inputs, outputs) = graph();
+        let x = t(&[2], vec![3.0, 4.0]);
+        let all = CompileOptions::default();
+        let p = Program::compile(&g.view(), &[0, 1], &inputs, &outputs, &[], &all).unwrap();
+        run(&p, &x);
+        assert!(p.profile().parts.iter().all(|s| s.calls == 0 && s.ns == 0));
+        p.profile_start();
+        run(&p, &x);
+        run(&p, &x);
+        let profile = p.profile();
+        let parts: Vec<(&str, u64)> = profile
+            .parts
+            .iter()
+            .map(|s| (s.op.as_str(), s.calls))
+            .collect();
+        assert_eq!(parts, [("Mul", 2)]);
+        let note = |name: &str| {
+            let n = profile.passes.iter().find(|n| n.name == name).expect(name);
+            (n.changed, n.note.as_str())
+        };
+        assert_eq!(note("elide_casts"), (0, "2 steps"));
+        assert_eq!(note("fold_constants"), (1, "2 -> 1 step"));
+        assert_eq!(note("fuse_chains"), (0, "1 step"));
+        // The passes that build the program are not noted.
+        assert!(profile.passes.iter().all(|n| n.name != "build_steps"));
+        p.profile_start();
+        assert_eq!(p.profile().parts[0].calls, 0);
+    }
+
     /// A Reshape (or Squeeze, Flatten, Unsqueeze) that is its input's last reader takes the
     /// input's buffer; one whose input is read again copies; both answer the same.
     #[test]
@@ -445,7 +597,7 @@ mod tests {
         let moves: Vec<(&str, bool)> = p
             .steps
             .iter()
-            .map(|s| (s.kind.trim_start_matches("fused "), s.moves_input))
+            .map(|s| (s.kind.as_str(), s.moves_input))
             .collect();
         // `r` is read again by the Flatten after the Reshape: the Reshape copies; the
         // Unsqueeze and the Flatten are their inputs' last readers.

@@ -162,10 +162,19 @@ struct Chain {
 impl Chain {
     fn into_step<'g>(self) -> DraftStep<'g> {
         let ops = self.chain.describe();
-        DraftStep {
-            step: Step::new(
+        // A chain of one op is that op, run by the chain's loop.
+        let (label, kind) = if ops.contains('+') {
+            (
                 format!("{} (fused {ops})", self.first),
                 format!("fused {ops}"),
+            )
+        } else {
+            (self.first, ops)
+        };
+        DraftStep {
+            step: Step::new(
+                label,
+                kind,
                 Box::new(self.chain),
                 self.inputs.into_iter().map(Some).collect(),
                 self.outputs,
@@ -348,7 +357,7 @@ mod tests {
         // The Relu's output is returned too: Conv+Relu, then Neg alone.
         d.bound = vec![Source::Slot(1), Source::Slot(2)];
         fuse_chains(&mut d).unwrap();
-        assert_eq!(kinds(&d), ["Conv+Relu", "fused Neg"]);
+        assert_eq!(kinds(&d), ["Conv+Relu", "Neg"]);
         assert_eq!(d.steps[0].step.inputs, [x, x, None]);
     }
 }

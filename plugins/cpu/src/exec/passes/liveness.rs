@@ -62,6 +62,7 @@ pub(crate) fn hoist_shape_reads(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
         {
             let st = d.steps.remove(i);
             d.steps.insert(p + 1, st);
+            d.changed += 1;
         }
     }
     Ok(())
@@ -88,6 +89,7 @@ pub(crate) fn move_reshapes(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
                 }
                 _ => false,
             };
+        d.changed += usize::from(st.step.moves_input);
     }
     Ok(())
 }

@@ -38,6 +38,9 @@ pub(crate) struct Pass {
     pub required: bool,
     /// Whether it is a fast kernel: it does not run at the `reference` kernel level.
     pub fast_only: bool,
+    /// What the pass counts in [`Draft::changed`] (`""`: it counts nothing; the steps it
+    /// removed or added say what it did), for the profile's pass notes.
+    pub changes: &'static str,
     pub run: fn(&mut Draft<'_, '_>) -> sdk::Result<()>,
 }
 
@@ -117,6 +120,9 @@ pub(crate) struct Draft<'g, 'k> {
     pub at: HashMap<u32, Source>,
     /// Where each program output is, once [`outputs::bind_outputs`] ran.
     pub bound: Vec<Source>,
+    /// What the pass running now changed without removing or adding steps ([`Pass::changes`]
+    /// says what); 0 when each pass starts.
+    pub changed: usize,
 }
 
 impl<'g, 'k> Draft<'g, 'k> {
@@ -145,6 +151,7 @@ impl<'g, 'k> Draft<'g, 'k> {
             num_slots: 0,
             at: HashMap::new(),
             bound: Vec::new(),
+            changed: 0,
         })
     }
 

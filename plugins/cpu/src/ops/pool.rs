@@ -188,44 +188,39 @@ impl Pool {
 
     fn avg<T: FloatElem>(&self, x: &ArrayViewD<'_, T>) -> OpResult<Vec<Tensor>> {
         let (geo, planes, plane) = self.geometry(x.shape())?;
+        let spatial = &x.shape()[2..];
+        if spatial.len() == 2 && geo.dilations.iter().all(|&d| d == 1) {
+            let xc = x.as_standard_layout();
+            let xs = xc
+                .as_slice()
+                .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
+            let y = avg_2d(
+                xs,
+                planes,
+                (spatial[0], spatial[1]),
+                &geo,
+                self.count_include_pad,
+            );
+            return Ok(vec![Tensor::from_vec(
+                &Self::out_shape(x.shape(), &geo),
+                y,
+            )?]);
+        }
         let w = windows(&x.shape()[2..], &geo);
         let xc = x.as_standard_layout();
         let xs = xc
             .as_slice()
             .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
         let nout = w.padded_counts.len();
-        // ONNX Runtime sums 2-D windows column by column (each column top to bottom, then the
-        // columns left to right) where its vector kernel applies, and row by row elsewhere.
-        // The same order gives the same roundings, which requantizing models amplify.
-        let spatial = &x.shape()[2..];
-        let by_columns = spatial.len() == 2
-            && geo.dilations.iter().all(|&d| d == 1)
-            && geo.strides[1] <= 2
-            && geo.kernel.iter().all(|&k| k <= 32)
-            && spatial[1] + geo.pad_begin[1] + geo.pad_end[1] <= 2048 - 16;
-        let width = spatial.last().copied().unwrap_or(1).max(1);
+        // 2-D windows without dilation went to `avg_2d`; the others are summed in tap order.
         let at = |xp: &[T], off: usize| xp.get(off).map_or(T::lit(0.0), |v| v.to_acc());
         let mut y = Vec::with_capacity(planes * nout);
         for xp in xs.chunks(plane.max(1)).take(planes) {
             for o in 0..nout {
                 let taps = w.taps.get(w.ranges[o]..w.ranges[o + 1]).unwrap_or(&[]);
-                let sum: T::Acc = if by_columns && !taps.is_empty() {
-                    // The taps are row-major over a rectangle: `cols` per row.
-                    let row0 = taps[0].0 / width;
-                    let cols = taps.iter().take_while(|t| t.0 / width == row0).count();
-                    let mut total = T::lit(0.0);
-                    for c in 0..cols {
-                        let col = taps[c..]
-                            .iter()
-                            .step_by(cols)
-                            .fold(T::lit(0.0), |a, &(off, _)| a + at(xp, off));
-                        total = if c == 0 { col } else { total + col };
-                    }
-                    total
-                } else {
-                    taps.iter()
-                        .fold(T::lit(0.0), |a, &(off, _)| a + at(xp, off))
-                };
+                let sum: T::Acc = taps
+                    .iter()
+                    .fold(T::lit(0.0), |a, &(off, _)| a + at(xp, off));
                 let count = if self.count_include_pad {
                     w.padded_counts[o]
                 } else {
@@ -248,6 +243,102 @@ fn ignore_nan_max<T: Num>(a: T, b: T) -> T {
     if b > a || a.is_nan() { b } else { a }
 }
 
+/// The input span `lo..hi` that output position `o`'s window covers along one dimension of
+/// `len` (kernel `k`, stride `s`, `pad` before), without dilation.
+fn window_span(o: usize, k: usize, s: usize, pad: usize, len: usize) -> (usize, usize) {
+    let start = o * s;
+    (
+        start.saturating_sub(pad).min(len),
+        (start + k).saturating_sub(pad).min(len),
+    )
+}
+
+/// How many of output position `o`'s window taps fall inside the padded input along one
+/// dimension of `len` (pads `pb` before and `pe` after), without dilation.
+fn padded_taps(o: usize, k: usize, s: usize, (pb, pe): (usize, usize), len: usize) -> usize {
+    (len + pb + pe).saturating_sub(o * s).min(k)
+}
+
+/// Whether ONNX Runtime sums a 2-D average window column by column (each column top to bottom,
+/// then the columns left to right), as its vector kernel does where it applies, rather than
+/// row by row. Summing in the same order gives the same roundings, which requantizing models
+/// amplify.
+fn sums_by_columns(width: usize, geo: &Spatial) -> bool {
+    geo.dilations.iter().all(|&d| d == 1)
+        && geo.strides[1] <= 2
+        && geo.kernel.iter().all(|&k| k <= 32)
+        && width + geo.pad_begin[1] + geo.pad_end[1] <= 2048 - 16
+}
+
+/// AveragePool over 2-D planes without dilation, planes shared across the pool. Where ONNX
+/// Runtime sums by columns ([`sums_by_columns`]) each output row's window rows are first summed
+/// down the columns over whole input rows (a loop that vectorizes), then each window across its
+/// columns; elsewhere each window is summed row by row. Padding counts in the divisor only with
+/// `count_include_pad`; a window wholly in the padding is 0.
+fn avg_2d<T: FloatElem>(
+    xs: &[T],
+    planes: usize,
+    (h, w): (usize, usize),
+    geo: &Spatial,
+    count_include_pad: bool,
+) -> Vec<T> {
+    let (oh, ow) = (geo.out[0], geo.out[1]);
+    let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
+    let zero = T::lit(0.0);
+    let cols: Vec<(usize, usize, usize)> = (0..ow)
+        .map(|ox| {
+            let (c0, c1) = window_span(ox, kw, geo.strides[1], geo.pad_begin[1], w);
+            let padded = (geo.pad_begin[1], geo.pad_end[1]);
+            (c0, c1, padded_taps(ox, kw, geo.strides[1], padded, w))
+        })
+        .collect();
+    let mut y = vec![T::from_acc(zero); planes * oh * ow];
+    if oh * ow == 0 {
+        return y;
+    }
+    let by_columns = sums_by_columns(w, geo);
+    let work = y.len() * kh * kw;
+    crate::par::serial_below(work, || {
+        crate::par::for_each_chunk(&mut y, oh * ow, |p, out| {
+            let xp = &xs[p * h * w..][..h * w];
+            let mut down = vec![zero; if by_columns { w } else { 0 }];
+            for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
+                let (r0, r1) = window_span(oy, kh, geo.strides[0], geo.pad_begin[0], h);
+                let padded = (geo.pad_begin[0], geo.pad_end[0]);
+                let rows_padded = padded_taps(oy, kh, geo.strides[0], padded, h);
+                if by_columns {
+                    down.fill(zero);
+                    for r in r0..r1 {
+                        for (d, &v) in down.iter_mut().zip(&xp[r * w..][..w]) {
+                            *d = *d + v.to_acc();
+                        }
+                    }
+                }
+                for (o, &(c0, c1, cols_padded)) in orow.iter_mut().zip(&cols) {
+                    let sum = if r0 == r1 || c0 == c1 {
+                        zero
+                    } else if by_columns {
+                        down[c0 + 1..c1].iter().fold(down[c0], |a, &v| a + v)
+                    } else {
+                        (r0..r1).fold(zero, |a, r| {
+                            xp[r * w + c0..r * w + c1]
+                                .iter()
+                                .fold(a, |a, v| a + v.to_acc())
+                        })
+                    };
+                    let count = if count_include_pad {
+                        rows_padded * cols_padded
+                    } else {
+                        (r1 - r0) * (c1 - c0)
+                    };
+                    *o = T::from_acc(sum / T::lit(count.max(1) as f64));
+                }
+            }
+        })
+    });
+    y
+}
+
 /// MaxPool over 2-D planes without dilation: each window's rectangle inside the input read in
 /// place (padding never wins a max), planes shared across the pool. Ties and NaN as in the
 /// general path: a window's first value, replaced only by a strictly greater one (so NaN when
@@ -255,14 +346,7 @@ fn ignore_nan_max<T: Num>(a: T, b: T) -> T {
 /// are first reduced down the columns over whole input rows (a loop that vectorizes).
 fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial) -> Vec<T> {
     let (oh, ow) = (geo.out[0], geo.out[1]);
-    // The input span `lo..hi` an output position's window covers along one dimension.
-    let span = |o: usize, k: usize, s: usize, pad: usize, len: usize| {
-        let start = o * s;
-        (
-            start.saturating_sub(pad).min(len),
-            (start + k).saturating_sub(pad).min(len),
-        )
-    };
+    let span = window_span;
     let cols: Vec<(usize, usize)> = (0..ow)
         .map(|ox| span(ox, geo.kernel[1], geo.strides[1], geo.pad_begin[1], w))
         .collect();
@@ -750,6 +834,65 @@ mod tests {
             .with_attr("pads", ks(&[1, 1]));
         let out = run(n, vec![Tensor::I8(array![[[3, -1, 2, 5]]].into_dyn())]).unwrap();
         assert_eq!(out[0], Tensor::I8(array![[[-1, 3, 5, 2]]].into_dyn()));
+    }
+
+    /// The 2-D AveragePool (by columns where ONNX Runtime sums so, row by row elsewhere)
+    /// against a direct walk of each window, with and without the padding in the divisor.
+    #[test]
+    fn avgpool_2d_matches_a_walk_of_each_window() {
+        let shape = [2, 3, 7, 9];
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = (0..n).map(|i| ((i * 37) % 23) as f32 - 11.0).collect();
+        let x = Tensor::from_vec(&shape, vals.clone()).unwrap();
+        for (k, st, pads, ceil) in [
+            ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+            ([3, 3], [2, 2], [1, 1, 1, 1], 0),
+            ([3, 3], [2, 2], [0, 0, 0, 0], 1),
+            ([3, 2], [1, 3], [2, 0, 1, 1], 1),
+            ([5, 5], [1, 1], [2, 2, 2, 2], 0),
+            ([2, 4], [3, 3], [1, 1, 0, 2], 1),
+        ] {
+            for include in [0, 1] {
+                let node = NodeDef::new("AveragePool", 19)
+                    .with_attr("kernel_shape", ks(&k))
+                    .with_attr("strides", ks(&st))
+                    .with_attr("pads", ks(&pads))
+                    .with_attr("ceil_mode", AttrValue::Int(ceil))
+                    .with_attr("count_include_pad", AttrValue::Int(include));
+                let out = run(node, vec![x.clone()]).unwrap();
+                let Tensor::F32(y) = &out[0] else {
+                    panic!("float output")
+                };
+                let (oh, ow) = (y.shape()[2], y.shape()[3]);
+                let (h, w) = (7i64, 9i64);
+                for p in 0..6 {
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let (y0, x0) =
+                                (oy as i64 * st[0] - pads[0], ox as i64 * st[1] - pads[1]);
+                            let (mut sum, mut inside, mut padded) = (0.0f64, 0, 0);
+                            for r in y0..y0 + k[0] {
+                                for c in x0..x0 + k[1] {
+                                    let in_pad = r < h + pads[2] && c < w + pads[3];
+                                    padded += usize::from(in_pad);
+                                    if (0..h).contains(&r) && (0..w).contains(&c) {
+                                        sum += vals[p * 63 + (r * w + c) as usize] as f64;
+                                        inside += 1;
+                                    }
+                                }
+                            }
+                            let count = if include == 1 { padded } else { inside };
+                            let want = if inside == 0 { 0.0 } else { sum / count as f64 };
+                            let got = y[[p / 3, p % 3, oy, ox]] as f64;
+                            assert!(
+                                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                                "{k:?} {st:?} {pads:?} {ceil} {include} at {p},{oy},{ox}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

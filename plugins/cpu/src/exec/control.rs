@@ -55,10 +55,18 @@ pub(crate) fn build(
                     def.name
                 )));
             }
+            let body = body("body")?;
+            let carried = explicit - 2;
+            // Loop-carried values the body hands back as they came (weights a converter
+            // threads through the loop): read where they are in every iteration, not copied.
+            let unchanged = (0..carried)
+                .map(|k| body.passes_through(1 + k) == Some(2 + k))
+                .collect();
             Box::new(Loop {
                 label: def.name.clone(),
-                body: body("body")?,
-                carried: explicit - 2,
+                body,
+                carried,
+                unchanged,
                 explicit,
             })
         }
@@ -396,6 +404,8 @@ struct Loop {
     label: String,
     body: Program,
     carried: usize,
+    /// Per loop-carried value: the body passes it on unchanged.
+    unchanged: Vec<bool>,
     explicit: usize,
 }
 
@@ -413,16 +423,33 @@ impl OpKernel for Loop {
             Some(t) => condition(t, "Loop condition")?,
             None => true,
         };
-        let mut carried: Vec<Tensor> = Vec::with_capacity(self.carried);
-        for i in 0..self.carried {
-            let t = inputs.get(2 + i).and_then(Option::as_ref).ok_or_else(|| {
+        // The values carried from one iteration to the next: `None` for those the body passes
+        // on unchanged, read from the Loop's own inputs every time.
+        let mut carried: Vec<Option<Tensor>> = Vec::with_capacity(self.carried);
+        let mut initial: Vec<&TensorRef<'_>> = Vec::with_capacity(self.carried);
+        for k in 0..self.carried {
+            let t = inputs.get(2 + k).and_then(Option::as_ref).ok_or_else(|| {
                 OpError(format!(
-                    "Loop `{}`: loop-carried input {i} is missing",
+                    "Loop `{}`: loop-carried input {k} is missing",
                     self.label
                 ))
             })?;
-            carried.push(t.try_to_owned()?);
+            initial.push(t);
+            carried.push(if self.unchanged[k] {
+                None
+            } else {
+                Some(t.try_to_owned()?)
+            });
         }
+        // The body's outputs the loop keeps no copy of: the unchanged carried values.
+        let mut skip = vec![false; 1 + self.carried];
+        skip[1..].copy_from_slice(&self.unchanged);
+        let missing = || {
+            OpError(format!(
+                "Loop `{}`: the body returned too few outputs",
+                self.label
+            ))
+        };
         let outer = inputs.get(self.explicit..).unwrap_or(&[]);
         let scan_count = self.body.num_outputs().saturating_sub(1 + self.carried);
         let mut scans: Vec<ScanStack> = (0..scan_count).map(|_| ScanStack::default()).collect();
@@ -434,26 +461,37 @@ impl OpKernel for Loop {
                 Vec::with_capacity(2 + self.carried + outer.len());
             args.push(Some(iter.view()));
             args.push(Some(cond_in.view()));
-            args.extend(carried.iter().map(|t| Some(t.view())));
+            args.extend(carried.iter().zip(&initial).map(|(c, t)| {
+                Some(match c {
+                    Some(c) => c.view(),
+                    None => t.reborrow(),
+                })
+            }));
             args.extend(outer.iter().map(|t| t.as_ref().map(TensorRef::reborrow)));
-            let mut outs = self.body.run(&args)?.into_iter();
+            let mut outs = self.body.run_except(&args, &skip)?.into_iter();
             drop(args);
-            let c = outs.next().ok_or_else(|| {
-                OpError(format!(
-                    "Loop `{}`: the body returned no condition",
-                    self.label
-                ))
-            })?;
+            let c = outs.next().flatten().ok_or_else(missing)?;
             cond = condition(&c.view(), "Loop body condition")?;
-            carried = outs.by_ref().take(self.carried).collect();
+            for (k, c) in carried.iter_mut().enumerate() {
+                let out = outs.next().ok_or_else(missing)?;
+                if !self.unchanged[k] {
+                    *c = Some(out.ok_or_else(missing)?);
+                }
+            }
             for (k, t) in outs.enumerate() {
-                if let Some(s) = scans.get_mut(k) {
+                if let (Some(s), Some(t)) = (scans.get_mut(k), t) {
                     s.push(t, &self.label)?;
                 }
             }
             i += 1;
         }
-        let mut result = carried;
+        let mut result = Vec::with_capacity(self.carried + scans.len());
+        for (c, t) in carried.into_iter().zip(initial) {
+            result.push(match c {
+                Some(c) => c,
+                None => t.try_to_owned()?,
+            });
+        }
         for s in scans {
             result.push(s.finish()?);
         }

@@ -427,8 +427,30 @@ impl Program {
         self.steps.iter().any(|s| ROWS.contains(&s.kind.as_str()))
     }
 
+    /// The run input that output `i` is, unchanged, when it is one (a Loop body that passes a
+    /// loop-carried value on as it came).
+    pub fn passes_through(&self, i: usize) -> Option<usize> {
+        match self.outputs.get(i) {
+            Some(Source::Input(k)) => Some(*k),
+            _ => None,
+        }
+    }
+
     /// Runs the program; returns its outputs.
     pub fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> Result<Vec<Tensor>, OpError> {
+        self.run_except(inputs, &[])?
+            .into_iter()
+            .map(|t| t.ok_or_else(|| OpError("output was not computed".into())))
+            .collect()
+    }
+
+    /// Runs the program; returns its outputs, except `None` for each `i` where `skip[i]` (so a
+    /// caller that has a value already is not handed a copy of it).
+    pub fn run_except(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        skip: &[bool],
+    ) -> Result<Vec<Option<Tensor>>, OpError> {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         let recording = self.recording.load(Ordering::Relaxed);
         for (step, counter) in self.steps.iter().zip(&self.counters) {
@@ -490,16 +512,20 @@ impl Program {
         }
         let mut outs = Vec::with_capacity(self.outputs.len());
         for (i, src) in self.outputs.iter().enumerate() {
+            if skip.get(i).copied().unwrap_or(false) {
+                outs.push(None);
+                continue;
+            }
             // Computed values move out of their slot (unless a later output reads it too).
             let again = self.outputs[i + 1..]
                 .iter()
                 .any(|s| matches!((s, src), (Source::Slot(a), Source::Slot(b)) if a == b));
-            outs.push(match src {
+            outs.push(Some(match src {
                 Source::Slot(s) if !again => slots[*s]
                     .take()
                     .ok_or_else(|| OpError("output was not computed".into()))?,
                 _ => self.fetch(*src, inputs, &slots)?.try_to_owned()?,
-            });
+            }));
         }
         Ok(outs)
     }
@@ -643,6 +669,59 @@ mod tests {
             compile_options(Some(" ")).unwrap(),
             CompileOptions::default()
         );
+    }
+
+    /// A Loop whose body hands a carried value back as it came reads it in place each
+    /// iteration (and returns it once); the profile lists the body's steps after the Loop.
+    #[test]
+    fn a_loop_passes_unchanged_carried_values_through_and_profiles_its_body() {
+        let mut b = TestGraph::new();
+        b.input("i", ElementType::Int64, &[]);
+        b.input("c", ElementType::Bool, &[]);
+        b.input("xi", ElementType::Float, &[2]);
+        b.input("wi", ElementType::Float, &[2]);
+        b.node("Identity", &["c"], &["co"]);
+        b.node("Add", &["xi", "wi"], &["xo"]);
+        b.node("Neg", &["xo"], &["s"]);
+        b.output("co", ElementType::Bool, &[]);
+        b.output("xo", ElementType::Float, &[2]);
+        b.output("wi", ElementType::Float, &[2]);
+        b.output("s", ElementType::Float, &[2]);
+        let all = CompileOptions::default();
+        let body = Program::compile_graph(&b.view(), &[], &[], &all).unwrap();
+        assert_eq!(
+            (0..4).map(|i| body.passes_through(i)).collect::<Vec<_>>(),
+            [None, None, Some(3), None]
+        );
+
+        let mut g = TestGraph::new();
+        let m = g.input("m", ElementType::Int64, &[]);
+        let x = g.input("x", ElementType::Float, &[2]);
+        g.initializer("w", &[2], &[1.0f32, 2.0]);
+        g.node("Loop", &["m", "", "x", "w"], &["xf", "wf", "ss"])
+            .name("loop")
+            .attr_graph("body", b);
+        let outs = [
+            g.output("xf", ElementType::Float, &[2]),
+            g.output("wf", ElementType::Float, &[2]),
+            g.output("ss", ElementType::Float, &[3, 2]),
+        ];
+        let p = Program::compile(&g.view(), &[0], &[Some(m), Some(x)], &outs, &[], &all).unwrap();
+        p.profile_start();
+        let (mv, xv) = (Tensor::scalar(3i64), t(&[2], vec![0.0, 0.5]));
+        let r = p.run(&[Some(mv.view()), Some(xv.view())]).unwrap();
+        assert_eq!(vals(&r[0]), [3.0, 6.5]);
+        assert_eq!(vals(&r[1]), [1.0, 2.0]);
+        assert_eq!(r[2].shape(), [3, 2]);
+        assert_eq!(vals(&r[2]), [-1.0, -2.5, -2.0, -4.5, -3.0, -6.5]);
+        let parts = p.profile().parts;
+        assert_eq!((parts[0].name.as_str(), parts[0].calls), ("loop", 1));
+        let add = parts
+            .iter()
+            .find(|s| s.op == "Add")
+            .expect("the body's Add");
+        assert!(add.name.starts_with("loop/body/"), "{}", add.name);
+        assert_eq!(add.calls, 3);
     }
 
     #[test]

@@ -1064,7 +1064,11 @@ impl<'a> TensorRef<'a> {
         /// A numeric view's elements copied into memory reserved fallibly.
         fn copy<T: Clone>(a: &ArrayViewD<'_, T>) -> OpResult<ArrayD<T>> {
             let mut v = crate::scratch::reserve::<T>(a.len())?;
-            v.extend(a.iter().cloned());
+            match a.as_slice() {
+                // C order in memory: one copy of the block.
+                Some(s) => v.extend_from_slice(s),
+                None => v.extend(a.iter().cloned()),
+            }
             ArrayD::from_shape_vec(a.raw_dim(), v).map_err(|e| OpError(e.to_string()))
         }
         Ok(ref_all!(self, |a| Elem::wrap(copy(a)?), |o| match o {

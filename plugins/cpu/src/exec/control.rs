@@ -14,14 +14,15 @@ use crate::exec::passes::CompileOptions;
 use crate::exec::program::Program;
 use crate::tensor::{Elem, Tensor, TensorRef};
 
-/// Builds the kernel of a control-flow node. `fixed[j]` is the value of implicit input `j`
-/// where the enclosing program knows it at compile time.
+/// Builds the kernel of a control-flow node. `given[i]` is the value of explicit input `i`,
+/// and `fixed[j]` that of implicit input `j`, where the enclosing program knows it at compile
+/// time.
 pub(crate) fn build(
     graph: &GraphView<'_>,
     node: &NodeView<'_>,
     def: &NodeDef,
     graphs: &HashMap<String, GraphView<'_>>,
-    fixed: &[Option<&Tensor>],
+    (given, fixed): (&[Option<&Tensor>], &[Option<&Tensor>]),
     options: &CompileOptions,
 ) -> sdk::Result<Box<dyn OpKernel>> {
     let mut outer = Vec::with_capacity(node.implicit_inputs.len());
@@ -35,7 +36,7 @@ pub(crate) fn build(
                 def.op_type, def.name
             ))
         })?;
-        Program::compile_graph(g, &outer, fixed, options)
+        Program::compile_graph(g, &[], &outer, fixed, options)
     };
     let explicit = node.inputs.len();
     Ok(match def.op_type.as_str() {
@@ -55,7 +56,17 @@ pub(crate) fn build(
                     def.name
                 )));
             }
-            let body = body("body")?;
+            // A carried value the body passes on unchanged is its initial value in every
+            // iteration: where that is a constant, the body is compiled knowing it (a weight a
+            // converter threads through the loop is then folded and packed once).
+            let (ins, outs) = (body_graph.inputs()?, body_graph.outputs()?);
+            let own: Vec<Option<&Tensor>> = (0..formal)
+                .map(|i| {
+                    let unchanged = i >= 2 && outs.get(i - 1) == ins.get(i);
+                    given.get(i).copied().flatten().filter(|_| unchanged)
+                })
+                .collect();
+            let body = Program::compile_graph(body_graph, &own, &outer, fixed, options)?;
             let carried = explicit - 2;
             // Loop-carried values the body hands back as they came (weights a converter
             // threads through the loop): read where they are in every iteration, not copied.

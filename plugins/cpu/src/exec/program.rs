@@ -333,10 +333,12 @@ impl Program {
     }
 
     /// Compiles a whole graph. Run inputs are its own inputs, then the values of `outer`
-    /// (names of enclosing-graph values, in the order the caller passes them); `fixed[j]` is
-    /// `outer[j]`'s value where the enclosing graph knows it at compile time.
+    /// (names of enclosing-graph values, in the order the caller passes them); `own[i]` is its
+    /// input `i`'s value and `fixed[j]` is `outer[j]`'s where they are the same in every run
+    /// and known at compile time.
     pub fn compile_graph(
         graph: &sdk::GraphView<'_>,
+        own: &[Option<&Tensor>],
         outer: &[&str],
         fixed: &[Option<&Tensor>],
         options: &CompileOptions,
@@ -349,11 +351,11 @@ impl Program {
                     .filter(|&v| graph.value(v).is_ok_and(|i| i.producer.is_none())),
             );
         }
-        let own = inputs.len() - outer.len();
+        let count = inputs.len() - outer.len();
         let known: Vec<Option<&Tensor>> = (0..inputs.len())
-            .map(|i| {
-                i.checked_sub(own)
-                    .and_then(|j| fixed.get(j).copied().flatten())
+            .map(|i| match i.checked_sub(count) {
+                Some(j) => fixed.get(j).copied().flatten(),
+                None => own.get(i).copied().flatten(),
             })
             .collect();
         let nodes: Vec<u32> = (0..graph.node_count() as u32).collect();
@@ -672,56 +674,76 @@ mod tests {
     }
 
     /// A Loop whose body hands a carried value back as it came reads it in place each
-    /// iteration (and returns it once); the profile lists the body's steps after the Loop.
+    /// iteration (and returns it once); where its initial value is a constant, the body is
+    /// compiled knowing it and what reads only it is folded. The profile lists the body's
+    /// steps after the Loop.
     #[test]
-    fn a_loop_passes_unchanged_carried_values_through_and_profiles_its_body() {
-        let mut b = TestGraph::new();
-        b.input("i", ElementType::Int64, &[]);
-        b.input("c", ElementType::Bool, &[]);
-        b.input("xi", ElementType::Float, &[2]);
-        b.input("wi", ElementType::Float, &[2]);
-        b.node("Identity", &["c"], &["co"]);
-        b.node("Add", &["xi", "wi"], &["xo"]);
-        b.node("Neg", &["xo"], &["s"]);
-        b.output("co", ElementType::Bool, &[]);
-        b.output("xo", ElementType::Float, &[2]);
-        b.output("wi", ElementType::Float, &[2]);
-        b.output("s", ElementType::Float, &[2]);
+    fn a_loop_passes_unchanged_carried_values_through_and_folds_constant_ones() {
+        let body = || {
+            let mut b = TestGraph::new();
+            b.input("i", ElementType::Int64, &[]);
+            b.input("c", ElementType::Bool, &[]);
+            b.input("xi", ElementType::Float, &[2]);
+            b.input("wi", ElementType::Float, &[2]);
+            b.node("Identity", &["c"], &["co"]);
+            b.node("Neg", &["wi"], &["nw"]);
+            b.node("Add", &["xi", "nw"], &["xo"]);
+            b.node("Identity", &["xo"], &["s"]);
+            b.output("co", ElementType::Bool, &[]);
+            b.output("xo", ElementType::Float, &[2]);
+            b.output("wi", ElementType::Float, &[2]);
+            b.output("s", ElementType::Float, &[2]);
+            b
+        };
         let all = CompileOptions::default();
-        let body = Program::compile_graph(&b.view(), &[], &[], &all).unwrap();
+        let b = body();
+        let p = Program::compile_graph(&b.view(), &[], &[], &[], &all).unwrap();
         assert_eq!(
-            (0..4).map(|i| body.passes_through(i)).collect::<Vec<_>>(),
+            (0..4).map(|i| p.passes_through(i)).collect::<Vec<_>>(),
             [None, None, Some(3), None]
         );
-
-        let mut g = TestGraph::new();
-        let m = g.input("m", ElementType::Int64, &[]);
-        let x = g.input("x", ElementType::Float, &[2]);
-        g.initializer("w", &[2], &[1.0f32, 2.0]);
-        g.node("Loop", &["m", "", "x", "w"], &["xf", "wf", "ss"])
-            .name("loop")
-            .attr_graph("body", b);
-        let outs = [
-            g.output("xf", ElementType::Float, &[2]),
-            g.output("wf", ElementType::Float, &[2]),
-            g.output("ss", ElementType::Float, &[3, 2]),
-        ];
-        let p = Program::compile(&g.view(), &[0], &[Some(m), Some(x)], &outs, &[], &all).unwrap();
-        p.profile_start();
-        let (mv, xv) = (Tensor::scalar(3i64), t(&[2], vec![0.0, 0.5]));
-        let r = p.run(&[Some(mv.view()), Some(xv.view())]).unwrap();
-        assert_eq!(vals(&r[0]), [3.0, 6.5]);
-        assert_eq!(vals(&r[1]), [1.0, 2.0]);
-        assert_eq!(r[2].shape(), [3, 2]);
-        assert_eq!(vals(&r[2]), [-1.0, -2.5, -2.0, -4.5, -3.0, -6.5]);
-        let parts = p.profile().parts;
-        assert_eq!((parts[0].name.as_str(), parts[0].calls), ("loop", 1));
-        let add = parts
-            .iter()
-            .find(|s| s.op == "Add")
-            .expect("the body's Add");
-        assert!(add.name.starts_with("loop/body/"), "{}", add.name);
-        assert_eq!(add.calls, 3);
+        // `w` a constant, then a run input.
+        for constant in [true, false] {
+            let mut g = TestGraph::new();
+            let m = g.input("m", ElementType::Int64, &[]);
+            let x = g.input("x", ElementType::Float, &[2]);
+            let w = if constant {
+                g.initializer("w", &[2], &[1.0f32, 2.0])
+            } else {
+                g.input("w", ElementType::Float, &[2])
+            };
+            g.node("Loop", &["m", "", "x", "w"], &["xf", "wf", "ss"])
+                .name("loop")
+                .attr_graph("body", body());
+            let outs = [
+                g.output("xf", ElementType::Float, &[2]),
+                g.output("wf", ElementType::Float, &[2]),
+                g.output("ss", ElementType::Float, &[3, 2]),
+            ];
+            let inputs = [Some(m), Some(x), (!constant).then_some(w)];
+            let p = Program::compile(&g.view(), &[0], &inputs, &outs, &[], &all).unwrap();
+            p.profile_start();
+            let (mv, xv) = (Tensor::scalar(3i64), t(&[2], vec![0.0, 0.5]));
+            let wv = t(&[2], vec![1.0, 2.0]);
+            let r = p
+                .run(&[Some(mv.view()), Some(xv.view()), Some(wv.view())])
+                .unwrap();
+            assert_eq!(vals(&r[0]), [-3.0, -5.5]);
+            assert_eq!(vals(&r[1]), [1.0, 2.0]);
+            assert_eq!(r[2].shape(), [3, 2]);
+            assert_eq!(vals(&r[2]), [-1.0, -1.5, -2.0, -3.5, -3.0, -5.5]);
+            let parts = p.profile().parts;
+            assert_eq!((parts[0].name.as_str(), parts[0].calls), ("loop", 1));
+            assert!(parts[1..].iter().all(|s| s.name.starts_with("loop/body/")));
+            let body: Vec<(&str, u64)> = parts[1..]
+                .iter()
+                .filter(|s| s.op != "Identity")
+                .map(|s| (s.op.as_str(), s.calls))
+                .collect();
+            // The Neg of the constant weight was computed once, at compile time.
+            let want = if constant { "Add" } else { "fused Neg+Add" };
+            assert_eq!(body, [(want, 3)], "constant: {constant}");
+        }
     }
 
     #[test]

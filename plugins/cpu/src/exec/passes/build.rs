@@ -202,11 +202,14 @@ pub(crate) fn build_control_flow(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
         let st = &d.steps[i];
         let def = &st.node.as_ref().expect("a pending node").def;
         let explicit = p.node.inputs.len().min(st.step.inputs.len());
-        let fixed: Vec<Option<&Tensor>> = st.step.inputs[explicit..]
+        let known: Vec<Option<&Tensor>> = st
+            .step
+            .inputs
             .iter()
             .map(|s| s.and_then(|s| d.constant_value(s)))
             .collect();
-        let kernel = control::build(&d.graph, &p.node, def, &p.graphs, &fixed, d.options)?;
+        let (given, fixed) = known.split_at(explicit);
+        let kernel = control::build(&d.graph, &p.node, def, &p.graphs, (given, fixed), d.options)?;
         d.steps[i].step.kernel = lower::widened(kernel, p.round);
     }
     Ok(())

@@ -125,14 +125,33 @@ impl DynamicQuantizeLstm {
             && crate::fast::enabled()
             && crate::fast::qgemm::Sums::like_onnxruntime()
                 == crate::fast::qgemm::Sums::PairsSaturated;
+        let zero: Vec<i32> = zp.iter().map(|&z| z as i32).collect();
+        // Each direction's `[rows, 4h]` bytes packed for the 8-bit matrix product, which sums
+        // as `saturate` says (ONNX Runtime's way on this CPU).
+        let packed = if crate::fast::enabled() {
+            (0..dirs)
+                .map(|dd| {
+                    let bytes: Vec<u8> = qv[dd * rows * cols..][..rows * cols]
+                        .iter()
+                        .map(|&v| v as u8)
+                        .collect();
+                    let zb = &zero[dd * cols..][..cols];
+                    crate::fast::qmatmul::PackedB::new(&bytes, signed, (rows, cols), zb)
+                })
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let qmat = QMat {
             k: rows,
             cols,
             w: ints,
-            zero: zp.iter().map(|&z| z as i32).collect(),
+            zero,
             scale: scale.iter().map(|&s| s as f32).collect(),
             sums,
             saturate,
+            packed,
         };
         Ok((Tensor::from_vec(&[dirs, cols, rows], out)?, qmat))
     }
@@ -372,9 +391,37 @@ struct QMat {
     /// Each column's `Σ_k w`.
     sums: Vec<i32>,
     saturate: bool,
+    /// Per direction, the weights packed for the 8-bit matrix product (`k × cols`), which sums
+    /// as [`QMat::product`] does; empty where the fast kernels are off.
+    packed: Vec<crate::fast::qmatmul::PackedB>,
 }
 
 impl QMat {
+    /// The integer sums `Σ_k (x[k] - zx)(w[c][k] - zw[c])` of every row `x` of `rows` (rows of
+    /// `k` bytes, one after another) by every column `c` of direction `d`, as [`Self::product`]
+    /// sums them, from the 8-bit matrix product: `None` where the weights are not packed.
+    fn sums_of_rows(&self, d: usize, rows: &[u8], zx: i32) -> Option<Vec<i32>> {
+        use crate::fast::qmatmul::{Dst, Output, run};
+        let packed = self.packed.get(d)?;
+        let n = rows.len().checked_div(self.k)?;
+        let mut out = crate::limits::zeros_checked::<i32>(n * self.cols, "an LSTM product").ok()?;
+        run(
+            rows,
+            false,
+            zx,
+            packed,
+            &Output::Int32,
+            Dst::Int32(&mut out),
+        )?;
+        Some(out)
+    }
+
+    /// Sum `sum` of column `c` of direction `d` scaled as [`Self::product`] scales it.
+    fn scaled(&self, d: usize, c: usize, sum: i32, sx: f32) -> f32 {
+        let scale = self.scale.get(d * self.cols + c).copied().unwrap_or(0.0);
+        sum as f32 * (sx * scale)
+    }
+
     /// `out[c] = (Σ_k (x[k] - zx)(w[c][k] - zw[c])) · (sx · sw[c])` for direction `d`, the sum
     /// taken as ONNX Runtime's 8-bit GEMM takes it (raw products in i16-saturated pairs on a
     /// CPU without VNNI, then the zero-point terms) and scaled in f32.
@@ -467,11 +514,18 @@ impl Rnn {
             let s0 = d * batch * h;
             let mut hs: Vec<f32> = (0..batch * h).map(|j| at(yh, s0 + j)).collect();
             let mut cs: Vec<f32> = (0..batch * h).map(|j| at(yc, s0 + j)).collect();
+            // X's products for every step at once, where its rows lie in step order.
+            let rows = xb.len().checked_div(isz).unwrap_or(0);
+            let in_order = batch > 0
+                && rows % batch == 0
+                && (0..rows).all(|r| (st.x_row)(r / batch, r % batch) == r * isz);
+            let x_sums = in_order.then(|| qw.sums_of_rows(d, xb, zx)).flatten();
             for step in 0..max_len {
                 // The hidden state of every row, quantized together, as ONNX Runtime's one
                 // product per step takes it.
                 let hq: Vec<f64> = hs.iter().map(|&v| f64::from(v)).collect();
                 let (hb, sh, zh) = quantize_u8(&hq);
+                let h_sums = qr.sums_of_rows(d, &hb, zh);
                 for bb in 0..batch {
                     let len = st.lens.get(bb).copied().unwrap_or(0);
                     let row = bb * h..(bb + 1) * h;
@@ -481,8 +535,28 @@ impl Rnn {
                     }
                     let t = if rev { len - 1 - step } else { step };
                     let lo = (st.x_row)(t, bb);
-                    qw.product(d, xb.get(lo..lo + isz).unwrap_or(&[]), (sx, zx), &mut wx);
-                    qr.product(d, hb.get(row.clone()).unwrap_or(&[]), (sh, zh), &mut rh);
+                    let g4 = 4 * h;
+                    match &x_sums {
+                        Some(s) => {
+                            let sums = &s[(t * batch + bb) * g4..][..g4];
+                            for (c, (o, &v)) in wx.iter_mut().zip(sums).enumerate() {
+                                *o = f64::from(qw.scaled(d, c, v, sx));
+                            }
+                        }
+                        None => {
+                            qw.product(d, xb.get(lo..lo + isz).unwrap_or(&[]), (sx, zx), &mut wx)
+                        }
+                    }
+                    match &h_sums {
+                        Some(s) => {
+                            for (c, (o, &v)) in rh.iter_mut().zip(&s[bb * g4..][..g4]).enumerate() {
+                                *o = f64::from(qr.scaled(d, c, v, sh));
+                            }
+                        }
+                        None => {
+                            qr.product(d, hb.get(row.clone()).unwrap_or(&[]), (sh, zh), &mut rh)
+                        }
+                    }
                     let gate = |j: usize| wx[j] as f32 + rh[j] as f32;
                     for k in 0..h {
                         let cp = cs[bb * h + k];
@@ -1024,6 +1098,75 @@ impl Rnn {
 mod tests {
     use super::*;
 
+    /// The 8-bit matrix product of many rows at once gives each row's sums as the per-row
+    /// product does, scaled the same: int8 and uint8 weights, per-column zero points, and (for
+    /// int8 on a CPU without VNNI) pairs saturated where ONNX Runtime saturates them.
+    #[test]
+    fn the_matrix_product_of_all_rows_sums_as_the_row_product() {
+        if !crate::fast::enabled() {
+            return;
+        }
+        // Which case this CPU tests: exact sums (VNNI), or int8 pairs saturated (AVX2).
+        eprintln!(
+            "int8 products summed {:?} here (VNNI: {})",
+            crate::fast::qgemm::Sums::like_onnxruntime(),
+            crate::fast::isa::isa().vnni
+        );
+        let (k, cols, n) = (37, 12, 5);
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 24) as u8
+        };
+        let x: Vec<u8> = (0..n * k).map(|_| next()).collect();
+        for signed in [true, false] {
+            // `[k, cols]` bytes, as the node's W of one direction; extremes included.
+            let mut bytes: Vec<u8> = (0..k * cols).map(|_| next()).collect();
+            bytes[..4].copy_from_slice(&[0x7f, 0x7f, 0x80, 0xff]);
+            let value = |b: u8| {
+                if signed {
+                    i32::from(b as i8)
+                } else {
+                    i32::from(b)
+                }
+            };
+            let zero: Vec<i32> = (0..cols as i32)
+                .map(|c| if signed { c - 6 } else { 120 + c })
+                .collect();
+            let mut w = vec![0i32; cols * k];
+            for r in 0..k {
+                for c in 0..cols {
+                    w[c * k + r] = value(bytes[r * cols + c]);
+                }
+            }
+            let saturate = signed
+                && crate::fast::qgemm::Sums::like_onnxruntime()
+                    == crate::fast::qgemm::Sums::PairsSaturated;
+            let q = QMat {
+                k,
+                cols,
+                sums: w.chunks(k).map(|r| r.iter().sum()).collect(),
+                w,
+                zero: zero.clone(),
+                scale: (0..cols).map(|c| 0.01 * (c + 1) as f32).collect(),
+                saturate,
+                packed: vec![
+                    crate::fast::qmatmul::PackedB::new(&bytes, signed, (k, cols), &zero)
+                        .expect("packs"),
+                ],
+            };
+            let sums = q.sums_of_rows(0, &x, 3).expect("packed");
+            for row in 0..n {
+                let mut want = vec![0.0f64; cols];
+                q.product(0, &x[row * k..][..k], (0.5, 3), &mut want);
+                for c in 0..cols {
+                    let got = f64::from(q.scaled(0, c, sums[row * cols + c], 0.5));
+                    assert_eq!(got, want[c], "signed {signed}, row {row}, column {c}");
+                }
+            }
+        }
+    }
+
     /// DynamicQuantizeLSTM's products: raw u8 · s8 pairs saturated to i16 where ONNX Runtime
     /// saturates them, then the zero-point terms, then the f32 scale.
     #[test]
@@ -1036,6 +1179,7 @@ mod tests {
             scale: vec![0.5],
             sums: vec![252],
             saturate,
+            packed: Vec::new(),
         };
         let x = [255u8, 255, 10];
         let mut out = [0.0];

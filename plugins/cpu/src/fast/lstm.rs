@@ -10,7 +10,7 @@
 //! same dot products.
 
 use super::dots::row_dots;
-use super::math::{sigmoid_f32, tanh_f32};
+use super::math::{sigmoid_f32, tanh_f32, tanh_unclamped_f32};
 
 /// Sizes of one LSTM: steps, batch rows, input features, hidden units.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +78,40 @@ pub fn lstm_direction(
             }
             y[t * y_stride + b * hs..][..hs].copy_from_slice(hb);
         }
+    }
+}
+}
+
+crate::multiversion! {
+/// DynamicQuantizeLSTM's cell update of one batch row, each operation as ONNX Runtime's LSTM
+/// does it (`ops::rnn`'s quantized recurrence says which): `g` the gates' products (`[4h]`,
+/// ONNX's order i, o, f, c), `bias` their `Wb + Rb`, `peep` the peepholes (`[3h]`: i, o, f);
+/// `c` and `h` (`[h]`) updated. With `input_forget`, `f = 1 - i`. Products are rounded apart
+/// (no fused multiply-add); the logistic and tanh are MLAS's forms.
+pub fn quantized_cell(
+    g: &[f32],
+    bias: &[f32],
+    peep: &[f32],
+    input_forget: bool,
+    c: &mut [f32],
+    h: &mut [f32],
+) {
+    let hs = h.len();
+    let (g, bias, peep) = (&g[..4 * hs], &bias[..4 * hs], &peep[..3 * hs]);
+    let c = &mut c[..hs];
+    for k in 0..hs {
+        let cp = c[k];
+        let i = sigmoid_f32(g[k] + cp * peep[k] + bias[k]);
+        let f = if input_forget {
+            1.0 - i
+        } else {
+            sigmoid_f32(g[2 * hs + k] + cp * peep[2 * hs + k] + bias[2 * hs + k])
+        };
+        let cell = tanh_unclamped_f32(g[3 * hs + k] + bias[3 * hs + k]);
+        let cn = cp * f + i * cell;
+        let o = sigmoid_f32(g[hs + k] + cn * peep[hs + k] + bias[hs + k]);
+        c[k] = cn;
+        h[k] = tanh_unclamped_f32(cn) * o;
     }
 }
 }
@@ -165,4 +199,46 @@ pub fn gru_direction(
         }
     }
 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cell update as the CPU's widest level runs it (vectorized, hardware FMA inside the
+    /// logistic and tanh) gives the bits of the same operations one element at a time.
+    #[test]
+    fn the_quantized_cell_matches_its_scalar_form_bit_for_bit() {
+        let hs = 37;
+        let mut seed = 11u32;
+        let mut next = |scale: f32| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
+        };
+        let g: Vec<f32> = (0..4 * hs).map(|_| next(12.0)).collect();
+        let bias: Vec<f32> = (0..4 * hs).map(|_| next(1.0)).collect();
+        let peep: Vec<f32> = (0..3 * hs).map(|_| next(0.5)).collect();
+        let c0: Vec<f32> = (0..hs).map(|_| next(3.0)).collect();
+        for input_forget in [false, true] {
+            let (mut c, mut h) = (c0.clone(), vec![0.0f32; hs]);
+            quantized_cell(&g, &bias, &peep, input_forget, &mut c, &mut h);
+            for k in 0..hs {
+                let cp = c0[k];
+                let i = sigmoid_f32(g[k] + cp * peep[k] + bias[k]);
+                let f = if input_forget {
+                    1.0 - i
+                } else {
+                    sigmoid_f32(g[2 * hs + k] + cp * peep[2 * hs + k] + bias[2 * hs + k])
+                };
+                let cn = cp * f + i * tanh_unclamped_f32(g[3 * hs + k] + bias[3 * hs + k]);
+                let o = sigmoid_f32(g[hs + k] + cn * peep[hs + k] + bias[hs + k]);
+                let want = tanh_unclamped_f32(cn) * o;
+                assert_eq!(
+                    (c[k].to_bits(), h[k].to_bits()),
+                    (cn.to_bits(), want.to_bits()),
+                    "unit {k}, input_forget {input_forget}"
+                );
+            }
+        }
+    }
 }

@@ -496,7 +496,6 @@ impl Rnn {
         yh: &mut [f64],
         yc: &mut [f64],
     ) {
-        use crate::fast::math::{sigmoid_f32, tanh_unclamped_f32};
         let (h, dirs, batch) = (self.hidden, self.dirs, st.batch);
         let (xb, sx, zx) = st.x;
         let isz = qw.k;
@@ -504,6 +503,7 @@ impl Rnn {
         let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0) as f32;
         let mut wx = vec![0.0f64; 4 * h];
         let mut rh = vec![0.0f64; 4 * h];
+        let mut gates = vec![0.0f32; 4 * h];
         for d in 0..dirs {
             let rev = self.reverse_only || d == 1;
             let bd = st.b.get(d * 8 * h..(d + 1) * 8 * h).unwrap_or(&[]);
@@ -557,21 +557,18 @@ impl Rnn {
                             qr.product(d, hb.get(row.clone()).unwrap_or(&[]), (sh, zh), &mut rh)
                         }
                     }
-                    let gate = |j: usize| wx[j] as f32 + rh[j] as f32;
-                    for k in 0..h {
-                        let cp = cs[bb * h + k];
-                        let i = sigmoid_f32(gate(k) + cp * peep[k] + bias[k]);
-                        let f = if self.input_forget {
-                            1.0 - i
-                        } else {
-                            sigmoid_f32(gate(2 * h + k) + cp * peep[2 * h + k] + bias[2 * h + k])
-                        };
-                        let g = tanh_unclamped_f32(gate(3 * h + k) + bias[3 * h + k]);
-                        let c = cp * f + i * g;
-                        let o = sigmoid_f32(gate(h + k) + c * peep[h + k] + bias[h + k]);
-                        let out = tanh_unclamped_f32(c) * o;
-                        cs[bb * h + k] = c;
-                        hs[bb * h + k] = out;
+                    for (g, (&a, &b)) in gates.iter_mut().zip(wx.iter().zip(&rh)) {
+                        *g = a as f32 + b as f32;
+                    }
+                    crate::fast::lstm::quantized_cell(
+                        &gates,
+                        &bias,
+                        &peep,
+                        self.input_forget,
+                        &mut cs[row.clone()],
+                        &mut hs[row.clone()],
+                    );
+                    for (k, &out) in hs[row.clone()].iter().enumerate() {
                         if let Some(v) = y.get_mut(((t * dirs + d) * batch + bb) * h + k) {
                             *v = f64::from(out);
                         }

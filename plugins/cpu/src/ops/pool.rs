@@ -753,6 +753,20 @@ mod tests {
         AttrValue::Ints(v.to_vec())
     }
 
+    /// 2-D pool geometries for the fast paths' tests, on a 7×9 plane: kernel, strides, pads
+    /// (begin, begin, end, end), ceil_mode. Padding on either side, strides 1 to 3, windows
+    /// wider than the stride and windows that reach past the padded end.
+    const GEOMETRIES: [([i64; 2], [i64; 2], [i64; 4], i64); 8] = [
+        ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0),
+        ([3, 3], [2, 2], [0, 0, 0, 0], 1),
+        ([3, 2], [1, 3], [2, 0, 1, 1], 1),
+        ([5, 5], [1, 1], [2, 2, 2, 2], 0),
+        ([2, 2], [1, 1], [0, 0, 1, 1], 0),
+        ([2, 2], [1, 1], [1, 1, 0, 0], 0),
+        ([2, 4], [3, 3], [1, 1, 0, 2], 1),
+    ];
+
     #[test]
     fn maxpool_2d_in_place_matches_the_window_walk() {
         // Values with ties, negatives and a NaN; the Indices output sends a node down the
@@ -769,15 +783,7 @@ mod tests {
             })
             .collect();
         let x = Tensor::from_vec(&shape, vals).unwrap();
-        for (k, st, pads, ceil) in [
-            ([2, 2], [2, 2], [0, 0, 0, 0], 0),
-            ([3, 3], [2, 2], [1, 1, 1, 1], 0),
-            ([3, 3], [2, 2], [0, 0, 0, 0], 1),
-            ([3, 2], [1, 3], [2, 0, 1, 1], 1),
-            ([5, 5], [1, 1], [2, 2, 2, 2], 0),
-            ([2, 2], [1, 1], [0, 0, 1, 1], 0),
-            ([2, 2], [1, 1], [1, 1, 0, 0], 0),
-        ] {
+        for (k, st, pads, ceil) in GEOMETRIES {
             let node = NodeDef::new("MaxPool", 12)
                 .with_attr("kernel_shape", ks(&k))
                 .with_attr("strides", ks(&st))
@@ -844,14 +850,7 @@ mod tests {
         let n: usize = shape.iter().product();
         let vals: Vec<f32> = (0..n).map(|i| ((i * 37) % 23) as f32 - 11.0).collect();
         let x = Tensor::from_vec(&shape, vals.clone()).unwrap();
-        for (k, st, pads, ceil) in [
-            ([2, 2], [2, 2], [0, 0, 0, 0], 0),
-            ([3, 3], [2, 2], [1, 1, 1, 1], 0),
-            ([3, 3], [2, 2], [0, 0, 0, 0], 1),
-            ([3, 2], [1, 3], [2, 0, 1, 1], 1),
-            ([5, 5], [1, 1], [2, 2, 2, 2], 0),
-            ([2, 4], [3, 3], [1, 1, 0, 2], 1),
-        ] {
+        for (k, st, pads, ceil) in GEOMETRIES {
             for include in [0, 1] {
                 let node = NodeDef::new("AveragePool", 19)
                     .with_attr("kernel_shape", ks(&k))

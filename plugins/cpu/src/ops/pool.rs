@@ -346,9 +346,8 @@ fn avg_2d<T: FloatElem>(
 /// are first reduced down the columns over whole input rows (a loop that vectorizes).
 fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial) -> Vec<T> {
     let (oh, ow) = (geo.out[0], geo.out[1]);
-    let span = window_span;
     let cols: Vec<(usize, usize)> = (0..ow)
-        .map(|ox| span(ox, geo.kernel[1], geo.strides[1], geo.pad_begin[1], w))
+        .map(|ox| window_span(ox, geo.kernel[1], geo.strides[1], geo.pad_begin[1], w))
         .collect();
     let mut y = vec![T::lowest(); planes * oh * ow];
     if oh * ow == 0 || h * w == 0 {
@@ -362,7 +361,7 @@ fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial
             // time, then each window's columns of it.
             let mut down = vec![T::lowest(); w];
             for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
-                let (r0, r1) = span(oy, geo.kernel[0], geo.strides[0], geo.pad_begin[0], h);
+                let (r0, r1) = window_span(oy, geo.kernel[0], geo.strides[0], geo.pad_begin[0], h);
                 if r0 == r1 {
                     continue;
                 }

@@ -755,7 +755,8 @@ mod tests {
     /// 2-D pool geometries for the fast paths' tests, on a 7×9 plane: kernel, strides, pads
     /// (begin, begin, end, end), ceil_mode. Padding on either side, strides 1 to 3, windows
     /// wider than the stride and windows that reach past the padded end.
-    const GEOMETRIES: [([i64; 2], [i64; 2], [i64; 4], i64); 8] = [
+    type Geometry = ([i64; 2], [i64; 2], [i64; 4], i64);
+    const GEOMETRIES: [Geometry; 8] = [
         ([2, 2], [2, 2], [0, 0, 0, 0], 0),
         ([3, 3], [2, 2], [1, 1, 1, 1], 0),
         ([3, 3], [2, 2], [0, 0, 0, 0], 1),

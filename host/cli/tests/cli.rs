@@ -531,15 +531,24 @@ fn run_profile_prints_where_the_time_went_and_what_the_passes_did() {
     let dir = epx_tests::TempDir::new("profile").expect("temp dir");
     let json = dir.path().join("p.json");
     let json_arg = json.to_str().expect("utf-8 path");
-    let out = epx(&[
-        "run",
-        "examples/models/mnist-cnn.onnx",
-        "--repeat",
-        "4",
-        "--profile",
-        "--profile-json",
-        json_arg,
-    ]);
+    // The fast kernels' fused steps and passes (a kernel level set outside would change them).
+    let out = Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args([
+            "run",
+            "examples/models/mnist-cnn.onnx",
+            "--repeat",
+            "4",
+            "--profile",
+            "--profile-json",
+            json_arg,
+        ])
+        .current_dir(repo())
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .env_remove("EPX_CPU_KERNELS")
+        .env_remove("EPX_CPU_DISABLE_PASSES")
+        .output()
+        .expect("run epx");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     for want in [

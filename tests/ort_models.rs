@@ -120,6 +120,16 @@ fn conv_batch_norm_gives_onnx_runtimes_output() {
     check_against_onnx_runtime(&dir, "ort-conv-bn", |y| 1e-5 * y.abs().max(1.0));
 }
 
+/// A CNN written channels-last (`ort-channels-last-cnn`): its Transposes moved and cancelled,
+/// its NHWC arithmetic folded into the Conv's weights on the fast levels
+/// (`host/cli/tests/cli.rs` counts the steps); ONNX Runtime's answer, the NHWC output included.
+#[test]
+fn channels_last_cnn_gives_onnx_runtimes_output() {
+    exact_integer_sums();
+    let dir = repo_root().join("tests/models");
+    check_against_onnx_runtime(&dir, "ort-channels-last-cnn", |y| 1e-5 * y.abs().max(1.0));
+}
+
 /// The scikit-learn pipelines of `tests/models/sklearn/` (made by `make_sklearn.py`): every
 /// node on the CPU EP, labels equal to ONNX Runtime's, scores within 1e-5 (relative) of them.
 #[test]
@@ -154,8 +164,9 @@ fn scikit_learn_models_run_on_the_cpu_ep() {
 
 /// Each compile pass of the CPU EP that can be turned off (`disable_passes`, for bisecting a
 /// wrong answer) leaves the answer ONNX Runtime's on models where it has work to do: QDQ
-/// folding, Conv/BatchNormalization folding, constants folded into nested bodies, float16
-/// tables, fused chains. A name that is no pass is refused with the list.
+/// folding, Conv/BatchNormalization folding, Transposes moved and cancelled, NHWC arithmetic
+/// folded into convolutions, constants folded into nested bodies, float16 tables, fused chains.
+/// A name that is no pass is refused with the list.
 #[test]
 fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
     exact_integer_sums();
@@ -166,6 +177,8 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
         "elide_casts",
         "elide_identities",
         "fold_constants",
+        "push_transposes",
+        "fold_conv_affine",
         "prepare_kernels",
         "fuse_matmul_add",
         "fuse_chains",
@@ -175,9 +188,10 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
     ];
     // The tolerance of each output element, from the reference value.
     type Tolerance = fn(f32) -> f32;
-    let models: [(&str, Tolerance); 5] = [
+    let models: [(&str, Tolerance); 6] = [
         ("ort-qdq-cnn", |_| 0.0),
         ("ort-conv-bn", |y| 1e-5 * y.abs().max(1.0)),
+        ("ort-channels-last-cnn", |y| 1e-5 * y.abs().max(1.0)),
         ("ort-nested-constants", |_| 1e-5),
         ("float16-gather", |y| 1e-3 * y.abs().max(1.0)),
         ("ort-opt-mnist-cnn", |_| 1e-5),

@@ -54,6 +54,11 @@ Files: `<model>.onnx`, `<model>.input.<name>.npy`, `<model>.output.<name>.npy`. 
   ort-conv-bn         Conv (with and without bias) then an inference BatchNormalization, as
                       exporters of CNNs write them, and one Conv output also read elsewhere:
                       folded into the Conv's weights where the Conv's output has no other use
+  ort-channels-last-cnn  a CNN as converters from channels-last frameworks write it: each Conv
+                      between Transposes to NCHW and back, its bias and a normalization as
+                      Add / Sub / Mul on the NHWC tensor, a residual sum, Pad, MaxPool between
+                      Transposes, a Concat and a mean over H and W; the NHWC block output is a
+                      model output too
   ort-rounding        Sigmoid, GlobalAveragePool and a [3, 2] AveragePool on many values:
                       the float ops whose last bits the block above depends on, each of which
                       must give ONNX Runtime's results bit for bit (its NCHW kernels)
@@ -348,6 +353,52 @@ def conv_batch_norm():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
     onnx.checker.check_model(model)
     save_with_ort(model, "ort-conv-bn", {"x": f32(1, 3, 12, 12)})
+
+
+def channels_last_cnn():
+    rng = np.random.default_rng(SEED)
+    f32 = lambda *shape: rng.normal(0, 1, shape).astype(np.float32)
+    nchw, nhwc = [0, 3, 1, 2], [0, 2, 3, 1]
+    T = lambda x, y, perm: helper.make_node("Transpose", [x], [y], perm=perm)
+    nodes = [
+        T("x", "x_t", nchw),
+        helper.make_node("Conv", ["x_t", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        T("c1", "c1_t", nhwc),
+        helper.make_node("Add", ["c1_t", "b1"], ["a1"]),
+        helper.make_node("Sub", ["a1", "mean1"], ["s1"]),
+        helper.make_node("Mul", ["s1", "scale1"], ["m1"]),
+        helper.make_node("Add", ["m1", "shift1"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        T("r1", "r1_t", nchw),
+        helper.make_node("Conv", ["r1_t", "w2"], ["c2"]),
+        T("c2", "c2_t", nhwc),
+        helper.make_node("Add", ["c2_t", "b2"], ["a2"]),
+        helper.make_node("Add", ["a2", "r1"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["feat"]),
+        helper.make_node("Pad", ["feat", "pads"], ["p"]),
+        T("p", "p_t", nchw),
+        helper.make_node("MaxPool", ["p_t"], ["mp"], kernel_shape=[3, 3], strides=[2, 2]),
+        T("mp", "mp_t", nhwc),
+        helper.make_node("Sigmoid", ["mp_t"], ["g"]),
+        helper.make_node("Concat", ["mp_t", "g"], ["cat"], axis=3),
+        helper.make_node("ReduceMean", ["cat"], ["y"], axes=[1, 2], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(f32(8, 3, 3, 3), "w1"),
+             numpy_helper.from_array(f32(8), "b1"),
+             numpy_helper.from_array(f32(1, 1, 1, 8), "mean1"),
+             numpy_helper.from_array(rng.uniform(0.5, 2.0, (8,)).astype(np.float32), "scale1"),
+             numpy_helper.from_array(f32(1, 1, 1, 8), "shift1"),
+             numpy_helper.from_array(f32(8, 8, 1, 1), "w2"),
+             numpy_helper.from_array(f32(8), "b2"),
+             numpy_helper.from_array(np.array([0, 1, 1, 0, 0, 1, 1, 0], np.int64), "pads")]
+    graph = helper.make_graph(
+        nodes, "ort_channels_last_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10, 10, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16]),
+         helper.make_tensor_value_info("feat", TensorProto.FLOAT, [1, 10, 10, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    save_with_ort(model, "ort-channels-last-cnn", {"x": f32(1, 10, 10, 3)})
 
 
 def quantized_cnn(name, nodes, inits, rng, **options):
@@ -719,6 +770,7 @@ def main():
     rounding()
     nested_constants()
     conv_batch_norm()
+    channels_last_cnn()
     qoperator_cnn()
     qdq_cnn()
     qdq_movers()

@@ -577,6 +577,24 @@ fn count(kinds: &[(String, u32)], k: &str) -> u32 {
     kinds.iter().find(|(n, _)| n == k).map_or(0, |(_, c)| *c)
 }
 
+/// A CNN written channels-last (each Conv between Transposes, its bias and normalization as
+/// NHWC arithmetic): on the fast levels the Transposes after each Conv move down and cancel the
+/// ones before the next, and the arithmetic folds into the Conv's weights; what stays is the
+/// input's Transpose, the one that makes the NHWC model output, and the one before the Pad that
+/// reads that output. The reference level runs the nodes as written.
+#[test]
+fn channels_last_transposes_cancel_and_the_arithmetic_folds_into_the_convolutions() {
+    let fast = step_kinds("ort-channels-last-cnn", &["x"], None);
+    assert_eq!(count(&fast, "Transpose"), 3, "{fast:?}");
+    for op in ["Add", "Sub", "Mul", "Relu"] {
+        assert_eq!(count(&fast, op), 0, "{op} in {fast:?}");
+    }
+    assert_eq!(count(&fast, "Conv+Relu"), 1, "{fast:?}");
+    assert_eq!(count(&fast, "Conv+Add+Relu"), 1, "{fast:?}");
+    let reference = step_kinds("ort-channels-last-cnn", &["x"], Some("reference"));
+    assert_eq!(count(&reference, "Transpose"), 6, "{reference:?}");
+}
+
 /// With fast kernels, the DequantizeLinear / op / QuantizeLinear groups of a QDQ model run as
 /// the quantized ops they stand for (the CPU EP's step profile names what ran); the reference
 /// kernels run the nodes as written.

@@ -11,7 +11,7 @@ use epx_plugin_api::sdk;
 use crate::error::OpError;
 use crate::exec::passes::{
     CompileOptions, Draft, ENV_DISABLE_PASSES, Pass, batch_norm, build, casts, constants, float16,
-    fusion, liveness, matmul_add, outputs, prepare,
+    fusion, liveness, matmul_add, outputs, prepare, transposes,
 };
 use crate::exec::profile;
 use crate::exec::step::{Source, Step};
@@ -68,6 +68,20 @@ pub(crate) const PASSES: &[Pass] = &[
         fast_only: false,
         changes: "",
         run: constants::fold_constants,
+    },
+    Pass {
+        name: "push_transposes",
+        required: false,
+        fast_only: true,
+        changes: "",
+        run: transposes::push_transposes,
+    },
+    Pass {
+        name: "fold_conv_affine",
+        required: false,
+        fast_only: true,
+        changes: "",
+        run: batch_norm::fold_conv_affine,
     },
     Pass {
         name: "build_control_flow",
@@ -663,7 +677,7 @@ mod tests {
     fn an_unknown_or_required_pass_is_refused_with_the_list() {
         let e = compile_options(Some("fold_constant")).unwrap_err();
         assert!(e.contains("no compile pass `fold_constant`"), "{e}");
-        let list = "plan_qdq, fold_batch_norm, elide_casts, elide_identities, fold_constants, prepare_kernels, fuse_matmul_add, fuse_chains, hoist_shape_reads, plan_frees, move_reshapes";
+        let list = "plan_qdq, fold_batch_norm, elide_casts, elide_identities, fold_constants, push_transposes, fold_conv_affine, prepare_kernels, fuse_matmul_add, fuse_chains, hoist_shape_reads, plan_frees, move_reshapes";
         assert!(e.contains(list), "{e}");
         let e = compile_options(Some("build_steps")).unwrap_err();
         assert!(e.contains("`build_steps` is required"), "{e}");

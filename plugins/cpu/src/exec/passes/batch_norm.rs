@@ -1,4 +1,6 @@
-//! An inference BatchNormalization after a Conv of constant weights, folded into the weights.
+//! Per-channel affine maps after a Conv of constant weights, folded into its weights and bias:
+//! an inference BatchNormalization, and Add, Sub and Mul by a constant of one value per channel
+//! (a normalization written out as arithmetic, as converters from other frameworks do).
 
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
@@ -115,25 +117,147 @@ fn folded_weights(d: &Draft<'_, '_>, conv: usize, bn: usize) -> Option<(Tensor, 
             b.iter().copied().collect()
         }
     };
-    let (w_shape, w) = (w.shape().to_vec(), w.as_standard_layout());
-    let per = w.len() / c;
     let scale: Vec<f32> = gamma
         .iter()
         .zip(var)
         .map(|(g, v)| g / (v + eps).sqrt())
         .collect();
+    let new_b: Vec<f32> = (0..c)
+        .map(|k| (bias[k] - mean[[k]]) * scale[k] + beta[[k]])
+        .collect();
+    Some((scaled(w, &scale)?, Tensor::from_vec(&[c], new_b).ok()?))
+}
+
+/// Weights `w` (`[m, ...]`) with output channel `k`'s multiplied by `scale[k]`.
+fn scaled(w: &ndarray::ArrayD<f32>, scale: &[f32]) -> Option<Tensor> {
+    let (shape, w) = (w.shape().to_vec(), w.as_standard_layout());
+    let per = w.len() / scale.len().max(1);
     let new_w: Vec<f32> = w
         .iter()
         .enumerate()
         .map(|(i, &v)| v * scale[i / per])
         .collect();
-    let new_b: Vec<f32> = (0..c)
-        .map(|k| (bias[k] - mean[[k]]) * scale[k] + beta[[k]])
-        .collect();
-    Some((
-        Tensor::from_vec(&w_shape, new_w).ok()?,
-        Tensor::from_vec(&[c], new_b).ok()?,
-    ))
+    Tensor::from_vec(&shape, new_w).ok()
+}
+
+/// `fold_conv_affine` (fast levels): an Add, Sub (of the constant) or Mul whose other operand
+/// is a float32 constant of one value per output channel (`[1, m, 1, 1]`, `[m, 1, 1]`, or one
+/// value), reading a Conv of float32 constant weights whose output only it reads, becomes part
+/// of the Conv: `+ c` and `− c` of the bias, `· c` of the weights and the bias, as ONNX
+/// Runtime's Conv/Add and Conv/Mul fusions do (and Sub as the Add of `−c`, which is the same
+/// sum). Repeated, a normalization written as `(x − mean) · scale + shift` folds whole.
+///
+/// In: steps. Out: each such Conv with new weight and bias constants, without the steps folded
+/// into it; their readers read the Conv's output.
+pub(crate) fn fold_conv_affine(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
+    let mut i = 0;
+    while i < d.steps.len() {
+        if let Some((conv, x, (w, b))) = affine_after_conv(d, i) {
+            let w = w.map(|w| d.constant(w));
+            let b = Some(d.constant(b));
+            let inputs = &mut d.steps[conv].step.inputs;
+            if let Some(w) = w {
+                inputs[1] = Some(w);
+            }
+            match inputs.get_mut(2) {
+                Some(slot) => *slot = b,
+                None => inputs.push(b),
+            }
+            let st = d.steps.remove(i);
+            if let Some(Some(y)) = st.step.outputs.first() {
+                d.replace(*y, Source::Slot(x));
+            }
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// The new weights (`None`: unchanged) and bias of a Conv when step `i` is an affine map of its
+/// output by a per-channel constant; with the Conv's step and output slot.
+#[allow(clippy::type_complexity)]
+fn affine_after_conv(
+    d: &Draft<'_, '_>,
+    i: usize,
+) -> Option<(usize, usize, (Option<Tensor>, Tensor))> {
+    let st = &d.steps[i];
+    let info = st.node.as_ref()?;
+    let op = info.def.op_type.as_str();
+    if !matches!(op, "Add" | "Sub" | "Mul")
+        || !info.def.domain.is_empty()
+        || info.def.opset < 7
+        || info.output_types.first() != Some(&Some(ElementType::Float))
+        || st.step.outputs.len() != 1
+        || st.step.inputs.len() != 2
+    {
+        return None;
+    }
+    // The Conv's output, and the constant: either order but for Sub.
+    let (x, c) = match (st.step.inputs[0], st.step.inputs[1]) {
+        (Some(Source::Slot(x)), Some(c @ Source::Constant(_))) => (x, c),
+        (Some(c @ Source::Constant(_)), Some(Source::Slot(x))) if op != "Sub" => (x, c),
+        _ => return None,
+    };
+    if d.readers(x) != 1 {
+        return None;
+    }
+    let conv = d.steps[..i]
+        .iter()
+        .rposition(|s| s.step.outputs.contains(&Some(x)))?;
+    let cv = &d.steps[conv];
+    if !cv.is_op("Conv") || cv.step.outputs.len() != 1 {
+        return None;
+    }
+    let f32_const = |s: Option<&Option<Source>>| match s {
+        Some(Some(Source::Constant(k))) => match &d.constants[*k] {
+            Tensor::F32(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    };
+    let w = f32_const(cv.step.inputs.get(1))?;
+    let (m, rank) = (*w.shape().first()?, w.ndim());
+    if rank < 3 || m == 0 {
+        return None;
+    }
+    // One value per channel of the `[n, m, ...]` output, or one for all.
+    let Tensor::F32(c) = d.constant_value(c)? else {
+        return None;
+    };
+    let cs = c.shape();
+    if cs.len() > rank {
+        return None;
+    }
+    // Axis 1 of the output is `rank - 2` counted from the right.
+    let per_channel = cs
+        .iter()
+        .rev()
+        .enumerate()
+        .all(|(a, &n)| n == 1 || (a == rank - 2 && n == m));
+    if !per_channel {
+        return None;
+    }
+    let c: Vec<f32> = match c.len() {
+        1 => vec![*c.iter().next()?; m],
+        _ => c.iter().copied().collect(),
+    };
+    let bias: Vec<f32> = match cv.step.inputs.get(2) {
+        None | Some(None) => vec![0.0; m],
+        b => {
+            let b = f32_const(b).filter(|b| b.shape() == [m])?;
+            b.iter().copied().collect()
+        }
+    };
+    let (w, b) = match op {
+        "Add" => (None, bias.iter().zip(&c).map(|(b, c)| b + c).collect()),
+        "Sub" => (None, bias.iter().zip(&c).map(|(b, c)| b - c).collect()),
+        _ => (
+            Some(scaled(w, &c)?),
+            bias.iter().zip(&c).map(|(b, c)| b * c).collect(),
+        ),
+    };
+    Some((conv, x, (w, Tensor::from_vec(&[m], b).ok()?)))
 }
 
 #[cfg(test)]
@@ -209,5 +333,57 @@ mod tests {
         let mut d = draft(&options, &g, true);
         fold_batch_norm(&mut d).unwrap();
         assert_eq!(d.steps.len(), 4);
+    }
+
+    /// Conv (two output channels, 1×1) then `kinds` of ops by constants; returns the step kinds
+    /// after `fold_conv_affine` and checks the output is the same but for rounding.
+    fn affine(ops: &[(&str, Tensor, bool)]) -> Vec<String> {
+        use crate::exec::passes::testing::{kinds, push, run_draft};
+        let (g, options) = (TestGraph::new(), CompileOptions::default());
+        let last = 10 + ops.len() as u32;
+        let outputs = [last + 1];
+        let mut d = Draft::new(g.view(), &[], &[], &outputs, &[], &options).unwrap();
+        let w = d.constant(t(&[2, 1, 1, 1], vec![2.0, -1.5]));
+        push(&mut d, def("Conv", 2), &[Source::Input(0), w], 10);
+        for (k, (op, c, first)) in ops.iter().enumerate() {
+            let c = d.constant(c.clone());
+            let x = Source::Slot(10 + k);
+            let ins = if *first { [c, x] } else { [x, c] };
+            push(&mut d, def(op, 2), &ins, 11 + k as u32);
+        }
+        push(
+            &mut d,
+            def("Relu", 1),
+            &[Source::Slot(last as usize)],
+            last + 1,
+        );
+        let x = [t(&[1, 1, 2, 2], vec![1.0, -2.0, 0.5, 3.0])];
+        let before = run_draft(&d, &x);
+        fold_conv_affine(&mut d).unwrap();
+        let after = run_draft(&d, &x);
+        for (a, b) in vals(&after[0]).iter().zip(vals(&before[0])) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+        }
+        kinds(&d)
+    }
+
+    #[test]
+    fn per_channel_add_sub_and_mul_after_a_convolution_become_its_weights() {
+        let per_channel = |shape: &[usize], v: Vec<f32>| t(shape, v);
+        let kinds = affine(&[
+            ("Add", per_channel(&[1, 2, 1, 1], vec![0.5, -1.0]), false),
+            ("Sub", per_channel(&[2, 1, 1], vec![0.25, 2.0]), false),
+            ("Mul", per_channel(&[1, 2, 1, 1], vec![3.0, -0.5]), true),
+            ("Add", per_channel(&[1], vec![0.125]), true),
+        ]);
+        assert_eq!(kinds, ["Conv", "Relu"]);
+    }
+
+    #[test]
+    fn constants_that_vary_over_the_plane_or_subtract_the_convolution_stay() {
+        let kinds = affine(&[("Add", t(&[1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]), false)]);
+        assert_eq!(kinds, ["Conv", "Add", "Relu"]);
+        let kinds = affine(&[("Sub", t(&[1, 2, 1, 1], vec![1.0, 2.0]), true)]);
+        assert_eq!(kinds, ["Conv", "Sub", "Relu"]);
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod liveness;
 pub(crate) mod matmul_add;
 pub(crate) mod outputs;
 pub(crate) mod prepare;
+pub(crate) mod transposes;
 
 use std::collections::HashMap;
 
@@ -282,5 +283,49 @@ pub(crate) mod testing {
     /// A kernel from the registry for `def`.
     pub(crate) fn kernel(def: &NodeDef) -> Box<dyn OpKernel> {
         crate::ops::registry().build(def).expect("kernel")
+    }
+
+    /// A step of node `def` (its kernel from the registry) reading `inputs`, writing graph value
+    /// `out` to slot `out`, recorded in `d.at`.
+    pub(crate) fn push(d: &mut Draft<'_, '_>, def: NodeDef, inputs: &[Source], out: u32) {
+        let k = kernel(&def);
+        let inputs = inputs.iter().map(|&s| Some(s)).collect();
+        d.steps.push(node_step(def, k, inputs, &[out]));
+        d.at.insert(out, Source::Slot(out as usize));
+        d.num_slots = d.num_slots.max(out as usize + 1);
+    }
+
+    /// Runs the draft's steps in order on `inputs` and returns the program outputs
+    /// (`d.outputs`, found through `d.at`).
+    pub(crate) fn run_draft(d: &Draft<'_, '_>, inputs: &[Tensor]) -> Vec<Tensor> {
+        let mut slots: HashMap<usize, Tensor> = HashMap::new();
+        let value = |slots: &HashMap<usize, Tensor>, s: Source| -> Tensor {
+            match s {
+                Source::Input(i) => inputs[i].clone(),
+                Source::Constant(i) => d.constants[i].clone(),
+                Source::Slot(i) => slots[&i].clone(),
+            }
+        };
+        for st in &d.steps {
+            let args: Vec<Option<Tensor>> = st
+                .step
+                .inputs
+                .iter()
+                .map(|s| s.map(|s| value(&slots, s)))
+                .collect();
+            let views: Vec<_> = args.iter().map(|a| a.as_ref().map(Tensor::view)).collect();
+            let outs = st.step.kernel.run(&views).expect("the step runs");
+            for (o, t) in st.step.outputs.iter().zip(outs) {
+                if let Some(o) = o {
+                    slots.insert(*o, t);
+                }
+            }
+        }
+        d.outputs.iter().map(|v| value(&slots, d.at[v])).collect()
+    }
+
+    /// The op kinds of the draft's steps, in order.
+    pub(crate) fn kinds(d: &Draft<'_, '_>) -> Vec<String> {
+        d.steps.iter().map(|s| s.step.kind.clone()).collect()
     }
 }

@@ -62,6 +62,16 @@ pub(crate) fn classify<'c>(
             scalar(1)?.unwrap_or(f32::NEG_INFINITY),
             scalar(2)?.unwrap_or(f32::INFINITY),
         ),
+        // Max and Min of a value and a constant scalar (in that order) are Clip to one side:
+        // the same comparisons, NaN and signed zeros included.
+        "Max" | "Min" if def.opset >= 8 && def.num_inputs == 2 => {
+            let c = scalar(1)?.filter(|c| !c.is_nan())?;
+            if def.op_type == "Max" {
+                EwOp::Clip(c, f32::INFINITY)
+            } else {
+                EwOp::Clip(f32::NEG_INFINITY, c)
+            }
+        }
         _ => return None,
     };
     let arity = if op.is_binary() { 2 } else { 1 };
@@ -172,5 +182,58 @@ impl OpKernel for PostFused {
         let r = self.chain.run_with(b, self.primary, &y);
         Tensor::recycle(y);
         Ok(vec![r?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use epx_plugin_api::ElementType;
+
+    /// Max and Min of a value and a scalar constant fuse as Clip to one side, and give the
+    /// kernels' results bit for bit: NaN, signed zeros, infinities, ties.
+    #[test]
+    fn max_and_min_by_a_scalar_are_one_sided_clips() {
+        let xs = [
+            f32::NAN,
+            -0.0,
+            0.0,
+            0.25,
+            -0.25,
+            1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for c in [0.0f32, -0.0, 0.25, -3.0] {
+            let constant = Tensor::from_vec(&[1, 1, 1, 1], vec![c]).unwrap();
+            for op in ["Max", "Min"] {
+                let def = NodeDef {
+                    num_inputs: 2,
+                    input_types: vec![Some(ElementType::Float); 2],
+                    ..NodeDef::new(op, 13)
+                };
+                let (ew, operands) =
+                    classify(&def, |i| (i == 1).then_some(&constant)).expect("fused");
+                assert_eq!(operands, [0]);
+                let kernel = crate::ops::registry().build(&def).unwrap();
+                let x = Tensor::from_vec(&[xs.len()], xs.to_vec()).unwrap();
+                let out = kernel
+                    .run(&[Some(x.view()), Some(constant.view())])
+                    .unwrap();
+                let want = out[0].as_array::<f32>().unwrap();
+                for (&x, &w) in xs.iter().zip(want.iter()) {
+                    assert_eq!(ew.unary(x).to_bits(), w.to_bits(), "{op}({x}, {c})");
+                }
+            }
+        }
+        // A constant first, or a NaN constant, is not fused.
+        let def = NodeDef {
+            num_inputs: 2,
+            input_types: vec![Some(ElementType::Float); 2],
+            ..NodeDef::new("Max", 13)
+        };
+        let nan = Tensor::from_vec(&[1], vec![f32::NAN]).unwrap();
+        assert!(classify(&def, |i| (i == 0).then_some(&nan)).is_none());
+        assert!(classify(&def, |i| (i == 1).then_some(&nan)).is_none());
     }
 }

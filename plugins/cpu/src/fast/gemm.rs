@@ -34,6 +34,44 @@ pub(crate) fn sgemm_strided(
     }
 }
 
+/// `c[m, n] = (accumulate ? c : 0) + a[m, k] · btᵀ`, the second operand given transposed: `bt`
+/// is `n` rows of `k` values `ldbt` apart (ONNX's recurrent weights, `[gates, input]`); `a` and
+/// `c` are row-major with row strides `lda` and `ldc`. Split across the pool when large.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_nt(
+    (m, k, n): (usize, usize, usize),
+    (a, lda): (&[f32], usize),
+    (bt, ldbt): (&[f32], usize),
+    (c, ldc): (&mut [f32], usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        lda >= k
+            && ldbt >= k
+            && ldc >= n
+            && (k == 0 || (a.len() >= (m - 1) * lda + k && bt.len() >= (n - 1) * ldbt + k))
+            && c.len() >= (m - 1) * ldc + n,
+        "sgemm_nt: buffers too small"
+    );
+    let par = crate::par::gemm_splits(m, k, n);
+    // SAFETY: every element the strides reach lies inside `a`, `bt` and `c` (asserted above);
+    // `c` is exclusively borrowed, so it overlaps neither input.
+    unsafe {
+        gemm_f32(
+            (m, n, k),
+            (c.as_mut_ptr(), 1, ldc as isize),
+            accumulate,
+            (a.as_ptr(), 1, lda as isize),
+            (bt.as_ptr(), ldbt as isize, 1),
+            (1.0, 1.0),
+            par,
+        );
+    }
+}
+
 /// [`sgemm_strided`] into `c` given as a pointer, for tasks that write disjoint bands of columns
 /// of one output.
 ///

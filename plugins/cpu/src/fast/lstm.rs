@@ -1,7 +1,9 @@
 //! The LSTM recurrence in float32: each step's gates are `W·xₜ + R·hₜ₋₁ + Wb + Rb` for every
-//! batch row at once, as dot products over the rows of W and R ([`super::dots`]: contiguous in
-//! ONNX's layout, so no weight is transposed or copied), then the cell update with ONNX's
-//! default activations (Sigmoid, Tanh, Tanh) and the optional peepholes. The logistic function
+//! batch row at once, then the cell update with ONNX's default activations (Sigmoid, Tanh,
+//! Tanh) and the optional peepholes. The input's products `W·xₜ` do not depend on the
+//! recurrence: they are one GEMM over a block of steps ([`Projection`]); `R·hₜ₋₁` is dot
+//! products over the rows of R ([`super::dots`]: contiguous in ONNX's layout, so no weight is
+//! transposed or copied). The logistic function
 //! and tanh are ONNX Runtime's rational forms ([`super::math`]).
 //!
 //! The reference kernel (`ops::rnn`) computes every LSTM and GRU in f64; this one takes the
@@ -45,20 +47,35 @@ pub fn lstm_direction(
     y: &mut [f32],
     y_stride: usize,
 ) {
-    let LstmDims { seq, batch, input, hidden: hs } = dims;
+    let LstmDims { seq, batch, input: _, hidden: hs } = dims;
     if batch == 0 || hs == 0 {
         return;
     }
     // Gate j of batch row b at `gates[j · batch + b]`.
     let mut gates = vec![0f32; 4 * hs * batch];
+    let bias = |j: usize| wt.bias.map_or(0.0, |bias| bias[j] + bias[4 * hs + j]);
+    let mut xw = Projection::new(dims, 4 * hs);
     for step in 0..seq {
         let t = if reverse { seq - 1 - step } else { step };
-        for (j, g) in gates.chunks_exact_mut(batch).enumerate() {
-            g.fill(wt.bias.map_or(0.0, |bias| bias[j] + bias[4 * hs + j]));
+        // W·xₜ + Wb + Rb, from the products of a block of steps made at once.
+        let xwt = xw.step(t, reverse, x, wt.w, &bias);
+        if batch == 1 {
+            gates.copy_from_slice(xwt);
+        } else {
+            for (j, g) in gates.chunks_exact_mut(batch).enumerate() {
+                for (b, v) in g.iter_mut().enumerate() {
+                    *v = xwt[b * 4 * hs + j];
+                }
+            }
         }
-        let xt = &x[t * batch * input..][..batch * input];
-        row_dots(4 * hs, batch, input, wt.w, xt, &mut gates, batch);
         row_dots(4 * hs, batch, hs, wt.r, h, &mut gates, batch);
+        if batch == 1 {
+            // One batch row: each gate's values lie together, so the update runs over slices
+            // (it vectorizes), the same operations as below.
+            lstm_update_row(hs, &gates, wt.peep, &mut c[..hs], &mut h[..hs]);
+            y[t * y_stride..][..hs].copy_from_slice(&h[..hs]);
+            continue;
+        }
         for b in 0..batch {
             let hb = &mut h[b * hs..][..hs];
             let cb = &mut c[b * hs..][..hs];
@@ -80,6 +97,78 @@ pub fn lstm_direction(
         }
     }
 }
+}
+
+/// The input's products `W·xₜ + bias` of a block of steps, made by one GEMM over all of them
+/// (the recurrence needs them one step at a time, but they do not depend on it): at most
+/// [`Projection::BUDGET`] values at a time, whatever the sequence's length.
+struct Projection {
+    dims: LstmDims,
+    /// Gates per batch row.
+    gates: usize,
+    /// Steps a block holds.
+    block: usize,
+    /// The first step of the block held (`usize::MAX`: none yet).
+    first: usize,
+    /// `[step, batch, gates]` of the block.
+    values: Vec<f32>,
+}
+
+impl Projection {
+    const BUDGET: usize = 1 << 18;
+
+    fn new(dims: LstmDims, gates: usize) -> Projection {
+        Self::with_budget(dims, gates, Self::BUDGET)
+    }
+
+    fn with_budget(dims: LstmDims, gates: usize, budget: usize) -> Projection {
+        let per_step = (dims.batch * gates).max(1);
+        let block = (budget / per_step).clamp(1, dims.seq.max(1));
+        Projection {
+            dims,
+            gates,
+            block,
+            first: usize::MAX,
+            values: Vec::new(),
+        }
+    }
+
+    /// Step `t`'s `[batch, gates]` products; a new block is made when `t` is outside the one
+    /// held (the one that ends at `t` when the recurrence runs in `reverse`).
+    fn step(
+        &mut self,
+        t: usize,
+        reverse: bool,
+        x: &[f32],
+        w: &[f32],
+        bias: &dyn Fn(usize) -> f32,
+    ) -> &[f32] {
+        let LstmDims {
+            seq, batch, input, ..
+        } = self.dims;
+        let per_step = batch * self.gates;
+        if self.first == usize::MAX || t < self.first || t >= self.first + self.block {
+            self.first = if reverse {
+                (t + 1).saturating_sub(self.block)
+            } else {
+                t
+            };
+            let steps = self.block.min(seq - self.first);
+            let rows = steps * batch;
+            self.values.clear();
+            self.values
+                .extend((0..rows * self.gates).map(|i| bias(i % self.gates)));
+            let xs = &x[self.first * batch * input..][..rows * input];
+            super::gemm::sgemm_nt(
+                (rows, input, self.gates),
+                (xs, input),
+                (w, input),
+                (&mut self.values, self.gates),
+                true,
+            );
+        }
+        &self.values[(t - self.first) * per_step..][..per_step]
+    }
 }
 
 crate::multiversion! {
@@ -132,8 +221,9 @@ crate::multiversion! {
 /// each step's hidden state into `y` at `y[t · y_stride + b · h ..]`:
 /// `z = σ(W_z·x + R_z·h + Wb_z + Rb_z)`, `r` likewise, the candidate
 /// `tanh(W_h·x + R_h·(r ⊙ h) + Rb_h + Wb_h)` (or `tanh(W_h·x + r ⊙ (R_h·h + Rb_h) + Wb_h)` with
-/// `linear_before_reset`), and `h = (1 - z) ⊙ candidate + z ⊙ h`. Every product is a row of
-/// dot products over the weights where they lie ([`row_dots`]).
+/// `linear_before_reset`), and `h = (1 - z) ⊙ candidate + z ⊙ h`. The input's products come
+/// from a GEMM over a block of steps ([`Projection`]); the state's are dot products over the
+/// rows of R where they lie ([`row_dots`]).
 pub fn gru_direction(
     dims: LstmDims,
     x: &[f32],
@@ -143,7 +233,7 @@ pub fn gru_direction(
     y: &mut [f32],
     y_stride: usize,
 ) {
-    let LstmDims { seq, batch, input, hidden: hs } = dims;
+    let LstmDims { seq, batch, input: _, hidden: hs } = dims;
     if batch == 0 || hs == 0 {
         return;
     }
@@ -155,13 +245,20 @@ pub fn gru_direction(
     let mut rh = vec![0f32; 3 * hs * batch];
     let mut reset_h = vec![0f32; batch * hs];
     let mut reset = vec![0f32; batch * hs];
+    let mut xw = Projection::new(dims, 3 * hs);
     for step in 0..seq {
         let t = if reverse { seq - 1 - step } else { step };
-        for (j, g) in wx.chunks_exact_mut(batch).enumerate() {
-            g.fill(bias(j));
+        // W·xₜ + Wb, from the products of a block of steps made at once.
+        let xwt = xw.step(t, reverse, x, wt.w, &bias);
+        if batch == 1 {
+            wx.copy_from_slice(xwt);
+        } else {
+            for (j, g) in wx.chunks_exact_mut(batch).enumerate() {
+                for (b, v) in g.iter_mut().enumerate() {
+                    *v = xwt[b * 3 * hs + j];
+                }
+            }
         }
-        let xt = &x[t * batch * input..][..batch * input];
-        row_dots(3 * hs, batch, input, wt.w, xt, &mut wx, batch);
         let zr = 2 * hs;
         for (j, g) in rh.chunks_exact_mut(batch).enumerate() {
             g.fill(bias(3 * hs + j));
@@ -170,6 +267,13 @@ pub fn gru_direction(
             row_dots(3 * hs, batch, hs, wt.r, h, &mut rh, batch);
         } else {
             row_dots(zr, batch, hs, wt.r, h, &mut rh[..zr * batch], batch);
+        }
+        if batch == 1 {
+            // One batch row: each gate's values lie together, so the update runs over slices
+            // (it vectorizes), the same operations as below.
+            gru_update_row(hs, &wx, &mut rh, wt, (&mut reset, &mut reset_h), h);
+            y[t * y_stride..][..hs].copy_from_slice(&h[..hs]);
+            continue;
         }
         let at = |g: usize, k: usize, b: usize| (g * hs + k) * batch + b;
         // The reset gate, then (unless linear before the reset) R_h · (r ⊙ h).
@@ -201,9 +305,122 @@ pub fn gru_direction(
 }
 }
 
+/// The LSTM's cell update of one batch row from its gates' sums `g` (`[4h]`, order i, o, f, c)
+/// and the optional peepholes (`[3h]`: i, o, f).
+#[inline(always)]
+fn lstm_update_row(hs: usize, g: &[f32], peep: Option<&[f32]>, c: &mut [f32], h: &mut [f32]) {
+    let (gi, go, gf, gc) = (
+        &g[..hs],
+        &g[hs..2 * hs],
+        &g[2 * hs..3 * hs],
+        &g[3 * hs..4 * hs],
+    );
+    let zeros = [0f32; 0];
+    let (pi, po, pf) = match peep {
+        Some(p) => (&p[..hs], &p[hs..2 * hs], &p[2 * hs..3 * hs]),
+        None => (&zeros[..], &zeros[..], &zeros[..]),
+    };
+    for k in 0..hs {
+        let (pik, pok, pfk) = if peep.is_some() {
+            (pi[k], po[k], pf[k])
+        } else {
+            (0.0, 0.0, 0.0)
+        };
+        let i = sigmoid_f32(pik.mul_add(c[k], gi[k]));
+        let f = sigmoid_f32(pfk.mul_add(c[k], gf[k]));
+        let cell = tanh_f32(gc[k]);
+        let cn = f.mul_add(c[k], i * cell);
+        let o = sigmoid_f32(pok.mul_add(cn, go[k]));
+        c[k] = cn;
+        h[k] = o * tanh_f32(cn);
+    }
+}
+
+/// The GRU's update of one batch row after its products: `wx` (`W·x + Wb`) and `rh` (`R·h`
+/// plus Rb, for z and r, and for the candidate when it is linear before the reset; the
+/// candidate's `R_h · (r ⊙ h)` is made here otherwise), each `[3h]` in gate order z, r, h.
+#[inline(always)]
+fn gru_update_row(
+    hs: usize,
+    wx: &[f32],
+    rh: &mut [f32],
+    wt: &GruWeights<'_>,
+    (reset, reset_h): (&mut [f32], &mut [f32]),
+    h: &mut [f32],
+) {
+    let (wz, wr, wn) = (&wx[..hs], &wx[hs..2 * hs], &wx[2 * hs..3 * hs]);
+    let (reset, reset_h, h) = (&mut reset[..hs], &mut reset_h[..hs], &mut h[..hs]);
+    for (((r, rhk), (&a, &b)), &hk) in reset
+        .iter_mut()
+        .zip(reset_h.iter_mut())
+        .zip(wr.iter().zip(&rh[hs..2 * hs]))
+        .zip(h.iter())
+    {
+        *r = sigmoid_f32(a + b);
+        *rhk = *r * hk;
+    }
+    let zr = 2 * hs;
+    if !wt.linear_before_reset {
+        row_dots(hs, 1, hs, &wt.r[zr * hs..], reset_h, &mut rh[zr..], 1);
+    }
+    let (rz, rn) = (&rh[..hs], &rh[zr..zr + hs]);
+    for ((((hk, &z_in), &r_z), (&n_in, &r_n)), &r) in h
+        .iter_mut()
+        .zip(wz)
+        .zip(rz)
+        .zip(wn.iter().zip(rn))
+        .zip(reset.iter())
+    {
+        let z = sigmoid_f32(z_in + r_z);
+        let pre = if wt.linear_before_reset {
+            n_in + r * r_n
+        } else {
+            n_in + r_n
+        };
+        let cand = tanh_f32(pre);
+        *hk = (1.0 - z) * cand + z * *hk;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks of steps made ahead, forward and in reverse, blocks that do not divide the
+    /// sequence: each step's products are `W·xₜ + bias`.
+    #[test]
+    fn the_input_products_of_each_step_come_from_their_block() {
+        let dims = LstmDims {
+            seq: 7,
+            batch: 2,
+            input: 3,
+            hidden: 1,
+        };
+        let gates = 4;
+        let x: Vec<f32> = (0..7 * 2 * 3).map(|i| (i % 5) as f32 - 2.0).collect();
+        let w: Vec<f32> = (0..gates * 3)
+            .map(|i| (i % 3) as f32 * 0.5 - 0.25)
+            .collect();
+        let bias = |j: usize| j as f32 * 0.125;
+        for reverse in [false, true] {
+            // Three steps a block.
+            let mut p = Projection::with_budget(dims, gates, 3 * 2 * gates);
+            for step in 0..7 {
+                let t = if reverse { 6 - step } else { step };
+                let got = p.step(t, reverse, &x, &w, &bias).to_vec();
+                for b in 0..2 {
+                    for j in 0..gates {
+                        let want = bias(j)
+                            + (0..3)
+                                .map(|i| w[j * 3 + i] * x[(t * 2 + b) * 3 + i])
+                                .sum::<f32>();
+                        let v = got[b * gates + j];
+                        assert!((v - want).abs() < 1e-6, "t {t} b {b} j {j}: {v} vs {want}");
+                    }
+                }
+            }
+        }
+    }
 
     /// The cell update as the CPU's widest level runs it (vectorized, hardware FMA inside the
     /// logistic and tanh) gives the bits of the same operations one element at a time.

@@ -100,7 +100,8 @@ fn pad_typed<T: Elem>(
         })
         .collect();
     let src = contiguous(&x);
-    let mut out = Vec::with_capacity(total);
+    // A recycled buffer where one fits (a new one is faulted in page by page).
+    let mut out = crate::scratch::take_any::<T>(total)?;
     // Rows along the last padded dim; the dims after it are not padded, and each of their
     // blocks of `block` elements moves whole.
     let rank = shape.len();

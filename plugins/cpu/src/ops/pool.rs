@@ -149,7 +149,7 @@ impl Pool {
             .ok_or_else(|| OpError(format!("{}: input not contiguous", self.op)))?;
         let spatial = &x.shape()[2..];
         if spatial.len() == 2 && !self.want_indices && geo.dilations.iter().all(|&d| d == 1) {
-            let y = max_2d(xs, planes, (spatial[0], spatial[1]), &geo);
+            let y = max_2d(xs, planes, (spatial[0], spatial[1]), &geo)?;
             return Ok(vec![Tensor::from_vec(
                 &Self::out_shape(x.shape(), &geo),
                 y,
@@ -344,14 +344,22 @@ fn avg_2d<T: FloatElem>(
 /// general path: a window's first value, replaced only by a strictly greater one (so NaN when
 /// the first value is NaN, else the largest value that is not). Per output row, the window rows
 /// are first reduced down the columns over whole input rows (a loop that vectorizes).
-fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial) -> Vec<T> {
+fn max_2d<T: Num>(
+    xs: &[T],
+    planes: usize,
+    (h, w): (usize, usize),
+    geo: &Spatial,
+) -> OpResult<Vec<T>> {
     let (oh, ow) = (geo.out[0], geo.out[1]);
     let cols: Vec<(usize, usize)> = (0..ow)
         .map(|ox| window_span(ox, geo.kernel[1], geo.strides[1], geo.pad_begin[1], w))
         .collect();
-    let mut y = vec![T::lowest(); planes * oh * ow];
+    // A recycled buffer where one fits (a new one is faulted in page by page).
+    let len = planes * oh * ow;
+    let mut y = crate::scratch::take_any::<T>(len)?;
+    y.resize(len, T::lowest());
     if oh * ow == 0 || h * w == 0 {
-        return y;
+        return Ok(y);
     }
     let work = y.len() * geo.kernel[0] * geo.kernel[1];
     crate::par::serial_below(work, || {
@@ -360,6 +368,7 @@ fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial
             // The max down each column of an output row's window rows: whole input rows at a
             // time, then each window's columns of it.
             let mut down = vec![T::lowest(); w];
+            let mut phases = Vec::new();
             for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
                 let (r0, r1) = window_span(oy, geo.kernel[0], geo.strides[0], geo.pad_begin[0], h);
                 if r0 == r1 {
@@ -378,23 +387,27 @@ fn max_2d<T: Num>(xs: &[T], planes: usize, (h, w): (usize, usize), geo: &Spatial
                     first_row,
                     &cols,
                     (geo.kernel[1], geo.strides[1]),
+                    &mut phases,
                 );
             }
         })
     });
-    y
+    Ok(y)
 }
 
 /// One output row of [`max_2d`] from `down` (the window rows' max down each column) and
 /// `first_row` (the window's first input row): each window's max across its columns, NaN when
-/// its first value is. Windows of width 2 wholly inside the row, at stride 2 (the common 2×2
-/// pooling) or 1, go through pairs, a loop that vectorizes; the others fold their span.
+/// its first value is. The windows wholly inside the row go tap by tap over all of them (a loop
+/// that vectorizes, each window's values folded in the same order as one at a time), reading
+/// `down` split by column phase into `phases` when the stride is above 1; the others fold their
+/// span.
 fn across<T: Num>(
     orow: &mut [T],
     down: &[T],
     first_row: &[T],
     cols: &[(usize, usize)],
     (k, s): (usize, usize),
+    phases: &mut Vec<T>,
 ) {
     let window = |o: &mut T, (c0, c1): (usize, usize)| {
         if c0 == c1 {
@@ -409,31 +422,43 @@ fn across<T: Num>(
     let full = |c: &(usize, usize)| c.1 - c.0 == k;
     let i0 = cols.iter().position(full).unwrap_or(cols.len());
     let i1 = i0 + cols[i0..].iter().take_while(|c| full(c)).count();
-    if k == 2 && matches!(s, 1 | 2) && i1 > i0 {
-        let c = cols[i0].0;
-        let (d, x) = (&down[c..], &first_row[c..]);
-        let n = i1 - i0;
-        if s == 2 {
-            let pairs = d.chunks_exact(2).zip(x.chunks_exact(2));
-            for (o, (d, x)) in orow[i0..i1].iter_mut().zip(pairs) {
-                let best = ignore_nan_max(d[0], d[1]);
-                *o = if x[0].is_nan() { x[0] } else { best };
-            }
-        } else {
-            // Stride 1: each window is a column and the next.
-            let windows = d[..n].iter().zip(&d[1..=n]).zip(&x[..n]);
-            for (o, ((&a, &b), &x)) in orow[i0..i1].iter_mut().zip(windows) {
-                let best = ignore_nan_max(a, b);
-                *o = if x.is_nan() { x } else { best };
+    if i1 > i0 && k > 0 {
+        // Window `j` of the run starts at column `c + j·s`; its tap `kx` is column
+        // `c + kx + j·s`, which is element `j + kx / s` of phase `kx % s` (every s-th column
+        // from `c + kx % s`): each tap reads a contiguous run of one phase.
+        let (c, n, s) = (cols[i0].0, i1 - i0, s.max(1));
+        let run = &mut orow[i0..i1];
+        let span = &down[c..c + (n - 1) * s + k];
+        let per = n + (k - 1) / s;
+        phases.clear();
+        if s > 1 {
+            for p in 0..s.min(k) {
+                phases.extend(span[p..].iter().step_by(s).take(per).copied());
+                phases.resize((p + 1) * per, T::lowest());
             }
         }
-        for i in (0..i0).chain(i1..orow.len()) {
-            window(&mut orow[i], cols[i]);
+        let tap = |kx: usize| -> &[T] {
+            if s == 1 {
+                &span[kx..kx + n]
+            } else {
+                &phases[(kx % s) * per + kx / s..][..n]
+            }
+        };
+        run.copy_from_slice(tap(0));
+        for kx in 1..k {
+            for (o, &v) in run.iter_mut().zip(tap(kx)) {
+                *o = ignore_nan_max(*o, v);
+            }
         }
-        return;
+        for (j, o) in run.iter_mut().enumerate() {
+            let f = first_row[c + j * s];
+            if f.is_nan() {
+                *o = f;
+            }
+        }
     }
-    for (o, &c) in orow.iter_mut().zip(cols) {
-        window(o, c);
+    for i in (0..i0).chain(i1..orow.len()) {
+        window(&mut orow[i], cols[i]);
     }
 }
 

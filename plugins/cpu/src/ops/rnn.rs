@@ -1342,48 +1342,55 @@ mod tests {
     /// bias and initial state) gives the f64 reference's values within float32 rounding.
     #[test]
     fn fast_gru_matches_the_reference() {
-        let (seq, batch, input, h) = (4, 3, 5, 6);
-        let mut rnd = uniform(7);
-        let reference = crate::fast::ISAS
-            .iter()
-            .find(|i| !i.fast)
-            .expect("a reference level");
-        for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
-            for (full, lbr) in [(false, 0), (true, 0), (true, 1), (false, 1)] {
-                let n = NodeDef::new("GRU", 14)
-                    .with_attr("hidden_size", AttrValue::Int(h as i64))
-                    .with_attr("direction", AttrValue::String(direction.into()))
-                    .with_attr("linear_before_reset", AttrValue::Int(lbr))
-                    .with_io(6, 2);
-                let mut ins = vec![
-                    Some(t(&[seq, batch, input], rnd(seq * batch * input))),
-                    Some(t(&[dirs, 3 * h, input], rnd(dirs * 3 * h * input))),
-                    Some(t(&[dirs, 3 * h, h], rnd(dirs * 3 * h * h))),
-                ];
-                if full {
-                    ins.push(Some(t(&[dirs, 6 * h], rnd(dirs * 6 * h))));
-                    ins.push(None);
-                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
-                }
-                let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
-                    .expect("the reference level runs")
-                    .unwrap();
-                let cell = build_rnn(&n, Cell::Gru).unwrap();
-                let refs: Vec<Option<TensorRef<'_>>> =
-                    ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
-                for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-                    let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 2)) else {
-                        continue;
-                    };
-                    let case = format!("{direction}, full {full}, lbr {lbr}, {}", isa.name);
-                    let got = got
-                        .unwrap_or_else(|| panic!("{case}: the fast GRU declined"))
+        // One batch row (the update over slices) and several.
+        for batch in [1usize, 3] {
+            let (seq, input, h) = (4, 5, 6);
+            let mut rnd = uniform(7);
+            let reference = crate::fast::ISAS
+                .iter()
+                .find(|i| !i.fast)
+                .expect("a reference level");
+            for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
+                for (full, lbr) in [(false, 0), (true, 0), (true, 1), (false, 1)] {
+                    let n = NodeDef::new("GRU", 14)
+                        .with_attr("hidden_size", AttrValue::Int(h as i64))
+                        .with_attr("direction", AttrValue::String(direction.into()))
+                        .with_attr("linear_before_reset", AttrValue::Int(lbr))
+                        .with_io(6, 2);
+                    let mut ins = vec![
+                        Some(t(&[seq, batch, input], rnd(seq * batch * input))),
+                        Some(t(&[dirs, 3 * h, input], rnd(dirs * 3 * h * input))),
+                        Some(t(&[dirs, 3 * h, h], rnd(dirs * 3 * h * h))),
+                    ];
+                    if full {
+                        ins.push(Some(t(&[dirs, 6 * h], rnd(dirs * 6 * h))));
+                        ins.push(None);
+                        ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                    }
+                    let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
+                        .expect("the reference level runs")
                         .unwrap();
-                    assert_eq!(got.len(), 2, "{case}");
-                    for (g, w) in got.iter().zip(&want) {
-                        assert_eq!(g.shape(), w.shape(), "{case}");
-                        for (a, b) in vals(g).iter().zip(vals(w)) {
-                            assert!((a - b).abs() < 1e-5, "{case}: {a} vs {b}");
+                    let cell = build_rnn(&n, Cell::Gru).unwrap();
+                    let refs: Vec<Option<TensorRef<'_>>> =
+                        ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                        let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 2))
+                        else {
+                            continue;
+                        };
+                        let case = format!(
+                            "batch {batch}, {direction}, full {full}, lbr {lbr}, {}",
+                            isa.name
+                        );
+                        let got = got
+                            .unwrap_or_else(|| panic!("{case}: the fast GRU declined"))
+                            .unwrap();
+                        assert_eq!(got.len(), 2, "{case}");
+                        for (g, w) in got.iter().zip(&want) {
+                            assert_eq!(g.shape(), w.shape(), "{case}");
+                            for (a, b) in vals(g).iter().zip(vals(w)) {
+                                assert!((a - b).abs() < 1e-5, "{case}: {a} vs {b}");
+                            }
                         }
                     }
                 }
@@ -1396,59 +1403,63 @@ mod tests {
     /// initial states, batch 2, three steps.
     #[test]
     fn fast_lstm_matches_the_reference() {
-        let (seq, batch, input, h) = (3, 2, 5, 4);
-        let mut rnd = uniform(1);
-        let reference = crate::fast::ISAS
-            .iter()
-            .find(|i| !i.fast)
-            .expect("a reference level");
-        for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
-            for full in [false, true] {
-                let n = NodeDef::new("LSTM", 14)
-                    .with_attr("hidden_size", AttrValue::Int(h as i64))
-                    .with_attr("direction", AttrValue::String(direction.into()))
-                    .with_io(8, 3);
-                let mut ins = vec![
-                    Some(t(&[seq, batch, input], rnd(seq * batch * input))),
-                    Some(t(&[dirs, 4 * h, input], rnd(dirs * 4 * h * input))),
-                    Some(t(&[dirs, 4 * h, h], rnd(dirs * 4 * h * h))),
-                ];
-                if full {
-                    ins.push(Some(t(&[dirs, 8 * h], rnd(dirs * 8 * h))));
-                    ins.push(None);
-                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
-                    ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
-                    ins.push(Some(t(&[dirs, 3 * h], rnd(dirs * 3 * h))));
-                }
-                let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
-                    .expect("the reference level runs")
-                    .unwrap();
-                let cell = build_rnn(&n, Cell::Lstm).unwrap();
-                let refs: Vec<Option<TensorRef<'_>>> =
-                    ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
-                for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
-                    let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 3)) else {
-                        eprintln!(
-                            "fast LSTM, {direction}: level {} skipped (not this CPU)",
-                            isa.name
-                        );
-                        continue;
-                    };
-                    eprintln!(
-                        "fast LSTM, {direction}, full {full}: checked at level {}",
-                        isa.name
-                    );
-                    let got = got
-                        .unwrap_or_else(|| panic!("{direction}: the fast LSTM declined"))
+        // One batch row (the update over slices) and several.
+        for batch in [1usize, 2] {
+            let (seq, input, h) = (3, 5, 4);
+            let mut rnd = uniform(1);
+            let reference = crate::fast::ISAS
+                .iter()
+                .find(|i| !i.fast)
+                .expect("a reference level");
+            for (direction, dirs) in [("forward", 1), ("reverse", 1), ("bidirectional", 2)] {
+                for full in [false, true] {
+                    let n = NodeDef::new("LSTM", 14)
+                        .with_attr("hidden_size", AttrValue::Int(h as i64))
+                        .with_attr("direction", AttrValue::String(direction.into()))
+                        .with_io(8, 3);
+                    let mut ins = vec![
+                        Some(t(&[seq, batch, input], rnd(seq * batch * input))),
+                        Some(t(&[dirs, 4 * h, input], rnd(dirs * 4 * h * input))),
+                        Some(t(&[dirs, 4 * h, h], rnd(dirs * 4 * h * h))),
+                    ];
+                    if full {
+                        ins.push(Some(t(&[dirs, 8 * h], rnd(dirs * 8 * h))));
+                        ins.push(None);
+                        ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                        ins.push(Some(t(&[dirs, batch, h], rnd(dirs * batch * h))));
+                        ins.push(Some(t(&[dirs, 3 * h], rnd(dirs * 3 * h))));
+                    }
+                    let want = crate::fast::with_isa(reference, || run(n.clone(), ins.clone()))
+                        .expect("the reference level runs")
                         .unwrap();
-                    for (g, w) in got.iter().zip(&want) {
-                        assert_eq!(g.shape(), w.shape());
-                        for (a, b) in vals(g).iter().zip(vals(w)) {
-                            assert!(
-                                (a - b).abs() < 2e-6,
-                                "{direction}, full {full}, {}: {a} vs {b}",
+                    let cell = build_rnn(&n, Cell::Lstm).unwrap();
+                    let refs: Vec<Option<TensorRef<'_>>> =
+                        ins.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+                    for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+                        let Some(got) = crate::fast::with_isa(isa, || cell.fast_lstm(&refs, 3))
+                        else {
+                            eprintln!(
+                                "fast LSTM, {direction}: level {} skipped (not this CPU)",
                                 isa.name
                             );
+                            continue;
+                        };
+                        eprintln!(
+                            "fast LSTM, {direction}, full {full}: checked at level {}",
+                            isa.name
+                        );
+                        let got = got
+                            .unwrap_or_else(|| panic!("{direction}: the fast LSTM declined"))
+                            .unwrap();
+                        for (g, w) in got.iter().zip(&want) {
+                            assert_eq!(g.shape(), w.shape());
+                            for (a, b) in vals(g).iter().zip(vals(w)) {
+                                assert!(
+                                    (a - b).abs() < 2e-6,
+                                    "batch {batch}, {direction}, full {full}, {}: {a} vs {b}",
+                                    isa.name
+                                );
+                            }
                         }
                     }
                 }

@@ -206,7 +206,8 @@ fn batched_transpose<T: Elem>(a: &ArrayViewD<'_, T>, perm: &[usize]) -> Option<n
         }
         _ => return None,
     };
-    let mut out = Vec::with_capacity(data.len());
+    // A recycled buffer where one fits (a new one is faulted in page by page).
+    let mut out = crate::scratch::take_any::<T>(data.len()).ok()?;
     // Every element is written once below; the loops visit each (r, c) exactly once.
     out.resize(data.len(), *data.first()?);
     if inner > 1 {

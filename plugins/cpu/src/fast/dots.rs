@@ -21,10 +21,18 @@ pub fn row_dots(m: usize, n: usize, k: usize, a: &[f32], bt: &[f32], out: &mut [
         "row_dots: buffers too small"
     );
     #[cfg(target_arch = "x86_64")]
-    if crate::fast::isa::isa().wide {
-        // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        unsafe { avx2::row_dots(m, n, k, a, bt, out, ldo) };
-        return;
+    {
+        let isa = crate::fast::isa::isa();
+        if isa.vnni {
+            // SAFETY: the VNNI level is chosen only on a CPU with AVX-512F.
+            unsafe { avx512::row_dots(m, n, k, a, bt, out, ldo) };
+            return;
+        }
+        if isa.wide {
+            // SAFETY: the CPU has AVX2 and FMA, checked just above.
+            unsafe { avx2::row_dots(m, n, k, a, bt, out, ldo) };
+            return;
+        }
     }
     drive!(portable_block, m, n, k, a, bt, out, ldo);
 }
@@ -157,6 +165,66 @@ mod avx2 {
                     s = a[r][t].mul_add(b[c][t], s);
                 }
                 sums[r][c] = s;
+            }
+        }
+        sums
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::store;
+    use std::arch::x86_64::*;
+
+    /// [`super::row_dots`] with AVX-512F.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn row_dots(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        bt: &[f32],
+        out: &mut [f32],
+        ldo: usize,
+    ) {
+        drive!(block, m, n, k, a, bt, out, ldo);
+    }
+
+    /// The `R × C` dot products of rows `a` with rows `b`, each over 16 lanes of one register,
+    /// the last values of a row masked in rather than summed one by one.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn block<const R: usize, const C: usize>(a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
+        let k = a[0].len();
+        assert!(a.iter().all(|r| r.len() == k) && b.iter().all(|c| c.len() == k));
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut p = 0;
+        while p < k {
+            let left = k - p;
+            let mask: __mmask16 = if left >= 16 {
+                0xffff
+            } else {
+                ((1u32 << left) - 1) as __mmask16
+            };
+            let mut bv = [_mm512_setzero_ps(); C];
+            for c in 0..C {
+                // SAFETY: the mask covers only `p..k`, inside every row (asserted above).
+                bv[c] = unsafe { _mm512_maskz_loadu_ps(mask, b[c].as_ptr().add(p)) };
+            }
+            for r in 0..R {
+                // SAFETY: as above.
+                let av = unsafe { _mm512_maskz_loadu_ps(mask, a[r].as_ptr().add(p)) };
+                for c in 0..C {
+                    acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
+                }
+            }
+            p += 16;
+        }
+        let mut sums = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                sums[r][c] = _mm512_reduce_add_ps(acc[r][c]);
             }
         }
         sums

@@ -361,7 +361,9 @@ fn max_2d<T: Num>(
     if oh * ow == 0 || h * w == 0 {
         return Ok(y);
     }
-    let work = y.len() * geo.kernel[0] * geo.kernel[1];
+    // Each input value is read (and compared) at least once: a pool of small windows over
+    // large planes is as much work as its input, four element steps a value.
+    let work = (y.len() * geo.kernel[0] * geo.kernel[1]).max(4 * planes * h * w);
     crate::par::serial_below(work, || {
         crate::par::for_each_chunk(&mut y, oh * ow, |p, out| {
             let xp = &xs[p * h * w..][..h * w];
@@ -374,16 +376,22 @@ fn max_2d<T: Num>(
                 if r0 == r1 {
                     continue;
                 }
-                down.copy_from_slice(&xp[r0 * w..][..w]);
-                for r in r0 + 1..r1 {
-                    for (m, &v) in down.iter_mut().zip(&xp[r * w..][..w]) {
-                        *m = ignore_nan_max(*m, v);
-                    }
-                }
                 let first_row = &xp[r0 * w..][..w];
+                // One window row: the input row is its own max down the columns.
+                let rows = if r1 - r0 == 1 {
+                    first_row
+                } else {
+                    down.copy_from_slice(first_row);
+                    for r in r0 + 1..r1 {
+                        for (m, &v) in down.iter_mut().zip(&xp[r * w..][..w]) {
+                            *m = ignore_nan_max(*m, v);
+                        }
+                    }
+                    &down
+                };
                 across(
                     orow,
-                    &down,
+                    rows,
                     first_row,
                     &cols,
                     (geo.kernel[1], geo.strides[1]),
@@ -429,6 +437,22 @@ fn across<T: Num>(
         let (c, n, s) = (cols[i0].0, i1 - i0, s.max(1));
         let run = &mut orow[i0..i1];
         let span = &down[c..c + (n - 1) * s + k];
+        if s == k && s > 1 {
+            // Windows side by side (the usual pooling): each folds its own k values in
+            // place, no phase copies.
+            for ((o, w), &f) in run
+                .iter_mut()
+                .zip(span.chunks_exact(k))
+                .zip(first_row[c..].iter().step_by(s))
+            {
+                let best = w[1..].iter().fold(w[0], |a, &v| ignore_nan_max(a, v));
+                *o = if f.is_nan() { f } else { best };
+            }
+            for i in (0..i0).chain(i1..orow.len()) {
+                window(&mut orow[i], cols[i]);
+            }
+            return;
+        }
         let per = n + (k - 1) / s;
         phases.clear();
         if s > 1 {
@@ -781,8 +805,11 @@ mod tests {
     /// (begin, begin, end, end), ceil_mode. Padding on either side, strides 1 to 3, windows
     /// wider than the stride and windows that reach past the padded end.
     type Geometry = ([i64; 2], [i64; 2], [i64; 4], i64);
-    const GEOMETRIES: [Geometry; 8] = [
+    const GEOMETRIES: [Geometry; 10] = [
         ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+        // One row high, windows side by side (spectrogram models pool frequency alone).
+        ([1, 4], [1, 4], [0, 0, 0, 0], 0),
+        ([1, 3], [1, 3], [0, 1, 0, 2], 1),
         ([3, 3], [2, 2], [1, 1, 1, 1], 0),
         ([3, 3], [2, 2], [0, 0, 0, 0], 1),
         ([3, 2], [1, 3], [2, 0, 1, 1], 1),

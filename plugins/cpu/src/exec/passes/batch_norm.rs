@@ -24,23 +24,36 @@ pub(crate) fn fold_batch_norm(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
         if let Some((conv, x)) = foldable(d, i)
             && let Some((w, b)) = folded_weights(d, conv, i)
         {
-            let w = d.constant(w);
-            let b = Some(d.constant(b));
-            let inputs = &mut d.steps[conv].step.inputs;
-            inputs[1] = Some(w);
-            match inputs.get_mut(2) {
-                Some(slot) => *slot = b,
-                None => inputs.push(b),
-            }
-            let bn = d.steps.remove(i);
-            if let Some(Some(y)) = bn.step.outputs.first() {
-                d.replace(*y, Source::Slot(x));
-            }
+            fold_into_conv(d, (conv, x), i, (Some(w), b));
             continue;
         }
         i += 1;
     }
     Ok(())
+}
+
+/// Gives the Conv step `conv` (writing slot `x`) the weights `w` (when given) and bias `b` that
+/// step `i`, a map of its output, folded into, removes step `i`, and points its readers at `x`.
+fn fold_into_conv(
+    d: &mut Draft<'_, '_>,
+    (conv, x): (usize, usize),
+    i: usize,
+    (w, b): (Option<Tensor>, Tensor),
+) {
+    let w = w.map(|w| d.constant(w));
+    let b = Some(d.constant(b));
+    let inputs = &mut d.steps[conv].step.inputs;
+    if let Some(w) = w {
+        inputs[1] = Some(w);
+    }
+    match inputs.get_mut(2) {
+        Some(slot) => *slot = b,
+        None => inputs.push(b),
+    }
+    let st = d.steps.remove(i);
+    if let Some(Some(y)) = st.step.outputs.first() {
+        d.replace(*y, Source::Slot(x));
+    }
 }
 
 /// For step `i`, a BatchNormalization of the pattern: the Conv step it follows and the slot
@@ -152,21 +165,8 @@ fn scaled(w: &ndarray::ArrayD<f32>, scale: &[f32]) -> Option<Tensor> {
 pub(crate) fn fold_conv_affine(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
     let mut i = 0;
     while i < d.steps.len() {
-        if let Some((conv, x, (w, b))) = affine_after_conv(d, i) {
-            let w = w.map(|w| d.constant(w));
-            let b = Some(d.constant(b));
-            let inputs = &mut d.steps[conv].step.inputs;
-            if let Some(w) = w {
-                inputs[1] = Some(w);
-            }
-            match inputs.get_mut(2) {
-                Some(slot) => *slot = b,
-                None => inputs.push(b),
-            }
-            let st = d.steps.remove(i);
-            if let Some(Some(y)) = st.step.outputs.first() {
-                d.replace(*y, Source::Slot(x));
-            }
+        if let Some((conv, x, folded)) = affine_after_conv(d, i) {
+            fold_into_conv(d, (conv, x), i, folded);
             continue;
         }
         i += 1;

@@ -51,52 +51,51 @@ pub fn lstm_direction(
     if batch == 0 || hs == 0 {
         return;
     }
-    // Gate j of batch row b at `gates[j · batch + b]`.
+    // Gate j of batch row b at `gates[j · batch + b]`; one row's gates together in `row`.
     let mut gates = vec![0f32; 4 * hs * batch];
+    let mut row = vec![0f32; if batch > 1 { 4 * hs } else { 0 }];
     let bias = |j: usize| wt.bias.map_or(0.0, |bias| bias[j] + bias[4 * hs + j]);
     let mut xw = Projection::new(dims, 4 * hs);
     for step in 0..seq {
         let t = if reverse { seq - 1 - step } else { step };
-        // W·xₜ + Wb + Rb, from the products of a block of steps made at once.
+        // W·xₜ + Wb + Rb, from the products of a block of steps made at once, then + R·hₜ₋₁.
         let xwt = xw.step(t, reverse, x, wt.w, &bias);
-        if batch == 1 {
-            gates.copy_from_slice(xwt);
-        } else {
-            for (j, g) in gates.chunks_exact_mut(batch).enumerate() {
-                for (b, v) in g.iter_mut().enumerate() {
-                    *v = xwt[b * 4 * hs + j];
-                }
-            }
-        }
+        interleave(xwt, batch, &mut gates);
         row_dots(4 * hs, batch, hs, wt.r, h, &mut gates, batch);
-        if batch == 1 {
-            // One batch row: each gate's values lie together, so the update runs over slices
-            // (it vectorizes), the same operations as below.
-            lstm_update_row(hs, &gates, wt.peep, &mut c[..hs], &mut h[..hs]);
-            y[t * y_stride..][..hs].copy_from_slice(&h[..hs]);
-            continue;
-        }
         for b in 0..batch {
-            let hb = &mut h[b * hs..][..hs];
-            let cb = &mut c[b * hs..][..hs];
-            let gate = |g: usize, k: usize| gates[(g * hs + k) * batch + b];
-            for k in 0..hs {
-                let (pi, po, pf) = match wt.peep {
-                    Some(p) => (p[k], p[hs + k], p[2 * hs + k]),
-                    None => (0.0, 0.0, 0.0),
-                };
-                let i = sigmoid_f32(pi.mul_add(cb[k], gate(0, k)));
-                let f = sigmoid_f32(pf.mul_add(cb[k], gate(2, k)));
-                let cell = tanh_f32(gate(3, k));
-                let cn = f.mul_add(cb[k], i * cell);
-                let o = sigmoid_f32(po.mul_add(cn, gate(1, k)));
-                cb[k] = cn;
-                hb[k] = o * tanh_f32(cn);
-            }
-            y[t * y_stride + b * hs..][..hs].copy_from_slice(hb);
+            let g = gathered(&gates, b, batch, &mut row);
+            lstm_update_row(hs, g, wt.peep, &mut c[b * hs..][..hs], &mut h[b * hs..][..hs]);
+            y[t * y_stride + b * hs..][..hs].copy_from_slice(&h[b * hs..][..hs]);
         }
     }
 }
+}
+
+/// `dst[j · batch + b] = rows[b · len + j]` (`len = dst.len() / batch`): rows laid out value
+/// by value, as [`row_dots`] writes its columns.
+fn interleave(rows: &[f32], batch: usize, dst: &mut [f32]) {
+    if batch == 1 {
+        dst.copy_from_slice(&rows[..dst.len()]);
+        return;
+    }
+    let len = dst.len() / batch;
+    for (j, g) in dst.chunks_exact_mut(batch).enumerate() {
+        for (b, v) in g.iter_mut().enumerate() {
+            *v = rows[b * len + j];
+        }
+    }
+}
+
+/// Row `b` of values laid out as [`interleave`] makes them: `src` itself for one row, else
+/// gathered into `row`.
+fn gathered<'a>(src: &'a [f32], b: usize, batch: usize, row: &'a mut [f32]) -> &'a [f32] {
+    if batch == 1 {
+        return src;
+    }
+    for (j, v) in row.iter_mut().enumerate() {
+        *v = src[j * batch + b];
+    }
+    row
 }
 
 /// The input's products `W·xₜ + bias` of a block of steps, made by one GEMM over all of them
@@ -238,68 +237,34 @@ pub fn gru_direction(
         return;
     }
     let bias = |j: usize| wt.bias.map_or(0.0, |b| b[j]);
-    // W·x + Wb for the three gates, and R·h (+ Rb for the candidate when it is linear before
-    // the reset) for z and r and, per the attribute, the candidate: row j, batch b at
-    // `[j · batch + b]`.
-    let mut wx = vec![0f32; 3 * hs * batch];
+    // R·h (+ Rb) for z and r and, when it is linear before the reset, the candidate: row j,
+    // batch b at `[j · batch + b]`; one row's together in `row`.
     let mut rh = vec![0f32; 3 * hs * batch];
-    let mut reset_h = vec![0f32; batch * hs];
-    let mut reset = vec![0f32; batch * hs];
+    let mut row = vec![0f32; if batch > 1 { 3 * hs } else { 0 }];
+    let (mut reset, mut reset_h) = (vec![0f32; hs], vec![0f32; hs]);
     let mut xw = Projection::new(dims, 3 * hs);
+    let state_rows = if wt.linear_before_reset { 3 * hs } else { 2 * hs };
     for step in 0..seq {
         let t = if reverse { seq - 1 - step } else { step };
         // W·xₜ + Wb, from the products of a block of steps made at once.
         let xwt = xw.step(t, reverse, x, wt.w, &bias);
-        if batch == 1 {
-            wx.copy_from_slice(xwt);
-        } else {
-            for (j, g) in wx.chunks_exact_mut(batch).enumerate() {
-                for (b, v) in g.iter_mut().enumerate() {
-                    *v = xwt[b * 3 * hs + j];
-                }
-            }
-        }
-        let zr = 2 * hs;
         for (j, g) in rh.chunks_exact_mut(batch).enumerate() {
             g.fill(bias(3 * hs + j));
         }
-        if wt.linear_before_reset {
-            row_dots(3 * hs, batch, hs, wt.r, h, &mut rh, batch);
-        } else {
-            row_dots(zr, batch, hs, wt.r, h, &mut rh[..zr * batch], batch);
-        }
-        if batch == 1 {
-            // One batch row: each gate's values lie together, so the update runs over slices
-            // (it vectorizes), the same operations as below.
-            gru_update_row(hs, &wx, &mut rh, wt, (&mut reset, &mut reset_h), h);
-            y[t * y_stride..][..hs].copy_from_slice(&h[..hs]);
-            continue;
-        }
-        let at = |g: usize, k: usize, b: usize| (g * hs + k) * batch + b;
-        // The reset gate, then (unless linear before the reset) R_h · (r ⊙ h).
+        row_dots(state_rows, batch, hs, wt.r, h, &mut rh[..state_rows * batch], batch);
         for b in 0..batch {
-            for k in 0..hs {
-                let r = sigmoid_f32(wx[at(1, k, b)] + rh[at(1, k, b)]);
-                reset[b * hs + k] = r;
-                reset_h[b * hs + k] = r * h[b * hs + k];
-            }
-        }
-        if !wt.linear_before_reset {
-            row_dots(hs, batch, hs, &wt.r[zr * hs..], &reset_h, &mut rh[zr * batch..], batch);
-        }
-        for b in 0..batch {
-            for k in 0..hs {
-                let z = sigmoid_f32(wx[at(0, k, b)] + rh[at(0, k, b)]);
-                let pre = if wt.linear_before_reset {
-                    wx[at(2, k, b)] + reset[b * hs + k] * rh[at(2, k, b)]
-                } else {
-                    wx[at(2, k, b)] + rh[at(2, k, b)]
-                };
-                let cand = tanh_f32(pre);
-                let hk = &mut h[b * hs + k];
-                *hk = (1.0 - z) * cand + z * *hk;
-            }
-            y[t * y_stride + b * hs..][..hs].copy_from_slice(&h[b * hs..][..hs]);
+            let wx = &xwt[b * 3 * hs..][..3 * hs];
+            let hb = &mut h[b * hs..][..hs];
+            let rows = if batch == 1 {
+                &mut rh[..]
+            } else {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = rh[j * batch + b];
+                }
+                &mut row[..]
+            };
+            gru_update_row(hs, wx, rows, wt, (&mut reset, &mut reset_h), hb);
+            y[t * y_stride + b * hs..][..hs].copy_from_slice(hb);
         }
     }
 }
@@ -315,16 +280,11 @@ fn lstm_update_row(hs: usize, g: &[f32], peep: Option<&[f32]>, c: &mut [f32], h:
         &g[2 * hs..3 * hs],
         &g[3 * hs..4 * hs],
     );
-    let zeros = [0f32; 0];
-    let (pi, po, pf) = match peep {
-        Some(p) => (&p[..hs], &p[hs..2 * hs], &p[2 * hs..3 * hs]),
-        None => (&zeros[..], &zeros[..], &zeros[..]),
-    };
+    let (c, h) = (&mut c[..hs], &mut h[..hs]);
     for k in 0..hs {
-        let (pik, pok, pfk) = if peep.is_some() {
-            (pi[k], po[k], pf[k])
-        } else {
-            (0.0, 0.0, 0.0)
+        let (pik, pok, pfk) = match peep {
+            Some(p) => (p[k], p[hs + k], p[2 * hs + k]),
+            None => (0.0, 0.0, 0.0),
         };
         let i = sigmoid_f32(pik.mul_add(c[k], gi[k]));
         let f = sigmoid_f32(pfk.mul_add(c[k], gf[k]));

@@ -296,7 +296,7 @@ fn plan(
     let st = &d.steps[i];
     let info = st.node.as_ref()?;
     let def = &info.def;
-    if !(def.domain.is_empty() || def.domain == "ai.onnx")
+    if !moves_through(def)
         || info.pending.is_some()
         || st.step.outputs.len() != 1
         || st.step.outputs[0].is_none()
@@ -304,9 +304,7 @@ fn plan(
         return None;
     }
     let op = def.op_type.as_str();
-    let broadcast = BROADCAST
-        .iter()
-        .any(|&(name, since)| name == op && def.opset >= since);
+    let broadcast = is_broadcast(def);
     // The inputs laid out as the output is: every input of an elementwise op or Concat, else
     // input 0 (the others are parameters).
     let data = if broadcast || op == "Concat" {
@@ -490,6 +488,25 @@ fn permuted_runs(c: &Tensor, perm: &[usize]) -> Option<Tensor> {
     }
 }
 
+/// Whether a Transpose moves through an op of this kind (by its type, opset and domain
+/// alone; [`plan`] then checks its inputs and attributes).
+fn moves_through(def: &NodeDef) -> bool {
+    let op = def.op_type.as_str();
+    (def.domain.is_empty() || def.domain == "ai.onnx")
+        && (UNARY.contains(&op)
+            || is_broadcast(def)
+            || REDUCE.contains(&op)
+            || op == "Concat"
+            || (matches!(op, "Pad" | "Resize") && def.opset >= 11))
+}
+
+/// Whether `def` is an elementwise op that broadcasts as numpy does at its opset.
+fn is_broadcast(def: &NodeDef) -> bool {
+    BROADCAST
+        .iter()
+        .any(|&(name, since)| name == def.op_type && def.opset >= since)
+}
+
 /// Whether every reader of `slot` is a step of an op a Transpose moves through (by its op type
 /// alone), and the program does not return it.
 fn read_only_by_movers(d: &Draft<'_, '_>, slot: usize, readers: &HashMap<usize, usize>) -> bool {
@@ -504,16 +521,11 @@ fn read_only_by_movers(d: &Draft<'_, '_>, slot: usize, readers: &HashMap<usize, 
         if n == 0 {
             continue;
         }
-        let moves = st.node.as_ref().is_some_and(|info| {
-            let op = info.def.op_type.as_str();
-            info.def.domain.is_empty()
-                && (UNARY.contains(&op)
-                    || op == "Concat"
-                    || BROADCAST
-                        .iter()
-                        .any(|&(name, since)| name == op && info.def.opset >= since))
-        });
-        if !moves {
+        if !st
+            .node
+            .as_ref()
+            .is_some_and(|info| moves_through(&info.def))
+        {
             return false;
         }
         reads += n;
@@ -581,9 +593,9 @@ fn apply(
     let st = &mut d.steps[i];
     for (old, new) in st.step.inputs.iter().zip(&inputs) {
         if old != new
-            && let Some(Source::Slot(s)) = old
+            && let (Some(Source::Slot(s)), Some(new)) = (old, new)
         {
-            move_reader(readers, *s, new.unwrap_or(Source::Constant(0)));
+            move_reader(readers, *s, *new);
         }
     }
     st.step.inputs = inputs;

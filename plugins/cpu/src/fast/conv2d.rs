@@ -6,6 +6,7 @@
 //! - **a plane of a few outputs** (a convolution over a short signal): dot products of the
 //!   weight rows with the transposed columns ([`super::dots`]), since packing the weights for a
 //!   GEMM would cost more than the product;
+//! - **3×3, stride 1**, with enough channels: Winograd's F(2×2, 3×3) ([`super::winograd`]);
 //! - **everything else**: im2col built row by row (contiguous spans copied, padding zeroed, no
 //!   per-element index arithmetic), then one GEMM per group ([`super::gemm`]).
 //!
@@ -30,6 +31,9 @@ pub struct Conv2d<'a> {
     pub kh: usize,
     pub kw: usize,
     pub geo: &'a Spatial,
+    /// The filters' Winograd transforms ([`super::winograd::transform_weights`]) when the
+    /// kernel made them once from constant weights; made per run otherwise.
+    pub winograd: Option<&'a [f32]>,
 }
 
 impl Conv2d<'_> {
@@ -100,6 +104,18 @@ impl Conv2d<'_> {
             return Ok((out, applied));
         }
         if mg == 0 || out.is_empty() {
+            return Ok((out, applied));
+        }
+        if super::winograd::applies(self) {
+            let made;
+            let u = match self.winograd {
+                Some(u) if u.len() == 16 * self.m * cg => u,
+                _ => {
+                    made = super::winograd::transform_weights(weights, self.m, cg, self.group);
+                    &made
+                }
+            };
+            super::winograd::run(self, x, u, &mut out, post);
             return Ok((out, applied));
         }
         let rows = cg * self.kh * self.kw;

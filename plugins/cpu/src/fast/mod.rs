@@ -21,6 +21,8 @@
 //!   for narrow products); [`dots`]: products with few columns as dot products;
 //! - [`geometry`]: the resolved window geometry; [`conv2d`]: the f32 2-D convolution (im2col
 //!   or direct, on [`gemm`]);
+//! - [`winograd`]: 3×3 convolutions of stride 1 as sixteen products on [`gemm`] (Winograd's
+//!   F(2×2, 3×3));
 //! - [`lstm`]: the LSTM recurrence on [`gemm`];
 //! - [`round`]: rounding and requantization, one definition for every quantized kernel;
 //!   [`qbytes`]: elementwise kernels on 8-bit tensors (QuantizeLinear, the QLinear binary ops);
@@ -44,6 +46,7 @@ pub mod qgemm;
 pub mod qmatmul;
 pub mod round;
 pub(crate) mod simd;
+pub mod winograd;
 
 use crate::error::OpResult;
 

@@ -1,6 +1,8 @@
 //! Convolution: N-d Conv (1-D, 2-D, 3-D, ...) with group, strides, dilations, pads, auto_pad and
 //! an optional bias, computed as im2col + a matrix product per (batch, group).
 
+use std::sync::OnceLock;
+
 use ndarray::{Array3, ArrayD, ArrayView2, ArrayViewD, Axis, IxDyn, s};
 
 use crate::fast::FastKernels;
@@ -64,6 +66,8 @@ struct Conv {
     op: String,
     attrs: SpatialAttrs,
     group: usize,
+    /// The Winograd transforms of constant 3×3 filters, made once at `prepare`.
+    winograd: OnceLock<Vec<f32>>,
 }
 
 impl Conv {
@@ -136,6 +140,7 @@ impl Conv {
                     kh,
                     kw,
                     geo: &geo2,
+                    winograd: self.winograd.get().map(Vec::as_slice),
                 };
                 let bf = bc.as_ref().and_then(|b| b.as_slice());
                 if let Some(done) = T::conv2d(&conv, xf, wf, bf, post) {
@@ -277,6 +282,35 @@ impl Conv {
 }
 
 impl OpKernel for Conv {
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        // Constant f32 3×3 filters of a stride-1, undilated convolution with enough channels:
+        // their Winograd transforms, made once (the fast kernel decides per run whether the
+        // input's size takes that path).
+        let Some(Some(w)) = constants.get(1) else {
+            return;
+        };
+        let ones = |v: &Option<Vec<i64>>| v.as_ref().is_none_or(|v| v.iter().all(|&s| s == 1));
+        let Ok(wv) = w.as_f32() else {
+            return;
+        };
+        let (g, s) = (self.group, wv.shape());
+        if !ones(&self.attrs.strides)
+            || !ones(&self.attrs.dilations)
+            || s.len() != 4
+            || s[2..] != [3, 3]
+            || g == 0
+            || s[0] % g != 0
+            || !crate::fast::winograd::channels_suffice(s[1], s[0] / g)
+        {
+            return;
+        }
+        let wc = wv.as_standard_layout();
+        if let Some(ws) = wc.as_slice() {
+            let _ =
+                (self.winograd).set(crate::fast::winograd::transform_weights(ws, s[0], s[1], g));
+        }
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         self.run_node(inputs, None).map(|r| r.0)
     }
@@ -297,6 +331,7 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         attrs: SpatialAttrs::parse(n)?,
         group: usize::try_from(group)
             .map_err(|_| n.error(format_args!("invalid group {group}")))?,
+        winograd: OnceLock::new(),
     };
     Ok(Box::new(conv))
 }
@@ -310,6 +345,10 @@ struct FusedConv {
 }
 
 impl OpKernel for FusedConv {
+    fn prepare(&self, constants: &[Option<TensorRef<'_>>]) {
+        self.conv.prepare(&constants[..constants.len().min(3)]);
+    }
+
     fn run(&self, inputs: &[Option<TensorRef<'_>>]) -> OpResult<Vec<Tensor>> {
         let conv_inputs = &inputs[..inputs.len().min(3)];
         let z = opt_input(inputs, 3);
@@ -570,6 +609,17 @@ mod tests {
                 [1, 1, 1, 1],
                 true,
             ),
+            // 3×3 at stride 1 with channels and tiles enough for Winograd's F(2×2, 3×3), padded
+            // on one side of each axis.
+            case(
+                [1, 32, 33, 32],
+                [48, 32, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [0, 1, 1, 0],
+                true,
+            ),
             case([1, 4, 5, 5], [2, 4, 5, 5], 1, [1, 1], [1, 1], [0; 4], false),
             // Depthwise with column stride 2: even and odd begin pads, odd widths, dilation.
             case(
@@ -768,6 +818,7 @@ mod tests {
             kh: 1,
             kw: 1,
             geo: &geo,
+            winograd: None,
         };
         let fast = crate::fast::with_isa(reference, || {
             <f32 as FastKernels>::conv2d(&conv, &[1.0], &[2.0], None, None)
@@ -778,6 +829,44 @@ mod tests {
             portable.is_some_and(|p| checked.contains(&p.name)),
             "the portable level always runs"
         );
+    }
+
+    /// Constant 3×3 filters of a stride-1 convolution are transformed once, at `prepare`, for
+    /// the Winograd kernel; the answers are the same bits as with the filters transformed per
+    /// run, alone and under FusedConv, and a convolution the kernel does not take (stride 2)
+    /// is unchanged by `prepare`.
+    #[test]
+    fn prepared_winograd_filters_give_the_same_bits() {
+        let x = Tensor::from_vec(&[1, 32, 32, 30], noise(32 * 960, 5)).unwrap();
+        let w = Tensor::from_vec(&[40, 32, 3, 3], noise(40 * 32 * 9, 6)).unwrap();
+        let b = Tensor::from_vec(&[40], noise(40, 7)).unwrap();
+        for (op, strides) in [("Conv", 1), ("FusedConv", 1), ("Conv", 2)] {
+            let n = if op == "FusedConv" {
+                ms(op).with_attr("activation", AttrValue::String(b"Relu".to_vec()))
+            } else {
+                NodeDef::new(op, 11)
+            };
+            let n = n
+                .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
+                .with_attr("strides", AttrValue::Ints(vec![strides, strides]))
+                .with_io(3, 1);
+            let refs = [Some(x.view()), Some(w.view()), Some(b.view())];
+            let per_run = crate::ops::registry().build(&n).unwrap();
+            let prepared = crate::ops::registry().build(&n).unwrap();
+            prepared.prepare(&[None, Some(w.view()), Some(b.view())]);
+            let (a, p) = (per_run.run(&refs).unwrap(), prepared.run(&refs).unwrap());
+            let (a, p) = (
+                a[0].as_array::<f32>().unwrap().to_owned(),
+                p[0].as_array::<f32>().unwrap().to_owned(),
+            );
+            assert_eq!(a.shape(), p.shape());
+            assert!(
+                a.iter()
+                    .zip(p.iter())
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{op} stride {strides}"
+            );
+        }
     }
 
     #[test]

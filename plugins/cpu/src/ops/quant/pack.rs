@@ -411,6 +411,7 @@ impl FastQConv {
             kh,
             kw,
             geo: &geo2,
+            winograd: None,
         };
         let input = qconv::Input {
             x: &xb,

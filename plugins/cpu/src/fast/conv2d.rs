@@ -15,50 +15,11 @@
 use super::dots::{NARROW, row_dots};
 use super::gemm::{sgemm_raw, sgemm_strided};
 use crate::error::OpResult;
-use crate::fast::geometry::Spatial;
+pub use crate::fast::geometry::Conv2d;
 use crate::fast::post::PostOp;
 use crate::par::Disjoint;
 
-/// Shapes and geometry of one 2-D convolution.
-pub struct Conv2d<'a> {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    /// Output channels.
-    pub m: usize,
-    pub group: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub geo: &'a Spatial,
-    /// The filters' Winograd transforms ([`super::winograd::transform_weights`]) when the
-    /// kernel made them once from constant weights; made per run otherwise.
-    pub winograd: Option<&'a [f32]>,
-}
-
 impl Conv2d<'_> {
-    pub(crate) fn oh(&self) -> usize {
-        self.geo.out[0]
-    }
-    pub(crate) fn ow(&self) -> usize {
-        self.geo.out[1]
-    }
-
-    /// The multiply-adds of the convolution.
-    pub(crate) fn macs(&self) -> usize {
-        [
-            self.n,
-            self.m,
-            self.oh(),
-            self.ow(),
-            self.c / self.group.max(1),
-            self.kh,
-            self.kw,
-        ]
-        .iter()
-        .fold(1usize, |a, &d| a.saturating_mul(d))
-    }
-
     /// Runs the convolution: `x` is `[n, c, h, w]`, `weights` `[m, c / group, kh, kw]`, `bias`
     /// `[m]`; returns `[n, m, oh, ow]`, C order.
     pub fn run(&self, x: &[f32], weights: &[f32], bias: Option<&[f32]>) -> OpResult<Vec<f32>> {

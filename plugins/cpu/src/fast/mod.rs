@@ -19,8 +19,8 @@
 //!   chain); [`chain`]: elementwise f32 chains over slices, the kernel of fused chains;
 //! - [`gemm`]: the f32 GEMM (the `gemm` crate's SGEMM, split across threads, and a row kernel
 //!   for narrow products); [`dots`]: products with few columns as dot products;
-//! - [`geometry`]: the resolved window geometry; [`conv2d`]: the f32 2-D convolution (im2col
-//!   or direct, on [`gemm`]);
+//! - [`geometry`]: the resolved window geometry and a 2-D convolution's shapes; [`conv2d`]: the
+//!   f32 2-D convolution (im2col or direct, on [`gemm`]);
 //! - [`winograd`]: 3×3 convolutions of stride 1 as sixteen products on [`gemm`] (Winograd's
 //!   F(2×2, 3×3));
 //! - [`lstm`]: the LSTM recurrence on [`gemm`];

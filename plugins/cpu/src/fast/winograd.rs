@@ -21,8 +21,8 @@
 //! every output channel, where a post-op then runs while it is in cache), sized so that the
 //! band's transformed inputs and products stay in the core's cache.
 
-use super::conv2d::Conv2d;
 use super::gemm::sgemm_raw;
+use super::geometry::Conv2d;
 use crate::fast::post::PostOp;
 use crate::par::Disjoint;
 

@@ -469,9 +469,27 @@ fn compare<T: Elem>(
 fn pow<T: Num>(op: &str, a: &ArrayViewD<'_, T>, e: &TensorRef<'_>) -> OpResult<Tensor> {
     let e = e.cast(epx_plugin_api::ElementType::Double)?;
     let ev = e.view().expect_type::<f64>(op)?;
-    if T::IS_FLOAT && ev.len() == 1 && ev.ndim() <= a.ndim() && ev.iter().all(|&y| y == 2.0) {
-        // A square is exact in f64, so x·x rounds to what powf's result rounds to.
-        return Ok(a.mapv(|x| x.mul(x)).into());
+    if T::IS_FLOAT
+        && ev.len() == 1
+        && ev.ndim() <= a.ndim()
+        && let Some(&y) = ev.iter().next()
+    {
+        // One exponent for every element (the output has X's shape): no broadcasting.
+        if y == 2.0 {
+            // A square is exact in f64, so x·x rounds to what powf's result rounds to.
+            return Ok(a.mapv(|x| x.mul(x)).into());
+        }
+        if y == 3.0 {
+            // A cube in f64 (one rounding of the exact x³), within an f64 ulp of powf's:
+            // the same float32 result but where the two straddle a rounding boundary.
+            return Ok(a
+                .mapv(|x| {
+                    let v = x.to_f64();
+                    T::from_f64(v * v * v)
+                })
+                .into());
+        }
+        return Ok(a.mapv(|x| T::from_f64(x.to_f64().powf(y))).into());
     }
     let out = if T::IS_FLOAT {
         binary_map(op, a, &ev, |x, y| T::from_f64(x.to_f64().powf(y)))?
@@ -915,6 +933,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("Clip: min must be a scalar"), "{e}");
+    }
+
+    /// Pow by one exponent for every element (the fast forms for 2 and 3, powf for others)
+    /// gives what powf in f64 rounds to, signed zeros, infinities and NaN included, and the
+    /// same as the broadcasting path (an exponent per element).
+    #[test]
+    fn pow_by_one_exponent() {
+        let xs = [
+            -2.5f32,
+            -0.0,
+            0.0,
+            1.5,
+            3.0,
+            7.1,
+            1e-20,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        for y in [2.0f32, 3.0, 0.5, -1.5, 0.0, 1.0] {
+            let x = Tensor::from_vec(&[2, 5], xs.to_vec()).unwrap();
+            let one = run(NodeDef::new("Pow", 15), vec![x.clone(), Tensor::scalar(y)]).unwrap();
+            let each = Tensor::from_vec(&[2, 5], vec![y; 10]).unwrap();
+            let per = run(NodeDef::new("Pow", 15), vec![x, each]).unwrap();
+            let (one, per) = (
+                one[0].as_array::<f32>().unwrap(),
+                per[0].as_array::<f32>().unwrap(),
+            );
+            for ((&o, &p), &x) in one.iter().zip(per.iter()).zip(&xs) {
+                let want = f64::from(x).powf(f64::from(y)) as f32;
+                assert!(
+                    same(o, want) && same(p, want),
+                    "{x}^{y}: {o}, {p}, want {want}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,19 @@ pub fn report(env: &Environment) -> (String, bool) {
         "host: epx {}, plugin ABI {EPX_ABI_VERSION_MAJOR}.{EPX_ABI_VERSION_MINOR}",
         env!("CARGO_PKG_VERSION")
     );
+    let _ = match crate::plugin::resolve::installation_site_packages() {
+        Some(dir) => writeln!(
+            out,
+            "Python environment: {} (where this epx is installed; searched first for \
+             libraries such as onnxruntime's and openvino's)",
+            dir.display()
+        ),
+        None => writeln!(
+            out,
+            "Python environment: none of its own (this epx is not installed in a \
+             site-packages folder; VIRTUAL_ENV, CONDA_PREFIX, PYTHONPATH and python3's are searched)"
+        ),
+    };
     let _ = writeln!(out, "plugin search path:");
     for d in env.search_path() {
         let _ = writeln!(out, "  {} ({:?})", d.path.display(), d.origin);

@@ -37,8 +37,8 @@ pub use report::{
     DependencyEntry, DependencyReport, DependencyStatus, MissingDependencies, ResolveError,
     SearchPlace,
 };
-pub use search::LIBRARY_PATH_ENV;
 use search::*;
+pub use search::{LIBRARY_PATH_ENV, installation_site_packages};
 
 /// How deep transitive dependencies are followed (plugin → its deps → theirs …).
 const MAX_DEPTH: usize = 16;
@@ -54,7 +54,7 @@ const MAX_DEPTH: usize = 16;
 /// 4. each folder of `EPX_LIBRARY_PATH`;
 /// 5. the system loader path: `LD_LIBRARY_PATH`, `/etc/ld.so.conf` (with its `include`s) and
 ///    the default library folders;
-/// 6. Python `site-packages` folders (`VIRTUAL_ENV`, `CONDA_PREFIX`, `PYTHONPATH`, the user
+/// 6. Python `site-packages` folders (the one this epx is installed in first, then `VIRTUAL_ENV`, `CONDA_PREFIX`, `PYTHONPATH`, the user
 ///    and system site folders, and, only if still not found, what `python3` reports) and their
 ///    vendor subfolders (`onnxruntime/capi`, `nvidia/*/lib`, `openvino/libs`, `tensorrt_libs`,
 ///    `tensorrt`) plus the manifest's `python_packages`.

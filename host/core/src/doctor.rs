@@ -25,8 +25,8 @@ pub fn report(env: &Environment) -> (String, bool) {
     let _ = match crate::plugin::resolve::installation_site_packages() {
         Some(dir) => writeln!(
             out,
-            "Python environment: {} (where this epx is installed; searched first for \
-             libraries such as onnxruntime's and openvino's)",
+            "Python environment: {} (where this epx is installed; searched first for the \
+             libraries plugins link to)",
             dir.display()
         ),
         None => writeln!(

@@ -421,6 +421,30 @@ def test_the_epx_command_is_installed():
     assert out.stdout.startswith("epx "), out.stdout
 
 
+def test_the_epx_command_finds_its_own_environment_without_activation():
+    """A Dockerfile, a systemd unit or pipx runs `venv/bin/epx` with no VIRTUAL_ENV and no
+    PYTHONPATH: the plugins still find the ONNX Runtime installed in that same venv, and
+    `epx doctor` names the environment."""
+    import subprocess
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed in this venv")
+    import site
+    exe = os.path.join(os.path.dirname(sys.executable), "epx")
+    bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/nonexistent")}
+    out = subprocess.run([exe, "providers"], capture_output=True, text=True, env=bare,
+                         timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:] if line.strip()}
+    assert "ort_cpu" in rows and " ok " in rows["ort_cpu"], out.stdout
+    own = [os.path.realpath(p) for p in site.getsitepackages()
+           if os.path.isdir(os.path.join(p, "epx"))]
+    assert own, site.getsitepackages()
+    # An adapter whose EP this ONNX Runtime lacks says which library it found: this venv's.
+    assert f"{own[0]}/onnxruntime/capi/" in rows["cuda"], rows["cuda"]
+    doctor = subprocess.run([exe, "doctor"], capture_output=True, text=True, env=bare,
+                            timeout=120, cwd="/")
+    assert f"Python environment: {own[0]}" in doctor.stdout, doctor.stdout
+
+
 CLOSE_DURING_RUN = r"""
 import sys, threading
 import numpy as np

@@ -6,7 +6,7 @@
 //! record does name the file (the host sets it), and `dladdr` reads it: ask this module rather
 //! than the maps.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The file of the library holding `address` (of a function or static of the caller's: `f as
 /// usize`), as the loader names it: absolute for a plugin library; for code linked into the
@@ -61,8 +61,44 @@ pub fn library_folder_of(address: usize) -> Option<PathBuf> {
     path.parent().map(PathBuf::from)
 }
 
+/// The Python environment's package folder a file lies in: the nearest folder above `path`
+/// named `site-packages` (or Debian's `dist-packages`). A plugin installed by a wheel
+/// (`site-packages/epx/lib/epx/plugins/<name>/`) looks for the vendor runtime installed beside
+/// it there first (`site-packages/onnxruntime/capi/`, `site-packages/openvino/libs/`), whether
+/// or not that environment is activated.
+pub fn site_packages_above(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .find(|a| {
+            a.file_name()
+                .is_some_and(|n| n == "site-packages" || n == "dist-packages")
+        })
+        .map(Path::to_path_buf)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn site_packages_above_a_file_is_the_nearest_package_folder() {
+        use super::site_packages_above as above;
+        let plugin =
+            Path::new("/srv/venv/lib/python3.11/site-packages/epx/lib/epx/plugins/ort_cpu");
+        assert_eq!(
+            above(plugin).as_deref(),
+            Some(Path::new("/srv/venv/lib/python3.11/site-packages"))
+        );
+        let deb = Path::new("/usr/lib/python3/dist-packages/epx/bin/epx");
+        assert_eq!(
+            above(deb).as_deref(),
+            Some(Path::new("/usr/lib/python3/dist-packages"))
+        );
+        assert_eq!(above(Path::new("/usr/local/bin/epx")), None);
+        // The folder itself is not "above" it.
+        assert_eq!(above(Path::new("/x/site-packages")), None);
+    }
+
     #[test]
     fn code_of_this_test_program_is_located_in_its_folder() {
         let here = super::library_folder_of(

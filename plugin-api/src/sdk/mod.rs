@@ -22,7 +22,7 @@ pub use crate::status::{
     Error, Result, cstr_or_empty, into_raw_status, panic_message, take_status,
 };
 pub use graph::{Attribute, GraphView, KernelContext, NodeView, SubgraphView, ValueView};
-pub use location::{library_folder_of, library_path_of};
+pub use location::{library_folder_of, library_path_of, site_packages_above};
 pub use options::ProviderOptions;
 pub use profile::{KernelProfile, PassNote, ProfilePart};
 pub use tensor::{Element, TensorView};

@@ -7,10 +7,13 @@
 //! 2. `EPX_ORT_LIBRARY` (a file path),
 //! 3. `ORT_DYLIB_PATH` (a file path; the variable the `ort` crate itself reads),
 //! 4. the plugin's own folder (the folder of the loaded plugin library, see [`plugin_dir`]),
-//! 5. each folder of `EPX_ORT_SEARCH_PATH` (a path list; the folder itself and its
+//! 5. `onnxruntime/capi/` in the `site-packages` the plugin is installed in (the epx wheel puts
+//!    it at `site-packages/epx/lib/epx/plugins/<name>/`): the `onnxruntime` wheel installed in
+//!    the same Python environment, activated or not,
+//! 6. each folder of `EPX_ORT_SEARCH_PATH` (a path list; the folder itself and its
 //!    `onnxruntime/capi/`: `plugins/onnxruntime/fetch-runtime.sh` fills
 //!    `.testdata/onnxruntime/capi/`),
-//! 6. `onnxruntime/capi/` — where the `onnxruntime`, `onnxruntime-gpu` and
+//! 7. `onnxruntime/capi/` — where the `onnxruntime`, `onnxruntime-gpu` and
 //!    `onnxruntime-openvino` wheels all put the library — under the Python `site-packages` folders
 //!    of `$VIRTUAL_ENV`, each `$PYTHONPATH` entry, `~/.local/lib/python3*/site-packages` and
 //!    `/usr/local/lib/python3*/site-packages`.
@@ -29,6 +32,8 @@ pub struct SearchEnv {
     pub epx_ort_library: Option<PathBuf>,
     pub ort_dylib_path: Option<PathBuf>,
     pub plugin_dir: Option<PathBuf>,
+    /// The `site-packages` folder above the plugin's, when it is installed in one.
+    pub installed_site_packages: Option<PathBuf>,
     pub search_path: Vec<PathBuf>,
     pub virtual_env: Option<PathBuf>,
     pub python_path: Vec<PathBuf>,
@@ -54,11 +59,15 @@ fn path_list(name: &str) -> Vec<PathBuf> {
 impl SearchEnv {
     /// The search inputs of this process, with the `library` option if one was given.
     pub fn from_process(library_option: Option<PathBuf>) -> Self {
+        let plugin_dir = plugin_dir();
         SearchEnv {
             library_option,
             epx_ort_library: non_empty_var("EPX_ORT_LIBRARY").map(PathBuf::from),
             ort_dylib_path: non_empty_var("ORT_DYLIB_PATH").map(PathBuf::from),
-            plugin_dir: plugin_dir(),
+            installed_site_packages: plugin_dir
+                .as_deref()
+                .and_then(epx_plugin_api::sdk::site_packages_above),
+            plugin_dir,
             search_path: path_list("EPX_ORT_SEARCH_PATH"),
             virtual_env: non_empty_var("VIRTUAL_ENV").map(PathBuf::from),
             python_path: path_list("PYTHONPATH"),
@@ -181,6 +190,13 @@ pub fn locate(env: &SearchEnv) -> Result<PathBuf, NotFound> {
         Some(d) => Place::Dir("the plugin's folder", d.clone()),
         None => Place::Note("the plugin's folder (unknown on this OS)".into()),
     });
+    let capi = |p: PathBuf| p.join("onnxruntime").join("capi");
+    if let Some(site) = &env.installed_site_packages {
+        places.push(Place::Dir(
+            "the site-packages the plugin is installed in",
+            capi(site.clone()),
+        ));
+    }
     if env.search_path.is_empty() {
         places.push(Place::Note("EPX_ORT_SEARCH_PATH (unset)".into()));
     }
@@ -191,7 +207,6 @@ pub fn locate(env: &SearchEnv) -> Result<PathBuf, NotFound> {
             d.join("onnxruntime").join("capi"),
         ));
     }
-    let capi = |p: PathBuf| p.join("onnxruntime").join("capi");
     match &env.virtual_env {
         Some(v) => {
             let found = site_packages_under(v);
@@ -328,6 +343,16 @@ mod tests {
         assert_eq!(
             locate(&env).unwrap(),
             venv.join("lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.20.0")
+        );
+        // The wheel installed beside the plugin (same site-packages) comes before VIRTUAL_ENV
+        // and the search path, activated or not.
+        let own = d.join("own/lib/python3.12/site-packages");
+        touch(&own.join("onnxruntime/capi/libonnxruntime.so.1.31.1"));
+        env.installed_site_packages = Some(own.clone());
+        env.search_path = vec![search.clone()];
+        assert_eq!(
+            locate(&env).unwrap(),
+            own.join("onnxruntime/capi/libonnxruntime.so.1.31.1")
         );
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -70,7 +70,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 /// Finds the C library: option `library` or else `EPX_OPENVINO_LIBRARY` when given (only
 /// there); otherwise the first folder holding one among `EPX_OPENVINO_SEARCH_PATH`, the plugin's
-/// own folder and the `openvino/libs/` folder of the `openvino` Python wheel in the usual
+/// own folder, the `openvino/libs/` folder of the `site-packages` the plugin is installed in, and
+/// that of the `openvino` Python wheel in the usual
 /// `site-packages`. The error names every place searched.
 pub fn locate(explicit: Option<&str>) -> Result<PathBuf, String> {
     if let Some(value) = explicit {
@@ -158,7 +159,16 @@ fn search_places() -> Vec<(String, PathBuf)> {
         }
     }
     if let Some(dir) = plugin_folder() {
+        // The `openvino` wheel installed in the same Python environment as the plugin (the epx
+        // wheel puts it at `site-packages/epx/lib/epx/plugins/openvino/`), activated or not.
+        let site = epx_plugin_api::sdk::site_packages_above(&dir);
         push("plugin folder", dir);
+        if let Some(site) = site {
+            push(
+                "the site-packages the plugin is installed in",
+                site.join("openvino").join("libs"),
+            );
+        }
     }
     for (why, site) in site_packages() {
         push(&why, site.join("openvino").join("libs"));

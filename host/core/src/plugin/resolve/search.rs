@@ -313,27 +313,20 @@ pub(super) fn wildcard_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
-/// The `site-packages` (or `dist-packages`) folder this process's executable is installed
-/// under (the wheel puts the CLI at `site-packages/epx/bin/epx`); `None` elsewhere.
+/// The `site-packages` (or `dist-packages`) folder epx is installed under: the wheel puts the
+/// CLI at `site-packages/epx/bin/epx` and libepx at `site-packages/epx/lib/`. Asked of the code
+/// running this (the program, or libepx loaded into Python), so both find the same environment,
+/// activated or not; `None` elsewhere.
 pub fn installation_site_packages() -> Option<&'static Path> {
     static OWN: OnceLock<Option<PathBuf>> = OnceLock::new();
     OWN.get_or_init(|| {
-        let exe = std::env::current_exe().ok()?;
-        let exe = exe.canonicalize().unwrap_or(exe);
-        site_packages_of(&exe).filter(|d| d.is_dir())
+        let here = installation_site_packages as fn() -> Option<&'static Path> as usize;
+        let file =
+            epx_plugin_api::sdk::library_path_of(here).or_else(|| std::env::current_exe().ok())?;
+        let file = file.canonicalize().unwrap_or(file);
+        epx_plugin_api::sdk::site_packages_above(&file).filter(|d| d.is_dir())
     })
     .as_deref()
-}
-
-/// The nearest folder above `path` named `site-packages` or `dist-packages`.
-pub(super) fn site_packages_of(path: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .skip(1)
-        .find(|a| {
-            a.file_name()
-                .is_some_and(|n| n == "site-packages" || n == "dist-packages")
-        })
-        .map(Path::to_path_buf)
 }
 
 /// `site-packages` folders known without running Python (existing ones only).
@@ -433,26 +426,4 @@ pub(super) fn ask_python() -> Option<Vec<PathBuf>> {
         .collect();
     dedupe(&mut dirs);
     Some(dirs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_site_packages_an_executable_is_installed_under() {
-        let exe = Path::new("/srv/app/venv/lib/python3.11/site-packages/epx/bin/epx");
-        assert_eq!(
-            site_packages_of(exe).as_deref(),
-            Some(Path::new("/srv/app/venv/lib/python3.11/site-packages"))
-        );
-        let deb = Path::new("/usr/lib/python3/dist-packages/epx/bin/epx");
-        assert_eq!(
-            site_packages_of(deb).as_deref(),
-            Some(Path::new("/usr/lib/python3/dist-packages"))
-        );
-        assert_eq!(site_packages_of(Path::new("/usr/local/bin/epx")), None);
-        // The folder itself is not "above" it.
-        assert_eq!(site_packages_of(Path::new("/x/site-packages")), None);
-    }
 }

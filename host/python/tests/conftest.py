@@ -6,8 +6,10 @@ comes from the repository: EPX_REPO (default: three folders up from here).
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -48,3 +50,22 @@ def fixture_library():
     path = os.path.join(folder, "libepx_fixture_older_minor.so")
     assert os.path.exists(path), f"{path} is missing: build the workspace first"
     return path
+
+
+def plugin_folder(root, library):
+    """A plugin folder as a vendor ships one: `relu_plugin/` with the fixture library and its
+    plugin.toml (EPs `relu_only` and `never_available`)."""
+    folder = os.path.join(root, "relu_plugin")
+    os.makedirs(folder)
+    shutil.copy(library, folder)
+    with open(os.path.join(folder, "plugin.toml"), "w") as f:
+        f.write(textwrap.dedent(f"""\
+            name = "relu_plugin"
+            version = "0.1.0"
+            abi = "1.0"
+            providers = ["relu_only", "never_available"]
+
+            [library]
+            linux = "{os.path.basename(library)}"
+            """))
+    return folder

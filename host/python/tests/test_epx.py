@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import epx
-from conftest import example, here, python, repo
+from conftest import example, here, plugin_folder, python, repo
 
 
 def test_the_package_is_the_installed_wheel_with_its_library_and_plugins():
@@ -360,23 +360,6 @@ def test_strings_sequences_and_maps():
     assert np.array_equal(out["output_label"], want)
 
 
-def _plugin_folder(root, library):
-    folder = os.path.join(root, "relu_plugin")
-    os.makedirs(folder)
-    shutil.copy(library, folder)
-    with open(os.path.join(folder, "plugin.toml"), "w") as f:
-        f.write(textwrap.dedent(f"""\
-            name = "relu_plugin"
-            version = "0.1.0"
-            abi = "1.0"
-            providers = ["relu_only", "never_available"]
-
-            [library]
-            linux = "{os.path.basename(library)}"
-            """))
-    return folder
-
-
 PLACEMENT = f"""
 import epx, numpy as np
 eps = {{p.name: p for p in epx.providers()}}
@@ -395,7 +378,7 @@ def test_a_plugin_declared_by_an_entry_point_is_found(tmp_path, fixture_library)
     pkg = site / "vendor_ep"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    folder = _plugin_folder(str(pkg), fixture_library)
+    folder = plugin_folder(str(pkg), fixture_library)
     dist = site / "vendor_ep-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vendor-ep\nVersion: 1.0\n")
@@ -409,7 +392,7 @@ def test_a_plugin_declared_by_an_entry_point_is_found(tmp_path, fixture_library)
 
 
 def test_a_plugin_in_an_epx_plugins_folder_on_sys_path_is_found(tmp_path, fixture_library):
-    _plugin_folder(str(tmp_path / "epx_plugins"), fixture_library)
+    plugin_folder(str(tmp_path / "epx_plugins"), fixture_library)
     out = python(PLACEMENT, env={"PYTHONPATH": str(tmp_path)})
     assert out.stdout.strip() == "ok"
 

@@ -29,3 +29,32 @@ helper.set_model_props(model, {"character": "a\nb\nc", "author": "epx"})
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(here, "metadata.onnx"))
 print("metadata.onnx")
+
+# identities.onnx: one input and one Identity output per element type a Python program can feed
+# (`x_<type>` -> `y_<type>`), shapes left unknown so that any rank is accepted; and
+# scalar.onnx: a float input declared as a scalar (rank 0) and one declared as [1].
+types = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+         "int8": TensorProto.INT8, "int16": TensorProto.INT16, "int32": TensorProto.INT32,
+         "int64": TensorProto.INT64, "uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16,
+         "uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64, "bool": TensorProto.BOOL,
+         "string": TensorProto.STRING}
+inputs = [helper.make_tensor_value_info(f"x_{t}", code, None) for t, code in types.items()]
+outputs = [helper.make_tensor_value_info(f"y_{t}", code, None) for t, code in types.items()]
+nodes = [helper.make_node("Identity", [f"x_{t}"], [f"y_{t}"]) for t in types]
+model = helper.make_model(helper.make_graph(nodes, "identities", inputs, outputs),
+                          opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.save(model, os.path.join(here, "identities.onnx"))  # (the checker wants shapes)
+print("identities.onnx")
+
+scalar = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
+one = helper.make_tensor_value_info("one", TensorProto.FLOAT, [1])
+nodes = [helper.make_node("Identity", ["s"], ["s_out"]), helper.make_node("Identity", ["one"], ["one_out"])]
+model = helper.make_model(helper.make_graph(nodes, "scalar", [scalar, one], [
+    helper.make_tensor_value_info("s_out", TensorProto.FLOAT, []),
+    helper.make_tensor_value_info("one_out", TensorProto.FLOAT, [1])]),
+    opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save(model, os.path.join(here, "scalar.onnx"))
+print("scalar.onnx")

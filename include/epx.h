@@ -92,6 +92,11 @@ typedef enum EpxErrorCode {
      * Anything else.
      */
     EPX_ERROR_CODE_INTERNAL = 11,
+    /**
+     * A run or a session creation was cancelled by the application
+     * ([`epx_run_options_set_terminate`](crate::epx_run_options_set_terminate)).
+     */
+    EPX_ERROR_CODE_CANCELLED = 12,
 } EpxErrorCode;
 
 /**
@@ -119,6 +124,14 @@ typedef struct EpxHostValue EpxHostValue;
  * [`epx_outputs_free`].
  */
 typedef struct EpxOutputs EpxOutputs;
+
+/**
+ * A run's options: its terminate flag, which another thread sets to cancel the runs made with
+ * them (ONNX Runtime's `RunOptions.terminate`), and which a session's creation can watch too
+ * ([`epx_session_options_set_cancellation`](crate::epx_session_options_set_cancellation)). A
+ * handle, not an address: freeing it while a run uses it is safe.
+ */
+typedef struct EpxRunOptions EpxRunOptions;
 
 /**
  * A model partitioned across EPs and compiled, ready to run (from several threads at once). A
@@ -356,6 +369,17 @@ void epx_string_free(char *s);
 struct EpxSessionOptions *epx_session_options_new(void);
 
 /**
+ * Makes the creation of sessions with these options cancellable: once `run_options`' terminate
+ * flag is set ([`epx_run_options_set_terminate`](crate::epx_run_options_set_terminate), from
+ * any thread), creation stops at its next step and fails with `EPX_ERROR_CODE_CANCELLED`
+ * (ONNX Runtime's load cancellation flag). NULL stops watching.
+ *
+ * Pointers: `options` is a live option set; `run_options` NULL or live run options.
+ */
+struct EpxError *epx_session_options_set_cancellation(struct EpxSessionOptions *options,
+                                                      const struct EpxRunOptions *run_options);
+
+/**
  * Frees an option set. NULL, or a set freed already, is a no-op.
  *
  * Pointers: `options` is NULL or from [`epx_session_options_new`].
@@ -473,6 +497,30 @@ struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOpt
                                                             void *user_data);
 
 /**
+ * New run options, the terminate flag clear.
+ */
+struct EpxRunOptions *epx_run_options_new(void);
+
+/**
+ * Frees run options. NULL, or options freed already, is a no-op; a run in progress with them
+ * keeps its own reference.
+ *
+ * Pointers: `options` is NULL or from [`epx_run_options_new`].
+ */
+void epx_run_options_free(struct EpxRunOptions *options);
+
+/**
+ * Sets (`true`) or clears the terminate flag, from any thread. Runs in progress with these
+ * options stop at their next check (before each kernel; inside EPs that read the flag, such as
+ * the CPU EP, before each node and at each loop iteration) and fail with
+ * `EPX_ERROR_CODE_CANCELLED`; so does a session creation watching them. While set, runs made
+ * with these options fail at once.
+ *
+ * Pointers: `options` is live run options.
+ */
+struct EpxError *epx_run_options_set_terminate(const struct EpxRunOptions *options, bool terminate);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -485,6 +533,19 @@ struct EpxError *epx_session_run(const struct EpxSession *session,
                                  const struct EpxTensorRef *inputs,
                                  size_t n_inputs,
                                  struct EpxOutputs **out);
+
+/**
+ * [`epx_session_run`] with run options: `run_options` (NULL for none) lets another thread
+ * cancel the run ([`epx_run_options_set_terminate`]).
+ *
+ * # Safety
+ * As for [`epx_session_run`]; `run_options` is NULL or live run options.
+ */
+struct EpxError *epx_session_run_with_options(const struct EpxSession *session,
+                                              const struct EpxTensorRef *inputs,
+                                              size_t n_inputs,
+                                              const struct EpxRunOptions *run_options,
+                                              struct EpxOutputs **out);
 
 /**
  * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
@@ -550,6 +611,20 @@ struct EpxError *epx_session_run_values(const struct EpxSession *session,
                                         const struct EpxHostValue *const *inputs,
                                         size_t n_inputs,
                                         struct EpxOutputs **out);
+
+/**
+ * [`epx_session_run_values`] with run options: `run_options` (NULL for none) lets another
+ * thread cancel the run ([`epx_run_options_set_terminate`]).
+ *
+ * # Safety
+ * As for [`epx_session_run_values`]; `run_options` is NULL or live run options.
+ */
+struct EpxError *epx_session_run_values_with_options(const struct EpxSession *session,
+                                                     const char *const *input_names,
+                                                     const struct EpxHostValue *const *inputs,
+                                                     size_t n_inputs,
+                                                     const struct EpxRunOptions *run_options,
+                                                     struct EpxOutputs **out);
 
 /**
  * Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)
@@ -863,6 +938,17 @@ void epx_string_free(char *s);
 struct EpxSessionOptions *epx_session_options_new(void);
 
 /**
+ * Makes the creation of sessions with these options cancellable: once `run_options`' terminate
+ * flag is set ([`epx_run_options_set_terminate`](crate::epx_run_options_set_terminate), from
+ * any thread), creation stops at its next step and fails with `EPX_ERROR_CODE_CANCELLED`
+ * (ONNX Runtime's load cancellation flag). NULL stops watching.
+ *
+ * Pointers: `options` is a live option set; `run_options` NULL or live run options.
+ */
+struct EpxError *epx_session_options_set_cancellation(struct EpxSessionOptions *options,
+                                                      const struct EpxRunOptions *run_options);
+
+/**
  * Frees an option set. NULL, or a set freed already, is a no-op.
  *
  * Pointers: `options` is NULL or from [`epx_session_options_new`].
@@ -1185,6 +1271,30 @@ struct EpxError *epx_session_output_type(const struct EpxSession *session,
                                          char **type_name);
 
 /**
+ * New run options, the terminate flag clear.
+ */
+struct EpxRunOptions *epx_run_options_new(void);
+
+/**
+ * Frees run options. NULL, or options freed already, is a no-op; a run in progress with them
+ * keeps its own reference.
+ *
+ * Pointers: `options` is NULL or from [`epx_run_options_new`].
+ */
+void epx_run_options_free(struct EpxRunOptions *options);
+
+/**
+ * Sets (`true`) or clears the terminate flag, from any thread. Runs in progress with these
+ * options stop at their next check (before each kernel; inside EPs that read the flag, such as
+ * the CPU EP, before each node and at each loop iteration) and fail with
+ * `EPX_ERROR_CODE_CANCELLED`; so does a session creation watching them. While set, runs made
+ * with these options fail at once.
+ *
+ * Pointers: `options` is live run options.
+ */
+struct EpxError *epx_run_options_set_terminate(const struct EpxRunOptions *options, bool terminate);
+
+/**
  * Runs the model on `n_inputs` inputs given as plain buffers ([`EpxTensorRef`]; the data is
  * copied). `*out` receives every model output in host memory. Sessions may run from several
  * threads at once.
@@ -1197,6 +1307,19 @@ struct EpxError *epx_session_run(const struct EpxSession *session,
                                  const struct EpxTensorRef *inputs,
                                  size_t n_inputs,
                                  struct EpxOutputs **out);
+
+/**
+ * [`epx_session_run`] with run options: `run_options` (NULL for none) lets another thread
+ * cancel the run ([`epx_run_options_set_terminate`]).
+ *
+ * # Safety
+ * As for [`epx_session_run`]; `run_options` is NULL or live run options.
+ */
+struct EpxError *epx_session_run_with_options(const struct EpxSession *session,
+                                              const struct EpxTensorRef *inputs,
+                                              size_t n_inputs,
+                                              const struct EpxRunOptions *run_options,
+                                              struct EpxOutputs **out);
 
 /**
  * Runs the model on `n_inputs` DLPack tensors named `input_names[i]`. Each must be in host
@@ -1262,6 +1385,20 @@ struct EpxError *epx_session_run_values(const struct EpxSession *session,
                                         const struct EpxHostValue *const *inputs,
                                         size_t n_inputs,
                                         struct EpxOutputs **out);
+
+/**
+ * [`epx_session_run_values`] with run options: `run_options` (NULL for none) lets another
+ * thread cancel the run ([`epx_run_options_set_terminate`]).
+ *
+ * # Safety
+ * As for [`epx_session_run_values`]; `run_options` is NULL or live run options.
+ */
+struct EpxError *epx_session_run_values_with_options(const struct EpxSession *session,
+                                                     const char *const *input_names,
+                                                     const struct EpxHostValue *const *inputs,
+                                                     size_t n_inputs,
+                                                     const struct EpxRunOptions *run_options,
+                                                     struct EpxOutputs **out);
 
 /**
  * Output `index` as a value of any kind (borrowed from `outputs`); `*name` (may be NULL)

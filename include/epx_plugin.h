@@ -79,7 +79,7 @@ struct EpxStatus *epx_plugin_entry(const struct EpxHostApi *host,
 /**
  * Minor version of this ABI. A plugin built for an older minor version is accepted.
  */
-#define EPX_ABI_VERSION_MINOR 7
+#define EPX_ABI_VERSION_MINOR 8
 
 /**
  * Patch version of this ABI (documentation fixes only).
@@ -771,6 +771,14 @@ typedef struct EpxHostApi {
      * (ABI 1.3) Frees a value made with a `value_new_*` function and not handed over.
      */
     void (*value_release)(EpxValue *value);
+    /**
+     * (ABI 1.8) The run's terminate flag: a byte, 0 while the run goes on, set to 1 from
+     * another thread when the application cancels it (ONNX Runtime's `RunOptions.terminate`).
+     * Valid until `execute` returns; read it atomically (a relaxed load is enough) as often as
+     * is cheap (between nodes, loop iterations) and return an error status soon after it is
+     * set. NULL when this run cannot be cancelled.
+     */
+    const uint8_t *(*kernel_terminate_flag)(const EpxKernelContext *ctx);
 } EpxHostApi;
 
 /**

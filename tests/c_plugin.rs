@@ -75,7 +75,7 @@ fn build_plugin(out_dir: &Path) -> Option<PathBuf> {
 fn install_plugin(dir: &TempDir, manifest_text: Option<String>) -> Option<PathBuf> {
     let built = build_plugin(dir.path())?;
     let file = library_file_name(LIB_NAME);
-    let text = manifest_text.unwrap_or_else(|| manifest(EP, "1.7", &[EP], &file));
+    let text = manifest_text.unwrap_or_else(|| manifest(EP, "1.8", &[EP], &file));
     let installed = dir
         .add_plugin("c_example", &built, Some(&text))
         .expect("install the plugin");
@@ -232,7 +232,7 @@ fn readme_and_manifest_describe_the_plugin() {
     let toml = read_example("plugin.toml");
     for needle in [
         "name = \"c_example\"",
-        "abi = \"1.7\"",
+        "abi = \"1.8\"",
         "providers = [\"c_example\"]",
         "linux = \"libepx_c_example.so\"",
     ] {

@@ -166,6 +166,28 @@ fn the_c_api_keeps_its_contract() {
     );
 }
 
+#[test]
+fn a_run_is_cancelled_from_another_thread_through_the_c_api() {
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    let dir = TempDir::new("c-cancel").expect("temp dir");
+    let model = dir.path().join("loop.onnx");
+    std::fs::write(&model, epx_tests::models::counting_loop()).expect("model");
+    let exe = dir.path().join("cancel");
+    build_c(&[repo_root().join("tests/capi/cancel.c")], &exe, true);
+    let out = Command::new(&exe)
+        .arg(&model)
+        .output()
+        .expect("running the cancellation checks");
+    let stdout = text(&out);
+    assert!(
+        out.status.success() && stdout.contains("ALL OK"),
+        "{stdout}"
+    );
+}
+
 /// The Python package of the source tree, and the extra site-packages for numpy when python3
 /// has none (`tests/run.sh` installs it there).
 fn python_path() -> String {

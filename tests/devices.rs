@@ -18,7 +18,7 @@ fn plugin_dir(isolate: bool) -> TempDir {
     ] {
         let lib = fixture_library(name);
         let file = lib.file_name().and_then(|f| f.to_str()).expect("file name");
-        let abi = if name == "older_minor" { "1.0" } else { "1.7" };
+        let abi = if name == "older_minor" { "1.0" } else { "1.8" };
         let mut text = manifest(name, abi, eps, file);
         if isolate && name == "adversarial" {
             text.insert_str(0, "isolate = true\n");

@@ -24,7 +24,7 @@ fn setup(tag: &str) -> Setup {
     let plugins = TempDir::new(tag).expect("temp dir");
     let lib = fixture_library("adversarial");
     let file = lib.file_name().and_then(|f| f.to_str()).expect("file name");
-    let text = manifest("adversarial", "1.7", &["adversarial"], file);
+    let text = manifest("adversarial", "1.8", &["adversarial"], file);
     plugins
         .add_plugin("adversarial", &lib, Some(&text))
         .expect("copy fixture");

@@ -288,6 +288,61 @@ pub mod models {
         })
     }
 
+    pub fn scalar_value(name: &str, elem_type: i32) -> proto::ValueInfoProto {
+        proto::ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(proto::TypeProto {
+                value: Some(proto::type_proto::Value::TensorType(
+                    proto::type_proto::Tensor {
+                        elem_type: Some(elem_type),
+                        shape: Some(proto::TensorShapeProto { dim: vec![] }),
+                    },
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Loop(M): each iteration outputs its counter as a float; the scan output is [0, 1, ..., M-1].
+    pub fn counting_loop() -> Vec<u8> {
+        let (float, int64, boolean) = (1, 7, 9);
+        let mut cast = node("Cast", &["i"], &["f"]);
+        cast.attribute.push(proto::AttributeProto {
+            name: Some("to".into()),
+            i: Some(i64::from(float)),
+            r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+            ..Default::default()
+        });
+        let body = proto::GraphProto {
+            name: Some("body".into()),
+            node: vec![cast, node("Identity", &["c"], &["c_out"])],
+            input: vec![scalar_value("i", int64), scalar_value("c", boolean)],
+            output: vec![scalar_value("c_out", boolean), scalar_value("f", float)],
+            ..Default::default()
+        };
+        let mut lp = node("Loop", &["m", ""], &["scan"]);
+        lp.attribute.push(proto::AttributeProto {
+            name: Some("body".into()),
+            g: Some(body),
+            r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+            ..Default::default()
+        });
+        let mut out = float_value("scan", &[]);
+        if let Some(proto::type_proto::Value::TensorType(t)) =
+            out.r#type.as_mut().and_then(|t| t.value.as_mut())
+        {
+            t.shape = None;
+        }
+        model_bytes(proto::GraphProto {
+            name: Some("loop".into()),
+            node: vec![lp],
+            input: vec![scalar_value("m", int64)],
+            output: vec![out],
+            ..Default::default()
+        })
+    }
+
     /// An opset-17 (IR 8) model around `graph`, encoded.
     pub fn model_bytes(graph: proto::GraphProto) -> Vec<u8> {
         proto::ModelProto {

@@ -2,64 +2,8 @@
 //! of floats, not a tensor per iteration (which held about 240 bytes each, 480 MB here). Its own
 //! test binary, so the process's peak memory is this test's alone.
 
-use epx::onnx::proto;
 use epx::{Session, Tensor};
-use epx_tests::models::{model_bytes, node};
-
-fn scalar_value(name: &str, elem_type: i32) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(proto::TypeProto {
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(elem_type),
-                    shape: Some(proto::TensorShapeProto { dim: vec![] }),
-                },
-            )),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Loop(M): each iteration outputs its counter as a float; the scan output is [0, 1, ..., M-1].
-fn counting_loop() -> Vec<u8> {
-    let (float, int64, boolean) = (1, 7, 9);
-    let mut cast = node("Cast", &["i"], &["f"]);
-    cast.attribute.push(proto::AttributeProto {
-        name: Some("to".into()),
-        i: Some(i64::from(float)),
-        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
-        ..Default::default()
-    });
-    let body = proto::GraphProto {
-        name: Some("body".into()),
-        node: vec![cast, node("Identity", &["c"], &["c_out"])],
-        input: vec![scalar_value("i", int64), scalar_value("c", boolean)],
-        output: vec![scalar_value("c_out", boolean), scalar_value("f", float)],
-        ..Default::default()
-    };
-    let mut lp = node("Loop", &["m", ""], &["scan"]);
-    lp.attribute.push(proto::AttributeProto {
-        name: Some("body".into()),
-        g: Some(body),
-        r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
-        ..Default::default()
-    });
-    let mut out = epx_tests::models::float_value("scan", &[]);
-    if let Some(proto::type_proto::Value::TensorType(t)) =
-        out.r#type.as_mut().and_then(|t| t.value.as_mut())
-    {
-        t.shape = None;
-    }
-    model_bytes(proto::GraphProto {
-        name: Some("loop".into()),
-        node: vec![lp],
-        input: vec![scalar_value("m", int64)],
-        output: vec![out],
-        ..Default::default()
-    })
-}
+use epx_tests::models::counting_loop;
 
 /// The process's peak resident memory in KiB.
 fn peak_kib() -> u64 {

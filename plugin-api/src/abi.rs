@@ -18,7 +18,7 @@ use crate::dlpack::{DLDataType, DLTensor};
 /// Major version of this ABI. A plugin built for another major version is refused.
 pub const EPX_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this ABI. A plugin built for an older minor version is accepted.
-pub const EPX_ABI_VERSION_MINOR: u32 = 7;
+pub const EPX_ABI_VERSION_MINOR: u32 = 8;
 /// Patch version of this ABI (documentation fixes only).
 pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 
@@ -634,6 +634,14 @@ pub struct EpxHostApi {
     >,
     /// (ABI 1.3) Frees a value made with a `value_new_*` function and not handed over.
     pub value_release: Option<unsafe extern "C" fn(value: *mut EpxValue)>,
+
+    /// (ABI 1.8) The run's terminate flag: a byte, 0 while the run goes on, set to 1 from
+    /// another thread when the application cancels it (ONNX Runtime's `RunOptions.terminate`).
+    /// Valid until `execute` returns; read it atomically (a relaxed load is enough) as often as
+    /// is cheap (between nodes, loop iterations) and return an error status soon after it is
+    /// set. NULL when this run cannot be cancelled.
+    pub kernel_terminate_flag:
+        Option<unsafe extern "C" fn(ctx: *const EpxKernelContext) -> *const u8>,
 }
 
 /// A compiled kernel: one fused group, ready to run. Made by `EpxProvider::compile`.
@@ -941,6 +949,8 @@ pub const EPX_PROVIDER_FACTORY_SIZE_1_5: usize = epx_field_end!(EpxProviderFacto
 pub const EPX_PROVIDER_SIZE_1_6: usize = epx_field_end!(EpxProvider, kernel_deserialize);
 /// A provider from ABI 1.7 on (with `kernel_profile_start` and `kernel_profile_read`).
 pub const EPX_PROVIDER_SIZE_1_7: usize = epx_field_end!(EpxProvider, kernel_profile_read);
+/// A host API from ABI 1.8 on (with `kernel_terminate_flag`).
+pub const EPX_HOST_API_SIZE_1_8: usize = epx_field_end!(EpxHostApi, kernel_terminate_flag);
 /// The first version of [`EpxDevice`] (ABI 1.5).
 pub const EPX_DEVICE_SIZE_1_5: usize =
     ::std::mem::offset_of!(EpxDevice, unusable_reason) + ::std::mem::size_of::<EpxStr>();

@@ -71,6 +71,8 @@ impl PanicPointee for EpxStatus {
 
 impl PanicPointee for c_char {}
 impl PanicPointee for c_void {}
+// (ABI 1.8) `kernel_terminate_flag`: NULL on panic means "this run cannot be cancelled".
+impl PanicPointee for u8 {}
 
 macro_rules! zero_on_panic {
     ($($t:ty),*) => {$(

@@ -29,6 +29,9 @@ pub enum EpxErrorCode {
     Panic = 10,
     /// Anything else.
     Internal = 11,
+    /// A run or a session creation was cancelled by the application
+    /// ([`epx_run_options_set_terminate`](crate::epx_run_options_set_terminate)).
+    Cancelled = 12,
 }
 
 /// A failure: a code and a message. NULL means success wherever an `EpxError *` is returned.
@@ -68,6 +71,7 @@ impl From<epx_host::Error> for Box<EpxError> {
             E::Unsupported(_) => EpxErrorCode::Unsupported,
             E::InvalidInput(_) => EpxErrorCode::InvalidInput,
             E::Run(_) => EpxErrorCode::Run,
+            E::Cancelled(_) => EpxErrorCode::Cancelled,
             _ => EpxErrorCode::Internal,
         };
         EpxError::new(code, e.to_string())

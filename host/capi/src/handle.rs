@@ -57,12 +57,13 @@ fn noun_of_kind(kind: u64) -> &'static str {
         1 => "an environment",
         2 => "an option set",
         3 => "a session",
+        4 => "a run option set",
         _ => "no object of this library",
     }
 }
 
 impl<T, H> Handles<T, H> {
-    /// An empty table of kind `kind` (1 environments, 2 option sets, 3 sessions).
+    /// An empty table of kind `kind` (1 environments, 2 option sets, 3 sessions, 4 run option sets).
     pub(crate) const fn new(kind: u8, noun: &'static str, free_fn: &'static str) -> Self {
         Handles {
             kind,

@@ -30,6 +30,8 @@ pub(crate) struct OptionsData {
     pub(crate) kernel_cache: bool,
     /// Whether sessions profile their runs.
     pub(crate) profiling: bool,
+    /// Run options whose terminate flag cancels the creation of sessions.
+    pub(crate) cancel: Option<Arc<epx_host::RunOptions>>,
 }
 
 /// The live option sets.
@@ -55,7 +57,29 @@ pub extern "C" fn epx_session_options_new() -> *mut EpxSessionOptions {
         policy: None,
         kernel_cache: true,
         profiling: false,
+        cancel: None,
     })))
+}
+
+/// Makes the creation of sessions with these options cancellable: once `run_options`' terminate
+/// flag is set ([`epx_run_options_set_terminate`](crate::epx_run_options_set_terminate), from
+/// any thread), creation stops at its next step and fails with `EPX_ERROR_CODE_CANCELLED`
+/// (ONNX Runtime's load cancellation flag). NULL stops watching.
+///
+/// Pointers: `options` is a live option set; `run_options` NULL or live run options.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_session_options_set_cancellation(
+    options: *mut EpxSessionOptions,
+    run_options: *const EpxRunOptions,
+) -> *mut EpxError {
+    ffi_boundary!({
+        let flag = if run_options.is_null() {
+            None
+        } else {
+            Some(RUN_OPTIONS.get(run_options, "run_options")?)
+        };
+        update(options, |o| o.cancel = flag)
+    })
 }
 
 /// Frees an option set. NULL, or a set freed already, is a no-op.

@@ -2,6 +2,7 @@
 //! the outputs of one run.
 
 use super::*;
+use crate::handle::Handles;
 
 /// A tensor in host memory as a plain pointer, shape and element type: an input to
 /// [`epx_session_run`], or an output read with [`epx_outputs_get`].
@@ -40,6 +41,52 @@ impl OutputRow {
     }
 }
 
+/// A run's options: its terminate flag, which another thread sets to cancel the runs made with
+/// them (ONNX Runtime's `RunOptions.terminate`), and which a session's creation can watch too
+/// ([`epx_session_options_set_cancellation`](crate::epx_session_options_set_cancellation)). A
+/// handle, not an address: freeing it while a run uses it is safe.
+pub struct EpxRunOptions {
+    _private: [u8; 0],
+}
+
+/// The live run option sets.
+pub(crate) static RUN_OPTIONS: Handles<epx_host::RunOptions, EpxRunOptions> =
+    Handles::new(4, "run option set", "epx_run_options_free");
+
+/// New run options, the terminate flag clear.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_run_options_new() -> *mut EpxRunOptions {
+    ffi_boundary!(RUN_OPTIONS.insert(epx_host::RunOptions::new()))
+}
+
+/// Frees run options. NULL, or options freed already, is a no-op; a run in progress with them
+/// keeps its own reference.
+///
+/// Pointers: `options` is NULL or from [`epx_run_options_new`].
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_run_options_free(options: *mut EpxRunOptions) {
+    ffi_boundary!(drop(RUN_OPTIONS.remove(options)))
+}
+
+/// Sets (`true`) or clears the terminate flag, from any thread. Runs in progress with these
+/// options stop at their next check (before each kernel; inside EPs that read the flag, such as
+/// the CPU EP, before each node and at each loop iteration) and fail with
+/// `EPX_ERROR_CODE_CANCELLED`; so does a session creation watching them. While set, runs made
+/// with these options fail at once.
+///
+/// Pointers: `options` is live run options.
+#[unsafe(no_mangle)]
+pub extern "C" fn epx_run_options_set_terminate(
+    options: *const EpxRunOptions,
+    terminate: bool,
+) -> *mut EpxError {
+    ffi_boundary!(
+        RUN_OPTIONS
+            .get(options, "options")
+            .map(|o| o.set_terminate(terminate))
+    )
+}
+
 /// The outputs of one run, in host memory, in the model's output order. Free with
 /// [`epx_outputs_free`].
 pub struct EpxOutputs {
@@ -74,6 +121,7 @@ fn within_limits<R>(session: *const EpxSession, f: impl FnOnce() -> R) -> R {
 pub(crate) fn run_session(
     session: *const EpxSession,
     inputs: Vec<(String, Value)>,
+    run_options: *const EpxRunOptions,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> Res<()> {
     let Some(out) = out else {
@@ -82,7 +130,12 @@ pub(crate) fn run_session(
     // This run's own reference: epx_session_free on another thread cannot drop the session
     // under it.
     let s = SESSIONS.get(session, "session")?;
-    let outputs = s.session.run(inputs)?;
+    let options = if run_options.is_null() {
+        None
+    } else {
+        Some(RUN_OPTIONS.get(run_options, "run_options")?)
+    };
+    let outputs = s.session.run_with_options(inputs, options.as_deref())?;
     // bounded: one per model output.
     let mut rows = Vec::with_capacity(outputs.len());
     for (name, value) in outputs {
@@ -172,6 +225,23 @@ pub unsafe extern "C" fn epx_session_run(
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
+    // SAFETY: this function's contract is the one below, with no run options.
+    unsafe { epx_session_run_with_options(session, inputs, n_inputs, std::ptr::null(), out) }
+}
+
+/// [`epx_session_run`] with run options: `run_options` (NULL for none) lets another thread
+/// cancel the run ([`epx_run_options_set_terminate`]).
+///
+/// # Safety
+/// As for [`epx_session_run`]; `run_options` is NULL or live run options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run_with_options(
+    session: *const EpxSession,
+    inputs: *const EpxTensorRef,
+    n_inputs: usize,
+    run_options: *const EpxRunOptions,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
+) -> *mut EpxError {
     ffi_boundary!(within_limits(session, || {
         // SAFETY: `inputs` is NULL or points at `n_inputs` elements, per this function's contract.
         let refs = unsafe { slice(inputs, n_inputs, "inputs") }?;
@@ -185,7 +255,7 @@ pub unsafe extern "C" fn epx_session_run(
             let t = unsafe { tensor_from_ref(r, &format!("input `{name}`")) }?;
             tensors.push((name.to_string(), Value::Host(t)));
         }
-        run_session(session, tensors, out)
+        run_session(session, tensors, run_options, out)
     }))
 }
 
@@ -219,7 +289,7 @@ pub unsafe extern "C" fn epx_session_run_dlpack(
             let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(format!("inputs[{i}] is NULL")))?;
             tensors.push((name.to_string(), Value::Host(tensor_from_dl(t, name)?)));
         }
-        run_session(session, tensors, out)
+        run_session(session, tensors, std::ptr::null(), out)
     }))
 }
 
@@ -367,6 +437,33 @@ pub unsafe extern "C" fn epx_session_run_values(
     n_inputs: usize,
     out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
 ) -> *mut EpxError {
+    // SAFETY: this function's contract is the one below, with no run options.
+    unsafe {
+        epx_session_run_values_with_options(
+            session,
+            input_names,
+            inputs,
+            n_inputs,
+            std::ptr::null(),
+            out,
+        )
+    }
+}
+
+/// [`epx_session_run_values`] with run options: `run_options` (NULL for none) lets another
+/// thread cancel the run ([`epx_run_options_set_terminate`]).
+///
+/// # Safety
+/// As for [`epx_session_run_values`]; `run_options` is NULL or live run options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epx_session_run_values_with_options(
+    session: *const EpxSession,
+    input_names: *const *const c_char,
+    inputs: *const *const EpxHostValue,
+    n_inputs: usize,
+    run_options: *const EpxRunOptions,
+    out: Option<&mut MaybeUninit<*mut EpxOutputs>>,
+) -> *mut EpxError {
     ffi_boundary!(within_limits(session, || {
         // SAFETY: `input_names` is NULL or points at `n_inputs` elements, per this function's
         // contract.
@@ -382,7 +479,7 @@ pub unsafe extern "C" fn epx_session_run_values(
             let v = object(unsafe { v.as_ref() }, &format!("inputs[{i}]"))?;
             feed.push((name.to_string(), v.to_value()?));
         }
-        run_session(session, feed, out)
+        run_session(session, feed, run_options, out)
     }))
 }
 
@@ -407,3 +504,4 @@ pub unsafe extern "C" fn epx_outputs_value(
     })
 }
 impl PanicPointee for EpxOutputs {}
+impl PanicPointee for EpxRunOptions {}

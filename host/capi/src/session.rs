@@ -115,6 +115,9 @@ pub(crate) fn make_session(
         if let Some(n) = o.intra_op_threads {
             builder = builder.with_intra_op_threads(n);
         }
+        if let Some(flag) = &o.cancel {
+            builder = builder.with_cancellation(flag);
+        }
     }
     drop(options);
     let session = commit(builder)?;

@@ -787,7 +787,7 @@ fn compare_names_the_outputs_that_are_off_and_the_first_node_that_diverges() {
 fn adversarial_plugin() -> epx_tests::TempDir {
     let dir = epx_tests::TempDir::new("cli-adversarial").expect("temp dir");
     let file = epx_tests::library_file_name("epx_fixture_adversarial");
-    let manifest = epx_tests::manifest("adversarial", "1.7", &["adversarial"], &file);
+    let manifest = epx_tests::manifest("adversarial", "1.8", &["adversarial"], &file);
     dir.add_plugin(
         "adversarial",
         &epx_tests::fixture_library("adversarial"),

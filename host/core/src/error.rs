@@ -70,6 +70,11 @@ pub enum Error {
     /// Running the session failed.
     #[error("{}", printable(.0))]
     Run(String),
+
+    /// A run or a session creation was cancelled by the application (a terminate flag, a load
+    /// cancellation flag).
+    #[error("{}", printable(.0))]
+    Cancelled(String),
 }
 
 /// What went wrong loading a plugin library, as a kind tests and tools can match on.

@@ -56,7 +56,7 @@ pub use session::placement::{self, PlacementReport};
 pub use session::profile::{self, Profile};
 pub use session::{
     BUILTIN_PLUGIN, BuiltinProviders, Environment, EnvironmentBuilder, ExecutionProvider,
-    ProviderDevice, Selection, SelectionFn, SelectionInput, SelectionPolicy, Session,
+    ProviderDevice, RunOptions, Selection, SelectionFn, SelectionInput, SelectionPolicy, Session,
     SessionBuilder, SessionOutputs, ValueSpec,
 };
 pub use value::tensor::{max_tensor_bytes, set_max_tensor_bytes, with_max_tensor_bytes};

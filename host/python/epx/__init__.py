@@ -34,7 +34,8 @@ from ._capi import ERROR_NAMES, EpxError, Library
 
 __version__ = "0.1.0"
 __all__ = [
-    "devices", "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "ValueInfo", "ProviderInfo",
+    "devices", "EpxError", "ERROR_NAMES", "Library", "Environment", "Session", "RunOptions",
+    "ValueInfo", "ProviderInfo",
     "DoctorReport", "providers", "doctor", "version", "plugin_abi_version", "plugin_dirs",
     "max_tensor_bytes", "set_max_tensor_bytes",
 ]
@@ -136,7 +137,8 @@ class _Options:
                  max_tensor_bytes: Optional[int] = None, isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
                                                     Sequence[str]]] = None,
-                 kernel_cache: bool = True, profile: bool = False):
+                 kernel_cache: bool = True, profile: bool = False,
+                 cancel: Optional["RunOptions"] = None):
         self._lib = lib
         self._select = None
         self.policy_error: Optional[BaseException] = None
@@ -163,6 +165,8 @@ class _Options:
                 lib.check(lib.epx_session_options_set_kernel_cache(self.ptr, False))
             if profile:
                 lib.check(lib.epx_session_options_set_profiling(self.ptr, True))
+            if cancel is not None:
+                lib.check(lib.epx_session_options_set_cancellation(self.ptr, cancel._ptr))
             if isinstance(policy, str):
                 lib.check(lib.epx_session_options_set_selection_policy(self.ptr,
                                                                        _capi.text(policy)))
@@ -333,6 +337,41 @@ def _host_array(value: Any, what: str) -> np.ndarray:
     return _contiguous(np.asarray(value), what)
 
 
+class RunOptions:
+    """A terminate flag for runs (and session creations) to watch: `terminate()` from any
+    thread stops the runs made with these options at their next check (between kernels; the
+    CPU EP checks between nodes and at each Loop iteration) and they raise `EpxError` with code
+    12 ("cancelled"); while set, runs made with them fail at once. `clear()` lets them run
+    again."""
+
+    def __init__(self, library: Optional[Library] = None):
+        self._lib = library or Library.default()
+        self._ptr = self._lib.epx_run_options_new()
+        if not self._ptr:
+            raise EpxError(11, "epx_run_options_new failed")
+        self._set = False
+
+    def terminate(self) -> None:
+        self._lib.check(self._lib.epx_run_options_set_terminate(self._ptr, True))
+        self._set = True
+
+    def clear(self) -> None:
+        self._lib.check(self._lib.epx_run_options_set_terminate(self._ptr, False))
+        self._set = False
+
+    @property
+    def terminated(self) -> bool:
+        return self._set
+
+    def close(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            self._lib.epx_run_options_free(ptr)
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class Session:
     """A model partitioned across `providers` and compiled, ready to run (from several threads).
 
@@ -353,6 +392,8 @@ class Session:
     `~/.cache/epx`); the placement's
     `kernel_cache` says what happened per kernel. With `profile`, runs are timed per kernel,
     copy and node (where the EP records its kernels' parts): read it with `profile()`.
+    `cancel` (a `RunOptions`) lets another thread cancel the creation: once it is terminated,
+    creation stops at its next step and raises `EpxError` with code 12 ("cancelled").
     """
 
     def __init__(self, model: Union[str, os.PathLike, bytes, bytearray, memoryview],
@@ -362,12 +403,13 @@ class Session:
                  isolate: bool = False,
                  policy: Union[None, str, Callable[[List[Dict[str, Any]], Dict[str, Any]],
                                                     Sequence[str]]] = None,
-                 kernel_cache: bool = True, profile: bool = False):
+                 kernel_cache: bool = True, profile: bool = False,
+                 cancel: Optional[RunOptions] = None):
         env = env or Environment.default()
         self._env = env  # keeps the environment (and libepx) alive
         self._lib = lib = env._lib
         opts = _Options(lib, providers, strict, error_on_failure, intra_op_threads,
-                        max_tensor_bytes, isolate, policy, kernel_cache, profile)
+                        max_tensor_bytes, isolate, policy, kernel_cache, profile, cancel)
         try:
             if isinstance(model, (bytes, bytearray, memoryview)):
                 data = bytes(model)
@@ -448,11 +490,14 @@ class Session:
             lib.out(lib.epx_session_profile_json, self._handle(), restart)))
 
     def run(self, feeds: Mapping[str, Any],
-            output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+            output_names: Optional[Sequence[str]] = None,
+            run_options: Optional[RunOptions] = None) -> Dict[str, Any]:
         """Runs on `feeds` ({input name: value}) and returns {output name: value} for every
-        output, or for `output_names` in that order."""
+        output, or for `output_names` in that order. `run_options` lets another thread cancel
+        the run (`RunOptions.terminate()`): it raises EpxError with code 12 ("cancelled")."""
         lib = self._lib
-        out = self._run_tensors(feeds)
+        ro = run_options._ptr if run_options is not None else None
+        out = self._run_tensors(feeds, ro)
         if out is None:
             made = []
             try:
@@ -460,8 +505,8 @@ class Session:
                     made.append(self._make(value, self._types.get(name, ""), f"input `{name}`"))
                 names = (ctypes.c_char_p * len(made))(*[_capi.text(n) for n in feeds])
                 values = (_capi.P * len(made))(*made)
-                out = lib.out(lib.epx_session_run_values, self._handle(), names, values,
-                              len(made))
+                out = lib.out(lib.epx_session_run_values_with_options, self._handle(), names,
+                              values, len(made), ro)
             finally:
                 for v in made:
                     lib.epx_value_free(v)
@@ -479,7 +524,8 @@ class Session:
                               f"its outputs are {', '.join(map(repr, result))}")
         return {n: result[n] for n in output_names}
 
-    def _run_tensors(self, feeds: Mapping[str, Any]) -> Optional[int]:
+    def _run_tensors(self, feeds: Mapping[str, Any], run_options: Optional[int] = None
+                     ) -> Optional[int]:
         """Runs through `epx_session_run` (each input copied once, straight from its buffer) when
         every input is a numeric tensor; None when one is not (strings, sequences, maps,
         optionals go through libepx values)."""
@@ -498,7 +544,8 @@ class Session:
             refs.append(_capi.TensorRef(self._names[name], code, shape, arr.ndim,
                                         arr.ctypes.data, arr.nbytes))
         array = (_capi.TensorRef * len(refs))(*refs)
-        return self._lib.out(self._lib.epx_session_run, self._handle(), array, len(refs))
+        return self._lib.out(self._lib.epx_session_run_with_options, self._handle(), array,
+                             len(refs), run_options)
 
     def _make(self, value: Any, ty: str, what: str) -> int:
         """A libepx value (owned by the caller) from a Python value of declared type `ty`."""

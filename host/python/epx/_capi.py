@@ -33,6 +33,7 @@ TENSOR, SEQUENCE, MAP, OPTIONAL = 1, 2, 3, 4
 ERROR_NAMES = {
     1: "invalid argument", 2: "model", 3: "io", 4: "plugin load", 5: "provider setup",
     6: "provider", 7: "unsupported", 8: "invalid input", 9: "run", 10: "panic", 11: "internal",
+    12: "cancelled",
 }
 
 
@@ -135,6 +136,12 @@ SIGNATURES = {
     "epx_value_optional": (P, [P, _PP]),
     "epx_session_run": (P, [P, ctypes.POINTER(TensorRef), _SIZE, _PP]),
     "epx_session_run_values": (P, [P, ctypes.POINTER(_STR), _PP, _SIZE, _PP]),
+    "epx_run_options_new": (P, []),
+    "epx_run_options_free": (None, [P]),
+    "epx_run_options_set_terminate": (P, [P, ctypes.c_bool]),
+    "epx_session_run_with_options": (P, [P, ctypes.POINTER(TensorRef), _SIZE, P, _PP]),
+    "epx_session_run_values_with_options": (P, [P, ctypes.POINTER(_STR), _PP, _SIZE, P, _PP]),
+    "epx_session_options_set_cancellation": (P, [P, P]),
     "epx_outputs_value": (P, [P, _SIZE, ctypes.POINTER(_STR), _PP]),
 }
 

@@ -171,7 +171,7 @@ def _adversarial_plugins(tmp_path):
     (plugin / "plugin.toml").write_text(textwrap.dedent(f"""\
         name = "adversarial"
         version = "0.1.0"
-        abi = "1.7"
+        abi = "1.8"
         providers = ["adversarial"]
 
         [library]

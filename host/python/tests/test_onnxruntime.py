@@ -106,7 +106,7 @@ def test_session_and_run_options_are_accepted():
     feeds = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
     same(s.run(None, feeds, ro), [np.load(example("add.output.sum.npy"))])
     ro.terminate = True
-    with pytest.raises(eort.capi.onnxruntime_pybind11_state.RuntimeException):
+    with pytest.raises(eort.capi.onnxruntime_pybind11_state.Fail, match="terminate flag"):
         s.run(None, feeds, ro)
     with pytest.raises(eort.capi.onnxruntime_pybind11_state.NotImplemented, match="EP plugin"):
         so.register_custom_ops_library("/x/libcustom.so")

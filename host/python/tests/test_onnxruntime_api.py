@@ -272,6 +272,32 @@ def test_sparse_tensors_are_values_that_a_run_refuses():
         coo.as_csrc_view()
 
 
+@pytest.mark.parametrize("module", [ort, eort], ids=["onnxruntime", "epx"])
+def test_run_options_terminate_cancels_a_long_loop_from_another_thread(module):
+    import time
+    session = module.InferenceSession(here("models", "loop.onnx"),
+                                      providers=["CPUExecutionProvider"])
+    ro = module.RunOptions()
+    ro.terminate = True
+    with pytest.raises(module.capi.onnxruntime_pybind11_state.Fail,
+                       match="Exiting due to terminate flag being set to true"):
+        session.run(None, {"m": np.array(5)}, ro)
+    ro.terminate = False
+    assert session.run(None, {"m": np.array(5)}, ro)[0].tolist() == [0, 1, 2, 3, 4]
+
+    def stop():
+        time.sleep(0.3)
+        ro.terminate = True
+        stopped.append(time.monotonic())
+
+    stopped = []
+    threading.Thread(target=stop).start()
+    with pytest.raises(module.capi.onnxruntime_pybind11_state.Fail, match="terminate flag"):
+        session.run(None, {"m": np.array(10 ** 10)}, ro)
+    # Ten billion iterations take hours; the run ended within a second of the flag.
+    assert stopped and time.monotonic() - stopped[0] < 1.0
+
+
 def test_load_cancellation_and_the_compiler_without_epcontext(tmp_path):
     so = eort.SessionOptions()
     so.set_load_cancellation_flag(True)

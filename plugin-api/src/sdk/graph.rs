@@ -1,6 +1,7 @@
 //! Safe, borrowed views over the host's graph and kernel-call handles.
 
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicBool;
 
 use crate::abi::*;
 use crate::dlpack::{DLDevice, DLDeviceType, DLTensor};
@@ -477,6 +478,19 @@ impl<'a> KernelContext<'a> {
     }
 
     /// Whether the host speaks ABI 1.3's values ([`Self::input_value`], [`Self::set_output`]).
+    /// (ABI 1.8) The run's terminate flag, set from another thread when the application
+    /// cancels the run; `None` when this run cannot be cancelled (or the host predates 1.8).
+    /// Read it where that is cheap (between nodes, at loop iterations) and fail the call soon
+    /// after it is set; the host reports the run as cancelled.
+    pub fn terminate_flag(&self) -> Option<&'a AtomicBool> {
+        let f = host_fn!(self.api, kernel_terminate_flag)?;
+        // SAFETY: valid context (constructor contract).
+        let flag = unsafe { f(self.raw) };
+        // SAFETY: NULL or a byte the host keeps alive for the call and writes only 0 or 1 to,
+        // atomically; AtomicBool has u8's size and alignment.
+        unsafe { flag.cast::<AtomicBool>().as_ref() }
+    }
+
     pub fn supports_values(&self) -> bool {
         host_fn!(self.api, kernel_input_value).is_some()
             && host_fn!(self.api, value_release).is_some()

@@ -295,6 +295,8 @@ impl Kernel for CpuKernel {
                 (None, None) => None,
             });
         }
+        // Programs on this thread stop at their next node once the run is cancelled.
+        let _terminate = crate::exec::program::watch_terminate(ctx.terminate_flag());
         // On the pool only when there is work to share: handing a tiny program to another
         // thread costs more than running it.
         let elements: usize = inputs.iter().flatten().map(|t| t.len()).sum();

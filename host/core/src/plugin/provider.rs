@@ -1,5 +1,6 @@
 //! EP instances and compiled kernels: the calls a session makes into a plugin, each checked.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use std::ffi::c_void;
@@ -976,7 +977,11 @@ impl CompiledKernel {
 
     /// Runs the kernel on `inputs` (in its EP's memory space); returns one value per subgraph
     /// output, in that space.
-    pub(crate) fn execute(&self, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+    pub(crate) fn execute(
+        &self,
+        inputs: &[Option<&Value>],
+        terminate: Option<&AtomicBool>,
+    ) -> Result<Vec<Value>> {
         let name = self.provider.name();
         let raw = match (&self.kernel, &self.provider.backend) {
             (KernelBackend::Local(raw), _) => *raw,
@@ -995,7 +1000,8 @@ impl CompiledKernel {
             .then(|| Arc::clone(&self.provider) as Arc<dyn DeviceMemory>);
         let minor = self.provider.library.abi_version.minor;
         let mut call = KernelCall::new(inputs, self.num_outputs, device, minor)
-            .map_err(|m| nonsense(name, "execute", m))?;
+            .map_err(|m| nonsense(name, "execute", m))?
+            .with_terminate(terminate);
         let _guard = self
             .serialize
             .as_ref()

@@ -22,6 +22,7 @@ pub struct SessionBuilder {
     policy: Option<super::SelectionPolicy>,
     kernel_cache: bool,
     profiling: bool,
+    cancel: Option<super::RunOptions>,
 }
 
 impl Session {
@@ -36,6 +37,7 @@ impl Session {
             policy: None,
             kernel_cache: true,
             profiling: false,
+            cancel: None,
         })
     }
 }
@@ -119,6 +121,15 @@ impl SessionBuilder {
         self
     }
 
+    /// Makes the creation cancellable (ONNX Runtime's load cancellation flag): once `flag` is
+    /// set from another thread, creation stops at its next step (after loading, before the EPs
+    /// are set up, before partitioning, between kernels being compiled) with
+    /// [`crate::Error::Cancelled`].
+    pub fn with_cancellation(mut self, flag: &super::RunOptions) -> Self {
+        self.cancel = Some(flag.clone());
+        self
+    }
+
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
         let model = crate::with_max_tensor_bytes(self.max_tensor_bytes, || {
             crate::model::onnx::load_model_file(path.as_ref())
@@ -139,6 +150,10 @@ impl SessionBuilder {
             None => Environment::global()?,
         };
         let limit = self.max_tensor_bytes;
+        super::run::check_cancelled(
+            self.cancel.as_ref().map(super::RunOptions::flag),
+            "after the model was loaded",
+        )?;
         let mut session = crate::with_max_tensor_bytes(limit, || {
             // A policy chooses the EPs first, from the devices they list.
             let (providers, selection) = match &self.policy {
@@ -168,6 +183,7 @@ impl SessionBuilder {
                     selection,
                     kernel_cache: self.kernel_cache,
                     profiling: self.profiling,
+                    cancel: self.cancel,
                 },
                 model,
             )

@@ -35,6 +35,8 @@ pub(crate) struct Request {
     pub(crate) kernel_cache: bool,
     /// Whether runs are profiled ([`super::SessionBuilder::with_profiling`]).
     pub(crate) profiling: bool,
+    /// Set from another thread to cancel the creation ([`super::SessionBuilder::with_cancellation`]).
+    pub(crate) cancel: Option<super::RunOptions>,
 }
 
 /// The pipeline.
@@ -43,6 +45,8 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
     let threads = threads_option(env, request.intra_op_threads);
     let (asked, selection) = (request.providers, request.selection);
     let requested = requested_providers(env, asked, threads.as_ref());
+    let cancel = request.cancel.as_ref().map(super::RunOptions::flag);
+    super::run::check_cancelled(cancel, "before its EPs were set up")?;
     let (mut providers, skipped) = set_up_providers(env, &requested)?;
     providers.push(fallback_provider(env, threads)?);
     let fallback = providers.len() - 1;
@@ -58,7 +62,8 @@ pub(crate) fn compile(env: &Environment, request: Request, model: Model) -> Resu
             &place_fallbacks(g, groups, &providers, declines, env).1,
         )
     };
-    let built = partition_and_compile(&abi, &providers, fallback, cache.as_ref(), &strict)?;
+    super::run::check_cancelled(cancel, "before the graph was partitioned")?;
+    let built = partition_and_compile(&abi, &providers, fallback, cache.as_ref(), &strict, cancel)?;
     let (node_provider, fallbacks) =
         place_fallbacks(g, &built.groups, &providers, &built.declines, env);
     drop(abi);
@@ -397,6 +402,7 @@ fn partition_and_compile(
     fallback: usize,
     cache: Option<&crate::cache::KernelCache>,
     check: &dyn Fn(&[Group], &Declines) -> Result<()>,
+    cancel: Option<&AtomicBool>,
 ) -> Result<Built> {
     let g = abi.graph;
     let digest = cache
@@ -439,6 +445,7 @@ fn partition_and_compile(
                 Some((c, d.as_str())),
                 &must_load,
                 &mut earlier,
+                cancel,
             )?;
             Ok(compiled.map(|(kernels, cache_uses)| Built {
                 groups,
@@ -479,6 +486,7 @@ fn partition_and_compile(
         with_digest,
         &none,
         &mut earlier,
+        cancel,
     )?
     .ok_or_else(|| Error::Run("internal: a kernel had to come from the cache".into()))?;
     // An EP's answer is kept only when every one of its kernels is in the cache now: replaying
@@ -513,6 +521,7 @@ fn compile_kernels(
     cache: Option<(&crate::cache::KernelCache, &str)>,
     must_load: &[bool],
     earlier: &mut kernel_cache::EarlierNotes,
+    cancel: Option<&AtomicBool>,
 ) -> Result<Option<(Vec<Kernel>, Vec<KernelCacheUse>)>> {
     // Groups that must come from the cache first: if one cannot, nothing else was compiled
     // for nothing.
@@ -521,6 +530,7 @@ fn compile_kernels(
     let mut made: Vec<Option<Kernel>> = (0..groups.len()).map(|_| None).collect();
     let mut uses = Vec::new();
     for i in order {
+        super::run::check_cancelled(cancel, "while its kernels were compiled")?;
         let group = &groups[i];
         let ids = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
         let compiled = kernel_cache::compile_group(
@@ -901,6 +911,7 @@ mod tests {
             selection: None,
             kernel_cache: true,
             profiling: false,
+            cancel: None,
         };
         compile(env, request, loaded).expect("compiles")
     }

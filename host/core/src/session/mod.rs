@@ -28,5 +28,5 @@ pub use environment::{
 pub use placement::{PlacementReport, Selection};
 pub use profile::Profile;
 pub use request::ExecutionProvider;
-pub use run::SessionOutputs;
+pub use run::{RunOptions, SessionOutputs};
 pub use select::{SelectionFn, SelectionInput, SelectionPolicy};

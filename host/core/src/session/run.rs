@@ -2,7 +2,7 @@
 //! against the model's declarations, values released as soon as nothing reads them.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use epx_plugin_api::abi::EpxStatusCode;
@@ -19,6 +19,49 @@ use crate::value::{DeviceMemory, DeviceTensor, Tensor, Value};
 #[derive(Debug)]
 pub struct SessionOutputs {
     outputs: Vec<(String, Value)>,
+}
+
+/// How a run goes: its terminate flag, which another thread sets to cancel the run (ONNX
+/// Runtime's `RunOptions.terminate`). Cheap to clone; clones share the flag.
+///
+/// A run made with options whose flag is set stops at its next check: before each kernel and
+/// copy of the session's plan, and inside kernels of EPs that read the flag (ABI 1.8; the CPU EP
+/// checks between nodes and at each iteration of a Loop or Scan), and fails with
+/// [`Error::Cancelled`]. The flag stays set (runs made with these options fail at once) until
+/// [`RunOptions::set_terminate`] clears it.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    terminate: Arc<AtomicBool>,
+}
+
+impl RunOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets (or clears) the terminate flag; safe from any thread, while runs are in progress.
+    pub fn set_terminate(&self, terminate: bool) {
+        self.terminate.store(terminate, Ordering::Relaxed);
+    }
+
+    /// Whether the terminate flag is set.
+    pub fn terminated(&self) -> bool {
+        self.terminate.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn flag(&self) -> &AtomicBool {
+        &self.terminate
+    }
+}
+
+/// [`Error::Cancelled`] when `flag` is set: a session creation checks it between its steps.
+pub(crate) fn check_cancelled(flag: Option<&AtomicBool>, when: &str) -> Result<()> {
+    match flag {
+        Some(f) if f.load(Ordering::Relaxed) => Err(Error::Cancelled(format!(
+            "the session creation was cancelled {when} (its cancellation flag is set)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 impl SessionOutputs {
@@ -90,8 +133,19 @@ impl Session {
         &self,
         inputs: impl IntoIterator<Item = (S, V)>,
     ) -> Result<SessionOutputs> {
+        self.run_with_options(inputs, None)
+    }
+
+    /// Runs the model as [`Session::run`] does, cancellable through `options`
+    /// ([`RunOptions::set_terminate`] from another thread).
+    pub fn run_with_options<S: AsRef<str>, V: Into<Value>>(
+        &self,
+        inputs: impl IntoIterator<Item = (S, V)>,
+        options: Option<&RunOptions>,
+    ) -> Result<SessionOutputs> {
         let start = self.profiler.as_ref().map(|_| Instant::now());
-        let out = self.within_limits(|| self.run_unscoped(inputs));
+        let terminate = options.map(RunOptions::flag);
+        let out = self.within_limits(|| self.run_unscoped(inputs, terminate));
         if let (Some(p), Some(t)) = (&self.profiler, start) {
             p.runs.add(t);
         }
@@ -110,7 +164,14 @@ impl Session {
     fn run_unscoped<S: AsRef<str>, V: Into<Value>>(
         &self,
         inputs: impl IntoIterator<Item = (S, V)>,
+        terminate: Option<&AtomicBool>,
     ) -> Result<SessionOutputs> {
+        let terminated = || terminate.is_some_and(|t| t.load(Ordering::Relaxed));
+        let cancelled = || {
+            Error::Cancelled(
+                "the run was terminated (its RunOptions' terminate flag is set)".into(),
+            )
+        };
         let g = &self.model.graph;
         let mut homes: Vec<Option<Value>> = (0..g.values.len()).map(|_| None).collect();
         let mut copies: Vec<Option<Value>> = (0..self.plan.copies.len()).map(|_| None).collect();
@@ -140,6 +201,9 @@ impl Session {
             )));
         }
         for (ai, action) in self.plan.actions.iter().enumerate() {
+            if terminated() {
+                return Err(cancelled());
+            }
             let started = self.profiler.as_ref().map(|_| Instant::now());
             match *action {
                 Action::Kernel(k) => {
@@ -162,7 +226,12 @@ impl Session {
                                 ))
                             })?));
                         }
-                        kernel.compiled.execute(&args)?
+                        // An EP that stopped for the terminate flag fails its call: the run
+                        // was cancelled, whatever the EP says.
+                        kernel
+                            .compiled
+                            .execute(&args, terminate)
+                            .map_err(|e| if terminated() { cancelled() } else { e })?
                     };
                     if let (Some(p), Some(t)) = (&self.profiler, started) {
                         p.kernels[k].add(t);

@@ -348,6 +348,7 @@ mod measure {
             selection: None,
             kernel_cache: true,
             profiling: false,
+            cancel: None,
         };
         let session: Session = compile::compile(env, request, model.clone())?;
         let mut inputs = Vec::new();

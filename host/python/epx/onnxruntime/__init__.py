@@ -375,6 +375,7 @@ class SessionOptions(_ConfigEntries):
         self._providers: List[Tuple[str, Dict[str, str]]] = []
         self._policy: Any = None  # an epx policy name or function
         self._load_cancelled = False
+        self._cancel: Optional[_epx.RunOptions] = None
         self._ep_context_read_func: Optional[Any] = None
 
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -450,9 +451,14 @@ class SessionOptions(_ConfigEntries):
         self._policy = _devices.policy_function(selection_delegate, _ort_name)
 
     def set_load_cancellation_flag(self, value: bool) -> None:
-        """Cancels the creation of sessions with these options: one made while the flag is set
-        raises ModelLoadCanceled."""
+        """Cancels the creation of sessions with these options, from any thread: one being made
+        stops at its next step (between loading, setting up EPs, partitioning and compiling
+        each kernel), and one made while the flag is set fails at once; both raise
+        ModelLoadCanceled."""
         self._load_cancelled = bool(value)
+        if self._cancel is None:
+            self._cancel = _epx.RunOptions(_env()._lib)
+        self._cancel.terminate() if value else self._cancel.clear()
 
     def set_ep_context_data_read_func(self, read_func: Any) -> None:
         """Kept: called when an EP reads EPContext data, which epx's EPs do not (they rebuild
@@ -464,7 +470,10 @@ class SessionOptions(_ConfigEntries):
 
 
 class RunOptions(_ConfigEntries):
-    """ONNX Runtime's run options: accepted; `terminate` set before a run makes it fail."""
+    """ONNX Runtime's run options. Setting `terminate = True`, from any thread, cancels the runs
+    made with these options: one in progress stops at its next check (between kernels; the CPU
+    EP checks between nodes and at each Loop iteration) and raises Fail, as ONNX Runtime's
+    does; while it is set, runs with these options fail at once."""
 
     _kind = "run"
 
@@ -473,8 +482,24 @@ class RunOptions(_ConfigEntries):
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
-        self.terminate = False
         self.only_execute_path_to_fetches = False
+        self._flag: Optional[_epx.RunOptions] = None
+        self._terminate = False
+
+    @property
+    def terminate(self) -> bool:
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        self._terminate = bool(value)
+        flag = self._epx()
+        flag.terminate() if self._terminate else flag.clear()
+
+    def _epx(self) -> _epx.RunOptions:
+        if self._flag is None:
+            self._flag = _epx.RunOptions(_env()._lib)
+        return self._flag
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._set_entry(key, value)
@@ -628,13 +653,11 @@ class InferenceSession:
         try:
             model = self._model_bytes if self._model_bytes is not None else self._model_path
             self._session = _epx.Session(model, eps, env=_env(), intra_op_threads=threads or None,
-                                         policy=policy)
+                                         policy=policy, cancel=opts._cancel)
         except EpxError as e:
+            if e.code == 12:
+                raise ModelLoadCanceled(12, f"Model loading was canceled: {e.message}") from None
             raise _from_epx(e) from None
-        if opts._load_cancelled:  # set by another thread while the session was made
-            self._session.close()
-            raise ModelLoadCanceled(12, "Model loading was canceled (the session options' load "
-                                        "cancellation flag was set while the session was made)")
         if policy is not None:
             placed = {n["provider"] for n in self._session.placement().get("nodes", [])}
             chosen = [(_ort_name(ep), ep, {}) for ep in dict.fromkeys(
@@ -676,6 +699,19 @@ class InferenceSession:
         """Graph inputs with an initializer. epx compiles them into the session: feeding one
         raises InvalidArgument."""
         return list(self._overridable)
+
+    # What ONNX Runtime's Python class keeps, which some programs read directly.
+    @property
+    def _inputs_meta(self) -> List[NodeArg]:
+        return self._inputs
+
+    @property
+    def _outputs_meta(self) -> List[NodeArg]:
+        return self._outputs
+
+    @property
+    def _model_meta(self) -> ModelMetadata:
+        return ModelMetadata(self._meta)
 
     def get_modelmeta(self) -> ModelMetadata:
         return ModelMetadata(self._meta)
@@ -763,13 +799,16 @@ class InferenceSession:
             run_options: Optional[RunOptions] = None) -> List[Any]:
         """Runs the model; returns the outputs named (all when `output_names` is None or empty)
         in that order: numpy arrays, lists for sequences, dicts for maps."""
-        if run_options is not None and run_options.terminate:
-            raise RuntimeException(9, "the run was terminated (RunOptions.terminate is set)")
         self._check_feed(input_feed)
         names = list(output_names) if output_names else self._output_names
+        feeds = self._feed(input_feed)
+        flag = run_options._epx() if run_options is not None else None
         try:
-            result = self._session.run(self._feed(input_feed), names)
+            result = self._session.run(feeds, names, flag)
         except EpxError as e:
+            if e.code == 12:  # cancelled: ONNX Runtime's Fail and message
+                raise Fail(12, "Exiting due to terminate flag being set to true. "
+                               f"({e.message})") from None
             raise _from_epx(e) from None
         return [result[n] for n in names]
 
@@ -872,7 +911,11 @@ class InferenceSession:
         iobinding._run(self, run_options)
 
 
-def _host_only(device_type: str, what: str) -> None:
+def _host_only(device_type: Any, what: str) -> None:
+    if isinstance(device_type, OrtDevice):
+        if device_type.device_type() == OrtDevice.cpu():
+            return
+        device_type = {1: "gpu", 2: "fpga", 3: "npu"}.get(device_type.device_type(), device_type)
     if str(device_type).lower() != "cpu":
         raise EPFail(6, f"{what}: device `{device_type}`: epx's Python binding exchanges host "
                         "memory only; bind a CPU buffer (the EP copies to its device itself)")
@@ -882,8 +925,10 @@ class OrtValue:
     """A value in host memory: a numpy array (or a list / dict for sequences and maps), shared,
     not copied."""
 
-    def __init__(self, value: Any):
-        self._value = value
+    def __init__(self, ortvalue: Any, numpy_obj: Any = None):
+        # ONNX Runtime's form: OrtValue(native OrtValue, numpy array it views); both are the
+        # same Python object here.
+        self._value = ortvalue._value if isinstance(ortvalue, OrtValue) else ortvalue
 
     @staticmethod
     def ortvalue_from_numpy(numpy_obj: np.ndarray, device_type: str = "cpu",
@@ -920,8 +965,16 @@ class OrtValue:
             return "map"
         return _type_of(np.asarray(self._value).dtype)
 
-    def element_type(self) -> Any:
-        return np.asarray(self._value).dtype.type
+    def element_type(self) -> int:
+        """The ONNX element type code of the tensor (`TensorProto.FLOAT` = 1, ...)."""
+        if not isinstance(self._value, np.ndarray):
+            raise Fail(1, "element_type: the OrtValue is not a tensor")
+        if self._value.dtype.kind in "USO":
+            return _epx._capi.STRING
+        code = _epx._capi.CODES.get(self._value.dtype)
+        if code is None:
+            raise Fail(1, f"element_type: numpy dtype {self._value.dtype} has no ONNX type")
+        return code
 
     def device_name(self) -> str:
         return "cpu"

@@ -110,8 +110,11 @@ class OrtDevice:
     _TYPES = {"cpu": 0, "cuda": 1, "gpu": 1, "dml": 1, "webgpu": 1, "cann": 3, "npu": 3,
               "fpga": 2}
 
-    def __init__(self, device_type: int = 0, mem_type: int = 0, vendor_id: int = 0,
+    def __init__(self, device_type: Any = 0, mem_type: int = 0, vendor_id: int = 0,
                  device_id: int = 0):
+        if isinstance(device_type, OrtDevice):  # ONNX Runtime's wrapper form: OrtDevice(native)
+            device_type, mem_type, vendor_id, device_id = (
+                device_type._type, device_type._mem, device_type._vendor, device_type._id)
         self._type, self._mem, self._vendor, self._id = (int(device_type), int(mem_type),
                                                          int(vendor_id), int(device_id))
 

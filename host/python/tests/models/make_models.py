@@ -58,3 +58,22 @@ model.ir_version = 8
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(here, "scalar.onnx"))
 print("scalar.onnx")
+
+# loop.onnx: Loop(m) whose body casts its counter to float; the scan output is [0, ..., m-1].
+# With a large m it runs long enough to be cancelled (RunOptions.terminate).
+body = helper.make_graph(
+    [helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT),
+     helper.make_node("Identity", ["c"], ["c_out"])], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+     helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+    [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("f", TensorProto.FLOAT, [])])
+model = helper.make_model(helper.make_graph(
+    [helper.make_node("Loop", ["m", ""], ["scan"], body=body)], "loop",
+    [helper.make_tensor_value_info("m", TensorProto.INT64, [])],
+    [helper.make_tensor_value_info("scan", TensorProto.FLOAT, ["n"])]),
+    opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save(model, os.path.join(here, "loop.onnx"))
+print("loop.onnx")

@@ -18,6 +18,44 @@ use crate::exec::step::{Source, Step};
 use crate::kernel::Body;
 use crate::tensor::{Tensor, TensorRef};
 
+thread_local! {
+    /// The terminate flag of the run this thread is executing ([`watch_terminate`]).
+    static TERMINATE: std::cell::Cell<*const AtomicBool> =
+        const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// While the guard lives, programs run on this thread (and the bodies of their `Loop`, `Scan`
+/// and `If` nodes) stop before their next node once `flag` is set, failing with "the run was
+/// terminated". Nested guards restore the outer flag when they drop.
+pub fn watch_terminate(flag: Option<&AtomicBool>) -> TerminateGuard<'_> {
+    let flag = flag.map_or(std::ptr::null(), |f| f as *const AtomicBool);
+    TerminateGuard {
+        previous: TERMINATE.with(|t| t.replace(flag)),
+        _flag: std::marker::PhantomData,
+    }
+}
+
+/// See [`watch_terminate`].
+pub struct TerminateGuard<'a> {
+    previous: *const AtomicBool,
+    _flag: std::marker::PhantomData<&'a AtomicBool>,
+}
+
+impl Drop for TerminateGuard<'_> {
+    fn drop(&mut self) {
+        TERMINATE.with(|t| t.set(self.previous));
+    }
+}
+
+fn terminated() -> bool {
+    TERMINATE.with(|t| {
+        let flag = t.get();
+        // SAFETY: set only by `watch_terminate` from a reference that outlives its guard, and
+        // the guard restores the previous pointer before that reference ends.
+        !flag.is_null() && unsafe { (*flag).load(Ordering::Relaxed) }
+    })
+}
+
 /// The compile pipeline, in the order the passes run.
 pub(crate) const PASSES: &[Pass] = &[
     Pass {
@@ -470,6 +508,12 @@ impl Program {
         let mut slots: Vec<Option<Tensor>> = (0..self.num_slots).map(|_| None).collect();
         let recording = self.recording.load(Ordering::Relaxed);
         for (step, counter) in self.steps.iter().zip(&self.counters) {
+            if terminated() {
+                return Err(OpError(format!(
+                    "the run was terminated (before node `{}`)",
+                    step.label
+                )));
+            }
             let _timer = profile::Timer::start(&step.kind, &step.label);
             let _count = recording.then(|| profile::Count::start(&counter.calls, &counter.ns));
             let failed = |e: OpError| OpError(format!("node `{}`: {e}", step.label));

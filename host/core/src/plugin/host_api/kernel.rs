@@ -1,6 +1,7 @@
 //! The per-call kernel context: a plugin kernel reads its inputs and makes its outputs
 //! through these callbacks.
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use epx_plugin_api::abi::*;
 use epx_plugin_api::dlpack::{DLDataType, DLTensor};
@@ -23,6 +24,8 @@ pub(crate) struct KernelCall<'t> {
     pub(crate) outputs: Vec<Option<(Value, Option<CallTensor>)>>,
     /// Where outputs are allocated: `None` for host memory, else the device EP.
     device: Option<Arc<dyn DeviceMemory>>,
+    /// The run's terminate flag, when the run can be cancelled.
+    terminate: Option<&'t AtomicBool>,
 }
 
 impl<'t> KernelCall<'t> {
@@ -74,7 +77,14 @@ impl<'t> KernelCall<'t> {
             inputs: call_inputs,
             outputs: (0..num_outputs).map(|_| None).collect(),
             device,
+            terminate: None,
         })
+    }
+
+    /// Lets the kernel see the run's terminate flag (ABI 1.8, `kernel_terminate_flag`).
+    pub(crate) fn with_terminate(mut self, flag: Option<&'t AtomicBool>) -> Self {
+        self.terminate = flag;
+        self
     }
 
     pub(crate) fn as_raw(&mut self) -> *mut EpxKernelContext {
@@ -121,6 +131,15 @@ pub(super) unsafe fn call<'a>(
     // SAFETY: the caller's contract; the host does not touch the call while the kernel runs.
     unsafe { ctx.cast_mut().cast::<KernelCall<'a>>().as_mut() }
         .ok_or_else(|| SdkError::invalid_argument("NULL kernel context"))
+}
+
+pub(super) unsafe extern "C" fn kernel_terminate_flag(ctx: *const EpxKernelContext) -> *const u8 {
+    // SAFETY: host API contract.
+    ffi_boundary!(unsafe { call(ctx) }.map_or(std::ptr::null(), |c| {
+        // An AtomicBool is one byte holding 0 or 1: what the ABI documents.
+        c.terminate
+            .map_or(std::ptr::null(), |f| f.as_ptr().cast_const().cast::<u8>())
+    }))
 }
 
 pub(super) unsafe extern "C" fn kernel_input_count(ctx: *const EpxKernelContext) -> usize {

@@ -66,6 +66,7 @@ pub(crate) fn host_api() -> &'static EpxHostApi {
             value_new_map: Some(value_new_map),
             value_new_optional: Some(value_new_optional),
             value_release: Some(value_release),
+            kernel_terminate_flag: Some(kernel_terminate_flag),
         })
     })
     .0

@@ -332,7 +332,7 @@ impl Server {
             .get(&id)
             .ok_or_else(|| format!("no kernel {id} in this process"))?;
         let refs: Vec<Option<&Value>> = inputs.iter().map(Option::as_ref).collect();
-        let outputs = kernel.execute(&refs)?;
+        let outputs = kernel.execute(&refs, None)?;
         drop(inputs);
         let mut placed = Vec::with_capacity(outputs.len());
         for (i, v) in outputs.iter().enumerate() {

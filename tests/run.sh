@@ -46,3 +46,6 @@ target/debug/epx-fuzz run --seconds "${EPX_FUZZ_SECONDS:-45}" --seed "${EPX_FUZZ
 # environment with pip; pytest runs there against ONNX Runtime and RapidOCR from PyPI.
 bash packaging/wheel.sh --profile dev --no-build --out target/wheels
 bash host/python/tests/run.sh target/wheels/epx-*.whl
+# Third-party PyPI programs that call onnxruntime themselves (tests/programs/README.md), each
+# run on ONNX Runtime and again after epx.onnxruntime.install(), their results compared.
+python3 tests/programs/run.py --wheel target/wheels/epx-*.whl

@@ -6,9 +6,11 @@
 #   epx/lib/libepx.so
 #   epx/lib/epx/plugins/<name>/{plugin.toml, libepx_<name>.so}   found by libepx next to itself
 #   epx/bin/epx                                   the CLI, also installed as the `epx` command
+#   epx/_native.abi3.so                           the native per-call path (CPython 3.11+)
 #
-# The wheel is tagged py3-none-<platform>: it holds native libraries but no CPython extension,
-# so one wheel serves every Python 3. It installs without Rust: `pip install target/wheels/epx-*.whl`.
+# The wheel is tagged py3-none-<platform>: its one CPython extension (the per-call path, stable
+# ABI 3.11+) is optional; older Pythons use ctypes, so one wheel serves every Python 3. It
+# installs without Rust: `pip install target/wheels/epx-*.whl`.
 #
 #   bash packaging/wheel.sh [--profile release|dev] [--no-build] [--out DIR]
 #
@@ -34,6 +36,16 @@ done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
+case "$PROFILE" in
+    release) ARTIFACTS="${CARGO_TARGET_DIR:-$ROOT/target}/release" ;;
+    *) ARTIFACTS="${CARGO_TARGET_DIR:-$ROOT/target}/debug" ;;
+esac
+# The native per-call path (host/python/native: a CPython 3.11+ stable-ABI extension).
+if [[ " ${BUNDLE_ARGS[*]} " != *" --no-build "* ]]; then
+    cargo build --profile "$PROFILE" -p epx-python
+fi
+[[ -f "$ARTIFACTS/lib_native.so" ]] || { echo "wheel.sh: $ARTIFACTS/lib_native.so is missing; build it first (or drop --no-build)" >&2; exit 1; }
+
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 bash packaging/bundle.sh --profile "$PROFILE" "${BUNDLE_ARGS[@]}" --out "$stage/dist" >/dev/null
@@ -50,6 +62,8 @@ mkdir -p "$src/epx/lib" "$src/epx/bin"
 cp "$prefix/lib/libepx.so" "$src/epx/lib/"
 cp -r "$prefix/lib/epx" "$src/epx/lib/epx"
 cp "$prefix/bin/epx" "$src/epx/bin/epx"
+rm -f "$src"/epx/_native*.so  # a developer's link to a build, not to be shipped or written through
+cp "$ARTIFACTS/lib_native.so" "$src/epx/_native.abi3.so"
 
 rm -f "$OUT"/epx-*.whl
 python3 -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$OUT" "$src"

@@ -1,5 +1,6 @@
-"""The wheel holds native libraries but no Python extension: tag it for this platform and any
-Python 3 (`py3-none-<platform>`), not for one CPython ABI."""
+"""The wheel holds native libraries and one optional extension (`epx/_native.abi3.so`, CPython
+3.11+'s stable ABI; other Pythons use ctypes): tag it for this platform and any Python 3
+(`py3-none-<platform>`), not for one CPython ABI."""
 
 import sysconfig
 

@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import epx as _epx
+from epx import _fast
 from epx._capi import EpxError
 
 from .capi import onnxruntime_pybind11_state as _state
@@ -682,6 +683,11 @@ class InferenceSession:
         self._outputs = _node_args(self._session.outputs, meta.get("outputs", []))
         self._overridable = [NodeArg(o["name"], o.get("type") or "", list(o.get("dims") or []))
                              for o in meta.get("overridable_initializers", [])]
+        # The native per-call path, where it applies (not with fixed free dimensions, which
+        # each run checks here).
+        self._fast = None if self._fixed else _fast.runner(
+            self._session._lib, self._session._handle(), _fast.names(self._session.inputs),
+            _fast.names(self._session.outputs))
         self._required = [i.name for i in self._inputs if not i.type.startswith("optional")]
         # The numpy dtype each input takes (None: left to epx), for ONNX Runtime's input rules.
         self._want = {i.name: _inputs.element_dtype(i.type) for i in self._inputs}
@@ -799,6 +805,14 @@ class InferenceSession:
             run_options: Optional[RunOptions] = None) -> List[Any]:
         """Runs the model; returns the outputs named (all when `output_names` is None or empty)
         in that order: numpy arrays, lists for sequences, dicts for maps."""
+        fast = self._fast
+        if fast is not None and type(input_feed) is dict:
+            out = fast.run(input_feed, output_names,
+                           run_options._epx()._ptr if run_options is not None else 0)
+            if out is not None:
+                if type(out) is tuple:  # libepx's (code, message)
+                    raise _run_error(EpxError(*out))
+                return out
         self._check_feed(input_feed)
         names = list(output_names) if output_names else self._output_names
         feeds = self._feed(input_feed)
@@ -806,10 +820,7 @@ class InferenceSession:
         try:
             result = self._session.run(feeds, names, flag)
         except EpxError as e:
-            if e.code == 12:  # cancelled: ONNX Runtime's Fail and message
-                raise Fail(12, "Exiting due to terminate flag being set to true. "
-                               f"({e.message})") from None
-            raise _from_epx(e) from None
+            raise _run_error(e) from None
         return [result[n] for n in names]
 
     def run_with_ort_values(self, output_names: Optional[Sequence[str]],
@@ -909,6 +920,13 @@ class InferenceSession:
     def run_with_iobinding(self, iobinding: "IOBinding",
                            run_options: Optional[RunOptions] = None) -> None:
         iobinding._run(self, run_options)
+
+
+def _run_error(e: EpxError) -> Exception:
+    """ONNX Runtime's exception for a failed run."""
+    if e.code == 12:  # cancelled: ONNX Runtime's Fail and message
+        return Fail(12, f"Exiting due to terminate flag being set to true. ({e.message})")
+    return _from_epx(e)
 
 
 def _host_only(device_type: Any, what: str) -> None:

@@ -1,0 +1,55 @@
+"""The native per-call path (`epx._native`, built with the wheel for CPython 3.11+): a run whose
+inputs are all C-contiguous numpy arrays of their declared element types, and whose outputs are
+all numeric tensors, goes from Python to libepx and back without ctypes. Everything else, and
+any Python without the extension, takes the ctypes path. `EPX_PYTHON_NATIVE=0` turns it off."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _capi
+
+try:
+    from . import _native  # type: ignore[attr-defined]
+except ImportError:  # no extension in this install (an older CPython, a source tree)
+    _native = None
+
+_FUNCTIONS = ("epx_session_run_with_options", "epx_outputs_count", "epx_outputs_get",
+              "epx_outputs_free", "epx_error_code", "epx_error_message", "epx_error_free")
+
+
+def available() -> bool:
+    return _native is not None and os.environ.get("EPX_PYTHON_NATIVE", "1") != "0"
+
+
+def runner(lib: _capi.Library, handle: int, inputs: Sequence[Tuple[str, str]],
+           outputs: Sequence[Tuple[str, str]]) -> Optional[Any]:
+    """A native runner for a session whose inputs and outputs (`(name, type)`, type as
+    `tensor(float)`) are all numeric tensors; None where the native path does not apply."""
+    if not available():
+        return None
+    codes = []
+    for name, ty in inputs:
+        code = _numeric(ty)
+        if code is None:
+            return None
+        codes.append((name, code))
+    if any(_numeric(ty) is None for _, ty in outputs):
+        return None
+    addresses = {f: ctypes.cast(lib._lib[f], ctypes.c_void_p).value for f in _FUNCTIONS}
+    return _native.Runner(addresses, handle, codes, [name for name, _ in outputs], np)
+
+
+def _numeric(ty: str) -> Optional[int]:
+    if not ty.startswith("tensor(") or not ty.endswith(")"):
+        return None
+    code = _capi.ONNX_NAMES.get(ty[len("tensor("):-1])
+    return code if code in _capi.DTYPES and code not in (14, 15) else None
+
+
+def names(values: Sequence[Any]) -> List[Tuple[str, str]]:
+    return [(v.name, v.type) for v in values]

@@ -1,0 +1,105 @@
+"""The native per-call path (`epx._native`): used where it applies, the same answers as the
+ctypes path, and the GIL released while a run computes on either path."""
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import epx
+import epx.onnxruntime as eort
+from epx import _fast
+from conftest import example, here
+
+
+def test_the_wheel_ships_the_native_path_for_this_python():
+    if sys.version_info < (3, 11):
+        pytest.skip("the native path is built for CPython 3.11 and newer (stable ABI)")
+    assert _fast.available(), "epx._native is missing from this install"
+    s = eort.InferenceSession(example("add.onnx"))
+    assert s._fast is not None
+    # Not where it does not apply: string inputs, or a free dimension each run checks.
+    assert eort.InferenceSession(here("models", "identities.onnx"))._fast is None
+    so = eort.SessionOptions()
+    so.add_free_dimension_override_by_name("batch", 2)
+    assert eort.InferenceSession(here("models", "metadata.onnx"), so)._fast is None
+
+
+@pytest.mark.parametrize("model", ["add", "mnist-cnn"])
+def test_native_and_ctypes_paths_answer_alike(model):
+    s = eort.InferenceSession(example(f"{model}.onnx"))
+    names = [i.name for i in s.get_inputs()]
+    feed = {n: np.load(example(f"{model}.input.{n}.npy")) for n in names}
+    fast = s.run(None, feed)
+    slow_session = eort.InferenceSession(example(f"{model}.onnx"))
+    slow_session._fast = None
+    slow = slow_session.run(None, feed)
+    assert [a.dtype for a in fast] == [b.dtype for b in slow]
+    assert all(np.array_equal(a, b) for a, b in zip(fast, slow))
+    # Outputs own their memory: they outlive the session and later runs.
+    kept = s.run(None, feed)
+    del s
+    assert all(np.array_equal(a, b) for a, b in zip(kept, slow))
+    # Output names select and order; an unknown one is ONNX Runtime's error either way.
+    out_names = [o.name for o in slow_session.get_outputs()]
+    assert len(slow_session.run(out_names[:1], feed)) == 1
+    with pytest.raises(Exception) as native_error:
+        eort.InferenceSession(example(f"{model}.onnx")).run(["nope"], feed)
+    with pytest.raises(Exception) as ctypes_error:
+        slow_session.run(["nope"], feed)
+    assert type(native_error.value) is type(ctypes_error.value)
+
+
+def test_refusals_and_conversions_take_the_onnxruntime_rules_path():
+    s = eort.InferenceSession(example("add.onnx"))
+    a = np.load(example("add.input.a.npy"))
+    b = np.load(example("add.input.b.npy"))
+    # A list is converted; a strided view is read; a wrong dtype is refused as ONNX Runtime does.
+    out = s.run(None, {"a": a.tolist(), "b": b[:, ::1]})[0]
+    assert np.array_equal(out, a + b)
+    with pytest.raises(eort.InvalidArgument, match="Unexpected input data type"):
+        s.run(None, {"a": a.astype(np.float64), "b": b})
+    with pytest.raises(ValueError, match="Required inputs"):
+        s.run(None, {"a": a})
+
+
+@pytest.mark.parametrize("path", ["native", "ctypes"])
+def test_the_gil_is_released_while_a_run_computes(path):
+    s = eort.InferenceSession(here("models", "loop.onnx"))
+    if path == "ctypes":
+        s._fast = None
+    elif s._fast is None:
+        pytest.skip("no native path in this install")
+    ro = eort.RunOptions()
+    outcome = []
+
+    def work():
+        try:
+            s.run(None, {"m": np.array(10 ** 10)}, ro)
+        except Exception as e:  # noqa: BLE001 - the cancellation is the expected end
+            outcome.append(e)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    # While the worker runs, this thread keeps running Python; had the run held the GIL, the
+    # loop below could not have counted (nor stopped the run).
+    count = 0
+    import time
+    until = time.monotonic() + 0.5
+    while time.monotonic() < until:
+        count += 1
+    ro.terminate = True
+    worker.join(30)
+    assert not worker.is_alive()
+    assert outcome and "terminate flag" in str(outcome[0])
+    assert count > 10_000, count
+
+
+def test_epx_session_outputs_stay_valid_after_the_run_that_made_them():
+    s = epx.Session(example("mnist-cnn.onnx"))
+    x = np.load(example("mnist-cnn.input.image.npy"))
+    first = s.run({"image": x})["probabilities"]
+    second = s.run({"image": x + 1})["probabilities"]
+    assert not np.array_equal(first, second)
+    assert np.allclose(first, np.load(example("mnist-cnn.output.probabilities.npy")), atol=1e-5)

@@ -128,6 +128,13 @@ def test_ep_devices_come_from_epxs_device_list_and_choose_the_devices_of_a_sessi
         eort.SessionOptions().add_provider_for_devices([cpu[0], other], {})
 
 
+def test_the_cpu_device_is_described_as_onnxruntime_describes_it():
+    theirs = next(d for d in ort.get_ep_devices() if d.ep_name == "CPUExecutionProvider")
+    ours = next(d for d in eort.get_ep_devices() if d.ep_name == "CPUExecutionProvider")
+    describe = lambda d: (int(d.device.type), d.device.vendor, d.device.vendor_id)  # noqa: E731
+    assert describe(ours) == describe(theirs)
+
+
 def test_selection_policies_and_the_delegate_choose_through_epx():
     x = np.load(MNIST_IN)
     want = eort.InferenceSession(MNIST).run(None, {"image": x})[0]

@@ -206,6 +206,11 @@ class OrtHardwareDevice:
         self.type = _KINDS.get(kind, OrtHardwareDeviceType.CPU)
         self.vendor: str = device.get("vendor") or ""
         self.vendor_id: int = vendor_id(self.vendor)
+        if self.type == OrtHardwareDeviceType.CPU and self.vendor_id == OrtDeviceVendorId.AMD:
+            self.vendor_id = 0x1022  # AMD's CPUs carry its other PCI id, as ONNX Runtime reports
+        cpuid_names = {"authenticamd": "AMD", "genuineintel": "Intel"}
+        if self.type == OrtHardwareDeviceType.CPU and self.vendor.lower() in cpuid_names:
+            self.vendor = cpuid_names[self.vendor.lower()]  # as ONNX Runtime spells CPUID's name
         self.device_id: int = int(device.get("id") or 0)
         self.metadata: Dict[str, str] = {
             k: str(device[k]) for k in ("name", "id_name", "driver_version", "memory_bytes")
@@ -259,6 +264,7 @@ class OrtEpDevice:
 # Plugin libraries registered by name, and the environment that loads them.
 _lock = threading.Lock()
 _registered: Dict[str, str] = {}  # registration name -> folder given to the environment
+_made: Dict[str, str] = {}  # registration name -> the folder made for a bare library
 _env: Optional[_epx.Environment] = None
 
 
@@ -287,9 +293,10 @@ def register_execution_provider_library(registration_name: str, path_to_library:
         if not os.path.isfile(path):
             raise Fail(3, f"The execution provider library {path} does not exist")
         folder = os.path.dirname(path)
+        made = None
         if not os.path.isfile(os.path.join(folder, "plugin.toml")):
             # A bare library: a folder of its own, so that nothing else beside it loads.
-            folder = tempfile.mkdtemp(prefix=f"epx-{name}-")
+            folder = made = tempfile.mkdtemp(prefix=f"epx-{name}-")
             target = os.path.join(folder, os.path.basename(path))
             try:
                 os.link(path, target)
@@ -299,14 +306,20 @@ def register_execution_provider_library(registration_name: str, path_to_library:
         env = _epx.Environment(plugin_dirs=list(_registered.values()) + [folder])
         mine = [p for p in env.providers()
                 if p.library and os.path.realpath(p.library) == os.path.realpath(path)]
+        failure = None
         if not mine:
+            failure = (f"{path} was not loaded as an EP plugin (`epx doctor --plugin-dir "
+                       f"{folder}` says why)")
+        elif not any(p.version for p in mine):  # the plugin itself failed to load
+            failure = mine[0].reason or f"{path} failed to load"
+        if failure is not None:
             env.close()
-            raise EPFail(4, f"{path} was not loaded as an EP plugin (`epx doctor --plugin-dir "
-                            f"{folder}` says why)")
-        if not any(p.version for p in mine):  # the plugin itself failed to load
-            env.close()
-            raise EPFail(4, mine[0].reason or f"{path} failed to load")
+            if made:
+                shutil.rmtree(made, ignore_errors=True)
+            raise EPFail(4, failure)
         _registered[name] = folder
+        if made:
+            _made[name] = made
         _env = env
 
 
@@ -318,6 +331,9 @@ def unregister_execution_provider_library(registration_name: str) -> None:
         if name not in _registered:
             raise InvalidArgument(1, f"No execution provider library is registered as `{name}`")
         del _registered[name]
+        made = _made.pop(name, None)
+        if made:  # the library stays mapped in this process; the folder's link can go
+            shutil.rmtree(made, ignore_errors=True)
         _env = None
 
 

@@ -96,6 +96,22 @@ def test_the_gil_is_released_while_a_run_computes(path):
     assert count > 10_000, count
 
 
+def test_epx_sessions_take_the_native_path_with_the_same_answers():
+    s = epx.Session(example("add.onnx"))
+    if s._fast is None:
+        pytest.skip("no native path in this install")
+    feed = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
+    slow = epx.Session(example("add.onnx"))
+    slow._fast = None
+    for names in (None, ["sum"], []):
+        fast_out, slow_out = s.run(feed, names), slow.run(feed, names)
+        assert list(fast_out) == list(slow_out)
+        assert all(np.array_equal(fast_out[k], slow_out[k]) for k in fast_out)
+    s.close()
+    with pytest.raises(epx.EpxError, match="close"):
+        s.run(feed)
+
+
 def test_epx_session_outputs_stay_valid_after_the_run_that_made_them():
     s = epx.Session(example("mnist-cnn.onnx"))
     x = np.load(example("mnist-cnn.input.image.npy"))

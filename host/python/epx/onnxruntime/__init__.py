@@ -44,7 +44,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import epx as _epx
-from epx import _fast
 from epx._capi import EpxError
 
 from .capi import onnxruntime_pybind11_state as _state
@@ -685,9 +684,7 @@ class InferenceSession:
                              for o in meta.get("overridable_initializers", [])]
         # The native per-call path, where it applies (not with fixed free dimensions, which
         # each run checks here).
-        self._fast = None if self._fixed else _fast.runner(
-            self._session._lib, self._session._handle(), _fast.names(self._session.inputs),
-            _fast.names(self._session.outputs))
+        self._fast = None if self._fixed else self._session._fast
         self._required = [i.name for i in self._inputs if not i.type.startswith("optional")]
         # The numpy dtype each input takes (None: left to epx), for ONNX Runtime's input rules.
         self._want = {i.name: _inputs.element_dtype(i.type) for i in self._inputs}

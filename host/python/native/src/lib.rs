@@ -1,8 +1,9 @@
-//! `epx._native`: the per-call path of `epx.onnxruntime.InferenceSession.run` in native code,
-//! for the calls where it is all there is to do: every input a C-contiguous numpy array of
-//! exactly the declared element type, every output a numeric tensor. Anything else (a list to
-//! convert, a wrong dtype, a strided view, strings, sequences, an input missing) returns `None`
-//! and Python takes its own path, which converts or refuses as ONNX Runtime does.
+//! `epx._native`: the per-call path of `epx.Session.run` and `epx.onnxruntime`'s
+//! `InferenceSession.run` in native code, for the calls where it is all there is to do: every
+//! input a C-contiguous numpy array of exactly the declared element type, every output a numeric
+//! tensor. Anything else (a list to convert, a wrong dtype, a strided view, strings, sequences,
+//! an input missing) returns `None` and Python takes its own path, which converts or refuses as
+//! ONNX Runtime does.
 //!
 //! The module does not link libepx: Python hands it the addresses of libepx's C functions from
 //! the copy it loaded with ctypes, so both work on the same library, its handles and its

@@ -215,12 +215,8 @@ def get_build_info() -> str:
 
 def set_seed(seed: int) -> None:
     """The seed of random operators. epx's CPU EP runs none (RandomNormal, RandomUniform and
-    Multinomial are refused when a session is made), so it has no effect there."""
-    global _seed
-    _seed = int(seed)
-
-
-_seed: Optional[int] = None
+    Multinomial are refused when a session is made), so there is nothing to seed."""
+    int(seed)  # refused as ONNX Runtime refuses a seed that is not an integer
 
 
 def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True,
@@ -374,7 +370,6 @@ class SessionOptions(_ConfigEntries):
         self._free_dims: Dict[str, int] = {}
         self._providers: List[Tuple[str, Dict[str, str]]] = []
         self._policy: Any = None  # an epx policy name or function
-        self._load_cancelled = False
         self._cancel: Optional[_epx.RunOptions] = None
         self._ep_context_read_func: Optional[Any] = None
 
@@ -455,7 +450,6 @@ class SessionOptions(_ConfigEntries):
         stops at its next step (between loading, setting up EPs, partitioning and compiling
         each kernel), and one made while the flag is set fails at once; both raise
         ModelLoadCanceled."""
-        self._load_cancelled = bool(value)
         if self._cancel is None:
             self._cancel = _epx.RunOptions(_env()._lib)
         self._cancel.terminate() if value else self._cancel.clear()
@@ -602,9 +596,6 @@ class InferenceSession:
         if opts.enable_profiling:
             warnings.warn("epx writes no ONNX Runtime profile; use EPX_CPU_PROFILE=1 for the CPU "
                           "EP's per-node times", RuntimeWarning, stacklevel=3)
-        if opts._load_cancelled:
-            raise ModelLoadCanceled(12, "Model loading was canceled (the session options' load "
-                                        "cancellation flag is set)")
         requested = _normalize(providers, provider_options)
         policy = None
         if requested and opts.has_providers():

@@ -21,6 +21,7 @@
 //!   for narrow products); [`dots`]: products with few columns as dot products;
 //! - [`geometry`]: the resolved window geometry and a 2-D convolution's shapes; [`conv2d`]: the
 //!   f32 2-D convolution (im2col or direct, on [`gemm`]);
+//! - [`pool2d`]: f32 MaxPool and AveragePool over 2-D planes;
 //! - [`winograd`]: 3×3 convolutions of stride 1 as sixteen products on [`gemm`] (Winograd's
 //!   F(2×2, 3×3));
 //! - [`lstm`]: the LSTM recurrence on [`gemm`];
@@ -39,6 +40,7 @@ pub mod geometry;
 pub mod isa;
 pub mod lstm;
 pub mod math;
+pub mod pool2d;
 pub mod post;
 pub mod qbytes;
 pub mod qconv;
@@ -69,9 +71,37 @@ pub trait FastKernels: Sized {
     ) -> Option<OpResult<(Vec<Self>, bool)>> {
         None
     }
+
+    /// MaxPool over 2-D planes without dilation ([`pool2d::max_pool`]); `None` for no fast
+    /// kernel of this type or level.
+    fn max_pool2d(_p: &pool2d::Pool2d<'_>, _x: &[Self]) -> Option<OpResult<Vec<Self>>> {
+        None
+    }
+
+    /// AveragePool over 2-D planes without dilation, summed down the columns first
+    /// ([`pool2d::avg_pool`]); `None` for no fast kernel of this type or level.
+    fn avg_pool2d(
+        _p: &pool2d::Pool2d<'_>,
+        _x: &[Self],
+        _count_include_pad: bool,
+    ) -> Option<OpResult<Vec<Self>>> {
+        None
+    }
 }
 
 impl FastKernels for f32 {
+    fn max_pool2d(p: &pool2d::Pool2d<'_>, x: &[f32]) -> Option<OpResult<Vec<f32>>> {
+        enabled().then(|| pool2d::max_pool(p, x))
+    }
+
+    fn avg_pool2d(
+        p: &pool2d::Pool2d<'_>,
+        x: &[f32],
+        count_include_pad: bool,
+    ) -> Option<OpResult<Vec<f32>>> {
+        enabled().then(|| pool2d::avg_pool(p, x, count_include_pad))
+    }
+
     fn conv2d(
         conv: &conv2d::Conv2d<'_>,
         x: &[f32],
@@ -84,3 +114,7 @@ impl FastKernels for f32 {
 }
 
 impl FastKernels for f64 {}
+impl FastKernels for half::f16 {}
+impl FastKernels for half::bf16 {}
+impl FastKernels for i8 {}
+impl FastKernels for u8 {}

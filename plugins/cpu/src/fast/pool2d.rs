@@ -4,8 +4,9 @@
 //! else tap by tap over all of them (for a stride above 1, on the row split by column phase,
 //! so each tap reads a contiguous run). The loops are compiled for the widest vectors the CPU
 //! has and written in groups of eight and four lanes, since a small plane's rows are shorter
-//! than what a loop the compiler vectorizes by itself needs. Windows that reach into the
-//! padding take a plain loop; a plane's NaN check is made once.
+//! than what a loop the compiler vectorizes by itself needs; an AveragePool whose windows tile
+//! the rows in pairs takes its pass across over the whole plane at once. Windows that reach
+//! into the padding take a plain loop; a plane's NaN check is made once.
 //!
 //! Each output is the fold the reference kernels in `ops::pool` define, in the same order, so
 //! the two agree bit for bit (NaN payloads aside): MaxPool's largest value that is not NaN (NaN
@@ -141,6 +142,21 @@ fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     }
 }
 
+/// `out[j] = f(span[2j], span[2j + 1])`, grouped as [`zip_with`] (each group's pairs split
+/// into even and odd lanes by shuffles).
+#[inline(always)]
+fn pairs(out: &mut [f32], span: &[f32], f: impl Fn(f32, f32) -> f32) {
+    let span = &span[..2 * out.len()];
+    let (o8, o_rest) = out.as_chunks_mut::<8>();
+    let (p8, p_rest) = span.as_chunks::<16>();
+    for (o, p) in o8.iter_mut().zip(p8) {
+        *o = std::array::from_fn(|i| f(p[2 * i], p[2 * i + 1]));
+    }
+    for (o, p) in o_rest.iter_mut().zip(p_rest.as_chunks::<2>().0) {
+        *o = f(p[0], p[1]);
+    }
+}
+
 /// Whether `v` holds a NaN, eight lanes at a time.
 #[inline(always)]
 fn any_nan(v: &[f32]) -> bool {
@@ -216,7 +232,23 @@ fn tap<'a>(
 /// the column phases of one.
 fn scratch_len(p: &Pool2d<'_>) -> usize {
     let (k, s) = (p.geo.kernel[1], p.geo.strides[1].max(1));
-    2 * p.w + s.min(k) * (p.w / s + k + 1)
+    (2 * p.w + s.min(k) * (p.w / s + k + 1)).max((p.geo.out[0] + 1) * p.w)
+}
+
+/// Whether the windows tile each row in pairs (two columns, stride two, from the row's first
+/// column to its last, none in the padding) and every output row has as many window rows: then
+/// the rows of column sums, laid end to end, are one run of pairs, and AveragePool's pass
+/// across runs over the whole plane at once rather than row by row (a small plane's rows are a
+/// few vectors long, and the per-row work would dominate).
+fn tiled_pairs(rows: &Axis, cols: &Axis, w: usize) -> bool {
+    let ow = cols.spans.len();
+    cols.k == 2
+        && cols.s == 2
+        && cols.full == (0..ow)
+        && cols.spans.first().is_some_and(|c| c.0 == 0)
+        && w == 2 * ow
+        && rows.spans.iter().all(|&(r0, r1)| r1 - r0 == rows.k)
+        && rows.padded.iter().all(|&p| p == rows.k)
 }
 
 /// `dst` = the step-by-step max of the `k` slices `src(0), src(1), ...` (each at least as long
@@ -393,6 +425,31 @@ crate::multiversion! {
     }
 }
 
+crate::multiversion! {
+    /// [`avg_plane`] where the windows tile the rows in pairs ([`tiled_pairs`]): the window
+    /// rows' sums of every output row first, then the pairs over all of them.
+    fn avg_plane_pairs(xp: &[f32], out: &mut [f32], w: usize, rows: &Axis, cols: &Axis, buf: &mut [f32]) {
+        let ow = cols.spans.len();
+        let oh = rows.spans.len();
+        let down = &mut buf[..oh * w];
+        for (d, &(r0, r1)) in down.chunks_exact_mut(w).zip(&rows.spans) {
+            // Each column summed from 0, as in `avg_plane`.
+            let row = |r: usize| &xp[r * w..][..w];
+            if r1 - r0 == 1 {
+                map(d, row(r0), |v| 0.0 + v);
+            } else {
+                zip_with(d, row(r0), row(r0 + 1), |a, b| (0.0 + a) + b);
+                for r in r0 + 2..r1 {
+                    update(d, row(r), |d, v| d + v);
+                }
+            }
+        }
+        // Every window has `rows.k` rows inside the input and the padding alike.
+        let count = (rows.k * 2).max(1) as f32;
+        pairs(&mut out[..oh * ow], down, |a, b| (a + b) / count);
+    }
+}
+
 /// Runs `plane` over each plane of `p`, planes shared across the intra-op pool.
 fn each_plane(
     p: &Pool2d<'_>,
@@ -435,6 +492,10 @@ pub fn max_pool(p: &Pool2d<'_>, xs: &[f32]) -> OpResult<Vec<f32>> {
 pub fn avg_pool(p: &Pool2d<'_>, xs: &[f32], count_include_pad: bool) -> OpResult<Vec<f32>> {
     let w = p.w;
     each_plane(p, xs, |xp, out, rows, cols, buf| {
-        avg_plane(xp, out, w, rows, cols, count_include_pad, buf)
+        if tiled_pairs(rows, cols, w) {
+            avg_plane_pairs(xp, out, w, rows, cols, buf)
+        } else {
+            avg_plane(xp, out, w, rows, cols, count_include_pad, buf)
+        }
     })
 }

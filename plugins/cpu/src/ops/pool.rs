@@ -876,8 +876,8 @@ mod tests {
     }
 
     /// The f32 fast kernels (`fast::pool2d`) against the reference kernels, bit for bit, on
-    /// every instruction set level this CPU has: each geometry on a 7×9 plane and on a 5×37 one
-    /// (rows long enough for whole vectors and a remainder), values with ties, signed zeros,
+    /// every instruction set level this CPU has: each geometry on planes of 7×9, 5×37 (rows long
+    /// enough for whole vectors and a remainder), 6×10 and 8×36, values with ties, signed zeros,
     /// infinities and NaN (a window's first value, or any other).
     #[test]
     fn the_fast_2d_pools_match_the_reference_on_every_instruction_set() {
@@ -892,7 +892,13 @@ mod tests {
             });
             Tensor::from_vec(&shape, v.collect()).unwrap()
         };
-        let inputs = [planes([2, 3, 7, 9]), planes([1, 2, 5, 37])];
+        // Even widths as well: windows of two tile those rows (the whole-plane pass).
+        let inputs = [
+            planes([2, 3, 7, 9]),
+            planes([1, 2, 5, 37]),
+            planes([1, 3, 6, 10]),
+            planes([2, 1, 8, 36]),
+        ];
         let reference = crate::fast::ISAS
             .iter()
             .find(|i| !i.fast)

@@ -66,10 +66,15 @@ impl Axis {
         }
     }
 
-    /// The elements of a row a run of `n` full windows starting at column `c` reads, and the
-    /// length of each column phase of it.
-    fn run_span(&self, n: usize) -> (usize, usize) {
-        ((n - 1) * self.s + self.k, n + (self.k - 1) / self.s)
+    /// The run of full windows of `row`: its first column, the elements it reads, and the
+    /// length of each column phase of those; `None` when no window is full.
+    fn full_run<'a>(&self, row: &'a [f32]) -> Option<(usize, &'a [f32], usize)> {
+        let n = self.full.len();
+        let c = self.spans.get(self.full.start)?.0;
+        (n > 0).then(|| {
+            let len = (n - 1) * self.s + self.k;
+            (c, &row[c..c + len], n + (self.k - 1) / self.s)
+        })
     }
 }
 
@@ -126,19 +131,22 @@ fn update(out: &mut [f32], a: &[f32], f: impl Fn(f32, f32) -> f32) {
 /// `out[i] = f(a[i])`, grouped as [`zip_with`].
 #[inline(always)]
 fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
-    let a = &a[..out.len()];
-    let (o8, o_rest) = out.as_chunks_mut::<8>();
-    let (a8, a_rest) = a.as_chunks::<8>();
-    for (o, a) in o8.iter_mut().zip(a8) {
-        *o = a.map(&f);
-    }
-    let (o4, o_rest) = o_rest.as_chunks_mut::<4>();
-    let (a4, a_rest) = a_rest.as_chunks::<4>();
-    for (o, a) in o4.iter_mut().zip(a4) {
-        *o = a.map(&f);
-    }
-    for (o, &a) in o_rest.iter_mut().zip(a_rest) {
-        *o = f(a);
+    update(out, a, |_, v| f(v));
+}
+
+/// `down` = the sum down each column of rows `rows` (at least one) of the plane `xp` (`w`
+/// wide), each column summed from 0 as the reference kernel does (so -0 sums alike).
+#[inline(always)]
+fn sum_rows(down: &mut [f32], xp: &[f32], w: usize, rows: std::ops::Range<usize>) {
+    let row = |r: usize| &xp[r * w..][..w];
+    let (r0, r1) = (rows.start, rows.end);
+    if r1 - r0 == 1 {
+        map(down, row(r0), |v| 0.0 + v);
+    } else {
+        zip_with(down, row(r0), row(r0 + 1), |a, b| (0.0 + a) + b);
+        for r in r0 + 2..r1 {
+            update(down, row(r), |d, v| d + v);
+        }
     }
 }
 
@@ -302,10 +310,8 @@ crate::multiversion! {
                 &*down
             };
             let full = cols.full.clone();
-            if !full.is_empty() {
-                let (c, n) = (cols.spans[full.start].0, full.len());
-                let (len, per) = cols.run_span(n);
-                let span = &down[c..c + len];
+            if let Some((c, span, per)) = cols.full_run(down) {
+                let n = full.len();
                 let run = &mut orow[full.clone()];
                 if cols.k == 2 && cols.s == 2 {
                     // Windows of two side by side (the usual pooling): pairs, no phases.
@@ -365,22 +371,11 @@ crate::multiversion! {
                 orow.fill(0.0);
                 continue;
             }
-            // Each column summed from 0 (as the reference kernel does, so -0 sums alike).
-            let row = |r: usize| &xp[r * w..][..w];
-            if r1 - r0 == 1 {
-                map(down, row(r0), |v| 0.0 + v);
-            } else {
-                zip_with(down, row(r0), row(r0 + 1), |a, b| (0.0 + a) + b);
-                for r in r0 + 2..r1 {
-                    update(down, row(r), |d, v| d + v);
-                }
-            }
+            sum_rows(down, xp, w, r0..r1);
             let row_count = if count_include_pad { rows_padded } else { r1 - r0 };
             let full = cols.full.clone();
-            if !full.is_empty() {
-                let (c, n) = (cols.spans[full.start].0, full.len());
-                let (len, per) = cols.run_span(n);
-                let span = &down[c..c + len];
+            if let Some((_, span, per)) = cols.full_run(down) {
+                let n = full.len();
                 let run = &mut orow[full.clone()];
                 let count = (row_count * cols.k).max(1) as f32;
                 if cols.k == 2 && cols.s == 2 {
@@ -433,16 +428,7 @@ crate::multiversion! {
         let oh = rows.spans.len();
         let down = &mut buf[..oh * w];
         for (d, &(r0, r1)) in down.chunks_exact_mut(w).zip(&rows.spans) {
-            // Each column summed from 0, as in `avg_plane`.
-            let row = |r: usize| &xp[r * w..][..w];
-            if r1 - r0 == 1 {
-                map(d, row(r0), |v| 0.0 + v);
-            } else {
-                zip_with(d, row(r0), row(r0 + 1), |a, b| (0.0 + a) + b);
-                for r in r0 + 2..r1 {
-                    update(d, row(r), |d, v| d + v);
-                }
-            }
+            sum_rows(d, xp, w, r0..r1);
         }
         // Every window has `rows.k` rows inside the input and the padding alike.
         let count = (rows.k * 2).max(1) as f32;

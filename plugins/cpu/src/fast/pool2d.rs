@@ -4,9 +4,9 @@
 //! else tap by tap over all of them (for a stride above 1, on the row split by column phase,
 //! so each tap reads a contiguous run). The loops are compiled for the widest vectors the CPU
 //! has and written in groups of eight and four lanes, since a small plane's rows are shorter
-//! than what a loop the compiler vectorizes by itself needs; an AveragePool whose windows tile
-//! the rows in pairs takes its pass across over the whole plane at once. Windows that reach
-//! into the padding take a plain loop; a plane's NaN check is made once.
+//! than what a loop the compiler vectorizes by itself needs; where the windows tile the rows in
+//! pairs, the pass across runs over the whole plane at once. Windows that reach into the
+//! padding take a plain loop; a plane's NaN check is made once.
 //!
 //! Each output is the fold the reference kernels in `ops::pool` define, in the same order, so
 //! the two agree bit for bit (NaN payloads aside): MaxPool's largest value that is not NaN (NaN
@@ -240,14 +240,14 @@ fn tap<'a>(
 /// the column phases of one.
 fn scratch_len(p: &Pool2d<'_>) -> usize {
     let (k, s) = (p.geo.kernel[1], p.geo.strides[1].max(1));
-    (2 * p.w + s.min(k) * (p.w / s + k + 1)).max((p.geo.out[0] + 1) * p.w)
+    (2 * p.w + s.min(k) * (p.w / s + k + 1)).max((2 * p.geo.out[0] + 1) * p.w + 2)
 }
 
 /// Whether the windows tile each row in pairs (two columns, stride two, from the row's first
 /// column to its last, none in the padding) and every output row has as many window rows: then
-/// the rows of column sums, laid end to end, are one run of pairs, and AveragePool's pass
-/// across runs over the whole plane at once rather than row by row (a small plane's rows are a
-/// few vectors long, and the per-row work would dominate).
+/// the rows of column reductions, laid end to end, are one run of pairs, and the pass across
+/// runs over the whole plane at once rather than row by row (a small plane's rows are a few
+/// vectors long, and the per-row work would dominate).
 fn tiled_pairs(rows: &Axis, cols: &Axis, w: usize) -> bool {
     let ow = cols.spans.len();
     cols.k == 2
@@ -421,6 +421,39 @@ crate::multiversion! {
 }
 
 crate::multiversion! {
+    /// [`max_plane`] where the windows tile the rows in pairs ([`tiled_pairs`]): the window
+    /// rows' max of every output row first, then those rows, laid end to end, split into even
+    /// and odd columns, and the max of each pair over the whole plane at once.
+    fn max_plane_pairs(xp: &[f32], out: &mut [f32], w: usize, rows: &Axis, cols: &Axis, buf: &mut [f32]) {
+        let ow = cols.spans.len();
+        let oh = rows.spans.len();
+        let (down, rest) = buf.split_at_mut(oh * w);
+        let (tmp, phases) = rest.split_at_mut(w);
+        for (d, &(r0, r1)) in down.chunks_exact_mut(w).zip(&rows.spans) {
+            let row = |r: usize| &xp[(r0 + r) * w..][..w];
+            fold_max(d, tmp, r1 - r0, row);
+        }
+        let per = oh * ow;
+        split_phases(down, 2, 2, per, phases);
+        let (even, odd) = phases[..2 * per].split_at(per);
+        for ((o, &a), &b) in out[..per].iter_mut().zip(even).zip(odd) {
+            *o = max_step(a, b);
+        }
+        // A window whose first value is NaN is NaN.
+        if any_nan(xp) {
+            for (orow, &(r0, _)) in out.chunks_exact_mut(ow).zip(&rows.spans) {
+                let first_row = &xp[r0 * w..][..w];
+                for (o, p) in orow.iter_mut().zip(first_row.as_chunks::<2>().0) {
+                    if p[0].is_nan() {
+                        *o = p[0];
+                    }
+                }
+            }
+        }
+    }
+}
+
+crate::multiversion! {
     /// [`avg_plane`] where the windows tile the rows in pairs ([`tiled_pairs`]): the window
     /// rows' sums of every output row first, then the pairs over all of them.
     fn avg_plane_pairs(xp: &[f32], out: &mut [f32], w: usize, rows: &Axis, cols: &Axis, buf: &mut [f32]) {
@@ -469,7 +502,11 @@ fn each_plane(
 pub fn max_pool(p: &Pool2d<'_>, xs: &[f32]) -> OpResult<Vec<f32>> {
     let w = p.w;
     each_plane(p, xs, |xp, out, rows, cols, buf| {
-        max_plane(xp, out, w, rows, cols, buf)
+        if tiled_pairs(rows, cols, w) {
+            max_plane_pairs(xp, out, w, rows, cols, buf)
+        } else {
+            max_plane(xp, out, w, rows, cols, buf)
+        }
     })
 }
 

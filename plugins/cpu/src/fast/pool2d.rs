@@ -238,9 +238,14 @@ fn tap<'a>(
 
 /// Scratch elements one plane needs: two rows (column reductions, a fold's other buffer) and
 /// the column phases of one.
-fn scratch_len(p: &Pool2d<'_>) -> usize {
+fn scratch_len(p: &Pool2d<'_>, tiled: bool) -> usize {
     let (k, s) = (p.geo.kernel[1], p.geo.strides[1].max(1));
-    (2 * p.w + s.min(k) * (p.w / s + k + 1)).max((2 * p.geo.out[0] + 1) * p.w + 2)
+    if tiled {
+        // The window rows' reductions of every output row, a fold's other row, their phases.
+        (2 * p.geo.out[0] + 1) * p.w
+    } else {
+        2 * p.w + s.min(k) * (p.w / s + k + 1)
+    }
 }
 
 /// Whether the windows tile each row in pairs (two columns, stride two, from the row's first
@@ -469,11 +474,12 @@ crate::multiversion! {
     }
 }
 
-/// Runs `plane` over each plane of `p`, planes shared across the intra-op pool.
+/// Runs `plane` over each plane of `p` (told whether the windows tile the rows in pairs,
+/// [`tiled_pairs`]), planes shared across the intra-op pool.
 fn each_plane(
     p: &Pool2d<'_>,
     xs: &[f32],
-    plane: impl Fn(&[f32], &mut [f32], &Axis, &Axis, &mut [f32]) + Sync + Send,
+    plane: impl Fn(&[f32], &mut [f32], &Axis, &Axis, bool, &mut [f32]) + Sync + Send,
 ) -> OpResult<Vec<f32>> {
     let (oh, ow) = (p.geo.out[0], p.geo.out[1]);
     let len = p.planes * oh * ow;
@@ -484,14 +490,15 @@ fn each_plane(
     }
     let rows = Axis::new(p.geo, 0, p.h);
     let cols = Axis::new(p.geo, 1, p.w);
-    let (hw, scratch) = (p.h * p.w, scratch_len(p));
+    let tiled = tiled_pairs(&rows, &cols, p.w);
+    let (hw, scratch) = (p.h * p.w, scratch_len(p, tiled));
     // Every input value is read at least once: a pool of small windows over large planes is
     // as much work as its input.
     let work = (len * p.geo.kernel[0] * p.geo.kernel[1]).max(4 * p.planes * hw);
     crate::par::serial_below(work, || {
         crate::par::for_each_chunk(&mut y, oh * ow, |i, out| {
             crate::par::with_work(scratch, |buf| {
-                plane(&xs[i * hw..][..hw], out, &rows, &cols, buf)
+                plane(&xs[i * hw..][..hw], out, &rows, &cols, tiled, buf)
             })
         })
     });
@@ -501,8 +508,8 @@ fn each_plane(
 /// MaxPool of `xs` (`planes × h × w`, row-major) without dilation.
 pub fn max_pool(p: &Pool2d<'_>, xs: &[f32]) -> OpResult<Vec<f32>> {
     let w = p.w;
-    each_plane(p, xs, |xp, out, rows, cols, buf| {
-        if tiled_pairs(rows, cols, w) {
+    each_plane(p, xs, |xp, out, rows, cols, tiled, buf| {
+        if tiled {
             max_plane_pairs(xp, out, w, rows, cols, buf)
         } else {
             max_plane(xp, out, w, rows, cols, buf)
@@ -514,8 +521,8 @@ pub fn max_pool(p: &Pool2d<'_>, xs: &[f32]) -> OpResult<Vec<f32>> {
 /// its columns then across them; padding counts in the divisor only with `count_include_pad`.
 pub fn avg_pool(p: &Pool2d<'_>, xs: &[f32], count_include_pad: bool) -> OpResult<Vec<f32>> {
     let w = p.w;
-    each_plane(p, xs, |xp, out, rows, cols, buf| {
-        if tiled_pairs(rows, cols, w) {
+    each_plane(p, xs, |xp, out, rows, cols, tiled, buf| {
+        if tiled {
             avg_plane_pairs(xp, out, w, rows, cols, buf)
         } else {
             avg_plane(xp, out, w, rows, cols, count_include_pad, buf)

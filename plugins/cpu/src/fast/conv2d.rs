@@ -7,6 +7,8 @@
 //!   weight rows with the transposed columns ([`super::dots`]), since packing the weights for a
 //!   GEMM would cost more than the product;
 //! - **3×3, stride 1**, with enough channels: Winograd's F(2×2, 3×3) ([`super::winograd`]);
+//! - **small, stride 1**: direct, a few vectors of outputs by a few output channels in registers
+//!   ([`super::direct`]);
 //! - **everything else**: im2col built row by row (contiguous spans copied, padding zeroed, no
 //!   per-element index arithmetic), then one GEMM per group ([`super::gemm`]).
 //!
@@ -57,6 +59,12 @@ impl Conv2d<'_> {
         }
         let post: Option<&dyn PostOp> = post.map(|p| &*p);
         let applied = post.is_some();
+        if super::direct::applies(self) {
+            // Every element is written, the bias with it.
+            let mut out = crate::scratch::zeros(self.n * self.m * plane_out)?;
+            super::direct::run(self, x, weights, bias, &mut out, post)?;
+            return Ok((out, applied));
+        }
         let mut out = initial_output(self.n, self.m, plane_out, bias)?;
         let cg = self.c / self.group;
         let mg = self.m / self.group;

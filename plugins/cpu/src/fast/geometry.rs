@@ -42,6 +42,9 @@ pub struct Conv2d<'a> {
     /// The filters' Winograd transforms (`[group, 16, m / group, c / group]`) when the kernel
     /// made them once from constant weights; made per run otherwise.
     pub winograd: Option<&'a [f32]>,
+    /// The filters packed for the direct kernel ([`super::direct::pack_weights`]) when the
+    /// kernel packed them once from constant weights; packed per run otherwise.
+    pub direct: Option<&'a [f32]>,
 }
 
 impl Conv2d<'_> {

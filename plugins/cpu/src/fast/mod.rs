@@ -20,7 +20,8 @@
 //! - [`gemm`]: the f32 GEMM (the `gemm` crate's SGEMM, split across threads, and a row kernel
 //!   for narrow products); [`dots`]: products with few columns as dot products;
 //! - [`geometry`]: the resolved window geometry and a 2-D convolution's shapes; [`conv2d`]: the
-//!   f32 2-D convolution (im2col or direct, on [`gemm`]);
+//!   f32 2-D convolution (im2col or direct, on [`gemm`]); [`direct`]: small convolutions of
+//!   stride 1 without im2col or a GEMM;
 //! - [`pool2d`]: f32 MaxPool and AveragePool over 2-D planes;
 //! - [`winograd`]: 3×3 convolutions of stride 1 as sixteen products on [`gemm`] (Winograd's
 //!   F(2×2, 3×3));
@@ -34,6 +35,7 @@
 
 pub mod chain;
 pub mod conv2d;
+pub mod direct;
 pub mod dots;
 pub mod gemm;
 pub mod geometry;

@@ -549,6 +549,7 @@ mod tests {
                 kw: 3,
                 geo: &geo,
                 winograd: None,
+                direct: None,
             };
             let x = noise(n * c * h * w, 3 * i as u64 + 1);
             let wts = noise(m * (c / group) * 9, 3 * i as u64 + 2);
@@ -600,6 +601,7 @@ mod tests {
                 kw: k,
                 geo,
                 winograd: None,
+                direct: None,
             })
         };
         let plain = geo([1, 1], [1, 1], [16, 16]);

@@ -68,6 +68,8 @@ struct Conv {
     group: usize,
     /// The Winograd transforms of constant 3×3 filters, made once at `prepare`.
     winograd: OnceLock<Vec<f32>>,
+    /// Constant filters packed for the direct kernel, made once at `prepare`.
+    direct: OnceLock<Vec<f32>>,
 }
 
 impl Conv {
@@ -141,6 +143,7 @@ impl Conv {
                     kw,
                     geo: &geo2,
                     winograd: self.winograd.get().map(Vec::as_slice),
+                    direct: self.direct.get().map(Vec::as_slice),
                 };
                 let bf = bc.as_ref().and_then(|b| b.as_slice());
                 if let Some(done) = T::conv2d(&conv, xf, wf, bf, post) {
@@ -294,6 +297,21 @@ impl OpKernel for Conv {
             return;
         };
         let (g, s) = (self.group, wv.shape());
+        // Constant f32 filters of a stride-1 1-D or 2-D convolution with channels the direct
+        // kernel takes: packed once for it (the kernel decides per run whether it runs).
+        if ones(&self.attrs.strides)
+            && (s.len() == 3 || s.len() == 4)
+            && s[2..].iter().product::<usize>() > 1
+            && g > 0
+            && s[0] % g == 0
+            && crate::fast::direct::channels_fit(s[1], s[0] / g)
+        {
+            let wc = wv.as_standard_layout();
+            if let Some(ws) = wc.as_slice() {
+                let taps = s[1] * s[2..].iter().product::<usize>();
+                let _ = (self.direct).set(crate::fast::direct::pack_weights(ws, s[0], taps, g));
+            }
+        }
         if !ones(&self.attrs.strides)
             || !ones(&self.attrs.dilations)
             || s.len() != 4
@@ -332,6 +350,7 @@ fn build_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         group: usize::try_from(group)
             .map_err(|_| n.error(format_args!("invalid group {group}")))?,
         winograd: OnceLock::new(),
+        direct: OnceLock::new(),
     };
     Ok(Box::new(conv))
 }
@@ -621,6 +640,46 @@ mod tests {
                 true,
             ),
             case([1, 4, 5, 5], [2, 4, 5, 5], 1, [1, 1], [1, 1], [0; 4], false),
+            // The direct kernel ([`crate::fast::direct`]): two images and groups, output
+            // channels that fill no whole block (5, 12), dilation, asymmetric and one-sided
+            // padding, even kernels, a one-channel input, planes whose rows are not a whole
+            // number of vectors.
+            case(
+                [2, 6, 9, 13],
+                [10, 3, 3, 3],
+                2,
+                [1, 1],
+                [2, 1],
+                [2, 1, 0, 3],
+                true,
+            ),
+            case(
+                [1, 5, 7, 5],
+                [12, 5, 2, 4],
+                1,
+                [1, 1],
+                [1, 1],
+                [0, 1, 1, 2],
+                false,
+            ),
+            case(
+                [1, 1, 28, 28],
+                [8, 1, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            ),
+            case(
+                [1, 8, 14, 14],
+                [16, 8, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            ),
             // Depthwise with column stride 2: even and odd begin pads, odd widths, dilation.
             case(
                 [1, 4, 9, 11],
@@ -819,6 +878,7 @@ mod tests {
             kw: 1,
             geo: &geo,
             winograd: None,
+            direct: None,
         };
         let fast = crate::fast::with_isa(reference, || {
             <f32 as FastKernels>::conv2d(&conv, &[1.0], &[2.0], None, None)
@@ -831,41 +891,86 @@ mod tests {
         );
     }
 
-    /// Constant 3×3 filters of a stride-1 convolution are transformed once, at `prepare`, for
-    /// the Winograd kernel; the answers are the same bits as with the filters transformed per
-    /// run, alone and under FusedConv, and a convolution the kernel does not take (stride 2)
-    /// is unchanged by `prepare`.
+    /// Constant filters of a stride-1 convolution are prepared once, at `prepare`: transformed
+    /// for the Winograd kernel (3×3, many channels) or packed for the direct one (few
+    /// channels); the answers are the same bits as with the filters prepared per run, alone
+    /// and under FusedConv, and a convolution neither kernel takes (stride 2) is unchanged by
+    /// `prepare`.
     #[test]
-    fn prepared_winograd_filters_give_the_same_bits() {
-        let x = Tensor::from_vec(&[1, 32, 32, 30], noise(32 * 960, 5)).unwrap();
-        let w = Tensor::from_vec(&[40, 32, 3, 3], noise(40 * 32 * 9, 6)).unwrap();
-        let b = Tensor::from_vec(&[40], noise(40, 7)).unwrap();
-        for (op, strides) in [("Conv", 1), ("FusedConv", 1), ("Conv", 2)] {
-            let n = if op == "FusedConv" {
-                ms(op).with_attr("activation", AttrValue::String(b"Relu".to_vec()))
-            } else {
-                NodeDef::new(op, 11)
-            };
-            let n = n
-                .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
-                .with_attr("strides", AttrValue::Ints(vec![strides, strides]))
-                .with_io(3, 1);
-            let refs = [Some(x.view()), Some(w.view()), Some(b.view())];
-            let per_run = crate::ops::registry().build(&n).unwrap();
-            let prepared = crate::ops::registry().build(&n).unwrap();
-            prepared.prepare(&[None, Some(w.view()), Some(b.view())]);
-            let (a, p) = (per_run.run(&refs).unwrap(), prepared.run(&refs).unwrap());
-            let (a, p) = (
-                a[0].as_array::<f32>().unwrap().to_owned(),
-                p[0].as_array::<f32>().unwrap().to_owned(),
-            );
-            assert_eq!(a.shape(), p.shape());
-            assert!(
-                a.iter()
-                    .zip(p.iter())
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{op} stride {strides}"
-            );
+    fn prepared_filters_give_the_same_bits() {
+        // (X shape, W shape): Winograd's, then the direct kernel's.
+        let shapes = [
+            ([1, 32, 32, 30], [40, 32, 3, 3]),
+            ([2, 6, 15, 11], [12, 6, 3, 3]),
+        ];
+        for (s, (xs, ws)) in shapes.iter().enumerate() {
+            let nx: usize = xs.iter().product();
+            let nw: usize = ws.iter().product();
+            let x = Tensor::from_vec(xs, noise(nx, 5)).unwrap();
+            let w = Tensor::from_vec(ws, noise(nw, 6)).unwrap();
+            let b = Tensor::from_vec(&[ws[0]], noise(ws[0], 7)).unwrap();
+            for (op, strides) in [("Conv", 1), ("FusedConv", 1), ("Conv", 2)] {
+                let n = if op == "FusedConv" {
+                    ms(op).with_attr("activation", AttrValue::String(b"Relu".to_vec()))
+                } else {
+                    NodeDef::new(op, 11)
+                };
+                let n = n
+                    .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
+                    .with_attr("strides", AttrValue::Ints(vec![strides, strides]))
+                    .with_io(3, 1);
+                let refs = [Some(x.view()), Some(w.view()), Some(b.view())];
+                let per_run = crate::ops::registry().build(&n).unwrap();
+                let prepared = crate::ops::registry().build(&n).unwrap();
+                prepared.prepare(&[None, Some(w.view()), Some(b.view())]);
+                let (a, p) = (per_run.run(&refs).unwrap(), prepared.run(&refs).unwrap());
+                let (a, p) = (
+                    a[0].as_array::<f32>().unwrap().to_owned(),
+                    p[0].as_array::<f32>().unwrap().to_owned(),
+                );
+                assert_eq!(a.shape(), p.shape());
+                assert!(
+                    a.iter()
+                        .zip(p.iter())
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "shape {s}: {op} stride {strides}"
+                );
+            }
+        }
+    }
+
+    /// FusedConv's sum and activation on the direct kernel's output: each block of output
+    /// planes (two images, two blocks of channels, one part-filled) gets the Z elements at its
+    /// own offsets; the answer is Relu(Conv(X, W, B) + Z) bit for bit.
+    #[test]
+    fn fused_conv_sums_each_direct_block_at_its_offset() {
+        let (xs, ws) = ([2, 3, 10, 9], [13, 3, 3, 3]);
+        let nx: usize = xs.iter().product();
+        let nw: usize = ws.iter().product();
+        let x = Tensor::from_vec(&xs, noise(nx, 21)).unwrap();
+        let w = Tensor::from_vec(&ws, noise(nw, 22)).unwrap();
+        let b = Tensor::from_vec(&[13], noise(13, 23)).unwrap();
+        let z = Tensor::from_vec(&[2, 13, 10, 9], noise(2 * 13 * 90, 24)).unwrap();
+        let pads = AttrValue::Ints(vec![1, 1, 1, 1]);
+        let conv = run(
+            NodeDef::new("Conv", 11).with_attr("pads", pads.clone()),
+            vec![x.clone(), w.clone(), b.clone()],
+        )
+        .unwrap();
+        let fused = run_some(
+            ms("FusedConv")
+                .with_attr("activation", AttrValue::String(b"Relu".to_vec()))
+                .with_attr("pads", pads),
+            vec![Some(x), Some(w), Some(b), Some(z.clone())],
+        );
+        let (c, z, f) = (
+            conv[0].as_array::<f32>().unwrap(),
+            z.as_array::<f32>().unwrap(),
+            &fused[0],
+        );
+        assert_eq!(c.len(), f.len());
+        for ((&c, &z), &f) in c.iter().zip(z.iter()).zip(f) {
+            assert_eq!((c + z).max(0.0).to_bits(), f.to_bits());
         }
     }
 

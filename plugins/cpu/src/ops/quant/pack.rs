@@ -412,6 +412,7 @@ impl FastQConv {
             kw,
             geo: &geo2,
             winograd: None,
+            direct: None,
         };
         let input = qconv::Input {
             x: &xb,

@@ -190,7 +190,10 @@ fn every_compile_pass_that_can_be_turned_off_keeps_the_answer() {
     type Tolerance = fn(f32) -> f32;
     let models: [(&str, Tolerance); 6] = [
         ("ort-qdq-cnn", |_| 0.0),
-        ("ort-conv-bn", |y| 1e-5 * y.abs().max(1.0)),
+        // Without folding, the normalization scales the convolutions' rounding: at the worst
+        // element, against the answer computed in float64, ONNX Runtime is off by 7.0e-6 and
+        // epx by 6.7e-6, in opposite directions; the two differ by their sum.
+        ("ort-conv-bn", |y| 2e-5 * y.abs().max(1.0)),
         ("ort-channels-last-cnn", |y| 1e-5 * y.abs().max(1.0)),
         ("ort-nested-constants", |_| 1e-5),
         ("float16-gather", |y| 1e-3 * y.abs().max(1.0)),

@@ -440,7 +440,7 @@ class Session:
         self._output_names = [v.name for v in self.outputs]
         # The native per-call path (epx._native), where it applies.
         self._fast = _fast.runner(lib, self._ptr, _fast.names(self.inputs),
-                                  _fast.names(self.outputs))
+                                  _fast.names(self.outputs), self.placement())
 
     @staticmethod
     def _named_extents(v: ValueInfo, dims: Optional[List[Any]]) -> ValueInfo:

@@ -26,10 +26,17 @@ def available() -> bool:
     return _native is not None and os.environ.get("EPX_PYTHON_NATIVE", "1") != "0"
 
 
+# Operators whose run time does not follow their inputs' size: a session with one never keeps
+# the GIL during a run.
+_CONTROL_FLOW = frozenset(("Loop", "If", "Scan"))
+
+
 def runner(lib: _capi.Library, handle: int, inputs: Sequence[Tuple[str, str]],
-           outputs: Sequence[Tuple[str, str]]) -> Optional[Any]:
+           outputs: Sequence[Tuple[str, str]], placement: Optional[dict] = None) -> Optional[Any]:
     """A native runner for a session whose inputs and outputs (`(name, type)`, type as
-    `tensor(float)`) are all numeric tensors; None where the native path does not apply."""
+    `tensor(float)`) are all numeric tensors; None where the native path does not apply.
+    `placement` (the session's placement report) says whether a short run may keep the GIL:
+    every node on the CPU EP in this process, none with control flow."""
     if not available():
         return None
     codes = []
@@ -41,7 +48,19 @@ def runner(lib: _capi.Library, handle: int, inputs: Sequence[Tuple[str, str]],
     if any(_numeric(ty) is None for _, ty in outputs):
         return None
     addresses = {f: ctypes.cast(lib._lib[f], ctypes.c_void_p).value for f in _FUNCTIONS}
-    return _native.Runner(addresses, handle, codes, [name for name, _ in outputs], np)
+    return _native.Runner(addresses, handle, codes, [name for name, _ in outputs], np,
+                          may_hold_gil(placement))
+
+
+def may_hold_gil(placement: Optional[dict]) -> bool:
+    """Whether a session with this placement report may keep the GIL through a short run: its
+    time then follows its inputs' size and nothing in it waits (see `GilRule` in the
+    extension)."""
+    if not placement or placement.get("isolated_providers"):
+        return False
+    nodes = placement.get("nodes") or []
+    return bool(nodes) and all(n.get("provider") == "cpu" and n.get("op_type") not in _CONTROL_FLOW
+                               for n in nodes)
 
 
 def _numeric(ty: str) -> Optional[int]:

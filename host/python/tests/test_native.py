@@ -96,6 +96,32 @@ def test_the_gil_is_released_while_a_run_computes(path):
     assert count > 10_000, count
 
 
+def test_a_short_run_keeps_the_gil_and_a_long_or_control_flow_one_releases_it():
+    s = eort.InferenceSession(example("add.onnx"))
+    if s._fast is None:
+        pytest.skip("no native path in this install")
+    runner = s._fast
+    feed = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
+    size = sum(v.nbytes for v in feed.values())
+    # Before any run, nothing says the run is short: it releases the GIL.
+    assert not runner.keeps_gil(size)
+    for _ in range(3):
+        s.run(None, feed)
+    # One Add on CPU: short; the same inputs keep the GIL, larger ones do not.
+    assert runner.keeps_gil(size)
+    assert not runner.keeps_gil(size + 1)
+    # A Loop's time does not follow its inputs: never.
+    loop = eort.InferenceSession(here("models", "loop.onnx"))
+    loop.run(None, {"m": np.array(1)})
+    assert not loop._fast.keeps_gil(8)
+    assert _fast.may_hold_gil({"nodes": [{"op_type": "Add", "provider": "cpu"}]})
+    for report in ({"nodes": [{"op_type": "Add", "provider": "openvino"}]},
+                   {"nodes": [{"op_type": "If", "provider": "cpu"}]},
+                   {"nodes": [{"op_type": "Add", "provider": "cpu"}], "isolated_providers": ["x"]},
+                   {"nodes": []}, None):
+        assert not _fast.may_hold_gil(report), report
+
+
 def test_epx_sessions_take_the_native_path_with_the_same_answers():
     s = epx.Session(example("add.onnx"))
     if s._fast is None:

@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
@@ -270,6 +272,46 @@ struct Runner {
     ndarray: Py<PyAny>,
     asarray: Py<PyAny>,
     zeros: Py<PyAny>,
+    /// Whether a run may keep the GIL when it is short ([`GilRule`]).
+    gil: GilRule,
+}
+
+/// When a run keeps the GIL. Releasing it and taking it back costs two thread hand-offs when
+/// another Python thread waits for it, which can be more than a small model's whole run; like
+/// numpy below its size threshold, such a run keeps the GIL. A run of a session that may hold
+/// it (every node on the CPU EP in this process, no control flow: its time follows its inputs'
+/// size, and nothing in it waits) keeps it while the previous run took under [`HOLD_BELOW_NS`]
+/// and its inputs are no larger than that run's. Any other run releases it, and the first.
+struct GilRule {
+    may_hold: bool,
+    /// The previous run's compute time (ns) and input bytes; `u64::MAX` before any.
+    last_ns: AtomicU64,
+    last_bytes: AtomicU64,
+}
+
+/// The longest previous run after which a run may keep the GIL.
+const HOLD_BELOW_NS: u64 = 10_000;
+
+impl GilRule {
+    fn new(may_hold: bool) -> GilRule {
+        GilRule {
+            may_hold,
+            last_ns: AtomicU64::new(u64::MAX),
+            last_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a run on inputs of `bytes` keeps the GIL.
+    fn holds(&self, bytes: u64) -> bool {
+        self.may_hold
+            && self.last_ns.load(Ordering::Relaxed) < HOLD_BELOW_NS
+            && bytes <= self.last_bytes.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, ns: u64, bytes: u64) {
+        self.last_ns.store(ns, Ordering::Relaxed);
+        self.last_bytes.store(bytes, Ordering::Relaxed);
+    }
 }
 
 #[pymethods]
@@ -278,14 +320,18 @@ impl Runner {
     /// `inputs`: `[(name, element type)]` in the model's order; `outputs`: the output names in
     /// the model's order; `numpy`: the numpy module.
     ///
+    /// `may_hold_gil`: whether a short run may keep the GIL ([`GilRule`]).
+    ///
     /// The addresses must be those of the libepx that made `session` and stays loaded.
     #[new]
+    #[pyo3(signature = (addresses, session, inputs, outputs, numpy, may_hold_gil=false))]
     fn new(
         addresses: &Bound<'_, PyDict>,
         session: usize,
         inputs: Vec<(String, i32)>,
         outputs: Vec<Bound<'_, PyString>>,
         numpy: &Bound<'_, PyAny>,
+        may_hold_gil: bool,
     ) -> PyResult<Self> {
         // SAFETY: the constructor's documented contract (epx._fast is its one caller).
         let api = unsafe { Api::from_addresses(addresses) }?;
@@ -311,7 +357,13 @@ impl Runner {
             ndarray: numpy.getattr("ndarray")?.unbind(),
             asarray: numpy.getattr("asarray")?.unbind(),
             zeros: numpy.getattr("zeros")?.unbind(),
+            gil: GilRule::new(may_hold_gil),
         })
+    }
+
+    /// Whether the next run on inputs of `bytes` keeps the GIL ([`GilRule`]).
+    fn keeps_gil(&self, bytes: u64) -> bool {
+        self.gil.holds(bytes)
     }
 
     /// Runs on `feed` and returns the outputs `output_names` names (all, in the model's order,
@@ -416,14 +468,23 @@ impl Runner {
             run_options,
         };
         let run = self.api.run;
-        let (error, out) = py.detach(move || {
+        let bytes: u64 = refs.iter().map(|r| r.byte_len as u64).sum();
+        let compute = move || {
             let call = call;
             let mut out = 0usize;
+            let start = Instant::now();
             // SAFETY: `refs`, the names, shapes and input buffers they point into stay alive and
             // unchanged here until this returns; the handles are libepx's to check.
             let error = unsafe { run(call.session, call.refs, call.n, call.run_options, &mut out) };
-            (error, out)
-        });
+            (error, out, start.elapsed())
+        };
+        let (error, out, took) = if self.gil.holds(bytes) {
+            compute()
+        } else {
+            py.detach(compute)
+        };
+        self.gil
+            .record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), bytes);
         drop(refs);
         drop(buffers);
         if error != 0 {

@@ -26,6 +26,10 @@ def available() -> bool:
     return _native is not None and os.environ.get("EPX_PYTHON_NATIVE", "1") != "0"
 
 
+# A run of a session that may keep the GIL keeps it when the previous run took less than this
+# (ns) and its inputs are no larger: releasing and retaking the GIL costs more than such a run.
+HOLD_GIL_BELOW_NS = 10_000
+
 # Operators whose run time does not follow their inputs' size: a session with one never keeps
 # the GIL during a run.
 _CONTROL_FLOW = frozenset(("Loop", "If", "Scan"))
@@ -49,7 +53,7 @@ def runner(lib: _capi.Library, handle: int, inputs: Sequence[Tuple[str, str]],
         return None
     addresses = {f: ctypes.cast(lib._lib[f], ctypes.c_void_p).value for f in _FUNCTIONS}
     return _native.Runner(addresses, handle, codes, [name for name, _ in outputs], np,
-                          may_hold_gil(placement))
+                          may_hold_gil(placement), HOLD_GIL_BELOW_NS)
 
 
 def may_hold_gil(placement: Optional[dict]) -> bool:

@@ -96,13 +96,16 @@ def test_the_gil_is_released_while_a_run_computes(path):
     assert count > 10_000, count
 
 
-def test_a_short_run_keeps_the_gil_and_a_long_or_control_flow_one_releases_it():
+def test_a_short_run_keeps_the_gil_and_a_long_or_control_flow_one_releases_it(monkeypatch):
+    feed = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
+    size = sum(v.nbytes for v in feed.values())
+    # "Short" is under _fast.HOLD_GIL_BELOW_NS; set here so that it does not depend on how fast
+    # this build runs one Add: any run is short, then none is.
+    monkeypatch.setattr(_fast, "HOLD_GIL_BELOW_NS", 10 ** 12)
     s = eort.InferenceSession(example("add.onnx"))
     if s._fast is None:
         pytest.skip("no native path in this install")
     runner = s._fast
-    feed = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
-    size = sum(v.nbytes for v in feed.values())
     # Before any run, nothing says the run is short: it releases the GIL.
     assert not runner.keeps_gil(size)
     for _ in range(3):
@@ -110,10 +113,15 @@ def test_a_short_run_keeps_the_gil_and_a_long_or_control_flow_one_releases_it():
     # One Add on CPU: short; the same inputs keep the GIL, larger ones do not.
     assert runner.keeps_gil(size)
     assert not runner.keeps_gil(size + 1)
-    # A Loop's time does not follow its inputs: never.
+    # A Loop's time does not follow its inputs: never, however short its runs.
     loop = eort.InferenceSession(here("models", "loop.onnx"))
     loop.run(None, {"m": np.array(1)})
     assert not loop._fast.keeps_gil(8)
+    # With no run short enough, the same Add never keeps it.
+    monkeypatch.setattr(_fast, "HOLD_GIL_BELOW_NS", 0)
+    never = eort.InferenceSession(example("add.onnx"))
+    never.run(None, feed)
+    assert not never._fast.keeps_gil(size)
     assert _fast.may_hold_gil({"nodes": [{"op_type": "Add", "provider": "cpu"}]})
     for report in ({"nodes": [{"op_type": "Add", "provider": "openvino"}]},
                    {"nodes": [{"op_type": "If", "provider": "cpu"}]},

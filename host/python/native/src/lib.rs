@@ -280,22 +280,22 @@ struct Runner {
 /// another Python thread waits for it, which can be more than a small model's whole run; like
 /// numpy below its size threshold, such a run keeps the GIL. A run of a session that may hold
 /// it (every node on the CPU EP in this process, no control flow: its time follows its inputs'
-/// size, and nothing in it waits) keeps it while the previous run took under [`HOLD_BELOW_NS`]
-/// and its inputs are no larger than that run's. Any other run releases it, and the first.
+/// size, and nothing in it waits) keeps it while the previous run took under `below_ns` (10 µs
+/// from `epx._fast`) and its inputs are no larger than that run's. Any other run releases it, and the first.
 struct GilRule {
     may_hold: bool,
+    /// The longest previous run (ns) after which a run may keep the GIL.
+    below_ns: u64,
     /// The previous run's compute time (ns) and input bytes; `u64::MAX` before any.
     last_ns: AtomicU64,
     last_bytes: AtomicU64,
 }
 
-/// The longest previous run after which a run may keep the GIL.
-const HOLD_BELOW_NS: u64 = 10_000;
-
 impl GilRule {
-    fn new(may_hold: bool) -> GilRule {
+    fn new(may_hold: bool, below_ns: u64) -> GilRule {
         GilRule {
             may_hold,
+            below_ns,
             last_ns: AtomicU64::new(u64::MAX),
             last_bytes: AtomicU64::new(0),
         }
@@ -304,7 +304,7 @@ impl GilRule {
     /// Whether a run on inputs of `bytes` keeps the GIL.
     fn holds(&self, bytes: u64) -> bool {
         self.may_hold
-            && self.last_ns.load(Ordering::Relaxed) < HOLD_BELOW_NS
+            && self.last_ns.load(Ordering::Relaxed) < self.below_ns
             && bytes <= self.last_bytes.load(Ordering::Relaxed)
     }
 
@@ -320,11 +320,12 @@ impl Runner {
     /// `inputs`: `[(name, element type)]` in the model's order; `outputs`: the output names in
     /// the model's order; `numpy`: the numpy module.
     ///
-    /// `may_hold_gil`: whether a short run may keep the GIL ([`GilRule`]).
+    /// `may_hold_gil`: whether a short run may keep the GIL, and `hold_below_ns` how short
+    /// ([`GilRule`]).
     ///
     /// The addresses must be those of the libepx that made `session` and stays loaded.
     #[new]
-    #[pyo3(signature = (addresses, session, inputs, outputs, numpy, may_hold_gil=false))]
+    #[pyo3(signature = (addresses, session, inputs, outputs, numpy, may_hold_gil=false, hold_below_ns=10_000))]
     fn new(
         addresses: &Bound<'_, PyDict>,
         session: usize,
@@ -332,6 +333,7 @@ impl Runner {
         outputs: Vec<Bound<'_, PyString>>,
         numpy: &Bound<'_, PyAny>,
         may_hold_gil: bool,
+        hold_below_ns: u64,
     ) -> PyResult<Self> {
         // SAFETY: the constructor's documented contract (epx._fast is its one caller).
         let api = unsafe { Api::from_addresses(addresses) }?;
@@ -357,7 +359,7 @@ impl Runner {
             ndarray: numpy.getattr("ndarray")?.unbind(),
             asarray: numpy.getattr("asarray")?.unbind(),
             zeros: numpy.getattr("zeros")?.unbind(),
-            gil: GilRule::new(may_hold_gil),
+            gil: GilRule::new(may_hold_gil, hold_below_ns),
         })
     }
 

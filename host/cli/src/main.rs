@@ -9,6 +9,7 @@ mod doctor;
 mod probe;
 mod run;
 mod scaffold;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,8 @@ enum Command {
     Cache(cache::CacheArgs),
     /// Write a new plugin folder (Rust or C) that builds and passes `epx conformance`.
     NewPlugin(scaffold::NewPluginArgs),
+    /// Serve a model repository over the Open Inference Protocol (KServe v2, REST).
+    Serve(serve::ServeArgs),
     /// Open one plugin library and report surviving it (run by `providers` and `doctor`, in a
     /// child process, before they open a library themselves).
     #[command(hide = true)]
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(env, args).map(|()| ExitCode::SUCCESS),
         Command::NewPlugin(args) => scaffold::new_plugin(args).map(|()| ExitCode::SUCCESS),
         Command::Cache(args) => cache::cache(&env, args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::serve(env, args).map(|()| ExitCode::SUCCESS),
         Command::Conformance(args) => conformance::conformance(env, args).map(|ok| {
             if ok {
                 ExitCode::SUCCESS

@@ -1,0 +1,36 @@
+//! `epx serve`: the Open Inference Protocol over a model repository (crate `epx-serve`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use epx::{Environment, Error, Result};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The model repository: DIR/<model>/<version>/model.onnx, with an optional
+    /// DIR/<model>/config.toml (threads, instances, max_queue).
+    #[arg(long, value_name = "DIR")]
+    model_repository: PathBuf,
+    /// The REST port (0: any free port; the one taken is printed).
+    #[arg(long, default_value_t = 8000)]
+    http_port: u16,
+    /// The address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    host: IpAddr,
+    /// The largest request body accepted, in bytes (larger: HTTP 413).
+    #[arg(long, default_value_t = 64 << 20)]
+    max_body_bytes: usize,
+}
+
+pub fn serve(env: Arc<Environment>, args: ServeArgs) -> Result<()> {
+    let options = epx_serve::ServeOptions {
+        repository: args.model_repository,
+        http: SocketAddr::new(args.host, args.http_port),
+        max_body_bytes: args.max_body_bytes,
+    };
+    epx_serve::run(env, &options, |addr| {
+        println!("epx serve: the Open Inference Protocol over HTTP at http://{addr}");
+    })
+    .map_err(Error::InvalidInput)
+}

@@ -1,0 +1,67 @@
+//! `epx serve` as a user starts it: prints where it listens, answers, and on SIGTERM finishes
+//! and exits 0.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("epx-cli-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let version = dir.join("add").join("1");
+    std::fs::create_dir_all(&version).unwrap();
+    let model = epx_tests::repo_root().join("examples/models/add.onnx");
+    std::fs::copy(model, version.join("model.onnx")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_epx"))
+        .args(["serve", "--model-repository"])
+        .arg(&dir)
+        .args(["--http-port", "0", "--host", "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .expect("the address is printed")
+        .to_owned();
+    assert!(line.contains("Open Inference Protocol"), "{line}");
+
+    let get = |path: &str| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    assert!(get("/v2/health/ready").starts_with("HTTP/1.1 200"));
+    assert!(get("/v2/models/add").contains("\"name\":\"add\""));
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "epx serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,566 @@
+//! The REST side of `epx serve` over a real socket: every endpoint, JSON and binary tensor data
+//! in several datatypes, and the refusals (malformed bodies, wrong datatypes and shapes, binary
+//! sizes that lie, unknown models and versions, bodies over the limit, a full queue), none of
+//! which disturbs the next request.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+
+use epx::Environment;
+use epx::onnx::proto;
+use epx_serve::ServeOptions;
+use epx_tests::models::{counting_loop, model_bytes, node};
+use serde_json::{Value as Json, json};
+
+/// A value of ONNX element type `elem` with extents `dims` (-1: a named dynamic one).
+fn value(name: &str, elem: i32, dims: &[i64]) -> proto::ValueInfoProto {
+    use proto::tensor_shape_proto::{Dimension, dimension};
+    proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(elem),
+                    shape: Some(proto::TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(if d < 0 {
+                                    dimension::Value::DimParam("n".into())
+                                } else {
+                                    dimension::Value::DimValue(d)
+                                }),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// INT32 `[n, 2]`, BYTES `[n]`, BOOL `[2]` (negated) and FP16 `[2]` passed through.
+fn mixed_model() -> Vec<u8> {
+    let (int32, string, boolean, half) = (6, 8, 9, 10);
+    model_bytes(proto::GraphProto {
+        name: Some("mixed".into()),
+        node: vec![
+            node("Identity", &["i"], &["i_out"]),
+            node("Identity", &["s"], &["s_out"]),
+            node("Not", &["b"], &["b_out"]),
+            node("Identity", &["h"], &["h_out"]),
+        ],
+        input: vec![
+            value("i", int32, &[-1, 2]),
+            value("s", string, &[-1]),
+            value("b", boolean, &[2]),
+            value("h", half, &[2]),
+        ],
+        output: vec![
+            value("i_out", int32, &[-1, 2]),
+            value("s_out", string, &[-1]),
+            value("b_out", boolean, &[2]),
+            value("h_out", half, &[2]),
+        ],
+        ..Default::default()
+    })
+}
+
+fn put(root: &Path, model: &str, bytes: &[u8], config: Option<&str>) {
+    let dir = root.join(model).join("1");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.onnx"), bytes).unwrap();
+    if let Some(c) = config {
+        std::fs::write(root.join(model).join("config.toml"), c).unwrap();
+    }
+}
+
+/// A server on a free port over a repository of: `add` (FP32 `[1, 4]` + `[1, 4]`), `mixed`,
+/// `loop` (one instance, no queue), `broken` (not ONNX) and `badconfig` (an unknown key).
+struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start() -> Running {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("epx-serve-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = epx_tests::repo_root();
+    put(
+        &dir,
+        "add",
+        &std::fs::read(root.join("examples/models/add.onnx")).unwrap(),
+        Some("threads = 1\n"),
+    );
+    put(&dir, "mixed", &mixed_model(), None);
+    put(
+        &dir,
+        "loop",
+        &counting_loop(),
+        Some("instances = 1\nmax_queue = 0\n"),
+    );
+    put(&dir, "broken", b"not an onnx model", None);
+    put(&dir, "badconfig", &mixed_model(), Some("instance = 2\n"));
+    let options = ServeOptions {
+        repository: dir.clone(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        max_body_bytes: 1 << 20,
+    };
+    let env: Arc<Environment> = Environment::builder().commit().unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let server = epx_serve::http::Server::bind(env, &options).await?;
+            addr_tx.send(server.address()).unwrap();
+            server
+                .serve(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        })
+    });
+    let addr = addr_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the server starts");
+    Running {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: TempDir(dir),
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Json {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or("").to_owned()
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection.
+fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+fn get(addr: SocketAddr, path: &str) -> Reply {
+    call(addr, "GET", path, &[], b"")
+}
+
+fn infer(addr: SocketAddr, model: &str, body: &Json) -> Reply {
+    let path = format!("/v2/models/{model}/infer");
+    call(addr, "POST", &path, &[], &serde_json::to_vec(body).unwrap())
+}
+
+/// A request with the binary tensor data extension: `header` as JSON, then `data`.
+fn call_binary(addr: SocketAddr, model: &str, header: &Json, data: &[u8]) -> Reply {
+    let header = serde_json::to_vec(header).unwrap();
+    let mut body = header.clone();
+    body.extend_from_slice(data);
+    let len = [("Inference-Header-Content-Length", header.len().to_string())];
+    call(
+        addr,
+        "POST",
+        &format!("/v2/models/{model}/infer"),
+        &len,
+        &body,
+    )
+}
+
+/// A successful binary response's JSON header and binary data.
+fn split_binary(r: &Reply) -> (Json, &[u8]) {
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let header = r
+        .header(epx_serve::http::HEADER_LENGTH)
+        .expect("a header length");
+    let json_len: usize = header.parse().unwrap();
+    let head = serde_json::from_slice(&r.body[..json_len]).unwrap();
+    (head, &r.body[json_len..])
+}
+
+fn add_request() -> Json {
+    json!({
+        "id": "r1",
+        "inputs": [
+            {"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
+            {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [[0.5, 0.25, -1.0, 10.0]]},
+        ]
+    })
+}
+
+#[test]
+fn health_metadata_and_json_inference() {
+    let server = start();
+    let addr = server.addr;
+    assert_eq!(get(addr, "/v2/health/live").status, 200);
+    // Two models of the repository failed to load: the server is live, not ready.
+    assert_eq!(get(addr, "/v2/health/ready").status, 503);
+    let meta = get(addr, "/v2").json();
+    assert_eq!(meta["name"], "epx");
+    assert_eq!(meta["extensions"], json!(["binary_tensor_data"]));
+
+    let m = get(addr, "/v2/models/mixed").json();
+    assert_eq!(m["versions"], json!(["1"]));
+    assert_eq!(
+        m["inputs"][0],
+        json!({"name": "i", "datatype": "INT32", "shape": [-1, 2]})
+    );
+    assert_eq!(m["inputs"][1]["datatype"], "BYTES");
+    assert_eq!(
+        get(addr, "/v2/models/mixed/versions/1").json()["name"],
+        "mixed"
+    );
+    assert_eq!(get(addr, "/v2/models/add/ready").status, 200);
+    assert_eq!(get(addr, "/v2/models/add/versions/1/ready").status, 200);
+
+    let r = infer(addr, "add", &add_request());
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let out = r.json();
+    assert_eq!(out["id"], "r1");
+    assert_eq!(out["model_name"], "add");
+    assert_eq!(out["model_version"], "1");
+    assert_eq!(
+        out["outputs"][0],
+        json!({"name": "sum", "datatype": "FP32", "shape": [1, 4], "data": [1.5, 2.25, 2.0, 14.0]})
+    );
+
+    let r = infer(
+        addr,
+        "mixed",
+        &json!({"inputs": [
+            {"name": "i", "shape": [2, 2], "datatype": "INT32", "data": [[1, -2], [2147483647, -2147483648]]},
+            {"name": "s", "shape": [3], "datatype": "BYTES", "data": ["a", "", "ünï"]},
+            {"name": "b", "shape": [2], "datatype": "BOOL", "data": [true, false]},
+            {"name": "h", "shape": [2], "datatype": "FP16", "data": [0.5, -65504.0]},
+        ], "outputs": [{"name": "h_out"}, {"name": "b_out"}, {"name": "s_out"}, {"name": "i_out"}]}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let out = r.json();
+    // In the order asked for.
+    assert_eq!(out["outputs"][0]["data"], json!([0.5, -65504.0]));
+    assert_eq!(out["outputs"][1]["data"], json!([false, true]));
+    assert_eq!(out["outputs"][2]["data"], json!(["a", "", "ünï"]));
+    assert_eq!(
+        out["outputs"][3]["data"],
+        json!([1, -2, 2147483647, -2147483648])
+    );
+    assert_eq!(out["outputs"][3]["shape"], json!([2, 2]));
+}
+
+#[test]
+fn binary_tensor_data_in_and_out() {
+    let server = start();
+    let addr = server.addr;
+    let a: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let header = json!({
+        "inputs": [
+            {"name": "a", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+            {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1]},
+        ],
+        "outputs": [{"name": "sum", "parameters": {"binary_data": true}}],
+    });
+    let r = call_binary(addr, "add", &header, &a);
+    let (head, data) = split_binary(&r);
+    assert_eq!(head["outputs"][0]["parameters"]["binary_data_size"], 16);
+    assert!(head["outputs"][0].get("data").is_none());
+    let sum: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(sum, [2.0, 3.0, 4.0, 5.0]);
+
+    // BYTES as binary: each element's 4-byte length, then its bytes.
+    let mut strings = Vec::new();
+    for s in [&b"xy"[..], b"", "\u{fc}\0z".as_bytes()] {
+        strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        strings.extend_from_slice(s);
+    }
+    let header = json!({
+        "inputs": [
+            {"name": "i", "shape": [0, 2], "datatype": "INT32", "data": []},
+            {"name": "s", "shape": [3], "datatype": "BYTES", "parameters": {"binary_data_size": strings.len()}},
+            {"name": "b", "shape": [2], "datatype": "BOOL", "data": [false, false]},
+            {"name": "h", "shape": [2], "datatype": "FP16", "data": [1, 2]},
+        ],
+        "parameters": {"binary_data_output": true},
+    });
+    let r = call_binary(addr, "mixed", &header, &strings);
+    let (head, data) = split_binary(&r);
+    let sizes: Vec<usize> = head["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["parameters"]["binary_data_size"].as_u64().unwrap() as usize)
+        .collect();
+    // i_out (no elements), s_out (the same bytes back), b_out, h_out.
+    assert_eq!(sizes, [0, strings.len(), 2, 4]);
+    assert_eq!(&data[..strings.len()], &strings[..]);
+    assert_eq!(&data[strings.len()..strings.len() + 2], &[1, 1]);
+}
+
+#[test]
+fn refusals_say_what_is_wrong_and_the_server_goes_on() {
+    let server = start();
+    let addr = server.addr;
+    let post = |path: &str, body: &[u8]| call(addr, "POST", path, &[], body);
+    // Input `a` of `add` varied, `b` as it should be.
+    let with_a = |a: Json| {
+        let b = json!({"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]});
+        infer(addr, "add", &json!({"inputs": [a, b]}))
+    };
+    let a = |shape: Json, datatype: &str, data: Json| json!({"name": "a", "shape": shape, "datatype": datatype, "data": data});
+    let only_a = json!({"inputs": [a(json!([1, 4]), "FP32", json!([1, 2, 3, 4]))]});
+    let no_such_output = json!({
+        "inputs": [a(json!([1, 4]), "FP32", json!([1, 2, 3, 4])),
+                   {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}],
+        "outputs": [{"name": "nope"}]});
+    let mixed_bad_int = json!({"inputs": [
+        {"name": "i", "shape": [1, 2], "datatype": "INT32", "data": [1, 2147483648i64]},
+        {"name": "s", "shape": [0], "datatype": "BYTES", "data": []},
+        {"name": "b", "shape": [2], "datatype": "BOOL", "data": [true, false]},
+        {"name": "h", "shape": [2], "datatype": "FP16", "data": [1, 2]}]});
+    let cases: Vec<(Reply, u16, &str)> = vec![
+        (
+            post("/v2/models/add/infer", b"{not json"),
+            400,
+            "not an inference request",
+        ),
+        (
+            post("/v2/models/add/infer", b"[]"),
+            400,
+            "not an inference request",
+        ),
+        (
+            with_a(a(json!([1, 4]), "FP64", json!([1, 2, 3, 4]))),
+            400,
+            "datatype FP64 but the model declares FP32",
+        ),
+        (
+            with_a(a(json!([2, 2]), "FP32", json!([1, 2, 3, 4]))),
+            400,
+            "does not fit the model's [1,4]",
+        ),
+        (
+            with_a(a(json!([1, 4]), "FP32", json!([1, 2, 3]))),
+            400,
+            "holds 4 elements but data has 3",
+        ),
+        (
+            with_a(a(json!([1, 4]), "FP32", json!([1, 2, 3, "x"]))),
+            400,
+            "element 3 (\"x\") is not a FP32 value",
+        ),
+        (
+            with_a(a(json!([1, -4]), "FP32", json!([1, 2, 3, 4]))),
+            400,
+            "negative extent",
+        ),
+        (
+            with_a(a(json!([1, 4]), "FP8", json!([1, 2, 3, 4]))),
+            400,
+            "unknown datatype",
+        ),
+        (
+            infer(addr, "add", &only_a),
+            400,
+            "lacks the model's input(s) b",
+        ),
+        (infer(addr, "add", &no_such_output), 400, "no output `nope`"),
+        (
+            infer(addr, "mixed", &mixed_bad_int),
+            400,
+            "element 1 (2147483648) is not a INT32 value",
+        ),
+        (
+            infer(addr, "nope", &add_request()),
+            404,
+            "no model named `nope`",
+        ),
+        (get(addr, "/v2/models/add/versions/7"), 404, "no version 7"),
+        (
+            get(addr, "/v2/models/broken"),
+            404,
+            "model `broken` is not loaded",
+        ),
+        (
+            get(addr, "/v2/models/badconfig"),
+            404,
+            "unknown field `instance`",
+        ),
+        (get(addr, "/v2/nothing/here"), 404, "no such endpoint"),
+    ];
+    for (i, (reply, status, says)) in cases.iter().enumerate() {
+        assert_eq!(
+            reply.status,
+            *status,
+            "case {i}: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        assert!(
+            reply.error().contains(says),
+            "case {i}: {:?} lacks {says:?}",
+            reply.error()
+        );
+    }
+
+    // Binary sizes that lie: more than the body holds, fewer than the shape needs, bytes left
+    // over, a header length past the end.
+    let header = |size: usize| {
+        json!({"inputs": [
+            {"name": "a", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": size}},
+            {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+    };
+    for (size, extra, says) in [
+        (32, 16, "only 16 bytes of binary data are left"),
+        (12, 12, "needs 16 bytes but binary_data_size is 12"),
+        (16, 20, "4 bytes of binary data follow the header"),
+    ] {
+        let r = call_binary(addr, "add", &header(size), &vec![0u8; extra]);
+        assert_eq!(r.status, 400);
+        assert!(r.error().contains(says), "{:?} lacks {says:?}", r.error());
+    }
+    let len = [("Inference-Header-Content-Length", "99999".to_string())];
+    let r = call(addr, "POST", "/v2/models/add/infer", &len, b"{}");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.error().contains("the body holds 2 bytes"),
+        "{}",
+        r.error()
+    );
+
+    // Over the body limit (1 MiB here).
+    let r = post("/v2/models/add/infer", &vec![b' '; 2 << 20]);
+    assert_eq!(r.status, 413);
+
+    // After all of it, the server still answers.
+    assert_eq!(infer(addr, "add", &add_request()).status, 200);
+}
+
+#[test]
+fn a_full_queue_refuses_with_503_and_the_running_request_finishes() {
+    let server = start();
+    let addr = server.addr;
+    // `loop` has one instance and no queue: while a long run holds it, the next is refused.
+    let long = std::thread::spawn(move || {
+        infer(
+            addr,
+            "loop",
+            &json!({"inputs": [{"name": "m", "shape": [], "datatype": "INT64", "data": [2000000]}],
+                    "outputs": [{"name": "scan", "parameters": {"binary_data": true}}]}),
+        )
+    });
+    let quick = json!({"inputs": [{"name": "m", "shape": [], "datatype": "INT64", "data": [1]}]});
+    // Let the long run take the instance first.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let mut refused = None;
+    while started.elapsed() < std::time::Duration::from_secs(30) && !long.is_finished() {
+        let r = infer(addr, "loop", &quick);
+        if r.status == 503 {
+            refused = Some(r.error());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let long = long.join().unwrap();
+    eprintln!("the long run took {:?}", started.elapsed());
+    assert_eq!(long.status, 200, "{}", String::from_utf8_lossy(&long.body));
+    let refused = refused.expect("a request made while the only instance ran was refused");
+    assert!(refused.contains("limit of queued requests"), "{refused}");
+    // Then it is free again.
+    let r = infer(addr, "loop", &quick);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["outputs"][0]["data"], json!([0.0]));
+}

@@ -1,0 +1,94 @@
+"""`epx serve` (the wheel's `epx` command) against a client no one here wrote: tritonclient's HTTP
+client from PyPI, on every datatype a model in the repository takes, as JSON and as binary
+tensor data, and its refusals."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import example, here
+
+http = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402
+
+TYPES = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8,
+         "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
+         "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    exe = shutil.which("epx", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("no epx command beside this Python")
+    repo = tmp_path_factory.mktemp("repository")
+    for name, path in (("ids", here("models", "identities.onnx")), ("add", example("add.onnx"))):
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(path, repo / name / "1" / "model.onnx")
+    proc = subprocess.Popen([exe, "serve", "--model-repository", str(repo), "--http-port", "0",
+                             "--host", "127.0.0.1"], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    found = re.search(r"http://(\S+)", line)
+    assert found, line
+    client = http.InferenceServerClient(found.group(1))
+    yield client
+    proc.terminate()
+    assert proc.wait(30) == 0
+
+
+def test_health_and_metadata(server):
+    assert server.is_server_live() and server.is_server_ready()
+    assert server.get_server_metadata()["name"] == "epx"
+    assert server.is_model_ready("ids")
+    meta = server.get_model_metadata("add")
+    assert meta["inputs"][0] == {"name": "a", "datatype": "FP32", "shape": [1, 4]}
+    with pytest.raises(InferenceServerException, match="no model named `nope`"):
+        server.get_model_metadata("nope")
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_every_datatype_round_trips(server, binary):
+    inputs, outputs, sent = [], [], {}
+    for t, dt in TYPES.items():
+        a = (np.arange(6).reshape(2, 3) % 3).astype(dt)
+        if dt is np.bool_:
+            a = np.arange(6).reshape(2, 3) % 2 == 0
+        i = http.InferInput(f"x_{t}", a.shape, np_to_triton_dtype(np.dtype(dt)))
+        i.set_data_from_numpy(a, binary_data=binary)
+        inputs.append(i)
+        outputs.append(http.InferRequestedOutput(f"y_{t}", binary_data=binary))
+        sent[t] = a
+    s = np.array([b"ab", "\u00fc".encode(), b""], dtype=np.object_)
+    i = http.InferInput("x_string", s.shape, "BYTES")
+    i.set_data_from_numpy(s, binary_data=binary)
+    inputs.append(i)
+    outputs.append(http.InferRequestedOutput("y_string", binary_data=binary))
+    result = server.infer("ids", inputs, outputs=outputs, request_id="r7")
+    assert result.get_response()["id"] == "r7"
+    for t, a in sent.items():
+        got = result.as_numpy(f"y_{t}")
+        assert got.dtype == a.dtype and np.array_equal(got, a), t
+    strings = [v if isinstance(v, bytes) else v.encode() for v in result.as_numpy("y_string")]
+    assert strings == list(s)
+
+
+def test_refusals_reach_the_client_with_the_reason(server):
+    i = http.InferInput("x_float", [2], "FP64")
+    i.set_data_from_numpy(np.zeros(2))
+    with pytest.raises(InferenceServerException, match="datatype FP64 but the model declares FP32"):
+        server.infer("ids", [i])
+    a = http.InferInput("a", [1, 3], "FP32")
+    a.set_data_from_numpy(np.zeros((1, 3), np.float32))
+    b = http.InferInput("b", [1, 4], "FP32")
+    b.set_data_from_numpy(np.zeros((1, 4), np.float32))
+    with pytest.raises(InferenceServerException, match=r"does not fit the model's \[1,4\]"):
+        server.infer("add", [a, b])
+    # The server goes on.
+    a = http.InferInput("a", [1, 4], "FP32")
+    a.set_data_from_numpy(np.ones((1, 4), np.float32), binary_data=True)
+    assert np.array_equal(server.infer("add", [a, b]).as_numpy("sum"), np.ones((1, 4)))

@@ -15,6 +15,9 @@ pub struct ServeArgs {
     /// The REST port (0: any free port; the one taken is printed).
     #[arg(long, default_value_t = 8000)]
     http_port: u16,
+    /// The Prometheus metrics port (`GET /metrics`; 0: any free port).
+    #[arg(long, default_value_t = 8002)]
+    metrics_port: u16,
     /// The address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
@@ -27,10 +30,14 @@ pub fn serve(env: Arc<Environment>, args: ServeArgs) -> Result<()> {
     let options = epx_serve::ServeOptions {
         repository: args.model_repository,
         http: SocketAddr::new(args.host, args.http_port),
+        metrics: Some(SocketAddr::new(args.host, args.metrics_port)),
         max_body_bytes: args.max_body_bytes,
     };
-    epx_serve::run(env, &options, |addr| {
-        println!("epx serve: the Open Inference Protocol over HTTP at http://{addr}");
+    epx_serve::run(env, &options, |http, metrics| {
+        println!("epx serve: the Open Inference Protocol over HTTP at http://{http}");
+        if let Some(m) = metrics {
+            println!("epx serve: Prometheus metrics at http://{m}/metrics");
+        }
     })
     .map_err(Error::InvalidInput)
 }

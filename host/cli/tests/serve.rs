@@ -17,7 +17,14 @@ fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_epx"))
         .args(["serve", "--model-repository"])
         .arg(&dir)
-        .args(["--http-port", "0", "--host", "127.0.0.1"])
+        .args([
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--host",
+            "127.0.0.1",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -31,9 +38,18 @@ fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
         .expect("the address is printed")
         .to_owned();
     assert!(line.contains("Open Inference Protocol"), "{line}");
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let metrics = line
+        .trim()
+        .strip_suffix("/metrics")
+        .and_then(|l| l.rsplit("http://").next())
+        .expect("the metrics address is printed")
+        .to_owned();
 
     let get = |path: &str| {
         let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         write!(
             s,
             "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -45,6 +61,19 @@ fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
     };
     assert!(get("/v2/health/ready").starts_with("HTTP/1.1 200"));
     assert!(get("/v2/models/add").contains("\"name\":\"add\""));
+    let mut s = TcpStream::connect(&metrics).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(
+        text.contains("epx_runs_total{model=\"add\",version=\"1\"} 0"),
+        "{text}"
+    );
 
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -31,7 +31,8 @@ def server(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         shutil.copy(path, repo / name / "1" / "model.onnx")
     proc = subprocess.Popen([exe, "serve", "--model-repository", str(repo), "--http-port", "0",
-                             "--host", "127.0.0.1"], stdout=subprocess.PIPE, text=True)
+                             "--metrics-port", "0", "--host", "127.0.0.1"],
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     found = re.search(r"http://(\S+)", line)
     assert found, line
@@ -44,6 +45,7 @@ def server(tmp_path_factory):
 def test_health_and_metadata(server):
     assert server.is_server_live() and server.is_server_ready()
     assert server.get_server_metadata()["name"] == "epx"
+    assert "statistics" in server.get_server_metadata()["extensions"]
     assert server.is_model_ready("ids")
     meta = server.get_model_metadata("add")
     assert meta["inputs"][0] == {"name": "a", "datatype": "FP32", "shape": [1, 4]}
@@ -92,3 +94,7 @@ def test_refusals_reach_the_client_with_the_reason(server):
     a = http.InferInput("a", [1, 4], "FP32")
     a.set_data_from_numpy(np.ones((1, 4), np.float32), binary_data=True)
     assert np.array_equal(server.infer("add", [a, b]).as_numpy("sum"), np.ones((1, 4)))
+    # The statistics extension, as tritonclient reads it.
+    stats = server.get_inference_statistics("add")["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] >= 1
+    assert stats["inference_stats"]["fail"]["count"] >= 1

@@ -4,11 +4,14 @@
 //! `.../ready`, and `POST .../infer` (JSON, or a JSON header then binary tensor data, its length
 //! in `Inference-Header-Content-Length`). Errors are `{"error": "..."}` with 400 (malformed or
 //! not what the model takes), 404 (no such model or version), 413 (body over the limit), 503
-//! (the model's queue is full) or 500 (the run failed).
+//! (the model's queue is full) or 500 (the run failed). The statistics extension:
+//! `GET /v2/models[/{m}[/versions/{v}]]/stats`. On the metrics listener: `GET /metrics`.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -27,7 +30,7 @@ use crate::repository::{Model, Repository};
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// The protocol extensions served.
-const EXTENSIONS: [&str; 1] = ["binary_tensor_data"];
+const EXTENSIONS: [&str; 2] = ["binary_tensor_data", "statistics"];
 
 struct Shared {
     repo: Repository,
@@ -37,6 +40,8 @@ struct Shared {
 pub struct Server {
     listener: tokio::net::TcpListener,
     router: Router,
+    /// The Prometheus listener and its routes.
+    metrics: Option<(tokio::net::TcpListener, Router)>,
 }
 
 impl Server {
@@ -49,10 +54,28 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(options.http)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", options.http))?;
+        let shared = Arc::new(Shared { repo });
+        let metrics = match options.metrics {
+            None => None,
+            Some(at) => {
+                let l = tokio::net::TcpListener::bind(at)
+                    .await
+                    .map_err(|e| format!("cannot listen on {at} for metrics: {e}"))?;
+                let routes = Router::new()
+                    .route("/metrics", get(prometheus))
+                    .with_state(shared.clone());
+                Some((l, routes))
+            }
+        };
         Ok(Server {
             listener,
-            router: router(Arc::new(Shared { repo }), options.max_body_bytes),
+            router: router(shared, options.max_body_bytes),
+            metrics,
         })
+    }
+
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     pub fn address(&self) -> SocketAddr {
@@ -66,10 +89,28 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let metrics = self.metrics.map(|(l, routes)| {
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                axum::serve(l, routes)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    })
+                    .await
+            })
+        });
+        let result = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                let _ = stop.send(true);
+            })
             .await
-            .map_err(|e| format!("the server stopped: {e}"))
+            .map_err(|e| format!("the server stopped: {e}"));
+        if let Some(task) = metrics {
+            let _ = task.await;
+        }
+        result
     }
 }
 
@@ -87,6 +128,12 @@ fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .route(
             "/v2/models/{model}/versions/{version}/ready",
             get(model_ready_v),
+        )
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{model}/stats", get(model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(model_stats_v),
         )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
@@ -173,6 +220,52 @@ async fn model_ready_v(
     s.repo.get(&model, Some(&version)).map(|_| StatusCode::OK)
 }
 
+/// Prometheus' text format: every loaded model's counters.
+async fn prometheus(State(s): State<Arc<Shared>>) -> Response {
+    let mut text = String::new();
+    crate::stats::prometheus_header(&mut text);
+    for m in s.repo.ready() {
+        m.stats.prometheus(&m.name, &m.version, &mut text);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn all_stats(State(s): State<Arc<Shared>>) -> axum::Json<Json> {
+    let stats: Vec<Json> = s
+        .repo
+        .ready()
+        .map(|m| m.stats.json(&m.name, &m.version))
+        .collect();
+    axum::Json(json!({"model_stats": stats}))
+}
+
+async fn model_stats(
+    State(s): State<Arc<Shared>>,
+    Path(model): Path<String>,
+) -> Result<axum::Json<Json>, ServeError> {
+    let m = s.repo.get(&model, None)?;
+    Ok(axum::Json(
+        json!({"model_stats": [m.stats.json(&m.name, &m.version)]}),
+    ))
+}
+
+async fn model_stats_v(
+    State(s): State<Arc<Shared>>,
+    Path((model, version)): Path<(String, String)>,
+) -> Result<axum::Json<Json>, ServeError> {
+    let m = s.repo.get(&model, Some(&version))?;
+    Ok(axum::Json(
+        json!({"model_stats": [m.stats.json(&m.name, &m.version)]}),
+    ))
+}
+
 async fn infer(
     State(s): State<Arc<Shared>>,
     Path(model): Path<String>,
@@ -193,9 +286,29 @@ async fn infer_v(
     run_infer(model, &headers, body).await
 }
 
-/// Parses, admits, runs and answers one inference request.
+/// [`answer`], counted in the model's statistics.
 async fn run_infer(
     model: Arc<Model>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServeError> {
+    let arrived = Instant::now();
+    let result = answer(&model, headers, body).await;
+    match &result {
+        Ok(_) => model.stats.success.add(arrived.elapsed()),
+        Err(e) => {
+            if matches!(e, ServeError::Busy(_)) {
+                model.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            model.stats.fail.add(arrived.elapsed());
+        }
+    }
+    result
+}
+
+/// Parses, admits, runs and answers one inference request.
+async fn answer(
+    model: &Arc<Model>,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServeError> {
@@ -221,17 +334,23 @@ async fn run_infer(
             model.name
         ))
     })?;
+    let waiting = Instant::now();
     let _running = model
         .running
         .clone()
         .acquire_owned()
         .await
         .map_err(|_| ServeError::Internal("the model is shutting down".into()))?;
+    model.stats.queue.add(waiting.elapsed());
     let runner = model.clone();
     let (id, wanted) = (request.id.clone(), request.outputs.clone());
     let outputs = tokio::task::spawn_blocking(move || {
         let inputs = request.inputs.into_iter().map(|(n, t)| (n, Value::Host(t)));
-        runner.session.run(inputs)
+        let start = Instant::now();
+        let out = runner.session.run(inputs);
+        runner.stats.compute.add(start.elapsed());
+        runner.stats.ran();
+        out
     })
     .await
     .map_err(|e| ServeError::Internal(format!("the run stopped: {e}")))?

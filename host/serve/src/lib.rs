@@ -3,7 +3,8 @@
 //!
 //! - [`protocol`]: datatypes, inference requests as JSON and binary tensor data, responses;
 //! - [`repository`]: the model folder, each model's `config.toml`, loading;
-//! - [`http`]: the REST endpoints.
+//! - [`http`]: the REST endpoints, and Prometheus metrics on a port of their own;
+//! - [`stats`]: per-model counters.
 //!
 //! A request is parsed and checked on the runtime's threads; the run itself goes to a blocking
 //! thread once the model has a free instance. Each model admits at most `max_queue + instances`
@@ -13,6 +14,7 @@
 pub mod http;
 pub mod protocol;
 pub mod repository;
+pub mod stats;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,16 +28,19 @@ pub struct ServeOptions {
     pub repository: PathBuf,
     /// The REST listener (port 0: any free port).
     pub http: SocketAddr,
+    /// The Prometheus listener (`GET /metrics`), if any.
+    pub metrics: Option<SocketAddr>,
     /// The largest request body accepted (HTTP 413 above).
     pub max_body_bytes: usize,
 }
 
 /// Loads the repository and serves it until SIGTERM or Ctrl-C, after which requests in flight
-/// finish and new connections are refused; `started` gets the listener's address first.
+/// finish and new connections are refused; `started` gets the REST and metrics listeners'
+/// addresses first.
 pub fn run(
     env: Arc<Environment>,
     options: &ServeOptions,
-    started: impl FnOnce(SocketAddr),
+    started: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -44,7 +49,7 @@ pub fn run(
         .map_err(|e| format!("cannot start the server's runtime: {e}"))?;
     runtime.block_on(async {
         let server = http::Server::bind(env, options).await?;
-        started(server.address());
+        started(server.address(), server.metrics_address());
         server.serve(shutdown_signal()).await
     })
 }

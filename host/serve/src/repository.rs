@@ -54,6 +54,8 @@ pub struct Model {
     pub admitted: Arc<Semaphore>,
     /// Permits to run: `instances`.
     pub running: Arc<Semaphore>,
+    /// What its requests did.
+    pub stats: crate::stats::ModelStats,
 }
 
 /// A model of the repository, loaded or not.
@@ -126,6 +128,14 @@ impl Repository {
         }
     }
 
+    /// The loaded models.
+    pub fn ready(&self) -> impl Iterator<Item = &Arc<Model>> {
+        self.models.values().filter_map(|e| match e {
+            Entry::Ready(m) => Some(m),
+            Entry::Failed(_) => None,
+        })
+    }
+
     /// Whether every model loaded.
     pub fn all_ready(&self) -> bool {
         self.models.values().all(|e| matches!(e, Entry::Ready(_)))
@@ -180,5 +190,6 @@ fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, S
         session,
         admitted: Arc::new(Semaphore::new(config.max_queue + config.instances)),
         running: Arc::new(Semaphore::new(config.instances)),
+        stats: Default::default(),
     })
 }

@@ -84,6 +84,7 @@ fn put(root: &Path, model: &str, bytes: &[u8], config: Option<&str>) {
 /// `loop` (one instance, no queue), `broken` (not ONNX) and `badconfig` (an unknown key).
 struct Running {
     addr: SocketAddr,
+    metrics: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     _dir: TempDir,
@@ -132,6 +133,7 @@ fn start() -> Running {
     let options = ServeOptions {
         repository: dir.clone(),
         http: "127.0.0.1:0".parse().unwrap(),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
         max_body_bytes: 1 << 20,
     };
     let env: Arc<Environment> = Environment::builder().commit().unwrap();
@@ -145,7 +147,9 @@ fn start() -> Running {
             .unwrap();
         rt.block_on(async move {
             let server = epx_serve::http::Server::bind(env, &options).await?;
-            addr_tx.send(server.address()).unwrap();
+            addr_tx
+                .send((server.address(), server.metrics_address().unwrap()))
+                .unwrap();
             server
                 .serve(async move {
                     let _ = stopped.await;
@@ -153,11 +157,12 @@ fn start() -> Running {
                 .await
         })
     });
-    let addr = addr_rx
+    let (addr, metrics) = addr_rx
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("the server starts");
     Running {
         addr,
+        metrics,
         stop: Some(stop),
         thread: Some(thread),
         _dir: TempDir(dir),
@@ -195,6 +200,8 @@ fn call(
     body: &[u8],
 ) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -286,7 +293,10 @@ fn health_metadata_and_json_inference() {
     assert_eq!(get(addr, "/v2/health/ready").status, 503);
     let meta = get(addr, "/v2").json();
     assert_eq!(meta["name"], "epx");
-    assert_eq!(meta["extensions"], json!(["binary_tensor_data"]));
+    assert_eq!(
+        meta["extensions"],
+        json!(["binary_tensor_data", "statistics"])
+    );
 
     let m = get(addr, "/v2/models/mixed").json();
     assert_eq!(m["versions"], json!(["1"]));
@@ -563,4 +573,35 @@ fn a_full_queue_refuses_with_503_and_the_running_request_finishes() {
     let r = infer(addr, "loop", &quick);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["outputs"][0]["data"], json!([0.0]));
+
+    // The statistics extension and Prometheus count what happened.
+    let stats = get(addr, "/v2/models/loop/stats").json();
+    let s = &stats["model_stats"][0];
+    assert_eq!(s["name"], "loop");
+    assert_eq!(s["inference_stats"]["success"]["count"], 2, "{stats}");
+    assert!(
+        s["inference_stats"]["fail"]["count"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
+    assert!(
+        s["inference_stats"]["compute_infer"]["ns"]
+            .as_u64()
+            .unwrap()
+            > 1_000_000_000
+    );
+    let all = get(addr, "/v2/models/stats").json();
+    assert_eq!(all["model_stats"].as_array().unwrap().len(), 3, "{all}");
+    let text = String::from_utf8(get(server.metrics, "/metrics").body).unwrap();
+    assert!(
+        text.contains("epx_runs_total{model=\"loop\",version=\"1\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("epx_requests_rejected_total{model=\"loop\",version=\"1\"} "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("epx_requests_rejected_total{model=\"loop\",version=\"1\"} 0\n"),
+        "{text}"
+    );
 }

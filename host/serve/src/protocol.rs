@@ -562,8 +562,14 @@ pub fn output_json(
             .strings()
             .unwrap_or(&[])
             .iter()
-            .map(|s| Json::from(String::from_utf8_lossy(s).into_owned()))
-            .collect(),
+            .map(|s| match std::str::from_utf8(s) {
+                Ok(text) => Ok(Json::from(text)),
+                Err(_) => Err(ServeError::BadRequest(format!(
+                    "output `{name}` holds a string that is not UTF-8, which JSON cannot carry: \
+                     ask for it as binary data (the output's parameter binary_data: true)"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
         ElementType::Float | ElementType::Double | ElementType::Float16 | ElementType::Bfloat16 => {
             let values: Vec<f64> = match elem {
                 ElementType::Float => floats::<f32>(tensor).map(f64::from).collect(),
@@ -593,4 +599,41 @@ pub fn output_json(
 /// The elements of `tensor` as `T` (its element type), copied out.
 fn floats<T: epx::TensorElement + Copy>(tensor: &Tensor) -> impl Iterator<Item = T> + '_ {
     tensor.as_slice::<T>().unwrap_or(&[]).iter().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_output_that_is_not_utf8_goes_only_as_binary_data() {
+        let tensor = Tensor::from_strings(&[2], vec![b"ok".to_vec(), vec![0xff, 0x41]]).unwrap();
+        let mut out = Vec::new();
+        let refused = output_json("s", &tensor, false, &mut out).unwrap_err();
+        let ServeError::BadRequest(message) = refused else {
+            panic!("expected a 400, got {refused:?}")
+        };
+        assert!(
+            message.contains("not UTF-8") && message.contains("binary_data: true"),
+            "{message}"
+        );
+        let entry = output_json("s", &tensor, true, &mut out).unwrap();
+        assert_eq!(entry["parameters"]["binary_data_size"], 4 + 2 + 4 + 2);
+        assert_eq!(
+            out,
+            [
+                &2u32.to_le_bytes()[..],
+                b"ok",
+                &2u32.to_le_bytes(),
+                &[0xff, 0x41]
+            ]
+            .concat()
+        );
+        // UTF-8 text still goes as JSON strings.
+        let text = Tensor::from_strings(&[1], vec!["ünï".as_bytes().to_vec()]).unwrap();
+        assert_eq!(
+            output_json("s", &text, false, &mut out).unwrap()["data"],
+            json!(["ünï"])
+        );
+    }
 }

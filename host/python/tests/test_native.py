@@ -113,6 +113,15 @@ def test_a_short_run_keeps_the_gil_and_a_long_or_control_flow_one_releases_it(mo
     # One Add on CPU: short; the same inputs keep the GIL, larger ones do not.
     assert runner.keeps_gil(size)
     assert not runner.keeps_gil(size + 1)
+    # A failed run (here refused at once: terminate set) says nothing of how long a run takes;
+    # the next one releases the GIL, and a good run after it makes runs short again.
+    stop = eort.RunOptions()
+    stop.terminate = True
+    with pytest.raises(Exception, match="terminate"):
+        s.run(None, feed, stop)
+    assert not runner.keeps_gil(size)
+    s.run(None, feed)
+    assert runner.keeps_gil(size)
     # A Loop's time does not follow its inputs: never, however short its runs.
     loop = eort.InferenceSession(here("models", "loop.onnx"))
     loop.run(None, {"m": np.array(1)})

@@ -485,8 +485,14 @@ impl Runner {
         } else {
             py.detach(compute)
         };
-        self.gil
-            .record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), bytes);
+        // A failed run says nothing about how long a run takes (a refusal is fast whatever
+        // the inputs): the next run releases the GIL.
+        let took_ns = if error == 0 {
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX)
+        } else {
+            u64::MAX
+        };
+        self.gil.record(took_ns, bytes);
         drop(refs);
         drop(buffers);
         if error != 0 {

@@ -155,8 +155,9 @@ pub(crate) fn run(
     }
     // The padded planes of every image and channel, and whole vectors of slack past the last.
     let padded = conv.n * conv.c * lay.plane + lanes * MAX_VECS;
-    let mut xs = crate::scratch::zeros::<f32>(padded)?;
+    let mut xs = crate::scratch::take::<f32>(padded)?;
     fill(conv, &lay, x, &mut xs);
+    xs.resize(padded, 0.0);
 
     let plane_out = oh * ow;
     let vecs = lay.positions.div_ceil(lanes);
@@ -198,20 +199,30 @@ thread_local! {
 }
 
 crate::multiversion! {
-/// Copies every input plane of `x` into its padded place in `xs` (zeroed).
-fn fill(conv: &Conv2d<'_>, lay: &Layout, x: &[f32], xs: &mut [f32]) {
+/// Appends every input plane of `x` to `xs`, padded: each value written once, the padding as
+/// zeros (no whole-buffer clear first).
+fn fill(conv: &Conv2d<'_>, lay: &Layout, x: &[f32], xs: &mut Vec<f32>) {
     let (ph, pw) = (conv.geo.pad_begin[0], conv.geo.pad_begin[1]);
+    let planes = conv.n * conv.c;
     let plane_in = conv.h * conv.w;
     if plane_in == 0 {
+        xs.resize(xs.len() + planes * lay.plane, 0.0);
         return;
     }
-    // Columns past the padded extent are never read (an end pad below zero).
-    let keep = conv.w.min(lay.wp.saturating_sub(pw));
-    for (src, dst) in x.chunks_exact(plane_in).zip(xs.chunks_exact_mut(lay.plane)) {
-        let rows = dst[ph * lay.wp..].chunks_exact_mut(lay.wp);
-        for (row, to) in src.chunks_exact(conv.w).zip(rows) {
-            copy_short(&mut to[pw..pw + keep], &row[..keep]);
+    let (wp, rows) = (lay.wp, lay.plane / lay.wp);
+    // Rows and columns past the padded extent are never read (an end pad below zero).
+    let (top, left) = (ph.min(rows), pw.min(wp));
+    let keep = conv.w.min(wp - left);
+    for src in x.chunks_exact(plane_in).take(planes) {
+        let end = xs.len() + lay.plane;
+        xs.resize(xs.len() + top * wp + left, 0.0);
+        for row in src.chunks_exact(conv.w).take(rows - top) {
+            xs.extend_from_slice(&row[..keep]);
+            // This row's right pad and the next row's left pad.
+            xs.resize(xs.len() + wp - keep, 0.0);
         }
+        // The bottom pad; the last row's extra left pad is taken back.
+        xs.resize(end, 0.0);
     }
 }
 }

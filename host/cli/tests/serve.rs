@@ -20,6 +20,8 @@ fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
         .args([
             "--http-port",
             "0",
+            "--grpc-port",
+            "0",
             "--metrics-port",
             "0",
             "--host",
@@ -38,6 +40,15 @@ fn serve_prints_its_address_answers_and_exits_0_on_sigterm() {
         .expect("the address is printed")
         .to_owned();
     assert!(line.contains("Open Inference Protocol"), "{line}");
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let grpc = line
+        .trim()
+        .strip_prefix("epx serve: the Open Inference Protocol over gRPC at ")
+        .unwrap_or_else(|| panic!("the gRPC address is printed: {line}"))
+        .to_owned();
+    // Something accepts connections there (the gRPC calls themselves: host/serve/tests/grpc.rs).
+    TcpStream::connect(&grpc).unwrap();
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let metrics = line

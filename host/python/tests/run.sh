@@ -22,9 +22,9 @@ python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all:)
 "${pip[@]}" "$wheel"
 # The same ONNX Runtime the adapter tests use, the third-party package of test_rapidocr.py, and
-# the Open Inference Protocol client of test_serve.py.
+# the Open Inference Protocol clients of test_serve.py.
 "${pip[@]}" "pytest>=8,<9" onnxruntime==1.31.1 rapidocr-onnxruntime==1.4.4 \
-    "tritonclient[http]==2.60.0"
+    "tritonclient[http,grpc]==2.60.0"
 export EPX_REPO="$PWD"
 export EPX_TEST_FIXTURES="${EPX_TEST_FIXTURES:-$PWD/target/debug}"
 # Run from outside the repository, so that `import epx` can only be the installed wheel.

@@ -1,6 +1,6 @@
-"""`epx serve` (the wheel's `epx` command) against a client no one here wrote: tritonclient's HTTP
-client from PyPI, on every datatype a model in the repository takes, as JSON and as binary
-tensor data, and its refusals."""
+"""`epx serve` (the wheel's `epx` command) against clients no one here wrote: tritonclient's HTTP
+and gRPC clients from PyPI, on every datatype a model in the repository takes (over HTTP as JSON
+and as binary tensor data), their refusals, the statistics and the model repository extension."""
 
 import os
 import re
@@ -14,6 +14,7 @@ import pytest
 from conftest import example, here
 
 http = pytest.importorskip("tritonclient.http")
+grpc = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402
 
 TYPES = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8,
@@ -22,7 +23,7 @@ TYPES = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def served(tmp_path_factory):
     exe = shutil.which("epx", path=os.path.dirname(sys.executable))
     if exe is None:
         pytest.skip("no epx command beside this Python")
@@ -31,15 +32,26 @@ def server(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         shutil.copy(path, repo / name / "1" / "model.onnx")
     proc = subprocess.Popen([exe, "serve", "--model-repository", str(repo), "--http-port", "0",
-                             "--metrics-port", "0", "--host", "127.0.0.1"],
+                             "--grpc-port", "0", "--metrics-port", "0", "--host", "127.0.0.1"],
                             stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    found = re.search(r"http://(\S+)", line)
-    assert found, line
-    client = http.InferenceServerClient(found.group(1))
-    yield client
+    lines = [proc.stdout.readline() for _ in range(2)]
+    found = re.search(r"over HTTP at http://(\S+)", lines[0])
+    assert found, lines
+    at_grpc = re.search(r"over gRPC at (\S+)", lines[1])
+    assert at_grpc, lines
+    yield {"http": found.group(1), "grpc": at_grpc.group(1)}
     proc.terminate()
     assert proc.wait(30) == 0
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return http.InferenceServerClient(served["http"])
+
+
+@pytest.fixture(scope="module")
+def grpc_server(served):
+    return grpc.InferenceServerClient(served["grpc"])
 
 
 def test_health_and_metadata(server):
@@ -98,3 +110,73 @@ def test_refusals_reach_the_client_with_the_reason(server):
     stats = server.get_inference_statistics("add")["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] >= 1
     assert stats["inference_stats"]["fail"]["count"] >= 1
+
+
+def test_grpc_health_metadata_and_statistics(grpc_server):
+    assert grpc_server.is_server_live() and grpc_server.is_server_ready()
+    meta = grpc_server.get_server_metadata(as_json=True)
+    assert meta["name"] == "epx" and "model_repository" in meta["extensions"]
+    assert grpc_server.is_model_ready("ids") and not grpc_server.is_model_ready("nope")
+    m = grpc_server.get_model_metadata("add", as_json=True)
+    assert m["inputs"][0] == {"name": "a", "datatype": "FP32", "shape": ["1", "4"]}
+    with pytest.raises(InferenceServerException, match="no model named `nope`") as e:
+        grpc_server.get_model_metadata("nope")
+    assert e.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_every_datatype_round_trips_over_grpc(grpc_server):
+    inputs, outputs, sent = [], [], {}
+    for t, dt in TYPES.items():
+        a = (np.arange(6).reshape(2, 3) % 3).astype(dt)
+        if dt is np.bool_:
+            a = np.arange(6).reshape(2, 3) % 2 == 0
+        i = grpc.InferInput(f"x_{t}", a.shape, np_to_triton_dtype(np.dtype(dt)))
+        i.set_data_from_numpy(a)
+        inputs.append(i)
+        outputs.append(grpc.InferRequestedOutput(f"y_{t}"))
+        sent[t] = a
+    s = np.array([b"ab", "\u00fc".encode(), b""], dtype=np.object_)
+    i = grpc.InferInput("x_string", s.shape, "BYTES")
+    i.set_data_from_numpy(s)
+    inputs.append(i)
+    outputs.append(grpc.InferRequestedOutput("y_string"))
+    result = grpc_server.infer("ids", inputs, outputs=outputs, request_id="g7")
+    assert result.get_response().id == "g7"
+    for t, a in sent.items():
+        got = result.as_numpy(f"y_{t}")
+        assert got.dtype == a.dtype and np.array_equal(got, a), t
+    assert list(result.as_numpy("y_string")) == list(s)
+
+
+def test_grpc_refusals_carry_the_reason_and_code(grpc_server):
+    i = grpc.InferInput("x_float", [2], "FP64")
+    i.set_data_from_numpy(np.zeros(2))
+    with pytest.raises(InferenceServerException, match="datatype FP64 but the model declares FP32") as e:
+        grpc_server.infer("ids", [i])
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    a = grpc.InferInput("a", [1, 4], "FP32")
+    a.set_data_from_numpy(np.ones((1, 4), np.float32))
+    b = grpc.InferInput("b", [1, 4], "FP32")
+    b.set_data_from_numpy(np.full((1, 4), 2, np.float32))
+    assert np.array_equal(grpc_server.infer("add", [a, b]).as_numpy("sum"), np.full((1, 4), 3))
+    stats = grpc_server.get_inference_statistics("add", as_json=True)["model_stats"][0]
+    assert int(stats["inference_stats"]["success"]["count"]) >= 1
+
+
+def test_the_repository_extension_from_both_clients(server, grpc_server):
+    index = {m["name"]: m["state"] for m in server.get_model_repository_index()}
+    assert index == {"add": "READY", "ids": "READY"}
+    grpc_index = grpc_server.get_model_repository_index(as_json=True)["models"]
+    assert {m["name"]: m["state"] for m in grpc_index} == index
+    grpc_server.unload_model("add")
+    assert not server.is_model_ready("add") and not grpc_server.is_model_ready("add")
+    server.load_model("add")
+    assert grpc_server.is_model_ready("add")
+    server.unload_model("add")
+    assert not grpc_server.is_model_ready("add")
+    server.load_model("add")
+    grpc_server.unload_model("add")
+    grpc_server.load_model("add")
+    assert server.is_model_ready("add")
+    with pytest.raises(InferenceServerException, match="no folder"):
+        grpc_server.load_model("nope")

@@ -7,10 +7,7 @@
 //! (the model's queue is full) or 500 (the run failed). The statistics extension:
 //! `GET /v2/models[/{m}[/versions/{v}]]/stats`. On the metrics listener: `GET /metrics`.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::Router;
@@ -19,102 +16,25 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use epx::{Environment, Value};
 use serde_json::{Value as Json, json};
 
-use crate::ServeOptions;
+use crate::infer;
 use crate::protocol::{self, ServeError};
-use crate::repository::{Model, Repository};
+use crate::repository::Model;
+use crate::server::Shared;
 
 /// The header that gives the JSON part's length in a request or response with binary data.
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 
-/// The protocol extensions served.
-const EXTENSIONS: [&str; 2] = ["binary_tensor_data", "statistics"];
-
-struct Shared {
-    repo: Repository,
+/// The Prometheus listener's routes.
+pub(crate) fn metrics_router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(prometheus))
+        .with_state(shared)
 }
 
-/// A bound, loaded server.
-pub struct Server {
-    listener: tokio::net::TcpListener,
-    router: Router,
-    /// The Prometheus listener and its routes.
-    metrics: Option<(tokio::net::TcpListener, Router)>,
-}
-
-impl Server {
-    /// Loads the repository and binds the REST listener.
-    pub async fn bind(env: Arc<Environment>, options: &ServeOptions) -> Result<Server, String> {
-        let root = options.repository.clone();
-        let repo = tokio::task::spawn_blocking(move || Repository::load(&env, &root))
-            .await
-            .map_err(|e| format!("loading the repository failed: {e}"))??;
-        let listener = tokio::net::TcpListener::bind(options.http)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", options.http))?;
-        let shared = Arc::new(Shared { repo });
-        let metrics = match options.metrics {
-            None => None,
-            Some(at) => {
-                let l = tokio::net::TcpListener::bind(at)
-                    .await
-                    .map_err(|e| format!("cannot listen on {at} for metrics: {e}"))?;
-                let routes = Router::new()
-                    .route("/metrics", get(prometheus))
-                    .with_state(shared.clone());
-                Some((l, routes))
-            }
-        };
-        Ok(Server {
-            listener,
-            router: router(shared, options.max_body_bytes),
-            metrics,
-        })
-    }
-
-    pub fn metrics_address(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
-    }
-
-    pub fn address(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
-    }
-
-    /// Serves until `shutdown` resolves, then lets the requests in flight finish.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), String> {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let metrics = self.metrics.map(|(l, routes)| {
-            let mut stopped = stopped.clone();
-            tokio::spawn(async move {
-                axum::serve(l, routes)
-                    .with_graceful_shutdown(async move {
-                        let _ = stopped.wait_for(|s| *s).await;
-                    })
-                    .await
-            })
-        });
-        let result = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                let _ = stop.send(true);
-            })
-            .await
-            .map_err(|e| format!("the server stopped: {e}"));
-        if let Some(task) = metrics {
-            let _ = task.await;
-        }
-        result
-    }
-}
-
-fn router(shared: Arc<Shared>, max_body: usize) -> Router {
+/// The REST routes.
+pub(crate) fn router(shared: Arc<Shared>, max_body: usize) -> Router {
     Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(live))
@@ -135,6 +55,9 @@ fn router(shared: Arc<Shared>, max_body: usize) -> Router {
             "/v2/models/{model}/versions/{version}/stats",
             get(model_stats_v),
         )
+        .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/models/{model}/load", post(load))
+        .route("/v2/repository/models/{model}/unload", post(unload))
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
         .fallback(not_found)
@@ -163,7 +86,7 @@ async fn server_metadata() -> axum::Json<Json> {
     axum::Json(json!({
         "name": "epx",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": EXTENSIONS,
+        "extensions": crate::server::EXTENSIONS,
     }))
 }
 
@@ -241,6 +164,7 @@ async fn all_stats(State(s): State<Arc<Shared>>) -> axum::Json<Json> {
     let stats: Vec<Json> = s
         .repo
         .ready()
+        .iter()
         .map(|m| m.stats.json(&m.name, &m.version))
         .collect();
     axum::Json(json!({"model_stats": stats}))
@@ -264,6 +188,102 @@ async fn model_stats_v(
     Ok(axum::Json(
         json!({"model_stats": [m.stats.json(&m.name, &m.version)]}),
     ))
+}
+
+/// A repository request's body: empty, or JSON with the given keys and `parameters`, of which
+/// only `allowed` are taken.
+fn repository_body(body: &[u8], keys: &[&str], allowed: &[&str]) -> Result<Json, ServeError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let value: Json = serde_json::from_slice(body)
+        .map_err(|e| ServeError::BadRequest(format!("the body is not JSON: {e}")))?;
+    let Json::Object(fields) = &value else {
+        return Err(ServeError::BadRequest(format!(
+            "the body must be a JSON object, got {value}"
+        )));
+    };
+    for (key, v) in fields {
+        if key == "parameters" {
+            let given = v.as_object().ok_or_else(|| {
+                ServeError::BadRequest(format!("`parameters` must be an object, got {v}"))
+            })?;
+            if let Some(first) = given.keys().find(|k| !allowed.contains(&k.as_str())) {
+                return Err(ServeError::BadRequest(format!(
+                    "epx loads a model from its folder as it is; parameter `{first}` (a \
+                     configuration or files given with the request) is not taken"
+                )));
+            }
+        } else if !keys.contains(&key.as_str()) {
+            return Err(ServeError::BadRequest(format!(
+                "unknown key `{key}` (this request takes {})",
+                keys.iter()
+                    .chain(&["parameters"])
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(value)
+}
+
+/// The repository extension's index: every model folder with its state.
+async fn repository_index(
+    State(s): State<Arc<Shared>>,
+    body: Bytes,
+) -> Result<axum::Json<Json>, ServeError> {
+    let request = repository_body(&body, &["ready"], &[])?;
+    let only_ready = match request.get("ready") {
+        None => false,
+        Some(Json::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ServeError::BadRequest(format!(
+                "`ready` must be true or false, got {other}"
+            )));
+        }
+    };
+    let index: Vec<Json> = s
+        .repo
+        .index()?
+        .into_iter()
+        .filter(|e| !only_ready || e.state == "READY")
+        .map(|e| {
+            let mut j = json!({"name": e.name, "state": e.state});
+            if let Some(v) = e.version {
+                j["version"] = Json::from(v);
+            }
+            if let Some(r) = e.reason {
+                j["reason"] = Json::from(r);
+            }
+            j
+        })
+        .collect();
+    Ok(axum::Json(Json::Array(index)))
+}
+
+/// Loads (or reloads) a model from its folder.
+async fn load(
+    State(s): State<Arc<Shared>>,
+    Path(model): Path<String>,
+    body: Bytes,
+) -> Result<axum::Json<Json>, ServeError> {
+    repository_body(&body, &[], &[])?;
+    tokio::task::spawn_blocking(move || s.repo.load(&model))
+        .await
+        .map_err(|e| ServeError::Internal(format!("the load stopped: {e}")))??;
+    Ok(axum::Json(json!({})))
+}
+
+async fn unload(
+    State(s): State<Arc<Shared>>,
+    Path(model): Path<String>,
+    body: Bytes,
+) -> Result<axum::Json<Json>, ServeError> {
+    // epx has no ensembles: a model has no dependents to unload with it.
+    repository_body(&body, &[], &["unload_dependents"])?;
+    s.repo.unload(&model)?;
+    Ok(axum::Json(json!({})))
 }
 
 async fn infer(
@@ -294,15 +314,7 @@ async fn run_infer(
 ) -> Result<Response, ServeError> {
     let arrived = Instant::now();
     let result = answer(&model, headers, body).await;
-    match &result {
-        Ok(_) => model.stats.success.add(arrived.elapsed()),
-        Err(e) => {
-            if matches!(e, ServeError::Busy(_)) {
-                model.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            }
-            model.stats.fail.add(arrived.elapsed());
-        }
-    }
+    infer::count(&model, arrived, &result);
     result
 }
 
@@ -327,43 +339,12 @@ async fn answer(
     };
     let request = protocol::parse_infer(&body, header_len, &model.inputs, &model.outputs)?;
     drop(body);
-    // Admission: a bounded number of requests wait or run per model; the next is refused.
-    let _admitted = model.admitted.clone().try_acquire_owned().map_err(|_| {
-        ServeError::Busy(format!(
-            "model `{}` is at its limit of queued requests; retry later",
-            model.name
-        ))
-    })?;
-    let waiting = Instant::now();
-    let _running = model
-        .running
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| ServeError::Internal("the model is shutting down".into()))?;
-    model.stats.queue.add(waiting.elapsed());
-    let runner = model.clone();
-    let (id, wanted) = (request.id.clone(), request.outputs.clone());
-    let outputs = tokio::task::spawn_blocking(move || {
-        let inputs = request.inputs.into_iter().map(|(n, t)| (n, Value::Host(t)));
-        let start = Instant::now();
-        let out = runner.session.run(inputs);
-        runner.stats.compute.add(start.elapsed());
-        runner.stats.ran();
-        out
-    })
-    .await
-    .map_err(|e| ServeError::Internal(format!("the run stopped: {e}")))?
-    .map_err(|e| ServeError::Internal(format!("model `{}`: {e}", model.name)))?;
+    let (id, wanted) = (request.id, request.outputs);
+    let outputs = infer::run(model, request.inputs).await?;
     let mut binary = Vec::new();
     let mut entries = Vec::with_capacity(wanted.len());
     for o in &wanted {
-        let tensor = outputs.get(&o.name).ok_or_else(|| {
-            ServeError::Internal(format!(
-                "output `{}` is not a tensor in host memory",
-                o.name
-            ))
-        })?;
+        let tensor = infer::output(&outputs, &o.name)?;
         entries.push(protocol::output_json(
             &o.name,
             tensor,

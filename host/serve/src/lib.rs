@@ -4,17 +4,25 @@
 //! - [`protocol`]: datatypes, inference requests as JSON and binary tensor data, responses;
 //! - [`repository`]: the model folder, each model's `config.toml`, loading;
 //! - [`http`]: the REST endpoints, and Prometheus metrics on a port of their own;
+//! - [`grpc`]: the gRPC service (`inference.GRPCInferenceService`);
+//! - [`infer`]: one inference whatever the transport (admission, queue, run);
+//! - [`server`]: the listeners;
 //! - [`stats`]: per-model counters.
 //!
 //! A request is parsed and checked on the runtime's threads; the run itself goes to a blocking
 //! thread once the model has a free instance. Each model admits at most `max_queue + instances`
-//! requests at a time and refuses the next with 503, so memory is bounded by the limits, not by
+//! requests at a time and refuses the next (HTTP 503, gRPC `RESOURCE_EXHAUSTED`), so memory is bounded by the limits, not by
 //! the load.
 
+pub mod grpc;
 pub mod http;
+mod infer;
 pub mod protocol;
 pub mod repository;
+pub mod server;
 pub mod stats;
+
+pub use server::{Listening, Server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,19 +36,20 @@ pub struct ServeOptions {
     pub repository: PathBuf,
     /// The REST listener (port 0: any free port).
     pub http: SocketAddr,
+    /// The gRPC listener, if any.
+    pub grpc: Option<SocketAddr>,
     /// The Prometheus listener (`GET /metrics`), if any.
     pub metrics: Option<SocketAddr>,
-    /// The largest request body accepted (HTTP 413 above).
+    /// The largest request accepted, in bytes (above: HTTP 413, gRPC `OUT_OF_RANGE`).
     pub max_body_bytes: usize,
 }
 
 /// Loads the repository and serves it until SIGTERM or Ctrl-C, after which requests in flight
-/// finish and new connections are refused; `started` gets the REST and metrics listeners'
-/// addresses first.
+/// finish and new connections are refused; `started` gets the listeners' addresses first.
 pub fn run(
     env: Arc<Environment>,
     options: &ServeOptions,
-    started: impl FnOnce(SocketAddr, Option<SocketAddr>),
+    started: impl FnOnce(Listening),
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -48,8 +57,8 @@ pub fn run(
         .build()
         .map_err(|e| format!("cannot start the server's runtime: {e}"))?;
     runtime.block_on(async {
-        let server = http::Server::bind(env, options).await?;
-        started(server.address(), server.metrics_address());
+        let server = Server::bind(env, options).await?;
+        started(server.listening());
         server.serve(shutdown_signal()).await
     })
 }

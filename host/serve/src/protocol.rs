@@ -40,7 +40,7 @@ impl ServeError {
     }
 }
 
-fn bad(msg: impl Into<String>) -> ServeError {
+pub(crate) fn bad(msg: impl Into<String>) -> ServeError {
     ServeError::BadRequest(msg.into())
 }
 
@@ -89,6 +89,13 @@ pub fn element_of(datatype: &str) -> Option<ElementType> {
 /// The protocol's metadata of a model input or output: `{"name", "datatype", "shape"}`, dynamic
 /// extents as -1.
 pub fn tensor_metadata(spec: &ValueSpec) -> Json {
+    let (datatype, shape) = datatype_and_shape(spec);
+    json!({"name": spec.name, "datatype": datatype, "shape": shape})
+}
+
+/// The datatype name and shape (dynamic extents as -1) the protocol gives a model's input or
+/// output.
+pub fn datatype_and_shape(spec: &ValueSpec) -> (&'static str, Vec<i64>) {
     let datatype = spec
         .elem_type
         .and_then(datatype_of)
@@ -100,7 +107,7 @@ pub fn tensor_metadata(spec: &ValueSpec) -> Json {
             .collect(),
         None => vec![-1],
     };
-    json!({"name": spec.name, "datatype": datatype, "shape": shape})
+    (datatype, shape)
 }
 
 #[derive(Deserialize)]
@@ -173,22 +180,7 @@ pub fn parse_infer(
     })?;
     let mut parsed = Vec::with_capacity(req.inputs.len());
     for input in &req.inputs {
-        if parsed
-            .iter()
-            .any(|(n, _): &(String, Tensor)| *n == input.name)
-        {
-            return Err(bad(format!("input `{}` is given twice", input.name)));
-        }
-        let spec = inputs
-            .iter()
-            .find(|s| s.name == input.name)
-            .ok_or_else(|| {
-                bad(format!(
-                    "the model has no input `{}` (its inputs: {})",
-                    input.name,
-                    names(inputs)
-                ))
-            })?;
+        let spec = input_spec(&input.name, inputs, &parsed)?;
         let tensor = parse_input(input, spec, &mut binary)?;
         parsed.push((input.name.clone(), tensor));
     }
@@ -198,17 +190,7 @@ pub fn parse_infer(
             binary.len()
         )));
     }
-    let missing: Vec<&str> = inputs
-        .iter()
-        .filter(|s| !parsed.iter().any(|(n, _)| *n == s.name))
-        .map(|s| s.name.as_str())
-        .collect();
-    if !missing.is_empty() {
-        return Err(bad(format!(
-            "the request lacks the model's input(s) {}",
-            missing.join(", ")
-        )));
-    }
+    check_complete(inputs, &parsed)?;
     let all_binary = flag(&req.parameters, "binary_data_output")?.unwrap_or(false);
     let requested = match &req.outputs {
         None => outputs
@@ -221,15 +203,13 @@ pub fn parse_infer(
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for o in list {
-                if !outputs.iter().any(|s| s.name == o.name) {
+                check_output(&o.name, outputs, &out)?;
+                if o.parameters.contains_key("classification") {
                     return Err(bad(format!(
-                        "the model has no output `{}` (its outputs: {})",
-                        o.name,
-                        names(outputs)
+                        "output `{}`: the classification extension is not served; ask for the \
+                         output itself",
+                        o.name
                     )));
-                }
-                if out.iter().any(|r: &RequestedOutput| r.name == o.name) {
-                    return Err(bad(format!("output `{}` is asked for twice", o.name)));
                 }
                 let binary = flag(&o.parameters, "binary_data")?.unwrap_or(all_binary);
                 out.push(RequestedOutput {
@@ -245,6 +225,61 @@ pub fn parse_infer(
         inputs: parsed,
         outputs: requested,
     })
+}
+
+/// The model's declaration of input `name`, refusing a name it lacks or one `parsed` already
+/// holds.
+pub(crate) fn input_spec<'a>(
+    name: &str,
+    inputs: &'a [ValueSpec],
+    parsed: &[(String, Tensor)],
+) -> Result<&'a ValueSpec, ServeError> {
+    if parsed.iter().any(|(n, _)| n == name) {
+        return Err(bad(format!("input `{name}` is given twice")));
+    }
+    inputs.iter().find(|s| s.name == name).ok_or_else(|| {
+        bad(format!(
+            "the model has no input `{name}` (its inputs: {})",
+            names(inputs)
+        ))
+    })
+}
+
+/// Refuses a request that lacks one of the model's inputs.
+pub(crate) fn check_complete(
+    inputs: &[ValueSpec],
+    parsed: &[(String, Tensor)],
+) -> Result<(), ServeError> {
+    let missing: Vec<&str> = inputs
+        .iter()
+        .filter(|s| !parsed.iter().any(|(n, _)| *n == s.name))
+        .map(|s| s.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(bad(format!(
+        "the request lacks the model's input(s) {}",
+        missing.join(", ")
+    )))
+}
+
+/// Refuses an output the model lacks or one asked for twice.
+pub(crate) fn check_output(
+    name: &str,
+    outputs: &[ValueSpec],
+    asked: &[RequestedOutput],
+) -> Result<(), ServeError> {
+    if !outputs.iter().any(|s| s.name == name) {
+        return Err(bad(format!(
+            "the model has no output `{name}` (its outputs: {})",
+            names(outputs)
+        )));
+    }
+    if asked.iter().any(|r| r.name == name) {
+        return Err(bad(format!("output `{name}` is asked for twice")));
+    }
+    Ok(())
 }
 
 fn names(specs: &[ValueSpec]) -> String {
@@ -273,50 +308,7 @@ fn parse_input(
     binary: &mut &[u8],
 ) -> Result<Tensor, ServeError> {
     let name = &input.name;
-    let elem = element_of(&input.datatype).ok_or_else(|| {
-        bad(format!(
-            "input `{name}`: unknown datatype {:?} (the protocol's are BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BF16, BYTES)",
-            input.datatype
-        ))
-    })?;
-    let declared = spec.elem_type;
-    if declared != Some(elem) {
-        let want = declared
-            .and_then(datatype_of)
-            .unwrap_or("a type the protocol lacks");
-        return Err(bad(format!(
-            "input `{name}`: datatype {} but the model declares {want}",
-            input.datatype
-        )));
-    }
-    let shape = input
-        .shape
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| {
-            bad(format!(
-                "input `{name}`: negative extent in shape {:?}",
-                input.shape
-            ))
-        })?;
-    if let Some(dims) = &spec.shape {
-        let fits = dims.len() == shape.len()
-            && dims
-                .iter()
-                .zip(&shape)
-                .all(|(d, &s)| d.is_none_or(|d| d == s as u64));
-        if !fits {
-            return Err(bad(format!(
-                "input `{name}`: shape {shape:?} does not fit the model's {}",
-                tensor_metadata(spec)["shape"]
-            )));
-        }
-    }
-    let count = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| bad(format!("input `{name}`: shape {shape:?} overflows")))?;
+    let (elem, shape, count) = check_head(name, &input.datatype, &input.shape, spec)?;
     let binary_size = match input.parameters.get("binary_data_size") {
         None => None,
         Some(v) => Some(
@@ -362,6 +354,60 @@ fn parse_input(
     Ok(tensor)
 }
 
+/// An input's datatype and shape checked against the model's declaration: its element type,
+/// extents and element count.
+pub(crate) fn check_head(
+    name: &str,
+    datatype: &str,
+    shape_in: &[i64],
+    spec: &ValueSpec,
+) -> Result<(ElementType, Vec<usize>, usize), ServeError> {
+    let elem = element_of(datatype).ok_or_else(|| {
+        bad(format!(
+            "input `{name}`: unknown datatype {:?} (the protocol's are BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BF16, BYTES)",
+            datatype
+        ))
+    })?;
+    let declared = spec.elem_type;
+    if declared != Some(elem) {
+        let want = declared
+            .and_then(datatype_of)
+            .unwrap_or("a type the protocol lacks");
+        return Err(bad(format!(
+            "input `{name}`: datatype {} but the model declares {want}",
+            datatype
+        )));
+    }
+    let shape = shape_in
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| {
+            bad(format!(
+                "input `{name}`: negative extent in shape {:?}",
+                shape_in
+            ))
+        })?;
+    if let Some(dims) = &spec.shape {
+        let fits = dims.len() == shape.len()
+            && dims
+                .iter()
+                .zip(&shape)
+                .all(|(d, &s)| d.is_none_or(|d| d == s as u64));
+        if !fits {
+            return Err(bad(format!(
+                "input `{name}`: shape {shape:?} does not fit the model's {}",
+                tensor_metadata(spec)["shape"]
+            )));
+        }
+    }
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad(format!("input `{name}`: shape {shape:?} overflows")))?;
+    Ok((elem, shape, count))
+}
+
 /// The scalars of `data` in row-major order (nested arrays flattened).
 fn flatten<'a>(data: &'a Json, out: &mut Vec<&'a Json>, name: &str) -> Result<(), ServeError> {
     match data {
@@ -381,13 +427,13 @@ fn flatten<'a>(data: &'a Json, out: &mut Vec<&'a Json>, name: &str) -> Result<()
     }
 }
 
-fn tensor_error(name: &str, e: epx::Error) -> ServeError {
+pub(crate) fn tensor_error(name: &str, e: epx::Error) -> ServeError {
     bad(format!("input `{name}`: {e}"))
 }
 
 /// A tensor from the binary tensor data extension's bytes: little-endian elements, or (BYTES)
 /// each element's 4-byte little-endian length and its bytes.
-fn from_binary(
+pub(crate) fn from_binary(
     name: &str,
     elem: ElementType,
     shape: &[usize],
@@ -537,17 +583,7 @@ pub fn output_json(
     let mut entry = json!({"name": name, "datatype": datatype, "shape": tensor.shape()});
     if binary {
         let start = out.len();
-        if let Some(strings) = tensor.strings() {
-            for s in strings {
-                let len = u32::try_from(s.len()).map_err(|_| {
-                    ServeError::Internal(format!("output `{name}`: a string over 4 GiB"))
-                })?;
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(s);
-            }
-        } else {
-            out.extend_from_slice(tensor.bytes().unwrap_or(&[]));
-        }
+        output_raw(name, tensor, out)?;
         entry["parameters"] = json!({"binary_data_size": out.len() - start});
         return Ok(entry);
     }
@@ -594,6 +630,23 @@ pub fn output_json(
     };
     entry["data"] = Json::Array(data);
     Ok(entry)
+}
+
+/// Appends the elements of output `name` to `out` as the binary tensor data extension lays them
+/// out: little-endian, or (BYTES) each element's 4-byte little-endian length, then its bytes.
+pub(crate) fn output_raw(name: &str, tensor: &Tensor, out: &mut Vec<u8>) -> Result<(), ServeError> {
+    if let Some(strings) = tensor.strings() {
+        for s in strings {
+            let len = u32::try_from(s.len()).map_err(|_| {
+                ServeError::Internal(format!("output `{name}`: a string over 4 GiB"))
+            })?;
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(s);
+        }
+    } else {
+        out.extend_from_slice(tensor.bytes().unwrap_or(&[]));
+    }
+    Ok(())
 }
 
 /// The elements of `tensor` as `T` (its element type), copied out.

@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use epx::{Environment, Session, ValueSpec};
+
+use crate::protocol::ServeError;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
@@ -61,65 +63,177 @@ pub struct Model {
 /// A model of the repository, loaded or not.
 pub enum Entry {
     Ready(Arc<Model>),
+    /// Its load failed, and why.
     Failed(String),
+    /// Unloaded on request.
+    Unloaded,
 }
 
-/// Every model of a repository folder.
+/// One model's line of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    /// The loaded version, if any.
+    pub version: Option<String>,
+    /// `READY` or `UNAVAILABLE`.
+    pub state: &'static str,
+    /// Why it is unavailable.
+    pub reason: Option<String>,
+}
+
+/// Every model of a repository folder. Models load at start and on request (the repository
+/// extension's load), each replacing the model of its name once loaded; a request already
+/// running keeps the model it started with.
 pub struct Repository {
     pub root: PathBuf,
-    pub models: BTreeMap<String, Entry>,
+    env: Arc<Environment>,
+    models: RwLock<BTreeMap<String, Entry>>,
+    /// Held through a load, so that two loads do not build the same model at once.
+    loading: Mutex<()>,
 }
 
 impl Repository {
     /// Loads every model under `root` (an error only when `root` cannot be read).
-    pub fn load(env: &Arc<Environment>, root: &Path) -> Result<Repository, String> {
-        let dir = std::fs::read_dir(root)
-            .map_err(|e| format!("model repository {}: {e}", root.display()))?;
-        let mut models = BTreeMap::new();
+    pub fn open(env: &Arc<Environment>, root: &Path) -> Result<Repository, String> {
+        let repo = Repository {
+            root: root.to_path_buf(),
+            env: env.clone(),
+            models: RwLock::new(BTreeMap::new()),
+            loading: Mutex::new(()),
+        };
+        for name in repo.folders()? {
+            // A failure is kept with the model and logged; it never stops the others.
+            let _ = repo.load(&name);
+        }
+        Ok(repo)
+    }
+
+    /// The names of the model folders under the root.
+    fn folders(&self) -> Result<Vec<String>, String> {
+        let dir = std::fs::read_dir(&self.root)
+            .map_err(|e| format!("model repository {}: {e}", self.root.display()))?;
+        let mut names = Vec::new();
         for item in dir.flatten() {
             let path = item.path();
             if !path.is_dir() {
                 continue;
             }
-            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
-                tracing::warn!(
-                    "model repository: skipping {} (not a UTF-8 name)",
+            match path.file_name().and_then(|n| n.to_str()) {
+                Some(name) if valid_name(name) => names.push(name.to_owned()),
+                _ => tracing::warn!(
+                    "model repository: skipping {} (not a model name: UTF-8, no leading dot)",
                     path.display()
-                );
-                continue;
-            };
-            let entry = match load_model(env, &name, &path) {
-                Ok(model) => {
-                    tracing::info!("model {name}: version {} ready", model.version);
-                    Entry::Ready(Arc::new(model))
-                }
-                Err(e) => {
-                    tracing::error!("model {name}: not loaded: {e}");
-                    Entry::Failed(e)
-                }
-            };
-            models.insert(name, entry);
+                ),
+            }
         }
-        Ok(Repository {
-            root: root.to_path_buf(),
-            models,
-        })
+        names.sort();
+        Ok(names)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+        self.models.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
+        self.models.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads (or reloads) model `name` from its folder: the model of that name is replaced once
+    /// the new one is ready, and kept as it was when the load fails. Blocks while it loads.
+    pub fn load(&self, name: &str) -> Result<(), ServeError> {
+        if !valid_name(name) {
+            return Err(ServeError::BadRequest(format!(
+                "`{name}` is not a model name (one folder name of the repository)"
+            )));
+        }
+        let dir = self.root.join(name);
+        if !dir.is_dir() {
+            return Err(ServeError::NotFound(format!(
+                "no model named `{name}`: no folder {}",
+                dir.display()
+            )));
+        }
+        let _one_at_a_time = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        match load_model(&self.env, name, &dir) {
+            Ok(model) => {
+                tracing::info!("model {name}: version {} ready", model.version);
+                self.write()
+                    .insert(name.to_owned(), Entry::Ready(Arc::new(model)));
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!("model {name}: not loaded: {e}");
+                let mut models = self.write();
+                // A model that was serving keeps serving; otherwise the failure is what the
+                // index and the requests report.
+                if !matches!(models.get(name), Some(Entry::Ready(_))) {
+                    models.insert(name.to_owned(), Entry::Failed(e.clone()));
+                }
+                Err(ServeError::BadRequest(format!(
+                    "model `{name}` failed to load: {e}"
+                )))
+            }
+        }
+    }
+
+    /// Unloads model `name`: new requests for it are refused; those running finish.
+    pub fn unload(&self, name: &str) -> Result<(), ServeError> {
+        let mut models = self.write();
+        match models.get_mut(name) {
+            Some(entry) => {
+                *entry = Entry::Unloaded;
+                tracing::info!("model {name}: unloaded");
+                Ok(())
+            }
+            None => Err(ServeError::NotFound(format!("no model named `{name}`"))),
+        }
+    }
+
+    /// Every model folder of the repository (read again now) with its state.
+    pub fn index(&self) -> Result<Vec<IndexEntry>, ServeError> {
+        let names = self.folders().map_err(ServeError::Internal)?;
+        let models = self.read();
+        let mut all: Vec<String> = names;
+        // A model loaded earlier whose folder has since gone stays listed while it serves.
+        all.extend(
+            models
+                .keys()
+                .filter(|k| !all.contains(k))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        all.sort();
+        Ok(all
+            .into_iter()
+            .map(|name| {
+                let (version, state, reason) = match models.get(&name) {
+                    Some(Entry::Ready(m)) => (Some(m.version.clone()), "READY", None),
+                    Some(Entry::Failed(e)) => (None, "UNAVAILABLE", Some(e.clone())),
+                    Some(Entry::Unloaded) => (None, "UNAVAILABLE", Some("unloaded".to_owned())),
+                    None => (None, "UNAVAILABLE", Some("not loaded".to_owned())),
+                };
+                IndexEntry {
+                    name,
+                    version,
+                    state,
+                    reason,
+                }
+            })
+            .collect())
     }
 
     /// The model `name` at `version` (the loaded one when `None`), or why not.
-    pub fn get(
-        &self,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<Arc<Model>, crate::protocol::ServeError> {
-        use crate::protocol::ServeError;
-        match self.models.get(name) {
+    pub fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
+        match self.read().get(name) {
             None => Err(ServeError::NotFound(format!("no model named `{name}`"))),
             Some(Entry::Failed(e)) => Err(ServeError::NotFound(format!(
                 "model `{name}` is not loaded: {e}"
             ))),
+            Some(Entry::Unloaded) => Err(ServeError::NotFound(format!(
+                "model `{name}` is unloaded (load it with POST /v2/repository/models/{name}/load)"
+            ))),
             Some(Entry::Ready(m)) => match version {
-                Some(v) if v != m.version => Err(ServeError::NotFound(format!(
+                Some(v) if !v.is_empty() && v != m.version => Err(ServeError::NotFound(format!(
                     "model `{name}` has no version {v} loaded (loaded: {})",
                     m.version
                 ))),
@@ -129,17 +243,26 @@ impl Repository {
     }
 
     /// The loaded models.
-    pub fn ready(&self) -> impl Iterator<Item = &Arc<Model>> {
-        self.models.values().filter_map(|e| match e {
-            Entry::Ready(m) => Some(m),
-            Entry::Failed(_) => None,
-        })
+    pub fn ready(&self) -> Vec<Arc<Model>> {
+        self.read()
+            .values()
+            .filter_map(|e| match e {
+                Entry::Ready(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
-    /// Whether every model loaded.
+    /// Whether no model failed to load (unloaded ones were asked to be).
     pub fn all_ready(&self) -> bool {
-        self.models.values().all(|e| matches!(e, Entry::Ready(_)))
+        !self.read().values().any(|e| matches!(e, Entry::Failed(_)))
     }
+}
+
+/// A model's name: one folder of the repository (no separators, no leading dot, so that a name
+/// from a request never reaches outside the root).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\\', '\0'])
 }
 
 fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, String> {

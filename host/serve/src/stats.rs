@@ -25,7 +25,8 @@ impl Timed {
         self.ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    fn read(&self) -> (u64, u64) {
+    /// The count and the total nanoseconds.
+    pub fn read(&self) -> (u64, u64) {
         (
             self.count.load(Ordering::Relaxed),
             self.ns.load(Ordering::Relaxed),
@@ -62,6 +63,11 @@ impl ModelStats {
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
         self.last_inference_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the last run ended, ms since the Unix epoch (0 before any).
+    pub fn last_inference_ms(&self) -> u64 {
+        self.last_inference_ms.load(Ordering::Relaxed)
     }
 
     /// The statistics extension's entry of one model version.

@@ -3,171 +3,13 @@
 //! sizes that lie, unknown models and versions, bodies over the limit, a full queue), none of
 //! which disturbs the next request.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::sync::Arc;
 
-use epx::Environment;
-use epx::onnx::proto;
-use epx_serve::ServeOptions;
-use epx_tests::models::{counting_loop, model_bytes, node};
+use common::start;
 use serde_json::{Value as Json, json};
-
-/// A value of ONNX element type `elem` with extents `dims` (-1: a named dynamic one).
-fn value(name: &str, elem: i32, dims: &[i64]) -> proto::ValueInfoProto {
-    use proto::tensor_shape_proto::{Dimension, dimension};
-    proto::ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(proto::TypeProto {
-            value: Some(proto::type_proto::Value::TensorType(
-                proto::type_proto::Tensor {
-                    elem_type: Some(elem),
-                    shape: Some(proto::TensorShapeProto {
-                        dim: dims
-                            .iter()
-                            .map(|&d| Dimension {
-                                value: Some(if d < 0 {
-                                    dimension::Value::DimParam("n".into())
-                                } else {
-                                    dimension::Value::DimValue(d)
-                                }),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    }),
-                },
-            )),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// INT32 `[n, 2]`, BYTES `[n]`, BOOL `[2]` (negated) and FP16 `[2]` passed through.
-fn mixed_model() -> Vec<u8> {
-    let (int32, string, boolean, half) = (6, 8, 9, 10);
-    model_bytes(proto::GraphProto {
-        name: Some("mixed".into()),
-        node: vec![
-            node("Identity", &["i"], &["i_out"]),
-            node("Identity", &["s"], &["s_out"]),
-            node("Not", &["b"], &["b_out"]),
-            node("Identity", &["h"], &["h_out"]),
-        ],
-        input: vec![
-            value("i", int32, &[-1, 2]),
-            value("s", string, &[-1]),
-            value("b", boolean, &[2]),
-            value("h", half, &[2]),
-        ],
-        output: vec![
-            value("i_out", int32, &[-1, 2]),
-            value("s_out", string, &[-1]),
-            value("b_out", boolean, &[2]),
-            value("h_out", half, &[2]),
-        ],
-        ..Default::default()
-    })
-}
-
-fn put(root: &Path, model: &str, bytes: &[u8], config: Option<&str>) {
-    let dir = root.join(model).join("1");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("model.onnx"), bytes).unwrap();
-    if let Some(c) = config {
-        std::fs::write(root.join(model).join("config.toml"), c).unwrap();
-    }
-}
-
-/// A server on a free port over a repository of: `add` (FP32 `[1, 4]` + `[1, 4]`), `mixed`,
-/// `loop` (one instance, no queue), `broken` (not ONNX) and `badconfig` (an unknown key).
-struct Running {
-    addr: SocketAddr,
-    metrics: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start() -> Running {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("epx-serve-test-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let root = epx_tests::repo_root();
-    put(
-        &dir,
-        "add",
-        &std::fs::read(root.join("examples/models/add.onnx")).unwrap(),
-        Some("threads = 1\n"),
-    );
-    put(&dir, "mixed", &mixed_model(), None);
-    put(
-        &dir,
-        "loop",
-        &counting_loop(),
-        Some("instances = 1\nmax_queue = 0\n"),
-    );
-    put(&dir, "broken", b"not an onnx model", None);
-    put(&dir, "badconfig", &mixed_model(), Some("instance = 2\n"));
-    let options = ServeOptions {
-        repository: dir.clone(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        metrics: Some("127.0.0.1:0".parse().unwrap()),
-        max_body_bytes: 1 << 20,
-    };
-    let env: Arc<Environment> = Environment::builder().commit().unwrap();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let server = epx_serve::http::Server::bind(env, &options).await?;
-            addr_tx
-                .send((server.address(), server.metrics_address().unwrap()))
-                .unwrap();
-            server
-                .serve(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        })
-    });
-    let (addr, metrics) = addr_rx
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the server starts");
-    Running {
-        addr,
-        metrics,
-        stop: Some(stop),
-        thread: Some(thread),
-        _dir: TempDir(dir),
-    }
-}
 
 struct Reply {
     status: u16,
@@ -295,7 +137,7 @@ fn health_metadata_and_json_inference() {
     assert_eq!(meta["name"], "epx");
     assert_eq!(
         meta["extensions"],
-        json!(["binary_tensor_data", "statistics"])
+        json!(["binary_tensor_data", "statistics", "model_repository"])
     );
 
     let m = get(addr, "/v2/models/mixed").json();
@@ -604,4 +446,105 @@ fn a_full_queue_refuses_with_503_and_the_running_request_finishes() {
         !text.contains("epx_requests_rejected_total{model=\"loop\",version=\"1\"} 0\n"),
         "{text}"
     );
+}
+
+#[test]
+fn the_repository_extension_indexes_unloads_and_loads() {
+    let server = start();
+    let addr = server.addr;
+    let post = |path: &str, body: &str| call(addr, "POST", path, &[], body.as_bytes());
+    let index = post("/v2/repository/index", "").json();
+    let states: Vec<(&str, &str)> = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("add", "READY"),
+            ("badconfig", "UNAVAILABLE"),
+            ("broken", "UNAVAILABLE"),
+            ("loop", "READY"),
+            ("mixed", "READY")
+        ]
+    );
+    assert_eq!(index[0]["version"], "1");
+    assert!(
+        index[2]["reason"].as_str().unwrap().contains("model.onnx"),
+        "{index}"
+    );
+    let ready = post("/v2/repository/index", r#"{"ready": true}"#).json();
+    assert_eq!(ready.as_array().unwrap().len(), 3);
+
+    assert_eq!(post("/v2/repository/models/add/unload", "").status, 200);
+    let r = infer(addr, "add", &add_request());
+    assert_eq!(r.status, 404);
+    assert!(r.error().contains("unloaded"), "{}", r.error());
+    assert_eq!(get(addr, "/v2/models/add/ready").status, 404);
+    assert_eq!(post("/v2/repository/models/add/load", "{}").status, 200);
+    assert_eq!(infer(addr, "add", &add_request()).status, 200);
+
+    // A model fixed on disk loads; the server becomes ready when none is failing.
+    std::fs::write(
+        server.dir.join("badconfig").join("config.toml"),
+        "instances = 2\n",
+    )
+    .unwrap();
+    assert_eq!(post("/v2/repository/models/badconfig/load", "").status, 200);
+    std::fs::write(
+        server.dir.join("broken").join("1").join("model.onnx"),
+        b"still not onnx",
+    )
+    .unwrap();
+    let r = post("/v2/repository/models/broken/load", "");
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("broken"), "{}", r.error());
+    assert_eq!(post("/v2/repository/models/broken/unload", "").status, 200);
+    assert_eq!(get(addr, "/v2/health/ready").status, 200);
+
+    for (path, body, status, says) in [
+        ("/v2/repository/models/nope/load", "", 404, "no folder"),
+        (
+            "/v2/repository/models/..%2Fadd/load",
+            "",
+            400,
+            "not a model name",
+        ),
+        (
+            "/v2/repository/models/add/load",
+            r#"{"parameters": {"config": "{}"}}"#,
+            400,
+            "parameter `config`",
+        ),
+        (
+            "/v2/repository/models/add/load",
+            "[1]",
+            400,
+            "must be a JSON object",
+        ),
+        (
+            "/v2/repository/index",
+            r#"{"ready": 1}"#,
+            400,
+            "must be true or false",
+        ),
+        (
+            "/v2/repository/index",
+            r#"{"reddy": true}"#,
+            400,
+            "unknown key `reddy`",
+        ),
+        (
+            "/v2/repository/models/nope/unload",
+            "",
+            404,
+            "no model named `nope`",
+        ),
+    ] {
+        let r = post(path, body);
+        assert_eq!(r.status, status, "{path} {body}: {}", r.error());
+        assert!(r.error().contains(says), "{path} {body}: {}", r.error());
+    }
 }

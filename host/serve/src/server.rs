@@ -1,0 +1,135 @@
+//! The listeners of `epx serve` and what they share: REST, gRPC and Prometheus metrics, each on
+//! its own port, over one model repository.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use epx::Environment;
+use tokio::net::TcpListener;
+
+use crate::ServeOptions;
+use crate::repository::Repository;
+
+/// The protocol extensions served, over REST and gRPC alike.
+pub const EXTENSIONS: [&str; 3] = ["binary_tensor_data", "statistics", "model_repository"];
+
+/// What every endpoint reads.
+pub(crate) struct Shared {
+    pub repo: Repository,
+    /// The largest request accepted, in bytes.
+    pub max_body: usize,
+}
+
+/// The addresses a server listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    pub http: SocketAddr,
+    pub grpc: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// A bound, loaded server.
+pub struct Server {
+    shared: Arc<Shared>,
+    http: TcpListener,
+    grpc: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+}
+
+async fn bind(at: SocketAddr, what: &str) -> Result<TcpListener, String> {
+    TcpListener::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen on {at} for {what}: {e}"))
+}
+
+fn address(l: &TcpListener) -> SocketAddr {
+    l.local_addr().expect("a bound listener has an address")
+}
+
+impl Server {
+    /// Loads the repository and binds the listeners.
+    pub async fn bind(env: Arc<Environment>, options: &ServeOptions) -> Result<Server, String> {
+        let root = options.repository.clone();
+        let repo = tokio::task::spawn_blocking(move || Repository::open(&env, &root))
+            .await
+            .map_err(|e| format!("loading the repository failed: {e}"))??;
+        let http = bind(options.http, "REST").await?;
+        let grpc = match options.grpc {
+            Some(at) => Some(bind(at, "gRPC").await?),
+            None => None,
+        };
+        let metrics = match options.metrics {
+            Some(at) => Some(bind(at, "metrics").await?),
+            None => None,
+        };
+        Ok(Server {
+            shared: Arc::new(Shared {
+                repo,
+                max_body: options.max_body_bytes,
+            }),
+            http,
+            grpc,
+            metrics,
+        })
+    }
+
+    pub fn listening(&self) -> Listening {
+        Listening {
+            http: address(&self.http),
+            grpc: self.grpc.as_ref().map(address),
+            metrics: self.metrics.as_ref().map(address),
+        }
+    }
+
+    /// Serves until `shutdown` resolves; then every listener stops taking requests and those in
+    /// flight finish.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), String> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stopping = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some(l) = self.metrics {
+            let routes = crate::http::metrics_router(self.shared.clone());
+            let done = stopping();
+            tasks.spawn(async move {
+                axum::serve(l, routes)
+                    .with_graceful_shutdown(done)
+                    .await
+                    .map_err(|e| format!("the metrics listener stopped: {e}"))
+            });
+        }
+        if let Some(l) = self.grpc {
+            let shared = self.shared.clone();
+            let done = stopping();
+            tasks.spawn(async move { crate::grpc::serve(shared, l, done).await });
+        }
+        let routes = crate::http::router(self.shared.clone(), self.shared.max_body);
+        let done = stopping();
+        tasks.spawn(async move {
+            axum::serve(self.http, routes)
+                .with_graceful_shutdown(done)
+                .await
+                .map_err(|e| format!("the REST listener stopped: {e}"))
+        });
+        // A listener that fails stops the others too.
+        let mut result = tokio::select! {
+            () = shutdown => Ok(()),
+            Some(first) = tasks.join_next() => first.map_err(|e| e.to_string()).and_then(|r| r),
+        };
+        let _ = stop.send(true);
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+                result = result.and(Err(e));
+            }
+        }
+        result
+    }
+}

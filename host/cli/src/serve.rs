@@ -9,7 +9,8 @@ use epx::{Environment, Error, Result};
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// The model repository: DIR/<model>/<version>/model.onnx, with an optional
-    /// DIR/<model>/config.toml (threads, instances, max_queue).
+    /// DIR/<model>/config.toml (EPs or a policy, threads, instances, queue, batching, timeout;
+    /// docs/serving.md).
     #[arg(long, value_name = "DIR")]
     model_repository: PathBuf,
     /// The REST port (0: any free port; the one taken is printed).

@@ -56,6 +56,7 @@ fn status(e: ServeError) -> Status {
         ServeError::NotFound(m) => Status::not_found(m),
         ServeError::Busy(m) => Status::resource_exhausted(m),
         ServeError::TooLarge(m) => Status::out_of_range(m),
+        ServeError::Timeout(m) => Status::deadline_exceeded(m),
         ServeError::Internal(m) => Status::internal(m),
     }
 }
@@ -81,7 +82,7 @@ fn statistics(m: &Model) -> pb::ModelStatistics {
         name: m.name.clone(),
         version: m.version.clone(),
         last_inference: s.last_inference_ms(),
-        inference_count: runs,
+        inference_count: s.inferences(),
         execution_count: runs,
         inference_stats: Some(pb::InferStatistics {
             success: duration(&s.success),
@@ -91,7 +92,15 @@ fn statistics(m: &Model) -> pb::ModelStatistics {
             compute_infer: duration(&s.compute),
             compute_output: None,
         }),
-        batch_stats: Vec::new(),
+        batch_stats: s
+            .batch_sizes()
+            .into_iter()
+            .map(|(size, count, ns)| pb::InferBatchStatistics {
+                batch_size: size as u64,
+                compute_infer: Some(pb::StatisticDuration { count, ns }),
+                ..Default::default()
+            })
+            .collect(),
     }
 }
 
@@ -266,7 +275,8 @@ async fn answer(
     r: pb::ModelInferRequest,
 ) -> Result<pb::ModelInferResponse, ServeError> {
     let (inputs, wanted) = parse(r.inputs, r.raw_input_contents, &r.outputs, model)?;
-    let outputs = infer::run(model, inputs).await?;
+    let timeout = timeout(&r.parameters)?;
+    let outputs = infer::run(model, inputs, timeout).await?;
     let mut answer = pb::ModelInferResponse {
         model_name: model.name.clone(),
         model_version: model.version.clone(),
@@ -274,7 +284,7 @@ async fn answer(
         ..Default::default()
     };
     for name in wanted {
-        let tensor = infer::output(&outputs, &name)?;
+        let tensor = outputs.get(&name)?;
         let elem = tensor.elem_type();
         let datatype = datatype_of(elem).ok_or_else(|| {
             ServeError::Internal(format!(
@@ -295,6 +305,28 @@ async fn answer(
         answer.raw_output_contents.push(raw);
     }
     Ok(answer)
+}
+
+/// The request's `timeout` parameter (µs), if given.
+fn timeout(
+    parameters: &std::collections::HashMap<String, pb::InferParameter>,
+) -> Result<Option<std::time::Duration>, ServeError> {
+    use pb::infer_parameter::ParameterChoice;
+    match parameters
+        .get("timeout")
+        .and_then(|p| p.parameter_choice.as_ref())
+    {
+        None => Ok(None),
+        Some(ParameterChoice::Int64Param(us)) if *us > 0 => {
+            Ok(Some(std::time::Duration::from_micros(*us as u64)))
+        }
+        Some(ParameterChoice::Uint64Param(us)) if *us > 0 => {
+            Ok(Some(std::time::Duration::from_micros(*us)))
+        }
+        Some(other) => Err(bad(format!(
+            "parameter timeout must be a positive count of microseconds, got {other:?}"
+        ))),
+    }
 }
 
 /// A ModelInfer request's inputs checked against the model, and the outputs it asks for.

@@ -72,6 +72,7 @@ impl IntoResponse for ServeError {
             ServeError::NotFound(_) => StatusCode::NOT_FOUND,
             ServeError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ServeError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (status, axum::Json(json!({"error": self.message()}))).into_response()
@@ -340,11 +341,11 @@ async fn answer(
     let request = protocol::parse_infer(&body, header_len, &model.inputs, &model.outputs)?;
     drop(body);
     let (id, wanted) = (request.id, request.outputs);
-    let outputs = infer::run(model, request.inputs).await?;
+    let outputs = infer::run(model, request.inputs, request.timeout).await?;
     let mut binary = Vec::new();
     let mut entries = Vec::with_capacity(wanted.len());
     for o in &wanted {
-        let tensor = infer::output(&outputs, &o.name)?;
+        let tensor = outputs.get(&o.name)?;
         entries.push(protocol::output_json(
             &o.name,
             tensor,

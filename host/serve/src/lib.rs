@@ -2,7 +2,8 @@
 //! behind the engines that scale model servers across machines.
 //!
 //! - [`protocol`]: datatypes, inference requests as JSON and binary tensor data, responses;
-//! - [`repository`]: the model folder, each model's `config.toml`, loading;
+//! - [`repository`]: the model folder and loading;
+//! - [`config`]: each model's `config.toml`;
 //! - [`http`]: the REST endpoints, and Prometheus metrics on a port of their own;
 //! - [`grpc`]: the gRPC service (`inference.GRPCInferenceService`);
 //! - [`infer`]: one inference whatever the transport (admission, queue, run);
@@ -14,6 +15,7 @@
 //! requests at a time and refuses the next (HTTP 503, gRPC `RESOURCE_EXHAUSTED`), so memory is bounded by the limits, not by
 //! the load.
 
+pub mod config;
 pub mod grpc;
 pub mod http;
 mod infer;

@@ -24,6 +24,8 @@ pub enum ServeError {
     Busy(String),
     /// The body is larger than the server accepts (HTTP 413).
     TooLarge(String),
+    /// No answer by the request's deadline (HTTP 504, gRPC `DEADLINE_EXCEEDED`).
+    Timeout(String),
     /// The run failed (HTTP 500, gRPC `INTERNAL`).
     Internal(String),
 }
@@ -35,6 +37,7 @@ impl ServeError {
             | ServeError::NotFound(m)
             | ServeError::Busy(m)
             | ServeError::TooLarge(m)
+            | ServeError::Timeout(m)
             | ServeError::Internal(m) => m,
         }
     }
@@ -152,6 +155,8 @@ pub struct InferRequest {
     pub inputs: Vec<(String, Tensor)>,
     /// The outputs to return, in the order to return them.
     pub outputs: Vec<RequestedOutput>,
+    /// The request's `timeout` parameter (given in µs).
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Parses an inference request's body: JSON, or (with `header_len`, the value of
@@ -220,10 +225,24 @@ pub fn parse_infer(
             out
         }
     };
+    let timeout = match req.parameters.get("timeout") {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|&us| us > 0)
+                .map(std::time::Duration::from_micros)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "parameter timeout must be a positive count of microseconds, got {v}"
+                    ))
+                })?,
+        ),
+    };
     Ok(InferRequest {
         id: req.id,
         inputs: parsed,
         outputs: requested,
+        timeout,
     })
 }
 

@@ -5,45 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
 
 use epx::{Environment, Session, ValueSpec};
 
+use crate::config::{BatchingConfig, ModelConfig};
+use crate::infer::BatchQueue;
 use crate::protocol::ServeError;
-use serde::Deserialize;
 use tokio::sync::Semaphore;
-
-/// `config.toml` of one model. Unknown keys are refused with the file's name.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelConfig {
-    /// Threads the CPU EP shares each kernel's work across (absent: one per core).
-    pub threads: Option<usize>,
-    /// Runs of this model that may compute at once.
-    #[serde(default = "one")]
-    pub instances: usize,
-    /// Requests that may wait for an instance; one more is refused (HTTP 503).
-    #[serde(default = "default_queue")]
-    pub max_queue: usize,
-}
-
-fn one() -> usize {
-    1
-}
-
-fn default_queue() -> usize {
-    64
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig {
-            threads: None,
-            instances: 1,
-            max_queue: default_queue(),
-        }
-    }
-}
 
 /// A loaded model: its session, shapes and admission limits.
 pub struct Model {
@@ -52,12 +22,41 @@ pub struct Model {
     pub session: Session,
     pub inputs: Vec<ValueSpec>,
     pub outputs: Vec<ValueSpec>,
-    /// Permits for a request to wait or run: `max_queue + instances`.
+    /// Permits for a request to wait or run: `max_queue` more than can run at once.
     pub admitted: Arc<Semaphore>,
     /// Permits to run: `instances`.
     pub running: Arc<Semaphore>,
     /// What its requests did.
     pub stats: crate::stats::ModelStats,
+    /// The most rows a run takes along the first dimension (0: no batch dimension).
+    pub max_batch_size: usize,
+    /// The longest a request may take (`timeout_ms`).
+    pub timeout: Option<Duration>,
+    /// `[dynamic_batching]`, if set.
+    batching: Option<BatchingConfig>,
+    /// The batcher's queue, started with the first request.
+    batcher: OnceLock<BatchQueue>,
+}
+
+impl Model {
+    /// The queue of the model's batcher, when it batches requests.
+    pub(crate) fn batch_queue(self: &Arc<Self>) -> Option<&BatchQueue> {
+        self.batching.as_ref()?;
+        Some(
+            self.batcher
+                .get_or_init(|| crate::infer::start_batcher(self)),
+        )
+    }
+
+    /// `max_batch_size`, the preferred sizes and the longest wait for a batch.
+    pub(crate) fn batching(&self) -> (usize, Vec<usize>, Duration) {
+        let b = self.batching.as_ref();
+        (
+            self.max_batch_size,
+            b.map(|b| b.preferred_sizes.clone()).unwrap_or_default(),
+            Duration::from_micros(b.map_or(0, |b| b.max_queue_delay_us)),
+        )
+    }
 }
 
 /// A model of the repository, loaded or not.
@@ -273,12 +272,9 @@ fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, S
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => ModelConfig::default(),
         Err(e) => return Err(format!("{}: {e}", config_path.display())),
     };
-    if config.instances == 0 {
-        return Err(format!(
-            "{}: instances must be at least 1",
-            config_path.display()
-        ));
-    }
+    config
+        .check()
+        .map_err(|e| format!("{}: {e}", config_path.display()))?;
     // The highest numbered version folder with a model.onnx.
     let version = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -296,23 +292,38 @@ fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, S
             )
         })?;
     let file = dir.join(version.to_string()).join("model.onnx");
-    let mut builder = Session::builder()
+    let builder = Session::builder()
         .map_err(|e| e.to_string())?
         .with_environment(env.clone());
-    if let Some(n) = config.threads {
-        builder = builder.with_intra_op_threads(n);
-    }
-    let session = builder
+    let session = config
+        .apply(builder)
+        .map_err(|e| format!("{}: {e}", config_path.display()))?
         .commit_from_file(&file)
         .map_err(|e| format!("{}: {e}", file.display()))?;
+    config
+        .check_model(&session.inputs(), &session.outputs())
+        .map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let mut nodes: Vec<(String, usize)> = Vec::new();
+    for provider in session.node_placement() {
+        match nodes.iter_mut().find(|(p, _)| p == provider) {
+            Some((_, n)) => *n += 1,
+            None => nodes.push((provider.to_owned(), 1)),
+        }
+    }
+    // A batch holds up to max_batch_size requests per instance, besides those queued.
+    let at_once = config.instances * config.max_batch_size.max(1);
     Ok(Model {
         name: name.to_owned(),
         version: version.to_string(),
         inputs: session.inputs(),
         outputs: session.outputs(),
         session,
-        admitted: Arc::new(Semaphore::new(config.max_queue + config.instances)),
+        admitted: Arc::new(Semaphore::new(config.max_queue + at_once)),
         running: Arc::new(Semaphore::new(config.instances)),
-        stats: Default::default(),
+        stats: crate::stats::ModelStats::new(config.max_batch_size, nodes),
+        max_batch_size: config.max_batch_size,
+        timeout: config.timeout_ms.map(Duration::from_millis),
+        batching: config.dynamic_batching,
+        batcher: OnceLock::new(),
     })
 }

@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use common::start;
+use common::{linear_model, put, start};
 use serde_json::{Value as Json, json};
 
 struct Reply {
@@ -504,6 +504,32 @@ fn the_repository_extension_indexes_unloads_and_loads() {
     assert_eq!(post("/v2/repository/models/broken/unload", "").status, 200);
     assert_eq!(get(addr, "/v2/health/ready").status, 200);
 
+    // EPs from config.toml: one named with options loads; one that does not exist is an error
+    // naming it, as is a config that expects another input.
+    let add = std::fs::read(epx_tests::repo_root().join("examples/models/add.onnx")).unwrap();
+    let cpu = "[[providers]]\nname = \"cpu\"\noptions = { intra_op_num_threads = 1 }\n";
+    put(&server.dir, "add_cpu", &add, Some(cpu));
+    assert_eq!(post("/v2/repository/models/add_cpu/load", "").status, 200);
+    assert_eq!(infer(addr, "add_cpu", &add_request()).status, 200);
+    put(
+        &server.dir,
+        "add_nope",
+        &add,
+        Some("[[providers]]\nname = \"nope\"\n"),
+    );
+    let r = post("/v2/repository/models/add_nope/load", "");
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("nope"), "{}", r.error());
+    let typed = "[[inputs]]\nname = \"a\"\ndatatype = \"FP64\"\n[[inputs]]\nname = \"b\"\ndatatype = \"FP32\"\n";
+    put(&server.dir, "add_typed", &add, Some(typed));
+    let r = post("/v2/repository/models/add_typed/load", "");
+    assert!(
+        r.error()
+            .contains("input `a` is FP32 in the model, not FP64"),
+        "{}",
+        r.error()
+    );
+
     for (path, body, status, says) in [
         ("/v2/repository/models/nope/load", "", 404, "no folder"),
         (
@@ -547,4 +573,167 @@ fn the_repository_extension_indexes_unloads_and_loads() {
         assert_eq!(r.status, status, "{path} {body}: {}", r.error());
         assert!(r.error().contains(says), "{path} {body}: {}", r.error());
     }
+}
+
+/// A request to `lin`: `rows` rows of x (values from `seed`) and of z (`m` wide).
+fn linear_request(rows: usize, m: usize, seed: f32) -> Json {
+    let x: Vec<f32> = (0..rows * 4)
+        .map(|i| seed + i as f32 * 0.25 - 1.0)
+        .collect();
+    let z: Vec<f32> = (0..rows * m).map(|i| i as f32 - seed).collect();
+    json!({"inputs": [
+        {"name": "x", "shape": [rows, 4], "datatype": "FP32", "data": x},
+        {"name": "z", "shape": [rows, m], "datatype": "FP32", "data": z}]})
+}
+
+#[test]
+fn dynamic_batching_stacks_requests_and_answers_as_unbatched_runs_do() {
+    let server = start();
+    let addr = server.addr;
+    // `lin` batches (a batch runs once it has 4 rows, or after 300 ms); `lin1` is the same
+    // model unbatched.
+    put(
+        &server.dir,
+        "lin",
+        &linear_model(),
+        Some(
+            "max_batch_size = 8\n[dynamic_batching]\npreferred_sizes = [4]\nmax_queue_delay_us = 300000\n",
+        ),
+    );
+    put(&server.dir, "lin1", &linear_model(), None);
+    for m in ["lin", "lin1"] {
+        let r = call(
+            addr,
+            "POST",
+            &format!("/v2/repository/models/{m}/load"),
+            &[],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.error());
+    }
+    let clients: Vec<_> = (0..4)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let body = linear_request(1, 2, k as f32);
+                (infer(addr, "lin", &body), infer(addr, "lin1", &body))
+            })
+        })
+        .collect();
+    for c in clients {
+        let (batched, alone) = c.join().unwrap();
+        assert_eq!(batched.status, 200, "{}", batched.error());
+        let (b, a) = (batched.json(), alone.json());
+        assert_eq!(b["outputs"][0]["shape"], json!([1, 3]));
+        // Bit for bit: the JSON numbers are the f32 results written out exactly.
+        assert_eq!(b["outputs"], a["outputs"], "batched {b} unbatched {a}");
+    }
+    let stats = get(addr, "/v2/models/lin/stats").json();
+    let s = &stats["model_stats"][0];
+    assert_eq!(s["inference_count"], 4, "{s}");
+    let runs = s["execution_count"].as_u64().unwrap();
+    assert!(
+        runs < 4,
+        "four requests within 300 ms ran in {runs} runs: {s}"
+    );
+    let sizes: Vec<u64> = s["batch_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["batch_size"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.iter().any(|&n| n > 1), "{s}");
+
+    // Requests whose inputs do not stack (z 2 and 3 wide) run apart, each answered rightly;
+    // one of 2 rows and one of 1 stack.
+    let shapes = [(1, 2), (1, 3), (2, 2)];
+    let clients: Vec<_> = shapes
+        .iter()
+        .map(|&(rows, m)| {
+            std::thread::spawn(move || {
+                let body = linear_request(rows, m, 0.5);
+                (infer(addr, "lin", &body), infer(addr, "lin1", &body))
+            })
+        })
+        .collect();
+    for (c, (rows, m)) in clients.into_iter().zip(shapes) {
+        let (batched, alone) = c.join().unwrap();
+        assert_eq!(batched.status, 200, "{}", batched.error());
+        let b = batched.json();
+        assert_eq!(b["outputs"][1]["shape"], json!([rows, m]));
+        assert_eq!(b["outputs"], alone.json()["outputs"]);
+    }
+
+    // Refused before queueing: more rows than max_batch_size, inputs that disagree on rows.
+    let r = infer(addr, "lin", &linear_request(9, 2, 0.0));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.error()
+            .contains("9 rows is over model `lin`'s max_batch_size of 8"),
+        "{}",
+        r.error()
+    );
+    let mut body = linear_request(2, 2, 0.0);
+    body["inputs"][1] = json!({"name": "z", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]});
+    let r = infer(addr, "lin", &body);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("have 2 and 1 rows"), "{}", r.error());
+    let metrics = String::from_utf8(get(server.metrics, "/metrics").body).unwrap();
+    assert!(
+        metrics.contains("epx_inferences_total{model=\"lin\",version=\"1\"} "),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("epx_batch_runs_total{model=\"lin\",version=\"1\",size=\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("epx_model_nodes{model=\"lin\",version=\"1\",provider=\"cpu\"} "),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_request_past_its_timeout_gets_504_and_its_run_is_cancelled() {
+    let server = start();
+    let addr = server.addr;
+    // A Loop of 10^9 iterations, with a deadline of 200 ms given in the request.
+    let endless = json!({
+        "parameters": {"timeout": 200_000},
+        "inputs": [{"name": "m", "shape": [], "datatype": "INT64", "data": [1_000_000_000i64]}]});
+    let started = std::time::Instant::now();
+    let r = infer(addr, "loop", &endless);
+    assert_eq!(r.status, 504, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        r.error().contains("no answer within 200 ms"),
+        "{}",
+        r.error()
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // `loop` has one instance and no queue: a request is refused (503) until the cancelled run
+    // gives the instance back, which it does at its next check, not after 10^9 iterations.
+    let quick = json!({"inputs": [{"name": "m", "shape": [], "datatype": "INT64", "data": [1]}]});
+    let freed = std::time::Instant::now();
+    loop {
+        let r = infer(addr, "loop", &quick);
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.error());
+        assert!(
+            freed.elapsed() < std::time::Duration::from_secs(10),
+            "the run was not cancelled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let r = infer(
+        addr,
+        "loop",
+        &json!({"parameters": {"timeout": -1}, "inputs": quick["inputs"]}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(
+        r.error().contains("positive count of microseconds"),
+        "{}",
+        r.error()
+    );
 }

@@ -12,7 +12,8 @@ use epx::onnx::proto;
 use epx_serve::ServeOptions;
 use epx_tests::models::{counting_loop, model_bytes, node};
 
-/// A value of ONNX element type `elem` with extents `dims` (-1: a named dynamic one).
+/// A value of ONNX element type `elem` with extents `dims` (-1: a dynamic one, named after its
+/// position: `d0`, `d1`, ...).
 pub fn value(name: &str, elem: i32, dims: &[i64]) -> proto::ValueInfoProto {
     use proto::tensor_shape_proto::{Dimension, dimension};
     proto::ValueInfoProto {
@@ -24,9 +25,10 @@ pub fn value(name: &str, elem: i32, dims: &[i64]) -> proto::ValueInfoProto {
                     shape: Some(proto::TensorShapeProto {
                         dim: dims
                             .iter()
-                            .map(|&d| Dimension {
+                            .enumerate()
+                            .map(|(i, &d)| Dimension {
                                 value: Some(if d < 0 {
-                                    dimension::Value::DimParam("n".into())
+                                    dimension::Value::DimParam(format!("d{i}"))
                                 } else {
                                     dimension::Value::DimValue(d)
                                 }),
@@ -168,4 +170,31 @@ pub fn start() -> Running {
         thread: Some(thread),
         _dir: TempDir(dir),
     }
+}
+
+/// `y = x·W + b` (x FP32 `[n, 4]`, y `[n, 3]`) and `z_out = Relu(z)` (z FP32 `[n, m]`).
+pub fn linear_model() -> Vec<u8> {
+    let tensor = |name: &str, dims: &[i64], values: Vec<f32>| proto::TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(1),
+        float_data: values,
+        ..Default::default()
+    };
+    let w: Vec<f32> = (0..12).map(|i| (i as f32 * 0.37).sin()).collect();
+    model_bytes(proto::GraphProto {
+        name: Some("linear".into()),
+        node: vec![
+            node("MatMul", &["x", "w"], &["xw"]),
+            node("Add", &["xw", "b"], &["y"]),
+            node("Relu", &["z"], &["z_out"]),
+        ],
+        initializer: vec![
+            tensor("w", &[4, 3], w),
+            tensor("b", &[3], vec![0.1, -0.2, 0.3]),
+        ],
+        input: vec![value("x", 1, &[-1, 4]), value("z", 1, &[-1, -1])],
+        output: vec![value("y", 1, &[-1, 3]), value("z_out", 1, &[-1, -1])],
+        ..Default::default()
+    })
 }

@@ -737,3 +737,45 @@ fn a_request_past_its_timeout_gets_504_and_its_run_is_cancelled() {
         r.error()
     );
 }
+
+#[test]
+fn an_isolated_ep_that_crashes_fails_only_its_requests() {
+    let server = start();
+    let addr = server.addr;
+    // Relu then Neg over FP32 [2, 3]; the Relu on the fixture EP in a child process, which
+    // aborts on a NaN input.
+    let model = epx_tests::models::relu_neg_model();
+    let isolated = "[[providers]]\nname = \"adversarial\"\nisolated = true\noptions = { mode = \"abort_on_nan\" }\n";
+    put(&server.dir, "fragile", &model, Some(isolated));
+    put(&server.dir, "sturdy", &model, None);
+    for m in ["fragile", "sturdy"] {
+        let r = call(
+            addr,
+            "POST",
+            &format!("/v2/repository/models/{m}/load"),
+            &[],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{m}: {}", r.error());
+    }
+    let x = |values: [f32; 6]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    let header = json!({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 24}}],
+                        "outputs": [{"name": "y"}]});
+    let good = x([-1.5, 0.0, 2.0, -0.25, 3.5, -4.0]);
+    let nan = x([-1.5, 0.0, 2.0, -0.25, f32::NAN, -4.0]);
+    let expected = json!([-0.0, -0.0, -2.0, -0.0, -3.5, -0.0]);
+    let r = call_binary(addr, "fragile", &header, &good);
+    assert_eq!(r.status, 200, "{}", r.error());
+    assert_eq!(r.json()["outputs"][0]["data"], expected);
+    let r = call_binary(addr, "fragile", &header, &nan);
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.error().contains("SIGABRT"), "{}", r.error());
+    // The server, the other model and the crashed model itself go on.
+    assert_eq!(get(addr, "/v2/health/live").status, 200);
+    let r = call_binary(addr, "sturdy", &header, &good);
+    assert_eq!(r.json()["outputs"][0]["data"], expected);
+    let r = call_binary(addr, "fragile", &header, &good);
+    assert_eq!(r.status, 200, "{}", r.error());
+    assert_eq!(r.json()["outputs"][0]["data"], expected);
+}

@@ -139,7 +139,24 @@ pub fn start() -> Running {
         metrics: Some("127.0.0.1:0".parse().unwrap()),
         max_body_bytes: 1 << 20,
     };
-    let env: Arc<Environment> = Environment::builder().commit().unwrap();
+    // A plugin folder with the `adversarial` fixture (a Relu EP that misbehaves as its `mode`
+    // option says), and the `epx` executable, which runs isolated EPs.
+    let plugins = dir.join(".plugins");
+    let lib = epx_tests::fixture_library("adversarial");
+    let file = lib.file_name().and_then(|f| f.to_str()).unwrap().to_owned();
+    let plugin = plugins.join("adversarial");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::copy(&lib, plugin.join(&file)).unwrap();
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        epx_tests::manifest("adversarial", "1.0", &["adversarial"], &file),
+    )
+    .unwrap();
+    let env: Arc<Environment> = Environment::builder()
+        .with_plugin_dirs([&plugins])
+        .with_epx_executable(epx_tests::artifact_dir().join("epx"))
+        .commit()
+        .unwrap();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {

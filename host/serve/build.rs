@@ -8,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .build_transport(false)
+        // prost's codec with undecodable messages answered INVALID_ARGUMENT (src/grpc.rs).
+        .codec_path("crate::grpc::codec::Codec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -29,6 +29,68 @@ pub mod pb {
 
 use pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 
+/// prost's codec, except that a message that does not decode is the client's error
+/// (`INVALID_ARGUMENT`, naming what is wrong), not the server's (`INTERNAL`).
+pub mod codec {
+    use prost::Message;
+    use tonic::codec::{BufferSettings, DecodeBuf};
+    use tonic::{Code, Status};
+    use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+
+    #[derive(Debug, Clone)]
+    pub struct Codec<T, U>(ProstCodec<T, U>);
+
+    impl<T, U> Default for Codec<T, U> {
+        fn default() -> Self {
+            Codec(ProstCodec::default())
+        }
+    }
+
+    impl<T, U> tonic::codec::Codec for Codec<T, U>
+    where
+        T: Message + Send + 'static,
+        U: Message + Default + Send + 'static,
+    {
+        type Encode = T;
+        type Decode = U;
+        type Encoder = ProstEncoder<T>;
+        type Decoder = Decoder<U>;
+
+        fn encoder(&mut self) -> Self::Encoder {
+            self.0.encoder()
+        }
+
+        fn decoder(&mut self) -> Self::Decoder {
+            Decoder(self.0.decoder())
+        }
+    }
+
+    #[derive(Debug)]
+    pub struct Decoder<U>(ProstDecoder<U>);
+
+    impl<U: Message + Default> tonic::codec::Decoder for Decoder<U> {
+        type Item = U;
+        type Error = Status;
+
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+            self.0.decode(buf).map_err(|s| {
+                if s.code() == Code::Internal {
+                    Status::invalid_argument(format!(
+                        "the message is not a valid protobuf message of this call: {}",
+                        s.message()
+                    ))
+                } else {
+                    s
+                }
+            })
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            self.0.buffer_settings()
+        }
+    }
+}
+
 /// Serves the gRPC service on `listener` until `done` resolves.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
@@ -274,8 +336,14 @@ async fn answer(
     model: &Arc<Model>,
     r: pb::ModelInferRequest,
 ) -> Result<pb::ModelInferResponse, ServeError> {
-    let (inputs, wanted) = parse(r.inputs, r.raw_input_contents, &r.outputs, model)?;
     let timeout = timeout(&r.parameters)?;
+    let (inputs, wanted) = parse(
+        r.inputs,
+        r.raw_input_contents,
+        &r.outputs,
+        &model.inputs,
+        &model.outputs,
+    )?;
     let outputs = infer::run(model, inputs, timeout).await?;
     let mut answer = pb::ModelInferResponse {
         model_name: model.name.clone(),
@@ -329,13 +397,30 @@ fn timeout(
     }
 }
 
-/// A ModelInfer request's inputs checked against the model, and the outputs it asks for.
+/// Decodes a ModelInferRequest message and checks it against a model's inputs and outputs,
+/// as the server does: the inputs as tensors and the outputs asked for. For fuzzing and tests.
+#[allow(clippy::type_complexity)]
+pub fn parse_request(
+    message: &[u8],
+    inputs: &[ValueSpec],
+    outputs: &[ValueSpec],
+) -> Result<(Vec<(String, Tensor)>, Vec<String>), ServeError> {
+    use prost::Message as _;
+    let r = pb::ModelInferRequest::decode(message)
+        .map_err(|e| bad(format!("not a ModelInferRequest: {e}")))?;
+    timeout(&r.parameters)?;
+    parse(r.inputs, r.raw_input_contents, &r.outputs, inputs, outputs)
+}
+
+/// A ModelInfer request's inputs checked against the model's `specs`, and the outputs it asks
+/// for (of `declared`).
 #[allow(clippy::type_complexity)]
 fn parse(
     inputs: Vec<pb::model_infer_request::InferInputTensor>,
     raw: Vec<Vec<u8>>,
     outputs: &[pb::model_infer_request::InferRequestedOutputTensor],
-    model: &Model,
+    specs: &[ValueSpec],
+    declared: &[ValueSpec],
 ) -> Result<(Vec<(String, Tensor)>, Vec<String>), ServeError> {
     if !raw.is_empty() && raw.len() != inputs.len() {
         return Err(bad(format!(
@@ -348,7 +433,7 @@ fn parse(
     let mut parsed: Vec<(String, Tensor)> = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.into_iter().enumerate() {
         let name = input.name;
-        let spec = protocol::input_spec(&name, &model.inputs, &parsed)?;
+        let spec = protocol::input_spec(&name, specs, &parsed)?;
         let (elem, shape, count) =
             protocol::check_head(&name, &input.datatype, &input.shape, spec)?;
         let tensor = match raw.get(i) {
@@ -374,10 +459,10 @@ fn parse(
         };
         parsed.push((name, tensor));
     }
-    protocol::check_complete(&model.inputs, &parsed)?;
+    protocol::check_complete(specs, &parsed)?;
     let mut asked: Vec<protocol::RequestedOutput> = Vec::with_capacity(outputs.len());
     for o in outputs {
-        protocol::check_output(&o.name, &model.outputs, &asked)?;
+        protocol::check_output(&o.name, declared, &asked)?;
         if o.parameters.contains_key("classification") {
             return Err(bad(format!(
                 "output `{}`: the classification extension is not served; ask for the output \
@@ -391,7 +476,7 @@ fn parse(
         });
     }
     let wanted = if asked.is_empty() {
-        model.outputs.iter().map(|o| o.name.clone()).collect()
+        declared.iter().map(|o| o.name.clone()).collect()
     } else {
         asked.into_iter().map(|o| o.name).collect()
     };

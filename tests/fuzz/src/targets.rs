@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use epx::{ElementType, Session, Tensor};
+use epx::ir::ValueType;
+use epx::{ElementType, Session, Tensor, ValueSpec};
 
 use crate::capi;
 
@@ -17,9 +18,21 @@ pub enum Target {
     Manifest,
     /// `epx_session_run` of libepx.so with random names, types, shapes and buffer lengths.
     Capi,
+    /// An inference request of `epx serve`'s REST API (JSON, or JSON then binary data, the
+    /// first byte choosing the header length) checked against a model of every datatype.
+    ServeRest,
+    /// A ModelInferRequest message of `epx serve`'s gRPC API, decoded and checked the same way.
+    ServeGrpc,
 }
 
-pub const ALL: [Target; 4] = [Target::Onnx, Target::Npy, Target::Manifest, Target::Capi];
+pub const ALL: [Target; 6] = [
+    Target::Onnx,
+    Target::Npy,
+    Target::Manifest,
+    Target::Capi,
+    Target::ServeRest,
+    Target::ServeGrpc,
+];
 
 impl Target {
     pub fn name(self) -> &'static str {
@@ -28,6 +41,8 @@ impl Target {
             Target::Npy => "npy",
             Target::Manifest => "manifest",
             Target::Capi => "capi",
+            Target::ServeRest => "serve-rest",
+            Target::ServeGrpc => "serve-grpc",
         }
     }
 }
@@ -44,6 +59,136 @@ pub fn run(target: Target, input: &[u8]) -> bool {
             epx::plugin::manifest::parse_manifest(text, Path::new("fuzz/plugin.toml")).is_ok()
         }),
         Target::Capi => capi::run(input),
+        Target::ServeRest => {
+            // First byte odd: a JSON header of the next byte's length, then binary data.
+            let (header_len, body) = match input.split_first() {
+                Some((&b, rest)) if b & 1 == 1 && !rest.is_empty() => {
+                    (Some(usize::from(rest[0])), &rest[1..])
+                }
+                Some((_, rest)) => (None, rest),
+                None => (None, input),
+            };
+            serve_models().iter().any(|(inputs, outputs)| {
+                epx_serve::protocol::parse_infer(body, header_len, inputs, outputs).is_ok()
+            })
+        }
+        Target::ServeGrpc => serve_models().iter().any(|(inputs, outputs)| {
+            epx_serve::grpc::parse_request(input, inputs, outputs).is_ok()
+        }),
+    }
+}
+
+/// The models the serve targets check a request against, each with one input of one datatype
+/// (fixed, dynamic or unknown extents) and outputs of every datatype.
+fn serve_models() -> Vec<(Vec<ValueSpec>, Vec<ValueSpec>)> {
+    let spec = |name: &str, elem: ElementType, shape: Option<Vec<Option<u64>>>| ValueSpec {
+        name: name.into(),
+        elem_type: Some(elem),
+        symbols: vec![None; shape.as_ref().map_or(0, Vec::len)],
+        shape: shape.clone(),
+        ty: ValueType::Tensor {
+            elem_type: Some(elem),
+            shape: None,
+        },
+    };
+    let types = [
+        ("f", ElementType::Float),
+        ("d", ElementType::Double),
+        ("h", ElementType::Float16),
+        ("bf", ElementType::Bfloat16),
+        ("i8", ElementType::Int8),
+        ("i16", ElementType::Int16),
+        ("i32", ElementType::Int32),
+        ("i64", ElementType::Int64),
+        ("u8", ElementType::Uint8),
+        ("u16", ElementType::Uint16),
+        ("u32", ElementType::Uint32),
+        ("u64", ElementType::Uint64),
+        ("b", ElementType::Bool),
+        ("s", ElementType::String),
+    ];
+    let outputs: Vec<ValueSpec> = types
+        .iter()
+        .map(|&(name, elem)| spec(&format!("{name}_out"), elem, None))
+        .collect();
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, elem))| {
+            let shape = match i % 3 {
+                0 => Some(vec![None, Some(2)]),
+                1 => Some(vec![Some(2)]),
+                _ => None,
+            };
+            (vec![spec(name, elem, shape)], outputs.clone())
+        })
+        .collect()
+}
+
+/// Requests that the serve targets start from: well-formed ones of each datatype, as JSON,
+/// JSON with binary data, and protobuf.
+fn serve_seeds(target: Target) -> Vec<Vec<u8>> {
+    use epx_serve::grpc::pb;
+    use prost::Message as _;
+    let json = |datatype: &str, name: &str, data: &str| {
+        format!(
+            r#"{{"id": "1", "inputs": [{{"name": "{name}", "shape": [1, 2], "datatype": "{datatype}", "data": {data}}}], "outputs": [{{"name": "{name}_out", "parameters": {{"binary_data": true}}}}], "parameters": {{"timeout": 1000}}}}"#
+        )
+    };
+    match target {
+        Target::ServeRest => {
+            let mut seeds: Vec<Vec<u8>> = [
+                json("FP32", "f", "[1.5, -2]"),
+                json("INT64", "i64", "[[1], [2]]").replace("[1, 2]", "[2]"),
+                json("BOOL", "b", "[true, false]"),
+                json("BYTES", "s", r#"["a", "ü"]"#).replace("[1, 2]", "[2]"),
+                json("FP16", "h", "[0.5, 1e4]"),
+            ]
+            .into_iter()
+            .map(|j| [b"\0".to_vec(), j.into_bytes()].concat())
+            .collect();
+            let header = r#"{"inputs": [{"name": "u16", "shape": [2], "datatype": "UINT16", "parameters": {"binary_data_size": 4}}]}"#;
+            let mut binary = vec![1, header.len() as u8];
+            binary.extend_from_slice(header.as_bytes());
+            binary.extend_from_slice(&[1, 0, 2, 0]);
+            seeds.push(binary);
+            seeds
+        }
+        _ => {
+            let input = |name: &str, datatype: &str, shape: Vec<i64>, contents| {
+                pb::model_infer_request::InferInputTensor {
+                    name: name.into(),
+                    datatype: datatype.into(),
+                    shape,
+                    contents,
+                    ..Default::default()
+                }
+            };
+            let typed = pb::ModelInferRequest {
+                model_name: "m".into(),
+                inputs: vec![input(
+                    "i32",
+                    "INT32",
+                    vec![1, 2],
+                    Some(pb::InferTensorContents {
+                        int_contents: vec![1, -2],
+                        ..Default::default()
+                    }),
+                )],
+                ..Default::default()
+            };
+            let raw = pb::ModelInferRequest {
+                model_name: "m".into(),
+                inputs: vec![input("f", "FP32", vec![1, 2], None)],
+                raw_input_contents: vec![vec![0; 8]],
+                outputs: vec![pb::model_infer_request::InferRequestedOutputTensor {
+                    name: "f_out".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            vec![typed.encode_to_vec(), raw.encode_to_vec()]
+        }
     }
 }
 
@@ -117,6 +262,7 @@ pub fn seeds(target: Target, repo: &Path) -> Vec<Vec<u8>> {
         }
         // Its inputs are choices, not files: random bytes are as good a start as any.
         Target::Capi => {}
+        Target::ServeRest | Target::ServeGrpc => return serve_seeds(target),
     }
     paths.sort();
     let mut seeds: Vec<Vec<u8>> = paths.iter().filter_map(|p| std::fs::read(p).ok()).collect();

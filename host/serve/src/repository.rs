@@ -11,7 +11,7 @@ use std::time::Duration;
 use epx::{Environment, Session, ValueSpec};
 
 use crate::config::{BatchingConfig, ModelConfig};
-use crate::infer::BatchQueue;
+use crate::infer::{BatchQueue, Workers};
 use crate::protocol::ServeError;
 use tokio::sync::Semaphore;
 
@@ -36,6 +36,8 @@ pub struct Model {
     batching: Option<BatchingConfig>,
     /// The batcher's queue, started with the first request.
     batcher: OnceLock<BatchQueue>,
+    /// The threads that run it, one per instance.
+    pub(crate) workers: Workers,
 }
 
 impl Model {
@@ -325,5 +327,6 @@ fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, S
         timeout: config.timeout_ms.map(Duration::from_millis),
         batching: config.dynamic_batching,
         batcher: OnceLock::new(),
+        workers: Workers::start(name, config.instances)?,
     })
 }

@@ -6,7 +6,8 @@
 //!
 //!     cargo run --release -p epx-serve --example grpc_load -- \
 //!         --addr 127.0.0.1:8001 --model mnist --concurrency 1,2,4,8,16 --seconds 5 \
-//!         [--shape x=1,3,640,640]   (extents of an input with dynamic ones; repeatable)
+//!         [--shape x=1,3,640,640[:FP32]]   (an input's extents, repeatable; the inputs sent are
+//!         the metadata's, or these with their datatype (FP32 if not given) when it lists none)
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ struct Args {
     model: String,
     concurrency: Vec<usize>,
     seconds: f64,
-    shapes: Vec<(String, Vec<i64>)>,
+    shapes: Vec<(String, Vec<i64>, String)>,
 }
 
 fn args() -> Result<Args, String> {
@@ -38,11 +39,12 @@ fn args() -> Result<Args, String> {
             "--model" => a.model = value,
             "--shape" => {
                 let (name, dims) = value.split_once('=').ok_or("--shape NAME=D,D,...")?;
+                let (dims, datatype) = dims.split_once(':').unwrap_or((dims, "FP32"));
                 let dims = dims
                     .split(',')
                     .map(|d| d.parse().map_err(|e| format!("--shape: {e}")))
                     .collect::<Result<_, _>>()?;
-                a.shapes.push((name.to_owned(), dims));
+                a.shapes.push((name.to_owned(), dims, datatype.to_owned()));
             }
             "--seconds" => a.seconds = value.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--concurrency" => {
@@ -64,7 +66,7 @@ fn args() -> Result<Args, String> {
 async fn request(
     c: &mut GrpcInferenceServiceClient<Channel>,
     model: &str,
-    shapes: &[(String, Vec<i64>)],
+    shapes: &[(String, Vec<i64>, String)],
 ) -> Result<pb::ModelInferRequest, String> {
     let meta = c
         .model_metadata(pb::ModelMetadataRequest {
@@ -85,9 +87,22 @@ async fn request(
         model_name: model.into(),
         ..Default::default()
     };
-    for t in meta.inputs {
-        let shape: Vec<i64> = match shapes.iter().find(|(n, _)| *n == t.name) {
-            Some((_, dims)) => dims.clone(),
+    let mut inputs = meta.inputs;
+    if inputs.is_empty() {
+        inputs = shapes
+            .iter()
+            .map(
+                |(name, shape, datatype)| pb::model_metadata_response::TensorMetadata {
+                    name: name.clone(),
+                    datatype: datatype.clone(),
+                    shape: shape.clone(),
+                },
+            )
+            .collect();
+    }
+    for t in inputs {
+        let shape: Vec<i64> = match shapes.iter().find(|(n, _, _)| *n == t.name) {
+            Some((_, dims, _)) => dims.clone(),
             None => t.shape.iter().map(|&d| d.max(1)).collect(),
         };
         let count: i64 = shape.iter().product();

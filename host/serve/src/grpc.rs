@@ -353,13 +353,7 @@ async fn answer(
     };
     for name in wanted {
         let tensor = outputs.get(&name)?;
-        let elem = tensor.elem_type();
-        let datatype = datatype_of(elem).ok_or_else(|| {
-            ServeError::Internal(format!(
-                "output `{name}` has element type {}, which the protocol has no datatype for",
-                elem.onnx_name()
-            ))
-        })?;
+        let datatype = protocol::output_datatype(&name, tensor)?;
         let mut raw = Vec::with_capacity(tensor.bytes().map_or(0, <[u8]>::len));
         protocol::output_raw(&name, tensor, &mut raw)?;
         answer

@@ -238,15 +238,9 @@ async fn batcher(model: Weak<Model>, mut waiting: mpsc::UnboundedReceiver<Pendin
                 Ok(Some(p)) => p,
                 Ok(None) | Err(_) => break,
             };
-            if next.reply.is_closed() {
-                continue;
-            }
-            if rows + next.rows > max || !stacks(&batch[0], &next) {
-                carried = Some(next);
+            if !join(&mut batch, &mut rows, max, next, &mut carried) {
                 break;
             }
-            rows += next.rows;
-            batch.push(next);
         }
         let Some(m) = model.upgrade() else { return };
         let Ok(running) = m.running.clone().acquire_owned().await else {
@@ -255,15 +249,9 @@ async fn batcher(model: Weak<Model>, mut waiting: mpsc::UnboundedReceiver<Pendin
         // What queued while every instance was busy joins, up to the limit.
         while carried.is_none() && rows < max {
             let Ok(next) = waiting.try_recv() else { break };
-            if next.reply.is_closed() {
-                continue;
-            }
-            if rows + next.rows > max || !stacks(&batch[0], &next) {
-                carried = Some(next);
+            if !join(&mut batch, &mut rows, max, next, &mut carried) {
                 break;
             }
-            rows += next.rows;
-            batch.push(next);
         }
         batch.retain(|p| !p.reply.is_closed());
         if batch.is_empty() {
@@ -277,6 +265,28 @@ async fn batcher(model: Weak<Model>, mut waiting: mpsc::UnboundedReceiver<Pendin
             run_batch(m, batch).await;
         });
     }
+}
+
+/// Adds `next` to `batch` (of `rows` rows) when it fits under `max` and stacks with it, drops
+/// it when its client left, or else keeps it in `carried` for the next batch. Whether the
+/// batch may take more.
+fn join(
+    batch: &mut Vec<Pending>,
+    rows: &mut usize,
+    max: usize,
+    next: Pending,
+    carried: &mut Option<Pending>,
+) -> bool {
+    if next.reply.is_closed() {
+        return true;
+    }
+    if *rows + next.rows > max || !stacks(&batch[0], &next) {
+        *carried = Some(next);
+        return false;
+    }
+    *rows += next.rows;
+    batch.push(next);
+    true
 }
 
 /// Runs a batch and answers each of its requests with its rows.

@@ -593,12 +593,7 @@ pub fn output_json(
     out: &mut Vec<u8>,
 ) -> Result<Json, ServeError> {
     let elem = tensor.elem_type();
-    let datatype = datatype_of(elem).ok_or_else(|| {
-        ServeError::Internal(format!(
-            "output `{name}` has element type {}, which the protocol has no datatype for",
-            elem.onnx_name()
-        ))
-    })?;
+    let datatype = output_datatype(name, tensor)?;
     let mut entry = json!({"name": name, "datatype": datatype, "shape": tensor.shape()});
     if binary {
         let start = out.len();
@@ -649,6 +644,17 @@ pub fn output_json(
     };
     entry["data"] = Json::Array(data);
     Ok(entry)
+}
+
+/// The protocol's datatype of output `name`, or why it has none.
+pub(crate) fn output_datatype(name: &str, tensor: &Tensor) -> Result<&'static str, ServeError> {
+    let elem = tensor.elem_type();
+    datatype_of(elem).ok_or_else(|| {
+        ServeError::Internal(format!(
+            "output `{name}` has element type {}, which the protocol has no datatype for",
+            elem.onnx_name()
+        ))
+    })
 }
 
 /// Appends the elements of output `name` to `out` as the binary tensor data extension lays them

@@ -198,8 +198,10 @@ def rust_load(exe, port, name, feeds, concurrency, seconds):
     shapes, a few µs of client CPU a request): (requests/s, p50 ms, p99 ms, failures)."""
     args = [exe, "--addr", f"127.0.0.1:{port}", "--model", name, "--concurrency",
             str(concurrency), "--seconds", str(seconds)]
+    from tritonclient.utils import np_to_triton_dtype
     for n, v in feeds.items():
-        args += ["--shape", f"{n}=" + ",".join(str(d) for d in v.shape)]
+        dims = ",".join(str(d) for d in v.shape)
+        args += ["--shape", f"{n}={dims}:{np_to_triton_dtype(v.dtype)}"]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     c, rps, p50, p99, failed = out.strip().splitlines()[-1].split()
     return float(rps), float(p50), float(p99), int(failed)
@@ -223,6 +225,8 @@ def main():
                    help="more lines of the model's config.toml, `\\n` for a new line (e.g. "
                         "dynamic batching); the server is then labelled epx+")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--servers", default="epx,kserve",
+                   help="which servers to load (kserve only with --kserve)")
     p.add_argument("--rust-client", help="target/release/examples/grpc_load: load with it "
                                          "instead of tritonclient (gRPC only)")
     a = p.parse_args()
@@ -241,8 +245,9 @@ def main():
             print(f"{'server':8} {'C':>3} {'req/s':>9} {'in-process/s':>13} {'ratio':>6} "
                   f"{'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
             extra = a.epx_config.replace("\\n", "\n")
-            kinds = [("epx+" if extra else "epx", a.epx)]
-            kinds += [("kserve", a.kserve)] if a.kserve else []
+            wanted = a.servers.split(",")
+            kinds = [("epx+" if extra else "epx", a.epx)] if "epx" in wanted else []
+            kinds += [("kserve", a.kserve)] if a.kserve and "kserve" in wanted else []
             for kind, exe in kinds:
                 server = Server(kind.rstrip("+"), exe, model, path, threads, extra)
                 try:

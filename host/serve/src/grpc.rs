@@ -456,14 +456,8 @@ fn parse(
     protocol::check_complete(specs, &parsed)?;
     let mut asked: Vec<protocol::RequestedOutput> = Vec::with_capacity(outputs.len());
     for o in outputs {
-        protocol::check_output(&o.name, declared, &asked)?;
-        if o.parameters.contains_key("classification") {
-            return Err(bad(format!(
-                "output `{}`: the classification extension is not served; ask for the output \
-                 itself",
-                o.name
-            )));
-        }
+        let classification = o.parameters.contains_key("classification");
+        protocol::check_output(&o.name, classification, declared, &asked)?;
         asked.push(protocol::RequestedOutput {
             name: o.name.clone(),
             binary: true,

@@ -208,14 +208,12 @@ pub fn parse_infer(
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for o in list {
-                check_output(&o.name, outputs, &out)?;
-                if o.parameters.contains_key("classification") {
-                    return Err(bad(format!(
-                        "output `{}`: the classification extension is not served; ask for the \
-                         output itself",
-                        o.name
-                    )));
-                }
+                check_output(
+                    &o.name,
+                    o.parameters.contains_key("classification"),
+                    outputs,
+                    &out,
+                )?;
                 let binary = flag(&o.parameters, "binary_data")?.unwrap_or(all_binary);
                 out.push(RequestedOutput {
                     name: o.name.clone(),
@@ -283,12 +281,20 @@ pub(crate) fn check_complete(
     )))
 }
 
-/// Refuses an output the model lacks or one asked for twice.
+/// Refuses an output the model lacks, one asked for twice, or one asked for with the
+/// classification extension's parameter (not served).
 pub(crate) fn check_output(
     name: &str,
+    classification: bool,
     outputs: &[ValueSpec],
     asked: &[RequestedOutput],
 ) -> Result<(), ServeError> {
+    if classification {
+        return Err(bad(format!(
+            "output `{name}`: the classification extension is not served; ask for the output \
+             itself"
+        )));
+    }
     if !outputs.iter().any(|s| s.name == name) {
         return Err(bad(format!(
             "the model has no output `{name}` (its outputs: {})",

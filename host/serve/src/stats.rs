@@ -68,12 +68,6 @@ pub struct ModelStats {
     pub nodes_by_provider: Vec<(String, usize)>,
 }
 
-impl Default for ModelStats {
-    fn default() -> Self {
-        ModelStats::new(0, Vec::new())
-    }
-}
-
 impl ModelStats {
     /// Counters for a model whose runs take up to `max_batch` rows (0: no batching).
     pub fn new(max_batch: usize, nodes_by_provider: Vec<(String, usize)>) -> Self {

@@ -396,6 +396,25 @@ fn grpc_refusals_carry_their_codes_and_the_server_goes_on() {
                 Code::InvalidArgument,
                 "the model has no output `nope`",
             ),
+            (
+                with(&|r| {
+                    let mut o = InferRequestedOutputTensor {
+                        name: "sum".into(),
+                        ..Default::default()
+                    };
+                    o.parameters.insert(
+                        "classification".into(),
+                        pb::InferParameter {
+                            parameter_choice: Some(
+                                pb::infer_parameter::ParameterChoice::Int64Param(3),
+                            ),
+                        },
+                    );
+                    r.outputs = vec![o];
+                }),
+                Code::InvalidArgument,
+                "the classification extension is not served",
+            ),
         ];
         for (request, code, says) in cases {
             let status = c.model_infer(request).await.unwrap_err();

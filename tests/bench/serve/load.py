@@ -100,6 +100,7 @@ class Server:
     """A server process on free ports; `kind` is "epx" or "kserve"."""
 
     def __init__(self, kind, exe, name, path, threads, extra=""):
+        self.kind = kind
         self.dir = tempfile.mkdtemp(prefix="epx-load-")
         self.http, self.grpc = free_port(), free_port()
         if kind == "epx":
@@ -116,7 +117,11 @@ class Server:
                     "--threads", str(threads), "--http_port", str(self.http),
                     "--grpc_port", str(self.grpc), "--workers", "1"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_ready(name)
+        try:
+            self.wait_ready(name)
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(self, name):
         import tritonclient.http as http
@@ -125,8 +130,16 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.proc.returncode}")
             try:
-                if http.InferenceServerClient(f"127.0.0.1:{self.http}").is_model_ready(name):
+                client = http.InferenceServerClient(f"127.0.0.1:{self.http}")
+                if client.is_model_ready(name):
                     return
+                if self.kind == "epx":
+                    # A model that failed to load says why in the repository index.
+                    for m in client.get_model_repository_index():
+                        if m.get("name") == name and m.get("state") == "UNAVAILABLE":
+                            raise RuntimeError(f"`{name}` did not load: {m.get('reason')}")
+            except RuntimeError:
+                raise
             except Exception:
                 pass
             time.sleep(0.2)

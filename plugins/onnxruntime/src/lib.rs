@@ -34,6 +34,7 @@
 mod device;
 mod ep;
 pub mod locate;
+mod logs;
 mod patch;
 mod provider;
 pub mod runtime;

@@ -322,6 +322,8 @@ impl OrtProvider {
         b = b
             .with_execution_providers([self.dispatch.clone()])
             .map_err(text)?;
+        // A probe's notes and refusals are its answer (a decline reason), not the user's log.
+        let _quiet = (kind == SessionKind::Probe).then(crate::logs::Quiet::new);
         b.commit_from_memory(model).map_err(|e| e.to_string())
     }
 

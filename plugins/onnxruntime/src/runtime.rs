@@ -180,14 +180,8 @@ fn load(path: &Path) -> sdk::Result<Runtime> {
         .map_err(|e| Error::unavailable(format!("loading ONNX Runtime: {e}")))?;
     let logger: ort::logging::LoggerFunction =
         Arc::new(|level, category, _id, location, message| {
-            let level = match level {
-                LogLevel::Verbose => EpxLogLevel::Trace,
-                LogLevel::Info => EpxLogLevel::Debug,
-                LogLevel::Warning => EpxLogLevel::Warn,
-                LogLevel::Error | LogLevel::Fatal => EpxLogLevel::Error,
-            };
             sdk::log(
-                level,
+                crate::logs::level(level, location),
                 &format!("onnxruntime [{category}] {location}: {message}"),
             );
         });

@@ -7,9 +7,9 @@
 //!   feature — never linked or downloaded at build time. Where the library is looked for:
 //!   [`locate`]. Its version is read (`OrtGetApiBase()->GetVersionString()`) and checked before
 //!   `ort` uses it.
-//! - **API level**: `ort` is built with `api-22`, so ONNX Runtime 1.22 or newer loads (an older
-//!   one is refused, naming both versions). Sessions need no more than the version-18 table;
-//!   level 22 brings `GetEpDevices`, ONNX Runtime's own list of the devices each of its EPs can
+//! - **API level**: `ort` is built with `api-23`, so ONNX Runtime 1.23 or newer loads (an older
+//!   one is refused, naming both versions): the first with plugin-EP libraries. Sessions need no
+//!   more than the version-18 table; level 22 brought `GetEpDevices`, ONNX Runtime's own list of the devices each of its EPs can
 //!   use, which the adapter hands on as the EP's devices (ABI 1.5): kind, vendor, the name and
 //!   driver version where ONNX Runtime's metadata has them, ids in ONNX Runtime's order. Only
 //!   ONNX Runtime's built-in EPs (and EP libraries registered with it) are listed there; the

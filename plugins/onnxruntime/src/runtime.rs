@@ -14,9 +14,9 @@ use ort::sys::ONNXTensorElementDataType;
 
 use crate::locate::{SearchEnv, locate};
 
-/// The lowest ONNX Runtime minor version (1.x) this adapter can use: `ort`'s `api-22` feature
-/// asks ORT for the version-22 C API table (the first with `GetEpDevices`), which ORT 1.22 and
-/// newer provide.
+/// The lowest ONNX Runtime minor version (1.x) this adapter can use: `ort`'s `api-23` feature
+/// asks ORT for the version-23 C API table (the plugin-EP libraries' level; 22 was the first
+/// with `GetEpDevices`), which ORT 1.23 and newer provide.
 pub const MIN_ORT_MINOR: u32 = ort::MINOR_VERSION;
 
 /// The ONNX Runtime element type of an ONNX element type; `None` for those ORT has no tensors of.
@@ -363,10 +363,10 @@ mod tests {
     fn versions_are_checked() {
         let p = Path::new("/x/libonnxruntime.so");
         assert!(check_version("1.31.1", p).is_ok());
-        assert!(check_version("1.22.0", p).is_ok());
-        assert!(check_version("1.21.1", p).is_err());
+        assert!(check_version("1.23.0", p).is_ok());
+        assert!(check_version("1.22.1", p).is_err());
         let e = check_version("1.17.3", p).unwrap_err();
-        assert!(e.contains("1.17.3") && e.contains("1.22"), "{e}");
+        assert!(e.contains("1.17.3") && e.contains("1.23"), "{e}");
         assert!(check_version("2.0.0", p).is_err());
         assert!(check_version("garbage", p).is_err());
     }

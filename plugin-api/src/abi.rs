@@ -25,6 +25,12 @@ pub const EPX_ABI_VERSION_PATCH: u32 = 0;
 /// The name of the one symbol a plugin library exports, of type [`EpxPluginEntryFn`].
 pub const EPX_PLUGIN_ENTRY_SYMBOL: &str = "epx_plugin_entry";
 
+/// The name of an optional second entry function, of type [`EpxPluginEntryWithSettingsFn`]. A
+/// library that learns what it provides from settings its host gives it (the ONNX Runtime
+/// plugin-EP adapter, told which vendor library to host and under which EP names) exports it;
+/// the host calls it, instead of `epx_plugin_entry`, when it has settings for the library.
+pub const EPX_PLUGIN_ENTRY_WITH_SETTINGS_SYMBOL: &str = "epx_plugin_entry_with_settings";
+
 /// A value id meaning "no value" (an absent optional input or output of a node).
 pub const EPX_VALUE_NONE: u32 = u32::MAX;
 
@@ -916,6 +922,17 @@ pub struct EpxPluginDescriptor {
 /// through `host.log`.
 pub type EpxPluginEntryFn = unsafe extern "C" fn(
     host: *const EpxHostApi,
+    out: *mut *mut EpxPluginDescriptor,
+) -> *mut EpxStatus;
+
+/// The entry function with settings, exported as `epx_plugin_entry_with_settings` by a library
+/// that needs them. As [`EpxPluginEntryFn`], with `num_settings` key/value pairs (UTF-8, valid
+/// for the call) that the plugin copies what it needs of. An unknown key is an error naming it.
+pub type EpxPluginEntryWithSettingsFn = unsafe extern "C" fn(
+    host: *const EpxHostApi,
+    num_settings: usize,
+    keys: *const EpxStr,
+    values: *const EpxStr,
     out: *mut *mut EpxPluginDescriptor,
 ) -> *mut EpxStatus;
 

@@ -27,6 +27,24 @@ pub struct LibraryArgs {
     /// The SHA-256 of each preload, in order (`-`: not checked).
     #[arg(long = "preload-sha256", value_name = "HEX")]
     preload_sha256: Vec<String>,
+    /// The library is an ONNX Runtime plugin-EP library that this adapter opens.
+    #[arg(long = "hosted-by", value_name = "ADAPTER")]
+    hosted_by: Option<PathBuf>,
+    /// The SHA-256 the adapter must have (`-`: not checked).
+    #[arg(long = "hosted-by-sha256", value_name = "HEX")]
+    hosted_by_sha256: Option<String>,
+    /// The oldest ONNX Runtime the hosted library works with.
+    #[arg(long = "onnxruntime", value_name = "VERSION")]
+    onnxruntime: Option<String>,
+    /// The hosted plugin's name.
+    #[arg(long = "hosted-name", value_name = "NAME")]
+    hosted_name: Option<String>,
+    /// The hosted plugin's version.
+    #[arg(long = "hosted-version", value_name = "VERSION")]
+    hosted_version: Option<String>,
+    /// A hosted EP: ONNX Runtime's name and epx's (repeatable, in order).
+    #[arg(long = "ort-ep", value_name = "ORT_NAME=EPX_NAME")]
+    ort_eps: Vec<String>,
 }
 
 impl LibraryArgs {
@@ -44,6 +62,14 @@ impl LibraryArgs {
             self.sha256.as_deref(),
             &self.preloads,
             &self.preload_sha256,
+            &epx::plugin::probe::HostedArgs {
+                adapter: self.hosted_by.clone(),
+                adapter_sha256: self.hosted_by_sha256.clone(),
+                onnxruntime: self.onnxruntime.clone(),
+                name: self.hosted_name.clone(),
+                version: self.hosted_version.clone(),
+                ort_eps: self.ort_eps.clone(),
+            },
         )
     }
 }

@@ -74,6 +74,13 @@ impl ProviderOptions {
             .transpose()
     }
 
+    /// Takes every option left (after the device choice, if any, was taken), for an EP that
+    /// hands options it does not know on to a runtime that checks them itself (and reports an
+    /// unknown one by name). Instead of [`finish`](Self::finish).
+    pub fn take_rest(self) -> Vec<(String, String)> {
+        self.entries
+    }
+
     /// Fails if any option was not taken, naming it and listing the valid keys.
     pub fn finish(self) -> Result<()> {
         if self.entries.is_empty() {

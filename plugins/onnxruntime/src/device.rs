@@ -335,7 +335,7 @@ impl Drop for Binding {
 
 /// One-node model `y = Identity(x)` over 1-D `uint8` tensors: every copy is a run of it with `x`
 /// and `y` bound to the source and destination buffers.
-fn identity_model() -> Vec<u8> {
+pub(crate) fn identity_model() -> Vec<u8> {
     use crate::patch::{write_len_field, write_varint_field};
     let uint8 = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 as u64;
     let value_info = |name: &str| {

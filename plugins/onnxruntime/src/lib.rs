@@ -33,6 +33,7 @@
 
 mod device;
 mod ep;
+pub mod library;
 pub mod locate;
 mod logs;
 mod patch;
@@ -41,4 +42,5 @@ pub mod runtime;
 
 pub use device::Memory;
 pub use ep::{ADAPTER_KEYS, OrtEp, Platforms};
+pub use library::LibraryFactory;
 pub use provider::{OrtFactory, OrtKernel, OrtProvider};

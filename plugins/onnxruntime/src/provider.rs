@@ -235,10 +235,10 @@ impl ProviderFactory for OrtFactory {
             .with_execution_providers([dispatch.clone()])
             .map_err(|e| unavailable(e.to_string()))?;
         let mut provider = OrtProvider {
-            ep: self.ep,
+            cpu: self.ep == OrtEp::Cpu,
+            backend: Backend::Builtin(self.ep, dispatch),
             name: self.name,
             rt,
-            dispatch,
             intra_threads,
             ops,
             probes: Mutex::new(HashMap::new()),
@@ -272,12 +272,75 @@ enum SessionKind {
     Copy,
 }
 
+/// Which ONNX Runtime EP a provider's sessions get.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    /// One of ONNX Runtime's own EPs (built in, or a provider-bridge library of its build).
+    Builtin(OrtEp, ExecutionProviderDispatch),
+    /// An EP of a plugin-EP library registered with ONNX Runtime ([`crate::library`]):
+    /// appended with the devices ONNX Runtime lists for it and the EP's options.
+    Library {
+        ort_name: Arc<str>,
+        options: Arc<[(String, String)]>,
+        /// The device a session chose (its place in ONNX Runtime's list for the EP); all of
+        /// them when `None`.
+        device: Option<usize>,
+    },
+}
+
+impl Backend {
+    /// ONNX Runtime's name of the EP.
+    pub(crate) fn ort_name(&self) -> &str {
+        match self {
+            Backend::Builtin(ep, _) => ep.ort_name(),
+            Backend::Library { ort_name, .. } => ort_name,
+        }
+    }
+
+    /// Adds the EP to a session being built.
+    pub(crate) fn append(
+        &self,
+        rt: &Runtime,
+        b: ort::session::builder::SessionBuilder,
+    ) -> Result<ort::session::builder::SessionBuilder, String> {
+        match self {
+            Backend::Builtin(_, dispatch) => b
+                .with_execution_providers([dispatch.clone()])
+                .map_err(|e| e.to_string()),
+            Backend::Library {
+                ort_name,
+                options,
+                device,
+            } => {
+                let devices: Vec<_> = rt
+                    .env
+                    .devices()
+                    .filter(|d| d.ep().is_ok_and(|n| n == &**ort_name))
+                    .enumerate()
+                    .filter(|(i, _)| device.is_none_or(|d| d == *i))
+                    .map(|(_, d)| d)
+                    .collect();
+                if devices.is_empty() {
+                    return Err(format!("ONNX Runtime lists no device for {ort_name}"));
+                }
+                let keyed: Vec<(String, String)> = options
+                    .iter()
+                    .map(|(k, v)| (format!("{ort_name}.{k}"), v.clone()))
+                    .collect();
+                b.with_devices(devices, Some(&keyed))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 /// A created EP: the runtime, the configured ORT EP, and the probe cache.
 pub struct OrtProvider {
-    ep: OrtEp,
+    /// ORT's CPU EP (whose sessions may fall back to nothing else anyway).
+    cpu: bool,
+    backend: Backend,
     name: &'static str,
     rt: Arc<Runtime>,
-    dispatch: ExecutionProviderDispatch,
     intra_threads: Option<usize>,
     ops: Option<HashSet<String>>,
     /// Node signature → whether a one-node session with this EP could be created.
@@ -288,10 +351,37 @@ pub struct OrtProvider {
 }
 
 impl OrtProvider {
+    /// A provider over an EP of a plugin-EP library ([`crate::library`]).
+    pub(crate) fn new(
+        name: &'static str,
+        rt: Arc<Runtime>,
+        backend: Backend,
+        intra_threads: Option<usize>,
+        ops: Option<HashSet<String>>,
+    ) -> OrtProvider {
+        OrtProvider {
+            cpu: false,
+            backend,
+            name,
+            rt,
+            intra_threads,
+            ops,
+            probes: Mutex::new(HashMap::new()),
+            device: None,
+        }
+    }
+
+    /// Makes a session of a one-node model with the EP (ONNX Runtime's CPU EP may take the
+    /// node): the EP is created, and reads its options, as for any session.
+    pub(crate) fn check_options(&self) -> Result<(), String> {
+        self.session(&crate::device::identity_model(), SessionKind::Copy)
+            .map(drop)
+    }
+
     fn session(&self, model: &[u8], kind: SessionKind) -> Result<Session, String> {
         let text = |e: ort::Error<ort::session::builder::SessionBuilder>| e.to_string();
         let mut b = Session::builder(&self.rt.env).map_err(|e| e.to_string())?;
-        if self.ep != OrtEp::Cpu && kind != SessionKind::Copy {
+        if !self.cpu && kind != SessionKind::Copy {
             // Nothing may fall back to ORT's own CPU EP: a node this EP cannot run is not
             // claimed (probe) or fails loudly (compile), it is never silently run on the CPU.
             b = b
@@ -319,9 +409,7 @@ impl OrtProvider {
                 }
             }
         }
-        b = b
-            .with_execution_providers([self.dispatch.clone()])
-            .map_err(text)?;
+        b = self.backend.append(&self.rt, b)?;
         // A probe's notes and refusals are its answer (a decline reason), not the user's log.
         let _quiet = (kind == SessionKind::Probe).then(crate::logs::Quiet::new);
         b.commit_from_memory(model).map_err(|e| e.to_string())
@@ -426,10 +514,19 @@ impl OrtProvider {
                     ),
                 );
                 let first = e.lines().next().unwrap_or_default().to_string();
-                Err(format!(
-                    "ONNX Runtime's {} refused a session of this one node: {first}",
-                    self.ep.ort_name()
-                ))
+                if first.contains("fallback to CPU EP has been explicitly disabled") {
+                    // The session was refused because ONNX Runtime left the node to its CPU EP.
+                    Err(format!(
+                        "ONNX Runtime's {} does not take it (ONNX Runtime would run it on its \
+                         own CPU EP)",
+                        self.backend.ort_name()
+                    ))
+                } else {
+                    Err(format!(
+                        "ONNX Runtime's {} refused a session of this one node: {first}",
+                        self.backend.ort_name()
+                    ))
+                }
             }
         };
         self.probes
@@ -487,7 +584,7 @@ impl Provider for OrtProvider {
             Error::runtime(format!(
                 "{} ({}): ONNX Runtime could not compile a group of {} node(s): {e}",
                 self.name,
-                self.ep.ort_name(),
+                self.backend.ort_name(),
                 sub.nodes.len()
             ))
         })?;
@@ -505,7 +602,7 @@ impl Provider for OrtProvider {
             output_names: names(sub.outputs)?,
             memory: MemInfo::cpu()?,
             session,
-            ep: self.ep,
+            ort_name: self.backend.ort_name().into(),
             device: self.device.clone(),
         }))
     }
@@ -522,7 +619,8 @@ pub struct OrtKernel {
     output_names: Vec<CString>,
     /// Host memory, for host-memory EPs' inputs.
     memory: MemInfo,
-    ep: OrtEp,
+    /// ONNX Runtime's name of the EP, for messages.
+    ort_name: Arc<str>,
     device: Option<Arc<DeviceIo>>,
 }
 
@@ -563,7 +661,7 @@ impl OrtKernel {
         for name in &self.output_names {
             binding.output_to(name, &io.info)?;
         }
-        binding.run(&self.session, &format!("{} Run", self.ep.ort_name()))?;
+        binding.run(&self.session, &format!("{} Run", self.ort_name))?;
         drop(inputs);
         let outputs = binding.outputs()?;
         if outputs.len() != self.output_names.len() {
@@ -614,7 +712,7 @@ impl Kernel for OrtKernel {
         };
         let outputs: Vec<OwnedValue> = raw_outputs.into_iter().map(OwnedValue).collect();
         // SAFETY: the status `Run` returned.
-        unsafe { check(status, &format!("{} Run", self.ep.ort_name())) }?;
+        unsafe { check(status, &format!("{} Run", self.ort_name)) }?;
         drop(inputs);
         for (j, value) in outputs.iter().enumerate() {
             if value.0.is_null() {

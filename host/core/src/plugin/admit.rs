@@ -12,7 +12,9 @@
 //!    below reads that copy, which is also what the probe child and loading open;
 //! 4. the library's SHA-256 is the one the manifest pins (`sha256`), when it pins one;
 //! 5. every library it needs is found ([`resolve`]), in the order they are to be preloaded,
-//!    and each one to preload passes the check of step 1 and is sealed too.
+//!    and each one to preload passes the check of step 1 and is sealed too;
+//! 6. for an ONNX Runtime plugin-EP library (`[onnxruntime_ep]`), epx's adapter that hosts it
+//!    is found ([`hosted`](super::hosted)), passes the check of step 1 and is sealed.
 //!
 //! Once the library is open, [`compare_with_manifest`] checks what it reports against what its
 //! manifest says: EP names that differ refuse it (the manifest is what requests are routed by),
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
 
 use super::discover::{MANIFEST_FILE, PluginCandidate};
+use super::hosted::{self, Hosting};
 use super::library::PluginLibrary;
 use super::manifest::PluginManifest;
 use super::refusal::Refusal;
@@ -138,6 +141,36 @@ fn run_checks(candidate: &PluginCandidate, report: &mut AdmissionReport) -> Resu
             )
         })?;
         report.preloads.push(image);
+    }
+    if let Some((spec, m)) = candidate
+        .manifest
+        .as_ref()
+        .and_then(|m| m.onnxruntime_ep.as_ref().map(|s| (s, m)))
+    {
+        let adapter =
+            hosted::locate_adapter().map_err(|why| Refusal::new(Kind::MissingDependency, why))?;
+        trust::check(&adapter).map_err(|u| {
+            Refusal::new(
+                Kind::Refused,
+                format!(
+                    "epx's ONNX Runtime adapter {}: {}",
+                    adapter.display(),
+                    u.reason
+                ),
+            )
+        })?;
+        let image = LibraryImage::of(&adapter).map_err(|e| {
+            Refusal::new(
+                Kind::Open,
+                format!(
+                    "cannot read epx's ONNX Runtime adapter {}: {e}",
+                    adapter.display()
+                ),
+            )
+        })?;
+        if let Some(library) = report.image.as_mut() {
+            library.hosted_by = Some(std::sync::Arc::new(Hosting::new(image, spec, m)));
+        }
     }
     Ok(())
 }

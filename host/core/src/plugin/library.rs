@@ -435,11 +435,14 @@ impl PluginLibrary {
     /// Opens a plugin library admitted by [`admit`](super::admit::admit): preloads `preload`
     /// (its dependencies, in order), `dlopen`s it, calls its entry function and validates the
     /// descriptor. Each is opened from its sealed copy where there is one, so the bytes
-    /// admission checked are the bytes that run.
+    /// admission checked are the bytes that run. When `image` is hosted (an ONNX Runtime
+    /// plugin-EP library, [`hosted`](super::hosted)), it is the vendor's library, opened first, and
+    /// the entry called is the adapter's, with settings naming that copy.
     pub fn open(
         image: &LibraryImage,
         preload: &[LibraryImage],
     ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
+        let hosting = image.hosted_by.as_deref();
         let path = image.path.as_path();
         let _span = tracing::debug_span!("load", plugin = %path.display()).entered();
         let mut preloaded = Vec::new();
@@ -461,20 +464,66 @@ impl PluginLibrary {
         };
         // SAFETY: as above. RTLD_NOW makes unresolved symbols fail here, not mid-run.
         let loaded = unsafe { Loaded::open(image) }.map_err(|e| load_error(Kind::Open, e))?;
-        let library = loaded
-            .library()
-            .ok_or_else(|| load_error(Kind::Open, "internal: the library closed at once"))?;
-        // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
-        let entry: EpxPluginEntryFn = unsafe {
-            *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
-                load_error(
-                    Kind::MissingEntry,
-                    format!("does not export `{EPX_PLUGIN_ENTRY_SYMBOL}`; it is not an epx plugin, or was built without the export"),
-                )
-            })?
+        let (loaded, mut lib) = match hosting {
+            None => {
+                let library = loaded.library().ok_or_else(|| {
+                    load_error(Kind::Open, "internal: the library closed at once")
+                })?;
+                // SAFETY: the symbol's type is fixed by the ABI (`EpxPluginEntryFn`).
+                let entry: EpxPluginEntryFn = unsafe {
+                    *library.get::<EpxPluginEntryFn>(EPX_PLUGIN_ENTRY_SYMBOL.as_bytes()).map_err(|_| {
+                        load_error(
+                            Kind::MissingEntry,
+                            format!("does not export `{EPX_PLUGIN_ENTRY_SYMBOL}`; it is not an epx plugin, or was built without the export"),
+                        )
+                    })?
+                };
+                // SAFETY: `entry` has the ABI's signature; the library stays loaded while we use
+                // it.
+                let lib = unsafe { Self::checked_entry(|out| entry(host_api(), out), Some(path)) }?;
+                (loaded, lib)
+            }
+            Some(hosting) => {
+                // The vendor's library stays loaded (ONNX Runtime registers this same copy: it
+                // finds it loaded already); what answers as the plugin is the adapter.
+                preloaded.push(loaded);
+                // SAFETY: epx's own adapter, checked and sealed by admission like a plugin.
+                let adapter = unsafe { Loaded::open(&hosting.adapter) }.map_err(|e| {
+                    load_error(Kind::Open, format!("epx's ONNX Runtime adapter: {e}"))
+                })?;
+                let library = adapter.library().ok_or_else(|| {
+                    load_error(Kind::Open, "internal: the adapter closed at once")
+                })?;
+                // SAFETY: the symbol's type is fixed by the ABI.
+                let entry: EpxPluginEntryWithSettingsFn = unsafe {
+                    *library
+                        .get::<EpxPluginEntryWithSettingsFn>(
+                            EPX_PLUGIN_ENTRY_WITH_SETTINGS_SYMBOL.as_bytes(),
+                        )
+                        .map_err(|_| {
+                            load_error(
+                                Kind::MissingEntry,
+                                format!(
+                                    "{} does not export `{EPX_PLUGIN_ENTRY_WITH_SETTINGS_SYMBOL}`: \
+                                     not epx's ONNX Runtime adapter",
+                                    hosting.adapter.path.display()
+                                ),
+                            )
+                        })?
+                };
+                let settings = hosting.settings(image);
+                let keys: Vec<EpxStr> = settings.iter().map(|(k, _)| EpxStr::new(k)).collect();
+                let values: Vec<EpxStr> = settings.iter().map(|(_, v)| EpxStr::new(v)).collect();
+                // SAFETY: `entry` has the ABI's signature; the settings live for the call.
+                let lib = unsafe {
+                    Self::checked_entry(
+                        |out| entry(host_api(), keys.len(), keys.as_ptr(), values.as_ptr(), out),
+                        Some(path),
+                    )
+                }?;
+                (adapter, lib)
+            }
         };
-        // SAFETY: `entry` has the ABI's signature; the library stays loaded while we use it.
-        let mut lib = unsafe { Self::checked_entry(entry, Some(path)) }?;
         let lib_mut = Arc::get_mut(&mut lib)
             .ok_or_else(|| load_error(Kind::BadDescriptor, "internal: shared too early"))?;
         lib_mut.library = Some(loaded);
@@ -497,19 +546,23 @@ impl PluginLibrary {
     ) -> Result<Arc<PluginLibrary>> {
         let shown = path.map_or_else(|| PathBuf::from("<built-in>"), Path::to_path_buf);
         // SAFETY: the caller's contract, passed on.
-        unsafe { Self::checked_entry(entry, path) }.map_err(|r| r.into_error(&shown))
+        unsafe { Self::checked_entry(|out| entry(host_api(), out), path) }
+            .map_err(|r| r.into_error(&shown))
     }
 
+    /// Calls an entry function through `call` (which passes it the out-pointer) and validates
+    /// the descriptor.
+    ///
     /// # Safety
-    /// As [`from_entry`](Self::from_entry).
+    /// As [`from_entry`](Self::from_entry): `call` calls an entry function with the host's table.
     unsafe fn checked_entry(
-        entry: EpxPluginEntryFn,
+        call: impl FnOnce(*mut *mut EpxPluginDescriptor) -> *mut EpxStatus,
         path: Option<&Path>,
     ) -> std::result::Result<Arc<PluginLibrary>, Refusal> {
         let mut descriptor: *mut EpxPluginDescriptor = std::ptr::null_mut();
         // SAFETY: the ABI's entry contract: our table lives for the process; `descriptor` is a
         // valid out-pointer.
-        let status = unsafe { entry(host_api(), &mut descriptor) };
+        let status = call(&mut descriptor);
         // SAFETY: the status comes from the plugin and is released through its own function.
         if let Err(e) = unsafe { take_status(status) } {
             // SAFETY: a failing entry should leave it NULL; release anything it left anyway.

@@ -28,6 +28,25 @@
 //! threads = "4"
 //! ```
 //!
+//! **ONNX Runtime plugin-EP libraries** (the `CreateEpFactories` libraries vendors ship in
+//! `onnxruntime-ep-*` wheels) have a manifest of the same form with an `[onnxruntime_ep]` table
+//! and no `abi`: `[library]` names the vendor's library, which passes every check an epx plugin
+//! does (ownership, the `sha256` pin, its dependencies), and epx hosts it through its ONNX
+//! Runtime adapter:
+//!
+//! ```toml
+//! name = "openvino"
+//! version = "1.8.1"
+//! providers = ["ov"]             # epx's names of its EPs, in the order of `ep_names`
+//!
+//! [library]
+//! linux = "libonnxruntime_providers_openvino_plugin.so"
+//!
+//! [onnxruntime_ep]
+//! ep_names = ["OpenVINOExecutionProvider"]   # ONNX Runtime's names of them
+//! onnxruntime = "1.23"           # the oldest ONNX Runtime it works with (1.23 if not said)
+//! ```
+//!
 //! Unknown keys are errors (a typo such as `provider = [...]` must not be silently ignored), and
 //! every error names the manifest file.
 
@@ -67,6 +86,29 @@ pub struct PluginManifest {
     /// The library is opened, and its EPs run, only in a child process
     /// ([`crate::plugin::isolate`]).
     pub isolate: bool,
+    /// `[onnxruntime_ep]`: the library is an ONNX Runtime plugin-EP library, hosted through
+    /// epx's ONNX Runtime adapter (its `abi` is then the host's).
+    pub onnxruntime_ep: Option<OrtEpSpec>,
+}
+
+/// The `[onnxruntime_ep]` table of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrtEpSpec {
+    /// ONNX Runtime's names of the library's EPs, one per entry of `providers`, in order.
+    pub ep_names: Vec<String>,
+    /// The oldest ONNX Runtime the library works with.
+    pub onnxruntime: semver::Version,
+}
+
+/// The first ONNX Runtime with plugin-EP libraries.
+pub const MIN_ORT_FOR_PLUGIN_EPS: semver::Version = semver::Version::new(1, 23, 0);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOrtEp {
+    ep_names: Vec<String>,
+    #[serde(default)]
+    onnxruntime: Option<String>,
 }
 
 /// The `[library]` table: one file name per OS.
@@ -134,7 +176,8 @@ impl ManifestError {
 struct RawManifest {
     name: String,
     version: String,
-    abi: String,
+    #[serde(default)]
+    abi: Option<String>,
     #[serde(default)]
     description: Option<String>,
     providers: Vec<String>,
@@ -147,6 +190,8 @@ struct RawManifest {
     default_options: BTreeMap<String, BTreeMap<String, String>>,
     #[serde(default)]
     isolate: bool,
+    #[serde(default)]
+    onnxruntime_ep: Option<RawOrtEp>,
 }
 
 /// Reads and validates the manifest at `path` (the `plugin.toml` file itself).
@@ -338,12 +383,36 @@ impl RawManifest {
                 ),
             )
         })?;
-        let abi = parse_abi_version(&self.abi).map_err(|e| {
-            invalid(
-                "abi",
-                format!("\"{}\" is not an ABI version such as 1.0: {e}", self.abi),
-            )
-        })?;
+        let abi = match (&self.abi, &self.onnxruntime_ep) {
+            (Some(text), None) => parse_abi_version(text).map_err(|e| {
+                invalid(
+                    "abi",
+                    format!("\"{text}\" is not an ABI version such as 1.0: {e}"),
+                )
+            })?,
+            (None, None) => {
+                return Err(invalid(
+                    "abi",
+                    "is missing: give the epx plugin ABI the library was built for (`abi = \"1.8\"`), \
+                     or, for an ONNX Runtime plugin-EP library, an [onnxruntime_ep] table"
+                        .to_owned(),
+                ));
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "abi",
+                    "an ONNX Runtime plugin-EP library ([onnxruntime_ep]) has no epx ABI: \
+                     remove `abi`"
+                        .to_owned(),
+                ));
+            }
+            // Hosted through the adapter built with this host: the host's ABI.
+            (None, Some(_)) => semver::Version::new(
+                u64::from(epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR),
+                u64::from(epx_plugin_api::abi::EPX_ABI_VERSION_MINOR),
+                0,
+            ),
+        };
 
         if self.providers.is_empty() {
             return Err(invalid(
@@ -413,6 +482,13 @@ impl RawManifest {
             }
         }
 
+        let onnxruntime_ep = match self.onnxruntime_ep {
+            None => None,
+            Some(raw) => {
+                Some(validate_ort_ep(raw, &self.providers).map_err(|(f, m)| invalid(f, m))?)
+            }
+        };
+
         Ok(PluginManifest {
             name: self.name,
             version,
@@ -424,8 +500,60 @@ impl RawManifest {
             dependencies: self.dependencies,
             default_options: self.default_options,
             isolate: self.isolate,
+            onnxruntime_ep,
         })
     }
+}
+
+/// Checks `[onnxruntime_ep]` against the manifest's `providers`: the error's field and message.
+fn validate_ort_ep(
+    raw: RawOrtEp,
+    providers: &[String],
+) -> Result<OrtEpSpec, (&'static str, String)> {
+    const FIELD: &str = "onnxruntime_ep.ep_names";
+    if raw.ep_names.len() != providers.len() {
+        return Err((
+            FIELD,
+            format!(
+                "names {} EP(s) and `providers` {}: give ONNX Runtime's name of each of [{}], in order",
+                raw.ep_names.len(),
+                providers.len(),
+                providers.join(", ")
+            ),
+        ));
+    }
+    for (i, name) in raw.ep_names.iter().enumerate() {
+        if name.trim().is_empty() {
+            return Err((FIELD, format!("entry {} is empty", i + 1)));
+        }
+        if raw.ep_names[..i].contains(name) {
+            return Err((FIELD, format!("\"{name}\" is listed twice")));
+        }
+    }
+    let onnxruntime = match raw.onnxruntime {
+        None => MIN_ORT_FOR_PLUGIN_EPS,
+        Some(text) => {
+            let v = parse_abi_version(&text).map_err(|e| {
+                (
+                    "onnxruntime_ep.onnxruntime",
+                    format!("\"{text}\" is not an ONNX Runtime version such as 1.23: {e}"),
+                )
+            })?;
+            if v < MIN_ORT_FOR_PLUGIN_EPS {
+                return Err((
+                    "onnxruntime_ep.onnxruntime",
+                    format!(
+                        "{v}: ONNX Runtime has plugin-EP libraries from {MIN_ORT_FOR_PLUGIN_EPS} on"
+                    ),
+                ));
+            }
+            v
+        }
+    };
+    Ok(OrtEpSpec {
+        ep_names: raw.ep_names,
+        onnxruntime,
+    })
 }
 
 #[cfg(test)]
@@ -718,5 +846,75 @@ device_id = "0"
         std::fs::write(&good, FULL).expect("write");
         assert_eq!(read_manifest(&good).expect("ok").name, "cpu");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    const ORT_EP: &str = r#"
+name = "openvino"
+version = "1.8.1"
+providers = ["ov", "ov_auto"]
+
+[library]
+linux = "libonnxruntime_providers_openvino_plugin.so"
+
+[onnxruntime_ep]
+ep_names = ["OpenVINOExecutionProvider", "OpenVINOExecutionProvider.AUTO"]
+onnxruntime = "1.24"
+"#;
+
+    #[test]
+    fn an_onnx_runtime_plugin_ep_manifest_names_its_eps_and_needs_no_abi() {
+        let m = parse(ORT_EP).expect("valid");
+        let spec = m.onnxruntime_ep.as_ref().expect("[onnxruntime_ep]");
+        assert_eq!(
+            spec.ep_names,
+            [
+                "OpenVINOExecutionProvider",
+                "OpenVINOExecutionProvider.AUTO"
+            ]
+        );
+        assert_eq!(spec.onnxruntime, semver::Version::new(1, 24, 0));
+        // Hosted by the adapter built with this host: the host's ABI.
+        assert_eq!(
+            m.abi.major,
+            u64::from(epx_plugin_api::abi::EPX_ABI_VERSION_MAJOR)
+        );
+        let no_version = ORT_EP.replace("onnxruntime = \"1.24\"\n", "");
+        let m = parse(&no_version).expect("valid");
+        assert_eq!(
+            m.onnxruntime_ep.expect("spec").onnxruntime,
+            MIN_ORT_FOR_PLUGIN_EPS
+        );
+        // Not hosted: no spec.
+        assert!(parse(FULL).expect("valid").onnxruntime_ep.is_none());
+    }
+
+    #[test]
+    fn onnx_runtime_plugin_ep_manifests_are_checked() {
+        let field_of = |text: &str| match parse(text) {
+            Err(ManifestError::Invalid { field, message, .. }) => (field, message),
+            other => panic!("expected an invalid field, got {other:?}"),
+        };
+        let (f, m) = field_of(&ORT_EP.replace("providers = ", "abi = \"1.8\"\nproviders = "));
+        assert_eq!(f, "abi");
+        assert!(m.contains("remove `abi`"), "{m}");
+        let (f, m) = field_of(&ORT_EP.replace(", \"ov_auto\"", ""));
+        assert_eq!(f, "onnxruntime_ep.ep_names");
+        assert!(m.contains("names 2 EP(s) and `providers` 1"), "{m}");
+        let (f, m) = field_of(&ORT_EP.replace("\"1.24\"", "\"1.22\""));
+        assert_eq!(f, "onnxruntime_ep.onnxruntime");
+        assert!(m.contains("from 1.23.0 on"), "{m}");
+        let (f, m) = field_of(&ORT_EP.replace(".AUTO\"", "\""));
+        assert_eq!(f, "onnxruntime_ep.ep_names");
+        assert!(m.contains("listed twice"), "{m}");
+        // Neither `abi` nor [onnxruntime_ep].
+        let plain = FULL.replace("abi = \"1.0\"\n", "");
+        let (f, m) = field_of(&plain);
+        assert_eq!(f, "abi");
+        assert!(m.contains("[onnxruntime_ep]"), "{m}");
+        // An unknown key in the table is refused.
+        assert!(matches!(
+            parse(&ORT_EP.replace("onnxruntime = ", "onnx_runtime = ")),
+            Err(ManifestError::Syntax { .. })
+        ));
     }
 }

@@ -13,6 +13,7 @@
 pub mod admit;
 pub mod discover;
 pub(crate) mod host_api;
+pub mod hosted;
 pub mod isolate;
 mod library;
 pub mod manifest;

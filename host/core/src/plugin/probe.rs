@@ -57,7 +57,9 @@ pub fn child_process(exe: PathBuf) -> LoadProbe {
 }
 
 /// The arguments naming a library and its preloads for a child (`probe-library`,
-/// `serve-plugin`): `LIB [--sha256 D] [--preload DEP --preload-sha256 D|-]...`.
+/// `serve-plugin`): `LIB [--sha256 D] [--preload DEP --preload-sha256 D|-]...`, and for a
+/// hosted library ([`hosted`](super::hosted)) `--hosted-by ADAPTER --hosted-by-sha256 D|-
+/// --onnxruntime V [--ort-ep ORT_NAME=EPX_NAME]...`.
 pub fn library_args(cmd: &mut Command, library: &LibraryImage, preloads: &[LibraryImage]) {
     cmd.arg(&library.path);
     if let Some(d) = library.sha256() {
@@ -67,18 +69,66 @@ pub fn library_args(cmd: &mut Command, library: &LibraryImage, preloads: &[Libra
         cmd.arg("--preload").arg(&p.path);
         cmd.arg("--preload-sha256").arg(p.sha256().unwrap_or("-"));
     }
+    if let Some(h) = &library.hosted_by {
+        cmd.arg("--hosted-by").arg(&h.adapter.path);
+        cmd.arg("--hosted-by-sha256")
+            .arg(h.adapter.sha256().unwrap_or("-"));
+        cmd.arg("--onnxruntime").arg(&h.onnxruntime);
+        cmd.arg("--hosted-name").arg(&h.name);
+        cmd.arg("--hosted-version").arg(&h.version);
+        for (ort, epx) in h.ep_names.iter().zip(&h.providers) {
+            cmd.arg("--ort-ep").arg(format!("{ort}={epx}"));
+        }
+    }
+}
+
+/// The hosting part of [`library_args`], as a child parsed it.
+#[derive(Clone, Debug, Default)]
+pub struct HostedArgs {
+    pub adapter: Option<PathBuf>,
+    pub adapter_sha256: Option<String>,
+    pub onnxruntime: Option<String>,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// `ORT_NAME=EPX_NAME` per EP.
+    pub ort_eps: Vec<String>,
 }
 
 /// The child's side of [`library_args`]: its own sealed copies of the library and the
-/// preloads, each refused when its SHA-256 is not the one given (`-` or none: not checked).
+/// preloads (and of the adapter hosting it), each refused when its SHA-256 is not the one given
+/// (`-` or none: not checked).
 pub fn images_from_args(
     library: &Path,
     sha256: Option<&str>,
     preloads: &[PathBuf],
     preload_sha256: &[String],
+    hosted: &HostedArgs,
 ) -> Result<(LibraryImage, Vec<LibraryImage>), String> {
     let expected = |d: Option<&str>| d.filter(|d| *d != "-").map(str::to_string);
-    let image = LibraryImage::checked(library, expected(sha256).as_deref())?;
+    let mut image = LibraryImage::checked(library, expected(sha256).as_deref())?;
+    if let Some(adapter) = &hosted.adapter {
+        let adapter = LibraryImage::checked(
+            adapter,
+            expected(hosted.adapter_sha256.as_deref()).as_deref(),
+        )?;
+        let mut ep_names = Vec::new();
+        let mut providers = Vec::new();
+        for pair in &hosted.ort_eps {
+            let (ort, epx) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--ort-ep {pair}: expected ORT_NAME=EPX_NAME"))?;
+            ep_names.push(ort.to_owned());
+            providers.push(epx.to_owned());
+        }
+        image.hosted_by = Some(Arc::new(super::hosted::Hosting {
+            adapter,
+            ep_names,
+            providers,
+            onnxruntime: hosted.onnxruntime.clone().unwrap_or_default(),
+            name: hosted.name.clone().unwrap_or_default(),
+            version: hosted.version.clone().unwrap_or_default(),
+        }));
+    }
     let mut images = Vec::with_capacity(preloads.len());
     for (i, p) in preloads.iter().enumerate() {
         let d = expected(preload_sha256.get(i).map(String::as_str));

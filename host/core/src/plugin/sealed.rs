@@ -85,6 +85,10 @@ pub struct LibraryImage {
     /// The file on disk, for messages and for children to read.
     pub path: PathBuf,
     pub sealed: Option<Arc<SealedFile>>,
+    /// For an ONNX Runtime plugin-EP library: epx's adapter that opens it, and its settings
+    /// ([`hosted`](super::hosted)). Travels with the library to every place that opens it (this
+    /// process, the probe child, an isolated EP's child).
+    pub hosted_by: Option<Arc<super::hosted::Hosting>>,
 }
 
 impl LibraryImage {
@@ -93,6 +97,7 @@ impl LibraryImage {
         Ok(LibraryImage {
             path: path.to_path_buf(),
             sealed: seal(path)?,
+            hosted_by: None,
         })
     }
 
@@ -106,6 +111,7 @@ impl LibraryImage {
         Ok(LibraryImage {
             path: path.to_path_buf(),
             sealed,
+            hosted_by: None,
         })
     }
 
@@ -114,6 +120,7 @@ impl LibraryImage {
         LibraryImage {
             path: path.to_path_buf(),
             sealed: None,
+            hosted_by: None,
         }
     }
 

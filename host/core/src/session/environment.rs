@@ -218,6 +218,8 @@ impl EnvironmentBuilder {
     }
 
     pub fn commit(self) -> Result<Arc<Environment>> {
+        // epx's ONNX Runtime adapter ships beside the default plugin folders.
+        crate::plugin::hosted::add_adapter_dirs_for(&self.default_dirs);
         let search = discover::plugin_search_path(&self.dirs, &self.default_dirs);
         let discovery = discover::discover(&search);
         for p in &discovery.problems {

@@ -1,0 +1,316 @@
+//! ONNX Runtime plugin-EP libraries (a `plugin.toml` with `[onnxruntime_ep]`) hosted through
+//! epx's adapter, tested with the project's own plugin-EP library
+//! (`tests/fixtures/ort_plugin_ep`: one CPU device, float Add/Sub/Mul/Relu of one shape) on the
+//! ONNX Runtime wheel `plugins/onnxruntime/fetch-runtime.sh` unpacks: registration, devices,
+//! capability with decline reasons, compile, run against the CPU EP, options, the checks a
+//! vendor library passes like any plugin, isolation, and the CLI's `providers`, `partition` and
+//! `compare`.
+//!
+//! Needs `bash plugins/onnxruntime/fetch-runtime.sh` and `cargo build --workspace` first (the
+//! README's test command runs both).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Once};
+
+use epx::{Environment, ExecutionProvider, Session, Tensor};
+use epx_tests::examples::run;
+use epx_tests::models::{relu_add_model, relu_neg_model, seeded_floats};
+use epx_tests::{TempDir, artifact_dir, built_library, fixture_library, repo_root};
+
+const ORT_NAME: &str = "EpxFixtureExecutionProvider";
+
+/// Points the adapter at the fetched runtime and the host at the built adapter, once per
+/// process, before any environment exists.
+fn ready() {
+    static SET: Once = Once::new();
+    let dir = repo_root().join(".testdata/onnxruntime/capi");
+    assert!(
+        dir.join("libonnxruntime.so.1").exists(),
+        "{} has no ONNX Runtime: run `bash plugins/onnxruntime/fetch-runtime.sh` (the README's test command does)",
+        dir.display()
+    );
+    let adapter = built_library("epx_ort_plugin_ep");
+    SET.call_once(|| {
+        // SAFETY: runs once, before this process creates any environment or loads any plugin;
+        // every test calls this first.
+        unsafe {
+            std::env::set_var("EPX_ORT_SEARCH_PATH", &dir);
+            std::env::set_var("EPX_ORT_EP_ADAPTER", &adapter);
+        }
+    });
+}
+
+fn epx_exe() -> PathBuf {
+    artifact_dir().join(format!("epx{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// The fixture's manifest: `extra` lines go before the first table.
+fn manifest(extra: &str) -> String {
+    format!(
+        "name = \"fixture-ort-ep\"\nversion = \"0.2.0\"\nproviders = [\"fx\"]\n{extra}\n\
+         [library]\nlinux = \"libepx_fixture_ort_plugin_ep.so\"\n\n\
+         [onnxruntime_ep]\nep_names = [\"{ORT_NAME}\"]\nonnxruntime = \"1.23\"\n"
+    )
+}
+
+fn plugin_dir(extra: &str) -> TempDir {
+    let dir = TempDir::new("ort-plugin-ep").expect("temp dir");
+    dir.add_plugin(
+        "fx",
+        &fixture_library("ort_plugin_ep"),
+        Some(&manifest(extra)),
+    )
+    .expect("copy the fixture");
+    dir
+}
+
+fn environment(dir: &TempDir) -> Arc<Environment> {
+    Environment::builder()
+        .with_plugin_dirs([dir.path()])
+        .with_epx_executable(epx_exe())
+        .with_cache_dir(dir.path().join("cache"))
+        .commit()
+        .expect("environment")
+}
+
+fn session(
+    env: &Arc<Environment>,
+    model: &[u8],
+    eps: Vec<ExecutionProvider>,
+) -> epx::Result<Session> {
+    Session::builder()?
+        .with_environment(env.clone())
+        .with_execution_providers(eps)?
+        .commit_from_memory(model)
+}
+
+fn input() -> Vec<(String, Tensor)> {
+    let x: Vec<u8> = seeded_floats(7, 6, 2.0)
+        .iter()
+        .flat_map(|f| f.to_le_bytes())
+        .collect();
+    let t = Tensor::from_bytes(epx::ElementType::Float, &[2, 3], &x).expect("tensor");
+    vec![("x".into(), t)]
+}
+
+fn outputs(s: &Session) -> Vec<(String, Vec<u8>)> {
+    run(s, &input())
+        .into_iter()
+        .map(|(n, t)| (n, t.bytes().expect("bytes").to_vec()))
+        .collect()
+}
+
+#[test]
+fn a_plugin_ep_library_lists_its_device_and_runs_like_the_cpu_ep() {
+    ready();
+    let dir = plugin_dir("");
+    let env = environment(&dir);
+    let (lib, index) = env.find_provider("fx").expect("fx is found");
+    let fx = &lib.providers[index];
+    assert_eq!(fx.availability, Ok(()), "fx should be available");
+    assert_eq!(
+        lib.name, "fixture-ort-ep",
+        "listed under its manifest's name"
+    );
+    assert_eq!(lib.version, "0.2.0");
+    assert_eq!(fx.devices.len(), 1, "{:?}", fx.devices);
+    assert_eq!(fx.devices[0].kind, "cpu");
+
+    let model = relu_add_model("relu_add");
+    let cpu = session(&env, &model, vec![]).expect("cpu session");
+    let on_fx = session(
+        &env,
+        &model,
+        vec![ExecutionProvider::new("fx").error_on_failure()],
+    )
+    .expect("fx session");
+    assert_eq!(on_fx.providers(), ["fx"], "every node on fx");
+    // Relu and Add in f32 on both: bit for bit.
+    assert_eq!(outputs(&on_fx), outputs(&cpu));
+    // On the chosen device, as the session names it.
+    let on_device = session(
+        &env,
+        &model,
+        vec![
+            ExecutionProvider::new("fx")
+                .on_device("0")
+                .error_on_failure(),
+        ],
+    )
+    .expect("fx:0 session");
+    assert_eq!(outputs(&on_device), outputs(&cpu));
+}
+
+#[test]
+fn what_it_does_not_take_stays_on_the_cpu_ep_with_the_reason() {
+    ready();
+    let dir = plugin_dir("");
+    let env = environment(&dir);
+    let model = relu_neg_model();
+    let cpu = session(&env, &model, vec![]).expect("cpu session");
+    let s = session(&env, &model, vec![ExecutionProvider::new("fx")]).expect("session");
+    let placement = s.placement();
+    let on = |op: &str| {
+        placement
+            .nodes
+            .iter()
+            .find(|n| n.op_type == op)
+            .map(|n| n.provider.clone())
+    };
+    assert_eq!(on("Relu").as_deref(), Some("fx"));
+    assert_eq!(on("Neg").as_deref(), Some("cpu"));
+    let neg = placement
+        .fallbacks
+        .iter()
+        .find(|f| f.op_type == "Neg")
+        .expect("Neg fell back");
+    assert!(
+        neg.reason.contains(ORT_NAME) && neg.reason.contains("does not take it"),
+        "{}",
+        neg.reason
+    );
+    assert_eq!(outputs(&s), outputs(&cpu));
+}
+
+#[test]
+fn its_options_reach_it_and_one_it_refuses_fails_with_its_message() {
+    ready();
+    let dir = plugin_dir("");
+    let env = environment(&dir);
+    let model = relu_add_model("relu_add");
+    // `ops` is the EP's own option: it then claims Relu only.
+    let only_relu = session(
+        &env,
+        &model,
+        vec![ExecutionProvider::new("fx").with_option("ops", "Relu")],
+    )
+    .expect("session");
+    let placement = only_relu.placement();
+    let add = placement
+        .nodes
+        .iter()
+        .find(|n| n.op_type == "Add")
+        .expect("Add");
+    assert_eq!(add.provider, "cpu");
+    let err = session(
+        &env,
+        &model,
+        vec![
+            ExecutionProvider::new("fx")
+                .with_option("colour", "blue")
+                .error_on_failure(),
+        ],
+    )
+    .err()
+    .expect("an option the EP does not know");
+    let text = err.to_string();
+    assert!(
+        text.contains("unknown option `colour`") && text.contains(ORT_NAME),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_vendor_library_passes_the_checks_of_every_plugin() {
+    ready();
+    // Pinned to another digest: refused before any of its code runs.
+    let dir = plugin_dir(&format!("sha256 = \"{}\"", "ab".repeat(32)));
+    let env = environment(&dir);
+    let err = env.find_provider("fx").expect_err("refused");
+    assert!(err.to_string().contains("SHA-256"), "{err}");
+    // Writable by others: skipped when the folder is scanned, saying why.
+    let dir = plugin_dir("");
+    let lib = dir.path().join("fx/libepx_fixture_ort_plugin_ep.so");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let env = environment(&dir);
+    assert!(env.find_provider("fx").is_err());
+    let problems: Vec<String> = env
+        .discovery()
+        .problems
+        .iter()
+        .map(|p| p.error.to_string())
+        .collect();
+    assert!(
+        problems.iter().any(|p| p.contains("writable")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn an_isolated_plugin_ep_library_runs_in_a_child() {
+    ready();
+    let dir = plugin_dir("isolate = true");
+    let env = environment(&dir);
+    let model = relu_add_model("relu_add");
+    let cpu = session(&env, &model, vec![]).expect("cpu session");
+    let s = session(
+        &env,
+        &model,
+        vec![ExecutionProvider::new("fx").error_on_failure()],
+    )
+    .expect("session");
+    assert_eq!(s.placement().isolated_providers, ["fx"]);
+    assert_eq!(outputs(&s), outputs(&cpu));
+}
+
+fn cli(dir: &TempDir, args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(epx_exe());
+    cmd.arg("--plugin-dir").arg(dir.path()).args(args);
+    cmd.env(
+        "EPX_ORT_SEARCH_PATH",
+        repo_root().join(".testdata/onnxruntime/capi"),
+    );
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run epx");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_cli_lists_partitions_and_compares_it() {
+    ready();
+    let dir = plugin_dir("");
+    let model = dir.path().join("relu_neg.onnx");
+    std::fs::write(&model, relu_neg_model()).expect("write the model");
+    let model = model.to_str().expect("utf-8 path");
+    let (ok, text) = cli(&dir, &["providers", "--devices"], &[]);
+    assert!(ok, "{text}");
+    let line = text.lines().find(|l| l.starts_with("fx ")).expect(&text);
+    assert!(
+        line.contains("fixture-ort-ep") && line.contains(" ok "),
+        "{line}"
+    );
+    assert!(text.contains("fx:0") && text.contains("cpu"), "{text}");
+    let (ok, text) = cli(&dir, &["partition", model, "--ep", "fx"], &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("does not take it"), "{text}");
+    let (ok, text) = cli(&dir, &["compare", model, "--ep", "fx"], &[]);
+    assert!(
+        ok && text.contains("all outputs within the tolerance"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_library_that_lists_no_device_is_unavailable_and_says_what_onnx_runtime_found() {
+    ready();
+    let dir = plugin_dir("");
+    let (_, text) = cli(
+        &dir,
+        &["providers"],
+        &[("EPX_FIXTURE_ORT_EP_NO_DEVICES", "1")],
+    );
+    let line = text.lines().find(|l| l.starts_with("fx ")).expect(&text);
+    assert!(
+        line.contains("lists no device for EpxFixtureExecutionProvider") && line.contains("CPU"),
+        "{line}"
+    );
+}

@@ -260,6 +260,32 @@ impl ProviderFactory for OrtFactory {
     }
 }
 
+/// The lines of a runtime's multi-line error that say what went wrong, for a one-line reason:
+/// headers (lines ending in `:`) and assertion locations (`Check '...' failed at file:line:`)
+/// are left out, and at most two lines kept (the first line when nothing else is left).
+fn gist(error: &str) -> String {
+    let lines: Vec<&str> = error
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let telling: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.ends_with(':') && !l.starts_with("Check '"))
+        .take(2)
+        .collect();
+    let text = if telling.is_empty() {
+        lines.first().copied().unwrap_or_default().to_owned()
+    } else {
+        telling.join("; ")
+    };
+    match text.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
 /// What a session is made for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SessionKind {
@@ -513,7 +539,7 @@ impl OrtProvider {
                         self.name, node.op_type, node.name, node.opset
                     ),
                 );
-                let first = e.lines().next().unwrap_or_default().to_string();
+                let first = gist(&e);
                 if first.contains("fallback to CPU EP has been explicitly disabled") {
                     // The session was refused because ONNX Runtime left the node to its CPU EP.
                     Err(format!(
@@ -801,5 +827,28 @@ fn non_tensor(kind: EpxValueKind) -> Option<&'static str> {
         EpxValueKind::Optional => Some("optional"),
         EpxValueKind::SparseTensor => Some("sparse tensor"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gist;
+
+    #[test]
+    fn a_multi_line_error_is_told_by_its_telling_lines() {
+        let ov = "Check 'false' failed at src/frontends/common/unconverted_ops_report.cpp:151:\n\
+                  FrontEnd API failed with OpConversionFailure:\n\
+                  Model wasn't fully converted. Failed operations detailed log:\n\
+                  -- MaxPool-11 with a message:\n\
+                  While validating node 'MaxPool' with friendly_name 'M':\n\
+                  Expected a 3D, 4D or 5D tensor for the input. Got: []\n\n\
+                  Summary:\n-- Conversion is failed for: MaxPool-11";
+        assert_eq!(
+            gist(ov),
+            "Expected a 3D, 4D or 5D tensor for the input. Got: []; -- Conversion is failed for: MaxPool-11"
+        );
+        assert_eq!(gist("one line"), "one line");
+        assert_eq!(gist("only a header:"), "only a header:");
+        assert_eq!(gist(&"x".repeat(500)).len(), 403);
     }
 }

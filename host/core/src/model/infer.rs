@@ -290,10 +290,20 @@ pub fn infer_shapes(g: &mut Graph) {
             continue;
         }
         if node.op_type == "Constant" {
-            if let (Some(AttributeValue::Tensor(t)), Some(Some(out))) =
-                (node.attribute("value"), node.outputs.first())
-            {
-                constants.insert(*out, t.clone());
+            if let Some(Some(out)) = node.outputs.first() {
+                match (node.attribute("value"), node.attribute("value_ints")) {
+                    (Some(AttributeValue::Tensor(t)), _) => {
+                        constants.insert(*out, t.clone());
+                    }
+                    // A list of extents, as shape-building subgraphs write them.
+                    (_, Some(AttributeValue::Ints(v))) => {
+                        let bytes: Vec<u8> = v.iter().flat_map(|i| i.to_le_bytes()).collect();
+                        if let Ok(t) = Tensor::from_bytes(ElementType::Int64, &[v.len()], &bytes) {
+                            constants.insert(*out, std::sync::Arc::new(t));
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
         let inputs: Vec<Option<Vec<Dim>>> = node
@@ -736,6 +746,26 @@ fn output_shapes(
             vec![Dim::Known((end - start).max(0) as u64)]
         })),
         "Size" => one(Some(Vec::new())),
+        // The shape its one value attribute gives (`value`: the tensor's; a single number or
+        // string: a scalar; a list: its length).
+        "Constant" => one(node.attributes.iter().find_map(|a| match &a.value {
+            AttributeValue::Tensor(t) => {
+                Some(t.shape().iter().map(|&d| Dim::Known(d as u64)).collect())
+            }
+            AttributeValue::Float(_) | AttributeValue::Int(_) | AttributeValue::String(_) => {
+                Some(Vec::new())
+            }
+            AttributeValue::Floats(v) => Some(vec![Dim::Known(v.len() as u64)]),
+            AttributeValue::Ints(v) => Some(vec![Dim::Known(v.len() as u64)]),
+            AttributeValue::Strings(v) => Some(vec![Dim::Known(v.len() as u64)]),
+            _ => None,
+        })),
+        // The extents its input holds, when it is constant.
+        "ConstantOfShape" => one(const_ints(consts.first().copied().flatten()).and_then(|s| {
+            s.iter()
+                .map(|&d| u64::try_from(d).ok().map(Dim::Known))
+                .collect()
+        })),
         "Gather" => one(input(0).zip(input(1)).and_then(|(x, idx)| {
             let a = axis(attr_int(node, "axis").unwrap_or(0), x.len())?;
             let mut out = x[..a].to_vec();
@@ -751,6 +781,67 @@ fn output_shapes(
 mod tests {
     use crate::model::onnx::{proto, testing};
     use crate::value::ElementType;
+
+    #[test]
+    fn constant_nodes_have_the_shape_of_their_value() {
+        let attr = |name: &str, ty: proto::attribute_proto::AttributeType| proto::AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(ty as i32),
+            ..Default::default()
+        };
+        let mut scalar = testing::node("Constant", &[], &["k"]);
+        let mut f = attr("value_float", proto::attribute_proto::AttributeType::Float);
+        f.f = Some(6.0);
+        scalar.attribute.push(f);
+        let mut list = testing::node("Constant", &[], &["dims"]);
+        let mut ints = attr("value_ints", proto::attribute_proto::AttributeType::Ints);
+        ints.ints = vec![2, 3, 4];
+        list.attribute.push(ints);
+        let mut m = testing::model(
+            vec![
+                scalar,
+                testing::node("Div", &["x", "k"], &["d"]),
+                list,
+                testing::node("ConstantOfShape", &["dims"], &["z"]),
+            ],
+            &["x"],
+            &[],
+        );
+        // x: float32 [2, 3, 4].
+        if let Some(proto::type_proto::Value::TensorType(t)) = m
+            .graph
+            .as_mut()
+            .and_then(|g| g.input[0].r#type.as_mut())
+            .and_then(|t| t.value.as_mut())
+        {
+            t.shape = Some(proto::TensorShapeProto {
+                dim: [2, 3, 4]
+                    .iter()
+                    .map(|&d| proto::tensor_shape_proto::Dimension {
+                        denotation: None,
+                        value: Some(proto::tensor_shape_proto::dimension::Value::DimValue(d)),
+                    })
+                    .collect(),
+            });
+        }
+        let g = testing::graph(&m);
+        let shape = |n: &str| {
+            g.values[g.value_id(n).unwrap()].shape().map(|s| {
+                s.iter()
+                    .map(|d| format!("{d:?}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+        };
+        assert_eq!(shape("k").as_deref(), Some(""), "a scalar");
+        assert_eq!(shape("dims").as_deref(), Some("Known(3)"));
+        assert_eq!(
+            shape("d").as_deref(),
+            Some("Known(2),Known(3),Known(4)"),
+            "a broadcast with the constant's shape"
+        );
+        assert_eq!(shape("z").as_deref(), Some("Known(2),Known(3),Known(4)"));
+    }
 
     #[test]
     fn types_flow_through_the_graph() {

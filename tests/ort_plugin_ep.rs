@@ -314,3 +314,82 @@ fn a_library_that_lists_no_device_is_unavailable_and_says_what_onnx_runtime_foun
         "{line}"
     );
 }
+
+/// A pip-installed plugin-EP package, as `onnxruntime-ep-*` wheels lay them out: the package
+/// folder with its library and an `__init__.py` that names it, and its `.dist-info`.
+fn python_package(init: &str) -> TempDir {
+    let sp = TempDir::new("site-packages").expect("temp dir");
+    sp.add_plugin(
+        "onnxruntime_ep_epxfixture",
+        &fixture_library("ort_plugin_ep"),
+        None,
+    )
+    .expect("copy the fixture");
+    sp.write("onnxruntime_ep_epxfixture/__init__.py", init)
+        .expect("write __init__.py");
+    sp.write(
+        "onnxruntime_ep_epxfixture-0.3.0.dist-info/METADATA",
+        "Name: x\n",
+    )
+    .expect("write METADATA");
+    sp
+}
+
+const INIT: &str = "import os\n\
+def get_library_path():\n    return os.path.join(os.path.dirname(__file__), 'libepx_fixture_ort_plugin_ep.so')\n\
+def get_ep_names():\n    return ['EpxFixtureExecutionProvider']\n";
+
+#[test]
+fn an_installed_plugin_ep_package_is_found_listed_and_run() {
+    ready();
+    let sp = python_package(INIT);
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
+    let env = [("PYTHONPATH", pythonpath.as_str())];
+    let (ok, text) = cli(&empty, &["providers", "--devices"], &env);
+    assert!(ok, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(ORT_NAME))
+        .unwrap_or_else(|| panic!("{ORT_NAME} is not listed:\n{text}"));
+    assert!(
+        line.contains("onnxruntime-ep-epxfixture")
+            && line.contains("0.3.0")
+            && line.contains(" ok "),
+        "{line}"
+    );
+    let model = empty.path().join("relu_add.onnx");
+    std::fs::write(&model, relu_add_model("relu_add")).expect("write the model");
+    let model = model.to_str().expect("utf-8");
+    let (ok, text) = cli(&empty, &["compare", model, "--ep", ORT_NAME], &env);
+    assert!(
+        ok && text.contains("all outputs within the tolerance"),
+        "{text}"
+    );
+    // Turned off.
+    let (_, text) = cli(
+        &empty,
+        &["providers"],
+        &[("PYTHONPATH", pythonpath.as_str()), ("EPX_PYTHON_EPS", "0")],
+    );
+    assert!(!text.contains(ORT_NAME), "{text}");
+}
+
+#[test]
+fn a_package_that_cannot_say_what_it_is_is_reported_with_its_error() {
+    ready();
+    let sp = python_package(
+        "def get_library_path():\n    raise FileNotFoundError('plugin library missing')\n",
+    );
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
+    let (_, text) = cli(
+        &empty,
+        &["providers"],
+        &[("PYTHONPATH", pythonpath.as_str())],
+    );
+    assert!(
+        text.contains("onnxruntime_ep_epxfixture") && text.contains("plugin library missing"),
+        "{text}"
+    );
+}

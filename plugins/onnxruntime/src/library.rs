@@ -76,6 +76,8 @@ pub struct LibraryFactory {
     hosted: Arc<Hosted>,
     name: &'static str,
     ort_name: Arc<str>,
+    /// The plugin's version (its manifest's or its package's).
+    version: String,
 }
 
 fn version_triple(v: &str) -> Option<(u64, u64, u64)> {
@@ -119,17 +121,19 @@ pub fn factories(settings: &[(String, String)]) -> sdk::Result<Vec<LibraryFactor
         )));
     }
     let min = get("onnxruntime")?;
+    let version = plugin_name(settings).1;
     let hosted = Arc::new(Hosted {
         load_path: PathBuf::from(get("library")?),
         file: PathBuf::from(get("library_file")?),
         min_ort: version_triple(min).ok_or_else(|| {
             Error::invalid_argument(format!("setting `onnxruntime`: `{min}` is not a version"))
         })?,
-        // One registration per set of ONNX Runtime EP names in the process (ONNX Runtime's
+        // Registered under its first EP's name, as ONNX Runtime's documentation does it (QNN's
+        // factory names its EP after the registration); once per process (ONNX Runtime's
         // environment is one per process, and a session's devices must come from one factory):
         // another epx environment (another copy of this adapter) hosting the same plugin finds
         // it registered under this name already.
-        registration: format!("epx:{}", ep_names.join(",")),
+        registration: ep_names[0].clone(),
         registered: OnceLock::new(),
     });
     Ok(ep_names
@@ -140,6 +144,7 @@ pub fn factories(settings: &[(String, String)]) -> sdk::Result<Vec<LibraryFactor
             // One per EP of a loaded plugin, for the life of the process.
             name: Box::leak(epx.into_boxed_str()),
             ort_name: ort.into(),
+            version: version.clone(),
         })
         .collect())
 }
@@ -244,7 +249,7 @@ impl ProviderFactory for LibraryFactory {
         ProviderInfo {
             name: self.name.into(),
             vendor: format!("{} (ONNX Runtime plugin-EP library)", self.ort_name),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: self.version.clone(),
             // Host memory: the EP moves data to its device inside each kernel.
             device_type: crate::Memory::Host.dl_device(),
             // `OrtApi::Run` is thread-safe on one session.

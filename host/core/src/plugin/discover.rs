@@ -44,6 +44,8 @@ pub enum SearchOrigin {
     EnvVar,
     /// The default install location next to the running executable.
     Default,
+    /// An ONNX Runtime plugin-EP package installed with pip ([`super::python_eps`]).
+    PythonPackage,
 }
 
 /// One folder of the plugin search path.
@@ -144,6 +146,9 @@ pub enum DiscoveryError {
         #[source]
         source: std::io::Error,
     },
+    /// A pip package of an ONNX Runtime plugin EP that could not tell its library or EP names.
+    #[error("ONNX Runtime plugin-EP package `{package}`: {why}")]
+    PythonPackage { package: String, why: String },
     #[error("plugin search path entry {} is not a folder", path.display())]
     NotADirectory { path: PathBuf },
     /// A `plugin.toml`, or a file named like a plugin library, that is not a regular file
@@ -316,7 +321,7 @@ pub fn discover(dirs: &[SearchDir]) -> Discovery {
 }
 
 /// Every EP name claimed by a plugin after an earlier one (in search order) claimed it.
-fn shadowed_providers(plugins: &[PluginCandidate]) -> Vec<ShadowedProvider> {
+pub(crate) fn shadowed_providers(plugins: &[PluginCandidate]) -> Vec<ShadowedProvider> {
     let mut first: Vec<(&str, &PluginCandidate)> = Vec::new();
     let mut shadowed = Vec::new();
     for candidate in plugins {

@@ -19,6 +19,7 @@ mod library;
 pub mod manifest;
 pub mod probe;
 mod provider;
+pub mod python_eps;
 pub mod refusal;
 pub mod resolve;
 pub mod sealed;

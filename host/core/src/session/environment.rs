@@ -221,7 +221,9 @@ impl EnvironmentBuilder {
         // epx's ONNX Runtime adapter ships beside the default plugin folders.
         crate::plugin::hosted::add_adapter_dirs_for(&self.default_dirs);
         let search = discover::plugin_search_path(&self.dirs, &self.default_dirs);
-        let discovery = discover::discover(&search);
+        let mut discovery = discover::discover(&search);
+        crate::plugin::python_eps::discover(&mut discovery);
+        discovery.shadowed = discover::shadowed_providers(&discovery.plugins);
         for p in &discovery.problems {
             tracing::warn!(path = %p.path.display(), "plugin skipped: {}", p.error);
         }

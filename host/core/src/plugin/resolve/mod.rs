@@ -37,6 +37,7 @@ pub use report::{
     DependencyEntry, DependencyReport, DependencyStatus, MissingDependencies, ResolveError,
     SearchPlace,
 };
+pub(crate) use search::site_packages_dirs;
 use search::*;
 pub use search::{LIBRARY_PATH_ENV, installation_site_packages};
 

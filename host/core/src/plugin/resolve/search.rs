@@ -330,7 +330,7 @@ pub fn installation_site_packages() -> Option<&'static Path> {
 }
 
 /// `site-packages` folders known without running Python (existing ones only).
-pub(super) fn site_packages_dirs(vars: &HashMap<String, OsString>) -> Vec<PathBuf> {
+pub(crate) fn site_packages_dirs(vars: &HashMap<String, OsString>) -> Vec<PathBuf> {
     let mut patterns: Vec<PathBuf> = Vec::new();
     for prefix_var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
         if let Some(prefix) = vars

@@ -393,3 +393,76 @@ fn a_package_that_cannot_say_what_it_is_is_reported_with_its_error() {
         "{text}"
     );
 }
+
+/// The plugin-EP packages `plugins/onnxruntime/fetch-plugin-eps.sh` installs from PyPI
+/// (onnxruntime-ep-openvino 1.8.1, onnxruntime-ep-webgpu 0.4.0): each is found and either
+/// lists a device and runs, or says why it lists none. Which case this machine is, is printed.
+#[test]
+fn pypi_plugin_ep_packages_are_listed_with_their_devices_or_why_they_have_none() {
+    ready();
+    let sp = repo_root().join(".testdata/ort-plugin-eps");
+    assert!(
+        sp.join("onnxruntime_ep_openvino").is_dir(),
+        "{} has no plugin-EP packages: run `bash plugins/onnxruntime/fetch-plugin-eps.sh` (the README's test command does)",
+        sp.display()
+    );
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let pythonpath = sp.to_str().expect("utf-8").to_owned();
+    let env = [("PYTHONPATH", pythonpath.as_str())];
+    let (ok, text) = cli(&empty, &["providers", "--devices"], &env);
+    assert!(ok, "{text}");
+    let mut usable = Vec::new();
+    for (ep, package, version) in [
+        (
+            "OpenVINOExecutionProvider",
+            "onnxruntime-ep-openvino",
+            "1.8.1",
+        ),
+        ("WebGpuExecutionProvider", "onnxruntime-ep-webgpu", "0.4.0"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{ep} ")))
+            .unwrap_or_else(|| panic!("{ep} is not listed:\n{text}"));
+        assert!(line.contains(package) && line.contains(version), "{line}");
+        if line.contains(" ok ") {
+            assert!(
+                text.contains(&format!("{ep}:0")),
+                "{ep} ok without a device:\n{text}"
+            );
+            println!("{ep}: lists a device here and is available");
+            usable.push(ep);
+        } else {
+            assert!(
+                line.contains(&format!("lists no device for {ep}")) && line.contains("CPU"),
+                "{ep} is unavailable without the reason:\n{line}"
+            );
+            println!("{ep}: lists no device here: {line}");
+        }
+    }
+    if usable.contains(&"OpenVINOExecutionProvider") {
+        // OpenVINO computes in reduced precision on CPUs with bf16 unless told f32, through its
+        // own option (a JSON file): then it matches the CPU EP.
+        let config = empty.path().join("ov.json");
+        std::fs::write(&config, r#"{"CPU":{"INFERENCE_PRECISION_HINT":"f32"}}"#)
+            .expect("write the config");
+        let ep = format!(
+            "OpenVINOExecutionProvider:load_config={}",
+            config.to_str().expect("utf-8")
+        );
+        let model = repo_root().join("examples/models/mnist-cnn.onnx");
+        let (ok, text) = cli(
+            &empty,
+            &["compare", model.to_str().expect("utf-8"), "--ep", &ep],
+            &env,
+        );
+        assert!(
+            ok && text.contains("all outputs within the tolerance"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nodes on OpenVINOExecutionProvider 11"),
+            "every node on OpenVINO:\n{text}"
+        );
+    }
+}

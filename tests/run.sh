@@ -14,6 +14,7 @@ fi
 
 bash tests/fetch-testdata.sh
 bash plugins/onnxruntime/fetch-runtime.sh
+bash plugins/onnxruntime/fetch-plugin-eps.sh
 bash plugins/openvino/fetch-runtime.sh
 # numpy for the Python module tests (tests/capi.rs, tests/packaging.rs), when python3 has none.
 python3 -c 'import numpy' 2>/dev/null ||

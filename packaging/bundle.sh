@@ -6,6 +6,8 @@
 #     lib/libepx.so  lib/libepx.a  lib/pkgconfig/epx.pc
 #     include/epx.h  include/epx_plugin.h
 #     lib/epx/plugins/<name>/{plugin.toml, libepx_<name>.so}   every plugin of this repository
+#     lib/epx/adapters/libepx_ort_plugin_ep.so   hosts ONNX Runtime plugin-EP libraries (a
+#                                          plugin.toml with [onnxruntime_ep], pip packages)
 #     share/epx/python/epx/                the Python package (finds <prefix>/lib/libepx.so);
 #                                          packaging/wheel.sh makes a pip wheel of it instead
 #     share/doc/epx/{LICENSE, README.md}
@@ -67,7 +69,7 @@ done
 ((${#MANIFESTS[@]})) || { echo "bundle.sh: no plugin matches --plugins $ONLY" >&2; exit 2; }
 
 if ((BUILD)); then
-    packages=(-p epx-cli -p epx-capi -p epx-openvino)
+    packages=(-p epx-cli -p epx-capi -p epx-openvino -p epx-ort-plugin-ep)
     for m in plugins/onnxruntime/eps/*/Cargo.toml; do
         packages+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$m" | head -n1)")
     done
@@ -105,6 +107,7 @@ rm -rf "$PREFIX" "$OUT/plugins"
 install_file "$ARTIFACTS/epx" "$PREFIX/bin/epx" 755
 install_file "$ARTIFACTS/libepx.so" "$PREFIX/lib/libepx.so" 755
 install_file "$ARTIFACTS/libepx.a" "$PREFIX/lib/libepx.a" 644
+install_file "$ARTIFACTS/libepx_ort_plugin_ep.so" "$PREFIX/lib/epx/adapters/libepx_ort_plugin_ep.so" 755
 install -D -m 644 include/epx.h "$PREFIX/include/epx.h"
 install -D -m 644 include/epx_plugin.h "$PREFIX/include/epx_plugin.h"
 while IFS= read -r f; do

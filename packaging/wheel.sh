@@ -5,6 +5,7 @@
 #   epx/__init__.py, epx/onnxruntime/, ...       the Python API (ctypes over libepx)
 #   epx/lib/libepx.so
 #   epx/lib/epx/plugins/<name>/{plugin.toml, libepx_<name>.so}   found by libepx next to itself
+#   epx/lib/epx/adapters/libepx_ort_plugin_ep.so  hosts ONNX Runtime plugin-EP libraries
 #   epx/bin/epx                                   the CLI, also installed as the `epx` command
 #   epx/_native.abi3.so                           the native per-call path (CPython 3.11+)
 #

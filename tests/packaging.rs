@@ -115,6 +115,7 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         "lib/epx/plugins/cuda/libepx_cuda.so",
         "lib/epx/plugins/ort_cpu/libepx_ort_cpu.so",
         "lib/epx/plugins/openvino/libepx_openvino.so",
+        "lib/epx/adapters/libepx_ort_plugin_ep.so",
         "share/epx/python/epx/__init__.py",
         "share/epx/python/epx/onnxruntime/__init__.py",
     ] {
@@ -172,6 +173,37 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
             .unwrap_or_else(|| panic!("`epx providers` lacks {ep}:\n{providers}"));
         assert!(line.contains(&*plugin_root.to_string_lossy()), "{line}");
     }
+
+    // An ONNX Runtime plugin-EP library dropped into a plugin folder is hosted by the adapter
+    // the bundle ships (found beside the CLI, with nothing set but where ONNX Runtime is).
+    let vendor = TempDir::new("bundle-ort-ep").expect("temp dir");
+    vendor
+        .add_plugin(
+            "fx",
+            &epx_tests::fixture_library("ort_plugin_ep"),
+            Some(
+                "name = \"fx\"\nversion = \"0.1.0\"\nproviders = [\"fx\"]\n\
+                 [library]\nlinux = \"libepx_fixture_ort_plugin_ep.so\"\n\
+                 [onnxruntime_ep]\nep_names = [\"EpxFixtureExecutionProvider\"]\n",
+            ),
+        )
+        .expect("copy the fixture");
+    let listed = run_ok(
+        Command::new(prefix.join("bin/epx"))
+            .env_clear()
+            .env(
+                "EPX_ORT_SEARCH_PATH",
+                repo_root().join(".testdata/onnxruntime/capi"),
+            )
+            .arg("--plugin-dir")
+            .arg(vendor.path())
+            .arg("providers"),
+    );
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with("fx "))
+        .unwrap_or_else(|| panic!("`epx providers` lacks fx:\n{listed}"));
+    assert!(line.contains(" ok "), "{line}");
 
     // The Python module finds the installed libepx by itself.
     let mut python = Command::new("python3");

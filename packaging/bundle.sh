@@ -10,6 +10,9 @@
 #                                          plugin.toml with [onnxruntime_ep], pip packages)
 #     share/epx/python/epx/                the Python package (finds <prefix>/lib/libepx.so);
 #                                          packaging/wheel.sh makes a pip wheel of it instead
+#     share/epx/sdk/plugin-api/            the Rust plugin SDK's source (`epx new-plugin --lang rust`
+#                                          makes a plugin that depends on it by path; it has no
+#                                          dependencies, so the plugin builds offline)
 #     share/doc/epx/{LICENSE, README.md}
 #     SHA256SUMS
 #   epx-<version>-<os>-<arch>.tar.gz
@@ -113,6 +116,9 @@ install -D -m 644 include/epx_plugin.h "$PREFIX/include/epx_plugin.h"
 while IFS= read -r f; do
     install -D -m 644 "host/python/$f" "$PREFIX/share/epx/python/$f"
 done < <(cd host/python && find epx -name '*.py' -o -name py.typed | LC_ALL=C sort)
+while IFS= read -r f; do
+    install -D -m 644 "plugin-api/$f" "$PREFIX/share/epx/sdk/plugin-api/$f"
+done < <(cd plugin-api && find Cargo.toml README.md LICENSE cbindgen.toml src -type f \( -name '*.rs' -o ! -path 'src/*' \) | LC_ALL=C sort)
 install -D -m 644 packaging/LICENSE "$PREFIX/share/doc/epx/LICENSE"
 install -D -m 644 README.md "$PREFIX/share/doc/epx/README.md"
 mkdir -p "$PREFIX/lib/pkgconfig"

@@ -7,6 +7,7 @@
 #   epx/lib/epx/plugins/<name>/{plugin.toml, libepx_<name>.so}   found by libepx next to itself
 #   epx/lib/epx/adapters/libepx_ort_plugin_ep.so  hosts ONNX Runtime plugin-EP libraries
 #   epx/bin/epx                                   the CLI, also installed as the `epx` command
+#   epx/sdk/plugin-api/                           the Rust plugin SDK's source (epx new-plugin)
 #   epx/_native.abi3.so                           the native per-call path (CPython 3.11+)
 #
 # The wheel is tagged py3-none-<platform>: its one CPython extension (the per-call path, stable
@@ -63,6 +64,7 @@ mkdir -p "$src/epx/lib" "$src/epx/bin"
 cp "$prefix/lib/libepx.so" "$src/epx/lib/"
 cp -r "$prefix/lib/epx" "$src/epx/lib/epx"
 cp "$prefix/bin/epx" "$src/epx/bin/epx"
+cp -r "$prefix/share/epx/sdk" "$src/epx/sdk"
 rm -f "$src"/epx/_native*.so  # a developer's link to a build, not to be shipped or written through
 cp "$ARTIFACTS/lib_native.so" "$src/epx/_native.abi3.so"
 

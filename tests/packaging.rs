@@ -116,6 +116,9 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
         "lib/epx/plugins/ort_cpu/libepx_ort_cpu.so",
         "lib/epx/plugins/openvino/libepx_openvino.so",
         "lib/epx/adapters/libepx_ort_plugin_ep.so",
+        "share/epx/sdk/plugin-api/Cargo.toml",
+        "share/epx/sdk/plugin-api/src/lib.rs",
+        "share/epx/sdk/plugin-api/src/sdk/mod.rs",
         "share/epx/python/epx/__init__.py",
         "share/epx/python/epx/onnxruntime/__init__.py",
     ] {
@@ -173,6 +176,19 @@ fn the_installed_bundle_builds_and_runs_the_c_example_with_no_environment() {
             .unwrap_or_else(|| panic!("`epx providers` lacks {ep}:\n{providers}"));
         assert!(line.contains(&*plugin_root.to_string_lossy()), "{line}");
     }
+
+    // `epx new-plugin --lang rust` finds the SDK the bundle ships, without --sdk.
+    let scaffold = TempDir::new("bundle-new-plugin").expect("temp dir");
+    run_ok(
+        Command::new(prefix.join("bin/epx"))
+            .env_clear()
+            .args(["new-plugin", "demo", "--lang", "rust", "--dir"])
+            .arg(scaffold.path()),
+    );
+    let cargo =
+        std::fs::read_to_string(scaffold.path().join("demo/Cargo.toml")).expect("Cargo.toml");
+    let sdk = std::fs::canonicalize(prefix.join("share/epx/sdk/plugin-api")).expect("sdk");
+    assert!(cargo.contains(&*sdk.to_string_lossy()), "{cargo}");
 
     // An ONNX Runtime plugin-EP library dropped into a plugin folder is hosted by the adapter
     // the bundle ships (found beside the CLI, with nothing set but where ONNX Runtime is).

@@ -29,8 +29,8 @@ pub struct NewPluginArgs {
     /// The folder to create the plugin folder `NAME` in.
     #[arg(long, default_value = ".", value_name = "DIR")]
     dir: PathBuf,
-    /// (Rust) The `plugin-api` folder of an epx checkout, for the crate's path dependency
-    /// (default: the one of the checkout this `epx` was built in, when it is there).
+    /// (Rust) The SDK's `plugin-api` folder, for the crate's path dependency (default: the one
+    /// shipped beside this `epx` in the wheel or the bundle, or of the checkout it was built in).
     #[arg(long, value_name = "DIR")]
     sdk: Option<PathBuf>,
 }
@@ -141,23 +141,49 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(io)
 }
 
-/// `--sdk`, or the `plugin-api` folder of the checkout this executable was built in.
+/// Where the SDK's source is looked for, beside this executable: the wheel's
+/// (`epx/bin/epx` → `epx/sdk/plugin-api`), the bundle's (`bin/epx` →
+/// `share/epx/sdk/plugin-api`), then the `plugin-api` folder of the checkout it was built in.
+fn sdk_candidates(exe: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(bin) = exe.parent() {
+        out.push(bin.join("../sdk/plugin-api"));
+        out.push(bin.join("../share/epx/sdk/plugin-api"));
+    }
+    out.extend(exe.ancestors().skip(1).map(|a| a.join("plugin-api")));
+    out
+}
+
+/// `--sdk`, or the SDK shipped with this executable ([`sdk_candidates`]).
 fn sdk_path(given: Option<&Path>) -> Result<PathBuf> {
-    let found = match given {
-        Some(p) => Some(p.to_path_buf()),
-        None => std::env::current_exe().ok().and_then(|exe| {
-            exe.ancestors()
-                .map(|a| a.join("plugin-api"))
-                .find(|p| p.join("Cargo.toml").is_file())
-        }),
+    let sdk = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let exe = std::env::current_exe().map_err(|source| Error::Io {
+                path: PathBuf::from("/proc/self/exe"),
+                source,
+            })?;
+            let exe = exe.canonicalize().unwrap_or(exe);
+            let candidates = sdk_candidates(&exe);
+            match candidates.iter().find(|p| p.join("Cargo.toml").is_file()) {
+                Some(found) => found.clone(),
+                None => {
+                    let looked: Vec<String> = candidates
+                        .iter()
+                        .take(3)
+                        .map(|p| p.display().to_string())
+                        .collect();
+                    return Err(Error::InvalidInput(format!(
+                        "epx's Rust plugin SDK (`plugin-api`) is not beside this epx (looked in \
+                         {} and the folders above it); pass --sdk with the `plugin-api` folder of \
+                         an epx checkout, bundle (share/epx/sdk/plugin-api) or wheel \
+                         (epx/sdk/plugin-api)",
+                        looked.join(", ")
+                    )));
+                }
+            }
+        }
     };
-    let sdk = found.ok_or_else(|| {
-        Error::InvalidInput(
-            "where is epx's `plugin-api` folder? pass --sdk with its path (it builds on its own; \
-             a copy of the folder is enough)"
-                .into(),
-        )
-    })?;
     std::fs::canonicalize(&sdk).map_err(|source| Error::Io { path: sdk, source })
 }
 

@@ -68,7 +68,7 @@ fn interpreter_for(site_packages: &Path) -> PathBuf {
 }
 
 /// The package's answer: its library and EP names, or why there is none.
-fn ask(site_packages: &Path, module: &str) -> Result<(PathBuf, Vec<String>), String> {
+fn ask(site_packages: &Path, module: &str) -> Answer {
     let python = interpreter_for(site_packages);
     let mut child = Command::new(&python)
         // Isolated (no user site, no PYTHON* variables, not the current folder), with the
@@ -151,9 +151,11 @@ fn version_of(site_packages: &Path, module: &str) -> semver::Version {
         .unwrap_or_else(|| semver::Version::new(0, 0, 0))
 }
 
+/// A package's answer: its library and EP names, or why there is none.
+type Answer = Result<(PathBuf, Vec<String>), String>;
+
 /// Answers already had in this process, by package folder.
-static ANSWERS: Mutex<Option<HashMap<PathBuf, Result<(PathBuf, Vec<String>), String>>>> =
-    Mutex::new(None);
+static ANSWERS: Mutex<Option<HashMap<PathBuf, Answer>>> = Mutex::new(None);
 
 /// The `site-packages` folders to look in.
 fn site_packages() -> Vec<PathBuf> {

@@ -206,7 +206,9 @@ fn its_options_reach_it_and_one_it_refuses_fails_with_its_message() {
     .expect("an option the EP does not know");
     let text = err.to_string();
     assert!(
-        text.contains("unknown option `colour`") && text.contains(ORT_NAME),
+        text.contains("unknown option `colour`")
+            && text.contains(ORT_NAME)
+            && text.contains("options given: colour"),
         "{text}"
     );
 }

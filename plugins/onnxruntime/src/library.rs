@@ -280,6 +280,7 @@ impl ProviderFactory for LibraryFactory {
         let chosen = options.take_device()?;
         // Every other option is the EP's own.
         let ep_options = options.take_rest();
+        let given: Vec<String> = ep_options.iter().map(|(k, _)| k.clone()).collect();
         let rt = self.usable()?;
         if let Some(d) = chosen {
             let n = self.devices_of(&rt)?.len();
@@ -299,8 +300,20 @@ impl ProviderFactory for LibraryFactory {
         // The EP reads its options when a session is made: make one now (a one-node model it
         // may or may not take), so an option it refuses fails here, with its message.
         provider.check_options().map_err(|e| {
+            // ONNX Runtime wraps the EP's own message after its source location.
+            let said = e
+                .rsplit("Error creating execution provider: ")
+                .next()
+                .unwrap_or(&e)
+                .trim();
+            let options = if given.is_empty() {
+                "none".to_owned()
+            } else {
+                given.join(", ")
+            };
             Error::invalid_argument(format!(
-                "{}: {} refused its options: {e}",
+                "{}: ONNX Runtime could not set up {} for a session (options given: {options}): \
+                 {said}",
                 self.name, self.ort_name
             ))
         })?;

@@ -299,6 +299,34 @@ fn the_cli_lists_partitions_and_compares_it() {
         ok && text.contains("all outputs within the tolerance"),
         "{text}"
     );
+    // A selection policy sees its CPU device like any EP's.
+    let (ok, text) = cli(&dir, &["run", model, "--policy", "prefer-cpu"], &[]);
+    assert!(ok, "{text}");
+    // The ONNX node tests of the ops it runs, and a model.
+    let node_tests = repo_root().join(".testdata/onnx-node");
+    let relu_add = dir.path().join("relu_add.onnx");
+    std::fs::write(&relu_add, relu_add_model("relu_add")).expect("write the model");
+    let (ok, text) = cli(
+        &dir,
+        &[
+            "conformance",
+            "--ep",
+            "fx",
+            "--filter",
+            "test_relu,test_add",
+            "--node-tests",
+            node_tests.to_str().expect("utf-8"),
+            "--model",
+            relu_add.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    assert!(ok, "{text}");
+    let summary = text.lines().find(|l| l.starts_with("fx: ")).expect(&text);
+    assert!(
+        summary.contains(" 0 wrong, 0 crashed") && !summary.contains(" 0 claimed"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU check: runs examples/models/mnist-cnn.onnx through epx on ONNX Runtime's CUDA and TensorRT
-# EPs (the `cuda` and `tensorrt` plugins) and on epx's own CPU EP, and compares the outputs.
+# EPs (the `cuda` and `tensorrt` plugins), on NVIDIA's TensorRT-RTX plugin-EP library
+# (onnxruntime-ep-nv-tensorrt-rtx-cu13, hosted through epx's adapter) and on epx's own CPU EP, and
+# compares the outputs.
 # See tests/gpu/README.md. Needs an NVIDIA GPU with a working driver (`nvidia-smi`) new enough for
 # CUDA 13, network access to PyPI (and to pypi.nvidia.com for TensorRT), python3 with pip, and a
 # Rust toolchain. Everything it downloads or builds stays inside the repository (.testdata/ and
@@ -75,6 +77,11 @@ CUDA_PINS=(
 # directly.
 TRT_PIN="tensorrt-cu13-libs==10.16.1.11"
 TRT_INDEX="https://pypi.nvidia.com"
+# NVIDIA's TensorRT-RTX EP as ONNX Runtime plugin-EP library (CreateEpFactories), hosted through
+# epx's adapter from a plugin.toml with [onnxruntime_ep]; CUDA 13 build, its CUDA runtime from the
+# nvidia-cuda-runtime wheel above.
+RTX_PIN="onnxruntime-ep-nv-tensorrt-rtx-cu13==0.5.0"
+RTX_EP="NvTensorRTRTXExecutionProvider"
 # numpy for the comparison, only when python3 has none.
 NUMPY_PIN_PY311="numpy==2.4.6" # Python 3.11-3.14
 NUMPY_PIN_PY310="numpy==2.2.6" # Python 3.10
@@ -163,6 +170,11 @@ fetch_and_unpack() {
 step "2/8 download the pinned wheels into ${WHEELS#"$ROOT"/}"
 run mkdir -p "$WHEELS"
 run "${PIP_DL[@]}" -d "$WHEELS" "$ORT_PIN" "${CUDA_PINS[@]}"
+RTX_OK=1
+if ! run "${PIP_DL[@]}" --retries 1 --timeout 60 -d "$WHEELS" "$RTX_PIN"; then
+    RTX_OK=0
+    echo "could not download $RTX_PIN; the rtx check will be skipped"
+fi
 TRT_OK=1
 if ((DRY_RUN)); then
     printf '+ %s\n' "${PIP_DL[*]} -d $WHEELS --index-url $TRT_INDEX $TRT_PIN"
@@ -185,7 +197,7 @@ else
     python3 - "$WHEELS" "$SITE" <<'PY'
 import fnmatch, glob, os, sys, zipfile
 wheels, site = sys.argv[1], sys.argv[2]
-keep = ["onnxruntime/capi/*", "nvidia/*/lib/*", "tensorrt_libs/*"]
+keep = ["onnxruntime/capi/*", "nvidia/*/lib/*", "tensorrt_libs/*", "onnxruntime_ep_nv_tensorrt_rtx/*"]
 for wheel in sorted(glob.glob(os.path.join(wheels, "*.whl"))):
     n = 0
     with zipfile.ZipFile(wheel) as z:
@@ -221,6 +233,10 @@ fi
 
 if ((${#SITES[@]})); then
     step "2-3/8 offline: libraries from ${SITES[*]}"
+    RTX_OK=0
+    for d in "${SITES[@]}"; do
+        [[ -d $d/onnxruntime_ep_nv_tensorrt_rtx ]] && RTX_OK=1
+    done
     TRT_OK=0
     for d in "${SITES[@]}"; do
         [[ -e $d/tensorrt_libs/libnvinfer.so.10 ]] && TRT_OK=1
@@ -245,7 +261,7 @@ fi
 step "4/8 build the workspace (release)"
 if [[ -n $PREBUILT ]]; then
     echo "--prebuilt: using $BIN"
-    for f in epx libepx_cuda.so libepx_tensorrt.so; do
+    for f in epx libepx_cuda.so libepx_tensorrt.so libepx_ort_plugin_ep.so; do
         [[ -f $BIN/$f ]] || die "--prebuilt $BIN has no $f"
     done
 elif ! run cargo build --release --workspace; then
@@ -261,6 +277,37 @@ for ep in cuda tensorrt; do
     run cp "$BIN/libepx_$ep.so" "$PLUGINS/$ep/"
     run chmod 755 "$PLUGINS" "$PLUGINS/$ep"
 done
+
+# The TensorRT-RTX plugin-EP library in a plugin folder of its own, with its manifest. The wheel
+# has libcudart.so.13.x.y but not the libcudart.so.13 name its library asks for; the CUDA runtime
+# wheel's is used when it is there (found by the preflight among the site's nvidia/*/lib).
+RTX_DIR="$PLUGINS/rtx"
+if ((RTX_OK)) && ((!DRY_RUN)); then
+    rtx_src=""
+    for d in "${SITES[@]:-$SITE}"; do
+        [[ -d $d/onnxruntime_ep_nv_tensorrt_rtx ]] && rtx_src="$d/onnxruntime_ep_nv_tensorrt_rtx"
+    done
+    rm -rf "$RTX_DIR"
+    mkdir -p "$RTX_DIR"
+    cp -P "$rtx_src"/*.so* "$RTX_DIR/"
+    cat >"$RTX_DIR/plugin.toml" <<TOML
+name = "rtx"
+version = "0.5.0"
+providers = ["rtx"]
+
+[library]
+linux = "libonnxruntime_providers_nv_tensorrt_rtx.so"
+
+[onnxruntime_ep]
+ep_names = ["$RTX_EP"]
+onnxruntime = "1.24"
+TOML
+    chmod -R go-w "$RTX_DIR"
+elif ((!DRY_RUN)); then
+    mkdir -p "$RTX_DIR" # empty: nothing to host
+else
+    echo "+ $RTX_DIR: the $RTX_PIN libraries and a plugin.toml with [onnxruntime_ep] ep_names = [\"$RTX_EP\"]"
+fi
 
 # The adapter finds libonnxruntime in EPX_ORT_SEARCH_PATH (<dir>/onnxruntime/capi); epx's
 # dependency preflight (doctor) looks in PYTHONPATH's wheel folders; ONNX Runtime itself loads
@@ -296,6 +343,10 @@ for ep in cuda tensorrt; do
     fi
 done
 run "$EPX" providers --plugin-dir "$PLUGINS/cuda" --plugin-dir "$PLUGINS/tensorrt"
+if ((RTX_OK)); then
+    # Its devices as ONNX Runtime lists them, or why it lists none / why it was refused.
+    run "$EPX" providers --devices --plugin-dir "$RTX_DIR" || true
+fi
 
 # --- 7. Runs ------------------------------------------------------------------------------------
 # Each EP's run must place nodes on that EP (`--ep` that cannot be set up is an error in epx, never
@@ -312,7 +363,8 @@ epx_run() { # NAME EP-ARGS... (NAME: the EP, or EP_variant)
         return 0
     fi
     if ! timeout 300 "$EPX" run "$MODEL" --input "image=$INPUT" "$@" --output-dir "$OUT/$name" \
-        --plugin-dir "$PLUGINS/cuda" --plugin-dir "$PLUGINS/tensorrt" 2>&1 | tee "$log"; then
+        --plugin-dir "$PLUGINS/cuda" --plugin-dir "$PLUGINS/tensorrt" \
+        --plugin-dir "$RTX_DIR" 2>&1 | tee "$log"; then
         return 1
     fi
     [[ $name == cpu ]] && return 0
@@ -361,6 +413,12 @@ if [[ -z ${RESULT[tensorrt]:-} ]]; then
     fi
 fi
 
+if ((!RTX_OK)); then
+    skip rtx "$RTX_PIN could not be installed"
+elif ! epx_run rtx --ep rtx; then
+    fail rtx "epx run --ep rtx failed (see $OUT/rtx.log and the providers listing above)"
+fi
+
 # --- 8. Compare ---------------------------------------------------------------------------------
 step "8/8 compare the outputs (|a - b| <= $TOL)"
 compare() { # EP: its outputs against the CPU EP's and the reference
@@ -399,7 +457,7 @@ PY
 if [[ -z ${RESULT[cpu]:-} ]] && ! compare cpu; then
     fail cpu "the CPU EP's output differs from the reference"
 fi
-for ep in cuda cuda_split tensorrt; do
+for ep in cuda cuda_split tensorrt rtx; do
     [[ -n ${RESULT[$ep]:-} ]] && continue
     if [[ $ep == cuda_split && ${RESULT[cuda]:-} == FAIL ]]; then
         fail cuda_split "not run: cuda failed"
@@ -430,7 +488,7 @@ fi
 # --- Summary ------------------------------------------------------------------------------------
 printf '\n=== summary (%ds)\n' "$((SECONDS - START))"
 status=0
-for ep in cpu cuda cuda_split tensorrt; do
+for ep in cpu cuda cuda_split tensorrt rtx; do
     r=${RESULT[$ep]:-FAIL}
     ((DRY_RUN)) && r="(dry run)"
     printf '%-5s %s%s\n' "$r" "$ep" "${WHY[$ep]:+: ${WHY[$ep]}}"

@@ -54,6 +54,12 @@ struct EpxPluginDescriptor;
 
 /** The name of the one symbol a plugin library exports, of type EpxPluginEntryFn. */
 #define EPX_PLUGIN_ENTRY_SYMBOL "epx_plugin_entry"
+/**
+ * The name of the optional entry function with settings, of type EpxPluginEntryWithSettingsFn:
+ * exported by a library that learns what it provides from its host (epx's ONNX Runtime plugin-EP
+ * adapter); the host calls it instead of epx_plugin_entry when it has settings for the library.
+ */
+#define EPX_PLUGIN_ENTRY_WITH_SETTINGS_SYMBOL "epx_plugin_entry_with_settings"
 
 #ifdef __cplusplus
 extern "C" {
@@ -1040,19 +1046,15 @@ typedef struct EpxPluginDescriptor {
 typedef struct EpxStatus *(*EpxPluginEntryFn)(const struct EpxHostApi *host,
                                               struct EpxPluginDescriptor **out);
 
-/** The name of the optional entry function with settings, of type EpxPluginEntryWithSettingsFn. */
-#define EPX_PLUGIN_ENTRY_WITH_SETTINGS_SYMBOL "epx_plugin_entry_with_settings"
-
 /**
- * The entry function with settings, exported by a library that learns what it provides from
- * settings its host gives it (epx's ONNX Runtime plugin-EP adapter). As EpxPluginEntryFn, with
- * `num_settings` key/value pairs (UTF-8, valid for the call); the host calls it instead of
- * `epx_plugin_entry` when it has settings for the library. An unknown key is an error.
+ * The entry function with settings, exported as `epx_plugin_entry_with_settings` by a library
+ * that needs them. As [`EpxPluginEntryFn`], with `num_settings` key/value pairs (UTF-8, valid
+ * for the call) that the plugin copies what it needs of. An unknown key is an error naming it.
  */
 typedef struct EpxStatus *(*EpxPluginEntryWithSettingsFn)(const struct EpxHostApi *host,
                                                           size_t num_settings,
-                                                          const EpxStr *keys,
-                                                          const EpxStr *values,
+                                                          const struct EpxStr *keys,
+                                                          const struct EpxStr *values,
                                                           struct EpxPluginDescriptor **out);
 
 #endif  /* EPX_PLUGIN_H */

@@ -25,12 +25,12 @@ use std::path::{Path, PathBuf};
 use epx_plugin_api::abi::{EPX_ABI_VERSION_MAJOR, EPX_ABI_VERSION_MINOR};
 
 use super::discover::{MANIFEST_FILE, PluginCandidate};
-use super::hosted::{self, Hosting};
+use super::hosted;
 use super::library::PluginLibrary;
 use super::manifest::PluginManifest;
 use super::refusal::Refusal;
 use super::resolve::{self, DependencyReport};
-use super::sealed::LibraryImage;
+use super::sealed::{Hosting, LibraryImage};
 use super::trust;
 use crate::error::PluginLoadErrorKind as Kind;
 

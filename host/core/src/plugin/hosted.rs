@@ -16,9 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::manifest::{OrtEpSpec, PluginManifest};
-use super::sealed::LibraryImage;
-
 /// The environment variable naming the adapter's file.
 pub const ADAPTER_ENV: &str = "EPX_ORT_EP_ADAPTER";
 
@@ -83,55 +80,6 @@ pub fn locate_adapter() -> Result<PathBuf, String> {
         adapter_file_name(),
         looked.join(", ")
     ))
-}
-
-/// How an admitted ONNX Runtime plugin-EP library is opened: the adapter's sealed copy and the
-/// settings of its entry.
-#[derive(Clone, Debug)]
-pub struct Hosting {
-    pub adapter: LibraryImage,
-    /// ONNX Runtime's names of the EPs, in order.
-    pub ep_names: Vec<String>,
-    /// epx's names of them, in the same order.
-    pub providers: Vec<String>,
-    /// The oldest ONNX Runtime the library works with.
-    pub onnxruntime: String,
-    /// The plugin's name and version, as its manifest gives them (what listings show).
-    pub name: String,
-    pub version: String,
-}
-
-impl Hosting {
-    pub fn new(adapter: LibraryImage, spec: &OrtEpSpec, manifest: &PluginManifest) -> Hosting {
-        Hosting {
-            adapter,
-            ep_names: spec.ep_names.clone(),
-            providers: manifest.providers.clone(),
-            onnxruntime: spec.onnxruntime.to_string(),
-            name: manifest.name.clone(),
-            version: manifest.version.to_string(),
-        }
-    }
-
-    /// The adapter's settings for hosting `library` (the vendor library's sealed copy, opened
-    /// from `load_path`).
-    pub fn settings(&self, library: &LibraryImage) -> Vec<(String, String)> {
-        vec![
-            (
-                "library".to_owned(),
-                library.load_path().to_string_lossy().into_owned(),
-            ),
-            (
-                "library_file".to_owned(),
-                library.path.to_string_lossy().into_owned(),
-            ),
-            ("ep_names".to_owned(), self.ep_names.join(",")),
-            ("providers".to_owned(), self.providers.join(",")),
-            ("onnxruntime".to_owned(), self.onnxruntime.clone()),
-            ("name".to_owned(), self.name.clone()),
-            ("version".to_owned(), self.version.clone()),
-        ]
-    }
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@ pub fn images_from_args(
             ep_names.push(ort.to_owned());
             providers.push(epx.to_owned());
         }
-        image.hosted_by = Some(Arc::new(super::hosted::Hosting {
+        image.hosted_by = Some(Arc::new(super::sealed::Hosting {
             adapter,
             ep_names,
             providers,

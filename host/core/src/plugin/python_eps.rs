@@ -22,7 +22,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::discover::{Discovery, DiscoveryError, PluginCandidate, SearchOrigin};
 use super::manifest::{LibraryFiles, MIN_ORT_FOR_PLUGIN_EPS, OrtEpSpec, PluginManifest};
@@ -82,21 +82,12 @@ fn ask(site_packages: &Path, module: &str) -> Answer {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "importing it did not finish within {} s",
-                    ANSWER_TIMEOUT.as_secs()
-                ));
-            }
-        }
-    };
+    let status = super::resolve::wait_for(&mut child, ANSWER_TIMEOUT).ok_or_else(|| {
+        format!(
+            "importing it did not finish within {} s",
+            ANSWER_TIMEOUT.as_secs()
+        )
+    })?;
     let read = |r: Option<&mut dyn Read>| {
         let mut text = String::new();
         if let Some(r) = r {

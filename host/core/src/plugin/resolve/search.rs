@@ -380,6 +380,25 @@ pub(super) fn python_site_packages() -> &'static [PathBuf] {
     })
 }
 
+/// Waits for `child` to exit, at most `limit`; kills and reaps it after that (`None`).
+pub(crate) fn wait_for(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
 pub(super) fn ask_python() -> Option<Vec<PathBuf>> {
     use std::process::{Command, Stdio};
     let mut child = Command::new("python3")
@@ -394,20 +413,9 @@ pub(super) fn ask_python() -> Option<Vec<PathBuf>> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + PYTHON_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                tracing::debug!(
-                    "python3 did not answer in time; its site-packages are not searched"
-                );
-                return None;
-            }
-        }
+    let Some(status) = wait_for(&mut child, PYTHON_TIMEOUT) else {
+        tracing::debug!("python3 did not answer in time; its site-packages are not searched");
+        return None;
     };
     if !status.success() {
         return None;

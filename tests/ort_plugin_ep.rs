@@ -496,3 +496,40 @@ fn pypi_plugin_ep_packages_are_listed_with_their_devices_or_why_they_have_none()
         );
     }
 }
+
+/// A plugin-EP library that writes EPContext nodes (the fixture does when ONNX Runtime compiles
+/// for it) has its groups stored in epx's kernel cache as the EPContext model ONNX Runtime's
+/// compile API gives, and a later session loads them instead of compiling.
+#[test]
+fn its_groups_are_stored_as_epcontext_models_and_loaded_again() {
+    ready();
+    let dir = plugin_dir("");
+    let model = relu_add_model("relu_add");
+    let first = environment(&dir);
+    let cpu = session(&first, &model, vec![]).expect("cpu session");
+    let want = outputs(&cpu);
+    let s = session(
+        &first,
+        &model,
+        vec![ExecutionProvider::new("fx").error_on_failure()],
+    )
+    .expect("session");
+    let uses = s.placement().kernel_cache;
+    assert_eq!(uses.len(), 1, "{uses:?}");
+    assert!(uses[0].in_cache && !uses[0].loaded, "{uses:?}");
+    assert_eq!(outputs(&s), want);
+    // Another environment on the same cache folder: the group is loaded, not compiled.
+    let second = environment(&dir);
+    let s = session(
+        &second,
+        &model,
+        vec![ExecutionProvider::new("fx").error_on_failure()],
+    )
+    .expect("session");
+    let uses = s.placement().kernel_cache;
+    assert!(
+        !uses.is_empty() && uses.iter().all(|u| u.loaded),
+        "the stored EPContext model was not loaded: {uses:?}"
+    );
+    assert_eq!(outputs(&s), want);
+}

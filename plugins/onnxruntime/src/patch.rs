@@ -103,6 +103,25 @@ pub(crate) fn write_varint_field(out: &mut Vec<u8>, number: u64, value: u64) {
     write_varint(out, value);
 }
 
+/// Whether a serialized model's main graph has a node of type `op_type` (`NodeProto.op_type`,
+/// field 4, of `GraphProto.node`, field 1). An unreadable model has none.
+pub(crate) fn has_node_type(model: &[u8], op_type: &str) -> bool {
+    let Ok(model_fields) = fields(model) else {
+        return false;
+    };
+    model_fields
+        .iter()
+        .filter(|f| f.number == 7 && f.wire == WIRE_LEN)
+        .filter_map(|g| fields(g.payload).ok())
+        .flatten()
+        .filter(|n| n.number == 1 && n.wire == WIRE_LEN)
+        .filter_map(|n| fields(n.payload).ok())
+        .any(|node| {
+            node.iter()
+                .any(|f| f.number == 4 && f.wire == WIRE_LEN && f.payload == op_type.as_bytes())
+        })
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Input,
@@ -240,6 +259,26 @@ mod tests {
         write_varint(&mut m, 8);
         write_len_field(&mut m, 7, &g);
         m
+    }
+
+    #[test]
+    fn node_types_are_found_in_the_main_graph() {
+        let node = |op: &str| {
+            let mut n = Vec::new();
+            write_len_field(&mut n, 1, b"x");
+            write_len_field(&mut n, 4, op.as_bytes());
+            n
+        };
+        let mut g = Vec::new();
+        write_len_field(&mut g, 1, &node("Relu"));
+        write_len_field(&mut g, 1, &node("EPContext"));
+        let mut m = Vec::new();
+        write_varint_field(&mut m, 1, 8);
+        write_len_field(&mut m, 7, &g);
+        assert!(has_node_type(&m, "EPContext"));
+        assert!(has_node_type(&m, "Relu"));
+        assert!(!has_node_type(&m, "EPCon"));
+        assert!(!has_node_type(b"\xff\xff", "EPContext"));
     }
 
     #[test]

@@ -606,14 +606,78 @@ impl Provider for OrtProvider {
         let bytes = graph.serialize_subgraph(sub)?;
         let model = fill_unknown_types(&bytes, ElementType::Float.onnx_code())
             .map_err(|e| Error::runtime(format!("serialized subgraph: {e}")))?;
-        let session = self.session(&model, SessionKind::Kernel).map_err(|e| {
+        let could_not = |e: String| {
             Error::runtime(format!(
                 "{} ({}): ONNX Runtime could not compile a group of {} node(s): {e}",
                 self.name,
                 self.backend.ort_name(),
                 sub.nodes.len()
             ))
+        };
+        // A plugin-EP library that writes EPContext nodes: the group is compiled once, through
+        // ONNX Runtime's compile API, into the EPContext model that both runs now and is what
+        // epx's kernel cache stores.
+        if self.caches_kernels() {
+            match self.compile_context(&model) {
+                Ok(context) => {
+                    let session = self
+                        .session(&context, SessionKind::Kernel)
+                        .map_err(could_not)?;
+                    return self.kernel(graph, sub, session, Some(context));
+                }
+                Err(e) => sdk::log(
+                    EpxLogLevel::Debug,
+                    &format!("{}: its kernels are not stored: {e}", self.name),
+                ),
+            }
+        }
+        let session = self
+            .session(&model, SessionKind::Kernel)
+            .map_err(could_not)?;
+        self.kernel(graph, sub, session, None)
+    }
+
+    fn caches_kernels(&self) -> bool {
+        matches!(self.backend, Backend::Library { .. })
+    }
+
+    /// Rebuilds a kernel from the EPContext model [`OrtKernel::serialize`] gave: the EP loads
+    /// its compiled form instead of compiling.
+    fn deserialize(
+        &self,
+        graph: &GraphView<'_>,
+        sub: &SubgraphView<'_>,
+        bytes: &[u8],
+    ) -> sdk::Result<Box<dyn Kernel>> {
+        if !crate::patch::has_node_type(bytes, "EPContext") {
+            return Err(Error::invalid_argument(
+                "the stored kernel is not an EPContext model",
+            ));
+        }
+        let session = self.session(bytes, SessionKind::Kernel).map_err(|e| {
+            Error::runtime(format!(
+                "{} ({}): ONNX Runtime could not load a stored EPContext model: {e}",
+                self.name,
+                self.backend.ort_name()
+            ))
         })?;
+        self.kernel(graph, sub, session, Some(bytes.to_vec()))
+    }
+
+    fn data_transfer(&self) -> Option<&dyn DataTransfer> {
+        self.device.as_deref().map(|d| d as &dyn DataTransfer)
+    }
+}
+
+impl OrtProvider {
+    /// A kernel over `session` for the group `sub`.
+    fn kernel(
+        &self,
+        graph: &GraphView<'_>,
+        sub: &SubgraphView<'_>,
+        session: Session,
+        stored: Option<Vec<u8>>,
+    ) -> sdk::Result<Box<dyn Kernel>> {
         let names = |ids: &[u32]| -> sdk::Result<Vec<CString>> {
             ids.iter()
                 .map(|&v| {
@@ -630,11 +694,88 @@ impl Provider for OrtProvider {
             session,
             ort_name: self.backend.ort_name().into(),
             device: self.device.clone(),
+            stored,
         }))
     }
 
-    fn data_transfer(&self) -> Option<&dyn DataTransfer> {
-        self.device.as_deref().map(|d| d as &dyn DataTransfer)
+    /// The group's EPContext model, from ONNX Runtime's compile API with the EP (embedded
+    /// context), or why there is none: an EP that writes no EPContext node cannot be stored.
+    fn compile_context(&self, model: &[u8]) -> Result<Vec<u8>, String> {
+        let b = Session::builder(&self.rt.env).map_err(|e| e.to_string())?;
+        let b = self.backend.append(&self.rt, b)?;
+        let api = ort::api();
+        // SAFETY: C API calls on live objects (the environment, the builder's options, the
+        // options made here and released at the end); the output buffer comes from ONNX
+        // Runtime's default allocator, copied out and freed through it.
+        let bytes = unsafe {
+            let compile = (api.GetCompileApi)();
+            if compile.is_null() {
+                return Err("this ONNX Runtime has no compile API".into());
+            }
+            let compile = &*compile;
+            let mut opts = std::ptr::null_mut();
+            check(
+                (compile.CreateModelCompilationOptionsFromSessionOptions)(
+                    self.rt.env.ptr(),
+                    b.ptr(),
+                    &mut opts,
+                ),
+                "CreateModelCompilationOptionsFromSessionOptions",
+            )
+            .map_err(|e| e.message)?;
+            let mut alloc = std::ptr::null_mut();
+            let mut out: *mut c_void = std::ptr::null_mut();
+            let mut len = 0usize;
+            let done = (|| -> sdk::Result<()> {
+                check(
+                    (compile.ModelCompilationOptions_SetInputModelFromBuffer)(
+                        opts,
+                        model.as_ptr().cast(),
+                        model.len(),
+                    ),
+                    "SetInputModelFromBuffer",
+                )?;
+                check(
+                    (compile.ModelCompilationOptions_SetEpContextEmbedMode)(opts, true),
+                    "SetEpContextEmbedMode",
+                )?;
+                check(
+                    (api.GetAllocatorWithDefaultOptions)(&mut alloc),
+                    "GetAllocatorWithDefaultOptions",
+                )?;
+                check(
+                    (compile.ModelCompilationOptions_SetOutputModelBuffer)(
+                        opts, alloc, &mut out, &mut len,
+                    ),
+                    "SetOutputModelBuffer",
+                )?;
+                let _quiet = crate::logs::Quiet::new();
+                check(
+                    (compile.CompileModel)(self.rt.env.ptr(), opts),
+                    "CompileModel",
+                )
+            })();
+            (compile.ReleaseModelCompilationOptions)(opts);
+            let bytes = if out.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(out.cast::<u8>(), len).to_vec()
+            };
+            if !out.is_null() && !alloc.is_null() {
+                if let Some(free) = (*alloc).Free {
+                    free(alloc, out);
+                }
+            }
+            done.map_err(|e| e.message)?;
+            bytes
+        };
+        if !crate::patch::has_node_type(&bytes, "EPContext") {
+            return Err(format!(
+                "{} wrote no EPContext node (it does not support ONNX Runtime's EPContext)",
+                self.backend.ort_name()
+            ));
+        }
+        Ok(bytes)
     }
 }
 
@@ -648,6 +789,8 @@ pub struct OrtKernel {
     /// ONNX Runtime's name of the EP, for messages.
     ort_name: Arc<str>,
     device: Option<Arc<DeviceIo>>,
+    /// The EPContext model the session was made from, for epx's kernel cache.
+    stored: Option<Vec<u8>>,
 }
 
 impl OrtKernel {
@@ -708,6 +851,10 @@ impl OrtKernel {
 }
 
 impl Kernel for OrtKernel {
+    fn serialize(&self) -> sdk::Result<Option<Vec<u8>>> {
+        Ok(self.stored.clone())
+    }
+
     fn execute(&self, ctx: &mut KernelContext<'_>) -> sdk::Result<()> {
         if let Some(io) = &self.device {
             return self.execute_on_device(io, ctx);

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_void};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use epx_plugin_api::ElementType;
@@ -242,6 +243,7 @@ impl ProviderFactory for OrtFactory {
             intra_threads,
             ops,
             probes: Mutex::new(HashMap::new()),
+            writes_no_context: AtomicBool::new(false),
             device: None,
         };
         if self.memory != Memory::Host {
@@ -284,6 +286,14 @@ fn gist(error: &str) -> String {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text,
     }
+}
+
+/// Why a group has no EPContext model.
+enum NoContext {
+    /// The EP writes none (or this ONNX Runtime cannot compile): the same for every group.
+    NotWritten(String),
+    /// This group's compile failed.
+    Failed(String),
 }
 
 /// What a session is made for.
@@ -372,6 +382,9 @@ pub struct OrtProvider {
     /// Node signature → whether a one-node session with this EP could be created.
     /// Probe results by node signature: `Err` holds why ONNX Runtime refused it.
     probes: Mutex<HashMap<String, std::result::Result<(), String>>>,
+    /// Set once a group compiled through ONNX Runtime's compile API came back without an
+    /// EPContext node: later groups get a plain session, not a second compile each.
+    writes_no_context: AtomicBool,
     /// Allocator, IO binding and copies, for EPs that keep tensors in their own memory.
     device: Option<Arc<DeviceIo>>,
 }
@@ -393,6 +406,7 @@ impl OrtProvider {
             intra_threads,
             ops,
             probes: Mutex::new(HashMap::new()),
+            writes_no_context: AtomicBool::new(false),
             device: None,
         }
     }
@@ -617,7 +631,7 @@ impl Provider for OrtProvider {
         // A plugin-EP library that writes EPContext nodes: the group is compiled once, through
         // ONNX Runtime's compile API, into the EPContext model that both runs now and is what
         // epx's kernel cache stores.
-        if self.caches_kernels() {
+        if self.caches_kernels() && !self.writes_no_context.load(Ordering::Relaxed) {
             match self.compile_context(&model) {
                 Ok(context) => {
                     let session = self
@@ -625,9 +639,16 @@ impl Provider for OrtProvider {
                         .map_err(could_not)?;
                     return self.kernel(graph, sub, session, Some(context));
                 }
-                Err(e) => sdk::log(
+                Err(NoContext::NotWritten(e)) => {
+                    self.writes_no_context.store(true, Ordering::Relaxed);
+                    sdk::log(
+                        EpxLogLevel::Debug,
+                        &format!("{}: its kernels are not stored: {e}", self.name),
+                    );
+                }
+                Err(NoContext::Failed(e)) => sdk::log(
                     EpxLogLevel::Debug,
-                    &format!("{}: its kernels are not stored: {e}", self.name),
+                    &format!("{}: this kernel is not stored: {e}", self.name),
                 ),
             }
         }
@@ -700,9 +721,10 @@ impl OrtProvider {
 
     /// The group's EPContext model, from ONNX Runtime's compile API with the EP (embedded
     /// context), or why there is none: an EP that writes no EPContext node cannot be stored.
-    fn compile_context(&self, model: &[u8]) -> Result<Vec<u8>, String> {
-        let b = Session::builder(&self.rt.env).map_err(|e| e.to_string())?;
-        let b = self.backend.append(&self.rt, b)?;
+    fn compile_context(&self, model: &[u8]) -> Result<Vec<u8>, NoContext> {
+        let failed = |e: String| NoContext::Failed(e);
+        let b = Session::builder(&self.rt.env).map_err(|e| failed(e.to_string()))?;
+        let b = self.backend.append(&self.rt, b).map_err(failed)?;
         let api = ort::api();
         // SAFETY: C API calls on live objects (the environment, the builder's options, the
         // options made here and released at the end); the output buffer comes from ONNX
@@ -710,7 +732,9 @@ impl OrtProvider {
         let bytes = unsafe {
             let compile = (api.GetCompileApi)();
             if compile.is_null() {
-                return Err("this ONNX Runtime has no compile API".into());
+                return Err(NoContext::NotWritten(
+                    "this ONNX Runtime has no compile API".into(),
+                ));
             }
             let compile = &*compile;
             let mut opts = std::ptr::null_mut();
@@ -722,7 +746,7 @@ impl OrtProvider {
                 ),
                 "CreateModelCompilationOptionsFromSessionOptions",
             )
-            .map_err(|e| e.message)?;
+            .map_err(|e| failed(e.message))?;
             let mut alloc = std::ptr::null_mut();
             let mut out: *mut c_void = std::ptr::null_mut();
             let mut len = 0usize;
@@ -766,14 +790,14 @@ impl OrtProvider {
                     free(alloc, out);
                 }
             }
-            done.map_err(|e| e.message)?;
+            done.map_err(|e| failed(e.message))?;
             bytes
         };
         if !crate::patch::has_node_type(&bytes, "EPContext") {
-            return Err(format!(
+            return Err(NoContext::NotWritten(format!(
                 "{} wrote no EPContext node (it does not support ONNX Runtime's EPContext)",
                 self.backend.ort_name()
-            ));
+            )));
         }
         Ok(bytes)
     }

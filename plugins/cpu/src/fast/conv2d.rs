@@ -166,7 +166,7 @@ impl Conv2d<'_> {
             } else {
                 with_cols(rows * width, |cols| {
                     let oy0 = j0 / ow;
-                    self.im2col(x_g, cg, oy0..oy0 + width / ow, cols, 0.0);
+                    self.im2col(x_g, cg, oy0..oy0 + width / ow, cols, 0.0, false);
                     // SAFETY: as for the 1×1 case: these columns are this task's alone.
                     unsafe {
                         sgemm_raw(
@@ -236,7 +236,8 @@ impl Conv2d<'_> {
     }
 
     /// `cols[(ci, ky, kx), (oy, ox)]` for the output rows `oys` = the input pixel each tap reads
-    /// (`pad` in the padding).
+    /// (`pad` in the padding); with `tap_major`, the rows in the order `(ky, kx, ci)` instead
+    /// (a channels-last column matrix's depth).
     #[inline(always)]
     pub(crate) fn im2col<T: Copy>(
         &self,
@@ -245,20 +246,26 @@ impl Conv2d<'_> {
         oys: std::ops::Range<usize>,
         cols: &mut [T],
         pad: T,
+        tap_major: bool,
     ) {
         let ow = self.ow();
         let width = oys.len() * ow;
         let (sh, sw) = (self.geo.strides[0], self.geo.strides[1]);
         let (dh, dw) = (self.geo.dilations[0], self.geo.dilations[1]);
         let (ph, pw) = (self.geo.pad_begin[0], self.geo.pad_begin[1]);
-        let mut r = 0;
+        let taps = self.kh * self.kw;
         for ci in 0..cg {
             let plane = &x_g[ci * self.h * self.w..][..self.h * self.w];
             for ky in 0..self.kh {
                 for kx in 0..self.kw {
+                    let tap = ky * self.kw + kx;
+                    let r = if tap_major {
+                        tap * cg + ci
+                    } else {
+                        ci * taps + tap
+                    };
                     let row = &mut cols[r * width..][..width];
                     let (lo, hi) = valid_span(ow, sw, kx * dw, pw, self.w);
-                    r += 1;
                     if sh == 1 && sw == 1 && ow == self.w {
                         // Consecutive output rows read consecutive input rows at one shift: the
                         // whole band is one contiguous copy, then the columns that fell outside

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable that picks the level of [`ISAS`] the CPU EP runs:
-/// `EPX_CPU_KERNELS=avx512-vnni`, `avx2`, `portable` or `reference` (the reference kernels alone: no fast
+/// `EPX_CPU_KERNELS=avx512-vnni`, `avx-vnni`, `avx2`, `portable` or `reference` (the reference kernels alone: no fast
 /// kernels, no fused chains). Unset, the best level the CPU has. Read once per process; a level
 /// that is unknown, or needs features this CPU lacks, makes creating a CPU EP fail with the
 /// reason ([`configured_isa`]).
@@ -29,12 +29,24 @@ pub struct Isa {
     pub fast: bool,
     /// The hot loops run their AVX2+FMA copies.
     pub wide: bool,
-    /// The integer GEMM runs its AVX-512 VNNI kernel ([`qgemm`](super::qgemm)).
+    /// The integer GEMM runs its AVX-512 VNNI kernel ([`qgemm`](super::qgemm)), and the
+    /// multiversioned loops their AVX-512 copies.
     pub vnni: bool,
+    /// The integer GEMM runs its AVX-VNNI kernel (256-bit `vpdpbusd`).
+    pub avx_vnni: bool,
+    /// Unsigned activations by signed weights are summed in pairs of products saturated to
+    /// i16, as ONNX Runtime's kernels for the CPUs of this level sum them (MLAS's AVX2 and
+    /// AVX-512BW u8·s8 kernels: `vpmaddubsw`); every other level sums exactly, as ONNX
+    /// Runtime's do there (VNNI's `vpdpbusd`, the SSE kernels' 16-bit widening). Which ops
+    /// follow it is [`super::qgemm::Sums`]'s to say.
+    pub saturating_pairs: bool,
 }
 
-/// The levels, best first; the last two are always available.
-pub static ISAS: [Isa; 4] = [
+/// The levels, best first; the last two are always available. Each models the CPUs ONNX
+/// Runtime's kernels are chosen for: AVX-512 with VNNI; AVX2 with AVX-VNNI (and no AVX-512:
+/// Alder Lake and later client cores); AVX2 without VNNI (and AVX-512 without VNNI, whose
+/// 8-bit kernels sum as AVX2's do); baseline x86-64.
+pub static ISAS: [Isa; 5] = [
     Isa {
         key: "avx512-vnni",
         name: "x86-64 AVX-512 VNNI (+AVX2+FMA)",
@@ -42,6 +54,18 @@ pub static ISAS: [Isa; 4] = [
         fast: true,
         wide: true,
         vnni: true,
+        avx_vnni: false,
+        saturating_pairs: false,
+    },
+    Isa {
+        key: "avx-vnni",
+        name: "x86-64 AVX2+FMA with AVX-VNNI",
+        available: cpu_has_avx_vnni,
+        fast: true,
+        wide: true,
+        vnni: false,
+        avx_vnni: true,
+        saturating_pairs: false,
     },
     Isa {
         key: "avx2",
@@ -50,6 +74,8 @@ pub static ISAS: [Isa; 4] = [
         fast: true,
         wide: true,
         vnni: false,
+        avx_vnni: false,
+        saturating_pairs: true,
     },
     Isa {
         key: "portable",
@@ -58,6 +84,8 @@ pub static ISAS: [Isa; 4] = [
         fast: true,
         wide: false,
         vnni: false,
+        avx_vnni: false,
+        saturating_pairs: false,
     },
     Isa {
         key: "reference",
@@ -66,6 +94,8 @@ pub static ISAS: [Isa; 4] = [
         fast: false,
         wide: false,
         vnni: false,
+        avx_vnni: false,
+        saturating_pairs: false,
     },
 ];
 
@@ -156,6 +186,23 @@ pub(crate) fn cpu_has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the CPU has AVX-VNNI (the VEX-encoded `vpdpbusd`), besides AVX2 and FMA, and is
+/// not one whose AVX-512 lacks VNNI: ONNX Runtime runs its AVX-512BW 8-bit kernels there,
+/// which sum as the AVX2 ones do.
+pub(crate) fn cpu_has_avx_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let avx512_core =
+            has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
+        cpu_has_avx2_fma() && has!("avxvnni") && (!avx512_core || has!("avx512vnni"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

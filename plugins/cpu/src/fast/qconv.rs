@@ -11,9 +11,16 @@
 //!
 //! The weights are packed once per weight tensor ([`PackedConv`]); int8 activations and uint8
 //! weights are moved into the kernel's u8 × i8 domain by ±128 with their zero points.
+//!
+//! Weights packed for [`Sums::PairsSaturated`] (QLinearConv's u8 × s8 at the `avx2` level) sum
+//! the pairs ONNX Runtime's kernels sum: its column matrix is channels-last, so a pair is two
+//! consecutive depths in the order (kernel tap, input channel), crossing into the next tap
+//! where a group's channel count is odd. The im2col path then builds its columns in that
+//! order; the channel-quad order of [`indirect`] pairs the same products (channels `c`, `c + 1`
+//! of one tap), and so does any order where a group has one channel or the kernel one tap.
 
 use super::conv2d::{Conv2d, Padded, valid_span};
-use super::qgemm::{self, Cols, NR, QWeights, Sums};
+use super::qgemm::{self, Cols, NR, QWeights, Sums, XBytes};
 use crate::fast::round::round_even_f64;
 use crate::par::Disjoint;
 
@@ -26,6 +33,8 @@ pub struct PackedConv {
     group: usize,
     /// Per group, `[m / group] × depth`; empty when depthwise or packed in quads.
     groups: Vec<QWeights>,
+    /// `groups`' depth is in the order (tap, channel), and so must the column matrix be.
+    tap_major: bool,
     /// Per group, the weights with their depth in the order of [`Cols::Quads`] (channel quad,
     /// tap, channel within the quad), for the stride-1 path of [`indirect`]; empty unless
     /// asked for (then `groups` is).
@@ -43,24 +52,32 @@ impl PackedConv {
     /// one, or one per output channel, in `w`'s own domain), for the depthwise loop when each
     /// group has one input and one output channel, else for the GEMM: with `quad_taps`
     /// (`Some(taps)`, the kernel's taps), its depth in the order of [`indirect`], for a stride-1
-    /// convolution over whole channel quads. `None` when the depth is past [`MAX_DEPTH`], or
-    /// the quad order is asked for weights whose channels are not whole quads.
+    /// convolution over whole channel quads. `taps` is the kernel's, `sums` how the GEMM sums
+    /// unsigned activations by these weights (signed ones; see the module's notes). `None` when
+    /// the depth is past [`MAX_DEPTH`], or the quad order is asked for weights whose channels
+    /// are not whole quads.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         w: &[u8],
         signed: bool,
         (m, depth, group): (usize, usize, usize),
+        taps: usize,
         quad_taps: Option<usize>,
         depthwise: bool,
         zw: &[i32],
+        sums: Sums,
     ) -> Option<PackedConv> {
         if depth > MAX_DEPTH
             || group == 0
             || m % group != 0
             || w.len() != m * depth
             || (zw.len() != 1 && zw.len() != m)
+            || taps == 0
+            || !depth.is_multiple_of(taps)
         {
             return None;
         }
+        let sums = if signed { sums } else { Sums::Exact };
         // The kernel's domain is signed: uint8 weights are w - 128, with their zero points.
         let shift = if signed { 0 } else { 128 };
         let zw: Vec<i32> = (0..m)
@@ -80,6 +97,9 @@ impl PackedConv {
                 return None;
             }
         }
+        let cg = depth / taps;
+        let tap_major =
+            sums == Sums::PairsSaturated && quad_taps.is_none() && !depthwise && cg > 1 && taps > 1;
         let (mut groups, mut quads, mut centered) = (Vec::new(), Vec::new(), Vec::new());
         if depthwise {
             centered = w
@@ -104,9 +124,20 @@ impl PackedConv {
                             }
                         }
                     }
-                    quads.push(QWeights::pack(&wq, mg, depth, ones, Sums::Exact));
+                    quads.push(QWeights::pack(&wq, mg, depth, ones, sums));
+                } else if tap_major {
+                    // Depth `(c, tap)` becomes `(tap, c)`.
+                    let mut wt = vec![0i8; wg.len()];
+                    for (row, src) in wt.chunks_exact_mut(depth).zip(wg.chunks_exact(depth)) {
+                        for (c, per_tap) in src.chunks_exact(taps).enumerate() {
+                            for (tap, &v) in per_tap.iter().enumerate() {
+                                row[tap * cg + c] = v;
+                            }
+                        }
+                    }
+                    groups.push(QWeights::pack(&wt, mg, depth, ones, sums));
                 } else {
-                    groups.push(QWeights::pack(&wg, mg, depth, ones, Sums::Exact));
+                    groups.push(QWeights::pack(&wg, mg, depth, ones, sums));
                 }
             }
         }
@@ -115,6 +146,7 @@ impl PackedConv {
             depth,
             group,
             groups,
+            tap_major,
             quads,
             centered_f32: centered.iter().map(|&v| v as f32).collect(),
             centered,
@@ -521,7 +553,11 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
                     wg,
                     src,
                     at + s0..at + s0 + cnt,
-                    x.signed,
+                    if x.signed {
+                        XBytes::Int8
+                    } else {
+                        XBytes::Unsigned
+                    },
                     (&mut panel, &mut tile),
                     |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - at - s0..], ld),
                 );
@@ -550,7 +586,7 @@ fn gemm_conv(conv: &Conv2d<'_>, x: &Input<'_>, w: &PackedConv, zx: i32, store: &
             // The band's column matrix, in this thread's byte buffer (im2col writes all of it).
             crate::par::with_bytes(depth * width, |cols| {
                 let oy0 = j0 / ow;
-                conv.im2col(x_g, cg, oy0..oy0 + width / ow, cols, pad);
+                conv.im2col(x_g, cg, oy0..oy0 + width / ow, cols, pad, w.tap_major);
                 band(Cols::KByP { x: cols, ld: width }, 0);
             });
         }
@@ -642,7 +678,12 @@ fn indirect(
                     offs: &offs,
                 },
                 start..end,
-                false,
+                // The input was laid out in the unsigned domain above.
+                if x.signed {
+                    XBytes::Int8Flipped
+                } else {
+                    XBytes::Unsigned
+                },
                 (panel, &mut tile),
                 |p0, k, tile| finish(&fin, tile, k, &mut sums[p0 - start..], ld),
             );

@@ -3,11 +3,12 @@
 //! packed a panel of [`NR`] columns at a time), summed exactly in i32.
 //!
 //! Both operands are packed in quads of four consecutive `k`: a quad of one weight row is one
-//! 32-bit word, a panel's quad is [`NR`] such words. Three kernels compute a tile of [`MR`]
+//! 32-bit word, a panel's quad is [`NR`] such words. Four kernels compute a tile of [`MR`]
 //! rows by [`NR`] columns from them:
 //!
 //! - **AVX-512 VNNI**: one `vpdpbusd` adds 4 products into each of 16 lanes (64 products per
 //!   instruction), the weight quad broadcast from memory;
+//! - **AVX-VNNI**: the same instruction on 8 lanes (VEX-encoded);
 //! - **AVX2**: the bytes widened to 16 bits (even and odd bytes of each quad apart) and
 //!   multiplied with `vpmaddwd`. Not `vpmaddubsw`: its 16-bit pair sums saturate (255·127·2 does
 //!   not fit), which would make some answers silently wrong;
@@ -16,13 +17,13 @@
 //! None of them can overflow for a depth up to [`MAX_DEPTH`]: every partial sum stays below
 //! `2^31` in magnitude.
 //!
-//! [`Sums::PairsSaturated`] sums the products as ONNX Runtime's 8-bit GEMM does on a CPU without
-//! VNNI (its AVX2 and AVX-512BW kernels, `vpmaddubsw`): the products of `k` and `k + 1` (`k`
-//! even) added and saturated to i16 before they reach the i32 sum. With unsigned activations
-//! and signed weights the pair can exceed i16 (255·127·2), and ONNX Runtime's answer is then the
-//! saturated one; weights packed so give the same bits (see [`Sums::like_onnxruntime`]).
-//! Int8 activations are summed exactly whatever the weights were packed for, as ONNX Runtime's
-//! s8·s8 kernels sum them (the ONNX node tests of QLinearMatMul int8 hold both).
+//! [`Sums::PairsSaturated`] sums the products as ONNX Runtime's 8-bit GEMM does on the CPUs of
+//! the `avx2` level (its AVX2 and AVX-512BW kernels, `vpmaddubsw`): the products of `k` and
+//! `k + 1` (`k` even) added and saturated to i16 before they reach the i32 sum. With unsigned
+//! activations and signed weights the pair can exceed i16 (255·127·2), and ONNX Runtime's answer
+//! is then the saturated one; weights packed so give the same bits (see
+//! [`Sums::like_onnxruntime`]). Int8 activations are summed exactly whatever the weights were
+//! packed for, as ONNX Runtime's s8·s8 kernels sum them.
 
 use super::isa;
 
@@ -42,40 +43,29 @@ pub enum Sums {
     PairsSaturated,
 }
 
+/// The environment variable that makes every 8-bit sum exact: `EPX_CPU_INTEGER_SUMS=exact`
+/// (answers then differ from ONNX Runtime's where it saturates a pair).
+pub const ENV_INTEGER_SUMS: &str = "EPX_CPU_INTEGER_SUMS";
+
 impl Sums {
-    /// How ONNX Runtime's 8-bit GEMM sums unsigned activations by signed weights on this CPU:
-    /// exactly where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI: `vpdpbusd`), else in
-    /// saturated pairs. Weights that are unsigned in the model are summed exactly there (its
-    /// u8·u8 kernels widen to 16 bits): pack those with [`Sums::Exact`].
-    /// `EPX_CPU_INTEGER_SUMS=exact` makes every sum exact (answers then differ from ONNX
-    /// Runtime's where a pair saturates).
+    /// How ONNX Runtime's 8-bit kernels sum unsigned activations by signed weights on the
+    /// CPUs of the level this thread runs ([`super::Isa::saturating_pairs`]): in saturated
+    /// pairs at `avx2`, exactly at every other level. Weights that are unsigned in the model
+    /// are summed exactly everywhere (its u8·u8 kernels widen to 16 bits): pack those with
+    /// [`Sums::Exact`]. [`ENV_INTEGER_SUMS`] makes every sum exact.
     pub fn like_onnxruntime() -> Sums {
         #[cfg(test)]
         if let Some(forced) = FORCED.with(std::cell::Cell::get) {
             return forced;
         }
-        static SUMS: std::sync::OnceLock<Sums> = std::sync::OnceLock::new();
-        *SUMS.get_or_init(|| {
-            let exact = std::env::var("EPX_CPU_INTEGER_SUMS").is_ok_and(|v| v == "exact");
-            if exact || cpu_has_vnni() || !super::isa().wide {
-                Sums::Exact
-            } else {
-                Sums::PairsSaturated
-            }
-        })
-    }
-}
-
-/// Whether the CPU has a `vpdpbusd` (AVX-512 VNNI or AVX-VNNI), as ONNX Runtime's dispatch asks.
-fn cpu_has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512vnni")
-            || std::arch::is_x86_feature_detected!("avxvnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+        static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let exact =
+            *EXACT.get_or_init(|| std::env::var(ENV_INTEGER_SUMS).is_ok_and(|v| v == "exact"));
+        if !exact && isa().saturating_pairs {
+            Sums::PairsSaturated
+        } else {
+            Sums::Exact
+        }
     }
 }
 
@@ -178,18 +168,31 @@ pub fn tile_len(w: &QWeights) -> usize {
     w.rows().div_ceil(MR) * MR * NR
 }
 
+/// What the bytes of `X` are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XBytes {
+    /// uint8 activations, summed as the weights were packed to sum them.
+    Unsigned,
+    /// int8 activations: each byte read as `x ^ 0x80` (the activation plus 128).
+    Int8,
+    /// int8 activations already moved to the unsigned domain (`x ^ 0x80`) by the caller.
+    Int8Flipped,
+}
+
 /// Computes `C = W · X` over the columns `cols` of `x`, one panel of [`NR`] columns at a time:
 /// `sink(p0, n, tile)` gets columns `p0..p0 + n` as `tile[r * NR + j]` for every row `r` of `w`
-/// (the ones row included). With `flip`, each byte of `x` is read as `x ^ 0x80` (an int8
-/// activation plus 128). `panel` and `tile` are scratch of [`panel_len`] and [`tile_len`].
+/// (the ones row included). Int8 activations ([`XBytes`]) are summed exactly, as ONNX Runtime's
+/// s8·s8 kernels sum them, whatever the weights were packed for. `panel` and `tile` are
+/// scratch of [`panel_len`] and [`tile_len`].
 pub fn qgemm(
     w: &QWeights,
     x: Cols<'_>,
     cols: std::ops::Range<usize>,
-    flip: bool,
+    bytes: XBytes,
     (panel, tile): (&mut [u8], &mut [i32]),
     mut sink: impl FnMut(usize, usize, &[i32]),
 ) {
+    let flip = bytes == XBytes::Int8;
     assert!(w.depth() <= MAX_DEPTH, "depth {} is too deep", w.depth());
     let quads = w.quads();
     let panel = &mut panel[..quads * NR * 4];
@@ -205,9 +208,11 @@ pub fn qgemm(
             let t: &mut [i32; MR * NR] = (&mut tile[b * MR * NR..][..MR * NR])
                 .try_into()
                 .expect("a tile");
-            // Int8 activations (moved to u8 by `flip`) are summed exactly: ONNX Runtime's
-            // s8·s8 path does not saturate.
-            let sums = if flip { Sums::Exact } else { w.sums };
+            let sums = if bytes == XBytes::Unsigned {
+                w.sums
+            } else {
+                Sums::Exact
+            };
             tile_kernel(level, sums, wq, panel, quads, t);
         }
         sink(p0, n, tile);
@@ -218,6 +223,7 @@ pub fn qgemm(
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Level {
     Vnni,
+    AvxVnni,
     Avx2,
     Portable,
 }
@@ -227,6 +233,8 @@ impl Level {
         let i = isa();
         if i.vnni {
             Level::Vnni
+        } else if i.avx_vnni {
+            Level::AvxVnni
         } else if i.wide {
             Level::Avx2
         } else {
@@ -247,7 +255,7 @@ fn tile_kernel(
     if sums == Sums::PairsSaturated {
         #[cfg(target_arch = "x86_64")]
         if level != Level::Portable {
-            // SAFETY: both wide levels run only on a CPU with AVX2; sizes asserted above.
+            // SAFETY: every wide level runs only on a CPU with AVX2; sizes asserted above.
             unsafe { x86::tile_avx2_pairs(w.as_ptr(), b.as_ptr(), quads, out) };
             return;
         }
@@ -258,6 +266,10 @@ fn tile_kernel(
         // SAFETY: the level is VNNI only on a CPU with AVX-512F/BW and VNNI (its row of
         // `ISAS`); the slices hold `quads` quads of the tile's rows and columns (asserted).
         Level::Vnni => unsafe { x86::tile_vnni(w.as_ptr(), b.as_ptr(), quads, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the level is AVX-VNNI only on a CPU with AVX2 and AVX-VNNI (its row of
+        // `ISAS`); sizes as above.
+        Level::AvxVnni => unsafe { x86::tile_avx_vnni(w.as_ptr(), b.as_ptr(), quads, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the level is AVX2 only on a CPU with AVX2; sizes as above.
         Level::Avx2 => unsafe { x86::tile_avx2(w.as_ptr(), b.as_ptr(), quads, out) },
@@ -328,7 +340,7 @@ fn pack_panel(
                 #[cfg(target_arch = "x86_64")]
                 if level != Level::Portable && n == NR && k0 + 4 <= depth {
                     let rows = [0, 1, 2, 3].map(|t| &x[(k0 + t) * ld + p0..][..NR]);
-                    // SAFETY: AVX2 is present at both wide levels; each row holds NR bytes.
+                    // SAFETY: AVX2 is present at every wide level; each row holds NR bytes.
                     unsafe { x86::interleave4(rows, fl, out) };
                     continue;
                 }
@@ -397,7 +409,7 @@ pub fn interleave_rows(rows: [&[u8]; 4], flip: u8, out: &mut [u8]) {
             let chunk: &mut [u8; NR * 4] =
                 (&mut out[4 * j..][..NR * 4]).try_into().expect("a quad");
             let r = [0, 1, 2, 3].map(|t| &rows[t][j..][..NR]);
-            // SAFETY: AVX2 is present at both wide levels; each row holds NR bytes from `j`.
+            // SAFETY: AVX2 is present at every wide level; each row holds NR bytes from `j`.
             unsafe { x86::interleave4(r, flip, chunk) };
             j += NR;
         }
@@ -447,6 +459,49 @@ mod x86 {
                 let o = out.as_mut_ptr().add(r * NR);
                 _mm512_storeu_si512(o.cast(), acc[0]);
                 _mm512_storeu_si512(o.add(16).cast(), acc[1]);
+            }
+        }
+    }
+
+    /// The tile with the VEX-encoded `vpdpbusd`: four rows by 16 columns of i32 accumulators
+    /// at a time (8 of the 16 vector registers), the weight quad broadcast.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and AVX-VNNI; sizes as for [`tile_vnni`].
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub(super) unsafe fn tile_avx_vnni(
+        w: *const i8,
+        b: *const u8,
+        quads: usize,
+        out: &mut [i32; MR * NR],
+    ) {
+        const R: usize = 4;
+        for r0 in (0..MR).step_by(R) {
+            for half in 0..2 {
+                let mut acc = [[_mm256_setzero_si256(); 2]; R];
+                for q in 0..quads {
+                    // SAFETY: quad `q` of the panel and the weights lies inside them.
+                    unsafe {
+                        let bq = b.add(q * NR * 4 + half * 64);
+                        let x0 = _mm256_loadu_si256(bq.cast());
+                        let x1 = _mm256_loadu_si256(bq.add(32).cast());
+                        let wq = w.add(q * MR * 4 + r0 * 4);
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let wv =
+                                _mm256_set1_epi32(wq.add(r * 4).cast::<i32>().read_unaligned());
+                            acc[0] = _mm256_dpbusd_avx_epi32(acc[0], x0, wv);
+                            acc[1] = _mm256_dpbusd_avx_epi32(acc[1], x1, wv);
+                        }
+                    }
+                }
+                for (r, acc) in acc.iter().enumerate() {
+                    // SAFETY: row `r0 + r` of `out` has NR = 32 i32s; this half is 16 of them.
+                    unsafe {
+                        let o = out.as_mut_ptr().add((r0 + r) * NR + half * 16);
+                        _mm256_storeu_si256(o.cast(), acc[0]);
+                        _mm256_storeu_si256(o.add(8).cast(), acc[1]);
+                    }
+                }
             }
         }
     }
@@ -640,7 +695,7 @@ pub(crate) mod tests {
                     &packed,
                     Cols::KByP { x: &x, ld: cols },
                     0..cols,
-                    false,
+                    XBytes::Unsigned,
                     (&mut panel, &mut tile),
                     |p0, n, t| {
                         for r in 0..=rows {
@@ -725,7 +780,7 @@ pub(crate) mod tests {
                                     &packed,
                                     layout,
                                     0..cols,
-                                    flip,
+                                    if flip { XBytes::Int8 } else { XBytes::Unsigned },
                                     (&mut panel, &mut tile),
                                     |p0, n, t| {
                                         for r in 0..=rows {

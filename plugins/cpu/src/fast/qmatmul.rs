@@ -14,7 +14,7 @@
 //! is requantized. Signed weights are summed as ONNX Runtime sums them on the same CPU
 //! ([`Sums::like_onnxruntime`]): exactly with VNNI, in i16-saturated pairs without.
 
-use super::qgemm::{self, Cols, NR, QWeights, Sums};
+use super::qgemm::{self, Cols, NR, QWeights, Sums, XBytes};
 
 /// Rows of `A` per tile of the VNNI kernel.
 pub const MA: usize = 8;
@@ -204,7 +204,11 @@ fn piece(
         w,
         Cols::PByK { x: a, ld: k },
         r0..r0 + count,
-        signed,
+        if signed {
+            XBytes::Int8
+        } else {
+            XBytes::Unsigned
+        },
         (&mut panel, &mut tile),
         |p0, cnt, tile| {
             for j in 0..cnt {

@@ -118,8 +118,8 @@ impl DynamicQuantizeLstm {
             }
         }
         let sums = ints.chunks(rows.max(1)).map(|r| r.iter().sum()).collect();
-        // Signed weights by uint8 activations sum as ONNX Runtime's u8·s8 GEMM does on this
-        // CPU; unsigned ones exactly (its u8·u8 GEMM).
+        // Signed weights by uint8 activations sum as ONNX Runtime's u8·s8 GEMM does on the
+        // CPUs of this level; unsigned ones exactly (its u8·u8 GEMM).
         let signed = q.elem_type() == epx_plugin_api::ElementType::Int8;
         let saturate = signed
             && crate::fast::enabled()
@@ -127,7 +127,7 @@ impl DynamicQuantizeLstm {
                 == crate::fast::qgemm::Sums::PairsSaturated;
         let zero: Vec<i32> = zp.iter().map(|&z| z as i32).collect();
         // Each direction's `[rows, 4h]` bytes packed for the 8-bit matrix product, which sums
-        // as `saturate` says (ONNX Runtime's way on this CPU).
+        // as `saturate` says (ONNX Runtime's way at this level).
         let packed = if crate::fast::enabled() {
             (0..dirs)
                 .map(|dd| {
@@ -1097,17 +1097,22 @@ mod tests {
 
     /// The 8-bit matrix product of many rows at once gives each row's sums as the per-row
     /// product does, scaled the same: int8 and uint8 weights, per-column zero points, and (for
-    /// int8 on a CPU without VNNI) pairs saturated where ONNX Runtime saturates them.
+    /// int8 at the `avx2` level) pairs saturated where ONNX Runtime saturates them; at every
+    /// fast level this CPU has.
     #[test]
     fn the_matrix_product_of_all_rows_sums_as_the_row_product() {
-        if !crate::fast::enabled() {
-            return;
+        for isa in crate::fast::ISAS.iter().filter(|i| i.fast) {
+            if crate::fast::with_isa(isa, all_rows_sum_as_the_row_product).is_none() {
+                println!("{}: skipped (this CPU lacks it)", isa.name);
+            }
         }
-        // Which case this CPU tests: exact sums (VNNI), or int8 pairs saturated (AVX2).
+    }
+
+    fn all_rows_sum_as_the_row_product() {
         eprintln!(
-            "int8 products summed {:?} here (VNNI: {})",
+            "{}: int8 products summed {:?}",
+            crate::fast::isa::isa().name,
             crate::fast::qgemm::Sums::like_onnxruntime(),
-            crate::fast::isa::isa().vnni
         );
         let (k, cols, n) = (37, 12, 5);
         let mut seed = 7u32;

@@ -1,4 +1,7 @@
-//! The integer products: MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv.
+//! The integer products: MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv. Unsigned
+//! activations by signed weights are summed as ONNX Runtime sums them at the level that runs
+//! ([`crate::fast::qgemm::Sums::like_onnxruntime`]): in saturated pairs at `avx2` (QLinearConv,
+//! MatMulInteger, QLinearMatMul; ConvInteger is exact there too), exactly elsewhere.
 //!
 //! With 8-bit operands they run on the packed integer GEMM ([`crate::ops::quant::pack`]),
 //! exactly. Other cases (16-bit types, 3-D convolutions, a broadcast batched B) run through the
@@ -15,9 +18,11 @@ use crate::kernel::{NodeDef, OpKernel, Registry, kernel};
 use crate::kernel::{add, one};
 use crate::ops::quant::linear::{int_range, int_tensor, int_values};
 use crate::ops::quant::pack::{FastQConv, FastQMatMul, WithPackedWeights};
+use crate::ops::quant::pairs::{self, Product};
 use crate::ops::util::args::{input, opt_input, scalar_f64};
 use crate::ops::util::indexing::contiguous;
 use crate::ops::util::num::float_values;
+use crate::ops::util::spatial::SpatialAttrs;
 use crate::tensor::{Tensor, TensorRef};
 use epx_plugin_api::ElementType;
 use half::{bf16, f16};
@@ -222,6 +227,38 @@ fn integer_product(
     (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
     (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
     depth: usize,
+    product: &Product<'_>,
+) -> OpResult<(Vec<usize>, Acc)> {
+    let (shape, acc) = exact_integer_product(
+        op,
+        k,
+        (a, a_name, a_zp, a_axis),
+        (b, b_name, b_zp, b_axis),
+        depth,
+    )?;
+    // Where this level's pairs saturate, what they take away ([`pairs`]).
+    let Some((ar, br)) = pairs::saturating(a, b) else {
+        return Ok((shape, acc));
+    };
+    let za = match a_zp {
+        Some(TensorRef::U8(z)) => z.iter().next().copied().unwrap_or(0),
+        _ => 0,
+    };
+    let Some(lost) = pairs::losses(product, (ar, za), br, &shape) else {
+        return Ok((shape, acc));
+    };
+    let acc = acc.into_f64();
+    let acc = acc.iter().zip(&lost).map(|(&v, &l)| v - l as f64).collect();
+    Ok((shape, Acc::Wide(acc)))
+}
+
+/// The exact integer product of [`integer_product`].
+fn exact_integer_product(
+    op: &str,
+    k: &dyn OpKernel,
+    (a, a_name, a_zp, a_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    (b, b_name, b_zp, b_axis): (&TensorRef<'_>, &str, Option<&TensorRef<'_>>, usize),
+    depth: usize,
 ) -> OpResult<(Vec<usize>, Acc)> {
     let e = |e: OpError| OpError(format!("{op}: {e}"));
     // On float32 kernels is a fast path: the reference level multiplies in f64.
@@ -296,6 +333,7 @@ fn build_matmul_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (a, "A", opt_input(inputs, 2), ra),
             (b, "B", opt_input(inputs, 3), rb),
             a.shape().last().copied().unwrap_or(0),
+            &Product::MatMul,
         )?;
         let v = v.into_f64();
         let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
@@ -417,6 +455,7 @@ fn build_qlinear_matmul(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (a, "a", opt_input(inputs, 2), ra),
             (b, "b", opt_input(inputs, 5), rb),
             a.shape().last().copied().unwrap_or(0),
+            &Product::MatMul,
         )?;
         let acc = acc.into_f64();
         let per = factors.len();
@@ -467,7 +506,8 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
         ) {
             return one(Tensor::from_vec(&shape, v));
         }
-        let (shape, v) = integer_product(
+        // Exact at every level, as ONNX Runtime's ConvInteger ([`FastQConv`]).
+        let (shape, v) = exact_integer_product(
             &op,
             conv.as_ref(),
             (x, "x", opt_input(inputs, 2), 1),
@@ -489,6 +529,8 @@ fn build_conv_integer(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
 fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
     let op = n.op_type.clone();
     let conv = inner_kernel(n, "Conv", 11, &CONV_ATTRS)?;
+    let attrs = SpatialAttrs::parse(n)?;
+    let group = usize::try_from(n.attr_int_or("group", 1)?).unwrap_or(0);
     let fast = Arc::new(FastQConv::new(n)?);
     let packs = fast.clone();
     let inner = kernel(move |inputs| {
@@ -544,6 +586,10 @@ fn build_qlinear_conv(n: &NodeDef) -> OpResult<Box<dyn OpKernel>> {
             (x, "x", opt_input(inputs, 2), 1),
             (w, "w", opt_input(inputs, 5), 0),
             conv_depth(w),
+            &Product::Conv {
+                attrs: &attrs,
+                group,
+            },
         )?;
         let plane: usize = shape.get(2..).map_or(1, |s| s.iter().product());
         if let Some(t) = crate::fast::enabled()
@@ -694,12 +740,11 @@ mod tests {
         }
     }
 
-    /// Unsigned activations by signed weights sum as ONNX Runtime's 8-bit GEMM sums them on
-    /// the same CPU: each pair of products saturated to i16 without VNNI (`vpmaddubsw`),
-    /// exactly with it; unsigned weights always exactly.
+    /// Unsigned activations by signed weights sum as ONNX Runtime's 8-bit kernels sum them on
+    /// the CPUs of each level: each pair of products saturated to i16 at `avx2` (`vpmaddubsw`),
+    /// exactly elsewhere; unsigned weights always exactly. Every level this CPU has.
     #[test]
-    fn integer_sums_follow_onnxruntime_on_this_cpu() {
-        use crate::fast::qgemm::Sums;
+    fn integer_sums_follow_onnxruntime_at_every_level() {
         let a = t(&[1, 4], vec![255u8; 4]);
         let node = NodeDef::new("MatMulInteger", 10).with_io(2, 1);
         let run_with = |b: Tensor| {
@@ -713,19 +758,187 @@ mod tests {
                 .copied()
                 .collect::<Vec<i32>>()
         };
-        let signed = run_with(t(&[4, 1], vec![127i8; 4]));
-        let sums = Sums::like_onnxruntime();
-        if crate::fast::enabled() && sums == Sums::PairsSaturated {
-            println!("this CPU has no VNNI: pairs saturate as in ONNX Runtime (2 · 32767)");
-            assert_eq!(signed, vec![2 * 32767]);
-        } else {
-            println!(
-                "exact sums ({sums:?}, fast kernels {})",
-                crate::fast::enabled()
-            );
-            assert_eq!(signed, vec![4 * 255 * 127]);
+        for isa in crate::fast::ISAS.iter() {
+            let Some((signed, unsigned)) = crate::fast::with_isa(isa, || {
+                (
+                    run_with(t(&[4, 1], vec![127i8; 4])),
+                    run_with(t(&[4, 1], vec![255u8; 4])),
+                )
+            }) else {
+                println!("{}: skipped (this CPU lacks it)", isa.name);
+                continue;
+            };
+            let want = if isa.saturating_pairs {
+                2 * 32767
+            } else {
+                4 * 255 * 127
+            };
+            println!("{}: u8 · s8 sums {signed:?}", isa.name);
+            assert_eq!(signed, vec![want], "{}", isa.name);
+            assert_eq!(unsigned, vec![4 * 255 * 255], "{}", isa.name);
         }
-        assert_eq!(run_with(t(&[4, 1], vec![255u8; 4])), vec![4 * 255 * 255]);
+    }
+
+    /// QLinearConv with uint8 activations and int8 weights gives, at every level this CPU
+    /// has, the bytes of sums taken as ONNX Runtime takes them for that level: at `avx2` in
+    /// pairs of consecutive depths of its channels-last column (kernel tap, input channel)
+    /// saturated to i16, elsewhere exactly; on each path (im2col with an odd and an even
+    /// channel count, channel quads, pointwise, grouped, 1-D, and 3-D on the general path).
+    /// A depthwise convolution sums exactly at every level, as ONNX Runtime's depthwise kernels
+    /// do. The data are extreme enough that the two rules give other bytes.
+    #[test]
+    fn qlinear_conv_sums_follow_onnxruntime_at_every_level() {
+        use crate::kernel::AttrValue;
+        let mut rnd = byte_rng(58);
+        // (x shape, w shape, group, stride, pad)
+        type Case = (Vec<usize>, Vec<usize>, usize, usize, usize);
+        let cases: [Case; 8] = [
+            (vec![1, 5, 6, 6], vec![16, 5, 3, 3], 1, 1, 1),
+            (vec![1, 6, 7, 7], vec![8, 6, 3, 3], 1, 2, 1),
+            (vec![1, 8, 6, 6], vec![16, 8, 3, 3], 1, 1, 1),
+            (vec![1, 16, 5, 5], vec![8, 16, 1, 1], 1, 1, 0),
+            (vec![1, 6, 6, 6], vec![8, 3, 3, 3], 2, 1, 1),
+            (vec![1, 8, 6, 6], vec![8, 1, 3, 3], 8, 1, 1),
+            (vec![1, 7, 12], vec![8, 7, 5], 1, 1, 2),
+            (vec![1, 3, 3, 4, 4], vec![8, 3, 2, 2, 2], 1, 1, 1),
+        ];
+        let mut told_apart = 0;
+        for (ci, (xs, ws, group, stride, pad)) in cases.iter().enumerate() {
+            let rank = xs.len() - 2;
+            let x: Vec<u8> = (0..xs.iter().product::<usize>())
+                .map(|_| if rnd() < 150 { 255 } else { rnd() })
+                .collect();
+            let w: Vec<i8> = (0..ws.iter().product::<usize>())
+                .map(|_| match rnd() % 4 {
+                    0 | 1 => 127,
+                    2 => -128,
+                    _ => rnd() as i8,
+                })
+                .collect();
+            let zx = 5u8;
+            let node = NodeDef::new("QLinearConv", 10)
+                .with_io(8, 1)
+                .with_attr("group", AttrValue::Int(*group as i64))
+                .with_attr("strides", AttrValue::Ints(vec![*stride as i64; rank]))
+                .with_attr("pads", AttrValue::Ints(vec![*pad as i64; 2 * rank]));
+            let inputs = [
+                Some(t(xs, x.clone())),
+                Some(Tensor::scalar(1.0f32)),
+                Some(Tensor::scalar(zx)),
+                Some(t(ws, w.clone())),
+                Some(Tensor::scalar(1.0f32)),
+                Some(Tensor::scalar(0i8)),
+                Some(Tensor::scalar(16384.0f32)),
+                Some(Tensor::scalar(128u8)),
+            ];
+            let sums =
+                |pairs: bool| naive_conv_sums(&x, xs, zx, &w, ws, *group, *stride, *pad, pairs);
+            let bytes = |acc: Vec<i64>| -> Vec<u8> {
+                acc.iter()
+                    .map(|&a| (round_even_f64(a as f64 / 16384.0) + 128.0).clamp(0.0, 255.0) as u8)
+                    .collect()
+            };
+            let depthwise = ws[1] == 1 && ws[0] == *group;
+            let (exact, paired) = (bytes(sums(false)), bytes(sums(!depthwise)));
+            told_apart += usize::from(exact != paired);
+            for isa in crate::fast::ISAS.iter() {
+                let Some(got) = crate::fast::with_isa(isa, || {
+                    let k = crate::ops::registry().build(&node).unwrap();
+                    let refs: Vec<_> = inputs
+                        .iter()
+                        .map(|t| t.as_ref().map(Tensor::view))
+                        .collect();
+                    k.prepare(&refs);
+                    let out = k.run(&refs).unwrap();
+                    out[0]
+                        .as_array::<u8>()
+                        .unwrap()
+                        .iter()
+                        .copied()
+                        .collect::<Vec<u8>>()
+                }) else {
+                    println!("case {ci}: {} skipped (this CPU lacks it)", isa.name);
+                    continue;
+                };
+                let want = if isa.saturating_pairs {
+                    &paired
+                } else {
+                    &exact
+                };
+                assert_eq!(&got, want, "case {ci} on {}", isa.name);
+            }
+        }
+        assert_eq!(
+            told_apart, 7,
+            "every case but the depthwise one tells the two rules apart"
+        );
+    }
+
+    /// `Σ (x - zx) · w` of a convolution (any rank; the padding holds `zx`), each output's
+    /// products taken in the order (kernel tap, input channel) and, with `pairs`, summed two at
+    /// a time with each pair of raw products `x · w` saturated to i16.
+    #[allow(clippy::too_many_arguments)]
+    fn naive_conv_sums(
+        x: &[u8],
+        xs: &[usize],
+        zx: u8,
+        w: &[i8],
+        ws: &[usize],
+        group: usize,
+        stride: usize,
+        pad: usize,
+        pairs: bool,
+    ) -> Vec<i64> {
+        let (m, cg) = (ws[0], ws[1]);
+        let (ins, ks) = (&xs[2..], &ws[2..]);
+        let outs: Vec<usize> = ins
+            .iter()
+            .zip(ks)
+            .map(|(&i, &k)| (i + 2 * pad - k) / stride + 1)
+            .collect();
+        let count = |d: &[usize]| d.iter().product::<usize>();
+        let index = |mut i: usize, dims: &[usize]| -> Vec<usize> {
+            let mut v = vec![0; dims.len()];
+            for d in (0..dims.len()).rev() {
+                v[d] = i % dims[d];
+                i /= dims[d];
+            }
+            v
+        };
+        let (taps, mg) = (count(ks), m / group);
+        let mut out = Vec::new();
+        for oc in 0..m {
+            let g = oc / mg;
+            for o in 0..count(&outs) {
+                let op = index(o, &outs);
+                let mut raw = Vec::new();
+                for tap in 0..taps {
+                    let kp = index(tap, ks);
+                    let pos: Option<usize> = (0..ins.len()).try_fold(0, |acc, d| {
+                        let i = (op[d] * stride + kp[d])
+                            .checked_sub(pad)
+                            .filter(|&i| i < ins[d])?;
+                        Some(acc * ins[d] + i)
+                    });
+                    for ch in 0..cg {
+                        let xv = pos.map_or(zx, |p| x[(g * cg + ch) * count(ins) + p]);
+                        raw.push((i64::from(xv), i64::from(w[(oc * cg + ch) * taps + tap])));
+                    }
+                }
+                let wsum: i64 = raw.iter().map(|r| r.1).sum();
+                let prods: Vec<i64> = raw.iter().map(|r| r.0 * r.1).collect();
+                let total: i64 = if pairs {
+                    prods
+                        .chunks(2)
+                        .map(|p| p.iter().sum::<i64>().clamp(-32768, 32767))
+                        .sum()
+                } else {
+                    prods.iter().sum()
+                };
+                out.push(total - i64::from(zx) * wsum);
+            }
+        }
+        out
     }
 
     /// QLinearConv's one-pass requantization gives [`requantize`]'s bytes for each kind of

@@ -4,7 +4,9 @@
 //! - [`linear`]: QuantizeLinear / DequantizeLinear (per-tensor, per-axis and blocked, with the
 //!   8-, 16- and 32-bit integer types) and DynamicQuantizeLinear; the float8 / int4 / int2 types
 //!   are not supported;
-//! - [`integer`]: MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, computed exactly;
+//! - [`integer`]: MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, computed exactly,
+//!   or with unsigned activations by signed weights summed as ONNX Runtime's kernels for the
+//!   level sum them ([`pairs`] for the shapes the fast paths do not take);
 //! - [`pack`]: their 8-bit fast paths on the integer GEMM of [`crate::fast::qgemm`] (through
 //!   [`crate::fast::qconv`] and [`crate::fast::qmatmul`]), with the weights packed once, at
 //!   [`crate::kernel::OpKernel::prepare`], by the kernel that owns them;
@@ -20,6 +22,7 @@ pub mod dynamic;
 pub mod integer;
 pub mod linear;
 pub mod pack;
+pub(crate) mod pairs;
 pub mod qoperator;
 
 use crate::kernel::Registry;

@@ -6,6 +6,7 @@
 use crate::error::OpResult;
 use crate::fast::conv2d::Conv2d;
 use crate::fast::qconv::{self, PackedConv};
+use crate::fast::qgemm::Sums;
 use crate::fast::qmatmul::{self, PackedB};
 use crate::kernel::{NodeDef, OpKernel};
 use crate::ops::conv::as_2d;
@@ -262,8 +263,10 @@ struct Layout {
     m: usize,
     depth: usize,
     group: usize,
+    taps: usize,
     depthwise: bool,
     quad_taps: Option<usize>,
+    sums: Sums,
 }
 
 impl Layout {
@@ -272,9 +275,11 @@ impl Layout {
             w,
             signed,
             (self.m, self.depth, self.group),
+            self.taps,
             self.quad_taps,
             self.depthwise,
             zw,
+            self.sums,
         )
     }
 }
@@ -283,6 +288,11 @@ impl Layout {
 pub(crate) struct FastQConv {
     attrs: SpatialAttrs,
     group: usize,
+    /// Unsigned activations by signed weights are summed as ONNX Runtime's kernels sum them at
+    /// this level ([`Sums::like_onnxruntime`]): QLinearConv. ConvInteger's are exact at every
+    /// level (ONNX Runtime's GEMM takes its weights as the left operand there, in kernels that
+    /// widen to 16 bits).
+    follows_level: bool,
     packs: Packs<PackedConv>,
 }
 
@@ -292,6 +302,7 @@ impl FastQConv {
         Ok(FastQConv {
             attrs: SpatialAttrs::parse(n)?,
             group: usize::try_from(group).unwrap_or(0),
+            follows_level: n.op_type == "QLinearConv",
             packs: Packs::default(),
         })
     }
@@ -317,19 +328,28 @@ impl FastQConv {
             .as_ref()
             .is_none_or(|s| s.iter().all(|&v| v == 1));
         let quad_taps = (unit_strides && !depthwise && cg % 4 == 0 && taps > 1).then_some(taps);
+        let sums = if self.follows_level && signed {
+            Sums::like_onnxruntime()
+        } else {
+            Sums::Exact
+        };
         let key = [
             m,
             depth,
             g,
-            usize::from(signed) | usize::from(quad_taps.is_some()) << 1,
+            usize::from(signed)
+                | usize::from(quad_taps.is_some()) << 1
+                | usize::from(sums == Sums::PairsSaturated) << 2,
         ];
         Some((
             Layout {
                 m,
                 depth,
                 group: g,
+                taps,
                 depthwise,
                 quad_taps,
+                sums,
             },
             key,
         ))

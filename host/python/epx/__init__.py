@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -319,6 +320,16 @@ def _contiguous(arr: np.ndarray, what: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _pin(arr: np.ndarray) -> Optional["weakref.ref"]:
+    """Holds `arr`'s memory in place until the returned reference is dropped: numpy refuses to
+    resize (realloc) an array that has a weak reference, even with refcheck=False, while a
+    buffer export or a view does not stop it. None where nothing can resize the memory."""
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    return weakref.ref(owner) if owner.flags.owndata else None
+
+
 def _host_array(value: Any, what: str) -> np.ndarray:
     """A C-contiguous numpy array for a tensor input: numpy arrays as they are (copied only when
     not contiguous), objects with `__dlpack__` through `np.from_dlpack` (no copy for host memory),
@@ -337,6 +348,9 @@ def _host_array(value: Any, what: str) -> np.ndarray:
     return _contiguous(np.asarray(value), what)
 
 
+_CLOSE_LOCK = threading.Lock()
+
+
 class RunOptions:
     """A terminate flag for runs (and session creations) to watch: `terminate()` from any
     thread stops the runs made with these options at their next check (between kernels; the
@@ -349,6 +363,7 @@ class RunOptions:
         self._ptr = self._lib.epx_run_options_new()
         if not self._ptr:
             raise EpxError(11, "epx_run_options_new failed")
+        self._closed = False
         self._set = False
 
     def terminate(self) -> None:
@@ -364,7 +379,12 @@ class RunOptions:
         return self._set
 
     def close(self) -> None:
-        ptr, self._ptr = getattr(self, "_ptr", None), None
+        """Frees the options. The handle is kept: libepx's handles are generational, so a later
+        run, terminate() or clear() with it fails with libepx's own InvalidArgument error ("the
+        run option set is closed: epx_run_options_free was called on it") on every path."""
+        with _CLOSE_LOCK:
+            ptr = None if getattr(self, "_closed", True) else self._ptr
+            self._closed = True
         if ptr:
             self._lib.epx_run_options_free(ptr)
 
@@ -552,8 +572,9 @@ class Session:
             code = _capi.CODES.get(arr.dtype)
             if code is None:
                 return None  # strings, objects, unknown dtypes: the value path says what is wrong
+            pin = _pin(arr)  # before the shape and pointer are read
             shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
-            keep.append((arr, shape))
+            keep.append((arr, shape, pin))
             refs.append(_capi.TensorRef(self._names[name], code, shape, arr.ndim,
                                         arr.ctypes.data, arr.nbytes))
         array = (_capi.TensorRef * len(refs))(*refs)
@@ -594,11 +615,16 @@ class Session:
         code = _capi.CODES.get(arr.dtype)
         if code is None:
             raise EpxError(8, f"{what}: numpy dtype {arr.dtype} has no epx element type")
+        pin = _pin(arr)
+        shape = (ctypes.c_int64 * arr.ndim)(*arr.shape)
         ref = _capi.TensorRef()
         ref.name, ref.elem_type = None, code
         ref.shape, ref.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), arr.ndim
         ref.data, ref.byte_len = arr.ctypes.data, arr.nbytes
-        return lib.out(lib.epx_value_new_tensor, ctypes.byref(ref))
+        try:
+            return lib.out(lib.epx_value_new_tensor, ctypes.byref(ref))
+        finally:
+            del pin
 
     def _make_map(self, value: Mapping, ty: str, what: str) -> int:
         key_ty, _, val_ty = ty[len("map("):-1].partition(",")

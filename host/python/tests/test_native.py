@@ -1,6 +1,8 @@
 """The native per-call path (`epx._native`): used where it applies, the same answers as the
 ctypes path, and the GIL released while a run computes on either path."""
 
+import os
+import subprocess
 import sys
 import threading
 
@@ -68,7 +70,8 @@ def test_refusals_and_conversions_take_the_onnxruntime_rules_path():
 def test_the_gil_is_released_while_a_run_computes(path):
     s = eort.InferenceSession(here("models", "loop.onnx"))
     if path == "ctypes":
-        s._fast = None
+        # Both layers: the epx.Session inside has a native path of its own.
+        s._fast = s._session._fast = None
     elif s._fast is None:
         pytest.skip("no native path in this install")
     ro = eort.RunOptions()
@@ -162,3 +165,98 @@ def test_epx_session_outputs_stay_valid_after_the_run_that_made_them():
     second = s.run({"image": x + 1})["probabilities"]
     assert not np.array_equal(first, second)
     assert np.allclose(first, np.load(example("mnist-cnn.output.probabilities.npy")), atol=1e-5)
+
+
+RESIZE_RACE = """
+import sys, threading, faulthandler, weakref
+import numpy as np, epx
+faulthandler.enable()
+path, what, rounds = sys.argv[1], sys.argv[2], 20
+# The canary: a weak reference is what makes numpy refuse to resize an array.
+a = np.ones(8, np.float32); w = weakref.ref(a)
+try:
+    a.resize(16, refcheck=False); sys.exit("numpy resized an array with a weak reference")
+except ValueError:
+    pass
+del w
+model = {models!r} + ("/identities.onnx" if what == "values" else "/metadata.onnx")
+s = epx.Session(model)
+if path == "native" and s._fast is None:
+    print("SKIP no native path"); sys.exit(0)
+small = {{v.name: (np.array(["a"]) if v.dtype is None else np.zeros(2, v.dtype))
+         for v in s.inputs}}
+N = 1 << 22                                    # 48 MiB of float32: a block of its own
+go, done, stop = threading.Event(), threading.Event(), False
+box, refused, resized = [None], [0], [0]
+def resizer():
+    while True:
+        go.wait(); go.clear()
+        if stop:
+            return
+        try:
+            box[0].resize((1, 3), refcheck=False)  # would free the rest of the block
+            resized[0] += 1
+        except ValueError:
+            refused[0] += 1
+        done.set()
+t = threading.Thread(target=resizer); t.start()
+sys.setswitchinterval(1000)                    # the resizer runs as soon as the run lets go
+for r in range(rounds):
+    x = box[0] = np.ones((N, 3), np.float32)
+    feed = {{"x": x}} if what != "values" else dict(small, x_float=x)
+    go.set()
+    try:
+        s.run(feed)
+    except epx.EpxError:
+        pass                                   # a values model may refuse the shapes: no crash
+    done.wait(); done.clear()
+stop = True; go.set(); t.join()
+print("OK refused", refused[0], "resized", resized[0])
+"""
+
+
+@pytest.mark.parametrize("path,what", [("native", "tensors"), ("ctypes", "tensors"),
+                                       ("ctypes", "values")])
+def test_an_input_cannot_be_resized_while_a_run_reads_it(path, what):
+    """Another thread calls `ndarray.resize(..., refcheck=False)` on an input the moment a run
+    lets go of the GIL: the array is held for the run, the resize is refused (ValueError), and
+    nothing is freed under the run. In a child process: a regression is a signal there, not
+    here."""
+    env = {"EPX_PYTHON_NATIVE": "1" if path == "native" else "0"}
+    code = RESIZE_RACE.format(models=here("models"))
+    out = subprocess.run([sys.executable, "-c", code, path, what], capture_output=True,
+                         text=True, env=dict(os.environ, **env), timeout=600)
+    if "SKIP" in out.stdout:
+        pytest.skip("no native path in this install")
+    assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    words = out.stdout.split()
+    assert words[:2] == ["OK", "refused"], out.stdout
+    # Every resize that raced a run was refused (one before a run took the array is fine).
+    assert int(words[2]) >= 19, out.stdout
+
+
+@pytest.mark.parametrize("path", ["native", "ctypes"])
+def test_a_closed_run_options_gives_one_clear_error(path, monkeypatch):
+    """Closed options are libepx's error on every path (never a TypeError, never a run that
+    goes ahead uncancellable), as the C API gives it for a freed handle."""
+    monkeypatch.setenv("EPX_PYTHON_NATIVE", "1" if path == "native" else "0")
+    feed = {n: np.load(example(f"add.input.{n}.npy")) for n in ("a", "b")}
+    s = epx.Session(example("add.onnx"))
+    if path == "native" and s._fast is None:
+        pytest.skip("no native path in this install")
+    assert (s._fast is None) == (path == "ctypes")
+    ro = epx.RunOptions()
+    ro.terminate()
+    ro.close()
+    closed = "the run option set is closed: epx_run_options_free was called on it"
+    with pytest.raises(epx.EpxError, match=closed) as e:
+        s.run(feed, run_options=ro)
+    assert e.value.code == 1
+    with pytest.raises(epx.EpxError, match=closed):
+        ro.terminate()
+    ro.close()  # a second close does nothing
+    o = eort.InferenceSession(example("add.onnx"))
+    r = eort.RunOptions()
+    r._epx().close()
+    with pytest.raises(eort.InvalidArgument, match=closed):
+        o.run(None, feed, r)

@@ -181,6 +181,28 @@ impl Drop for InputBuffer {
     }
 }
 
+/// A weak reference to the array that owns `value`'s memory (the end of its `base` chain of
+/// arrays), held while libepx reads the buffer: numpy refuses to resize (realloc) an array that
+/// has a weak reference, even with `refcheck=False`, while an exported buffer does not stop it.
+fn pin<'py>(value: &Bound<'py, PyAny>, ndarray: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = value.py();
+    let mut owner = value.clone();
+    loop {
+        let base = owner.getattr(pyo3::intern!(py, "base"))?;
+        if base.is_none() || !base.is_instance(ndarray)? {
+            break;
+        }
+        owner = base;
+    }
+    // SAFETY: `owner` is live; a new reference or NULL with an exception set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyWeakref_NewRef(owner.as_ptr(), std::ptr::null_mut()),
+        )
+    }
+}
+
 /// The outputs of one run; freed when the last array over them goes.
 struct Outputs {
     api: Api,
@@ -408,6 +430,7 @@ impl Runner {
         };
         let ndarray = self.ndarray.bind(py);
         let mut buffers: Vec<InputBuffer> = Vec::with_capacity(n);
+        let mut pins: Vec<Bound<'py, PyAny>> = Vec::with_capacity(n);
         let mut shapes: Vec<Vec<i64>> = Vec::with_capacity(n);
         let mut order: Vec<usize> = Vec::with_capacity(n);
         for (key, value) in feed.iter() {
@@ -420,6 +443,8 @@ impl Runner {
             if !value.get_type().is(ndarray) {
                 return Ok(None);
             }
+            // Before the buffer is taken: from here to the end of the run, no resize.
+            pins.push(pin(&value, ndarray)?);
             // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills.
             let mut view: ffi::Py_buffer = unsafe { std::mem::zeroed() };
             let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
@@ -495,6 +520,7 @@ impl Runner {
         self.gil.record(took_ns, bytes);
         drop(refs);
         drop(buffers);
+        drop(pins);
         if error != 0 {
             return Ok(Some(self.api.take_error(py, error)?.into_any()));
         }

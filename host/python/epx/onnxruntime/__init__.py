@@ -606,9 +606,13 @@ class InferenceSession:
         elif not requested:
             requested = list(opts._providers)
             policy = opts._policy
-        available = _available()
         eps: List[Tuple[str, Dict[str, Any]]] = []
         chosen: List[Tuple[str, str, Dict[str, str]]] = []  # (ort name, epx name, options)
+        # The plugins are listed (each opened, first in a child) only when a session asks for
+        # an EP other than the CPU EP, which is always there: as ONNX Runtime loads no EP
+        # library for a CPU session.
+        needs_plugins = any(_CANDIDATES.get(n, (n,)) != ("cpu",) for n, _ in requested)
+        available = _available() if needs_plugins else {"cpu": None}
         for name, options in requested:
             if ":" in name and name.split(":", 1)[0] in {p.name for p in _env().providers()}:
                 # A device chosen by add_provider_for_devices: epx's `ep:device`.

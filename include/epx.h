@@ -269,7 +269,10 @@ uint64_t epx_max_tensor_bytes(void);
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
  * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
- * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+ * is ignored. Plugins are loaded when first needed, each opened first in a child process (the
+ * `epx` executable beside libepx, when there is one). No Python package is imported unless
+ * `EPX_PYTHON_EPS` asks for the search (`1`: every Python environment epx sees, `own`: the one
+ * libepx is installed in). Free with [`epx_env_free`].
  *
  * # Safety
  * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
@@ -1070,7 +1073,10 @@ struct EpxError *epx_session_options_set_selection_function(struct EpxSessionOpt
  * current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
  * folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
  * `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
- * is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+ * is ignored. Plugins are loaded when first needed, each opened first in a child process (the
+ * `epx` executable beside libepx, when there is one). No Python package is imported unless
+ * `EPX_PYTHON_EPS` asks for the search (`1`: every Python environment epx sees, `own`: the one
+ * libepx is installed in). Free with [`epx_env_free`].
  *
  * # Safety
  * `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);

@@ -486,6 +486,7 @@ const CRATES: &[Levels] = &[
         levels: &[
             ("error", 0),
             ("files", 0),
+            ("child", 0),
             ("value", 1),
             ("model", 2),
             ("plugin::manifest", 3),

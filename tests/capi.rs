@@ -104,6 +104,67 @@ fn have_cc() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// A C program that makes an environment, lists its EPs and runs a model on the CPU EP starts
+/// no process and imports no Python package, with an ONNX Runtime plugin-EP package on
+/// `PYTHONPATH` and in `VIRTUAL_ENV` (its import would leave a mark) and a `python3` first on
+/// `PATH` that marks each start.
+#[test]
+fn a_c_program_on_the_cpu_ep_starts_no_process() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have_cc() {
+        eprintln!("skipping: `cc` was not found");
+        return;
+    }
+    let dir = TempDir::new("c-host-quiet").expect("temp dir");
+    let exe = dir.path().join("epx-c-host");
+    build_c(&[repo_root().join("examples/c-host/main.c")], &exe, true);
+    let mark = dir.path().join("mark");
+    let site = dir.path().join("venv/lib/python3.11/site-packages");
+    let pkg = site.join("onnxruntime_ep_marker");
+    std::fs::create_dir_all(&pkg).expect("mkdir");
+    std::fs::write(
+        pkg.join("__init__.py"),
+        format!(
+            "open({:?}, 'a').write('imported')\n",
+            mark.display().to_string()
+        ),
+    )
+    .expect("write");
+    std::fs::write(pkg.join("libmarker.so"), b"").expect("write");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::fs::write(
+        bin.join("python3"),
+        format!("#!/bin/sh\necho started >> {}\nexit 1\n", mark.display()),
+    )
+    .expect("write");
+    std::fs::set_permissions(bin.join("python3"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let models = repo_root().join("examples/models");
+    let out = Command::new(&exe)
+        .arg(models.join("mnist-cnn.onnx"))
+        .env_remove("EPX_PLUGIN_PATH")
+        .env_remove("EPX_PYTHON_EPS")
+        .env("PYTHONPATH", &site)
+        .env("VIRTUAL_ENV", dir.path().join("venv"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("running the C example");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !mark.exists(),
+        "the C program started something: {:?}",
+        std::fs::read_to_string(&mark)
+    );
+}
+
 #[test]
 fn the_c_host_example_runs_a_model_through_the_shared_library() {
     if !have_cc() {

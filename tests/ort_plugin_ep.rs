@@ -375,7 +375,7 @@ fn an_installed_plugin_ep_package_is_found_listed_and_run() {
     let sp = python_package(INIT);
     let empty = TempDir::new("no-plugins").expect("temp dir");
     let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
-    let env = [("PYTHONPATH", pythonpath.as_str())];
+    let env = [("PYTHONPATH", pythonpath.as_str()), ("EPX_PYTHON_EPS", "1")];
     let (ok, text) = cli(&empty, &["providers", "--devices"], &env);
     assert!(ok, "{text}");
     let line = text
@@ -415,12 +415,279 @@ fn a_package_that_cannot_say_what_it_is_is_reported_with_its_error() {
     let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
     let (_, text) = cli(
         &empty,
-        &["providers"],
+        &["providers", "--python-eps"],
         &[("PYTHONPATH", pythonpath.as_str())],
     );
     assert!(
         text.contains("onnxruntime_ep_epxfixture") && text.contains("plugin library missing"),
         "{text}"
+    );
+}
+
+/// An `__init__.py` that leaves a mark (the file `EPX_TEST_MARK` names) when it is imported,
+/// then says what [`INIT`] says; `extra` runs first.
+fn marking_init(extra: &str) -> String {
+    format!(
+        "import os\nopen(os.environ['EPX_TEST_MARK'], 'a').write('imported\\n')\n{extra}\n{INIT}"
+    )
+}
+
+/// A folder holding a `python3` that only leaves a mark: any Python epx starts from `PATH`.
+fn fake_python(mark: &std::path::Path) -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = TempDir::new("fake-python").expect("temp dir");
+    let py = bin.path().join("python3");
+    std::fs::write(
+        &py,
+        format!("#!/bin/sh\necho started >> {}\nexit 1\n", mark.display()),
+    )
+    .expect("write python3");
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    bin
+}
+
+/// Nothing the user did not ask for runs: a plugin-EP package on `PYTHONPATH` is not imported
+/// by `epx providers`, `epx run` or a Rust program unless the search is switched on, and even
+/// then not by a run that needs none of its EPs; asked for its EP, it is. A `python3` first on
+/// `PATH` that marks each start shows that no Python at all is started where none is asked for.
+#[test]
+fn a_python_package_runs_only_when_asked_for() {
+    ready();
+    let sp = python_package(&marking_init(""));
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let mark = empty.path().join("mark");
+    let marks = || std::fs::read_to_string(&mark).unwrap_or_default();
+    let bin = fake_python(&mark);
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
+    let mark_s = mark.to_str().expect("utf-8").to_owned();
+    let cache = empty.path().join("cache");
+    let cache = cache.to_str().expect("utf-8");
+    let base = [
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("EPX_TEST_MARK", mark_s.as_str()),
+        ("PATH", path.as_str()),
+        ("EPX_CACHE_DIR", cache),
+    ];
+    let model = empty.path().join("relu_add.onnx");
+    std::fs::write(&model, relu_add_model("relu_add")).expect("write the model");
+    let model = model.to_str().expect("utf-8");
+    // Not switched on: listed nowhere, imported by nothing, no Python started.
+    for args in [
+        vec!["providers"],
+        vec!["doctor"],
+        vec!["run", model],
+        vec!["cache", "list"],
+    ] {
+        let (_, text) = cli(&empty, &args, &base);
+        assert!(!text.contains(ORT_NAME), "{args:?}: {text}");
+        assert_eq!(marks(), "", "{args:?} started something: {text}");
+    }
+    // Switched on: a CPU-only run still asks nobody.
+    let on = [base.as_slice(), &[("EPX_PYTHON_EPS", "1")]].concat();
+    let (ok, text) = cli(&empty, &["run", model], &on);
+    assert!(ok, "{text}");
+    assert_eq!(marks(), "", "a CPU-only run imported the package: {text}");
+    // Asked for its EP: imported (by the real interpreter: the fake one is not `python3` of
+    // the package's prefix, so put the real one first).
+    let real = std::env::var("PATH").unwrap_or_default();
+    let asked = [
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("EPX_TEST_MARK", mark_s.as_str()),
+        ("PATH", real.as_str()),
+        ("EPX_PYTHON_EPS", "1"),
+    ];
+    let (ok, text) = cli(&empty, &["run", model, "--ep", ORT_NAME], &asked);
+    assert!(ok, "{text}");
+    assert_eq!(marks(), "imported\n", "{text}");
+}
+
+/// The same from a Rust program, in a child process of this test binary (the search reads the
+/// process's environment): an environment made with no opt-in, a session on the CPU EP and a
+/// run start no process and import nothing.
+#[test]
+fn a_rust_program_on_the_cpu_ep_starts_no_process() {
+    if std::env::var_os("EPX_TEST_RUST_FACE").is_some() {
+        let env = Environment::builder().commit().expect("environment");
+        assert!(env.python_packages().is_empty());
+        let s = Session::builder()
+            .expect("builder")
+            .with_environment(env)
+            .commit_from_memory(&relu_add_model("relu_add"))
+            .expect("session");
+        let x = Tensor::from_array(ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[2, 3])));
+        s.run([("x", x)]).expect("run");
+        return;
+    }
+    ready();
+    let sp = python_package(&marking_init(""));
+    let dir = TempDir::new("rust-face").expect("temp dir");
+    let mark = dir.path().join("mark");
+    let bin = fake_python(&mark);
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_rust_program_on_the_cpu_ep_starts_no_process",
+            "--nocapture",
+        ])
+        .env("EPX_TEST_RUST_FACE", "1")
+        .env("EPX_TEST_MARK", &mark)
+        .env("PYTHONPATH", sp.path())
+        .env("VIRTUAL_ENV", sp.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.path().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("run the child");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !mark.exists(),
+        "something was started: {:?}",
+        std::fs::read_to_string(&mark)
+    );
+}
+
+/// A package anyone else could change is not imported, nor is one the interpreter epx would
+/// start could be changed by others: both refused with the reason, before any of their code
+/// runs.
+#[test]
+fn a_package_or_interpreter_others_could_change_is_not_run() {
+    use std::os::unix::fs::PermissionsExt;
+    ready();
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let mark = empty.path().join("mark");
+    let mark_s = mark.to_str().expect("utf-8").to_owned();
+    // A package folder writable by every user.
+    let sp = python_package(&marking_init(""));
+    let pkg = sp.path().join("onnxruntime_ep_epxfixture");
+    std::fs::set_permissions(&pkg, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
+    let env = [
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("EPX_TEST_MARK", mark_s.as_str()),
+        ("EPX_PYTHON_EPS", "1"),
+    ];
+    let (_, text) = cli(&empty, &["providers"], &env);
+    assert!(
+        text.contains("was not imported") && text.contains("writable by every user"),
+        "{text}"
+    );
+    assert!(!mark.exists(), "the package ran before the check");
+    // The package is fine, but the interpreter of its environment is writable by every user.
+    let prefix = TempDir::new("venv").expect("temp dir");
+    let site = prefix.path().join("lib/python3.11/site-packages");
+    std::fs::create_dir_all(&site).expect("mkdir");
+    let sp2 = python_package(&marking_init(""));
+    std::fs::rename(
+        sp2.path().join("onnxruntime_ep_epxfixture"),
+        site.join("onnxruntime_ep_epxfixture"),
+    )
+    .expect("move the package");
+    std::fs::create_dir_all(prefix.path().join("bin")).expect("mkdir");
+    let py = prefix.path().join("bin/python3");
+    std::fs::write(&py, format!("#!/bin/sh\necho started >> {mark_s}\n")).expect("write");
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let venv = prefix.path().to_str().expect("utf-8").to_owned();
+    let env = [
+        ("VIRTUAL_ENV", venv.as_str()),
+        ("EPX_TEST_MARK", mark_s.as_str()),
+        ("EPX_PYTHON_EPS", "1"),
+    ];
+    let (_, text) = cli(&empty, &["providers"], &env);
+    assert!(
+        text.contains("the Python interpreter epx would start")
+            && text.contains("writable by every user"),
+        "{text}"
+    );
+    assert!(!mark.exists(), "the interpreter ran before the check");
+    // SAFETY: geteuid takes no arguments and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root: one owned by another user (nobody) is refused too.
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::chown(&py, Some(65534), None).expect("chown");
+        let (_, text) = cli(&empty, &["providers"], &env);
+        assert!(
+            text.contains("owned by") && text.contains("(uid 65534)"),
+            "{text}"
+        );
+        assert!(!mark.exists(), "the interpreter owned by nobody ran");
+        eprintln!("running as root: checked an interpreter owned by another user too");
+    } else {
+        eprintln!("not root: an interpreter owned by another user could not be made here");
+    }
+}
+
+/// A package whose import forks a daemon holding its output, one that prints without end and
+/// one that never finishes: each ends within the deadline with its reason, the daemon killed.
+#[test]
+fn a_package_child_cannot_hold_epx() {
+    ready();
+    let empty = TempDir::new("no-plugins").expect("temp dir");
+    let pidfile = empty.path().join("daemon.pid");
+    let daemon = format!(
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
+         open({:?}, 'w').write(str(os.getpid()))\n        time.sleep(600)\n    os._exit(0)\n\
+         time.sleep(0.3)\n",
+        pidfile.display().to_string()
+    );
+    let cases = [
+        ("daemon", daemon, ""),
+        (
+            "chatty",
+            "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n".to_owned(),
+            "did not finish within 3 s",
+        ),
+        (
+            "stuck",
+            "import time\ntime.sleep(600)\n".to_owned(),
+            "did not finish within 3 s",
+        ),
+    ];
+    for (what, extra, want) in cases {
+        let sp = python_package(&marking_init(&extra));
+        let mark = empty.path().join(format!("mark-{what}"));
+        let pythonpath = sp.path().to_str().expect("utf-8").to_owned();
+        let mark_s = mark.to_str().expect("utf-8").to_owned();
+        let env = [
+            ("PYTHONPATH", pythonpath.as_str()),
+            ("EPX_TEST_MARK", mark_s.as_str()),
+            ("EPX_PYTHON_EPS", "1"),
+            ("EPX_PYTHON_EPS_TIMEOUT_S", "3"),
+        ];
+        let started = std::time::Instant::now();
+        let (_, text) = cli(&empty, &["providers"], &env);
+        let took = started.elapsed();
+        assert!(took.as_secs() < 10, "{what}: took {took:?}\n{text}");
+        assert!(text.contains(want), "{what}: {text}");
+        eprintln!("{what}: {took:?}");
+    }
+    // The daemon listed its EP (its parent answered), and is gone.
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the daemon started");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    assert!(
+        state.is_none_or(|s| s == "Z" || s == "X"),
+        "the daemon {pid} outlived epx: {stat}"
     );
 }
 
@@ -438,7 +705,7 @@ fn pypi_plugin_ep_packages_are_listed_with_their_devices_or_why_they_have_none()
     );
     let empty = TempDir::new("no-plugins").expect("temp dir");
     let pythonpath = sp.to_str().expect("utf-8").to_owned();
-    let env = [("PYTHONPATH", pythonpath.as_str())];
+    let env = [("PYTHONPATH", pythonpath.as_str()), ("EPX_PYTHON_EPS", "1")];
     let (ok, text) = cli(&empty, &["providers", "--devices"], &env);
     assert!(ok, "{text}");
     let mut usable = Vec::new();

@@ -46,21 +46,10 @@ pub(crate) struct EnvData {
 pub(crate) static ENVS: Handles<EnvData, EpxEnv> = Handles::new(1, "environment", "epx_env_free");
 
 impl EnvData {
-    /// Every plugin found is first opened in a child process (`epx probe-library`), when an
-    /// `epx` executable is beside this library or named by `EPX_PROBE_EXE`: a plugin that
-    /// crashes the loader is then listed as broken instead of ending the calling program.
-    pub(crate) fn probe_plugins(&self) {
-        if let Some(exe) = own_dir().and_then(|d| epx_host::plugin::probe::find_epx(&d)) {
-            self.env
-                .probe_unloaded(&epx_host::plugin::probe::child_process(exe));
-        }
-    }
-
+    /// The EP list; listing loads every plugin, each opened first in a child process (the
+    /// environment's load probe, [`epx_env_new`]), all at once.
     fn providers(&self) -> &[ProviderRow] {
-        self.providers.get_or_init(|| {
-            self.probe_plugins();
-            provider_rows(&self.env)
-        })
+        self.providers.get_or_init(|| provider_rows(&self.env))
     }
 }
 
@@ -143,7 +132,10 @@ pub(crate) fn provider_rows(env: &Environment) -> Vec<ProviderRow> {
 /// current folder), then in each absolute folder of `EPX_PLUGIN_PATH`, then in the default
 /// folder next to libepx (`<prefix>/lib/epx/plugins` when installed) and next to the program.
 /// `default_providers` (may be NULL) lists EPs every session tries after its own; its strict flag
-/// is ignored. Plugins are loaded when first needed. Free with [`epx_env_free`].
+/// is ignored. Plugins are loaded when first needed, each opened first in a child process (the
+/// `epx` executable beside libepx, when there is one). No Python package is imported unless
+/// `EPX_PYTHON_EPS` asks for the search (`1`: every Python environment epx sees, `own`: the one
+/// libepx is installed in). Free with [`epx_env_free`].
 ///
 /// # Safety
 /// `plugin_dirs` points at `n_dirs` strings (or is NULL when `n_dirs` is 0);
@@ -169,9 +161,13 @@ pub unsafe extern "C" fn epx_env_new(
         let mut builder = Environment::builder().with_plugin_dirs(paths);
         if let Some(dir) = own_dir() {
             builder = builder.with_default_plugin_dirs([dir.join("epx").join("plugins")]);
-            // Isolated EPs run in the epx executable shipped beside libepx.
+            // Isolated EPs run in the epx executable shipped beside libepx, and every plugin
+            // library is opened there first, so one that would crash the loader or its entry
+            // is refused instead of ending the program.
             if let Some(exe) = epx_host::plugin::probe::find_epx(&dir) {
-                builder = builder.with_epx_executable(exe);
+                builder = builder
+                    .with_epx_executable(exe.clone())
+                    .with_load_probe(epx_host::plugin::probe::child_process(exe));
             }
         }
         if !default_providers.is_null() {
@@ -261,7 +257,6 @@ pub unsafe extern "C" fn epx_env_doctor(
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = ENVS.get(env, "env")?;
-        env.probe_plugins();
         let (text, ok) = epx_host::doctor::report(&env.env);
         if let Some(all_ok) = all_ok {
             all_ok.write(ok);
@@ -285,7 +280,6 @@ pub unsafe extern "C" fn epx_env_devices_json(
 ) -> *mut EpxError {
     ffi_boundary!({
         let env = ENVS.get(env, "env")?;
-        env.probe_plugins();
         let text = serde_json::to_string(&env.env.devices())
             .map_err(|e| EpxError::new(EpxErrorCode::Internal, format!("devices JSON: {e}")))?;
         out_string(json, "json", &text)

@@ -108,8 +108,8 @@ pub(crate) fn make_session(
                     "isolation applies to EPs added by name; a selection policy chooses its own",
                 ));
             }
-            // A policy loads every plugin to read its devices: each is opened in a child first.
-            env.probe_plugins();
+            // A policy loads every plugin to read its devices (each opened in a child first,
+            // all at once: `Environment::load_all`).
             builder = builder.with_selection_policy(p.clone());
         }
         if let Some(n) = o.intra_op_threads {

@@ -8,7 +8,7 @@
 //! on, and a new child takes the rest: one bad case never stops the run.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -136,6 +136,8 @@ fn run_batch(
 ) -> Result<usize> {
     let exe = std::env::current_exe().map_err(|e| Error::Run(format!("own executable: {e}")))?;
     let mut cmd = Command::new(exe);
+    // A group of its own: a hang ends the worker and everything the EP started in it.
+    epx::child::own_group(&mut cmd);
     for d in plugin_dirs {
         cmd.arg("--plugin-dir").arg(d);
     }
@@ -155,8 +157,32 @@ fn run_batch(
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if tx.send(line).is_err() {
+        // Lines past MAX_LINE (an EP printing to stdout without end) are dropped, not kept.
+        const MAX_LINE: u64 = 1 << 20;
+        let mut r = BufReader::new(stdout);
+        loop {
+            let mut line = Vec::new();
+            let n = match (&mut r).take(MAX_LINE).read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            };
+            if n as u64 == MAX_LINE && !line.ends_with(b"\n") {
+                // The rest of an over-long line.
+                let mut skip = Vec::new();
+                while let Ok(k) = (&mut r).take(MAX_LINE).read_until(b'\n', &mut skip) {
+                    if k == 0 || skip.ends_with(b"\n") {
+                        break;
+                    }
+                    skip.clear();
+                }
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+            if tx.send(Ok(text)).is_err() {
                 break;
             }
         }
@@ -179,6 +205,7 @@ fn run_batch(
             }
             Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait().ok();
+                epx::child::kill_group(child.id());
                 // Ended between cases with some left: the next one gets the blame, so no case
                 // is dropped without a result.
                 let current = current
@@ -199,6 +226,7 @@ fn run_batch(
                 return Ok(done);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                epx::child::kill_group(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
                 let case = current.unwrap_or_else(|| batch[done].display().to_string());

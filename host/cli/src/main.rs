@@ -28,6 +28,12 @@ struct Cli {
     /// Plugin folder searched before EPX_PLUGIN_PATH and the default location (repeatable).
     #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
     plugin_dirs: Vec<PathBuf>,
+    /// Also look for ONNX Runtime plugin-EP packages installed with pip in every Python
+    /// environment epx sees (VIRTUAL_ENV, CONDA_PREFIX, PYTHONPATH, the user's and the
+    /// system's), not only the one this `epx` is installed in. A package is imported (in a
+    /// child Python) only when its EPs are wanted. EPX_PYTHON_EPS=0|own|1 overrides.
+    #[arg(long = "python-eps", global = true)]
+    python_eps: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -123,7 +129,15 @@ fn main() -> ExitCode {
     };
     // Every plugin is opened in a child process first (the bytes admission checked and this
     // process will map), so one that crashes the loader is reported, not fatal.
-    let mut builder = Environment::builder().with_plugin_dirs(cli.plugin_dirs);
+    // Python packages: those installed beside this `epx` (the wheel's environment) were put
+    // there for it; others only when asked for.
+    let mut builder = Environment::builder()
+        .with_plugin_dirs(cli.plugin_dirs)
+        .with_python_eps(if cli.python_eps {
+            epx::PythonEps::All
+        } else {
+            epx::PythonEps::Own
+        });
     if let Ok(exe) = std::env::current_exe() {
         // Isolated EPs run in this same executable (`epx serve-plugin`).
         builder = builder.with_epx_executable(exe);

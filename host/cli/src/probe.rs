@@ -4,14 +4,14 @@
 //!
 //! The child is `epx` itself (`epx probe-library LIB --preload DEP ...`, hidden): it opens the
 //! library exactly as loading does (dependencies preloaded first, entry called, EPs asked whether
-//! they are available) and prints one line saying it got through. The parent's side is
-//! [`epx::plugin::probe`], which libepx uses too.
+//! they are available) and prints one line saying it got through, with the outcome, which is
+//! the parent's. The parent's side is [`epx::plugin::probe`], which libepx uses too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use epx::plugin::PluginLibrary;
-use epx::plugin::probe::{SURVIVED, UNCHECKED};
+use epx::plugin::probe::{UNCHECKED, outcome_line};
 
 /// A library and its preloads as a parent names them to a child: paths, and the SHA-256 each
 /// must have (what the parent checked).
@@ -80,8 +80,7 @@ pub struct ProbeArgs {
     library: LibraryArgs,
 }
 
-/// The child's side: open, and say so. Whether the library loaded or was refused does not
-/// matter here (the parent finds that out itself); only that this process lived through it.
+/// The child's side: open, and say how it went (the parent takes that outcome as its own).
 pub fn child(args: ProbeArgs) -> ExitCode {
     let (library, preloads) = match args.library.images() {
         Ok(images) => images,
@@ -92,10 +91,8 @@ pub fn child(args: ProbeArgs) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    match PluginLibrary::open(&library, &preloads) {
-        Ok(lib) => println!("{SURVIVED} (loaded {} EP(s))", lib.providers.len()),
-        Err(e) => println!("{SURVIVED} (refused: {})", e.message),
-    }
+    let outcome = PluginLibrary::open(&library, &preloads).map(|lib| lib.providers.len());
+    println!("{}", outcome_line(&outcome));
     ExitCode::SUCCESS
 }
 
@@ -122,7 +119,12 @@ pub fn load_probe() -> epx::LoadProbe {
             let why = format!(
                 "cannot find epx's own executable to open the library in a child process: {e}"
             );
-            std::sync::Arc::new(move |_: &_, _: &_, _: &[_]| Err(why.clone()))
+            std::sync::Arc::new(move |_: &_, _: &_, _: &[_]| {
+                Err(epx::plugin::refusal::Refusal::new(
+                    epx::PluginLoadErrorKind::Crashed,
+                    why.clone(),
+                ))
+            })
         }
     }
 }

@@ -15,6 +15,8 @@ use crate::session::Environment;
 /// The report text, and whether every plugin found is usable (shadowed EPs are warnings, not
 /// problems).
 pub fn report(env: &Environment) -> (String, bool) {
+    // Each plugin opened first in a child (with the environment's probe), all at once.
+    env.probe_all();
     let mut out = String::new();
     let mut broken = 0;
     let _ = writeln!(

@@ -106,5 +106,32 @@ pub enum PluginLoadErrorKind {
     Crashed,
 }
 
+impl PluginLoadErrorKind {
+    /// Every kind, for [`Self::from_name`].
+    pub const ALL: [PluginLoadErrorKind; 11] = [
+        Self::Open,
+        Self::MissingDependency,
+        Self::MissingEntry,
+        Self::AbiMismatch,
+        Self::EntryFailed,
+        Self::EntryPanicked,
+        Self::BadDescriptor,
+        Self::Refused,
+        Self::ChecksumMismatch,
+        Self::ManifestMismatch,
+        Self::Crashed,
+    ];
+
+    /// The kind's name (`MissingEntry`), as a child process reports it.
+    pub fn name(self) -> String {
+        format!("{self:?}")
+    }
+
+    /// The kind named `name` ([`Self::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// The host library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -39,6 +39,7 @@
 
 mod builtin;
 pub mod cache;
+pub mod child;
 pub mod doctor;
 pub mod error;
 pub mod files;
@@ -52,6 +53,7 @@ pub use error::{Error, PluginLoadErrorKind, Result};
 pub use model::{ir, onnx};
 pub use plugin::Device;
 pub use plugin::probe::LoadProbe;
+pub use plugin::python_eps::PythonEps;
 pub use session::placement::{self, PlacementReport};
 pub use session::profile::{self, Profile};
 pub use session::{

@@ -4,12 +4,16 @@ libepx itself searches the folders given to an environment, then `EPX_PLUGIN_PAT
 folder next to it (`epx/lib/epx/plugins` inside this package: the plugins the wheel ships). A
 package installed with pip adds plugins in either of two ways:
 
-* an entry point in the group `epx.plugins`, whose object is a plugin folder (a folder with a
-  `plugin.toml`) or a folder of such folders: a module or package (its folder is used), a path,
-  or a callable returning a path or a list of paths. In `pyproject.toml`:
+* an entry point in the group `epx.plugins` naming a module or package: its folder is a plugin
+  folder (a folder with a `plugin.toml`) or a folder of such folders. In `pyproject.toml`:
 
       [project.entry-points."epx.plugins"]
       myvendor = "epx_myvendor"          # the package folder holds plugin.toml + the library
+
+  The module is found without being imported: none of its code runs, and the plugin in its
+  folder goes through libepx's checks (ownership, the sha256 pin, ...) before its library is
+  opened. An entry point naming an object (`module:attr`) would have to be imported to be read,
+  so it is skipped with a warning saying so.
 
 * a folder `epx_plugins/<name>/` with a `plugin.toml`, in any folder of `sys.path` (for a wheel,
   ship the files under `epx_plugins/<name>/` at the top of the wheel).
@@ -20,41 +24,58 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from types import ModuleType
 from importlib import metadata
-from typing import Iterable, List
+from typing import List, Optional
 
 GROUP = "epx.plugins"
 FOLDER = "epx_plugins"
 
 
-def _as_paths(obj, origin: str) -> List[str]:
-    if isinstance(obj, ModuleType):  # a module: its folder
-        path = getattr(obj, "__file__", None)
-        if path:
-            return [os.path.dirname(os.path.abspath(path))]
-        return [os.path.abspath(p) for p in getattr(obj, "__path__", [])]
-    if callable(obj):
-        return _as_paths(obj(), origin)
-    if isinstance(obj, (str, bytes, os.PathLike)):
-        return [os.path.abspath(os.fsdecode(obj))]
-    if isinstance(obj, Iterable):
-        return [p for item in obj for p in _as_paths(item, origin)]
-    raise TypeError(f"{origin} gave {type(obj).__name__}, not a path, a list of paths or a module")
+def module_dir(name: str) -> Optional[str]:
+    """The folder of module or package `name` (dotted), found on sys.path without importing it
+    or any package above it; None when there is none."""
+    from importlib.machinery import PathFinder
+    parts = name.split(".")
+    path = None
+    spec = None
+    for i, part in enumerate(parts):
+        spec = PathFinder.find_spec(part, path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if path is None and i < len(parts) - 1:
+            return None
+    if spec.submodule_search_locations:
+        return os.path.abspath(list(spec.submodule_search_locations)[0])
+    if spec.origin and spec.has_location:
+        return os.path.dirname(os.path.abspath(spec.origin))
+    return None
 
 
 def entry_point_dirs() -> List[str]:
-    """The folders of every `epx.plugins` entry point. One that fails to load is reported as a
-    warning naming its distribution, and the others are still used."""
+    """The folders of every `epx.plugins` entry point, read without importing anything. One
+    that names an object, or a module that is not there, is reported as a warning naming its
+    distribution, and the others are still used."""
     dirs: List[str] = []
     for ep in metadata.entry_points(group=GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", "?")
         origin = f"entry point `{ep.name} = {ep.value}` ({GROUP}, from {dist})"
+        if ep.attr:
+            warnings.warn(f"epx: {origin} is skipped: it names an object, which epx would have "
+                          f"to import (running the package's code) to read; name the package "
+                          f"whose folder holds the plugin instead (`{ep.name} = {ep.module}`)",
+                          RuntimeWarning, stacklevel=3)
+            continue
         try:
-            dirs.extend(_as_paths(ep.load(), origin))
-        except Exception as e:  # a broken third-party package must not break epx
-            warnings.warn(f"epx: {origin} is skipped: {type(e).__name__}: {e}", RuntimeWarning,
-                          stacklevel=3)
+            found = module_dir(ep.module)
+        except Exception as e:  # a broken path entry must not break epx
+            found, why = None, f"{type(e).__name__}: {e}"
+        else:
+            why = f"no module `{ep.module}` on sys.path"
+        if found is None:
+            warnings.warn(f"epx: {origin} is skipped: {why}", RuntimeWarning, stacklevel=3)
+            continue
+        dirs.append(found)
     return dirs
 
 

@@ -373,22 +373,70 @@ print("ok")
 
 
 def test_a_plugin_declared_by_an_entry_point_is_found(tmp_path, fixture_library):
-    # What pip leaves for a package that declares `[project.entry-points."epx.plugins"]`.
+    # What pip leaves for a package that declares `[project.entry-points."epx.plugins"]`: the
+    # package's folder holds the plugin folder. It is found without being imported (its
+    # `__init__.py` would leave a mark); an entry point naming an object is skipped, unimported,
+    # with a warning; one naming a module that is not there too.
     site = tmp_path / "site"
     pkg = site / "vendor_ep"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    folder = plugin_folder(str(pkg), fixture_library)
+    plugin_folder(str(pkg), fixture_library)
+    mark = tmp_path / "mark"
+    (pkg / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('imported')\n"
+                                     "def plugin_dir():\n    return __path__[0]\n")
     dist = site / "vendor_ep-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vendor-ep\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[epx.plugins]\nrelu = vendor_ep:plugin_dir\nbroken = vendor_ep_missing\n")
-    (pkg / "__init__.py").write_text(f"def plugin_dir():\n    return {folder!r}\n")
+        "[epx.plugins]\nrelu = vendor_ep\nobject = vendor_ep:plugin_dir\n"
+        "broken = vendor_ep_missing\n")
     out = python(PLACEMENT, env={"PYTHONPATH": str(site)})
     assert out.stdout.strip() == "ok"
-    # The broken entry point is skipped with a warning that names it; the good one still works.
+    assert not mark.exists(), "the entry point's package was imported"
+    assert "object = vendor_ep:plugin_dir" in out.stderr and "names an object" in out.stderr, \
+        out.stderr
     assert "broken = vendor_ep_missing" in out.stderr and "vendor-ep" in out.stderr, out.stderr
+
+
+def test_nothing_is_imported_or_started_that_was_not_asked_for(tmp_path):
+    """An ONNX Runtime plugin-EP package (its import leaves a mark) on PYTHONPATH and in
+    VIRTUAL_ENV, and a `python3` first on PATH that leaves another when started: `epx.Session`,
+    `epx.Environment(discover=False)` and `epx.onnxruntime` on the CPU EP import nothing and
+    start nothing; `epx.providers()` (which opens the plugins the wheel ships, each first in a
+    child) imports no package. With the search switched on (EPX_PYTHON_EPS=1) a listing asks the
+    package."""
+    imported, started = tmp_path / "imported", tmp_path / "started"
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    pkg = site / "onnxruntime_ep_marker"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"open({str(imported)!r}, 'a').write('imported')\n")
+    (pkg / "libmarker.so").write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f"#!/bin/sh\necho started >> {started}\nexit 1\n")
+    fake.chmod(0o755)
+    env = {"PYTHONPATH": str(site), "VIRTUAL_ENV": str(tmp_path / "venv"),
+           "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    quiet = f"""
+import numpy as np, epx, epx.onnxruntime as ort
+a = np.ones((1, 4), np.float32)
+s = epx.Session({example("add.onnx")!r})
+s.run({{"a": a, "b": a}})
+epx.Environment([], discover=False)
+o = ort.InferenceSession({example("add.onnx")!r}, providers=["CPUExecutionProvider"])
+o.run(None, {{"a": a, "b": a}})
+print("ok")
+"""
+    out = python(quiet, env=env)
+    assert out.stdout.strip() == "ok", out.stdout
+    assert not imported.exists() and not started.exists(), out.stderr
+    out = python("import epx; print([p.name for p in epx.providers()])", env=env)
+    assert "cpu" in out.stdout and not imported.exists(), out.stdout + out.stderr
+    # Switched on: a listing asks the package (its import marks; it names no library).
+    out = python("import epx; print([p.name for p in epx.providers()])",
+                 env=dict(env, EPX_PYTHON_EPS="1", PATH=os.environ.get("PATH", "")))
+    assert imported.read_text().startswith("imported"), out.stderr
 
 
 def test_a_plugin_in_an_epx_plugins_folder_on_sys_path_is_found(tmp_path, fixture_library):

@@ -23,15 +23,20 @@ pub enum Target {
     ServeRest,
     /// A ModelInferRequest message of `epx serve`'s gRPC API, decoded and checked the same way.
     ServeGrpc,
+    /// A plugin library (a mutant of the fixture plugins) in a plugin folder, listed as `epx
+    /// providers` lists it: admitted, opened first in an `epx probe-library` child, then here
+    /// with its EPs and devices. This process is the host: its crash is a finding.
+    Elf,
 }
 
-pub const ALL: [Target; 6] = [
+pub const ALL: [Target; 7] = [
     Target::Onnx,
     Target::Npy,
     Target::Manifest,
     Target::Capi,
     Target::ServeRest,
     Target::ServeGrpc,
+    Target::Elf,
 ];
 
 impl Target {
@@ -43,6 +48,7 @@ impl Target {
             Target::Capi => "capi",
             Target::ServeRest => "serve-rest",
             Target::ServeGrpc => "serve-grpc",
+            Target::Elf => "elf",
         }
     }
 }
@@ -75,7 +81,42 @@ pub fn run(target: Target, input: &[u8]) -> bool {
         Target::ServeGrpc => serve_models().iter().any(|(inputs, outputs)| {
             epx_serve::grpc::parse_request(input, inputs, outputs).is_ok()
         }),
+        Target::Elf => elf(input),
     }
+}
+
+/// The `epx` executable the `elf` target's probe runs: beside this one (a cargo build).
+fn epx_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let epx = exe.parent()?.join("epx");
+    epx.is_file().then_some(epx)
+}
+
+/// A mutant library listed as `epx providers` lists a plugin folder; whether it loaded.
+fn elf(input: &[u8]) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(exe) = epx_exe() else {
+        panic!("the elf target needs target/debug/epx beside epx-fuzz (cargo build -p epx-cli)");
+    };
+    let dir = std::env::temp_dir().join(format!("epx-fuzz-elf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a plugin folder");
+    let lib = dir.join("libepx_fuzzed.so");
+    std::fs::write(&lib, input).expect("the library");
+    let _ = std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o755));
+    let loaded = epx::Environment::builder()
+        .with_plugin_dirs([&dir])
+        .with_load_probe(epx::plugin::probe::child_process(exe))
+        .commit()
+        .ok()
+        .map(|env| {
+            let all = env.load_all();
+            let _ = env.devices();
+            all.iter().any(|(_, l)| l.is_ok())
+        })
+        .unwrap_or(false);
+    let _ = std::fs::remove_dir_all(&dir);
+    loaded
 }
 
 /// The models the serve targets check a request against, each with one input of one datatype
@@ -262,6 +303,23 @@ pub fn seeds(target: Target, repo: &Path) -> Vec<Vec<u8>> {
         }
         // Its inputs are choices, not files: random bytes are as good a start as any.
         Target::Capi => {}
+        // The plugin libraries of the build (the fixtures, one per way loading can fail, and
+        // the example plugins), as `cargo build --workspace` leaves them.
+        Target::Elf => {
+            let Ok(entries) = std::fs::read_dir(repo.join("target/debug")) else {
+                return vec![Vec::new()];
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
+                let small = e
+                    .metadata()
+                    .is_ok_and(|m| m.is_file() && m.len() <= 16 << 20);
+                if small && name.starts_with("libepx_") && name.ends_with(".so") {
+                    paths.push(path);
+                }
+            }
+        }
         Target::ServeRest | Target::ServeGrpc => return serve_seeds(target),
     }
     paths.sort();

@@ -9,7 +9,7 @@ use std::process::Command;
 fn saved_findings_no_longer_crash_panic_or_hang() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
     let mut total = 0;
-    for target in ["onnx", "npy", "manifest", "capi"] {
+    for target in ["onnx", "npy", "manifest", "capi", "elf"] {
         let Ok(entries) = std::fs::read_dir(root.join(target)) else {
             continue;
         };

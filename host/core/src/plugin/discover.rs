@@ -161,6 +161,40 @@ pub enum DiscoveryError {
     },
 }
 
+impl Clone for DiscoveryError {
+    fn clone(&self) -> Self {
+        match self {
+            DiscoveryError::Manifest(e) => DiscoveryError::Manifest(e.clone()),
+            DiscoveryError::LibraryMissing {
+                manifest,
+                library,
+                dir,
+            } => DiscoveryError::LibraryMissing {
+                manifest: manifest.clone(),
+                library: library.clone(),
+                dir: dir.clone(),
+            },
+            DiscoveryError::Untrusted(u) => DiscoveryError::Untrusted(u.clone()),
+            DiscoveryError::Unreadable { path, source } => DiscoveryError::Unreadable {
+                path: path.clone(),
+                source: super::manifest::io_again(source),
+            },
+            DiscoveryError::PythonPackage { package, why } => DiscoveryError::PythonPackage {
+                package: package.clone(),
+                why: why.clone(),
+            },
+            DiscoveryError::NotADirectory { path } => {
+                DiscoveryError::NotADirectory { path: path.clone() }
+            }
+            DiscoveryError::NotAFile { path, what, why } => DiscoveryError::NotAFile {
+                path: path.clone(),
+                what,
+                why: why.clone(),
+            },
+        }
+    }
+}
+
 /// Why `path` is not a regular file (`None` when it is one): what it is, or why it cannot be
 /// looked at (a link leading nowhere, a loop of links).
 fn not_a_file(path: &Path) -> Option<String> {
@@ -182,7 +216,7 @@ fn manifest_present(dir: &Path) -> bool {
 }
 
 /// A problem found while discovering; it concerns `path` only.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DiscoveryProblem {
     pub path: PathBuf,
     pub error: DiscoveryError,
@@ -190,7 +224,7 @@ pub struct DiscoveryProblem {
 
 /// Everything found on the search path: usable plugins, problems and EP names claimed by more
 /// than one plugin, all in search order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Discovery {
     pub plugins: Vec<PluginCandidate>,
     pub problems: Vec<DiscoveryProblem>,

@@ -158,6 +158,35 @@ pub enum ManifestError {
     },
 }
 
+/// An I/O error again, with its kind and message (`std::io::Error` is not `Clone`).
+pub(crate) fn io_again(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
+impl Clone for ManifestError {
+    fn clone(&self) -> Self {
+        match self {
+            ManifestError::Io { path, source } => ManifestError::Io {
+                path: path.clone(),
+                source: io_again(source),
+            },
+            ManifestError::Syntax { path, message } => ManifestError::Syntax {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            ManifestError::Invalid {
+                path,
+                field,
+                message,
+            } => ManifestError::Invalid {
+                path: path.clone(),
+                field: field.clone(),
+                message: message.clone(),
+            },
+        }
+    }
+}
+
 impl ManifestError {
     /// The manifest file the error is about.
     pub fn path(&self) -> &Path {

@@ -4,33 +4,70 @@
 //! ([`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed)).
 //!
 //! The child is the `epx` executable: `epx probe-library LIB --sha256 D [--preload DEP
-//! --preload-sha256 D]...` opens the library as loading does and prints [`SURVIVED`]. It opens
-//! its own sealed copy of each file and refuses one whose SHA-256 is not the one this process
-//! checked ([`super::sealed`]), so the child runs the bytes this process will run, whatever
-//! happens to the files on disk. `epx providers` / `epx doctor` re-run themselves; libepx looks
-//! for `epx` beside itself ([`find_epx`]).
+//! --preload-sha256 D]...` opens the library with the function loading uses
+//! ([`PluginLibrary::open`](super::PluginLibrary::open): preloads, `dlopen`, the entry, the
+//! descriptor read, each EP's availability and devices) and prints [`SURVIVED`] with the
+//! outcome. It opens its own sealed copy of each file and refuses one whose SHA-256 is not the
+//! one this process checked ([`super::sealed`]), so the child runs the bytes this process will
+//! run, whatever happens to the files on disk. The child's outcome is final: a library the
+//! child could not load (a `dlopen` error, a missing entry, a failing entry) is refused here
+//! with the child's reason and never opened in this process, since the same bytes can load in
+//! a process whose address layout differs and fault in it (a corrupt program header maps or
+//! not depending on where the loader puts it). `epx providers` / `epx doctor` re-run
+//! themselves; libepx looks for `epx` beside itself ([`find_epx`]). The child runs in a process
+//! group of its own with bounded output ([`crate::child`]), and the timeout ends the group.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::discover::PluginCandidate;
+use super::refusal::Refusal;
 use super::sealed::LibraryImage;
+use crate::error::PluginLoadErrorKind;
 
 /// Opens a library somewhere it may crash (a child process) before this process opens it: gets
 /// the candidate, the library as admission checked it and the libraries it preloads, and
 /// returns why it must not be opened here
 /// ([`EnvironmentBuilder::with_load_probe`](crate::EnvironmentBuilder::with_load_probe)).
 pub type LoadProbe = Arc<
-    dyn Fn(&PluginCandidate, &LibraryImage, &[LibraryImage]) -> std::result::Result<(), String>
+    dyn Fn(&PluginCandidate, &LibraryImage, &[LibraryImage]) -> std::result::Result<(), Refusal>
         + Send
         + Sync,
 >;
 
-/// The line a child prints when opening the library did not kill it.
+/// The line a child prints when opening the library did not kill it, followed by ` ok` and
+/// the number of EPs, or by ` refused KIND MESSAGE` ([`PluginLoadErrorKind::name`]).
 pub const SURVIVED: &str = "epx-probe: survived";
+
+/// The child's line for an outcome of [`PluginLibrary::open`](super::PluginLibrary::open).
+pub fn outcome_line(outcome: &std::result::Result<usize, Refusal>) -> String {
+    match outcome {
+        Ok(eps) => format!("{SURVIVED} ok {eps}"),
+        // One line: the message's own line breaks become spaces.
+        Err(r) => format!(
+            "{SURVIVED} refused {} {}",
+            r.kind.name(),
+            r.message.replace(['\n', '\r'], " ")
+        ),
+    }
+}
+
+/// The outcome a child's [`outcome_line`] reports; `None` for any other line.
+fn parse_outcome(line: &str) -> Option<std::result::Result<(), Refusal>> {
+    let rest = line.strip_prefix(SURVIVED)?.trim_start();
+    if rest.starts_with("ok") {
+        return Some(Ok(()));
+    }
+    let rest = rest.strip_prefix("refused ")?;
+    let (kind, message) = rest.split_once(' ').unwrap_or((rest, ""));
+    let kind = PluginLoadErrorKind::from_name(kind)?;
+    Some(Err(Refusal::new(
+        kind,
+        format!("{message} (in a child process opening it first; it was not opened here)"),
+    )))
+}
 
 /// The line a child prints, followed by why, when its copy of a file is not the one this process
 /// checked (the file changed on disk in between): it opened nothing.
@@ -153,87 +190,57 @@ fn probe(
     library: &LibraryImage,
     preloads: &[LibraryImage],
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
+    let crashed = |why: String| Refusal::new(PluginLoadErrorKind::Crashed, why);
     let mut cmd = Command::new(exe);
     cmd.arg("probe-library");
     library_args(&mut cmd, library, preloads);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "cannot start {} to open it in a child process: {e}",
-                exe.display()
-            )
-        })?;
-    // Both pipes are drained on threads so a chatty library cannot block the child.
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(r) = r {
-                let _ = r.take(1 << 20).read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(format!("lost the child process opening it: {e}")),
-        }
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    let Some(status) = status else {
-        return Err(format!(
+    let done = crate::child::run(
+        &mut cmd,
+        crate::child::Limits {
+            deadline: limit,
+            output: 1 << 20,
+        },
+    )
+    .map_err(|e| {
+        crashed(format!(
+            "cannot start {} to open it in a child process: {e}",
+            exe.display()
+        ))
+    })?;
+    let Some(status) = done.status else {
+        return Err(crashed(format!(
             "opening it did not finish within {:.0} s in a child process (hung; set \
              EPX_PROBE_TIMEOUT_S to wait longer), so it was not opened here",
             limit.as_secs_f64()
-        ));
+        )));
     };
+    let out = done.stdout_text();
     if let Some(why) = out.lines().find_map(|l| l.strip_prefix(UNCHECKED)) {
-        return Err(format!(
+        return Err(crashed(format!(
             "the child process could not probe it: {}; run again to check the new file",
             why.trim()
-        ));
+        )));
     }
-    if status.success() && out.lines().any(|l| l.starts_with(SURVIVED)) {
-        return Ok(());
+    let outcome = out.lines().rev().find_map(parse_outcome);
+    if status.success()
+        && let Some(outcome) = outcome
+    {
+        return outcome;
     }
     let how = match exit_signal(&status) {
         Some(sig) => format!("was killed by signal {sig} ({})", signal_name(sig)),
         None => format!("ended with {status}"),
     };
-    let last = err
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| format!("; it last said: {}", l.trim()))
-        .unwrap_or_default();
-    Err(format!(
+    let last = done.last_stderr_line();
+    let last = if last.is_empty() {
+        String::new()
+    } else {
+        format!("; it last said: {last}")
+    };
+    Err(crashed(format!(
         "the library is broken: a child process opening it {how}{last}. It was not opened here"
-    ))
+    )))
 }
 
 /// The signal that ended a process, if one did.

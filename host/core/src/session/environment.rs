@@ -15,6 +15,7 @@ use crate::plugin::admit::{AdmissionReport, admit, compare_with_manifest};
 use crate::plugin::discover::{self, Discovery, PluginCandidate, SearchDir};
 use crate::plugin::isolate::{self, Isolation};
 use crate::plugin::probe::LoadProbe;
+use crate::plugin::python_eps::{Package as PythonPackage, PythonEps};
 use crate::plugin::refusal::Refusal;
 use crate::plugin::sealed::LibraryImage;
 use epx_plugin_api::abi::EpxPluginEntryFn;
@@ -73,12 +74,20 @@ pub struct ProviderDevice {
 /// Plugin search path, discovery results, loaded libraries and default EPs.
 pub struct Environment {
     search: Vec<SearchDir>,
-    discovery: Discovery,
+    /// The plugins of the plugin folders.
+    folders: Discovery,
+    /// Plugin-EP packages the Python search found, not asked yet ([`crate::plugin::python_eps`]).
+    packages: Vec<PythonPackage>,
+    /// `folders` with the packages asked and added, made the first time a package's EPs are
+    /// wanted (an EP nothing else provides, a listing).
+    with_packages: OnceLock<Discovery>,
     /// Load results by library path; failures are kept so a broken plugin is tried once.
     loaded: Mutex<HashMap<PathBuf, LoadOutcome>>,
     /// Admission reports by library path: the probe child and loading open the copies one
     /// report sealed, so a file rewritten between the probe and the load changes nothing.
     admitted: Mutex<HashMap<PathBuf, Arc<AdmissionReport>>>,
+    /// Libraries whose probe child loaded them (the same sealed copies): not probed again.
+    probed: Mutex<std::collections::HashSet<PathBuf>>,
     /// Plugins linked into the application ([`EnvironmentBuilder::with_linked_plugin`]).
     linked: Vec<Arc<PluginLibrary>>,
     builtin: Arc<PluginLibrary>,
@@ -114,6 +123,7 @@ pub struct EnvironmentBuilder {
     cache_dir: Option<PathBuf>,
     kernel_cache: Option<bool>,
     kernel_cache_limit: Option<u64>,
+    python_eps: PythonEps,
 }
 
 impl EnvironmentBuilder {
@@ -131,7 +141,17 @@ impl EnvironmentBuilder {
             cache_dir: None,
             kernel_cache: None,
             kernel_cache_limit: None,
+            python_eps: PythonEps::Off,
         }
+    }
+
+    /// Where ONNX Runtime plugin-EP packages installed with pip are looked for
+    /// ([`crate::plugin::python_eps`]); `EPX_PYTHON_EPS` overrides it. Default: nowhere, since
+    /// asking a package runs its code. Even where the search looks, a package is asked only when
+    /// its EPs are wanted (an EP name nothing else provides, or a listing).
+    pub fn with_python_eps(mut self, scope: PythonEps) -> Self {
+        self.python_eps = scope;
+        self
     }
 
     /// The folder for what epx remembers between runs (the `measure` policy's choices). Without
@@ -172,10 +192,11 @@ impl EnvironmentBuilder {
     }
 
     /// Every admitted library is first handed to `probe`, which opens it somewhere a crash
-    /// cannot hurt (`epx providers` and `epx doctor` re-execute `epx` for each), before this
-    /// process opens it. A probe's `Err` refuses the library with
-    /// [`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed) and its
-    /// message; the library's code never runs here.
+    /// cannot hurt (`epx` re-executes itself for each; libepx runs the `epx` beside it), before
+    /// this process opens it. A probe's `Err` refuses the library with its refusal
+    /// ([`PluginLoadErrorKind::Crashed`](crate::error::PluginLoadErrorKind::Crashed) when the
+    /// child died or hung, the child's own reason when it could not load it); the library's code
+    /// never runs here.
     pub fn with_load_probe(mut self, probe: LoadProbe) -> Self {
         self.probe = Some(probe);
         self
@@ -222,14 +243,9 @@ impl EnvironmentBuilder {
         crate::plugin::hosted::add_adapter_dirs_for(&self.default_dirs);
         let search = discover::plugin_search_path(&self.dirs, &self.default_dirs);
         let mut discovery = discover::discover(&search);
-        crate::plugin::python_eps::discover(&mut discovery);
         discovery.shadowed = discover::shadowed_providers(&discovery.plugins);
-        for p in &discovery.problems {
-            tracing::warn!(path = %p.path.display(), "plugin skipped: {}", p.error);
-        }
-        for s in &discovery.shadowed {
-            tracing::warn!(ep = %s.provider, "{s}");
-        }
+        warn_about(&discovery, 0, 0);
+        let packages = crate::plugin::python_eps::find(PythonEps::from_env_or(self.python_eps));
         // SAFETY: the built-in entry function is linked into this binary (`BuiltinProviders`
         // comes from the layer that links it), so its code lives as long as the process.
         let builtin = unsafe { PluginLibrary::from_entry(self.builtin.entry, None) }?;
@@ -240,9 +256,12 @@ impl EnvironmentBuilder {
         }
         Ok(Arc::new(Environment {
             search,
-            discovery,
+            folders: discovery,
+            packages,
+            with_packages: OnceLock::new(),
             loaded: Mutex::new(HashMap::new()),
             admitted: Mutex::new(HashMap::new()),
+            probed: Mutex::new(std::collections::HashSet::new()),
             linked,
             builtin,
             builtin_providers: self.builtin,
@@ -254,6 +273,17 @@ impl EnvironmentBuilder {
             kernel_cache: self.kernel_cache,
             kernel_cache_limit: self.kernel_cache_limit,
         }))
+    }
+}
+
+/// Logs what `d` found wrong, past the first `problems` problems and `shadowed` shadowings
+/// (logged before).
+fn warn_about(d: &Discovery, problems: usize, shadowed: usize) {
+    for p in d.problems.iter().skip(problems) {
+        tracing::warn!(path = %p.path.display(), "plugin skipped: {}", p.error);
+    }
+    for s in d.shadowed.iter().skip(shadowed) {
+        tracing::warn!(ep = %s.provider, "{s}");
     }
 }
 
@@ -356,9 +386,25 @@ impl Environment {
         &self.search
     }
 
-    /// Plugins found (not yet loaded) and the problems met while looking.
+    /// Plugins found (not yet loaded) and the problems met while looking, the plugin-EP
+    /// packages of the Python search included (asking them now, if the search found any).
     pub fn discovery(&self) -> &Discovery {
-        &self.discovery
+        if self.packages.is_empty() {
+            return &self.folders;
+        }
+        self.with_packages.get_or_init(|| {
+            let mut d = self.folders.clone();
+            crate::plugin::python_eps::ask_all(&self.packages, &mut d);
+            d.shadowed = discover::shadowed_providers(&d.plugins);
+            warn_about(&d, self.folders.problems.len(), self.folders.shadowed.len());
+            d
+        })
+    }
+
+    /// The plugin-EP packages the Python search found, not asked yet (asking them is
+    /// [`Self::discovery`]'s).
+    pub fn python_packages(&self) -> &[PythonPackage] {
+        &self.packages
     }
 
     pub fn default_providers(&self) -> &[ExecutionProvider] {
@@ -440,9 +486,11 @@ impl Environment {
         if candidate.manifest.as_ref().is_some_and(|m| m.isolate) {
             return self.open_isolated(candidate, image, preloads);
         }
-        if let Some(probe) = &self.probe {
-            probe(candidate, image, preloads)
-                .map_err(|why| Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why))?;
+        if let Some(probe) = &self.probe
+            && !self.was_probed(&candidate.library)
+        {
+            probe(candidate, image, preloads)?;
+            self.mark_probed(&candidate.library);
         }
         PluginLibrary::open(image, preloads)
             .and_then(|lib| checked_against_manifest(candidate, lib))
@@ -476,23 +524,8 @@ impl Environment {
             Some((p, e)) => (Some(p), e),
             None => (None, name),
         };
-        for c in &self.discovery.plugins {
-            if plugin.is_some_and(|p| p != c.name) {
-                continue;
-            }
-            let may_provide = match &c.manifest {
-                Some(m) => m.providers.iter().any(|p| p == ep),
-                // Without a manifest, only loading tells; a bare library is assumed to be
-                // named after its EP.
-                None => plugin.is_some() || c.name == ep,
-            };
-            if !may_provide {
-                continue;
-            }
-            let lib = self.load(c)?;
-            if let Some(i) = lib.providers.iter().position(|p| p.name == ep) {
-                return Ok((lib, i));
-            }
+        if let Some(found) = self.find_among(&self.folders.plugins, plugin, ep)? {
+            return Ok(found);
         }
         for lib in &self.linked {
             if plugin.is_none_or(|p| p == lib.name) {
@@ -506,8 +539,16 @@ impl Environment {
                 return Ok((self.builtin.clone(), i));
             }
         }
+        // Last, the pip packages the Python search found: asked only now that nothing else has
+        // the EP.
+        if !self.packages.is_empty() {
+            let asked = &self.discovery().plugins[self.folders.plugins.len()..];
+            if let Some(found) = self.find_among(asked, plugin, ep)? {
+                return Ok(found);
+            }
+        }
         let known: Vec<String> = self
-            .discovery
+            .discovery()
             .plugins
             .iter()
             .flat_map(|c| match &c.manifest {
@@ -540,12 +581,41 @@ impl Environment {
         })
     }
 
+    /// The first of `candidates` providing `ep` (of plugin `plugin`, when named), loading
+    /// those that may.
+    fn find_among(
+        &self,
+        candidates: &[PluginCandidate],
+        plugin: Option<&str>,
+        ep: &str,
+    ) -> Result<Option<(Arc<PluginLibrary>, usize)>> {
+        for c in candidates {
+            if plugin.is_some_and(|p| p != c.name) {
+                continue;
+            }
+            let may_provide = match &c.manifest {
+                Some(m) => m.providers.iter().any(|p| p == ep),
+                // Without a manifest, only loading tells; a bare library is assumed to be
+                // named after its EP.
+                None => plugin.is_some() || c.name == ep,
+            };
+            if !may_provide {
+                continue;
+            }
+            let lib = self.load(c)?;
+            if let Some(i) = lib.providers.iter().position(|p| p.name == ep) {
+                return Ok(Some((lib, i)));
+            }
+        }
+        Ok(None)
+    }
+
     /// Default options the manifest of `lib` gives EP `ep` (empty without a manifest).
     pub fn default_options(&self, lib: &PluginLibrary, ep: &str) -> Vec<(String, String)> {
         let Some(path) = &lib.path else {
             return Vec::new();
         };
-        self.discovery
+        self.folders
             .plugins
             .iter()
             .find(|c| &c.library == path)
@@ -589,29 +659,74 @@ impl Environment {
         names
     }
 
-    /// Runs `probe` on every discovered plugin not loaded yet that admission passes, and
-    /// remembers each it refuses, so that a listing ([`Environment::load_all`], the doctor
-    /// report) that follows never opens those here. The others are left to load as usual.
+    /// Runs `probe` on every discovered plugin not loaded (nor probed) yet that admission
+    /// passes, all at once (a child each), and remembers the outcome: one it refuses is never
+    /// opened here, one it loaded is opened later without probing it again.
     pub fn probe_unloaded(&self, probe: &LoadProbe) {
-        for candidate in &self.discovery.plugins {
-            if self.loaded_outcome(&candidate.library).is_some() {
-                continue;
-            }
-            let admission = self.admitted(candidate);
-            let (None, Some(image)) = (&admission.refusal, &admission.image) else {
-                continue;
-            };
-            if let Err(why) = probe(candidate, image, &admission.preloads) {
-                let refusal = Refusal::new(crate::error::PluginLoadErrorKind::Crashed, why);
-                let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-                loaded
-                    .entry(candidate.library.clone())
-                    .or_insert_with(|| LoadOutcome {
-                        admission: admission.clone(),
-                        library: Err(refusal),
-                    });
+        self.probe_candidates(probe, &self.discovery().plugins);
+    }
+
+    /// [`Self::probe_unloaded`] with the environment's own load probe, if it has one: what a
+    /// listing does first ([`Self::load_all`] does it itself).
+    pub fn probe_all(&self) {
+        if let Some(probe) = &self.probe {
+            self.probe_candidates(probe, &self.discovery().plugins);
+        }
+    }
+
+    fn probe_candidates(&self, probe: &LoadProbe, candidates: &[PluginCandidate]) {
+        let pending: Vec<(&PluginCandidate, Arc<AdmissionReport>)> = candidates
+            .iter()
+            .filter(|c| self.loaded_outcome(&c.library).is_none() && !self.was_probed(&c.library))
+            .map(|c| (c, self.admitted(c)))
+            .filter(|(_, a)| a.refusal.is_none() && a.image.is_some())
+            .collect();
+        let outcomes: Vec<std::result::Result<(), Refusal>> = std::thread::scope(|s| {
+            let running: Vec<_> = pending
+                .iter()
+                .map(|(c, a)| {
+                    s.spawn(move || match &a.image {
+                        Some(image) => probe(c, image, &a.preloads),
+                        None => Ok(()),
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Refusal::new(
+                            crate::error::PluginLoadErrorKind::Crashed,
+                            "probing it failed",
+                        ))
+                    })
+                })
+                .collect()
+        });
+        for ((candidate, admission), outcome) in pending.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => self.mark_probed(&candidate.library),
+                Err(refusal) => {
+                    let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+                    loaded
+                        .entry(candidate.library.clone())
+                        .or_insert_with(|| LoadOutcome {
+                            admission,
+                            library: Err(refusal),
+                        });
+                }
             }
         }
+    }
+
+    fn was_probed(&self, library: &Path) -> bool {
+        let probed = self.probed.lock().unwrap_or_else(|p| p.into_inner());
+        probed.contains(library)
+    }
+
+    fn mark_probed(&self, library: &Path) {
+        let mut probed = self.probed.lock().unwrap_or_else(|p| p.into_inner());
+        probed.insert(library.to_path_buf());
     }
 
     fn loaded_outcome(&self, library: &Path) -> Option<LoadOutcome> {
@@ -651,8 +766,10 @@ impl Environment {
     }
 
     /// Loads every discovered plugin, for listings: each candidate with its library or error.
+    /// With a load probe, every library is probed first, all at once.
     pub fn load_all(&self) -> Vec<(PluginCandidate, Result<Arc<PluginLibrary>>)> {
-        self.discovery
+        self.probe_all();
+        self.discovery()
             .plugins
             .iter()
             .map(|c| (c.clone(), self.load(c)))

@@ -42,6 +42,8 @@ struct Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        // The EP's process and whatever it started in its group.
+        crate::child::kill_group(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -128,6 +130,8 @@ impl Process {
         let shm = Shared::create()?;
         let fd = shm.raw_fd();
         let mut cmd = Command::new(&iso.exe);
+        // A group of its own: a timeout or a restart ends everything the EP started.
+        crate::child::own_group(&mut cmd);
         cmd.arg("serve-plugin");
         crate::plugin::probe::library_args(&mut cmd, library, preloads);
         cmd.arg("--shm-fd").arg(CHILD_SHM_FD.to_string());

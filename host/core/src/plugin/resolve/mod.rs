@@ -37,9 +37,9 @@ pub use report::{
     DependencyEntry, DependencyReport, DependencyStatus, MissingDependencies, ResolveError,
     SearchPlace,
 };
+pub(crate) use search::site_packages_dirs;
 use search::*;
 pub use search::{LIBRARY_PATH_ENV, installation_site_packages};
-pub(crate) use search::{site_packages_dirs, wait_for};
 
 /// How deep transitive dependencies are followed (plugin → its deps → theirs …).
 const MAX_DEPTH: usize = 16;

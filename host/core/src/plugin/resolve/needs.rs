@@ -156,6 +156,69 @@ fn parse_header(head: &[u8]) -> Result<elf::file::FileHeader<elf::endian::AnyEnd
     FileHeader::parse_tail(ident, tail).map_err(|_| HeaderError::Truncated)
 }
 
+/// The most a library's loaded segments may span (a larger span is a corrupt size, which a
+/// loader maps or fails to map depending on where it puts it).
+const MAX_LOAD_SPAN: u64 = 64 << 30;
+
+/// The loadable segments as a loader needs them (the ELF specification's rules, which `ld.so`
+/// relies on without checking them all): each one's file part inside the file and no larger
+/// than its memory part, its alignment a power of two that its address and offset agree on,
+/// the segments in ascending address order without overlapping, and their span plausible.
+fn check_segments(phdrs: &[elf::segment::ProgramHeader], file_len: u64) -> Result<(), String> {
+    let loads: Vec<_> = phdrs
+        .iter()
+        .filter(|p| p.p_type == elf::abi::PT_LOAD)
+        .collect();
+    let (Some(first), Some(_)) = (loads.first(), loads.last()) else {
+        return Err("it has no loadable segment".into());
+    };
+    let mut end_before = first.p_vaddr;
+    for (i, p) in loads.iter().enumerate() {
+        if p.p_filesz > p.p_memsz {
+            return Err(format!(
+                "loadable segment {i} has more bytes in the file ({:#x}) than in memory ({:#x})",
+                p.p_filesz, p.p_memsz
+            ));
+        }
+        if p.p_offset
+            .checked_add(p.p_filesz)
+            .is_none_or(|e| e > file_len)
+        {
+            return Err(format!(
+                "loadable segment {i} ({:#x} bytes at offset {:#x}) runs past the end of the file",
+                p.p_filesz, p.p_offset
+            ));
+        }
+        if p.p_align > 1
+            && (!p.p_align.is_power_of_two() || p.p_vaddr % p.p_align != p.p_offset % p.p_align)
+        {
+            return Err(format!(
+                "loadable segment {i}'s alignment {:#x} does not fit its address {:#x} and \
+                 offset {:#x}",
+                p.p_align, p.p_vaddr, p.p_offset
+            ));
+        }
+        let end = p.p_vaddr.checked_add(p.p_memsz).ok_or_else(|| {
+            format!("loadable segment {i} ends past the end of the address space")
+        })?;
+        if p.p_vaddr < end_before {
+            return Err(format!(
+                "loadable segment {i} (at {:#x}) overlaps or comes before the one before it \
+                 (which ends at {end_before:#x})",
+                p.p_vaddr
+            ));
+        }
+        end_before = end;
+    }
+    if end_before - first.p_vaddr > MAX_LOAD_SPAN {
+        return Err(format!(
+            "its loadable segments span {:#x} bytes, implausibly many",
+            end_before - first.p_vaddr
+        ));
+    }
+    Ok(())
+}
+
 /// Reads until `buf` is full or the file ends; returns the number of bytes read.
 pub(super) fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
@@ -238,6 +301,7 @@ pub(super) fn read_elf_dependencies(path: &Path) -> Result<ElfDependencies, Reso
         elf::segment::SegmentTable::new(ehdr.endianness, ehdr.class, &ph_bytes)
             .iter()
             .collect();
+    check_segments(&phdrs, file_len).map_err(|why| not_elf(&format!("{why}; corrupt file")))?;
 
     let Some(dynamic) = phdrs.iter().find(|p| p.p_type == elf::abi::PT_DYNAMIC) else {
         // Statically linked: needs nothing.

@@ -4,10 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Environment variable with extra folders to search for plugin dependencies (a path list).
 pub const LIBRARY_PATH_ENV: &str = "EPX_LIBRARY_PATH";
@@ -380,53 +379,45 @@ pub(super) fn python_site_packages() -> &'static [PathBuf] {
     })
 }
 
-/// Waits for `child` to exit, at most `limit`; kills and reaps it after that (`None`).
-pub(crate) fn wait_for(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-}
-
 pub(super) fn ask_python() -> Option<Vec<PathBuf>> {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("python3")
-        .args([
-            "-c",
-            "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))",
-        ])
-        // Not the host's current folder: a stray `site.py` there must not run.
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let Some(status) = wait_for(&mut child, PYTHON_TIMEOUT) else {
+    // `python3` from PATH, absolute, and only when nobody else could change it: it runs.
+    let python = std::env::split_paths(&std::env::var_os("PATH")?)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file())?;
+    if let Err(u) =
+        crate::plugin::trust::check_guarding(&python, "the Python interpreter epx would start")
+    {
+        tracing::debug!("python3 is not asked for its site-packages: {u}");
+        return None;
+    }
+    let mut cmd = std::process::Command::new(&python);
+    // Isolated, without `site`'s start-up (no `.pth` file runs): only the standard library's
+    // `site` module answers. Not the host's current folder: a stray `site.py` there must not
+    // run.
+    cmd.args([
+        "-I",
+        "-S",
+        "-c",
+        "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))",
+    ])
+    .current_dir(std::env::temp_dir());
+    let done = crate::child::run(
+        &mut cmd,
+        crate::child::Limits {
+            deadline: PYTHON_TIMEOUT,
+            output: 1 << 20,
+        },
+    )
+    .ok()?;
+    let Some(status) = done.status else {
         tracing::debug!("python3 did not answer in time; its site-packages are not searched");
         return None;
     };
     if !status.success() {
         return None;
     }
-    let mut text = String::new();
-    child
-        .stdout
-        .take()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
+    let text = done.stdout_text();
     let mut dirs: Vec<PathBuf> = text
         .lines()
         .map(|l| PathBuf::from(l.trim()))

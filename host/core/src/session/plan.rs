@@ -43,6 +43,9 @@ pub struct Plan {
     pub kernel_inputs: Vec<Vec<Source>>,
     /// For each graph output: where it is read from at the end.
     pub outputs: Vec<Source>,
+    /// For each graph output: whether a later output reads the same source (so this one
+    /// takes a copy).
+    pub output_reused: Vec<bool>,
     /// Sources no later action needs, dropped after each action.
     pub release_after: Vec<Vec<Source>>,
 }
@@ -75,6 +78,8 @@ pub fn plan(g: &Graph, groups: &[Group], space_of: &[Space], keep_on_device: &[V
         actions.push(Action::Kernel(k));
         kernel_inputs.push(sources);
     }
+    let keep_on_device: std::collections::HashSet<ValueId> =
+        keep_on_device.iter().copied().collect();
     let outputs: Vec<Source> = g
         .outputs
         .iter()
@@ -121,11 +126,16 @@ pub fn plan(g: &Graph, groups: &[Group], space_of: &[Space], keep_on_device: &[V
     for (s, i) in last {
         release_after[i].push(s);
     }
+    // From the back: an output is reused when a later one reads its source.
+    let mut seen = std::collections::HashSet::new();
+    let mut output_reused: Vec<bool> = outputs.iter().rev().map(|o| !seen.insert(*o)).collect();
+    output_reused.reverse();
     Plan {
         actions,
         copies,
         kernel_inputs,
         outputs,
+        output_reused,
         release_after,
     }
 }

@@ -279,7 +279,7 @@ impl Session {
         // bounded: one per graph output.
         let mut outputs = Vec::with_capacity(g.outputs.len());
         for (i, (&o, &src)) in g.outputs.iter().zip(&self.plan.outputs).enumerate() {
-            let used_again = self.plan.outputs[i + 1..].contains(&src);
+            let used_again = self.plan.output_reused[i];
             let slot = match src {
                 Source::Home(v) => &mut homes[v],
                 Source::Copy(c) => &mut copies[c],

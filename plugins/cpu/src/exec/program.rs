@@ -287,6 +287,8 @@ pub struct Program {
     constants: Vec<Tensor>,
     num_slots: usize,
     outputs: Vec<Source>,
+    /// Per output, whether a later output reads the same slot (this one then takes a copy).
+    output_again: Vec<bool>,
     /// What each pass that ran did.
     passes: Vec<sdk::PassNote>,
     /// Whether runs record into `counters` ([`Self::profile_start`]).
@@ -355,11 +357,20 @@ impl Program {
             }
         }
         let counters = steps.iter().map(|_| StepCounter::default()).collect();
+        // From the back: an output read again later is copied, not moved.
+        let mut seen = std::collections::HashSet::new();
+        let mut output_again: Vec<bool> = outputs
+            .iter()
+            .rev()
+            .map(|o| matches!(o, Source::Slot(s) if !seen.insert(*s)))
+            .collect();
+        output_again.reverse();
         Program {
             steps,
             constants: d.constants,
             num_slots: next,
             outputs,
+            output_again,
             passes: Vec::new(),
             recording: AtomicBool::new(false),
             counters,
@@ -577,9 +588,7 @@ impl Program {
                 continue;
             }
             // Computed values move out of their slot (unless a later output reads it too).
-            let again = self.outputs[i + 1..]
-                .iter()
-                .any(|s| matches!((s, src), (Source::Slot(a), Source::Slot(b)) if a == b));
+            let again = self.output_again[i];
             outs.push(Some(match src {
                 Source::Slot(s) if !again => slots[*s]
                     .take()
@@ -660,6 +669,122 @@ mod tests {
         assert!(profile.passes.iter().all(|n| n.name != "build_steps"));
         p.profile_start();
         assert_eq!(p.profile().parts[0].calls, 0);
+    }
+
+    /// Compiling grows about linearly with the graph for each pass that removes or moves many
+    /// steps: chains of Identity (`elide_identities`), Cast to float (`elide_casts`),
+    /// constant Adds (`fold_constants`), Shape reads of a chain (`hoist_shape_reads`),
+    /// MatMul + bias Add (`fuse_matmul_add`), Conv + per-channel Mul (`fold_conv_affine`), and
+    /// many outputs of one value. Each made at `n` and `16 n` nodes, best of three: a pass that
+    /// removes a step and rewrites every later one (what each did before) grows by about 256,
+    /// a linear one by about 16 (to 40 with caches and allocation); under 100 passes.
+    #[test]
+    fn compiling_grows_linearly_with_the_graph() {
+        fn graph(kind: &str, n: usize) -> (TestGraph, Vec<Option<u32>>, Vec<u32>) {
+            let mut g = TestGraph::new();
+            let x = g.input("x", ElementType::Float, &[1, 4, 1, 1]);
+            g.initializer("c", &[1, 4, 1, 1], &[1.0f32, 2.0, 3.0, 4.0]);
+            g.initializer("w", &[4, 4, 1, 1], &[0.5f32; 16]);
+            g.initializer("m", &[4, 4], &[0.25f32; 16]);
+            g.initializer("b", &[4], &[1.0f32; 4]);
+            g.initializer("k", &[1, 4, 1, 1], &[2.0f32; 4]);
+            let mut prev = "x".to_string();
+            let mut outputs = Vec::new();
+            for i in 0..n {
+                let o = format!("t{i}");
+                match kind {
+                    "identity" => {
+                        g.node("Identity", &[&prev], &[&o]);
+                    }
+                    "cast" => {
+                        g.node("Cast", &[&prev], &[&o]).attr_int("to", 1);
+                    }
+                    "constant" => {
+                        let from = if i == 0 {
+                            "c".to_string()
+                        } else {
+                            prev.clone()
+                        };
+                        g.node("Add", &[&from, "c"], &[&o]);
+                    }
+                    "shape" => {
+                        g.node("Relu", &[&prev], &[&o]);
+                    }
+                    "matmul" => {
+                        let mm = format!("mm{i}");
+                        g.node("MatMul", &[&prev, "m"], &[&mm]);
+                        g.node("Add", &[&mm, "b"], &[&o]);
+                    }
+                    "conv" => {
+                        let cv = format!("cv{i}");
+                        g.node("Conv", &[&prev, "w"], &[&cv]);
+                        g.node("Mul", &[&cv, "k"], &[&o]);
+                    }
+                    _ => {
+                        // Many outputs: every node reads x, each output.
+                        g.node("Identity", &["x"], &[&o]);
+                        outputs.push(g.output(&o, ElementType::Float, &[1, 4, 1, 1]));
+                        continue;
+                    }
+                }
+                prev = o;
+            }
+            if kind == "shape" {
+                for i in 0..n {
+                    g.node("Shape", &[&format!("t{i}")], &[&format!("s{i}")]);
+                    outputs.push(g.output(&format!("s{i}"), ElementType::Int64, &[4]));
+                }
+            }
+            let last = if kind == "constant" {
+                g.node("Add", &[&prev, "x"], &["y"]);
+                "y".to_string()
+            } else {
+                prev
+            };
+            if kind != "outputs" {
+                outputs.push(g.output(&last, ElementType::Float, &[1, 4, 1, 1]));
+            }
+            (g, vec![Some(x)], outputs)
+        }
+        let compile = |kind: &str, n: usize| -> f64 {
+            let (g, inputs, outputs) = graph(kind, n);
+            let nodes: Vec<u32> = (0..g.view().node_count() as u32).collect();
+            (0..3)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    Program::compile(
+                        &g.view(),
+                        &nodes,
+                        &inputs,
+                        &outputs,
+                        &[],
+                        &CompileOptions::default(),
+                    )
+                    .expect("compiles");
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        for (kind, n) in [
+            ("identity", 600),
+            ("cast", 600),
+            ("constant", 600),
+            ("shape", 300),
+            ("matmul", 300),
+            ("conv", 300),
+            ("outputs", 600),
+        ] {
+            let (small, large) = (compile(kind, n), compile(kind, 16 * n));
+            let growth = large / small.max(1e-6);
+            eprintln!(
+                "{kind}: {n} nodes {small:.4} s, {} nodes {large:.4} s: x{growth:.0}",
+                16 * n
+            );
+            assert!(
+                growth < 100.0,
+                "{kind}: compiling 16x the nodes took {growth:.0}x as long"
+            );
+        }
     }
 
     /// A Reshape (or Squeeze, Flatten, Unsqueeze) that is its input's last reader takes the

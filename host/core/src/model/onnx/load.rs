@@ -480,8 +480,10 @@ impl Ctx<'_> {
                     AttributeValue::Graphs(v) => v.iter().collect(),
                     _ => Vec::new(),
                 };
+                let mut listed: std::collections::HashSet<String> =
+                    implicit.iter().cloned().collect();
                 for name in graphs.iter().flat_map(|b| b.outer_refs.iter()) {
-                    if !implicit.contains(name) {
+                    if listed.insert(name.clone()) {
                         implicit.push(name.clone());
                     }
                 }
@@ -494,6 +496,9 @@ impl Ctx<'_> {
             .collect();
         let order =
             self.topological_order(g, &produced_by, &graph.by_name, outer, &implicit_names)?;
+        // The names read from an enclosing graph, each once.
+        let mut outer_seen: std::collections::HashSet<String> =
+            graph.outer_refs.iter().cloned().collect();
         for &i in &order {
             let n = &g.node[i];
             let mut inputs = Vec::with_capacity(n.input.len());
@@ -504,11 +509,9 @@ impl Ctx<'_> {
                 }
                 let known =
                     graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
-                if !known {
-                    // Read from an enclosing graph (nested graphs only).
-                    if !graph.outer_refs.contains(name) {
-                        graph.outer_refs.push(name.clone());
-                    }
+                // Read from an enclosing graph (nested graphs only).
+                if !known && outer_seen.insert(name.clone()) {
+                    graph.outer_refs.push(name.clone());
                 }
                 inputs.push(Some(add_value(&mut graph, name, ValueType::Unknown)));
             }
@@ -525,7 +528,7 @@ impl Ctx<'_> {
             for name in &implicit {
                 let known =
                     graph.by_name.contains_key(name.as_str()) || produced_by.contains_key(name);
-                if !known && !graph.outer_refs.contains(name) {
+                if !known && outer_seen.insert(name.clone()) {
                     // Read from further out: this graph reads it implicitly too.
                     graph.outer_refs.push(name.clone());
                 }
@@ -536,7 +539,8 @@ impl Ctx<'_> {
                 graph.values[*v].producer = Some(id);
             }
             for v in inputs.iter().flatten().chain(&implicit_inputs) {
-                if !graph.values[*v].consumers.contains(&id) {
+                // Node ids come in increasing order: a node already listed is the last one.
+                if graph.values[*v].consumers.last() != Some(&id) {
                     graph.values[*v].consumers.push(id);
                 }
             }

@@ -5,7 +5,9 @@
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
 
-use super::Draft;
+use std::collections::HashMap;
+
+use super::{Draft, Reads};
 use crate::exec::step::Source;
 use crate::kernel::AttrValue;
 use crate::tensor::Tensor;
@@ -19,46 +21,99 @@ use crate::tensor::Tensor;
 /// In: steps. Out: each such pair one Conv step with new weight and bias constants; readers of
 /// the normalization's output read the Conv's.
 pub(crate) fn fold_batch_norm(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        if let Some((conv, x)) = foldable(d, i)
-            && let Some((w, b)) = folded_weights(d, conv, i)
-        {
-            fold_into_conv(d, (conv, x), i, (Some(w), b));
-            continue;
-        }
-        i += 1;
-    }
+    fold_steps(d, |d, f, i| {
+        let (conv, x) = foldable(d, f, i)?;
+        let (w, b) = folded_weights(d, conv, i)?;
+        Some((conv, x, (Some(w), b)))
+    });
     Ok(())
 }
 
-/// Gives the Conv step `conv` (writing slot `x`) the weights `w` (when given) and bias `b` that
-/// step `i`, a map of its output, folded into, removes step `i`, and points its readers at `x`.
-fn fold_into_conv(
+/// What [`fold_steps`] knows of the draft while it folds: who reads each slot (kept up to date
+/// as folds move readers), the step making each slot (stable: no step moves until the end).
+struct Folds {
+    reads: Reads,
+    producer: HashMap<usize, usize>,
+}
+
+/// Runs `find` on each step in order (its inputs renamed first through the folds before it);
+/// for each `Some((conv, x, (w, b)))` gives the Conv step `conv` (writing slot `x`) the weights
+/// `w` (when given) and bias `b`, removes the step and points its readers at `x`. One pass:
+/// removed steps are dropped and graph values renamed at the end, so a chain of N folds is not
+/// N removals and N [`Draft::replace`]s.
+#[allow(clippy::type_complexity)]
+fn fold_steps(
     d: &mut Draft<'_, '_>,
-    (conv, x): (usize, usize),
-    i: usize,
-    (w, b): (Option<Tensor>, Tensor),
+    find: impl Fn(&Draft<'_, '_>, &Folds, usize) -> Option<(usize, usize, (Option<Tensor>, Tensor))>,
 ) {
-    let w = w.map(|w| d.constant(w));
-    let b = Some(d.constant(b));
-    let inputs = &mut d.steps[conv].step.inputs;
-    if let Some(w) = w {
-        inputs[1] = Some(w);
+    let mut producer = HashMap::new();
+    for (i, st) in d.steps.iter().enumerate() {
+        for s in st.step.outputs.iter().flatten() {
+            producer.insert(*s, i);
+        }
     }
-    match inputs.get_mut(2) {
-        Some(slot) => *slot = b,
-        None => inputs.push(b),
+    let mut f = Folds {
+        reads: d.reads(),
+        producer,
+    };
+    let mut alias: HashMap<usize, Source> = HashMap::new();
+    let mut removed = Vec::new();
+    for i in 0..d.steps.len() {
+        if !alias.is_empty() {
+            for s in d.steps[i].step.inputs.iter_mut().flatten() {
+                if let Source::Slot(k) = s
+                    && let Some(a) = alias.get(k)
+                {
+                    *s = *a;
+                }
+            }
+        }
+        let Some((conv, x, (w, b))) = find(d, &f, i) else {
+            continue;
+        };
+        let w = w.map(|w| d.constant(w));
+        let b = Some(d.constant(b));
+        let inputs = &mut d.steps[conv].step.inputs;
+        if let Some(w) = w {
+            inputs[1] = Some(w);
+        }
+        match inputs.get_mut(2) {
+            Some(slot) => *slot = b,
+            None => inputs.push(b),
+        }
+        removed.push(i);
+        if let Some(Some(y)) = d.steps[i].step.outputs.first() {
+            alias.insert(*y, Source::Slot(x));
+            f.reads.moved(*y, x);
+        }
     }
-    let st = d.steps.remove(i);
-    if let Some(Some(y)) = st.step.outputs.first() {
-        d.replace(*y, Source::Slot(x));
+    if alias.is_empty() {
+        return;
     }
+    let mut gone = vec![false; d.steps.len()];
+    for i in removed {
+        gone[i] = true;
+    }
+    let steps = std::mem::take(&mut d.steps);
+    d.steps = steps
+        .into_iter()
+        .zip(gone)
+        .filter_map(|(st, gone)| (!gone).then_some(st))
+        .collect();
+    let rename = |s: &mut Source| {
+        if let Source::Slot(k) = s
+            && let Some(a) = alias.get(k)
+        {
+            *s = *a;
+        }
+    };
+    d.at.values_mut().for_each(rename);
+    d.bound.iter_mut().for_each(rename);
 }
 
 /// For step `i`, a BatchNormalization of the pattern: the Conv step it follows and the slot
 /// between them.
-fn foldable(d: &Draft<'_, '_>, i: usize) -> Option<(usize, usize)> {
+fn foldable(d: &Draft<'_, '_>, f: &Folds, i: usize) -> Option<(usize, usize)> {
     let st = &d.steps[i];
     let info = st.node.as_ref()?;
     if !st.is_op("BatchNormalization")
@@ -84,12 +139,10 @@ fn foldable(d: &Draft<'_, '_>, i: usize) -> Option<(usize, usize)> {
     let Some(Some(Source::Slot(x))) = st.step.inputs.first() else {
         return None;
     };
-    if d.readers(*x) != 1 {
+    if f.reads.count(*x) != 1 {
         return None;
     }
-    let conv = d.steps[..i]
-        .iter()
-        .rposition(|s| s.step.outputs.contains(&Some(*x)))?;
+    let conv = f.producer.get(x).copied().filter(|&c| c < i)?;
     let c = &d.steps[conv];
     (c.is_op("Conv") && c.step.outputs.len() == 1).then_some((conv, *x))
 }
@@ -163,14 +216,7 @@ fn scaled(w: &ndarray::ArrayD<f32>, scale: &[f32]) -> Option<Tensor> {
 /// In: steps. Out: each such Conv with new weight and bias constants, without the steps folded
 /// into it; their readers read the Conv's output.
 pub(crate) fn fold_conv_affine(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        if let Some((conv, x, folded)) = affine_after_conv(d, i) {
-            fold_into_conv(d, (conv, x), i, folded);
-            continue;
-        }
-        i += 1;
-    }
+    fold_steps(d, affine_after_conv);
     Ok(())
 }
 
@@ -179,6 +225,7 @@ pub(crate) fn fold_conv_affine(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
 #[allow(clippy::type_complexity)]
 fn affine_after_conv(
     d: &Draft<'_, '_>,
+    f: &Folds,
     i: usize,
 ) -> Option<(usize, usize, (Option<Tensor>, Tensor))> {
     let st = &d.steps[i];
@@ -199,12 +246,10 @@ fn affine_after_conv(
         (Some(c @ Source::Constant(_)), Some(Source::Slot(x))) if op != "Sub" => (x, c),
         _ => return None,
     };
-    if d.readers(x) != 1 {
+    if f.reads.count(x) != 1 {
         return None;
     }
-    let conv = d.steps[..i]
-        .iter()
-        .rposition(|s| s.step.outputs.contains(&Some(x)))?;
+    let conv = f.producer.get(&x).copied().filter(|&c| c < i)?;
     let cv = &d.steps[conv];
     if !cv.is_op("Conv") || cv.step.outputs.len() != 1 {
         return None;

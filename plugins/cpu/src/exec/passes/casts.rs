@@ -3,7 +3,7 @@
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
 
-use super::{Draft, DraftStep};
+use super::{Draft, DraftStep, Verdict};
 use crate::kernel::AttrValue;
 
 /// `elide_casts`: a Cast from float to float (float16 included, as it is widened here) is the
@@ -45,25 +45,22 @@ pub(crate) fn elide_identities(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
 }
 
 /// Removes each node step that `passes` says hands its input 0 through as its output 0, unless
-/// the program returns that output; its readers read the input instead.
+/// the program returns that output; its readers read the input instead. One pass over the
+/// steps ([`Draft::rewrite_steps`]).
 fn read_through(d: &mut Draft<'_, '_>, passes: impl Fn(&Draft<'_, '_>, &DraftStep<'_>) -> bool) {
-    let mut i = 0;
-    while i < d.steps.len() {
-        let st = &d.steps[i];
+    let returned: std::collections::HashSet<u32> = d.outputs.iter().copied().collect();
+    d.rewrite_steps(|d, st| {
         if passes(d, st)
             && let Some(info) = &st.node
             && let Some(Some(src)) = st.step.inputs.first()
             && let Some(Some(out)) = st.step.outputs.first()
             && let Some(Some(y)) = info.values.first()
-            && !d.outputs.contains(y)
+            && !returned.contains(y)
         {
-            let (src, out) = (*src, *out);
-            d.steps.remove(i);
-            d.replace(out, src);
-            continue;
+            return Verdict::Remove(vec![(*out, *src)]);
         }
-        i += 1;
-    }
+        Verdict::Keep
+    });
 }
 
 #[cfg(test)]

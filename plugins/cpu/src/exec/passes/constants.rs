@@ -2,7 +2,7 @@
 
 use epx_plugin_api::sdk;
 
-use super::Draft;
+use super::{Draft, Verdict};
 use crate::kernel::is_control_flow;
 use crate::tensor::TensorRef;
 
@@ -24,17 +24,15 @@ const NOT_FOLDABLE: &[&str] = &[
 /// In: steps, in order (a folded node's outputs may make the next one foldable). Out: steps
 /// without the folded nodes; their readers read the new constants.
 pub(crate) fn fold_constants(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        let st = &d.steps[i];
+    // One pass ([`Draft::rewrite_steps`]): each step sees its inputs already renamed to the
+    // constants folded before it.
+    d.rewrite_steps(|d, st| {
         let Some(info) = &st.node else {
-            i += 1;
-            continue;
+            return Verdict::Keep;
         };
         let op = info.def.op_type.as_str();
         if NOT_FOLDABLE.contains(&op) || is_control_flow(op) {
-            i += 1;
-            continue;
+            return Verdict::Keep;
         }
         let args: Option<Vec<Option<TensorRef<'_>>>> = st
             .step
@@ -48,17 +46,16 @@ pub(crate) fn fold_constants(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
         let made = args.and_then(|args| st.step.kernel.run(&args).ok());
         let wanted = st.step.outputs.iter().flatten().count();
         let Some(values) = made.filter(|v| v.len() >= wanted) else {
-            i += 1;
-            continue;
+            return Verdict::Keep;
         };
-        let st = d.steps.remove(i);
+        let mut renames = Vec::new();
         for (slot, t) in st.step.outputs.iter().zip(values) {
             if let Some(slot) = slot {
-                let c = d.constant(t);
-                d.replace(*slot, c);
+                renames.push((*slot, d.constant(t)));
             }
         }
-    }
+        Verdict::Remove(renames)
+    });
     Ok(())
 }
 

@@ -2,7 +2,9 @@
 
 use epx_plugin_api::sdk;
 
-use super::Draft;
+use std::collections::HashMap;
+
+use super::{Draft, DraftStep};
 use crate::exec::step::Source;
 
 /// `plan_frees`: each slot is freed after the last step that reads it (a value nobody reads,
@@ -45,26 +47,42 @@ pub(crate) fn plan_frees(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
 ///
 /// In: steps. Out: the same steps, Shape and Size steps moved up.
 pub(crate) fn hoist_shape_reads(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    for i in 0..d.steps.len() {
-        let st = &d.steps[i];
-        let Some(Some(Source::Slot(s))) = st.step.inputs.first() else {
-            continue;
-        };
-        if !(st.is_op("Shape") || st.is_op("Size")) || st.step.inputs.len() != 1 {
-            continue;
-        }
-        let made = Some(*s);
-        let producer = d.steps[..i]
-            .iter()
-            .position(|p| p.step.outputs.contains(&made));
-        if let Some(p) = producer
+    // The step making each slot, then the Shape and Size steps to run after each step; the
+    // order is rebuilt once (each kept step followed by what it hoists, depth first).
+    let mut producer: HashMap<usize, usize> = HashMap::new();
+    let mut after: Vec<Vec<usize>> = vec![Vec::new(); d.steps.len()];
+    let mut hoisted = vec![false; d.steps.len()];
+    for (i, st) in d.steps.iter().enumerate() {
+        if let Some(Some(Source::Slot(s))) = st.step.inputs.first()
+            && (st.is_op("Shape") || st.is_op("Size"))
+            && st.step.inputs.len() == 1
+            && let Some(&p) = producer.get(s)
             && p + 1 < i
         {
-            let st = d.steps.remove(i);
-            d.steps.insert(p + 1, st);
-            d.changed += 1;
+            after[p].push(i);
+            hoisted[i] = true;
+        }
+        for s in st.step.outputs.iter().flatten() {
+            producer.insert(*s, i);
         }
     }
+    let moved = hoisted.iter().filter(|h| **h).count();
+    if moved == 0 {
+        return Ok(());
+    }
+    let mut order = Vec::with_capacity(d.steps.len());
+    let mut stack = Vec::new();
+    for i in (0..d.steps.len()).filter(|&i| !hoisted[i]) {
+        stack.push(i);
+        while let Some(j) = stack.pop() {
+            order.push(j);
+            stack.extend(after[j].iter().rev());
+        }
+    }
+    let mut steps: Vec<Option<DraftStep<'_>>> =
+        std::mem::take(&mut d.steps).into_iter().map(Some).collect();
+    d.steps = order.into_iter().filter_map(|i| steps[i].take()).collect();
+    d.changed += moved;
     Ok(())
 }
 

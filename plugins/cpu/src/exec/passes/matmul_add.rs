@@ -3,7 +3,7 @@
 use epx_plugin_api::ElementType;
 use epx_plugin_api::sdk;
 
-use super::{Draft, DraftStep};
+use super::{Draft, DraftStep, Reads};
 use crate::exec::step::{Source, Step};
 use crate::tensor::Tensor;
 
@@ -16,34 +16,42 @@ use crate::tensor::Tensor;
 ///
 /// In: steps. Out: each such pair one `MatMul+Add` step, where the Add was.
 pub(crate) fn fuse_matmul_add(d: &mut Draft<'_, '_>) -> sdk::Result<()> {
-    let mut i = 0;
-    while i < d.steps.len() {
-        if let Some((j, bias)) = bias_add_after(d, i) {
-            let matmul = d.steps.remove(i);
-            let add = &mut d.steps[j - 1];
-            let label = format!("{} (fused Add)", matmul.step.label);
-            let mut inputs = matmul.step.inputs;
-            inputs.push(Some(bias));
-            let outputs = std::mem::take(&mut add.step.outputs);
-            *add = DraftStep {
-                step: Step::new(
-                    label.clone(),
-                    "MatMul+Add".into(),
-                    crate::ops::matmul::build_matmul_add(label),
-                    inputs,
-                    outputs,
-                ),
-                node: None,
-            };
-            continue;
-        }
-        i += 1;
+    // The pairs, found on the steps as they are (a fusion changes no other pair's readers),
+    // then made in one rebuild.
+    let reads = d.reads();
+    let pairs: Vec<(usize, usize, Source)> = (0..d.steps.len())
+        .filter_map(|i| bias_add_after(d, &reads, i).map(|(j, bias)| (i, j, bias)))
+        .collect();
+    if pairs.is_empty() {
+        return Ok(());
     }
+    let mut steps: Vec<Option<DraftStep<'_>>> =
+        std::mem::take(&mut d.steps).into_iter().map(Some).collect();
+    for (i, j, bias) in pairs {
+        let (Some(matmul), Some(add)) = (steps[i].take(), steps[j].as_mut()) else {
+            continue;
+        };
+        let label = format!("{} (fused Add)", matmul.step.label);
+        let mut inputs = matmul.step.inputs;
+        inputs.push(Some(bias));
+        let outputs = std::mem::take(&mut add.step.outputs);
+        *add = DraftStep {
+            step: Step::new(
+                label.clone(),
+                "MatMul+Add".into(),
+                crate::ops::matmul::build_matmul_add(label),
+                inputs,
+                outputs,
+            ),
+            node: None,
+        };
+    }
+    d.steps = steps.into_iter().flatten().collect();
     Ok(())
 }
 
 /// For a MatMul step `i`: the step that adds a bias row to its output, and the bias.
-fn bias_add_after(d: &Draft<'_, '_>, i: usize) -> Option<(usize, Source)> {
+fn bias_add_after(d: &Draft<'_, '_>, reads: &Reads, i: usize) -> Option<(usize, Source)> {
     // Both on float32 or float64 inputs as their kernels were made (float16 already widened),
     // or on values the graph leaves untyped (B and the bias are float constants; the kernel
     // checks A's type against them).
@@ -67,11 +75,10 @@ fn bias_add_after(d: &Draft<'_, '_>, i: usize) -> Option<(usize, Source)> {
         return None;
     };
     let n = *b.shape().last()?;
-    if b.shape().len() < 2 || d.readers(*made) != 1 {
+    if b.shape().len() < 2 || reads.count(*made) != 1 {
         return None;
     }
-    let j = (i + 1..d.steps.len())
-        .find(|&j| d.steps[j].step.inputs.contains(&Some(Source::Slot(*made))))?;
+    let j = reads.first(*made).filter(|&j| j > i)?;
     let add = &d.steps[j];
     if !add.is_op("Add") || !wide(add) {
         return None;

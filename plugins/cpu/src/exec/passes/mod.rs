@@ -4,7 +4,8 @@
 //!
 //! The draft holds the graph, the nodes to compile, and the steps made so far with what each
 //! node was ([`NodeInfo`]); a pass that removes a step points the step's readers at what
-//! replaces its outputs with [`Draft::replace`]. Passes that only make the program faster can be
+//! replaces its outputs with [`Draft::replace`], or removes many in one pass with
+//! [`Draft::rewrite_steps`]. Passes that only make the program faster can be
 //! turned off by name ([`CompileOptions`]) to find which one changes an answer.
 
 pub(crate) mod batch_norm;
@@ -212,18 +213,138 @@ impl<'g, 'k> Draft<'g, 'k> {
         self.bound.iter_mut().for_each(swap);
     }
 
+    /// Rebuilds the steps in one pass, for a pass that removes steps: each step, its inputs
+    /// first renamed through what the steps removed before it were replaced by, is given to
+    /// `f`, which keeps it ([`Verdict::Keep`]) or removes it, naming what reads of each of its
+    /// output slots read instead ([`Verdict::Remove`]); graph values and bound outputs are
+    /// renamed at the end. Linear in the steps and their inputs, where a removal and a
+    /// [`Draft::replace`] per step would make a chain of N removable nodes cost N².
+    pub(crate) fn rewrite_steps(
+        &mut self,
+        mut f: impl FnMut(&mut Self, &DraftStep<'g>) -> Verdict,
+    ) {
+        let steps = std::mem::take(&mut self.steps);
+        let mut alias: HashMap<usize, Source> = HashMap::new();
+        let mut kept = Vec::with_capacity(steps.len());
+        for mut st in steps {
+            if !alias.is_empty() {
+                for s in st.step.inputs.iter_mut().flatten() {
+                    if let Source::Slot(k) = s
+                        && let Some(a) = alias.get(k)
+                    {
+                        *s = *a;
+                    }
+                }
+            }
+            match f(self, &st) {
+                Verdict::Keep => kept.push(st),
+                // `with` was read through `alias` already (it is an input of this step, or
+                // new): one lookup always gives the final source.
+                Verdict::Remove(renames) => alias.extend(renames),
+            }
+        }
+        self.steps = kept;
+        if !alias.is_empty() {
+            let rename = |s: &mut Source| {
+                if let Source::Slot(k) = s
+                    && let Some(a) = alias.get(k)
+                {
+                    *s = *a;
+                }
+            };
+            self.at.values_mut().for_each(rename);
+            self.bound.iter_mut().for_each(rename);
+        }
+    }
+
+    /// Who reads each slot, counted once over all steps ([`Reads`]), for passes that ask about
+    /// many slots without changing who reads them.
+    pub(crate) fn reads(&self) -> Reads {
+        let mut reads = Reads {
+            count: vec![0; self.num_slots],
+            first: vec![None; self.num_slots],
+        };
+        for (i, st) in self.steps.iter().enumerate() {
+            for s in st.step.inputs.iter().flatten() {
+                if let Source::Slot(k) = *s {
+                    reads.grow(k);
+                    reads.count[k] += 1;
+                    reads.first[k].get_or_insert(i);
+                }
+            }
+        }
+        let outputs: std::collections::HashSet<u32> = self.outputs.iter().copied().collect();
+        // Once each, however many outputs it is.
+        let returned: std::collections::HashSet<usize> = self
+            .bound
+            .iter()
+            .copied()
+            .chain(
+                self.at
+                    .iter()
+                    .filter(|(v, _)| outputs.contains(v))
+                    .map(|(_, s)| *s),
+            )
+            .filter_map(|s| match s {
+                Source::Slot(k) => Some(k),
+                _ => None,
+            })
+            .collect();
+        for k in returned {
+            reads.grow(k);
+            reads.count[k] += 1;
+        }
+        reads
+    }
+}
+
+/// What [`Draft::rewrite_steps`]'s function says of a step.
+pub(crate) enum Verdict {
+    Keep,
+    /// Remove it; reads of each slot named read the source given instead.
+    Remove(Vec<(usize, Source)>),
+}
+
+/// Who reads each slot of a draft ([`Draft::reads`]).
+pub(crate) struct Reads {
+    /// Per slot, the steps' reads of it (a step reading it twice counts twice), plus one when
+    /// the program returns it.
+    count: Vec<usize>,
+    /// Per slot, the first step reading it.
+    first: Vec<Option<usize>>,
+}
+
+impl Reads {
+    /// Room for slot `k` (a draft's `num_slots` counts every slot it made, but a test's hand-made
+    /// draft may not).
+    fn grow(&mut self, k: usize) {
+        if k >= self.count.len() {
+            self.count.resize(k + 1, 0);
+            self.first.resize(k + 1, None);
+        }
+    }
+
     /// How many steps read `slot`, plus one when the program returns it (bound, or a graph
     /// output not bound yet).
-    pub(crate) fn readers(&self, slot: usize) -> usize {
-        let s = Some(Source::Slot(slot));
-        let steps = self
-            .steps
-            .iter()
-            .map(|st| st.step.inputs.iter().filter(|i| **i == s).count())
-            .sum::<usize>();
-        let returned = self.bound.iter().any(|b| Some(*b) == s)
-            || self.outputs.iter().any(|v| self.at.get(v).copied() == s);
-        steps + usize::from(returned)
+    pub(crate) fn count(&self, slot: usize) -> usize {
+        self.count.get(slot).copied().unwrap_or(0)
+    }
+
+    /// The first step that reads `slot`.
+    pub(crate) fn first(&self, slot: usize) -> Option<usize> {
+        self.first.get(slot).copied().flatten()
+    }
+
+    /// What reads `from` reads `to` instead, and the one step that read `to` (and wrote
+    /// `from`) is gone: a step folded into the one before it.
+    pub(crate) fn moved(&mut self, from: usize, to: usize) {
+        let n = self.count(from);
+        if let Some(c) = self.count.get_mut(to) {
+            *c = c.saturating_sub(1) + n;
+        }
+        if let Some(c) = self.count.get_mut(from) {
+            *c = 0;
+        }
     }
 }
 

@@ -463,8 +463,51 @@ mod x86 {
         }
     }
 
-    /// The tile with the VEX-encoded `vpdpbusd`: four rows by 16 columns of i32 accumulators
-    /// at a time (8 of the 16 vector registers), the weight quad broadcast.
+    /// A tile in 256-bit vectors, four rows by 16 columns of i32 accumulators at a time (8 of
+    /// the 16 vector registers): each quad of the panel's bytes `x` against each row's weight
+    /// quad `w` (broadcast) is added into the accumulator by `dot(acc, x, w)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 (and what `dot` needs); sizes as for [`tile_vnni`].
+    #[inline(always)]
+    unsafe fn tile_256(
+        w: *const i8,
+        b: *const u8,
+        quads: usize,
+        out: &mut [i32; MR * NR],
+        dot: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+    ) {
+        const R: usize = 4;
+        // SAFETY: inlined into callers compiled with AVX2 (their contract); quad `q` of the
+        // panel and the weights lies inside them, and row `r0 + r` of `out` has NR = 32 i32s,
+        // 16 of them written per half.
+        unsafe {
+            for r0 in (0..MR).step_by(R) {
+                for half in 0..2 {
+                    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+                    for q in 0..quads {
+                        let bq = b.add(q * NR * 4 + half * 64);
+                        let x0 = _mm256_loadu_si256(bq.cast());
+                        let x1 = _mm256_loadu_si256(bq.add(32).cast());
+                        let wq = w.add(q * MR * 4 + r0 * 4);
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let wv =
+                                _mm256_set1_epi32(wq.add(r * 4).cast::<i32>().read_unaligned());
+                            acc[0] = dot(acc[0], x0, wv);
+                            acc[1] = dot(acc[1], x1, wv);
+                        }
+                    }
+                    for (r, acc) in acc.iter().enumerate() {
+                        let o = out.as_mut_ptr().add((r0 + r) * NR + half * 16);
+                        _mm256_storeu_si256(o.cast(), acc[0]);
+                        _mm256_storeu_si256(o.add(8).cast(), acc[1]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tile with the VEX-encoded `vpdpbusd` (exact).
     ///
     /// # Safety
     /// The CPU has AVX2 and AVX-VNNI; sizes as for [`tile_vnni`].
@@ -475,34 +518,11 @@ mod x86 {
         quads: usize,
         out: &mut [i32; MR * NR],
     ) {
-        const R: usize = 4;
-        for r0 in (0..MR).step_by(R) {
-            for half in 0..2 {
-                let mut acc = [[_mm256_setzero_si256(); 2]; R];
-                for q in 0..quads {
-                    // SAFETY: quad `q` of the panel and the weights lies inside them.
-                    unsafe {
-                        let bq = b.add(q * NR * 4 + half * 64);
-                        let x0 = _mm256_loadu_si256(bq.cast());
-                        let x1 = _mm256_loadu_si256(bq.add(32).cast());
-                        let wq = w.add(q * MR * 4 + r0 * 4);
-                        for (r, acc) in acc.iter_mut().enumerate() {
-                            let wv =
-                                _mm256_set1_epi32(wq.add(r * 4).cast::<i32>().read_unaligned());
-                            acc[0] = _mm256_dpbusd_avx_epi32(acc[0], x0, wv);
-                            acc[1] = _mm256_dpbusd_avx_epi32(acc[1], x1, wv);
-                        }
-                    }
-                }
-                for (r, acc) in acc.iter().enumerate() {
-                    // SAFETY: row `r0 + r` of `out` has NR = 32 i32s; this half is 16 of them.
-                    unsafe {
-                        let o = out.as_mut_ptr().add((r0 + r) * NR + half * 16);
-                        _mm256_storeu_si256(o.cast(), acc[0]);
-                        _mm256_storeu_si256(o.add(8).cast(), acc[1]);
-                    }
-                }
-            }
+        // SAFETY: the caller's contract; the closure runs with this function's features.
+        unsafe {
+            tile_256(w, b, quads, out, |acc, x, wv| {
+                _mm256_dpbusd_avx_epi32(acc, x, wv)
+            })
         }
     }
 
@@ -570,37 +590,12 @@ mod x86 {
         quads: usize,
         out: &mut [i32; MR * NR],
     ) {
-        const R: usize = 4;
         let ones = _mm256_set1_epi16(1);
-        for r0 in (0..MR).step_by(R) {
-            for half in 0..2 {
-                let mut acc = [[_mm256_setzero_si256(); 2]; R];
-                for q in 0..quads {
-                    // SAFETY: quad `q` of the panel and the weights lies inside them.
-                    unsafe {
-                        let bq = b.add(q * NR * 4 + half * 64);
-                        let x0 = _mm256_loadu_si256(bq.cast());
-                        let x1 = _mm256_loadu_si256(bq.add(32).cast());
-                        let wq = w.add(q * MR * 4 + r0 * 4);
-                        for (r, acc) in acc.iter_mut().enumerate() {
-                            let wv =
-                                _mm256_set1_epi32(wq.add(r * 4).cast::<i32>().read_unaligned());
-                            let p0 = _mm256_maddubs_epi16(x0, wv);
-                            let p1 = _mm256_maddubs_epi16(x1, wv);
-                            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(p0, ones));
-                            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(p1, ones));
-                        }
-                    }
-                }
-                for (r, acc) in acc.iter().enumerate() {
-                    // SAFETY: row `r0 + r` of `out` has NR = 32 i32s; this half is 16 of them.
-                    unsafe {
-                        let o = out.as_mut_ptr().add((r0 + r) * NR + half * 16);
-                        _mm256_storeu_si256(o.cast(), acc[0]);
-                        _mm256_storeu_si256(o.add(8).cast(), acc[1]);
-                    }
-                }
-            }
+        // SAFETY: the caller's contract; the closure runs with this function's features.
+        unsafe {
+            tile_256(w, b, quads, out, |acc, x, wv| {
+                _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, wv), ones))
+            })
         }
     }
 

@@ -7,7 +7,7 @@ use epx_plugin_api::sdk;
 
 use std::collections::HashMap;
 
-use super::{Draft, Reads};
+use super::{Draft, Reads, renamed};
 use crate::exec::step::Source;
 use crate::kernel::AttrValue;
 use crate::tensor::Tensor;
@@ -60,13 +60,8 @@ fn fold_steps(
     let mut removed = Vec::new();
     for i in 0..d.steps.len() {
         if !alias.is_empty() {
-            for s in d.steps[i].step.inputs.iter_mut().flatten() {
-                if let Source::Slot(k) = s
-                    && let Some(a) = alias.get(k)
-                {
-                    *s = *a;
-                }
-            }
+            let inputs = d.steps[i].step.inputs.iter_mut().flatten();
+            inputs.for_each(|s| renamed(&alias, s));
         }
         let Some((conv, x, (w, b))) = find(d, &f, i) else {
             continue;
@@ -100,15 +95,7 @@ fn fold_steps(
         .zip(gone)
         .filter_map(|(st, gone)| (!gone).then_some(st))
         .collect();
-    let rename = |s: &mut Source| {
-        if let Source::Slot(k) = s
-            && let Some(a) = alias.get(k)
-        {
-            *s = *a;
-        }
-    };
-    d.at.values_mut().for_each(rename);
-    d.bound.iter_mut().for_each(rename);
+    d.rename_values(&alias);
 }
 
 /// For step `i`, a BatchNormalization of the pattern: the Conv step it follows and the slot

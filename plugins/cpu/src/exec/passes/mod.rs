@@ -228,13 +228,11 @@ impl<'g, 'k> Draft<'g, 'k> {
         let mut kept = Vec::with_capacity(steps.len());
         for mut st in steps {
             if !alias.is_empty() {
-                for s in st.step.inputs.iter_mut().flatten() {
-                    if let Source::Slot(k) = s
-                        && let Some(a) = alias.get(k)
-                    {
-                        *s = *a;
-                    }
-                }
+                st.step
+                    .inputs
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|s| renamed(&alias, s));
             }
             match f(self, &st) {
                 Verdict::Keep => kept.push(st),
@@ -244,16 +242,14 @@ impl<'g, 'k> Draft<'g, 'k> {
             }
         }
         self.steps = kept;
+        self.rename_values(&alias);
+    }
+
+    /// Graph values and bound outputs read through `alias` ([`renamed`]).
+    pub(crate) fn rename_values(&mut self, alias: &HashMap<usize, Source>) {
         if !alias.is_empty() {
-            let rename = |s: &mut Source| {
-                if let Source::Slot(k) = s
-                    && let Some(a) = alias.get(k)
-                {
-                    *s = *a;
-                }
-            };
-            self.at.values_mut().for_each(rename);
-            self.bound.iter_mut().for_each(rename);
+            self.at.values_mut().for_each(|s| renamed(alias, s));
+            self.bound.iter_mut().for_each(|s| renamed(alias, s));
         }
     }
 
@@ -295,6 +291,15 @@ impl<'g, 'k> Draft<'g, 'k> {
             reads.count[k] += 1;
         }
         reads
+    }
+}
+
+/// `s`, when a slot that a removed step wrote, as what `alias` says replaced it.
+pub(crate) fn renamed(alias: &HashMap<usize, Source>, s: &mut Source) {
+    if let Source::Slot(k) = s
+        && let Some(a) = alias.get(k)
+    {
+        *s = *a;
     }
 }
 

@@ -22,24 +22,35 @@ TYPES = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8
          "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def serve(repo, *flags):
+    """An `epx serve` over `repo` on free loopback ports: (process, HTTP address, gRPC address)."""
     exe = shutil.which("epx", path=os.path.dirname(sys.executable))
     if exe is None:
         pytest.skip("no epx command beside this Python")
-    repo = tmp_path_factory.mktemp("repository")
-    for name, path in (("ids", here("models", "identities.onnx")), ("add", example("add.onnx"))):
-        (repo / name / "1").mkdir(parents=True)
-        shutil.copy(path, repo / name / "1" / "model.onnx")
     proc = subprocess.Popen([exe, "serve", "--model-repository", str(repo), "--http-port", "0",
-                             "--grpc-port", "0", "--metrics-port", "0", "--host", "127.0.0.1"],
-                            stdout=subprocess.PIPE, text=True)
+                             "--grpc-port", "0", "--metrics-port", "0", "--host", "127.0.0.1",
+                             *flags], stdout=subprocess.PIPE, text=True)
     lines = [proc.stdout.readline() for _ in range(2)]
     found = re.search(r"over HTTP at http://(\S+)", lines[0])
     assert found, lines
     at_grpc = re.search(r"over gRPC at (\S+)", lines[1])
     assert at_grpc, lines
-    yield {"http": found.group(1), "grpc": at_grpc.group(1)}
+    return proc, found.group(1), at_grpc.group(1)
+
+
+def repository(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repository")
+    for name, path in (("ids", here("models", "identities.onnx")), ("add", example("add.onnx"))):
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(path, repo / name / "1" / "model.onnx")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    proc, at_http, at_grpc = serve(repository(tmp_path_factory), "--model-control-mode",
+                                   "explicit", "--load-model", "*")
+    yield {"http": at_http, "grpc": at_grpc}
     proc.terminate()
     assert proc.wait(30) == 0
 
@@ -180,3 +191,90 @@ def test_the_repository_extension_from_both_clients(server, grpc_server):
     assert server.is_model_ready("add")
     with pytest.raises(InferenceServerException, match="no folder"):
         grpc_server.load_model("nope")
+
+
+def test_by_default_neither_client_can_load_or_unload(tmp_path_factory):
+    proc, at_http, at_grpc = serve(repository(tmp_path_factory))
+    try:
+        h, g = http.InferenceServerClient(at_http), grpc.InferenceServerClient(at_grpc)
+        assert {m["name"] for m in h.get_model_repository_index()} == {"add", "ids"}
+        for call in (h.unload_model, h.load_model):
+            with pytest.raises(InferenceServerException, match="model-control-mode explicit") as e:
+                call("add")
+            assert "403" in str(e.value.status())
+        for call in (g.unload_model, g.load_model):
+            with pytest.raises(InferenceServerException, match="model-control-mode explicit") as e:
+                call("add")
+            assert "PERMISSION_DENIED" in str(e.value.status())
+        assert h.is_model_ready("add") and g.is_model_ready("add")
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_explicit_mode_loads_the_named_models_only(tmp_path_factory):
+    proc, at_http, _ = serve(repository(tmp_path_factory), "--model-control-mode", "explicit",
+                             "--load-model", "add")
+    try:
+        h = http.InferenceServerClient(at_http)
+        assert h.is_model_ready("add") and not h.is_model_ready("ids")
+        h.load_model("ids")
+        assert h.is_model_ready("ids")
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_poll_mode_serves_a_folder_added_after_the_start(tmp_path_factory):
+    import time
+    repo = repository(tmp_path_factory)
+    proc, at_http, at_grpc = serve(repo, "--model-control-mode", "poll",
+                                   "--repository-poll-secs", "1")
+    try:
+        h, g = http.InferenceServerClient(at_http), grpc.InferenceServerClient(at_grpc)
+        assert not h.is_model_ready("late")
+        (repo / "late" / "1").mkdir(parents=True)
+        shutil.copy(example("add.onnx"), repo / "late" / "1" / "model.onnx")
+        until = time.monotonic() + 30
+        while not g.is_model_ready("late"):
+            assert time.monotonic() < until, "the added folder was not served within 30 s"
+            time.sleep(0.2)
+        with pytest.raises(InferenceServerException, match="poll"):
+            h.unload_model("late")
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_restricted_groups_answer_only_with_their_header(tmp_path_factory):
+    proc, at_http, at_grpc = serve(repository(tmp_path_factory),
+                                   "--http-restricted-api", "inference,statistics:x-key=s3",
+                                   "--grpc-restricted-protocol", "inference:x-key=s3")
+    try:
+        a = http.InferInput("a", [1, 4], "FP32")
+        a.set_data_from_numpy(np.ones((1, 4), np.float32))
+        b = http.InferInput("b", [1, 4], "FP32")
+        b.set_data_from_numpy(np.ones((1, 4), np.float32))
+        h = http.InferenceServerClient(at_http)
+        with pytest.raises(InferenceServerException, match="x-key") as e:
+            h.infer("add", [a, b])
+        assert "403" in str(e.value.status()) and "s3" not in str(e.value)
+        with pytest.raises(InferenceServerException, match="x-key"):
+            h.get_inference_statistics("add")
+        sum_ = h.infer("add", [a, b], headers={"x-key": "s3"}).as_numpy("sum")
+        assert np.array_equal(sum_, np.full((1, 4), 2))
+        assert h.is_server_live() and h.get_model_metadata("add")["name"] == "add"
+        g = grpc.InferenceServerClient(at_grpc)
+        ga = grpc.InferInput("a", [1, 4], "FP32")
+        ga.set_data_from_numpy(np.ones((1, 4), np.float32))
+        gb = grpc.InferInput("b", [1, 4], "FP32")
+        gb.set_data_from_numpy(np.ones((1, 4), np.float32))
+        with pytest.raises(InferenceServerException, match="x-key") as e:
+            g.infer("add", [ga, gb])
+        assert "PERMISSION_DENIED" in str(e.value.status())
+        assert np.array_equal(g.infer("add", [ga, gb], headers={"x-key": "s3"}).as_numpy("sum"),
+                              np.full((1, 4), 2))
+        g.get_inference_statistics("add")  # statistics are restricted over REST only
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0

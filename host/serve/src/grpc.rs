@@ -16,6 +16,7 @@ use std::time::Instant;
 use epx::{ElementType, Tensor, ValueSpec};
 use tonic::{Request, Response, Status};
 
+use crate::access::ApiGroup;
 use crate::infer;
 use crate::protocol::{self, ServeError, bad, datatype_of};
 use crate::repository::Model;
@@ -112,6 +113,17 @@ struct Service {
     shared: Arc<Shared>,
 }
 
+impl Service {
+    /// Refuses a call to a restricted API group that lacks the group's metadata key.
+    fn allowed<T>(&self, group: ApiGroup, request: &Request<T>) -> Result<(), Status> {
+        let metadata = request.metadata();
+        self.shared
+            .grpc_restricted
+            .check(group, |k| metadata.get(k).and_then(|v| v.to_str().ok()))
+            .map_err(status)
+    }
+}
+
 fn status(e: ServeError) -> Status {
     match e {
         ServeError::BadRequest(m) => Status::invalid_argument(m),
@@ -120,6 +132,7 @@ fn status(e: ServeError) -> Status {
         ServeError::TooLarge(m) => Status::out_of_range(m),
         ServeError::Timeout(m) => Status::deadline_exceeded(m),
         ServeError::Internal(m) => Status::internal(m),
+        ServeError::Forbidden(m) => Status::permission_denied(m),
     }
 }
 
@@ -191,15 +204,17 @@ fn no_parameters(
 impl GrpcInferenceService for Service {
     async fn server_live(
         &self,
-        _: Request<pb::ServerLiveRequest>,
+        request: Request<pb::ServerLiveRequest>,
     ) -> Result<Response<pb::ServerLiveResponse>, Status> {
+        self.allowed(ApiGroup::Health, &request)?;
         Ok(Response::new(pb::ServerLiveResponse { live: true }))
     }
 
     async fn server_ready(
         &self,
-        _: Request<pb::ServerReadyRequest>,
+        request: Request<pb::ServerReadyRequest>,
     ) -> Result<Response<pb::ServerReadyResponse>, Status> {
+        self.allowed(ApiGroup::Health, &request)?;
         let ready = self.shared.repo.all_ready();
         Ok(Response::new(pb::ServerReadyResponse { ready }))
     }
@@ -208,6 +223,7 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
+        self.allowed(ApiGroup::Health, &request)?;
         let r = request.into_inner();
         let ready = self.shared.repo.get(&r.name, Some(&r.version)).is_ok();
         Ok(Response::new(pb::ModelReadyResponse { ready }))
@@ -215,8 +231,9 @@ impl GrpcInferenceService for Service {
 
     async fn server_metadata(
         &self,
-        _: Request<pb::ServerMetadataRequest>,
+        request: Request<pb::ServerMetadataRequest>,
     ) -> Result<Response<pb::ServerMetadataResponse>, Status> {
+        self.allowed(ApiGroup::Metadata, &request)?;
         Ok(Response::new(pb::ServerMetadataResponse {
             name: "epx".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -228,6 +245,7 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::ModelMetadataRequest>,
     ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
+        self.allowed(ApiGroup::Metadata, &request)?;
         let r = request.into_inner();
         let m = self
             .shared
@@ -247,6 +265,7 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        self.allowed(ApiGroup::Inference, &request)?;
         let r = request.into_inner();
         let model = self
             .shared
@@ -263,6 +282,7 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::ModelStatisticsRequest>,
     ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        self.allowed(ApiGroup::Statistics, &request)?;
         let r = request.into_inner();
         let model_stats = if r.name.is_empty() {
             self.shared
@@ -286,6 +306,7 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::RepositoryIndexRequest>,
     ) -> Result<Response<pb::RepositoryIndexResponse>, Status> {
+        self.allowed(ApiGroup::ModelRepository, &request)?;
         let r = request.into_inner();
         no_parameters(&r.repository_name, &Default::default(), &[])?;
         let models = self
@@ -309,6 +330,8 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
+        self.allowed(ApiGroup::ModelRepository, &request)?;
+        self.shared.control.allow_change("load").map_err(status)?;
         let r = request.into_inner();
         no_parameters(&r.repository_name, &r.parameters, &[])?;
         let shared = self.shared.clone();
@@ -323,6 +346,8 @@ impl GrpcInferenceService for Service {
         &self,
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
+        self.allowed(ApiGroup::ModelRepository, &request)?;
+        self.shared.control.allow_change("unload").map_err(status)?;
         let r = request.into_inner();
         // epx has no ensembles: a model has no dependents to unload with it.
         no_parameters(&r.repository_name, &r.parameters, &["unload_dependents"])?;

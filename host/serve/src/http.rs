@@ -3,8 +3,9 @@
 //! `GET /v2`, `/v2/health/live`, `/v2/health/ready`, `/v2/models/{m}[/versions/{v}]`,
 //! `.../ready`, and `POST .../infer` (JSON, or a JSON header then binary tensor data, its length
 //! in `Inference-Header-Content-Length`). Errors are `{"error": "..."}` with 400 (malformed or
-//! not what the model takes), 404 (no such model or version), 413 (body over the limit), 503
-//! (the model's queue is full) or 500 (the run failed). The statistics extension:
+//! not what the model takes), 403 (a restricted API group without its header, a load or unload
+//! the model control mode refuses), 404 (no such model or version), 413 (body over the limit),
+//! 503 (the model's queue is full) or 500 (the run failed). The statistics extension:
 //! `GET /v2/models[/{m}[/versions/{v}]]/stats`. On the metrics listener: `GET /metrics`.
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value as Json, json};
 
+use crate::access::ApiGroup;
 use crate::infer;
 use crate::protocol::{self, ServeError};
 use crate::repository::Model;
@@ -62,7 +64,52 @@ pub(crate) fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            restricted,
+        ))
         .with_state(shared)
+}
+
+/// The API group of a REST path, `None` for a path of none (answered 404).
+fn group_of(path: &str) -> Option<ApiGroup> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // What follows a model (and its version): nothing, `ready`, `stats` or `infer`.
+    let tail = |rest: &[&str]| match rest {
+        [] => Some(ApiGroup::Metadata),
+        ["ready"] => Some(ApiGroup::Health),
+        ["stats"] => Some(ApiGroup::Statistics),
+        ["infer"] => Some(ApiGroup::Inference),
+        _ => None,
+    };
+    match parts.as_slice() {
+        ["v2"] => Some(ApiGroup::Metadata),
+        ["v2", "health", ..] => Some(ApiGroup::Health),
+        ["v2", "repository", ..] => Some(ApiGroup::ModelRepository),
+        ["v2", "models", "stats"] => Some(ApiGroup::Statistics),
+        ["v2", "models", _, "versions", _, rest @ ..] => tail(rest),
+        ["v2", "models", _, rest @ ..] => tail(rest),
+        _ => None,
+    }
+}
+
+/// Refuses a request to a restricted API group that lacks the group's header, before its body
+/// is read.
+async fn restricted(
+    State(s): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(group) = group_of(request.uri().path()) {
+        let headers = request.headers();
+        if let Err(e) = s
+            .http_restricted
+            .check(group, |k| headers.get(k).and_then(|v| v.to_str().ok()))
+        {
+            return e.into_response();
+        }
+    }
+    next.run(request).await
 }
 
 impl IntoResponse for ServeError {
@@ -74,6 +121,7 @@ impl IntoResponse for ServeError {
             ServeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ServeError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
         };
         (status, axum::Json(json!({"error": self.message()}))).into_response()
     }
@@ -269,6 +317,7 @@ async fn load(
     Path(model): Path<String>,
     body: Bytes,
 ) -> Result<axum::Json<Json>, ServeError> {
+    s.control.allow_change("load")?;
     repository_body(&body, &[], &[])?;
     tokio::task::spawn_blocking(move || s.repo.load(&model))
         .await
@@ -281,6 +330,7 @@ async fn unload(
     Path(model): Path<String>,
     body: Bytes,
 ) -> Result<axum::Json<Json>, ServeError> {
+    s.control.allow_change("unload")?;
     // epx has no ensembles: a model has no dependents to unload with it.
     repository_body(&body, &[], &["unload_dependents"])?;
     s.repo.unload(&model)?;

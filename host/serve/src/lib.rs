@@ -8,6 +8,7 @@
 //! - [`grpc`]: the gRPC service (`inference.GRPCInferenceService`);
 //! - [`infer`]: one inference whatever the transport (admission, queue, run);
 //! - [`server`]: the listeners;
+//! - [`access`]: the model control mode and the restricted API groups;
 //! - [`stats`]: per-model counters.
 //!
 //! A request is parsed and checked on the runtime's threads; the run itself goes to a blocking
@@ -15,6 +16,7 @@
 //! requests at a time and refuses the next (HTTP 503, gRPC `RESOURCE_EXHAUSTED`), so memory is bounded by the limits, not by
 //! the load.
 
+pub mod access;
 pub mod config;
 pub mod grpc;
 pub mod http;
@@ -44,6 +46,46 @@ pub struct ServeOptions {
     pub metrics: Option<SocketAddr>,
     /// The largest request accepted, in bytes (above: HTTP 413, gRPC `OUT_OF_RANGE`).
     pub max_body_bytes: usize,
+    /// Who loads and unloads models (default: nobody; the models of the start are served).
+    pub control: access::ControlMode,
+    /// With [`ControlMode::Explicit`](access::ControlMode::Explicit): the models loaded at
+    /// start (`*`: all); ignored otherwise, where every model loads.
+    pub load_models: Vec<String>,
+    /// With [`ControlMode::Poll`](access::ControlMode::Poll): how often the repository is read.
+    pub poll_interval: std::time::Duration,
+    /// REST API groups answered only to requests with a given header.
+    pub http_restricted: Vec<access::Restriction>,
+    /// gRPC API groups answered only to requests with given metadata.
+    pub grpc_restricted: Vec<access::Restriction>,
+}
+
+impl ServeOptions {
+    /// Serves `repository` on `http` (REST only) with the defaults `epx serve` has.
+    pub fn new(repository: PathBuf, http: SocketAddr) -> ServeOptions {
+        ServeOptions {
+            repository,
+            http,
+            grpc: None,
+            metrics: None,
+            max_body_bytes: 64 << 20,
+            control: access::ControlMode::None,
+            load_models: Vec::new(),
+            poll_interval: std::time::Duration::from_secs(15),
+            http_restricted: Vec::new(),
+            grpc_restricted: Vec::new(),
+        }
+    }
+
+    /// The models to load at start.
+    pub fn startup(&self) -> repository::Startup {
+        if self.control == access::ControlMode::Explicit
+            && !self.load_models.iter().any(|m| m == "*")
+        {
+            repository::Startup::Named(self.load_models.clone())
+        } else {
+            repository::Startup::All
+        }
+    }
 }
 
 /// Loads the repository and serves it until SIGTERM or Ctrl-C, after which requests in flight

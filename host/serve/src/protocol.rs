@@ -28,6 +28,9 @@ pub enum ServeError {
     Timeout(String),
     /// The run failed (HTTP 500, gRPC `INTERNAL`).
     Internal(String),
+    /// Not allowed on this server: a restricted API without its header, or a load or unload
+    /// the model control mode refuses (HTTP 403, gRPC `PERMISSION_DENIED`).
+    Forbidden(String),
 }
 
 impl ServeError {
@@ -38,7 +41,8 @@ impl ServeError {
             | ServeError::Busy(m)
             | ServeError::TooLarge(m)
             | ServeError::Timeout(m)
-            | ServeError::Internal(m) => m,
+            | ServeError::Internal(m)
+            | ServeError::Forbidden(m) => m,
         }
     }
 }

@@ -91,22 +91,127 @@ pub struct Repository {
     models: RwLock<BTreeMap<String, Entry>>,
     /// Held through a load, so that two loads do not build the same model at once.
     loading: Mutex<()>,
+    /// Each model folder's stamp when it was last loaded (`--model-control-mode poll` loads a
+    /// folder again when its stamp changes).
+    stamps: Mutex<BTreeMap<String, Stamp>>,
+}
+
+/// Which models load when the server starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Startup {
+    /// Every model folder.
+    All,
+    /// These folders only (each must exist).
+    Named(Vec<String>),
+}
+
+/// What a model folder holds, to tell that it changed: every file's path, size and modification
+/// time down to the version folders' files.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stamp(Vec<(PathBuf, u64, Option<std::time::SystemTime>)>);
+
+/// The most entries a stamp reads: a folder larger than that is compared on its first ones.
+const STAMP_ENTRIES: usize = 4096;
+
+impl Stamp {
+    pub fn of(dir: &Path) -> Stamp {
+        let mut seen = Vec::new();
+        let mut todo = vec![(dir.to_path_buf(), 0)];
+        while let Some((d, depth)) = todo.pop() {
+            let Ok(items) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for item in items.flatten() {
+                if seen.len() >= STAMP_ENTRIES {
+                    break;
+                }
+                // Not followed: a link is stamped as the link (its target's size and time).
+                let path = item.path();
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    if depth < 2 {
+                        todo.push((path.clone(), depth + 1));
+                    }
+                    seen.push((path, 0, None));
+                } else {
+                    seen.push((path, meta.len(), meta.modified().ok()));
+                }
+            }
+        }
+        seen.sort();
+        Stamp(seen)
+    }
 }
 
 impl Repository {
-    /// Loads every model under `root` (an error only when `root` cannot be read).
-    pub fn open(env: &Arc<Environment>, root: &Path) -> Result<Repository, String> {
+    /// Loads the models `startup` names under `root` (an error only when `root` cannot be read
+    /// or a named model has no folder).
+    pub fn open(
+        env: &Arc<Environment>,
+        root: &Path,
+        startup: &Startup,
+    ) -> Result<Repository, String> {
         let repo = Repository {
             root: root.to_path_buf(),
             env: env.clone(),
             models: RwLock::new(BTreeMap::new()),
             loading: Mutex::new(()),
+            stamps: Mutex::new(BTreeMap::new()),
         };
-        for name in repo.folders()? {
+        let folders = repo.folders()?;
+        let names = match startup {
+            Startup::All => folders,
+            Startup::Named(names) => {
+                if let Some(missing) = names.iter().find(|n| !folders.contains(n)) {
+                    return Err(format!(
+                        "--load-model {missing}: the model repository has no model folder of \
+                         that name (it has: {})",
+                        folders.join(", ")
+                    ));
+                }
+                names.clone()
+            }
+        };
+        for name in names {
             // A failure is kept with the model and logged; it never stops the others.
             let _ = repo.load(&name);
         }
         Ok(repo)
+    }
+
+    /// Reads the repository again: loads each model folder that is new or changed since it was
+    /// last loaded, and drops each model whose folder is gone. Returns the names loaded and
+    /// dropped.
+    pub fn poll(&self) -> Result<(Vec<String>, Vec<String>), String> {
+        let folders = self.folders()?;
+        let mut loaded = Vec::new();
+        for name in &folders {
+            let now = Stamp::of(&self.root.join(name));
+            let changed = self.stamps().get(name) != Some(&now);
+            if changed {
+                // A failure is kept with the model (the index says why) until it changes again.
+                let _ = self.load(name);
+                loaded.push(name.clone());
+            }
+        }
+        let gone: Vec<String> = self
+            .read()
+            .keys()
+            .filter(|k| !folders.contains(k))
+            .cloned()
+            .collect();
+        for name in &gone {
+            self.write().remove(name);
+            self.stamps().remove(name);
+            tracing::info!("model {name}: its folder is gone; no longer served");
+        }
+        Ok((loaded, gone))
+    }
+
+    fn stamps(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Stamp>> {
+        self.stamps.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The names of the model folders under the root.
@@ -155,6 +260,8 @@ impl Repository {
             )));
         }
         let _one_at_a_time = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        // Stamped before reading, so that a change made during the load is seen by the next poll.
+        self.stamps().insert(name.to_owned(), Stamp::of(&dir));
         match load_model(&self.env, name, &dir) {
             Ok(model) => {
                 tracing::info!("model {name}: version {} ready", model.version);
@@ -226,6 +333,12 @@ impl Repository {
     /// The model `name` at `version` (the loaded one when `None`), or why not.
     pub fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<Model>, ServeError> {
         match self.read().get(name) {
+            None if valid_name(name) && self.root.join(name).is_dir() => {
+                Err(ServeError::NotFound(format!(
+                    "model `{name}` is not loaded (load it with POST \
+                     /v2/repository/models/{name}/load)"
+                )))
+            }
             None => Err(ServeError::NotFound(format!("no model named `{name}`"))),
             Some(Entry::Failed(e)) => Err(ServeError::NotFound(format!(
                 "model `{name}` is not loaded: {e}"

@@ -9,6 +9,7 @@ use epx::Environment;
 use tokio::net::TcpListener;
 
 use crate::ServeOptions;
+use crate::access::{ControlMode, Restrictions};
 use crate::repository::Repository;
 
 /// The protocol extensions served, over REST and gRPC alike.
@@ -19,6 +20,10 @@ pub(crate) struct Shared {
     pub repo: Repository,
     /// The largest request accepted, in bytes.
     pub max_body: usize,
+    /// Who loads and unloads models.
+    pub control: ControlMode,
+    pub http_restricted: Restrictions,
+    pub grpc_restricted: Restrictions,
 }
 
 /// The addresses a server listens on.
@@ -35,6 +40,7 @@ pub struct Server {
     http: TcpListener,
     grpc: Option<TcpListener>,
     metrics: Option<TcpListener>,
+    poll_interval: std::time::Duration,
 }
 
 async fn bind(at: SocketAddr, what: &str) -> Result<TcpListener, String> {
@@ -50,8 +56,23 @@ fn address(l: &TcpListener) -> SocketAddr {
 impl Server {
     /// Loads the repository and binds the listeners.
     pub async fn bind(env: Arc<Environment>, options: &ServeOptions) -> Result<Server, String> {
+        let http_restricted = Restrictions::new(options.http_restricted.clone())
+            .map_err(|e| format!("--http-restricted-api: {e}"))?;
+        let grpc_restricted = Restrictions::new(options.grpc_restricted.clone())
+            .map_err(|e| format!("--grpc-restricted-protocol: {e}"))?;
+        if options.control != ControlMode::Explicit && !options.load_models.is_empty() {
+            return Err(format!(
+                "--load-model needs --model-control-mode explicit (with `{}` every model \
+                 of the repository loads at start)",
+                options.control
+            ));
+        }
+        if options.control == ControlMode::Poll && options.poll_interval.is_zero() {
+            return Err("--repository-poll-secs must be at least 1".into());
+        }
         let root = options.repository.clone();
-        let repo = tokio::task::spawn_blocking(move || Repository::open(&env, &root))
+        let startup = options.startup();
+        let repo = tokio::task::spawn_blocking(move || Repository::open(&env, &root, &startup))
             .await
             .map_err(|e| format!("loading the repository failed: {e}"))??;
         let http = bind(options.http, "REST").await?;
@@ -67,10 +88,14 @@ impl Server {
             shared: Arc::new(Shared {
                 repo,
                 max_body: options.max_body_bytes,
+                control: options.control,
+                http_restricted,
+                grpc_restricted,
             }),
             http,
             grpc,
             metrics,
+            poll_interval: options.poll_interval,
         })
     }
 
@@ -96,6 +121,27 @@ impl Server {
             }
         };
         let mut tasks = tokio::task::JoinSet::new();
+        if self.shared.control == ControlMode::Poll {
+            let shared = self.shared.clone();
+            let (every, mut done) = (self.poll_interval, Box::pin(stopping()));
+            tasks.spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticks.tick().await; // the first tick is now: the start just loaded everything
+                loop {
+                    tokio::select! {
+                        () = &mut done => return Ok(()),
+                        _ = ticks.tick() => {}
+                    }
+                    let shared = shared.clone();
+                    match tokio::task::spawn_blocking(move || shared.repo.poll()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::error!("polling the model repository: {e}"),
+                        Err(e) => tracing::error!("polling the model repository stopped: {e}"),
+                    }
+                }
+            });
+        }
         if let Some(l) = self.metrics {
             let routes = crate::http::metrics_router(self.shared.clone());
             let done = stopping();

@@ -592,3 +592,45 @@ fn the_repository_extension_over_grpc_indexes_unloads_and_loads() {
         );
     });
 }
+
+/// The gRPC side of the access rules: a restricted group needs its metadata key, and the default
+/// control mode refuses loads and unloads, both with PERMISSION_DENIED.
+#[test]
+fn grpc_restricted_groups_and_the_control_mode_refuse_with_permission_denied() {
+    let server = common::start_with(|o| {
+        o.grpc_restricted = vec!["inference:x-epx-key=k1".parse().unwrap()];
+    });
+    runtime().block_on(async {
+        let mut c = client(server.grpc).await;
+        let status = c
+            .model_infer(add_request(&[1.; 4], &[1.; 4]))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+        assert!(
+            status.message().contains("x-epx-key"),
+            "{}",
+            status.message()
+        );
+        let mut keyed = tonic::Request::new(add_request(&[1.; 4], &[1.; 4]));
+        keyed
+            .metadata_mut()
+            .insert("x-epx-key", "k1".parse().unwrap());
+        c.model_infer(keyed).await.unwrap();
+        // Not restricted.
+        c.server_live(pb::ServerLiveRequest {}).await.unwrap();
+        let status = c
+            .repository_model_unload(pb::RepositoryModelUnloadRequest {
+                model_name: "add".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+        assert!(
+            status.message().contains("--model-control-mode explicit"),
+            "{}",
+            status.message()
+        );
+    });
+}

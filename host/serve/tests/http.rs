@@ -779,3 +779,141 @@ fn an_isolated_ep_that_crashes_fails_only_its_requests() {
     assert_eq!(r.status, 200, "{}", r.error());
     assert_eq!(r.json()["outputs"][0]["data"], expected);
 }
+
+/// By default (`--model-control-mode none`) the repository may be read, but clients load and
+/// unload nothing: 403 naming the flag, and the model goes on serving.
+#[test]
+fn by_default_clients_cannot_load_or_unload_models() {
+    let server = common::start_with(|_| {});
+    let addr = server.addr;
+    let post = |path: &str| call(addr, "POST", path, &[], b"");
+    assert_eq!(post("/v2/repository/index").status, 200);
+    for path in [
+        "/v2/repository/models/add/unload",
+        "/v2/repository/models/add/load",
+    ] {
+        let r = post(path);
+        assert_eq!(r.status, 403, "{path}");
+        assert!(
+            r.error().contains("--model-control-mode explicit"),
+            "{}",
+            r.error()
+        );
+    }
+    let infer = json!({"inputs": [
+        {"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+        {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1]}]});
+    let r = call(
+        addr,
+        "POST",
+        "/v2/models/add/infer",
+        &[],
+        infer.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// `explicit` with `--load-model add`: only `add` serves at start; the others load on request.
+#[test]
+fn explicit_control_loads_only_the_named_models_at_start() {
+    let server = common::start_with(|o| {
+        o.control = epx_serve::access::ControlMode::Explicit;
+        o.load_models = vec!["add".into()];
+    });
+    let addr = server.addr;
+    let r = call(addr, "GET", "/v2/models/mixed", &[], b"");
+    assert_eq!(r.status, 404);
+    assert!(r.error().contains("not loaded"), "{}", r.error());
+    assert_eq!(call(addr, "GET", "/v2/models/add", &[], b"").status, 200);
+    let r = call(addr, "POST", "/v2/repository/models/mixed/load", &[], b"");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(call(addr, "GET", "/v2/models/mixed", &[], b"").status, 200);
+}
+
+/// A restricted group answers only requests with its header; the other groups answer all.
+#[test]
+fn a_restricted_api_group_needs_its_header() {
+    let server = common::start_with(|o| {
+        o.control = epx_serve::access::ControlMode::Explicit;
+        o.load_models = vec!["*".into()];
+        o.http_restricted = vec![
+            "model-repository,statistics:Admin-Key=open sesame"
+                .parse()
+                .unwrap(),
+        ];
+    });
+    let addr = server.addr;
+    let key = [("admin-key", "open sesame".to_owned())];
+    let wrong = [("Admin-Key", "open".to_owned())];
+    for (method, path) in [
+        ("POST", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/add/unload"),
+        ("GET", "/v2/models/stats"),
+        ("GET", "/v2/models/add/versions/1/stats"),
+    ] {
+        for h in [&[][..], &wrong[..]] {
+            let r = call(addr, method, path, h, b"");
+            assert_eq!(r.status, 403, "{path}");
+            assert!(
+                r.error().contains("`admin-key`") && !r.error().contains("sesame"),
+                "{}",
+                r.error()
+            );
+        }
+    }
+    assert_eq!(call(addr, "GET", "/v2/models/stats", &key, b"").status, 200);
+    assert_eq!(
+        call(addr, "POST", "/v2/repository/index", &key, b"").status,
+        200
+    );
+    // Health, metadata and a model named like an endpoint are not restricted.
+    for path in [
+        "/v2/health/live",
+        "/v2",
+        "/v2/models/add",
+        "/v2/models/add/ready",
+    ] {
+        assert_eq!(call(addr, "GET", path, &[], b"").status, 200, "{path}");
+    }
+}
+
+/// `poll`: a model folder added, changed or removed is served, reloaded or dropped at the next
+/// read of the repository, and clients still cannot load or unload.
+#[test]
+fn poll_control_follows_the_repository_folders() {
+    let server = common::start_with(|o| {
+        o.control = epx_serve::access::ControlMode::Poll;
+        o.poll_interval = std::time::Duration::from_millis(200);
+    });
+    let addr = server.addr;
+    let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ok() {
+            assert!(std::time::Instant::now() < until, "{what}: not within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let status = |path: &str| call(addr, "GET", path, &[], b"").status;
+    assert_eq!(status("/v2/models/linear"), 404);
+    put(&server.dir, "linear", &linear_model(), None);
+    wait_for("a new folder served", &|| {
+        status("/v2/models/linear") == 200
+    });
+    // A change: the broken model fixed on disk.
+    put(
+        &server.dir,
+        "broken",
+        &std::fs::read(epx_tests::repo_root().join("examples/models/add.onnx")).unwrap(),
+        None,
+    );
+    wait_for("a changed folder reloaded", &|| {
+        status("/v2/models/broken") == 200
+    });
+    std::fs::remove_dir_all(server.dir.join("linear")).unwrap();
+    wait_for("a removed folder dropped", &|| {
+        status("/v2/models/linear") == 404
+    });
+    let r = call(addr, "POST", "/v2/repository/models/add/unload", &[], b"");
+    assert_eq!(r.status, 403);
+    assert!(r.error().contains("poll"), "{}", r.error());
+}

@@ -110,7 +110,8 @@ class Server:
                 f.write(f"threads = {threads}\ninstances = 1\nmax_queue = 256\n{extra}\n")
             args = [exe, "serve", "--model-repository", self.dir, "--host", "127.0.0.1",
                     "--http-port", str(self.http), "--grpc-port", str(self.grpc),
-                    "--metrics-port", "0"]
+                    "--metrics-port", "0", "--model-control-mode", "explicit",
+                    "--load-model", "*"]
         else:
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kserve_onnx.py")
             args = [exe, script, "--model_name", name, "--model_file", path,

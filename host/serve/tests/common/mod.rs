@@ -112,6 +112,15 @@ impl Drop for Running {
 }
 
 pub fn start() -> Running {
+    start_with(|o| {
+        o.control = epx_serve::access::ControlMode::Explicit;
+        o.load_models = vec!["*".into()];
+    })
+}
+
+/// [`start`], with the options as `tune` leaves them (the defaults `epx serve` has, but for
+/// loopback addresses and a 1 MiB body limit).
+pub fn start_with(tune: impl FnOnce(&mut ServeOptions)) -> Running {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("epx-serve-test-{}-{n}", std::process::id()));
@@ -132,13 +141,13 @@ pub fn start() -> Running {
     );
     put(&dir, "broken", b"not an onnx model", None);
     put(&dir, "badconfig", &mixed_model(), Some("instance = 2\n"));
-    let options = ServeOptions {
-        repository: dir.clone(),
-        http: "127.0.0.1:0".parse().unwrap(),
+    let mut options = ServeOptions {
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         metrics: Some("127.0.0.1:0".parse().unwrap()),
         max_body_bytes: 1 << 20,
+        ..ServeOptions::new(dir.clone(), "127.0.0.1:0".parse().unwrap())
     };
+    tune(&mut options);
     // A plugin folder with the `adversarial` fixture (a Relu EP that misbehaves as its `mode`
     // option says), and the `epx` executable, which runs isolated EPs.
     let plugins = dir.join(".plugins");

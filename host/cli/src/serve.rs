@@ -47,6 +47,35 @@ pub struct ServeArgs {
     /// gRPC API groups answered only to calls with a metadata key, as --http-restricted-api.
     #[arg(long = "grpc-restricted-protocol", value_name = "GROUPS:KEY=VALUE")]
     grpc_restricted: Vec<epx_serve::access::Restriction>,
+    /// The request bytes held at once over every request (bodies and what they decode to;
+    /// past it: HTTP 503, gRPC RESOURCE_EXHAUSTED).
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    max_inflight_bytes: usize,
+    /// Seconds a client may take to send a request's headers, or stay idle between requests.
+    #[arg(long, default_value_t = 15.0, value_name = "S")]
+    header_timeout_secs: f64,
+    /// Seconds a request's body may take to arrive (past it: HTTP 408).
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    body_timeout_secs: f64,
+    /// The most REST connections open at once (default: half the open-file limit less a
+    /// reserve); at the cap the longest-idle connection is closed for a new one.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// The largest tensor a run may allocate (larger: HTTP 400, gRPC INVALID_ARGUMENT);
+    /// EPX_MAX_TENSOR_BYTES, when set, wins.
+    #[arg(long, default_value_t = 4 << 30, value_name = "BYTES")]
+    max_tensor_bytes: u64,
+}
+
+fn seconds(flag: &str, s: f64) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "--{flag} must be a positive number of seconds, got {s}"
+            ))
+        })
 }
 
 pub fn serve(env: Arc<Environment>, args: ServeArgs) -> Result<()> {
@@ -59,6 +88,11 @@ pub fn serve(env: Arc<Environment>, args: ServeArgs) -> Result<()> {
         poll_interval: std::time::Duration::from_secs(args.repository_poll_secs),
         http_restricted: args.http_restricted,
         grpc_restricted: args.grpc_restricted,
+        max_inflight_bytes: args.max_inflight_bytes,
+        header_timeout: seconds("header-timeout-secs", args.header_timeout_secs)?,
+        body_timeout: seconds("body-timeout-secs", args.body_timeout_secs)?,
+        max_connections: args.max_connections,
+        max_tensor_bytes: args.max_tensor_bytes,
         ..epx_serve::ServeOptions::new(
             args.model_repository,
             SocketAddr::new(args.host, args.http_port),

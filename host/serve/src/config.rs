@@ -11,6 +11,11 @@ use serde::Deserialize;
 
 use crate::protocol::{datatype_and_shape, element_of};
 
+/// A request's deadline when the model's `config.toml` gives no `timeout_ms`: long enough for
+/// any model that serves interactively, short enough that one stuck run does not hold an
+/// instance for good.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -40,7 +45,7 @@ pub struct ModelConfig {
     /// Stack the rows of queued requests into one run (needs `max_batch_size` > 0).
     pub dynamic_batching: Option<BatchingConfig>,
     /// A request not answered within this many milliseconds gets a timeout error, and its run
-    /// is cancelled.
+    /// is cancelled ([`DEFAULT_TIMEOUT_MS`] when left out; 0: no deadline).
     pub timeout_ms: Option<u64>,
     /// The inputs the model must have (all of them, by name and datatype, and shape if given).
     #[serde(default)]
@@ -111,6 +116,15 @@ impl Default for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The deadline of the model's requests: `timeout_ms`, [`DEFAULT_TIMEOUT_MS`] when left
+    /// out, none for 0.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        match self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
     /// What can be checked before the model is read.
     pub fn check(&self) -> Result<(), String> {
         if self.instances == 0 {
@@ -121,9 +135,6 @@ impl ModelConfig {
         }
         if let Some(p) = &self.policy {
             SelectionPolicy::from_name(p).map_err(|e| e.to_string())?;
-        }
-        if self.timeout_ms == Some(0) {
-            return Err("timeout_ms must be at least 1 (leave it out for none)".into());
         }
         if let Some(b) = &self.dynamic_batching {
             if self.max_batch_size == 0 {
@@ -311,6 +322,15 @@ mod tests {
     }
 
     #[test]
+    fn a_model_without_timeout_ms_gets_the_default_deadline_and_0_means_none() {
+        use std::time::Duration;
+        let given = |text: &str| config(text).unwrap().timeout();
+        assert_eq!(given(""), Some(Duration::from_millis(DEFAULT_TIMEOUT_MS)));
+        assert_eq!(given("timeout_ms = 250"), Some(Duration::from_millis(250)));
+        assert_eq!(given("timeout_ms = 0"), None);
+    }
+
+    #[test]
     fn a_full_configuration_reads_and_wrong_ones_say_why() {
         let c = config(
             r#"
@@ -362,7 +382,6 @@ mod tests {
                 "[[providers]]\nname = \"x\"\nflavour = 1",
                 "unknown field `flavour`",
             ),
-            ("timeout_ms = 0", "at least 1"),
         ] {
             let e = config(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");

@@ -92,6 +92,9 @@ pub mod codec {
     }
 }
 
+/// The calls one HTTP/2 connection may have open at once.
+const STREAMS_PER_CONNECTION: u32 = 128;
+
 /// Serves the gRPC service on `listener` until `done` resolves.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
@@ -104,6 +107,15 @@ pub(crate) async fn serve(
         .max_encoding_message_size(usize::MAX);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
+        // HTTP/2's own bounds: streams per connection, header block size, resets a client may
+        // leave pending (the rapid-reset flood), and pings that find a peer gone.
+        .max_concurrent_streams(STREAMS_PER_CONNECTION)
+        .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
+        .http2_max_header_list_size(16u32 << 10)
+        .http2_max_pending_accept_reset_streams(Some(32))
+        .http2_max_local_error_reset_streams(Some(256))
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(60)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
         .serve_with_incoming_shutdown(service, incoming, done)
         .await
         .map_err(|e| format!("the gRPC listener stopped: {e}"))
@@ -272,6 +284,21 @@ impl GrpcInferenceService for Service {
             .repo
             .get(&r.model_name, Some(&r.model_version))
             .map_err(status)?;
+        // The message and the tensors it decodes to, from the in-flight budget, held while it
+        // runs.
+        let units =
+            u32::try_from((2 * prost::Message::encoded_len(&r)).div_ceil(1024)).unwrap_or(u32::MAX);
+        let _reserved = self
+            .shared
+            .inflight
+            .clone()
+            .try_acquire_many_owned(units)
+            .map_err(|_| {
+                Status::resource_exhausted(
+                    "the server holds as many request bytes as its --max-inflight-bytes allows: \
+                     try again later",
+                )
+            })?;
         let arrived = Instant::now();
         let result = answer(&model, r).await;
         infer::count(&model, arrived, &result);

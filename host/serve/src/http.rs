@@ -66,9 +66,141 @@ pub(crate) fn router(shared: Arc<Shared>, max_body: usize) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
+            bounded_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
             restricted,
         ))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(shared)
+}
+
+/// Every error as `{"error": "..."}`: the router's own refusals (a path whose parameters are not
+/// UTF-8, a method the path does not take) come as plain text and are wrapped here.
+async fn json_errors(answer: Response) -> Response {
+    let status = answer.status();
+    let is_json = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return answer;
+    }
+    let (parts, body) = answer.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let mut message = String::from_utf8_lossy(&text).trim().to_owned();
+    if message.is_empty() {
+        message = status
+            .canonical_reason()
+            .unwrap_or("the request was refused")
+            .to_owned();
+    }
+    let mut wrapped = (status, axum::Json(json!({"error": message}))).into_response();
+    for (k, v) in &parts.headers {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            wrapped.headers_mut().insert(k, v.clone());
+        }
+    }
+    wrapped
+}
+
+/// Bytes of the in-flight budget per permit (a semaphore takes at most `u32::MAX` at once).
+const BUDGET_UNIT: usize = 1024;
+
+/// Reads a request's body before any handler sees it, within bounds: a declared length over
+/// `--max-body-bytes` is refused (413) before a byte of it is read; the body (twice over: the
+/// bytes and what they decode to) is reserved from the server's in-flight budget, refused with
+/// 503 when the budget is spent; a body that is not complete by the body deadline gets 408.
+/// The reservation is held until the answer is made.
+async fn bounded_body(
+    State(s): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use http_body_util::BodyExt;
+    let (parts, mut body) = request.into_parts();
+    let declared = match parts.headers.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|t| t.trim().parse::<usize>().ok()) {
+            Some(n) => Some(n),
+            None => {
+                return ServeError::BadRequest(format!("Content-Length {v:?} is not a byte count"))
+                    .into_response();
+            }
+        },
+    };
+    let too_large = |n: usize| {
+        ServeError::TooLarge(format!(
+            "the body is {n} bytes or more, over this server's --max-body-bytes {}",
+            s.max_body
+        ))
+        .into_response()
+    };
+    if let Some(n) = declared.filter(|&n| n > s.max_body) {
+        return too_large(n);
+    }
+    let units = |bytes: usize| u32::try_from((2 * bytes).div_ceil(BUDGET_UNIT)).unwrap_or(u32::MAX);
+    let spent = || {
+        ServeError::Busy(
+            "the server holds as many request bytes as its --max-inflight-bytes allows: try \
+             again later"
+                .into(),
+        )
+        .into_response()
+    };
+    let mut reserved = match s
+        .inflight
+        .clone()
+        .try_acquire_many_owned(units(declared.unwrap_or(0)))
+    {
+        Ok(p) => p,
+        Err(_) => return spent(),
+    };
+    let deadline = tokio::time::Instant::now() + s.body_timeout;
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                return (
+                    StatusCode::REQUEST_TIMEOUT,
+                    axum::Json(json!({"error": format!(
+                        "the body did not arrive within {} s",
+                        s.body_timeout.as_secs_f64()
+                    )})),
+                )
+                    .into_response();
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return ServeError::BadRequest(format!("reading the body failed: {e}"))
+                    .into_response();
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if bytes.len() + data.len() > s.max_body {
+            return too_large(bytes.len() + data.len());
+        }
+        bytes.extend_from_slice(&data);
+        // A body longer than it said, or of no stated length, reserves as it grows.
+        let want = units(bytes.len());
+        let have = reserved.num_permits() as u32;
+        if want > have {
+            match s.inflight.clone().try_acquire_many_owned(want - have) {
+                Ok(more) => reserved.merge(more),
+                Err(_) => return spent(),
+            }
+        }
+    }
+    let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    let answer = next.run(request).await;
+    drop(reserved);
+    answer
 }
 
 /// The API group of a REST path, `None` for a path of none (answered 404).
@@ -403,16 +535,23 @@ async fn answer(
             &mut binary,
         )?);
     }
-    let mut answer = json!({
-        "model_name": model.name,
-        "model_version": model.version,
-        "outputs": entries,
-    });
-    if let Some(id) = id {
-        answer["id"] = Json::from(id);
+    #[derive(serde::Serialize)]
+    struct Answer<'a> {
+        model_name: &'a str,
+        model_version: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        outputs: Vec<protocol::OutputEntry<'a>>,
     }
+    let answer = Answer {
+        model_name: &model.name,
+        model_version: &model.version,
+        id,
+        outputs: entries,
+    };
     let text = serde_json::to_vec(&answer)
         .map_err(|e| ServeError::Internal(format!("cannot write the response: {e}")))?;
+    drop(answer);
     if binary.is_empty() {
         return Ok((
             [(

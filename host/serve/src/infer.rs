@@ -158,8 +158,28 @@ async fn alone(
         })
         .await;
     cancel.done();
-    out?.map(Answer::Whole)
-        .map_err(|e| ServeError::Internal(format!("model `{}`: {e}", model.name)))
+    out?.map(Answer::Whole).map_err(|e| run_error(model, e))
+}
+
+/// A failed run: 400 / `INVALID_ARGUMENT` when the request caused it (inputs the model refuses,
+/// a tensor over the server's per-tensor limit that the request's shapes ask for: an EP's
+/// `OutOfMemory`), else 500.
+fn run_error(model: &Model, e: epx::Error) -> ServeError {
+    use epx_plugin_api::abi::EpxStatusCode;
+    let theirs = matches!(
+        e,
+        epx::Error::InvalidInput(_)
+            | epx::Error::Provider {
+                code: EpxStatusCode::OutOfMemory,
+                ..
+            }
+    );
+    let message = format!("model `{}`: {e}", model.name);
+    if theirs {
+        ServeError::BadRequest(message)
+    } else {
+        ServeError::Internal(message)
+    }
 }
 
 /// The request's rows along the batch dimension when the model has one (`max_batch_size` >
@@ -311,7 +331,7 @@ async fn run_batch(model: Arc<Model>, batch: Vec<Pending>) {
                 .await;
             match out {
                 Err(e) => Err(e),
-                Ok(Err(e)) => Err(ServeError::Internal(format!("model `{}`: {e}", model.name))),
+                Ok(Err(e)) => Err(run_error(&model, e)),
                 Ok(Ok(out)) => split(&model, &out, &counts),
             }
         }

@@ -21,6 +21,7 @@ pub mod config;
 pub mod grpc;
 pub mod http;
 mod infer;
+mod listen;
 pub mod protocol;
 pub mod repository;
 pub mod server;
@@ -57,6 +58,19 @@ pub struct ServeOptions {
     pub http_restricted: Vec<access::Restriction>,
     /// gRPC API groups answered only to requests with given metadata.
     pub grpc_restricted: Vec<access::Restriction>,
+    /// The request bytes held at once, over every request and connection (past it: HTTP 503,
+    /// gRPC `RESOURCE_EXHAUSTED`).
+    pub max_inflight_bytes: usize,
+    /// How long a client may take to send a request's headers, or stay idle between requests.
+    pub header_timeout: std::time::Duration,
+    /// How long a request's body may take to arrive (past it: HTTP 408).
+    pub body_timeout: std::time::Duration,
+    /// The most REST connections open at once (default: half the file limit less a reserve);
+    /// at the cap the longest-idle one is closed for a new one.
+    pub max_connections: Option<usize>,
+    /// The largest tensor a run may allocate (`run` sets it for the process unless
+    /// `EPX_MAX_TENSOR_BYTES` is set); larger: 400 / `INVALID_ARGUMENT`.
+    pub max_tensor_bytes: u64,
 }
 
 impl ServeOptions {
@@ -73,6 +87,11 @@ impl ServeOptions {
             poll_interval: std::time::Duration::from_secs(15),
             http_restricted: Vec::new(),
             grpc_restricted: Vec::new(),
+            max_inflight_bytes: 1 << 30,
+            header_timeout: listen::HEADER_TIMEOUT,
+            body_timeout: std::time::Duration::from_secs(60),
+            max_connections: None,
+            max_tensor_bytes: 4 << 30,
         }
     }
 
@@ -100,6 +119,10 @@ pub fn run(
         .thread_name("epx-serve")
         .build()
         .map_err(|e| format!("cannot start the server's runtime: {e}"))?;
+    listen::raise_file_limit();
+    if std::env::var_os("EPX_MAX_TENSOR_BYTES").is_none() {
+        epx::set_max_tensor_bytes(options.max_tensor_bytes);
+    }
     runtime.block_on(async {
         let server = Server::bind(env, options).await?;
         started(server.listening());

@@ -10,6 +10,7 @@
 use epx::{ElementType, Tensor, ValueSpec};
 use half::{bf16, f16};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value as Json, json};
 
 /// A request refused, or a failure while serving it: the HTTP status it maps to and the message
@@ -118,23 +119,27 @@ pub fn datatype_and_shape(spec: &ValueSpec) -> (&'static str, Vec<i64>) {
 }
 
 #[derive(Deserialize)]
-struct RequestJson {
+struct RequestJson<'a> {
     id: Option<String>,
     #[serde(default)]
     parameters: Map<String, Json>,
-    inputs: Vec<InputJson>,
+    #[serde(borrow)]
+    inputs: Vec<InputJson<'a>>,
     #[serde(default)]
     outputs: Option<Vec<OutputJson>>,
 }
 
 #[derive(Deserialize)]
-struct InputJson {
+struct InputJson<'a> {
     name: String,
     shape: Vec<i64>,
     datatype: String,
     #[serde(default)]
     parameters: Map<String, Json>,
-    data: Option<Json>,
+    /// The data's text, decoded once the datatype and shape are known (straight into the
+    /// tensor's bytes: a JSON request costs its body and its tensors, nothing per element).
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -332,7 +337,7 @@ fn flag(params: &Map<String, Json>, key: &str) -> Result<Option<bool>, ServeErro
 
 /// One input: checked against its spec, its data from JSON or from the front of `binary`.
 fn parse_input(
-    input: &InputJson,
+    input: &InputJson<'_>,
     spec: &ValueSpec,
     binary: &mut &[u8],
 ) -> Result<Tensor, ServeError> {
@@ -369,15 +374,22 @@ fn parse_input(
             from_binary(name, elem, &shape, count, mine)?
         }
         (None, Some(data)) => {
-            let mut flat = Vec::with_capacity(count.min(1 << 20));
-            flatten(data, &mut flat, name)?;
-            if flat.len() != count {
+            let mut elements = JsonElements::new(name, elem, count);
+            let walked = serde::de::DeserializeSeed::deserialize(
+                &mut elements,
+                &mut serde_json::Deserializer::from_str(data.get()),
+            );
+            if let Some(e) = elements.failed.take() {
+                return Err(e);
+            }
+            walked.map_err(|e| bad(format!("input `{name}`: data is not JSON: {e}")))?;
+            if elements.seen != count {
                 return Err(bad(format!(
                     "input `{name}`: shape {shape:?} holds {count} elements but data has {}",
-                    flat.len()
+                    elements.seen
                 )));
             }
-            from_json(name, elem, &shape, &flat)?
+            elements.finish(&shape)?
         }
     };
     Ok(tensor)
@@ -435,25 +447,6 @@ pub(crate) fn check_head(
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| bad(format!("input `{name}`: shape {shape:?} overflows")))?;
     Ok((elem, shape, count))
-}
-
-/// The scalars of `data` in row-major order (nested arrays flattened).
-fn flatten<'a>(data: &'a Json, out: &mut Vec<&'a Json>, name: &str) -> Result<(), ServeError> {
-    match data {
-        Json::Array(items) => {
-            for item in items {
-                flatten(item, out, name)?;
-            }
-            Ok(())
-        }
-        Json::Object(_) | Json::Null => Err(bad(format!(
-            "input `{name}`: data holds {data}, not a value"
-        ))),
-        _ => {
-            out.push(data);
-            Ok(())
-        }
-    }
 }
 
 pub(crate) fn tensor_error(name: &str, e: epx::Error) -> ServeError {
@@ -524,34 +517,60 @@ pub(crate) fn from_binary(
     Tensor::from_bytes(elem, shape, bytes).map_err(|e| tensor_error(name, e))
 }
 
-/// A tensor from JSON scalars, each checked to be a value of `elem`.
-fn from_json(
-    name: &str,
+/// A tensor built from JSON data as it is read: nested arrays of scalars, each checked to be a
+/// value of `elem` and written to the tensor's bytes at once. Elements past `count` are counted,
+/// not kept, so that the refusal can say how many there were.
+struct JsonElements<'n> {
+    name: &'n str,
     elem: ElementType,
-    shape: &[usize],
-    flat: &[&Json],
-) -> Result<Tensor, ServeError> {
-    let wrong = |i: usize, v: &Json| {
-        bad(format!(
-            "input `{name}`: element {i} ({v}) is not a {} value",
-            datatype_of(elem).unwrap_or("?")
-        ))
-    };
-    if elem == ElementType::String {
-        let strings = flat
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str()
-                    .map(|s| s.as_bytes().to_vec())
-                    .ok_or_else(|| wrong(i, v))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        return Tensor::from_strings(shape, strings).map_err(|e| tensor_error(name, e));
+    count: usize,
+    /// Elements read so far.
+    seen: usize,
+    bytes: Vec<u8>,
+    strings: Vec<Vec<u8>>,
+    /// Why the data was refused (the walk stops with a placeholder error).
+    failed: Option<ServeError>,
+}
+
+/// How deep arrays may nest in an input's data.
+const MAX_DATA_DEPTH: usize = 64;
+
+impl<'n> JsonElements<'n> {
+    fn new(name: &'n str, elem: ElementType, count: usize) -> JsonElements<'n> {
+        let size = elem.byte_size().unwrap_or(0);
+        // Reserved up to 1 Mi elements: a shape's count is the client's claim until the data
+        // bears it out.
+        let reserve = count.min(1 << 20);
+        JsonElements {
+            name,
+            elem,
+            count,
+            seen: 0,
+            bytes: Vec::with_capacity(reserve * size),
+            strings: if elem == ElementType::String {
+                Vec::with_capacity(reserve)
+            } else {
+                Vec::new()
+            },
+            failed: None,
+        }
     }
-    let size = elem.byte_size().unwrap_or(0);
-    let mut bytes = Vec::with_capacity(flat.len() * size);
-    for (i, v) in flat.iter().enumerate() {
+
+    /// Takes scalar `v`, the next element.
+    fn push(&mut self, v: &Json) -> Result<(), ServeError> {
+        let i = self.seen;
+        self.seen += 1;
+        if i >= self.count {
+            return Ok(());
+        }
+        let (name, elem) = (self.name, self.elem);
+        let wrong = || {
+            bad(format!(
+                "input `{name}`: element {i} ({v}) is not a {} value",
+                datatype_of(elem).unwrap_or("?")
+            ))
+        };
+        let bytes = &mut self.bytes;
         macro_rules! int {
             ($t:ty) => {{
                 let x = if let Some(x) = v.as_i64() {
@@ -559,11 +578,15 @@ fn from_json(
                 } else {
                     v.as_u64().and_then(|x| <$t>::try_from(x).ok())
                 };
-                bytes.extend_from_slice(&x.ok_or_else(|| wrong(i, v))?.to_le_bytes());
+                bytes.extend_from_slice(&x.ok_or_else(wrong)?.to_le_bytes());
             }};
         }
         match elem {
-            ElementType::Bool => bytes.push(u8::from(v.as_bool().ok_or_else(|| wrong(i, v))?)),
+            ElementType::String => {
+                let text = v.as_str().ok_or_else(wrong)?;
+                self.strings.push(text.as_bytes().to_vec());
+            }
+            ElementType::Bool => bytes.push(u8::from(v.as_bool().ok_or_else(wrong)?)),
             ElementType::Uint8 => int!(u8),
             ElementType::Uint16 => int!(u16),
             ElementType::Uint32 => int!(u32),
@@ -576,7 +599,7 @@ fn from_json(
             | ElementType::Bfloat16
             | ElementType::Float
             | ElementType::Double => {
-                let x = v.as_f64().ok_or_else(|| wrong(i, v))?;
+                let x = v.as_f64().ok_or_else(wrong)?;
                 match elem {
                     ElementType::Float16 => {
                         bytes.extend_from_slice(&f16::from_f64(x).to_le_bytes())
@@ -588,71 +611,206 @@ fn from_json(
                     _ => bytes.extend_from_slice(&x.to_le_bytes()),
                 }
             }
-            _ => return Err(wrong(i, v)),
+            _ => return Err(wrong()),
         }
+        Ok(())
     }
-    Tensor::from_bytes(elem, shape, &bytes).map_err(|e| tensor_error(name, e))
+
+    fn finish(self, shape: &[usize]) -> Result<Tensor, ServeError> {
+        if self.elem == ElementType::String {
+            return Tensor::from_strings(shape, self.strings)
+                .map_err(|e| tensor_error(self.name, e));
+        }
+        Tensor::from_bytes(self.elem, shape, &self.bytes).map_err(|e| tensor_error(self.name, e))
+    }
+
+    /// Records why the data is refused and stops the walk.
+    fn refuse<E: serde::de::Error>(&mut self, why: ServeError) -> E {
+        self.failed = Some(why);
+        E::custom("refused")
+    }
+
+    fn scalar<E: serde::de::Error>(&mut self, v: Json) -> Result<(), E> {
+        self.push(&v).map_err(|why| self.refuse(why))
+    }
 }
 
-/// One output of a response: its metadata (with `data`, or `binary_data_size` and its bytes
-/// appended to `binary`).
-pub fn output_json(
-    name: &str,
-    tensor: &Tensor,
+/// The walk of one value of the data (a scalar, or an array at `depth`).
+struct Level<'e, 'n> {
+    elements: &'e mut JsonElements<'n>,
+    depth: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &mut JsonElements<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(Level {
+            elements: self,
+            depth: 0,
+        })
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Level<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Level<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("values, or arrays of them")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.elements.scalar(Json::from(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.elements.scalar(Json::from(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.elements.scalar(Json::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        self.elements.scalar(Json::from(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.elements.scalar(Json::from(v))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        let name = self.elements.name;
+        Err(self
+            .elements
+            .refuse(bad(format!("input `{name}`: data holds null, not a value"))))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        let name = self.elements.name;
+        Err(self.elements.refuse(bad(format!(
+            "input `{name}`: data holds an object, not a value"
+        ))))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if self.depth >= MAX_DATA_DEPTH {
+            let name = self.elements.name;
+            return Err(self.elements.refuse(bad(format!(
+                "input `{name}`: data nests arrays deeper than {MAX_DATA_DEPTH}"
+            ))));
+        }
+        while seq
+            .next_element_seed(Level {
+                elements: &mut *self.elements,
+                depth: self.depth + 1,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+}
+
+/// One output of a response: its metadata, and its data as JSON or its size as binary data
+/// (the bytes appended to the response's binary part). Written straight from the tensor when
+/// serialized: the text is the only copy a JSON answer makes.
+#[derive(serde::Serialize)]
+pub struct OutputEntry<'t> {
+    name: &'t str,
+    datatype: &'static str,
+    shape: &'t [usize],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<Json>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData<'t>>,
+}
+
+/// A tensor's elements as a JSON array, each written as it is serialized.
+pub struct JsonData<'t>(&'t Tensor);
+
+impl serde::Serialize for JsonData<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tensor = self.0;
+        match tensor.elem_type() {
+            // Checked UTF-8 by `output_json`.
+            ElementType::String => s.collect_seq(
+                tensor
+                    .strings()
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|b| std::str::from_utf8(b).unwrap_or("")),
+            ),
+            ElementType::Float => s.collect_seq(floats::<f32>(tensor).map(f64::from)),
+            ElementType::Double => s.collect_seq(floats::<f64>(tensor)),
+            ElementType::Float16 => s.collect_seq(floats::<f16>(tensor).map(f64::from)),
+            ElementType::Bfloat16 => s.collect_seq(floats::<bf16>(tensor).map(f64::from)),
+            ElementType::Bool => s.collect_seq(floats::<bool>(tensor)),
+            ElementType::Uint8 => s.collect_seq(floats::<u8>(tensor)),
+            ElementType::Uint16 => s.collect_seq(floats::<u16>(tensor)),
+            ElementType::Uint32 => s.collect_seq(floats::<u32>(tensor)),
+            ElementType::Uint64 => s.collect_seq(floats::<u64>(tensor)),
+            ElementType::Int8 => s.collect_seq(floats::<i8>(tensor)),
+            ElementType::Int16 => s.collect_seq(floats::<i16>(tensor)),
+            ElementType::Int32 => s.collect_seq(floats::<i32>(tensor)),
+            _ => s.collect_seq(floats::<i64>(tensor)),
+        }
+    }
+}
+
+/// One output of a response, checked to be expressible: with `binary`, its bytes appended to
+/// `out`; otherwise its elements as JSON (refused when JSON cannot carry them).
+pub fn output_json<'t>(
+    name: &'t str,
+    tensor: &'t Tensor,
     binary: bool,
     out: &mut Vec<u8>,
-) -> Result<Json, ServeError> {
-    let elem = tensor.elem_type();
+) -> Result<OutputEntry<'t>, ServeError> {
     let datatype = output_datatype(name, tensor)?;
-    let mut entry = json!({"name": name, "datatype": datatype, "shape": tensor.shape()});
+    let mut entry = OutputEntry {
+        name,
+        datatype,
+        shape: tensor.shape(),
+        parameters: None,
+        data: None,
+    };
     if binary {
         let start = out.len();
         output_raw(name, tensor, out)?;
-        entry["parameters"] = json!({"binary_data_size": out.len() - start});
+        entry.parameters = Some(json!({"binary_data_size": out.len() - start}));
         return Ok(entry);
     }
-    let non_finite = || {
-        ServeError::BadRequest(format!(
-            "output `{name}` holds NaN or infinity, which JSON cannot carry: ask for it as binary \
-             data (the output's parameter binary_data: true)"
-        ))
-    };
-    let data: Vec<Json> = match elem {
+    let expressible = match tensor.elem_type() {
         ElementType::String => tensor
             .strings()
             .unwrap_or(&[])
             .iter()
-            .map(|s| match std::str::from_utf8(s) {
-                Ok(text) => Ok(Json::from(text)),
-                Err(_) => Err(ServeError::BadRequest(format!(
-                    "output `{name}` holds a string that is not UTF-8, which JSON cannot carry: \
-                     ask for it as binary data (the output's parameter binary_data: true)"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        ElementType::Float | ElementType::Double | ElementType::Float16 | ElementType::Bfloat16 => {
-            let values: Vec<f64> = match elem {
-                ElementType::Float => floats::<f32>(tensor).map(f64::from).collect(),
-                ElementType::Double => floats::<f64>(tensor).collect(),
-                ElementType::Float16 => floats::<f16>(tensor).map(f64::from).collect(),
-                _ => floats::<bf16>(tensor).map(f64::from).collect(),
-            };
-            if values.iter().any(|v| !v.is_finite()) {
-                return Err(non_finite());
-            }
-            values.into_iter().map(Json::from).collect()
-        }
-        ElementType::Bool => floats::<bool>(tensor).map(Json::from).collect(),
-        ElementType::Uint8 => floats::<u8>(tensor).map(Json::from).collect(),
-        ElementType::Uint16 => floats::<u16>(tensor).map(Json::from).collect(),
-        ElementType::Uint32 => floats::<u32>(tensor).map(Json::from).collect(),
-        ElementType::Uint64 => floats::<u64>(tensor).map(Json::from).collect(),
-        ElementType::Int8 => floats::<i8>(tensor).map(Json::from).collect(),
-        ElementType::Int16 => floats::<i16>(tensor).map(Json::from).collect(),
-        ElementType::Int32 => floats::<i32>(tensor).map(Json::from).collect(),
-        _ => floats::<i64>(tensor).map(Json::from).collect(),
+            .all(|s| std::str::from_utf8(s).is_ok()),
+        ElementType::Float => floats::<f32>(tensor).all(f32::is_finite),
+        ElementType::Double => floats::<f64>(tensor).all(f64::is_finite),
+        ElementType::Float16 => floats::<f16>(tensor).all(f16::is_finite),
+        ElementType::Bfloat16 => floats::<bf16>(tensor).all(bf16::is_finite),
+        _ => true,
     };
-    entry["data"] = Json::Array(data);
+    if !expressible {
+        let what = if tensor.elem_type() == ElementType::String {
+            "a string that is not UTF-8"
+        } else {
+            "NaN or infinity"
+        };
+        return Err(ServeError::BadRequest(format!(
+            "output `{name}` holds {what}, which JSON cannot carry: ask for it as binary data \
+             (the output's parameter binary_data: true)"
+        )));
+    }
+    entry.data = Some(JsonData(tensor));
     Ok(entry)
 }
 
@@ -697,7 +855,9 @@ mod tests {
     fn a_string_output_that_is_not_utf8_goes_only_as_binary_data() {
         let tensor = Tensor::from_strings(&[2], vec![b"ok".to_vec(), vec![0xff, 0x41]]).unwrap();
         let mut out = Vec::new();
-        let refused = output_json("s", &tensor, false, &mut out).unwrap_err();
+        let Err(refused) = output_json("s", &tensor, false, &mut out) else {
+            panic!("a string that is not UTF-8 went as JSON")
+        };
         let ServeError::BadRequest(message) = refused else {
             panic!("expected a 400, got {refused:?}")
         };
@@ -706,6 +866,7 @@ mod tests {
             "{message}"
         );
         let entry = output_json("s", &tensor, true, &mut out).unwrap();
+        let entry = serde_json::to_value(&entry).unwrap();
         assert_eq!(entry["parameters"]["binary_data_size"], 4 + 2 + 4 + 2);
         assert_eq!(
             out,
@@ -720,7 +881,7 @@ mod tests {
         // UTF-8 text still goes as JSON strings.
         let text = Tensor::from_strings(&[1], vec!["ünï".as_bytes().to_vec()]).unwrap();
         assert_eq!(
-            output_json("s", &text, false, &mut out).unwrap()["data"],
+            serde_json::to_value(output_json("s", &text, false, &mut out).unwrap()).unwrap()["data"],
             json!(["ünï"])
         );
     }

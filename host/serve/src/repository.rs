@@ -210,6 +210,22 @@ impl Repository {
         Ok((loaded, gone))
     }
 
+    /// `text` with the repository's own location taken out: a client sees `add/1/model.onnx`,
+    /// not where the server keeps it.
+    fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        let canonical = std::fs::canonicalize(&self.root).ok();
+        for root in std::iter::once(self.root.as_path()).chain(canonical.as_deref()) {
+            let shown = root.display().to_string();
+            if shown.is_empty() || shown == "." {
+                continue;
+            }
+            let with_slash = format!("{}/", shown.trim_end_matches('/'));
+            out = out.replace(&with_slash, "").replace(&shown, "<repository>");
+        }
+        out
+    }
+
     fn stamps(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Stamp>> {
         self.stamps.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -255,8 +271,7 @@ impl Repository {
         let dir = self.root.join(name);
         if !dir.is_dir() {
             return Err(ServeError::NotFound(format!(
-                "no model named `{name}`: no folder {}",
-                dir.display()
+                "no model named `{name}`: the repository has no folder `{name}`"
             )));
         }
         let _one_at_a_time = self.loading.lock().unwrap_or_else(|p| p.into_inner());
@@ -270,7 +285,9 @@ impl Repository {
                 Ok(())
             }
             Err(e) => {
+                // The log has the server's paths; clients see them from the repository's root.
                 tracing::error!("model {name}: not loaded: {e}");
+                let e = self.redact(&e);
                 let mut models = self.write();
                 // A model that was serving keeps serving; otherwise the failure is what the
                 // index and the requests report.
@@ -437,7 +454,7 @@ fn load_model(env: &Arc<Environment>, name: &str, dir: &Path) -> Result<Model, S
         running: Arc::new(Semaphore::new(config.instances)),
         stats: crate::stats::ModelStats::new(config.max_batch_size, nodes),
         max_batch_size: config.max_batch_size,
-        timeout: config.timeout_ms.map(Duration::from_millis),
+        timeout: config.timeout(),
         batching: config.dynamic_batching,
         batcher: OnceLock::new(),
         workers: Workers::start(name, config.instances)?,

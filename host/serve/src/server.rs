@@ -24,6 +24,10 @@ pub(crate) struct Shared {
     pub control: ControlMode,
     pub http_restricted: Restrictions,
     pub grpc_restricted: Restrictions,
+    /// The in-flight budget, in units of 1 KiB: request bodies and what they decode to.
+    pub inflight: Arc<tokio::sync::Semaphore>,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: std::time::Duration,
 }
 
 /// The addresses a server listens on.
@@ -41,6 +45,8 @@ pub struct Server {
     grpc: Option<TcpListener>,
     metrics: Option<TcpListener>,
     poll_interval: std::time::Duration,
+    max_connections: usize,
+    header_timeout: std::time::Duration,
 }
 
 async fn bind(at: SocketAddr, what: &str) -> Result<TcpListener, String> {
@@ -91,11 +97,19 @@ impl Server {
                 control: options.control,
                 http_restricted,
                 grpc_restricted,
+                inflight: Arc::new(tokio::sync::Semaphore::new(
+                    options.max_inflight_bytes.div_ceil(1024).max(1),
+                )),
+                body_timeout: options.body_timeout,
             }),
             http,
             grpc,
             metrics,
             poll_interval: options.poll_interval,
+            max_connections: options
+                .max_connections
+                .unwrap_or_else(crate::listen::default_max_connections),
+            header_timeout: options.header_timeout,
         })
     }
 
@@ -159,9 +173,9 @@ impl Server {
         }
         let routes = crate::http::router(self.shared.clone(), self.shared.max_body);
         let done = stopping();
+        let (cap, header_timeout) = (self.max_connections, self.header_timeout);
         tasks.spawn(async move {
-            axum::serve(self.http, routes)
-                .with_graceful_shutdown(done)
+            crate::listen::serve(self.http, routes, cap, header_timeout, done)
                 .await
                 .map_err(|e| format!("the REST listener stopped: {e}"))
         });

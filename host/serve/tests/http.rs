@@ -917,3 +917,48 @@ fn poll_control_follows_the_repository_folders() {
     assert_eq!(r.status, 403);
     assert!(r.error().contains("poll"), "{}", r.error());
 }
+
+/// Client-facing errors are JSON, and name files from the repository's root, never where the
+/// server keeps it (the log has the full paths).
+#[test]
+fn errors_are_json_and_show_no_server_paths() {
+    let server = start();
+    let addr = server.addr;
+    let root = server.dir.display().to_string();
+    // A path whose parameter is not UTF-8 once decoded.
+    let r = call(addr, "GET", "/v2/models/%FF%FE", &[], b"");
+    assert_eq!(r.status, 400);
+    assert!(
+        !r.error().is_empty(),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // A method the path does not take.
+    let r = call(addr, "GET", "/v2/models/add/infer", &[], b"");
+    assert_eq!(r.status, 405);
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/json")
+    );
+    r.json();
+    let index = call(addr, "POST", "/v2/repository/index", &[], b"");
+    let text = String::from_utf8_lossy(&index.body).into_owned();
+    assert!(text.contains("broken/1/model.onnx"), "{text}");
+    assert!(!text.contains(&root), "{text}");
+    for path in [
+        "/v2/models/broken",
+        "/v2/models/badconfig",
+        "/v2/repository/models/broken/load",
+        "/v2/repository/models/nope/load",
+    ] {
+        let method = if path.contains("/load") {
+            "POST"
+        } else {
+            "GET"
+        };
+        let r = call(addr, method, path, &[], b"");
+        assert!(r.status >= 400, "{path}");
+        assert!(!r.error().contains(&root), "{path}: {}", r.error());
+    }
+}

@@ -18,6 +18,17 @@ pub fn zeros_checked<T: Clone + Default>(len: usize, what: &str) -> OpResult<Vec
     Ok(v)
 }
 
+/// How every refusal of a tensor over [`max_tensor_bytes`] ends, so that the EP's boundary can
+/// report it as what it is (`OutOfMemory`: the request asked for more than the host allocates),
+/// not as a kernel failure.
+pub const OVER_LIMIT: &str =
+    "allocated for one tensor (EPX_MAX_TENSOR_BYTES; default: the machine's memory)";
+
+/// Whether `message` is a refusal of a tensor over the limit.
+pub fn is_over_limit(message: &str) -> bool {
+    message.contains(OVER_LIMIT)
+}
+
 /// Number of elements of a shape, failing on overflow.
 pub fn checked_numel(shape: &[usize]) -> OpResult<usize> {
     let n = shape
@@ -134,4 +145,25 @@ fn default_max_tensor_bytes() -> u64 {
             kib.checked_mul(1024)
         })
         .unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_over_the_limit_says_so_in_the_form_the_boundary_reads() {
+        with_max_tensor_bytes(Some(1024), || {
+            let refusals = [
+                checked_numel(&[1024]).unwrap_err(),
+                checked_numel(&[1 << 40, 0]).unwrap_err(),
+                checked_len(&[64], 32).unwrap_err(),
+            ];
+            for e in refusals {
+                assert!(is_over_limit(&e.0), "{}", e.0);
+            }
+            assert!(checked_numel(&[16]).is_ok());
+            assert!(!is_over_limit("shape [3] has too many elements"));
+        });
+    }
 }

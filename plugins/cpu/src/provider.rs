@@ -342,7 +342,13 @@ impl Kernel for CpuKernel {
             Some(pool) => pool.enter(|| self.program.run(&inputs)),
             None => self.program.run(&inputs),
         }
-        .map_err(|e| Error::runtime(e.0))?;
+        .map_err(|e| {
+            if crate::limits::is_over_limit(&e.0) {
+                Error::new(epx_plugin_api::abi::EpxStatusCode::OutOfMemory, e.0)
+            } else {
+                Error::runtime(e.0)
+            }
+        })?;
         for (i, t) in outputs.iter().enumerate() {
             if !t.is_numeric_tensor() {
                 ctx.set_output(i, &to_value(t).map_err(|e| Error::runtime(e.0))?)?;

@@ -219,6 +219,103 @@ fn check_segments(phdrs: &[elf::segment::ProgramHeader], file_len: u64) -> Resul
     Ok(())
 }
 
+/// The most relocation bytes read to check them (a few MiB for the largest runtimes).
+const MAX_RELA_BYTES: u64 = 256 << 20;
+
+/// Where a 64-bit library's `Elf64_Rela` tables are, from its dynamic section.
+#[derive(Debug, Default)]
+struct Relocations {
+    rela: Option<u64>,
+    rela_size: u64,
+    rela_entry: Option<u64>,
+    plt: Option<u64>,
+    plt_size: u64,
+    plt_kind: Option<u64>,
+}
+
+impl Relocations {
+    fn take(&mut self, tag: i64, value: u64) {
+        match tag {
+            elf::abi::DT_RELA => self.rela = Some(value),
+            elf::abi::DT_RELASZ => self.rela_size = value,
+            elf::abi::DT_RELAENT => self.rela_entry = Some(value),
+            elf::abi::DT_JMPREL => self.plt = Some(value),
+            elf::abi::DT_PLTRELSZ => self.plt_size = value,
+            elf::abi::DT_PLTREL => self.plt_kind = Some(value),
+            _ => {}
+        }
+    }
+
+    /// The `Elf64_Rela` tables: what they are, their address and size. A table of another entry
+    /// size or kind is left to the loader (it is not what a 64-bit linker writes).
+    fn tables(&self) -> Vec<(&'static str, u64, u64)> {
+        let mut out = Vec::new();
+        if let Some(at) = self
+            .rela
+            .filter(|_| self.rela_entry.is_none_or(|e| e == RELA_SIZE))
+        {
+            out.push(("dynamic", at, self.rela_size));
+        }
+        let rela_kind = elf::abi::DT_RELA as u64;
+        if let Some(at) = self
+            .plt
+            .filter(|_| self.plt_kind.is_none_or(|k| k == rela_kind))
+        {
+            out.push(("PLT", at, self.plt_size));
+        }
+        out
+    }
+}
+
+/// Bytes of one `Elf64_Rela`.
+const RELA_SIZE: u64 = 24;
+
+/// The file offset of `len` bytes at address `addr`, inside one loadable segment's file part.
+fn file_offset(loads: &[&elf::segment::ProgramHeader], addr: u64, len: u64) -> Option<u64> {
+    loads.iter().find_map(|p| {
+        let delta = addr.checked_sub(p.p_vaddr)?;
+        (delta.checked_add(len)? <= p.p_filesz).then(|| p.p_offset.checked_add(delta))?
+    })
+}
+
+/// Each relocation of an `Elf64_Rela` table writes inside the library's image, and each
+/// relative one (base + addend) points inside it too. A linker writes nothing else; an address
+/// outside the image is one the loader writes, or a pointer that lands on whatever is mapped
+/// there, which differs from process to process: the library can pass its trial in a child and
+/// fault here.
+fn check_relocations(
+    table: &[u8],
+    machine: u16,
+    loads: &[&elf::segment::ProgramHeader],
+) -> Result<(), String> {
+    let (Some(first), Some(last)) = (loads.first(), loads.last()) else {
+        return Ok(());
+    };
+    let (start, end) = (first.p_vaddr, last.p_vaddr.saturating_add(last.p_memsz));
+    let relative = match machine {
+        elf::abi::EM_X86_64 => Some(8),     // R_X86_64_RELATIVE
+        elf::abi::EM_AARCH64 => Some(1027), // R_AARCH64_RELATIVE
+        _ => None,
+    };
+    for (i, entry) in table.chunks_exact(RELA_SIZE as usize).enumerate() {
+        let word =
+            |k: usize| u64::from_le_bytes(entry[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
+        let (offset, info, addend) = (word(0), word(1), word(2));
+        if offset < start || offset.checked_add(8).is_none_or(|e| e > end) {
+            return Err(format!(
+                "relocation {i} writes at {offset:#x}, outside its image [{start:#x}, {end:#x})"
+            ));
+        }
+        if relative == Some(info & 0xffff_ffff) && !(start..=end).contains(&addend) {
+            return Err(format!(
+                "relative relocation {i} points at {addend:#x}, outside its image \
+                 [{start:#x}, {end:#x})"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads until `buf` is full or the file ends; returns the number of bytes read.
 pub(super) fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
@@ -321,7 +418,9 @@ pub(super) fn read_elf_dependencies(path: &Path) -> Result<ElfDependencies, Reso
     let mut rpath = Vec::new();
     let mut runpath = Vec::new();
     let mut soname = None;
+    let mut relocations = Relocations::default();
     for entry in elf::dynamic::DynamicTable::new(ehdr.endianness, ehdr.class, &dyn_bytes).iter() {
+        relocations.take(entry.d_tag, entry.d_val());
         match entry.d_tag {
             elf::abi::DT_NULL => break,
             elf::abi::DT_NEEDED => needed.push(entry.d_val()),
@@ -331,6 +430,28 @@ pub(super) fn read_elf_dependencies(path: &Path) -> Result<ElfDependencies, Reso
             elf::abi::DT_STRTAB => strtab_addr = Some(entry.d_ptr()),
             elf::abi::DT_STRSZ => strtab_size = Some(entry.d_val()),
             _ => {}
+        }
+    }
+    if ehdr.class == Class::ELF64 && ehdr.endianness == AnyEndian::Little {
+        let loads: Vec<_> = phdrs
+            .iter()
+            .filter(|p| p.p_type == elf::abi::PT_LOAD)
+            .collect();
+        for (what, addr, size) in relocations.tables() {
+            let offset = file_offset(&loads, addr, size).ok_or_else(|| {
+                not_elf(&format!(
+                    "its {what} relocations lie outside every loaded segment; corrupt file"
+                ))
+            })?;
+            if size > MAX_RELA_BYTES {
+                return Err(not_elf(&format!(
+                    "its {what} relocations are implausibly many; corrupt file"
+                )));
+            }
+            let table = read_range(&mut file, file_len, offset, size)
+                .map_err(|e| e.map_or_else(truncated, io))?;
+            check_relocations(&table, ehdr.e_machine, &loads)
+                .map_err(|why| not_elf(&format!("{why} ({what}); corrupt file")))?;
         }
     }
     if needed.is_empty() && rpath.is_empty() && runpath.is_empty() && soname.is_none() {
@@ -412,4 +533,56 @@ pub(super) fn read_range(
         }
     })?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod relocation_tests {
+    use super::*;
+
+    fn load(vaddr: u64, memsz: u64) -> elf::segment::ProgramHeader {
+        elf::segment::ProgramHeader {
+            p_type: elf::abi::PT_LOAD,
+            p_vaddr: vaddr,
+            p_memsz: memsz,
+            p_filesz: memsz,
+            p_flags: 0,
+            p_offset: 0,
+            p_paddr: vaddr,
+            p_align: 0x1000,
+        }
+    }
+
+    fn rela(offset: u64, kind: u64, addend: u64) -> Vec<u8> {
+        [offset, kind, addend]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn relocations_outside_the_image_are_refused() {
+        let (a, b) = (load(0, 0x2000), load(0x3000, 0x1000));
+        let loads = [&a, &b];
+        let x86 = elf::abi::EM_X86_64;
+        let good = [rela(0x3008, 8, 0x1234), rela(0x3010, 6 | (3 << 32), 0)].concat();
+        assert!(check_relocations(&good, x86, &loads).is_ok());
+        // A relative addend far past the image (a flipped high byte).
+        let far = rela(0x3008, 8, 0x9_0000_1234);
+        assert!(
+            check_relocations(&far, x86, &loads)
+                .unwrap_err()
+                .contains("points at 0x900001234")
+        );
+        // A write outside the image, of any kind.
+        let write = rela(0x8000, 6, 0);
+        assert!(
+            check_relocations(&write, x86, &loads)
+                .unwrap_err()
+                .contains("writes at 0x8000")
+        );
+        // An addend one past the end is a linker's end-of-image symbol.
+        assert!(check_relocations(&rela(0x3008, 8, 0x4000), x86, &loads).is_ok());
+        // Another machine's relative type is not read as x86-64's.
+        assert!(check_relocations(&far, elf::abi::EM_AARCH64, &loads).is_ok());
+    }
 }
